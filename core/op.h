@@ -1,0 +1,186 @@
+// The op machinery: how an op is described once and then run eagerly, symbolically
+// (shape rule only), or traced into a graph.
+//
+// An op is a struct in kernels/<op>/ that derives from OpBase and provides
+//
+//   struct Add : OpBase {
+//     static constexpr const char* kName = "add";
+//     struct Attrs {};                                          // typed parameters
+//     static std::vector<TensorMeta> infer(const std::vector<TensorMeta>& in, const Attrs&);
+//     static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
+//     static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
+//   };
+//
+// - infer is the shape/dtype rule and holds every argument check (it runs on symbolic
+//   tensors too, so it must not look at data);
+// - cpu computes into preallocated contiguous outputs (f32/f64; bf16/f16 arrive as f32
+//   unless the op sets kHalfNative);
+// - backward maps output gradients to input gradients using other ops (so it works on every
+//   device and when traced); an op whose gradient needs its own kernel calls a separate
+//   <op>_backward op there. Non-differentiable ops set kDifferentiable = false.
+// - inputs/outputs the backward rule reads are declared in kSaveInputs / kSaveOutputs (bit i
+//   = input/output i); the rule cannot see anything else. Ops never capture tensors.
+//
+// The public function runs it: `Tensor add(a, b) { return call<Add>({}, {a, b})[0]; }`.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/tensor.h"
+
+namespace tessera {
+
+/// Defaults for the optional parts of an op description.
+struct OpBase {
+  static constexpr unsigned kSaveInputs = 0;   ///< bit i: backward reads input i
+  static constexpr unsigned kSaveOutputs = 0;  ///< bit i: backward reads output i
+  static constexpr bool kDifferentiable = true;
+  static constexpr bool kInPlace = false;      ///< output 0 may share input 0's buffer (same meta)
+  static constexpr bool kHalfNative = false;   ///< cpu() handles bf16/f16 itself (copies, casts)
+  static constexpr bool kView = false;         ///< output 0 is a view of input 0 (see view_offset)
+};
+
+/// What a backward rule sees.
+class BackwardContext {
+ public:
+  BackwardContext(const Node& node, const std::vector<Tensor>& grad_outputs)
+      : node_(node), grad_outputs_(grad_outputs) {}
+
+  /// Gradient w.r.t. output i (zeros when that output did not receive one).
+  const Tensor& grad_output(int i = 0) const;
+  /// Saved input i; ValueError if the op did not declare it in kSaveInputs.
+  const Tensor& input(int i) const;
+  /// Saved output i; ValueError if the op did not declare it in kSaveOutputs.
+  const Tensor& output(int i) const;
+  const TensorMeta& input_meta(int i) const;
+  const TensorMeta& output_meta(int i) const;
+  int num_inputs() const { return static_cast<int>(node_.input_metas.size()); }
+  /// Whether input i needs a gradient (rules may skip work for the others).
+  bool needs_input_grad(int i) const;
+
+ private:
+  const Node& node_;
+  const std::vector<Tensor>& grad_outputs_;
+};
+
+/// An op together with its attributes: the unit eager mode runs and graphs store.
+class OpInstance {
+ public:
+  virtual ~OpInstance() = default;
+  virtual const char* name() const = 0;
+  /// Shape/dtype rule (throws on bad arguments).
+  virtual std::vector<TensorMeta> infer(const std::vector<TensorMeta>& inputs) const = 0;
+  /// Runs the kernel for the inputs' device into preallocated outputs.
+  virtual void compute(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) const = 0;
+  /// Input gradients (undefined where none) from output gradients.
+  virtual std::vector<Tensor> backward(const BackwardContext& ctx) const = 0;
+  /// For views: byte offset of output 0 inside input 0's storage, else nullopt.
+  virtual std::optional<size_t> view_offset(const std::vector<TensorMeta>& inputs) const = 0;
+  virtual bool differentiable() const = 0;
+  virtual bool in_place_safe() const = 0;
+  virtual unsigned saved_inputs_mask() const = 0;
+  virtual unsigned saved_outputs_mask() const = 0;
+};
+
+/// Receives every op applied while it is installed (the graph tracer, issue-3 style tools).
+class Tracer {
+ public:
+  virtual ~Tracer() = default;
+  virtual void record(const std::shared_ptr<const OpInstance>& op, const std::vector<Tensor>& inputs,
+                      const std::vector<Tensor>& outputs) = 0;
+};
+
+/// The tracer of this thread (nullptr when none).
+Tracer* current_tracer();
+/// Installs `t` for this thread; returns the previous one.
+Tracer* set_current_tracer(Tracer* t);
+
+/// Number of kernels run so far by this process (all threads); for tests and profiling.
+uint64_t kernels_run();
+
+namespace detail {
+
+/// Runs `op` on `inputs`: device check, shape rule, output allocation (or view, or symbolic
+/// outputs when any input is symbolic), kernel, tracer, autograd node.
+std::vector<Tensor> run_op(const std::shared_ptr<const OpInstance>& op, const std::vector<Tensor>& inputs);
+
+/// Runs `op`'s kernel into existing `outputs` (checked against the shape rule); no autograd.
+/// Used for in-place accumulation and by executors.
+void run_op_into(const OpInstance& op, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs);
+
+/// CPU compute with bf16/f16 arguments widened to f32 around a kernel that takes f32/f64.
+void compute_cpu_widened(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+                         void (*kernel)(const std::vector<Tensor>&, const std::vector<Tensor>&, const void*),
+                         const void* attrs);
+
+void count_kernel();
+
+template <class Op>
+class OpInstanceT final : public OpInstance {
+ public:
+  using Attrs = typename Op::Attrs;
+  explicit OpInstanceT(Attrs attrs) : attrs_(std::move(attrs)) {}
+
+  const Attrs& attrs() const { return attrs_; }
+  const char* name() const override { return Op::kName; }
+  std::vector<TensorMeta> infer(const std::vector<TensorMeta>& inputs) const override {
+    return Op::infer(inputs, attrs_);
+  }
+  void compute(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
+    Device dev = !in.empty() ? in[0].device() : out[0].device();
+    TS_CHECK(dev.is_cpu(), NotImplementedError, Op::kName << ": no kernel for device " << dev << " yet");
+    count_kernel();
+    if constexpr (Op::kHalfNative) {
+      Op::cpu(in, out, attrs_);
+    } else {
+      compute_cpu_widened(in, out, &cpu_thunk, &attrs_);
+    }
+  }
+  std::vector<Tensor> backward(const BackwardContext& ctx) const override {
+    if constexpr (Op::kDifferentiable) {
+      return Op::backward(ctx, attrs_);
+    } else {
+      TS_THROW(NotImplementedError, Op::kName << " is not differentiable");
+    }
+  }
+  std::optional<size_t> view_offset(const std::vector<TensorMeta>& inputs) const override {
+    if constexpr (Op::kView) {
+      return Op::view_offset(inputs, attrs_);
+    } else {
+      (void)inputs;
+      return std::nullopt;
+    }
+  }
+  bool differentiable() const override { return Op::kDifferentiable; }
+  bool in_place_safe() const override { return Op::kInPlace; }
+  unsigned saved_inputs_mask() const override { return Op::kSaveInputs; }
+  unsigned saved_outputs_mask() const override { return Op::kSaveOutputs; }
+
+ private:
+  static void cpu_thunk(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const void* attrs) {
+    Op::cpu(in, out, *static_cast<const Attrs*>(attrs));
+  }
+  Attrs attrs_;
+};
+
+}  // namespace detail
+
+/// Applies op `Op` with `attrs` to `inputs` and returns its outputs.
+template <class Op>
+std::vector<Tensor> call(typename Op::Attrs attrs, const std::vector<Tensor>& inputs) {
+  return detail::run_op(std::make_shared<detail::OpInstanceT<Op>>(std::move(attrs)), inputs);
+}
+
+/// Shape rule helper: throws DTypeError unless `m` is floating (names op and input).
+void check_floating(const char* op, const TensorMeta& m, const char* what = "input");
+/// Shape rule helper: throws DTypeError unless a and b share a dtype.
+void check_same_dtype(const char* op, const TensorMeta& a, const TensorMeta& b);
+/// Shape rule helper: throws ValueError unless there are `n` inputs.
+void check_num_inputs(const char* op, const std::vector<TensorMeta>& in, size_t n);
+
+}  // namespace tessera

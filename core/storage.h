@@ -1,0 +1,42 @@
+// A reference-counted block of device memory. Tensors hold it through std::shared_ptr.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+
+#include "core/device.h"
+
+namespace tessera {
+
+/// Alignment of every CPU allocation (cache line, AVX-512 loads).
+constexpr size_t kCpuAlignment = 64;
+
+/// Owns `nbytes` of memory on `device` and frees it when the last owner goes.
+class Storage {
+ public:
+  using Deleter = std::function<void(void*)>;
+
+  /// Allocates nbytes on `device` (CPU: 64-byte aligned, zero bytes allowed).
+  static std::shared_ptr<Storage> allocate(size_t nbytes, Device device);
+  /// Wraps memory owned elsewhere; `deleter` runs when the Storage dies (may be empty).
+  static std::shared_ptr<Storage> wrap(void* data, size_t nbytes, Device device, Deleter deleter);
+
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  ~Storage();
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+
+ private:
+  Storage(void* data, size_t nbytes, Device device, Deleter deleter)
+      : data_(data), nbytes_(nbytes), device_(device), deleter_(std::move(deleter)) {}
+  void* data_;
+  size_t nbytes_;
+  Device device_;
+  Deleter deleter_;
+};
+
+}  // namespace tessera

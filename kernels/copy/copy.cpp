@@ -1,0 +1,22 @@
+#include "kernels/copy/copy.h"
+
+#include <cstring>
+
+namespace tessera {
+
+Tensor copy(const Tensor& x) { return call<Copy>({}, {x})[0]; }
+
+Tensor Tensor::clone() const { return copy(*this); }
+
+std::vector<TensorMeta> Copy::infer(const std::vector<TensorMeta>& in, const Attrs&) {
+  check_num_inputs(kName, in, 1);
+  return {in[0]};
+}
+
+void Copy::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+  std::memcpy(out[0].data_ptr(), in[0].data_ptr(), in[0].nbytes());
+}
+
+std::vector<Tensor> Copy::backward(const BackwardContext& ctx, const Attrs&) { return {ctx.grad_output()}; }
+
+}  // namespace tessera

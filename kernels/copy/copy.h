@@ -1,0 +1,19 @@
+#pragma once
+
+#include "core/op.h"
+
+namespace tessera {
+
+/// A new tensor with a copy of x's data (any dtype). Differentiable: gradient passes through.
+Tensor copy(const Tensor& x);
+
+struct Copy : OpBase {
+  static constexpr const char* kName = "copy";
+  static constexpr bool kHalfNative = true;
+  struct Attrs {};
+  static std::vector<TensorMeta> infer(const std::vector<TensorMeta>& in, const Attrs&);
+  static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
+  static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
+};
+
+}  // namespace tessera

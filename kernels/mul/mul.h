@@ -1,0 +1,21 @@
+#pragma once
+
+#include "core/op.h"
+
+namespace tessera {
+
+/// a * b with numpy broadcasting.
+Tensor mul(const Tensor& a, const Tensor& b);
+
+/// out = a·b; backward: da = sum_to(g·b), db = sum_to(g·a).
+struct Mul : OpBase {
+  static constexpr const char* kName = "mul";
+  static constexpr bool kInPlace = true;
+  static constexpr unsigned kSaveInputs = 0b11;
+  struct Attrs {};
+  static std::vector<TensorMeta> infer(const std::vector<TensorMeta>& in, const Attrs&);
+  static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
+  static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
+};
+
+}  // namespace tessera

@@ -1,0 +1,91 @@
+#include "gradcheck.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "core/autograd.h"
+
+namespace tessera {
+namespace testing {
+
+namespace {
+
+double weighted_sum(const Tensor& out, const std::vector<double>& w) {
+  std::vector<double> v = out.to_vector<double>();
+  double s = 0;
+  for (size_t i = 0; i < v.size(); ++i) s += v[i] * w[i];
+  return s;
+}
+
+}  // namespace
+
+::testing::AssertionResult gradcheck(const TensorFn& fn, const std::vector<Tensor>& inputs, GradcheckOptions opts) {
+  std::vector<Tensor> xs;
+  for (const Tensor& t : inputs) {
+    Tensor c = t.detach().clone();
+    if (c.dtype() == DType::f64) c.requires_grad_();
+    xs.push_back(c);
+  }
+  Tensor out = fn(xs);
+  if (out.dtype() != DType::f64) return ::testing::AssertionFailure() << "gradcheck: output dtype is " << out.dtype() << ", expected f64";
+  Generator gen(12345);
+  Tensor w = normal(out.shape(), 0.0, 1.0, gen, DType::f64);
+  const std::vector<double> wv = w.to_vector<double>();
+  if (!out.requires_grad()) return ::testing::AssertionFailure() << "gradcheck: output does not require grad";
+  out.backward(w);
+
+  NoGradGuard no_grad;
+  for (size_t j = 0; j < xs.size(); ++j) {
+    if (xs[j].dtype() != DType::f64) continue;
+    Tensor analytic = xs[j].grad();
+    std::vector<double> a = analytic.defined() ? analytic.to_vector<double>() : std::vector<double>(xs[j].numel(), 0.0);
+    double* p = xs[j].data<double>();
+    for (int64_t e = 0; e < xs[j].numel(); ++e) {
+      const double orig = p[e];
+      p[e] = orig + opts.eps;
+      double lp = weighted_sum(fn(xs), wv);
+      p[e] = orig - opts.eps;
+      double lm = weighted_sum(fn(xs), wv);
+      p[e] = orig;
+      double numeric = (lp - lm) / (2 * opts.eps);
+      if (!(std::abs(a[e] - numeric) <= opts.atol + opts.rtol * std::abs(numeric)))
+        return ::testing::AssertionFailure() << "gradcheck: input " << j << " " << xs[j].shape() << ", element " << e
+                                             << ": analytic " << a[e] << " vs numeric " << numeric;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+Tensor test_randn(const Shape& shape, uint64_t seed, DType dtype) {
+  Generator gen(seed);
+  return normal(shape, 0.0, 1.0, gen, dtype);
+}
+
+Tensor test_rand(const Shape& shape, double low, double high, uint64_t seed, DType dtype) {
+  Generator gen(seed);
+  return uniform(shape, low, high, gen, dtype);
+}
+
+::testing::AssertionResult all_close(const Tensor& actual, const std::vector<double>& expected, double rtol, double atol) {
+  if (actual.numel() != static_cast<int64_t>(expected.size()))
+    return ::testing::AssertionFailure() << "all_close: " << actual.numel() << " elements vs " << expected.size()
+                                         << " expected";
+  std::vector<double> a = actual.to_vector<double>();
+  for (size_t i = 0; i < a.size(); ++i) {
+    bool both_nan = std::isnan(a[i]) && std::isnan(expected[i]);
+    bool same_inf = std::isinf(a[i]) && a[i] == expected[i];
+    if (!both_nan && !same_inf && !(std::abs(a[i] - expected[i]) <= atol + rtol * std::abs(expected[i])))
+      return ::testing::AssertionFailure() << "all_close: element " << i << " is " << a[i] << ", expected "
+                                           << expected[i] << " (shape " << actual.shape() << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult all_close(const Tensor& actual, const Tensor& expected, double rtol, double atol) {
+  if (actual.shape() != expected.shape())
+    return ::testing::AssertionFailure() << "all_close: shape " << actual.shape() << " vs expected " << expected.shape();
+  return all_close(actual, expected.to_vector<double>(), rtol, atol);
+}
+
+}  // namespace testing
+}  // namespace tessera
