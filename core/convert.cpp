@@ -1,5 +1,6 @@
 // Element conversion between dtypes on CPU memory (used by cast, to_vector, from_vector).
 #include <cstring>
+#include <limits>
 
 #include "core/half.h"
 #include "core/tensor.h"
@@ -10,9 +11,13 @@ namespace {
 template <class T> double load(const void* p, int64_t i) { return static_cast<double>(static_cast<const T*>(p)[i]); }
 template <class T> void store(void* p, int64_t i, double v) { static_cast<T*>(p)[i] = static_cast<T>(v); }
 
-// Float->integer conversion truncates toward zero, like a C cast; NaN -> 0 to stay defined.
+// Float->integer conversion truncates toward zero and saturates at the type's range
+// (a plain cast of an out-of-range value is undefined behaviour); NaN -> 0.
 template <class I> void store_int(void* p, int64_t i, double v) {
-  static_cast<I*>(p)[i] = v != v ? I(0) : static_cast<I>(v);
+  constexpr double lo = static_cast<double>(std::numeric_limits<I>::min());
+  constexpr double hi = static_cast<double>(std::numeric_limits<I>::max());
+  static_cast<I*>(p)[i] = v != v ? I(0) : v <= lo ? std::numeric_limits<I>::min()
+                                   : v >= hi ? std::numeric_limits<I>::max() : static_cast<I>(v);
 }
 
 template <class Src, class Dst> void convert_typed(const void* src, void* dst, int64_t n) {

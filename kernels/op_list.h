@@ -13,13 +13,51 @@
   X(Div)                                  \
   /* elementwise unary */                 \
   X(Neg)                                  \
+  X(Exp)                                  \
+  X(Log)                                  \
+  X(Sqrt)                                 \
+  X(Rsqrt)                                \
+  X(Tanh)                                 \
+  X(Sigmoid)                              \
+  X(Relu)                                 \
+  X(Gelu)                                 \
+  X(GeluBackward)                         \
+  X(FastGelu)                             \
+  X(Clamp)                                \
+  X(Cast)                                 \
   /* scalar forms */                      \
   X(MulScalar)                            \
+  X(AddScalar)                            \
+  X(PowScalar)                            \
+  /* comparison and selection */          \
+  X(Compare)                              \
+  X(Where)                                \
+  X(MaskedFill)                           \
   /* reductions */                        \
   X(Sum)                                  \
+  X(Max)                                  \
+  X(Min)                                  \
+  X(MaxBackward)                          \
   /* linear algebra */                    \
   X(Matmul)                               \
+  /* neural network */                    \
+  X(Softmax)                              \
+  X(LogSoftmax)                           \
+  X(LogSoftmaxBackward)                   \
+  X(CrossEntropy)                         \
+  X(CrossEntropyBackward)                 \
+  X(LayerNorm)                            \
+  X(LayerNormBackward)                    \
+  X(Dropout)                              \
   /* shape */                             \
   X(Copy)                                 \
   X(Reshape)                              \
-  X(Expand)
+  X(Expand)                               \
+  X(Transpose)                            \
+  X(Permute)                              \
+  X(Concat)                               \
+  X(Split)                                \
+  X(Slice)                                \
+  X(SliceBackward)                        \
+  X(IndexSelect)                          \
+  X(IndexSelectBackward)

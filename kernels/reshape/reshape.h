@@ -7,8 +7,12 @@ namespace tessera {
 /// Same data, new shape (a view: no copy). One size may be -1 and is inferred.
 Tensor reshape(const Tensor& x, const std::vector<int64_t>& shape);
 inline Tensor reshape(const Tensor& x, const Shape& shape) { return reshape(x, shape.vec()); }
+inline Tensor reshape(const Tensor& x, std::initializer_list<int64_t> shape) {
+  return reshape(x, std::vector<int64_t>(shape));
+}
 /// Alias of reshape (all tensors are contiguous, so every reshape is a view).
 inline Tensor view(const Tensor& x, const std::vector<int64_t>& shape) { return reshape(x, shape); }
+inline Tensor view(const Tensor& x, std::initializer_list<int64_t> shape) { return reshape(x, shape); }
 /// Collapses dims [start, end] into one.
 Tensor flatten(const Tensor& x, int start = 0, int end = -1);
 

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/tensor.h"
 #include "kernels/ops.h"
 
@@ -92,6 +94,23 @@ TEST(Device, ParseAndPrint) {
   EXPECT_EQ(Device::parse("cpu"), Device::cpu());
   EXPECT_EQ(Device::parse("cuda:1"), Device::cuda(1));
   EXPECT_EQ(Device::cuda(2).str(), "cuda:2");
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+TEST(Convert, FloatToIntegerTruncatesAndSaturates) {
+  Tensor f = from_vector(std::vector<double>{2.9, -2.9, 300, -1, 1e10, -1e10, std::nan("")}, {7});
+  std::vector<double> v = f.to_vector<double>();
+  std::vector<uint8_t> u(7);
+  convert_elements(f.data_ptr(), DType::f64, u.data(), DType::u8, 7);
+  EXPECT_EQ(u, (std::vector<uint8_t>{2, 0, 255, 0, 255, 0, 0}));
+  std::vector<int32_t> i(7);
+  convert_elements(f.data_ptr(), DType::f64, i.data(), DType::i32, 7);
+  EXPECT_EQ(i, (std::vector<int32_t>{2, -2, 300, -1, 2147483647, -2147483647 - 1, 0}));
 }
 
 }  // namespace

@@ -1,0 +1,50 @@
+// Benchmark support: median timing with warm-up, a printed table, and a JSON file.
+//
+//   BenchReport report("ops_cpu");
+//   double ms = time_median_ms([&] { matmul(a, b); }, /*warmup=*/2, /*repeats=*/10);
+//   report.add({"matmul", "2048x1024x1024", ms, gflops, "GFLOP/s", eigen_gflops, "Eigen direct"});
+//   report.print(std::cout);
+//   report.write_json(path);   // when --json FILE was given
+#pragma once
+
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace tessera {
+namespace bench {
+
+/// Median wall time in milliseconds of `fn` over `repeats` runs after `warmup` runs.
+double time_median_ms(const std::function<void()>& fn, int warmup, int repeats);
+
+/// One measured figure and the baseline it is compared with (measured in the same run).
+struct Row {
+  std::string name;      ///< what ran, e.g. "matmul f32"
+  std::string shape;     ///< problem size, e.g. "2048x1024x1024"
+  double ms = 0;         ///< median time of one run
+  double value = 0;      ///< the figure, in `unit`
+  std::string unit;      ///< "GFLOP/s", "GB/s", ...
+  double baseline = 0;   ///< the baseline's figure in the same unit
+  std::string baseline_name;
+  double ratio() const { return baseline > 0 ? value / baseline : 0; }
+};
+
+class BenchReport {
+ public:
+  explicit BenchReport(std::string program) : program_(std::move(program)) {}
+  void add(Row row) { rows_.push_back(std::move(row)); }
+  /// Free-form facts about the run (threads, build type) printed above the table and stored in JSON.
+  void note(const std::string& key, const std::string& value) { notes_.push_back({key, value}); }
+  void print(std::ostream& os) const;
+  /// Writes {"program", "notes", "rows": [...]}; throws tessera::IOError when the file cannot be written.
+  void write_json(const std::string& path) const;
+
+ private:
+  std::string program_;
+  std::vector<std::pair<std::string, std::string>> notes_;
+  std::vector<Row> rows_;
+};
+
+}  // namespace bench
+}  // namespace tessera

@@ -1,0 +1,30 @@
+#include "kernels/exp/exp.h"
+
+#include <cmath>
+
+#include "kernels/common/elementwise.h"
+#include "kernels/ops.h"
+
+namespace tessera {
+
+Tensor exp(const Tensor& x) { return call<Exp>({}, {x})[0]; }
+
+std::vector<TensorMeta> Exp::infer(const std::vector<TensorMeta>& in, const Attrs&) {
+  check_num_inputs(kName, in, 1);
+  check_floating(kName, in[0]);
+  return {in[0]};
+}
+
+void Exp::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+  dispatch_float(out[0].dtype(), kName, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    cpu::unary_map<T, T>(in[0], out[0], [](T x) { return std::exp(x); });
+  });
+}
+
+// d/dx e^x = e^x = y.
+std::vector<Tensor> Exp::backward(const BackwardContext& ctx, const Attrs&) {
+  return {mul(ctx.grad_output(), ctx.output(0))};
+}
+
+}  // namespace tessera

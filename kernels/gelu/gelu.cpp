@@ -1,0 +1,47 @@
+#include "kernels/gelu/gelu.h"
+
+#include <cmath>
+
+#include "kernels/common/elementwise.h"
+#include "kernels/ops.h"
+
+namespace tessera {
+
+const char* gelu_approx_name(GeluApprox approx) {
+  switch (approx) {
+    case GeluApprox::none: return "none";
+    case GeluApprox::tanh: return "tanh";
+  }
+  return "?";
+}
+
+Tensor gelu(const Tensor& x, GeluApprox approx) { return call<Gelu>({approx}, {x})[0]; }
+
+std::vector<TensorMeta> Gelu::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+  check_num_inputs(kName, in, 1);
+  check_floating(kName, in[0]);
+  TS_CHECK(attrs.approximate == GeluApprox::none || attrs.approximate == GeluApprox::tanh, ValueError,
+           "gelu: unknown approximate value " << static_cast<int>(attrs.approximate) << " for " << in[0]);
+  return {in[0]};
+}
+
+void Gelu::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+  dispatch_float(out[0].dtype(), kName, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (attrs.approximate == GeluApprox::tanh) {
+      // 0.5·x·(1 + tanh(k·(x + c·x³))), k = √(2/π) = 0.79788..., c = 0.044715.
+      const T k = static_cast<T>(0.7978845608028654), c = static_cast<T>(0.044715);
+      cpu::unary_map<T, T>(in[0], out[0], [=](T x) { return T(0.5) * x * (T(1) + std::tanh(k * (x + c * x * x * x))); });
+    } else {
+      // x·Φ(x) = 0.5·x·(1 + erf(x/√2)).
+      const T r = static_cast<T>(0.7071067811865475);
+      cpu::unary_map<T, T>(in[0], out[0], [=](T x) { return T(0.5) * x * (T(1) + std::erf(x * r)); });
+    }
+  });
+}
+
+std::vector<Tensor> Gelu::backward(const BackwardContext& ctx, const Attrs& attrs) {
+  return {gelu_backward(ctx.grad_output(), ctx.input(0), attrs.approximate)};
+}
+
+}  // namespace tessera

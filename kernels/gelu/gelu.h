@@ -1,0 +1,33 @@
+#pragma once
+
+#include "core/op.h"
+
+namespace tessera {
+
+/// Which GELU formula to use.
+enum class GeluApprox {
+  none,  ///< exact: x·Φ(x) = 0.5·x·(1 + erf(x/√2))
+  tanh,  ///< 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))  (GPT-2 / BERT)
+};
+
+/// "none" or "tanh" (for messages and configs).
+const char* gelu_approx_name(GeluApprox approx);
+
+/// Gaussian error linear unit, elementwise: gelu(x) or gelu(x, GeluApprox::tanh).
+Tensor gelu(const Tensor& x, GeluApprox approx = GeluApprox::none);
+
+/// y = gelu(x) (any shape, floating). Backward: dx = gelu_backward(g, x, approximate), an op
+/// with the closed-form derivative (see kernels/gelu_backward/); reads the saved input.
+struct Gelu : OpBase {
+  static constexpr const char* kName = "gelu";
+  static constexpr bool kInPlace = true;
+  static constexpr unsigned kSaveInputs = 0b1;
+  struct Attrs {
+    GeluApprox approximate = GeluApprox::none;
+  };
+  static std::vector<TensorMeta> infer(const std::vector<TensorMeta>& in, const Attrs&);
+  static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
+  static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
+};
+
+}  // namespace tessera

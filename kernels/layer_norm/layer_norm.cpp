@@ -1,0 +1,95 @@
+#include "kernels/layer_norm/layer_norm.h"
+
+#include <cmath>
+
+#include "kernels/common/dispatch.h"
+#include "kernels/layer_norm_backward/layer_norm_backward.h"
+
+namespace tessera {
+
+Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
+  std::vector<Tensor> in{x};
+  if (gamma.defined()) in.push_back(gamma);
+  if (beta.defined()) in.push_back(beta);
+  return call<LayerNorm>({eps, gamma.defined(), beta.defined()}, in)[0];
+}
+
+namespace detail {
+Shape layer_norm_stats_shape(const Shape& x) {
+  std::vector<int64_t> rows = x.vec();
+  rows.pop_back();
+  return Shape(rows);
+}
+}  // namespace detail
+
+std::vector<TensorMeta> LayerNorm::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+  check_num_inputs(kName, in, 1 + attrs.has_gamma + attrs.has_beta);
+  const TensorMeta& x = in[0];
+  check_floating(kName, x, "x");
+  TS_CHECK(x.shape.ndim() >= 1 && x.shape[-1] > 0, ShapeError,
+           "layer_norm: x must have a non-empty last dim to normalize over, got " << x);
+  TS_CHECK(std::isfinite(attrs.eps) && attrs.eps >= 0, ValueError,
+           "layer_norm: eps must be >= 0, got " << attrs.eps);
+  const Shape c{x.shape[-1]};
+  for (size_t i = 1; i < in.size(); ++i) {
+    const char* what = (i == 1 && attrs.has_gamma) ? "gamma" : "beta";
+    TS_CHECK(in[i].shape == c, ShapeError,
+             "layer_norm: " << what << " " << in[i] << " must have shape " << c << " for x " << x);
+    TS_CHECK(in[i].dtype == x.dtype, DTypeError,
+             "layer_norm: " << what << " " << in[i] << " and x " << x << " differ in dtype");
+  }
+  const TensorMeta stats{detail::layer_norm_stats_shape(x.shape), detail::layer_norm_stats_dtype(x.dtype),
+                         x.device};
+  return {x, stats, stats};
+}
+
+void LayerNorm::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+  const int64_t c = in[0].shape()[-1];
+  const int64_t rows = in[0].numel() / c;
+  dispatch_float(out[0].dtype(), kName, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* x = in[0].data<T>();
+    const T* gamma = attrs.has_gamma ? in[1].data<T>() : nullptr;
+    const T* beta = attrs.has_beta ? in[1 + attrs.has_gamma].data<T>() : nullptr;
+    T* y = out[0].data<T>();
+    T* mean = out[1].data<T>();  // [rows]
+    T* rstd = out[2].data<T>();  // [rows]
+#pragma omp parallel for if (rows * c > kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = x + r * c;
+      T* yr = y + r * c;
+      // Two passes in double: mu = sum(x)/C, var = sum((x − mu)²)/C (biased), rstd = 1/sqrt(var + eps).
+      double mu = 0;
+      for (int64_t j = 0; j < c; ++j) mu += xr[j];
+      mu /= static_cast<double>(c);
+      double var = 0;
+      for (int64_t j = 0; j < c; ++j) {
+        const double d = xr[j] - mu;
+        var += d * d;
+      }
+      var /= static_cast<double>(c);
+      const double rs = 1.0 / std::sqrt(var + attrs.eps);
+      mean[r] = static_cast<T>(mu);
+      rstd[r] = static_cast<T>(rs);
+      // y = xhat · gamma + beta, xhat = (x − mu) · rstd.
+      for (int64_t j = 0; j < c; ++j) {
+        T v = static_cast<T>((xr[j] - mu) * rs);
+        if (gamma) v *= gamma[j];
+        if (beta) v += beta[j];
+        yr[j] = v;
+      }
+    }
+  });
+}
+
+std::vector<Tensor> LayerNorm::backward(const BackwardContext& ctx, const Attrs& attrs) {
+  const Tensor gamma = attrs.has_gamma ? ctx.input(1) : Tensor();
+  std::vector<Tensor> d =
+      layer_norm_backward(ctx.grad_output(0), ctx.input(0), ctx.output(1), ctx.output(2), gamma);
+  std::vector<Tensor> grads{d[0]};
+  if (attrs.has_gamma) grads.push_back(d[1]);
+  if (attrs.has_beta) grads.push_back(d[2]);
+  return grads;
+}
+
+}  // namespace tessera

@@ -1,0 +1,30 @@
+#include "kernels/log/log.h"
+
+#include <cmath>
+
+#include "kernels/common/elementwise.h"
+#include "kernels/ops.h"
+
+namespace tessera {
+
+Tensor log(const Tensor& x) { return call<Log>({}, {x})[0]; }
+
+std::vector<TensorMeta> Log::infer(const std::vector<TensorMeta>& in, const Attrs&) {
+  check_num_inputs(kName, in, 1);
+  check_floating(kName, in[0]);
+  return {in[0]};
+}
+
+void Log::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+  dispatch_float(out[0].dtype(), kName, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    cpu::unary_map<T, T>(in[0], out[0], [](T x) { return std::log(x); });
+  });
+}
+
+// d/dx ln x = 1/x.
+std::vector<Tensor> Log::backward(const BackwardContext& ctx, const Attrs&) {
+  return {div(ctx.grad_output(), ctx.input(0))};
+}
+
+}  // namespace tessera

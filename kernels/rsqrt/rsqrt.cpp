@@ -1,0 +1,31 @@
+#include "kernels/rsqrt/rsqrt.h"
+
+#include <cmath>
+
+#include "kernels/common/elementwise.h"
+#include "kernels/ops.h"
+
+namespace tessera {
+
+Tensor rsqrt(const Tensor& x) { return call<Rsqrt>({}, {x})[0]; }
+
+std::vector<TensorMeta> Rsqrt::infer(const std::vector<TensorMeta>& in, const Attrs&) {
+  check_num_inputs(kName, in, 1);
+  check_floating(kName, in[0]);
+  return {in[0]};
+}
+
+void Rsqrt::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+  dispatch_float(out[0].dtype(), kName, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    cpu::unary_map<T, T>(in[0], out[0], [](T x) { return T(1) / std::sqrt(x); });
+  });
+}
+
+// d/dx x^(-1/2) = -0.5·x^(-3/2) = -0.5·y³.
+std::vector<Tensor> Rsqrt::backward(const BackwardContext& ctx, const Attrs&) {
+  const Tensor& y = ctx.output(0);
+  return {mul(mul(ctx.grad_output(), mul(mul(y, y), y)), -0.5)};
+}
+
+}  // namespace tessera

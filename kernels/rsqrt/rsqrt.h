@@ -1,0 +1,21 @@
+#pragma once
+
+#include "core/op.h"
+
+namespace tessera {
+
+/// 1 / √x, elementwise.
+Tensor rsqrt(const Tensor& x);
+
+/// y = x^(-1/2) (any shape, floating); backward: dx = g·(-0.5)·y³ (reads the saved output only).
+struct Rsqrt : OpBase {
+  static constexpr const char* kName = "rsqrt";
+  static constexpr bool kInPlace = true;
+  static constexpr unsigned kSaveOutputs = 0b1;
+  struct Attrs {};
+  static std::vector<TensorMeta> infer(const std::vector<TensorMeta>& in, const Attrs&);
+  static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
+  static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
+};
+
+}  // namespace tessera

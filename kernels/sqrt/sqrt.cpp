@@ -1,0 +1,30 @@
+#include "kernels/sqrt/sqrt.h"
+
+#include <cmath>
+
+#include "kernels/common/elementwise.h"
+#include "kernels/ops.h"
+
+namespace tessera {
+
+Tensor sqrt(const Tensor& x) { return call<Sqrt>({}, {x})[0]; }
+
+std::vector<TensorMeta> Sqrt::infer(const std::vector<TensorMeta>& in, const Attrs&) {
+  check_num_inputs(kName, in, 1);
+  check_floating(kName, in[0]);
+  return {in[0]};
+}
+
+void Sqrt::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+  dispatch_float(out[0].dtype(), kName, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    cpu::unary_map<T, T>(in[0], out[0], [](T x) { return std::sqrt(x); });
+  });
+}
+
+// d/dx √x = 1 / (2√x) = 0.5 / y.
+std::vector<Tensor> Sqrt::backward(const BackwardContext& ctx, const Attrs&) {
+  return {div(mul(ctx.grad_output(), 0.5), ctx.output(0))};
+}
+
+}  // namespace tessera

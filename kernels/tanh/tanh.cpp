@@ -1,0 +1,31 @@
+#include "kernels/tanh/tanh.h"
+
+#include <cmath>
+
+#include "kernels/common/elementwise.h"
+#include "kernels/ops.h"
+
+namespace tessera {
+
+Tensor tanh(const Tensor& x) { return call<Tanh>({}, {x})[0]; }
+
+std::vector<TensorMeta> Tanh::infer(const std::vector<TensorMeta>& in, const Attrs&) {
+  check_num_inputs(kName, in, 1);
+  check_floating(kName, in[0]);
+  return {in[0]};
+}
+
+void Tanh::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+  dispatch_float(out[0].dtype(), kName, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    cpu::unary_map<T, T>(in[0], out[0], [](T x) { return std::tanh(x); });
+  });
+}
+
+// d/dx tanh x = 1 - tanh² x = 1 - y².
+std::vector<Tensor> Tanh::backward(const BackwardContext& ctx, const Attrs&) {
+  const Tensor& y = ctx.output(0);
+  return {mul(ctx.grad_output(), sub(1.0, mul(y, y)))};
+}
+
+}  // namespace tessera

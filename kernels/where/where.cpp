@@ -1,0 +1,74 @@
+#include "kernels/where/where.h"
+
+#include "kernels/common/binary.h"
+#include "kernels/common/elementwise.h"
+#include "kernels/ops.h"
+
+namespace tessera {
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) { return call<Where>({}, {cond, a, b})[0]; }
+
+std::vector<TensorMeta> Where::infer(const std::vector<TensorMeta>& in, const Attrs&) {
+  check_num_inputs(kName, in, 3);
+  TS_CHECK(in[0].dtype == DType::u8, DTypeError, "where: cond must be u8, got " << in[0]);
+  TS_CHECK(in[1].dtype == in[2].dtype, DTypeError, "where: dtypes of a and b differ: " << in[1] << " and " << in[2]);
+  Shape out;
+  try {
+    out = broadcast_shapes(broadcast_shapes(in[0].shape, in[1].shape, kName), in[2].shape, kName);
+  } catch (const ShapeError&) {
+    TS_THROW(ShapeError, "where: cannot broadcast cond " << in[0] << ", a " << in[1] << " and b " << in[2]);
+  }
+  return {TensorMeta{out, in[1].dtype, in[1].device}};
+}
+
+namespace {
+
+// out = c ? a : b, each operand read through its broadcast strides, one output row at a time.
+template <class T>
+void where_typed(const Tensor& c, const Tensor& a, const Tensor& b, const Tensor& out) {
+  const uint8_t* pc = c.data<uint8_t>();
+  const T* pa = a.data<T>();
+  const T* pb = b.data<T>();
+  T* po = out.data<T>();
+  const Shape& os = out.shape();
+  const int nd = os.ndim();
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  const std::vector<int64_t> sc = cpu::broadcast_strides(c.shape(), os), sa = cpu::broadcast_strides(a.shape(), os),
+                             sb = cpu::broadcast_strides(b.shape(), os);
+  const int64_t inner = nd ? os[nd - 1] : 1;
+  const int64_t ic = nd ? sc[nd - 1] : 0, ia = nd ? sa[nd - 1] : 0, ib = nd ? sb[nd - 1] : 0;
+#pragma omp parallel for if (n > kParallelGrain)
+  for (int64_t r = 0; r < n / inner; ++r) {
+    int64_t rem = r, oc = 0, oa = 0, ob = 0;
+    for (int d = nd - 2; d >= 0; --d) {
+      const int64_t k = rem % os[d];
+      rem /= os[d];
+      oc += k * sc[d];
+      oa += k * sa[d];
+      ob += k * sb[d];
+    }
+    T* y = po + r * inner;
+    for (int64_t j = 0; j < inner; ++j) y[j] = pc[oc + j * ic] ? pa[oa + j * ia] : pb[ob + j * ib];
+  }
+}
+
+}  // namespace
+
+void Where::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+  dispatch_numeric(out[0].dtype(), kName, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    where_typed<T>(in[0], in[1], in[2], out[0]);
+  });
+}
+
+std::vector<Tensor> Where::backward(const BackwardContext& ctx, const Attrs&) {
+  const Tensor& g = ctx.grad_output();
+  const Tensor& cond = ctx.input(0);
+  Tensor da, db;
+  if (ctx.needs_input_grad(1)) da = sum_to(masked_fill(g, eq(cond, 0.0), 0.0), ctx.input_meta(1).shape);
+  if (ctx.needs_input_grad(2)) db = sum_to(masked_fill(g, cond, 0.0), ctx.input_meta(2).shape);
+  return {Tensor(), da, db};
+}
+
+}  // namespace tessera
