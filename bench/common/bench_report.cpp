@@ -13,17 +13,35 @@
 namespace tessera {
 namespace bench {
 
+namespace {
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+double elapsed_ms(const std::function<void()>& fn) {
+  auto t0 = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
 double time_median_ms(const std::function<void()>& fn, int warmup, int repeats) {
   for (int i = 0; i < warmup; ++i) fn();
   std::vector<double> ms;
+  for (int i = 0; i < std::max(1, repeats); ++i) ms.push_back(elapsed_ms(fn));
+  return median(ms);
+}
+
+
+std::pair<double, double> time_pair_median_ms(const std::function<void()>& a, const std::function<void()>& b,
+                                              int warmup, int repeats) {
+  for (int i = 0; i < warmup; ++i) a(), b();
+  std::vector<double> ta, tb;
   for (int i = 0; i < std::max(1, repeats); ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    fn();
-    auto t1 = std::chrono::steady_clock::now();
-    ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    ta.push_back(elapsed_ms(a));
+    tb.push_back(elapsed_ms(b));
   }
-  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-  return ms[ms.size() / 2];
+  return {median(ta), median(tb)};
 }
 
 void BenchReport::print(std::ostream& os) const {

@@ -18,6 +18,11 @@ namespace bench {
 /// Median wall time in milliseconds of `fn` over `repeats` runs after `warmup` runs.
 double time_median_ms(const std::function<void()>& fn, int warmup, int repeats);
 
+/// Medians of `a` and `b` timed in alternation (a, b, a, b, ...), so drift in machine speed
+/// (other load, clocks) affects both alike: for ratios of two ways of doing the same work.
+std::pair<double, double> time_pair_median_ms(const std::function<void()>& a, const std::function<void()>& b,
+                                              int warmup, int repeats);
+
 /// One measured figure and the baseline it is compared with (measured in the same run).
 struct Row {
   std::string name;      ///< what ran, e.g. "matmul f32"

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/common/dispatch.h"
+#include "kernels/common/array_map.h"
 #include "kernels/cross_entropy_backward/cross_entropy_backward.h"
 
 namespace tessera {
@@ -51,11 +51,10 @@ void CrossEntropy::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>&
     // loss_i = lse_i − x[i, t_i], lse_i = max_i + log(sum_j exp(x_ij − max_i)); 0 for ignored rows.
     auto row_loss = [&](int64_t i) -> double {
       if (t[i] == attrs.ignore_index) return 0.0;
-      const T* xr = x + i * v;
-      const double mx = static_cast<double>(*std::max_element(xr, xr + v));
-      double s = 0;
-      for (int64_t j = 0; j < v; ++j) s += std::exp(static_cast<double>(xr[j]) - mx);
-      return mx + std::log(s) - static_cast<double>(xr[t[i]]);
+      cpu::ConstArrayMap<T> xr(x + i * v, v);
+      const T mx = xr.maxCoeff();
+      const double s = (xr - mx).exp().template cast<double>().sum();
+      return static_cast<double>(mx) + std::log(s) - static_cast<double>(xr[t[i]]);
     };
     if (attrs.reduction == Reduction::none) {
       T* y = out[0].data<T>();

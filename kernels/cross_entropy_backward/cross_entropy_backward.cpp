@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/common/dispatch.h"
+#include "kernels/common/array_map.h"
 
 namespace tessera {
 
@@ -51,15 +51,13 @@ void CrossEntropyBackward::cpu(const std::vector<Tensor>& in, const std::vector<
       // softmax_j = e_j / sum_k e_k with e_j = exp(x_j − max); dlogits_j = (softmax_j − [j == t]) · g_row.
       // e_j is parked in dr (sum in double), then scaled in place; the target column is redone
       // in double as (p_t − 1)·g, without first rounding p_t·g to T.
-      const double mx = static_cast<double>(*std::max_element(xr, xr + v));
-      double s = 0;
-      for (int64_t j = 0; j < v; ++j) {
-        dr[j] = static_cast<T>(std::exp(static_cast<double>(xr[j]) - mx));
-        s += static_cast<double>(dr[j]);
-      }
-      const T scale = static_cast<T>(gr / s);
-      for (int64_t j = 0; j < v; ++j) dr[j] *= scale;
-      const double p_t = std::exp(static_cast<double>(xr[t[i]]) - mx) / s;
+      cpu::ConstArrayMap<T> xrow(xr, v);
+      cpu::ArrayMap<T> drow(dr, v);
+      const T mx = xrow.maxCoeff();
+      drow = (xrow - mx).exp();
+      const double s = drow.template cast<double>().sum();
+      drow *= static_cast<T>(gr / s);
+      const double p_t = std::exp(static_cast<double>(xr[t[i]]) - static_cast<double>(mx)) / s;
       dr[t[i]] = static_cast<T>((p_t - 1.0) * gr);
     }
   });

@@ -1,8 +1,8 @@
 #include "kernels/gelu/gelu.h"
 
-#include <cmath>
+#include <unsupported/Eigen/SpecialFunctions>
 
-#include "kernels/common/elementwise.h"
+#include "kernels/common/array_map.h"
 #include "kernels/ops.h"
 
 namespace tessera {
@@ -31,11 +31,11 @@ void Gelu::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, co
     if (attrs.approximate == GeluApprox::tanh) {
       // 0.5·x·(1 + tanh(k·(x + c·x³))), k = √(2/π) = 0.79788..., c = 0.044715.
       const T k = static_cast<T>(0.7978845608028654), c = static_cast<T>(0.044715);
-      cpu::unary_map<T, T>(in[0], out[0], [=](T x) { return T(0.5) * x * (T(1) + std::tanh(k * (x + c * x * x * x))); });
+      cpu::array_map<T>(in[0], out[0], [=](const auto& x) { return T(0.5) * x * (T(1) + (k * (x + c * x.cube())).tanh()); });
     } else {
       // x·Φ(x) = 0.5·x·(1 + erf(x/√2)).
       const T r = static_cast<T>(0.7071067811865475);
-      cpu::unary_map<T, T>(in[0], out[0], [=](T x) { return T(0.5) * x * (T(1) + std::erf(x * r)); });
+      cpu::array_map<T>(in[0], out[0], [=](const auto& x) { return T(0.5) * x * (T(1) + (x * r).erf()); });
     }
   });
 }

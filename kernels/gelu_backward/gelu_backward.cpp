@@ -1,8 +1,8 @@
 #include "kernels/gelu_backward/gelu_backward.h"
 
-#include <cmath>
+#include <unsupported/Eigen/SpecialFunctions>
 
-#include "kernels/common/dispatch.h"
+#include "kernels/common/array_map.h"
 
 namespace tessera {
 
@@ -21,38 +21,22 @@ std::vector<TensorMeta> GeluBackward::infer(const std::vector<TensorMeta>& in, c
   return {in[0]};
 }
 
-namespace {
-
-// dx[i] = g[i]·d(x[i]) over n contiguous elements.
-template <class T, class D>
-void scale_by_derivative(const T* g, const T* x, T* dx, int64_t n, D d) {
-#pragma omp parallel for if (n > kParallelGrain)
-  for (int64_t i = 0; i < n; ++i) dx[i] = g[i] * d(x[i]);
-}
-
-}  // namespace
-
 void GeluBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* g = in[0].data<T>();
-    const T* x = in[1].data<T>();
-    T* dx = out[0].data<T>();
-    const int64_t n = out[0].numel();
     if (attrs.approximate == GeluApprox::tanh) {
       const T k = static_cast<T>(0.7978845608028654), c = static_cast<T>(0.044715);  // k = √(2/π)
-      scale_by_derivative(g, x, dx, n, [=](T v) {
-        const T t = std::tanh(k * (v + c * v * v * v));
+      cpu::array_map_scaled<T>(in[0], in[1], out[0], [=](const auto& v) {
+        const Eigen::Array<T, Eigen::Dynamic, 1> t = (k * (v + c * v.cube())).tanh();
         // Product rule on 0.5·x·(1 + t): the (1 + t) term, then x times dt/dx.
-        return T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * k * (T(1) + T(3) * c * v * v);
+        return (T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t.square()) * k * (T(1) + T(3) * c * v.square())).eval();
       });
     } else {
       const T r = static_cast<T>(0.7071067811865475);              // 1/√2
       const T inv_sqrt_2pi = static_cast<T>(0.3989422804014327);  // 1/√(2π)
-      scale_by_derivative(g, x, dx, n, [=](T v) {
-        const T cdf = T(0.5) * (T(1) + std::erf(v * r));        // Φ(x)
-        const T pdf = inv_sqrt_2pi * std::exp(T(-0.5) * v * v);  // φ(x)
-        return cdf + v * pdf;
+      cpu::array_map_scaled<T>(in[0], in[1], out[0], [=](const auto& v) {
+        // Φ(x) + x·φ(x), Φ(x) = 0.5·(1 + erf(x/√2)), φ(x) = e^(-x²/2)/√(2π).
+        return T(0.5) * (T(1) + (v * r).erf()) + v * (inv_sqrt_2pi * (T(-0.5) * v.square()).exp());
       });
     }
   });

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "kernels/common/dispatch.h"
+#include "kernels/common/array_map.h"
 #include "kernels/layer_norm_backward/layer_norm_backward.h"
 
 namespace tessera {
@@ -56,28 +56,21 @@ void LayerNorm::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& ou
     T* rstd = out[2].data<T>();  // [rows]
 #pragma omp parallel for if (rows * c > kParallelGrain)
     for (int64_t r = 0; r < rows; ++r) {
-      const T* xr = x + r * c;
-      T* yr = y + r * c;
-      // Two passes in double: mu = sum(x)/C, var = sum((x − mu)²)/C (biased), rstd = 1/sqrt(var + eps).
-      double mu = 0;
-      for (int64_t j = 0; j < c; ++j) mu += xr[j];
-      mu /= static_cast<double>(c);
-      double var = 0;
-      for (int64_t j = 0; j < c; ++j) {
-        const double d = xr[j] - mu;
-        var += d * d;
-      }
-      var /= static_cast<double>(c);
-      const double rs = 1.0 / std::sqrt(var + attrs.eps);
-      mean[r] = static_cast<T>(mu);
-      rstd[r] = static_cast<T>(rs);
-      // y = xhat · gamma + beta, xhat = (x − mu) · rstd.
-      for (int64_t j = 0; j < c; ++j) {
-        T v = static_cast<T>((xr[j] - mu) * rs);
-        if (gamma) v *= gamma[j];
-        if (beta) v += beta[j];
-        yr[j] = v;
-      }
+      cpu::ConstArrayMap<T> xr(x + r * c, c);
+      cpu::ArrayMap<T> yr(y + r * c, c);
+      // Shifted two-pass statistics, vectorized by Eigen in T: with k = x_0 and d = x − k,
+      // m = mean(d), mu = k + m, var = mean((d − m)²) (biased), rstd = 1/sqrt(var + eps).
+      // Working on d keeps rows with a large common offset (1e4 + N(0,1)) accurate in f32.
+      const T k = xr[0];
+      const T m = (xr - k).mean();
+      const T var = ((xr - k) - m).square().mean();
+      const T rs = static_cast<T>(1.0 / std::sqrt(static_cast<double>(var) + attrs.eps));
+      mean[r] = k + m;
+      rstd[r] = rs;
+      // y = xhat · gamma + beta, xhat = (x − mu) · rstd = (d − m) · rstd.
+      yr = ((xr - k) - m) * rs;
+      if (gamma) yr *= cpu::ConstArrayMap<T>(gamma, c);
+      if (beta) yr += cpu::ConstArrayMap<T>(beta, c);
     }
   });
 }

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/common/dispatch.h"
+#include "kernels/common/array_map.h"
 #include "kernels/log_softmax_backward/log_softmax_backward.h"
 
 namespace tessera {
@@ -28,13 +28,11 @@ void LogSoftmax::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& o
     // Per row [C]: lse = max + log(sum_j exp(x_j − max)) (sum in double); y_j = x_j − lse.
 #pragma omp parallel for if (rows * c > kParallelGrain)
     for (int64_t r = 0; r < rows; ++r) {
-      const T* xr = x + r * c;
-      T* yr = y + r * c;
-      const T mx = *std::max_element(xr, xr + c);
-      double s = 0;
-      for (int64_t j = 0; j < c; ++j) s += std::exp(static_cast<double>(xr[j] - mx));
-      const double lse = static_cast<double>(mx) + std::log(s);
-      for (int64_t j = 0; j < c; ++j) yr[j] = static_cast<T>(static_cast<double>(xr[j]) - lse);
+      cpu::ConstArrayMap<T> xr(x + r * c, c);
+      cpu::ArrayMap<T> yr(y + r * c, c);
+      const T mx = xr.maxCoeff();
+      const double lse = static_cast<double>(mx) + std::log((xr - mx).exp().template cast<double>().sum());
+      yr = (xr.template cast<double>() - lse).template cast<T>();  // in double: lse may be large
     }
   });
 }

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "kernels/common/dispatch.h"
+#include "kernels/common/array_map.h"
 
 namespace tessera {
 
@@ -31,12 +31,9 @@ void LogSoftmaxBackward::cpu(const std::vector<Tensor>& in, const std::vector<Te
     // Per row [C]: dx_j = g_j − exp(y_j) · sum_k g_k.
 #pragma omp parallel for if (rows * c > kParallelGrain)
     for (int64_t r = 0; r < rows; ++r) {
-      const T* gr = g + r * c;
-      const T* yr = y + r * c;
-      double s = 0;
-      for (int64_t j = 0; j < c; ++j) s += gr[j];
-      const T st = static_cast<T>(s);
-      for (int64_t j = 0; j < c; ++j) dx[r * c + j] = gr[j] - std::exp(yr[j]) * st;
+      cpu::ConstArrayMap<T> gr(g + r * c, c), yr(y + r * c, c);
+      const T st = static_cast<T>(gr.template cast<double>().sum());
+      cpu::ArrayMap<T>(dx + r * c, c) = gr - yr.exp() * st;
     }
   });
 }

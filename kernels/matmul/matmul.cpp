@@ -63,11 +63,17 @@ void Matmul::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, 
       std::fill(c, c + out[0].numel(), T(0));
       return;
     }
-    // Small matrices in a batch: one per thread (Eigen then runs single-threaded inside).
-    // Large ones: one at a time, each GEMM multithreaded by Eigen.
-    const bool per_thread = batch > 1 && m * n * k < (int64_t{1} << 21);
-#pragma omp parallel for if (per_thread)
-    for (int64_t i = 0; i < batch; ++i) gemm<T>(a + i * m * k, b + i * k * n, c + i * m * n, m, n, k, attrs.trans_a, attrs.trans_b);
+    auto one = [&](int64_t i) { gemm<T>(a + i * m * k, b + i * k * n, c + i * m * n, m, n, k, attrs.trans_a, attrs.trans_b); };
+    if (batch > 1 && m * n * k < (int64_t{1} << 21)) {
+      // Small matrices in a batch: one per thread (Eigen then runs single-threaded inside).
+#pragma omp parallel for
+      for (int64_t i = 0; i < batch; ++i) one(i);
+    } else {
+      // Large ones: one at a time, each GEMM multithreaded by Eigen. (No enclosing omp region
+      // here, not even an inactive one: Eigen's nested team would then come from a second
+      // thread pool, whose threads spin against the first one's on a small machine.)
+      for (int64_t i = 0; i < batch; ++i) one(i);
+    }
   });
 }
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "kernels/common/elementwise.h"
+#include "kernels/common/array_map.h"
 #include "kernels/ops.h"
 
 namespace tessera {
@@ -18,12 +18,8 @@ std::vector<TensorMeta> Sigmoid::infer(const std::vector<TensorMeta>& in, const 
 void Sigmoid::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    // Two branches so e^(-|x|) never overflows: σ(x) = 1/(1+e^-x) for x >= 0, e^x/(1+e^x) below.
-    cpu::unary_map<T, T>(in[0], out[0], [](T x) {
-      if (x >= 0) return T(1) / (T(1) + std::exp(-x));
-      const T e = std::exp(x);
-      return e / (T(1) + e);
-    });
+    // σ(x) = 1/(1+e^-x) through Eigen's logistic (vectorized; saturates to 0 and 1 without NaN).
+    cpu::array_map<T>(in[0], out[0], [](const auto& x) { return x.logistic(); });
   });
 }
 

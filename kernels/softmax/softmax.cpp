@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/common/dispatch.h"
+#include "kernels/common/array_map.h"
 #include "kernels/mul/mul.h"
 #include "kernels/sub/sub.h"
 #include "kernels/sum/sum.h"
@@ -30,16 +30,10 @@ void Softmax::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
     // Per row [C]: e_j = exp(x_j − max), y_j = e_j / sum(e); the sum is accumulated in double.
 #pragma omp parallel for if (rows * c > kParallelGrain)
     for (int64_t r = 0; r < rows; ++r) {
-      const T* xr = x + r * c;
-      T* yr = y + r * c;
-      const T mx = *std::max_element(xr, xr + c);
-      double s = 0;
-      for (int64_t j = 0; j < c; ++j) {
-        yr[j] = std::exp(xr[j] - mx);
-        s += yr[j];
-      }
-      const T inv = static_cast<T>(1.0 / s);
-      for (int64_t j = 0; j < c; ++j) yr[j] *= inv;
+      cpu::ConstArrayMap<T> xr(x + r * c, c);
+      cpu::ArrayMap<T> yr(y + r * c, c);
+      yr = (xr - xr.maxCoeff()).exp();
+      yr *= static_cast<T>(1.0 / yr.template cast<double>().sum());
     }
   });
 }

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "kernels/common/elementwise.h"
+#include "kernels/common/array_map.h"
 #include "kernels/ops.h"
 
 namespace tessera {
@@ -18,7 +18,7 @@ std::vector<TensorMeta> Tanh::infer(const std::vector<TensorMeta>& in, const Att
 void Tanh::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    cpu::unary_map<T, T>(in[0], out[0], [](T x) { return std::tanh(x); });
+    cpu::array_map<T>(in[0], out[0], [](const auto& x) { return x.tanh(); });
   });
 }
 

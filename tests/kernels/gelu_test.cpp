@@ -42,9 +42,12 @@ TEST(Gelu, ValuesOddSizes) {
   for (DType dt : {DType::f64, DType::f32}) {
     Tensor x = mul(test_randn({3, 7, 5}, 21, dt), 2.0);
     const double rtol = dt == DType::f64 ? 1e-12 : 2e-6;
-    EXPECT_TRUE(all_close(gelu(x), map(x, gelu_exact_ref), rtol, 1e-7)) << dt;
-    EXPECT_TRUE(all_close(gelu(x, GeluApprox::tanh), map(x, gelu_tanh_ref), rtol, 1e-7)) << dt;
-    EXPECT_TRUE(all_close(fast_gelu(x), map(x, fast_gelu_ref), rtol, 1e-7)) << dt;
+    // In f32 the left tail is x·(1 + erf)/2 or x·(1 + tanh)/2 with the sum cancelling: absolute
+    // errors of a few f32 ulps of 1 are expected there.
+    const double atol = dt == DType::f64 ? 1e-7 : 5e-7;
+    EXPECT_TRUE(all_close(gelu(x), map(x, gelu_exact_ref), rtol, atol)) << dt;
+    EXPECT_TRUE(all_close(gelu(x, GeluApprox::tanh), map(x, gelu_tanh_ref), rtol, atol)) << dt;
+    EXPECT_TRUE(all_close(fast_gelu(x), map(x, fast_gelu_ref), rtol, atol)) << dt;
   }
   // The tanh form approximates the exact one to ~1e-3.
   Tensor x = test_randn({101}, 22);
