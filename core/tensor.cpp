@@ -158,8 +158,13 @@ Tensor tensor(std::initializer_list<double> values, const Shape& shape, TensorOp
 
 namespace {
 
-void print_values(std::ostream& os, const std::vector<double>& v, const Shape& s, int dim, int64_t base, int indent) {
-  constexpr int64_t kEdge = 3;  // elements shown at each end of a long dim
+// Like numpy: tensors of more than kSummarizeAbove elements show kEdge items at each end of
+// every dim longer than 2·kEdge.
+constexpr int64_t kSummarizeAbove = 1000;
+constexpr int64_t kEdge = 3;
+
+void print_values(std::ostream& os, const std::vector<double>& v, const Shape& s, int dim, int64_t base, int indent,
+                  bool summarize) {
   if (s.ndim() == 0) {
     os << v[0];
     return;
@@ -168,14 +173,14 @@ void print_values(std::ostream& os, const std::vector<double>& v, const Shape& s
   int64_t stride = s.prod(dim + 1, s.ndim());
   os << '[';
   for (int64_t i = 0; i < n; ++i) {
-    if (n > 2 * kEdge && i == kEdge) {
+    if (summarize && n > 2 * kEdge && i == kEdge) {
       os << (dim + 1 == s.ndim() ? "..., " : "...,\n" + std::string(indent + 1, ' '));
       i = n - kEdge;
     }
     if (dim + 1 == s.ndim()) {
       os << v[base + i];
     } else {
-      print_values(os, v, s, dim + 1, base + i * stride, indent + 1);
+      print_values(os, v, s, dim + 1, base + i * stride, indent + 1, summarize);
     }
     if (i + 1 < n) os << (dim + 1 == s.ndim() ? ", " : ",\n" + std::string(indent + 1, ' '));
   }
@@ -195,7 +200,7 @@ std::string Tensor::str() const {
   }
   os << ")\n";
   if (device().is_cpu()) {
-    print_values(os, to_vector<double>(), shape(), 0, 0, 0);
+    print_values(os, to_vector<double>(), shape(), 0, 0, 0, numel() > kSummarizeAbove);
   } else {
     os << "<values on " << device() << ">";
   }

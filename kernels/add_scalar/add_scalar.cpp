@@ -1,6 +1,7 @@
 #include "kernels/add_scalar/add_scalar.h"
 
 #include "kernels/common/elementwise.h"
+#include "kernels/common/unary.h"
 #include "kernels/neg/neg.h"
 
 namespace tessera {
@@ -10,9 +11,7 @@ Tensor sub(const Tensor& x, double s) { return add(x, -s); }
 Tensor sub(double s, const Tensor& x) { return add(neg(x), s); }
 
 std::vector<TensorMeta> AddScalar::infer(const std::vector<TensorMeta>& in, const Attrs&) {
-  check_num_inputs(kName, in, 1);
-  check_floating(kName, in[0]);
-  return {in[0]};
+  return infer_unary_floating(kName, in);
 }
 
 void AddScalar::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {

@@ -1,6 +1,7 @@
 #include "kernels/mul_scalar/mul_scalar.h"
 
 #include "kernels/common/elementwise.h"
+#include "kernels/common/unary.h"
 
 namespace tessera {
 
@@ -11,9 +12,7 @@ Tensor div(const Tensor& x, double s) {
 }
 
 std::vector<TensorMeta> MulScalar::infer(const std::vector<TensorMeta>& in, const Attrs&) {
-  check_num_inputs(kName, in, 1);
-  check_floating(kName, in[0]);
-  return {in[0]};
+  return infer_unary_floating(kName, in);
 }
 
 void MulScalar::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {

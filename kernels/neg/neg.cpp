@@ -1,15 +1,14 @@
 #include "kernels/neg/neg.h"
 
 #include "kernels/common/elementwise.h"
+#include "kernels/common/unary.h"
 
 namespace tessera {
 
 Tensor neg(const Tensor& x) { return call<Neg>({}, {x})[0]; }
 
 std::vector<TensorMeta> Neg::infer(const std::vector<TensorMeta>& in, const Attrs&) {
-  check_num_inputs(kName, in, 1);
-  check_floating(kName, in[0]);
-  return {in[0]};
+  return infer_unary_floating(kName, in);
 }
 
 void Neg::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {

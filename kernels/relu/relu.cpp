@@ -1,6 +1,7 @@
 #include "kernels/relu/relu.h"
 
 #include "kernels/common/elementwise.h"
+#include "kernels/common/unary.h"
 #include "kernels/ops.h"
 
 namespace tessera {
@@ -8,9 +9,7 @@ namespace tessera {
 Tensor relu(const Tensor& x) { return call<Relu>({}, {x})[0]; }
 
 std::vector<TensorMeta> Relu::infer(const std::vector<TensorMeta>& in, const Attrs&) {
-  check_num_inputs(kName, in, 1);
-  check_floating(kName, in[0]);
-  return {in[0]};
+  return infer_unary_floating(kName, in);
 }
 
 void Relu::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/common/array_map.h"
+#include "kernels/common/unary.h"
 #include "kernels/ops.h"
 
 namespace tessera {
@@ -10,9 +11,7 @@ namespace tessera {
 Tensor rsqrt(const Tensor& x) { return call<Rsqrt>({}, {x})[0]; }
 
 std::vector<TensorMeta> Rsqrt::infer(const std::vector<TensorMeta>& in, const Attrs&) {
-  check_num_inputs(kName, in, 1);
-  check_floating(kName, in[0]);
-  return {in[0]};
+  return infer_unary_floating(kName, in);
 }
 
 void Rsqrt::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {

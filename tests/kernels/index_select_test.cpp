@@ -12,18 +12,9 @@ namespace tessera {
 namespace {
 
 using testing::all_close;
+using testing::expect_error;
 using testing::gradcheck;
 using testing::test_randn;
-
-template <class E, class F>
-void expect_error(F f, const std::vector<std::string>& words) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception";
-  } catch (const E& e) {
-    for (const std::string& w : words) EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what();
-  }
-}
 
 Tensor ids(const std::vector<int32_t>& v, const Shape& s) { return from_vector<int32_t>(v, s); }
 

@@ -13,19 +13,9 @@ namespace tessera {
 namespace {
 
 using testing::all_close;
+using testing::expect_error;
 using testing::gradcheck;
 using testing::test_randn;
-
-// Runs f, expects an E whose message contains every word in `words`.
-template <class E, class F>
-void expect_error(F f, const std::vector<std::string>& words) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception";
-  } catch (const E& e) {
-    for (const std::string& w : words) EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what();
-  }
-}
 
 // Max (or min) over `dim` of x [outer, n, inner] by a plain loop: values and first index.
 void ref_extreme(const std::vector<double>& x, int64_t outer, int64_t n, int64_t inner, bool take_min,

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "core/random.h"
@@ -39,6 +40,17 @@ Tensor test_rand(const Shape& shape, double low, double high, uint64_t seed = 1,
                                      double rtol = 1e-6, double atol = 1e-9);
 ::testing::AssertionResult all_close(const Tensor& actual, const Tensor& expected, double rtol = 1e-6,
                                      double atol = 1e-9);
+
+/// Runs f and expects an exception of type E whose message contains every word in `words`.
+template <class E, class F>
+void expect_error(F f, const std::vector<std::string>& words) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an exception, none was thrown";
+  } catch (const E& e) {
+    for (const std::string& w : words) EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what();
+  }
+}
 
 }  // namespace testing
 }  // namespace tessera
