@@ -50,6 +50,20 @@ void accumulate(Tensor& slot, const Tensor& g) { slot = slot.defined() ? add(slo
 bool GradMode::is_enabled() { return g_grad_enabled; }
 void GradMode::set_enabled(bool enabled) { g_grad_enabled = enabled; }
 
+Node::~Node() {
+  std::vector<std::shared_ptr<Node>> stack;
+  for (Edge& e : next)
+    if (e.node) stack.push_back(std::move(e.node));
+  while (!stack.empty()) {
+    std::shared_ptr<Node> n = std::move(stack.back());
+    stack.pop_back();
+    // Last owner: take over its producers before it dies, so its destructor has nothing to recurse into.
+    if (n.use_count() == 1)
+      for (Edge& e : n->next)
+        if (e.node) stack.push_back(std::move(e.node));
+  }
+}
+
 void Node::release_saved() {
   // Only a node that saved something loses what backward needs; others can be revisited.
   for (Tensor& t : saved_inputs) released |= t.defined(), t = Tensor();
@@ -89,12 +103,9 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
     TS_CHECK(!node->released, ValueError,
              "backward(): trying to go through " << node->op->name()
                  << " a second time, but its saved tensors were freed; call backward(grad, /*retain_graph=*/true) the first time");
-    for (size_t i = 0; i < gouts.size(); ++i) {
-      const TensorMeta& m = node->output_metas[i];
-      if (!gouts[i].defined() && is_floating(m.dtype)) gouts[i] = zeros(m.shape, TensorOptions(m.dtype).device(m.device));
+    for (size_t i = 0; i < gouts.size(); ++i)
       if (auto out = node->outputs[i].lock(); out && out->retains_grad && gouts[i].defined())
         accumulate_into_leaf(*out, gouts[i]);
-    }
 
     std::vector<Tensor> gins = node->op->backward(BackwardContext(*node, gouts));
     TS_CHECK(gins.size() == node->next.size(), ValueError,

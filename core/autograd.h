@@ -61,6 +61,13 @@ class Node {
   std::vector<std::weak_ptr<TensorImpl>> outputs; ///< to fill .grad of outputs that retain_grad()
   bool released = false;                          ///< saved tensors freed by a backward pass
 
+  Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+  /// Frees the chain of producer nodes iteratively: an LSTM unrolled over thousands of steps
+  /// makes chains far deeper than the stack would allow to be destroyed recursively.
+  ~Node();
+
   /// Frees the saved tensors (after backward without retain_graph).
   void release_saved();
 };

@@ -29,6 +29,7 @@ template <class Src, class Dst> void convert_typed(const void* src, void* dst, i
 }  // namespace
 
 void convert_elements(const void* src, DType st, void* dst, DType dt, int64_t n) {
+  if (n <= 0) return;  // empty tensors may have null data pointers
   if (st == dt) {
     std::memcpy(dst, src, static_cast<size_t>(n) * dtype_size(st));
     return;

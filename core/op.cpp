@@ -21,6 +21,10 @@ uint64_t kernels_run() { return g_kernels_run.load(std::memory_order_relaxed); }
 const Tensor& BackwardContext::grad_output(int i) const {
   TS_CHECK(i >= 0 && i < static_cast<int>(grad_outputs_.size()), ValueError,
            node_.op->name() << " backward: no output " << i);
+  if (!grad_outputs_[i].defined()) {
+    const TensorMeta& m = node_.output_metas[i];
+    grad_outputs_[i] = zeros(m.shape, TensorOptions(m.dtype).device(m.device));
+  }
   return grad_outputs_[i];
 }
 

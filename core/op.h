@@ -48,10 +48,10 @@ struct OpBase {
 /// What a backward rule sees.
 class BackwardContext {
  public:
-  BackwardContext(const Node& node, const std::vector<Tensor>& grad_outputs)
-      : node_(node), grad_outputs_(grad_outputs) {}
+  BackwardContext(const Node& node, std::vector<Tensor>& grad_outputs) : node_(node), grad_outputs_(grad_outputs) {}
 
-  /// Gradient w.r.t. output i (zeros when that output did not receive one).
+  /// Gradient w.r.t. output i. An output that received none reads as zeros, made on first
+  /// access (so rules that ignore an output, e.g. layer_norm's statistics, cost nothing).
   const Tensor& grad_output(int i = 0) const;
   /// Saved input i; ValueError if the op did not declare it in kSaveInputs.
   const Tensor& input(int i) const;
@@ -65,7 +65,7 @@ class BackwardContext {
 
  private:
   const Node& node_;
-  const std::vector<Tensor>& grad_outputs_;
+  std::vector<Tensor>& grad_outputs_;
 };
 
 /// An op together with its attributes: the unit eager mode runs and graphs store.

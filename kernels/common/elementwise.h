@@ -1,6 +1,7 @@
-// CPU loops shared by elementwise ops: a unary map, and a binary map with numpy broadcasting.
+// CPU loops shared by elementwise ops: a unary map, and maps with numpy broadcasting.
 #pragma once
 
+#include <array>
 #include <vector>
 
 #include "core/tensor.h"
@@ -23,6 +24,37 @@ void unary_map(const Tensor& in, const Tensor& out, F f) {
 /// is missing (leading dims), so one index walks both.
 std::vector<int64_t> broadcast_strides(const Shape& s, const Shape& out);
 
+/// The walk every broadcasting kernel shares. K operands are broadcast against output shape
+/// `out`; the output is visited one row of its last dim at a time (rows in parallel), and
+/// `row(r, offsets, steps)` is called with the row index r, each operand's element offset at
+/// the row's start, and each operand's stride along the last dim (0 where broadcast).
+/// Output element j of row r is out[r * out[-1] + j] and reads operand k at offsets[k] + j * steps[k].
+template <size_t K, class Row>
+void for_each_broadcast_row(const Shape& out, const std::array<Shape, K>& operands, Row row) {
+  const int nd = out.ndim();
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  std::array<std::vector<int64_t>, K> st;
+  std::array<int64_t, K> steps{};
+  for (size_t k = 0; k < K; ++k) {
+    st[k] = broadcast_strides(operands[k], out);
+    steps[k] = nd ? st[k][nd - 1] : 0;
+  }
+  const int64_t inner = nd ? out[nd - 1] : 1;
+#pragma omp parallel for if (n > kParallelGrain)
+  for (int64_t r = 0; r < n / inner; ++r) {
+    // Decompose the row index into outer coordinates to find each operand's offset.
+    std::array<int64_t, K> offsets{};
+    int64_t rem = r;
+    for (int d = nd - 2; d >= 0; --d) {
+      const int64_t c = rem % out[d];
+      rem /= out[d];
+      for (size_t k = 0; k < K; ++k) offsets[k] += c * st[k][d];
+    }
+    row(r, offsets, steps);
+  }
+}
+
 /// out = f(a, b) with numpy broadcasting; out has the broadcast shape.
 template <class T, class U, class F>
 void binary_map(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
@@ -41,27 +73,12 @@ void binary_map(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
     for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], vb);
     return;
   }
-  // General case: rows of the last output dim, with per-operand strides (0 = broadcast).
   const Shape& os = out.shape();
-  const int nd = os.ndim();
-  if (n == 0) return;
-  std::vector<int64_t> sa = broadcast_strides(a.shape(), os), sb = broadcast_strides(b.shape(), os);
-  const int64_t inner = nd ? os[nd - 1] : 1;
-  const int64_t ia = nd ? sa[nd - 1] : 0, ib = nd ? sb[nd - 1] : 0;
-  const int64_t rows = n / inner;
-#pragma omp parallel for if (n > kParallelGrain)
-  for (int64_t r = 0; r < rows; ++r) {
-    // Decompose the row index into outer coordinates to find each operand's offset.
-    int64_t rem = r, oa = 0, ob = 0;
-    for (int d = nd - 2; d >= 0; --d) {
-      int64_t c = rem % os[d];
-      rem /= os[d];
-      oa += c * sa[d];
-      ob += c * sb[d];
-    }
+  const int64_t inner = os.ndim() ? os[os.ndim() - 1] : 1;
+  for_each_broadcast_row<2>(os, {a.shape(), b.shape()}, [&](int64_t r, const auto& o, const auto& st) {
     U* y = po + r * inner;
-    for (int64_t j = 0; j < inner; ++j) y[j] = f(pa[oa + j * ia], pb[ob + j * ib]);
-  }
+    for (int64_t j = 0; j < inner; ++j) y[j] = f(pa[o[0] + j * st[0]], pb[o[1] + j * st[1]]);
+  });
 }
 
 /// out = in broadcast to out's shape (numpy rules).
@@ -70,20 +87,10 @@ void broadcast_copy(const Tensor& in, const Tensor& out) {
   const T* x = static_cast<const T*>(in.data_ptr());
   T* y = static_cast<T*>(out.data_ptr());
   const Shape& os = out.shape();
-  const int nd = os.ndim();
-  const int64_t n = out.numel();
-  if (n == 0) return;
-  std::vector<int64_t> sx = broadcast_strides(in.shape(), os);
-  const int64_t inner = nd ? os[nd - 1] : 1, ix = nd ? sx[nd - 1] : 0;
-#pragma omp parallel for if (n > kParallelGrain)
-  for (int64_t r = 0; r < n / inner; ++r) {
-    int64_t rem = r, ox = 0;
-    for (int d = nd - 2; d >= 0; --d) {
-      ox += (rem % os[d]) * sx[d];
-      rem /= os[d];
-    }
-    for (int64_t j = 0; j < inner; ++j) y[r * inner + j] = x[ox + j * ix];
-  }
+  const int64_t inner = os.ndim() ? os[os.ndim() - 1] : 1;
+  for_each_broadcast_row<1>(os, {in.shape()}, [&](int64_t r, const auto& o, const auto& st) {
+    for (int64_t j = 0; j < inner; ++j) y[r * inner + j] = x[o[0] + j * st[0]];
+  });
 }
 
 }  // namespace cpu

@@ -43,19 +43,10 @@ void MaskedFill::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& o
       return;
     }
     // Broadcast mask: walk rows of x's last dim with the mask's strides (0 where broadcast).
-    if (n == 0) return;
-    const int nd = s.ndim();
-    const std::vector<int64_t> sm = cpu::broadcast_strides(mask.shape(), s);
-    const int64_t inner = nd ? s[nd - 1] : 1, im = nd ? sm[nd - 1] : 0;
-#pragma omp parallel for if (n > kParallelGrain)
-    for (int64_t r = 0; r < n / inner; ++r) {
-      int64_t rem = r, om = 0;
-      for (int d = nd - 2; d >= 0; --d) {
-        om += (rem % s[d]) * sm[d];
-        rem /= s[d];
-      }
-      for (int64_t j = r * inner, k = om; j < (r + 1) * inner; ++j, k += im) py[j] = pm[k] ? v : px[j];
-    }
+    const int64_t inner = s.ndim() ? s[s.ndim() - 1] : 1;
+    cpu::for_each_broadcast_row<1>(s, {mask.shape()}, [&](int64_t r, const auto& o, const auto& st) {
+      for (int64_t j = 0; j < inner; ++j) py[r * inner + j] = pm[o[0] + j * st[0]] ? v : px[r * inner + j];
+    });
   });
 }
 

@@ -31,26 +31,11 @@ void where_typed(const Tensor& c, const Tensor& a, const Tensor& b, const Tensor
   const T* pb = b.data<T>();
   T* po = out.data<T>();
   const Shape& os = out.shape();
-  const int nd = os.ndim();
-  const int64_t n = out.numel();
-  if (n == 0) return;
-  const std::vector<int64_t> sc = cpu::broadcast_strides(c.shape(), os), sa = cpu::broadcast_strides(a.shape(), os),
-                             sb = cpu::broadcast_strides(b.shape(), os);
-  const int64_t inner = nd ? os[nd - 1] : 1;
-  const int64_t ic = nd ? sc[nd - 1] : 0, ia = nd ? sa[nd - 1] : 0, ib = nd ? sb[nd - 1] : 0;
-#pragma omp parallel for if (n > kParallelGrain)
-  for (int64_t r = 0; r < n / inner; ++r) {
-    int64_t rem = r, oc = 0, oa = 0, ob = 0;
-    for (int d = nd - 2; d >= 0; --d) {
-      const int64_t k = rem % os[d];
-      rem /= os[d];
-      oc += k * sc[d];
-      oa += k * sa[d];
-      ob += k * sb[d];
-    }
+  const int64_t inner = os.ndim() ? os[os.ndim() - 1] : 1;
+  cpu::for_each_broadcast_row<3>(os, {c.shape(), a.shape(), b.shape()}, [&](int64_t r, const auto& o, const auto& st) {
     T* y = po + r * inner;
-    for (int64_t j = 0; j < inner; ++j) y[j] = pc[oc + j * ic] ? pa[oa + j * ia] : pb[ob + j * ib];
-  }
+    for (int64_t j = 0; j < inner; ++j) y[j] = pc[o[0] + j * st[0]] ? pa[o[1] + j * st[1]] : pb[o[2] + j * st[2]];
+  });
 }
 
 }  // namespace
