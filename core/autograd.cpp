@@ -6,6 +6,7 @@
 #include "core/op.h"
 #include "kernels/add/add.h"
 #include "kernels/copy/copy.h"
+#include "kernels/fill/fill.h"
 
 namespace tessera {
 
@@ -34,6 +35,10 @@ std::vector<Node*> reverse_topological(Node* root) {
 // grad += g into a leaf's .grad. The first gradient is copied so that no two leaves (or a
 // leaf and a live intermediate) ever share one buffer; later ones are added in place.
 void accumulate_into_leaf(TensorImpl& leaf, const Tensor& g) {
+  if (g.is_symbolic()) {  // tracing a graph: values are immutable, so no copies and no in-place adds
+    leaf.grad = leaf.grad ? add(Tensor(leaf.grad), g).impl_ptr() : g.impl_ptr();
+    return;
+  }
   if (!leaf.grad) {
     leaf.grad = copy(g).impl_ptr();
     return;
@@ -77,7 +82,7 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
   if (!grad.defined()) {
     TS_CHECK(root.numel() == 1, ShapeError,
              "backward(): a gradient can be implied only for a one-element output, got shape " << root.shape());
-    grad = ones(root.shape(), TensorOptions(root.dtype()).device(root.device()));
+    grad = fill(root.meta(), 1.0);
   }
   TS_CHECK(grad.meta() == root.meta(), ShapeError,
            "backward(): gradient " << grad.meta() << " does not match output " << root.meta());

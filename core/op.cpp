@@ -1,5 +1,7 @@
 #include "core/op.h"
 
+#include "kernels/fill/fill.h"
+
 namespace tessera {
 
 namespace {
@@ -21,10 +23,7 @@ uint64_t kernels_run() { return g_kernels_run.load(std::memory_order_relaxed); }
 const Tensor& BackwardContext::grad_output(int i) const {
   TS_CHECK(i >= 0 && i < static_cast<int>(grad_outputs_.size()), ValueError,
            node_.op->name() << " backward: no output " << i);
-  if (!grad_outputs_[i].defined()) {
-    const TensorMeta& m = node_.output_metas[i];
-    grad_outputs_[i] = zeros(m.shape, TensorOptions(m.dtype).device(m.device));
-  }
+  if (!grad_outputs_[i].defined()) grad_outputs_[i] = fill(node_.output_metas[i], 0.0);
   return grad_outputs_[i];
 }
 
@@ -107,7 +106,8 @@ std::vector<Tensor> run_op(const std::shared_ptr<const OpInstance>& op, const st
   std::vector<TensorMeta> in_metas = metas_of(op->name(), inputs);
   std::vector<TensorMeta> out_metas = op->infer(in_metas);
 
-  bool symbolic_run = false;
+  Tracer* tracer = current_tracer();
+  bool symbolic_run = tracer && tracer->symbolic();
   for (const Tensor& t : inputs) symbolic_run |= t.is_symbolic();
 
   std::vector<Tensor> outputs;
@@ -127,7 +127,7 @@ std::vector<Tensor> run_op(const std::shared_ptr<const OpInstance>& op, const st
     outputs.emplace_back(impl);
   }
   if (!symbolic_run && !(view && out_metas.size() == 1)) op->compute(inputs, outputs);
-  if (Tracer* tracer = current_tracer()) tracer->record(op, inputs, outputs);
+  if (tracer) tracer->record(op, inputs, outputs);
 
   // Autograd: record a node when grad mode is on and some input requires grad.
   if (!GradMode::is_enabled() || !op->differentiable()) return outputs;

@@ -40,9 +40,12 @@ struct OpBase {
   static constexpr unsigned kSaveInputs = 0;   ///< bit i: backward reads input i
   static constexpr unsigned kSaveOutputs = 0;  ///< bit i: backward reads output i
   static constexpr bool kDifferentiable = true;
-  static constexpr bool kInPlace = false;      ///< output 0 may share input 0's buffer (same meta)
+  /// Output k may share the buffer of input k (same meta): the kernel reads element i of its
+  /// inputs before writing element i of its outputs. Planners reuse buffers on this promise.
+  static constexpr bool kInPlace = false;
   static constexpr bool kHalfNative = false;   ///< cpu() handles bf16/f16 itself (copies, casts)
   static constexpr bool kView = false;         ///< output 0 is a view of input 0 (see view_offset)
+  static constexpr bool kRandom = false;       ///< draws random numbers fixed in its attributes
 };
 
 /// What a backward rule sees.
@@ -83,6 +86,8 @@ class OpInstance {
   virtual std::optional<size_t> view_offset(const std::vector<TensorMeta>& inputs) const = 0;
   virtual bool differentiable() const = 0;
   virtual bool in_place_safe() const = 0;
+  /// Draws random numbers from (seed, offset) attributes: a traced copy would repeat them.
+  virtual bool random() const = 0;
   virtual unsigned saved_inputs_mask() const = 0;
   virtual unsigned saved_outputs_mask() const = 0;
 };
@@ -93,6 +98,10 @@ class Tracer {
   virtual ~Tracer() = default;
   virtual void record(const std::shared_ptr<const OpInstance>& op, const std::vector<Tensor>& inputs,
                       const std::vector<Tensor>& outputs) = 0;
+  /// `alias` is a new handle on `of`'s data (detach(), saved tensors): the same value.
+  virtual void alias(const Tensor& alias, const Tensor& of) { (void)alias, (void)of; }
+  /// While installed, every op runs symbolically (shape rules only), even one without inputs.
+  virtual bool symbolic() const { return false; }
 };
 
 /// The tracer of this thread (nullptr when none).
@@ -158,6 +167,7 @@ class OpInstanceT final : public OpInstance {
   }
   bool differentiable() const override { return Op::kDifferentiable; }
   bool in_place_safe() const override { return Op::kInPlace; }
+  bool random() const override { return Op::kRandom; }
   unsigned saved_inputs_mask() const override { return Op::kSaveInputs; }
   unsigned saved_outputs_mask() const override { return Op::kSaveOutputs; }
 

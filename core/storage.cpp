@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -10,6 +11,16 @@
 namespace tessera {
 
 namespace {
+
+std::atomic<size_t> g_cpu_current{0};
+std::atomic<size_t> g_cpu_peak{0};
+
+void note_cpu_alloc(size_t n) {
+  size_t now = g_cpu_current.fetch_add(n, std::memory_order_relaxed) + n;
+  size_t peak = g_cpu_peak.load(std::memory_order_relaxed);
+  while (now > peak && !g_cpu_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
 
 // glibc serves blocks above its mmap threshold (at most 32 MiB by default) with fresh mmap()s,
 // so every large tensor an eager op makes costs a page fault per 4 KiB and the kernel's zeroing,
@@ -37,7 +48,11 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device) {
     if (padded == 0) padded = kCpuAlignment;
     void* p = std::aligned_alloc(kCpuAlignment, padded);
     TS_CHECK(p != nullptr, Error, "out of CPU memory: could not allocate " << nbytes << " bytes");
-    return std::shared_ptr<Storage>(new Storage(p, nbytes, device, [](void* q) { std::free(q); }));
+    note_cpu_alloc(nbytes);
+    return std::shared_ptr<Storage>(new Storage(p, nbytes, device, [nbytes](void* q) {
+      std::free(q);
+      g_cpu_current.fetch_sub(nbytes, std::memory_order_relaxed);
+    }));
   }
   TS_THROW(DeviceError, "cannot allocate " << nbytes << " bytes on " << device
                                            << ": CUDA tensors are not available in this build yet");
@@ -45,6 +60,15 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device) {
 
 std::shared_ptr<Storage> Storage::wrap(void* data, size_t nbytes, Device device, Deleter deleter) {
   return std::shared_ptr<Storage>(new Storage(data, nbytes, device, std::move(deleter)));
+}
+
+MemoryStats memory_stats(Device device) {
+  if (!device.is_cpu()) return {};
+  return {g_cpu_current.load(std::memory_order_relaxed), g_cpu_peak.load(std::memory_order_relaxed)};
+}
+
+void reset_peak_memory(Device device) {
+  if (device.is_cpu()) g_cpu_peak.store(g_cpu_current.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
 
 Storage::~Storage() {

@@ -39,4 +39,13 @@ class Storage {
   Deleter deleter_;
 };
 
+/// Bytes of tensor storage allocated by tessera on a device: now, and the most at any time
+/// since the last reset_peak_memory().
+struct MemoryStats {
+  size_t current = 0;
+  size_t peak = 0;
+};
+MemoryStats memory_stats(Device device);
+void reset_peak_memory(Device device);
+
 }  // namespace tessera

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/autograd.h"
+#include "core/op.h"
 
 namespace tessera {
 
@@ -77,7 +78,9 @@ Tensor Tensor::detach() const {
   d->storage = t->storage;
   d->offset = t->offset;
   d->meta = t->meta;
-  return Tensor(d);
+  Tensor out(d);
+  if (Tracer* tracer = current_tracer()) tracer->alias(out, *this);
+  return out;
 }
 
 void Tensor::backward(const Tensor& grad, bool retain_graph) const {

@@ -49,7 +49,11 @@
   X(LayerNorm)                            \
   X(LayerNormBackward)                    \
   X(Dropout)                              \
+  /* optimizer updates */                 \
+  X(SgdUpdate)                            \
+  X(AdamwUpdate)                          \
   /* shape */                             \
+  X(Fill)                                 \
   X(Copy)                                 \
   X(Reshape)                              \
   X(Expand)                               \

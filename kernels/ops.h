@@ -1,6 +1,7 @@
 // Every op's public function. Include this (or <tessera/tessera.h>) to use tessera's ops.
 #pragma once
 
+#include "kernels/adamw_update/adamw_update.h"
 #include "kernels/add/add.h"
 #include "kernels/add_scalar/add_scalar.h"
 #include "kernels/cast/cast.h"
@@ -15,6 +16,7 @@
 #include "kernels/exp/exp.h"
 #include "kernels/expand/expand.h"
 #include "kernels/fast_gelu/fast_gelu.h"
+#include "kernels/fill/fill.h"
 #include "kernels/gelu/gelu.h"
 #include "kernels/gelu_backward/gelu_backward.h"
 #include "kernels/index_select/index_select.h"
@@ -38,6 +40,7 @@
 #include "kernels/relu/relu.h"
 #include "kernels/reshape/reshape.h"
 #include "kernels/rsqrt/rsqrt.h"
+#include "kernels/sgd_update/sgd_update.h"
 #include "kernels/sigmoid/sigmoid.h"
 #include "kernels/slice/slice.h"
 #include "kernels/slice_backward/slice_backward.h"

@@ -23,6 +23,7 @@ Tensor dropout(const Tensor& x, double p, bool training);
 /// (seed, start) and nothing is saved.
 struct Dropout : OpBase {
   static constexpr const char* kName = "dropout";
+  static constexpr bool kRandom = true;
   struct Attrs {
     double p = 0.0;
     uint64_t seed = 0;

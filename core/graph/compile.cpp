@@ -1,0 +1,75 @@
+#include "core/graph/compile.h"
+
+#include <sstream>
+
+namespace tessera {
+
+CompiledStep::CompiledStep(graph::LossFn loss_fn, std::vector<graph::NamedParam> params, ParamUpdater* updater,
+                           const std::map<std::string, Tensor>& example_inputs)
+    : loss_fn_(std::move(loss_fn)), params_(std::move(params)), updater_(updater) {
+  for (const auto& [name, t] : example_inputs) {
+    TS_CHECK(t.defined(), ValueError, "compile: example input '" << name << "' is undefined");
+    TS_CHECK(name != "lr" && name != "step", ValueError,
+             "compile: '" << name << "' is reserved for the optimizer's learning rate and step number");
+    input_dtypes_[name] = t.dtype();
+  }
+  current_ = &plan_for(example_inputs);
+}
+
+graph::Executor& CompiledStep::plan_for(const std::map<std::string, Tensor>& inputs) {
+  std::ostringstream key;
+  std::vector<std::pair<std::string, TensorMeta>> metas;
+  for (const auto& [name, dtype] : input_dtypes_) {
+    auto it = inputs.find(name);
+    TS_CHECK(it != inputs.end() && it->second.defined(), ValueError, "compiled step: input '" << name << "' is missing");
+    TS_CHECK(it->second.dtype() == dtype, DTypeError,
+             "compiled step: input '" << name << "' is " << it->second.meta() << ", but the step was compiled for "
+                                      << dtype);
+    key << name << ':' << it->second.shape() << ';';
+    metas.push_back({name, it->second.meta()});
+  }
+  for (const auto& [name, t] : inputs)
+    TS_CHECK(input_dtypes_.count(name), ValueError, "compiled step: '" << name << "' is not an input of this step");
+  auto& slot = plans_[key.str()];
+  if (!slot) {
+    try {
+      slot = std::make_unique<graph::Executor>(graph::trace_step(loss_fn_, metas, params_, updater_));
+    } catch (...) {
+      plans_.erase(key.str());
+      throw;
+    }
+  }
+  return *slot;
+}
+
+double CompiledStep::run(const std::map<std::string, Tensor>& inputs) {
+  current_ = &plan_for(inputs);
+  std::map<std::string, Tensor> feeds = inputs;
+  if (updater_) {
+    feeds["lr"] = full({}, updater_->lr(), DType::f64);
+    feeds["step"] = full({}, static_cast<double>(updater_->step_count() + 1), DType::f64);
+  }
+  current_->run(feeds);
+  if (updater_) updater_->advance();
+  return fetch("loss").item<double>();
+}
+
+Tensor CompiledStep::fetch(const std::string& name) const { return current_->fetch(name); }
+
+std::string CompiledStep::summary() const {
+  return current_->graph().summary() + "memory: " + current_->plan().summary() + "\n";
+}
+
+CompiledStep compile(graph::LossFn loss_fn, const std::vector<Tensor>& params, ParamUpdater* updater,
+                     const std::map<std::string, Tensor>& example_inputs) {
+  std::vector<graph::NamedParam> named;
+  for (size_t i = 0; i < params.size(); ++i) named.push_back({std::to_string(i), params[i]});
+  return CompiledStep(std::move(loss_fn), std::move(named), updater, example_inputs);
+}
+
+CompiledStep compile(graph::LossFn loss_fn, std::vector<graph::NamedParam> params, ParamUpdater* updater,
+                     const std::map<std::string, Tensor>& example_inputs) {
+  return CompiledStep(std::move(loss_fn), std::move(params), updater, example_inputs);
+}
+
+}  // namespace tessera

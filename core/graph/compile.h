@@ -1,0 +1,64 @@
+// compile(): a whole training step (forward, backward, optimizer update) traced once, planned,
+// and replayed. The way trainers run by default.
+//
+//   AdamW opt(model.parameters(), AdamWOptions(1e-3));
+//   auto loss_fn = [&](const std::map<std::string, Tensor>& in) {
+//     return cross_entropy(model.forward(in.at("x")), in.at("y"));
+//   };
+//   CompiledStep step = compile(loss_fn, model.named_parameters(), &opt, {{"x", x}, {"y", y}});
+//   for (...) {
+//     opt.set_lr(schedule(step_no));               // no re-trace: lr and step are fed each run
+//     double loss = step.run({{"x", x}, {"y", y}});  // updates the parameters in place
+//   }
+//
+// Feeding inputs of new shapes traces and plans again; plans are cached per input shapes.
+// Input names and dtypes are fixed by the example inputs.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/graph/executor.h"
+#include "core/graph/trace.h"
+#include "core/graph/updater.h"
+
+namespace tessera {
+
+class CompiledStep {
+ public:
+  CompiledStep(graph::LossFn loss_fn, std::vector<graph::NamedParam> params, ParamUpdater* updater,
+               const std::map<std::string, Tensor>& example_inputs);
+
+  /// One step: runs forward, backward and (with an updater) the update, and returns the loss.
+  /// The updater's step count advances by one.
+  double run(const std::map<std::string, Tensor>& inputs);
+  /// Copy of a named output of the last run: "loss", or "grad/<param>" without an updater.
+  Tensor fetch(const std::string& name) const;
+
+  /// The plan used by the last run (or built by the constructor).
+  const graph::Executor& executor() const { return *current_; }
+  size_t cached_plans() const { return plans_.size(); }
+  std::string to_dot() const { return current_->graph().to_dot(); }
+  /// Graph summary and memory plan of the current plan.
+  std::string summary() const;
+
+ private:
+  graph::Executor& plan_for(const std::map<std::string, Tensor>& inputs);
+
+  graph::LossFn loss_fn_;
+  std::vector<graph::NamedParam> params_;
+  ParamUpdater* updater_;
+  std::map<std::string, DType> input_dtypes_;
+  std::map<std::string, std::unique_ptr<graph::Executor>> plans_;  // by input shapes
+  graph::Executor* current_ = nullptr;
+};
+
+/// Compiles a training step over `params` (named "0", "1", ... unless given names).
+CompiledStep compile(graph::LossFn loss_fn, const std::vector<Tensor>& params, ParamUpdater* updater,
+                     const std::map<std::string, Tensor>& example_inputs);
+CompiledStep compile(graph::LossFn loss_fn, std::vector<graph::NamedParam> params, ParamUpdater* updater,
+                     const std::map<std::string, Tensor>& example_inputs);
+
+}  // namespace tessera

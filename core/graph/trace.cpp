@@ -1,0 +1,264 @@
+#include "core/graph/trace.h"
+
+#include <algorithm>
+#include <set>
+#include <unordered_map>
+
+#include "core/autograd.h"
+
+namespace tessera {
+namespace graph {
+
+namespace {
+
+// Records every op into a Graph, mapping tensor impls to value ids. Keeps every mapped impl
+// alive so that no address is reused for another tensor during the trace.
+class GraphTracer final : public Tracer {
+ public:
+  explicit GraphTracer(Graph& g) : g_(g) {}
+
+  bool symbolic() const override { return true; }
+
+  void bind(const Tensor& t, int id) {
+    ids_[t.impl()] = id;
+    keep_.push_back(t.impl_ptr());
+  }
+
+  int find(const Tensor& t) const {
+    auto it = ids_.find(t.impl());
+    return it == ids_.end() ? -1 : it->second;
+  }
+
+  int lookup(const Tensor& t, const char* op) {
+    int id = find(t);
+    if (id >= 0) return id;
+    TS_CHECK(!t.is_symbolic(), ValueError,
+             op << ": got symbolic tensor " << t.meta()
+                << " that this trace did not make (from another trace, or made with symbolic() inside the loss function)");
+    id = g_.add_value(t.meta(), ValueKind::constant, "", t);  // a concrete tensor the code used
+    bind(t, id);
+    return id;
+  }
+
+  void record(const std::shared_ptr<const OpInstance>& op, const std::vector<Tensor>& inputs,
+              const std::vector<Tensor>& outputs) override {
+    TS_CHECK(!op->random(), NotImplementedError,
+             op->name() << " inside a compiled step is not supported yet: its random mask would repeat at every "
+                           "step (run this model eagerly, or with p = 0)");
+    std::vector<int> ins;
+    for (const Tensor& t : inputs) ins.push_back(lookup(t, op->name()));
+    std::vector<TensorMeta> metas;
+    for (const Tensor& t : outputs) metas.push_back(t.meta());
+    const int n = g_.add_node(op, ins, metas, phase_, phase_ == NodePhase::forward ? region_ : -1);
+    for (size_t i = 0; i < outputs.size(); ++i) bind(outputs[i], g_.nodes[n].outputs[i]);
+  }
+
+  void alias(const Tensor& alias, const Tensor& of) override {
+    int id = find(of);
+    if (id >= 0) bind(alias, id);
+  }
+
+  void set_phase(NodePhase p) { phase_ = p; }
+  void begin_region() {
+    TS_CHECK(region_ < 0, ValueError, "recompute regions cannot be nested");
+    region_ = next_region_++;
+  }
+  void end_region() { region_ = -1; }
+
+ private:
+  Graph& g_;
+  std::unordered_map<const TensorImpl*, int> ids_;
+  std::vector<std::shared_ptr<TensorImpl>> keep_;
+  NodePhase phase_ = NodePhase::forward;
+  int region_ = -1;
+  int next_region_ = 0;
+};
+
+thread_local GraphTracer* g_active = nullptr;
+
+// Makes parameters and state symbolic for the trace (storage detached, no grad) and puts
+// everything back on destruction, also when the loss function throws.
+class DetachedStorage {
+ public:
+  void detach(const Tensor& t, bool requires_grad) {
+    TensorImpl* impl = t.impl();
+    saved_.push_back({t.impl_ptr(), impl->storage, impl->offset, impl->grad, impl->requires_grad});
+    impl->storage.reset();
+    impl->offset = 0;
+    impl->grad.reset();
+    impl->requires_grad = requires_grad;
+  }
+  ~DetachedStorage() {
+    for (Saved& s : saved_) {
+      s.impl->storage = s.storage;
+      s.impl->offset = s.offset;
+      s.impl->grad = s.grad;
+      s.impl->requires_grad = s.requires_grad;
+    }
+  }
+
+ private:
+  struct Saved {
+    std::shared_ptr<TensorImpl> impl;
+    std::shared_ptr<Storage> storage;
+    size_t offset;
+    std::shared_ptr<TensorImpl> grad;
+    bool requires_grad;
+  };
+  std::vector<Saved> saved_;
+};
+
+class TracerInstall {
+ public:
+  explicit TracerInstall(GraphTracer* t) : prev_(set_current_tracer(t)), prev_active_(g_active) { g_active = t; }
+  ~TracerInstall() {
+    set_current_tracer(prev_);
+    g_active = prev_active_;
+  }
+
+ private:
+  Tracer* prev_;
+  GraphTracer* prev_active_;
+};
+
+// Activation checkpointing: the forward nodes of each region are cloned just before the first
+// non-forward node that reads one of their results, and those readers are pointed at the clones.
+// The originals' results then die within the forward pass.
+void apply_recompute(Graph& g) {
+  std::set<int> regions;
+  for (const Node& n : g.nodes)
+    if (n.region >= 0) regions.insert(n.region);
+  for (int r : regions) {
+    std::vector<int> members;
+    std::set<int> produced;
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      if (g.nodes[i].phase == NodePhase::forward && g.nodes[i].region == r) {
+        members.push_back(static_cast<int>(i));
+        produced.insert(g.nodes[i].outputs.begin(), g.nodes[i].outputs.end());
+      }
+    int first_reader = -1;
+    for (size_t i = 0; i < g.nodes.size() && first_reader < 0; ++i) {
+      if (g.nodes[i].phase == NodePhase::forward) continue;
+      for (int in : g.nodes[i].inputs)
+        if (produced.count(in)) first_reader = static_cast<int>(i);
+    }
+    if (first_reader < 0) continue;
+
+    std::unordered_map<int, int> clone_of;  // original value -> recomputed value
+    std::vector<Node> clones;
+    for (int m : members) {
+      Node c = g.nodes[m];
+      c.phase = NodePhase::recompute;
+      c.region = -1;
+      for (int& in : c.inputs)
+        if (auto it = clone_of.find(in); it != clone_of.end()) in = it->second;
+      for (int& out : c.outputs) {
+        int id = g.add_value(g.values[out].meta, ValueKind::intermediate);
+        clone_of[out] = id;
+        out = id;
+      }
+      clones.push_back(std::move(c));
+    }
+    for (size_t i = first_reader; i < g.nodes.size(); ++i)
+      for (int& in : g.nodes[i].inputs)
+        if (auto it = clone_of.find(in); it != clone_of.end()) in = it->second;
+    for (auto& w : g.writes)
+      if (auto it = clone_of.find(w.value); it != clone_of.end()) w.value = it->second;
+    g.nodes.insert(g.nodes.begin() + first_reader, clones.begin(), clones.end());
+  }
+  // Node indices moved: producers and consumers follow the new order.
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (size_t k = 0; k < g.nodes[i].outputs.size(); ++k) {
+      g.values[g.nodes[i].outputs[k]].producer = static_cast<int>(i);
+      g.values[g.nodes[i].outputs[k]].output_nr = static_cast<int>(k);
+    }
+  g.rebuild_consumers();
+}
+
+}  // namespace
+
+void begin_recompute_region() {
+  if (g_active) g_active->begin_region();
+}
+
+void end_recompute_region() {
+  if (g_active) g_active->end_region();
+}
+
+Graph trace_step(const LossFn& loss_fn, const std::vector<std::pair<std::string, TensorMeta>>& inputs,
+                 const std::vector<NamedParam>& params, ParamUpdater* updater) {
+  Graph g;
+  GraphTracer tracer(g);
+
+  std::map<std::string, Tensor> feeds;
+  for (const auto& [name, meta] : inputs) {
+    TS_CHECK(!feeds.count(name), ValueError, "compile: input '" << name << "' is given twice");
+    Tensor t = symbolic(meta.shape, meta.dtype, meta.device);
+    tracer.bind(t, g.add_value(meta, ValueKind::input, name));
+    feeds[name] = t;
+  }
+
+  DetachedStorage detached;  // restores params and state when this function returns or throws
+  std::set<const TensorImpl*> seen;
+  for (const NamedParam& p : params) {
+    TS_CHECK(p.tensor.defined() && p.tensor.is_leaf() && is_floating(p.tensor.dtype()), ValueError,
+             "compile: parameter '" << p.name << "' must be a floating leaf tensor");
+    TS_CHECK(seen.insert(p.tensor.impl()).second, ValueError, "compile: parameter '" << p.name << "' is listed twice");
+    tracer.bind(p.tensor, g.add_value(p.tensor.meta(), ValueKind::param, p.name, p.tensor));
+  }
+  std::vector<Tensor> state = updater ? updater->state() : std::vector<Tensor>{};
+  for (size_t i = 0; i < state.size(); ++i)
+    tracer.bind(state[i], g.add_value(state[i].meta(), ValueKind::state, "state/" + std::to_string(i), state[i]));
+  for (const NamedParam& p : params) detached.detach(p.tensor, /*requires_grad=*/true);
+  for (const Tensor& s : state) detached.detach(s, /*requires_grad=*/false);
+
+  TracerInstall install(&tracer);
+  struct GradOn {
+    bool prev = GradMode::is_enabled();
+    GradOn() { GradMode::set_enabled(true); }
+    ~GradOn() { GradMode::set_enabled(prev); }
+  } grad_on;
+
+  // Forward.
+  Tensor loss = loss_fn(feeds);
+  TS_CHECK(loss.defined() && loss.numel() == 1 && is_floating(loss.dtype()), ShapeError,
+           "compile: the loss function must return a one-element floating tensor, got "
+               << (loss.defined() ? loss.meta().str() : std::string("an undefined tensor")));
+  g.outputs.push_back({"loss", tracer.lookup(loss, "loss")});
+
+  // Backward: the eager engine walks the recorded autograd nodes; every rule it runs is traced.
+  tracer.set_phase(NodePhase::backward);
+  if (loss.requires_grad()) loss.backward();
+  std::vector<Tensor> grads;
+  for (const NamedParam& p : params) grads.push_back(p.tensor.grad());
+
+  // Update.
+  if (updater) {
+    tracer.set_phase(NodePhase::update);
+    NoGradGuard no_grad;
+    Tensor lr = symbolic({}, DType::f64), step = symbolic({}, DType::f64);
+    tracer.bind(lr, g.add_value(lr.meta(), ValueKind::input, "lr"));
+    tracer.bind(step, g.add_value(step.meta(), ValueKind::input, "step"));
+    const std::vector<Tensor>& up = updater->params();
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (!grads[i].defined()) continue;
+      auto it = std::find_if(up.begin(), up.end(), [&](const Tensor& t) { return t.same(params[i].tensor); });
+      TS_CHECK(it != up.end(), ValueError, "compile: parameter '" << params[i].name << "' is not one of the optimizer's");
+      for (const ParamWrite& w : updater->update(static_cast<size_t>(it - up.begin()), grads[i], lr, step)) {
+        const int target = tracer.find(w.target);
+        TS_CHECK(target >= 0 && (g.values[target].kind == ValueKind::param || g.values[target].kind == ValueKind::state),
+                 ValueError, "compile: an optimizer update writes a tensor that is neither a parameter nor its state");
+        g.writes.push_back({target, tracer.lookup(w.value, "update")});
+      }
+    }
+  } else {
+    for (size_t i = 0; i < params.size(); ++i)
+      if (grads[i].defined()) g.outputs.push_back({"grad/" + params[i].name, tracer.lookup(grads[i], "grad")});
+  }
+
+  apply_recompute(g);
+  return g;
+}
+
+}  // namespace graph
+}  // namespace tessera

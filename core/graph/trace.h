@@ -1,0 +1,59 @@
+// Tracing a training step into a Graph: the user's loss function runs once on symbolic
+// tensors (shapes only), the autograd engine appends the backward ops using the same backward
+// rules as eager mode, and the optimizer appends its update ops.
+//
+//   Graph g = trace_step(loss_fn, {{"x", x_meta}, {"y", y_meta}}, params, &optimizer);
+//
+// Parameters and optimizer state are recognized by identity: while tracing, their storage is
+// detached (so they behave as symbolic tensors) and restored afterwards, whatever happens.
+// Code that reads values (item(), to_vector()) inside the loss function fails with an error
+// naming the tensor; ops that draw random numbers (dropout) are refused.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/graph/graph.h"
+#include "core/graph/updater.h"
+
+namespace tessera {
+namespace graph {
+
+/// A loss function: symbolic inputs by name -> a one-element floating loss.
+using LossFn = std::function<Tensor(const std::map<std::string, Tensor>&)>;
+
+/// A parameter and the name it has in graphs and outputs ("grad/<name>").
+struct NamedParam {
+  std::string name;
+  Tensor tensor;
+};
+
+/// Traces forward, backward and (when `updater` is given) the update of one step. The graph's
+/// outputs are "loss" and, without an updater, "grad/<name>" for each parameter that got one.
+/// Inputs "lr" and "step" (0-d f64) are added when there is an updater.
+Graph trace_step(const LossFn& loss_fn, const std::vector<std::pair<std::string, TensorMeta>>& inputs,
+                 const std::vector<NamedParam>& params, ParamUpdater* updater);
+
+/// Begin/end of a recompute region in the active trace (no-ops when not tracing); prefer recompute().
+void begin_recompute_region();
+void end_recompute_region();
+
+/// Marks the ops run by `fn` as a recompute region (activation checkpointing): in a traced
+/// step their results are not kept for backward but recomputed from the region's inputs just
+/// before the backward ops need them. In eager mode it simply runs fn.
+///
+///   Tensor h = recompute([&] { return block.forward(x); });
+template <class F>
+auto recompute(F&& fn) {
+  struct Scope {
+    Scope() { begin_recompute_region(); }
+    ~Scope() { end_recompute_region(); }
+  } scope;
+  return fn();
+}
+
+}  // namespace graph
+}  // namespace tessera

@@ -1,0 +1,107 @@
+// The memory planner on hand-built graphs whose optimal arena is known.
+#include <gtest/gtest.h>
+
+#include "core/graph/executor.h"
+#include "core/graph/planner.h"
+#include "gradcheck.h"
+#include "kernels/ops.h"
+
+namespace tessera {
+namespace graph {
+namespace {
+
+template <class Op>
+std::shared_ptr<const OpInstance> op(typename Op::Attrs attrs = {}) {
+  return std::make_shared<detail::OpInstanceT<Op>>(attrs);
+}
+
+TensorMeta f32(std::initializer_list<int64_t> shape) { return {Shape(shape), DType::f32, Device::cpu()}; }
+
+// x -> exp -> tanh -> sigmoid -> out, all [1024] f32 (4096 bytes).
+Graph unary_chain(bool in_place_ops) {
+  Graph g;
+  int v = g.add_value(f32({1024}), ValueKind::input, "x");
+  for (int i = 0; i < 3; ++i) {
+    auto o = in_place_ops ? (i == 0 ? op<Exp>() : i == 1 ? op<Tanh>() : op<Sigmoid>()) : op<Copy>();
+    v = g.nodes[g.add_node(o, {v}, {f32({1024})}, NodePhase::forward, -1)].outputs[0];
+  }
+  g.outputs.push_back({"out", v});
+  return g;
+}
+
+TEST(Planner, InPlaceChainNeedsOneBuffer) {
+  MemoryPlan p = plan_memory(unary_chain(true));
+  // The first result takes a buffer; each later op overwrites its input (its only reader).
+  EXPECT_EQ(p.arena_bytes, 4096u);
+  EXPECT_EQ(p.naive_bytes, 3 * 4096u);
+  EXPECT_EQ(p.in_place, 2);
+}
+
+TEST(Planner, ChainOfNonInPlaceOpsNeedsTwoBuffers) {
+  MemoryPlan p = plan_memory(unary_chain(false));
+  // Input and output of each copy are live together: two buffers, used alternately.
+  EXPECT_EQ(p.arena_bytes, 2 * 4096u);
+  EXPECT_EQ(p.in_place, 0);
+}
+
+TEST(Planner, ShrinkingChainPeakIsTheLargestAdjacentPair) {
+  // Sums that halve the size: [64,64] -> [64] -> []: peak = 16 KiB + 256 B live together.
+  Graph g;
+  int x = g.add_value(f32({64, 64}), ValueKind::input, "x");
+  int a = g.nodes[g.add_node(op<Exp>(), {x}, {f32({64, 64})}, NodePhase::forward, -1)].outputs[0];
+  int b = g.nodes[g.add_node(op<Sum>({1, false}), {a}, {f32({64})}, NodePhase::forward, -1)].outputs[0];
+  int c = g.nodes[g.add_node(op<Sum>({0, false}), {b}, {f32({})}, NodePhase::forward, -1)].outputs[0];
+  g.outputs.push_back({"out", c});
+  MemoryPlan p = plan_memory(g);
+  EXPECT_EQ(p.arena_bytes, 16384u + 256u);
+  // b reuses nothing of a (both live while the sum runs); c lands in a's freed block.
+  EXPECT_EQ(p.offset[c], p.offset[a]);
+}
+
+TEST(Planner, NoInPlaceWhenTheInputHasAnotherReader) {
+  // y = exp(x); z = tanh(y); w = y + z: tanh must not overwrite y, which add still reads.
+  Graph g;
+  int x = g.add_value(f32({256}), ValueKind::input, "x");
+  int y = g.nodes[g.add_node(op<Exp>(), {x}, {f32({256})}, NodePhase::forward, -1)].outputs[0];
+  int z = g.nodes[g.add_node(op<Tanh>(), {y}, {f32({256})}, NodePhase::forward, -1)].outputs[0];
+  int w = g.nodes[g.add_node(op<Add>(), {y, z}, {f32({256})}, NodePhase::forward, -1)].outputs[0];
+  g.outputs.push_back({"w", w});
+  MemoryPlan p = plan_memory(g);
+  EXPECT_NE(p.offset[z], p.offset[y]);
+  // add does not overwrite y either: y has two readers (the rule: one consumer only).
+  EXPECT_NE(p.offset[w], p.offset[y]);
+  EXPECT_EQ(p.in_place, 0);
+
+  // And the values are right when run.
+  Executor ex(std::move(g));
+  Tensor xin = testing::test_randn({256}, 3, DType::f32);
+  ex.run({{"x", xin}});
+  Tensor yy = exp(xin);
+  EXPECT_TRUE(testing::all_close(ex.fetch("w"), add(yy, tanh(yy)), 0, 0));
+}
+
+TEST(Planner, ViewsShareTheirSourceAndExtendItsLife) {
+  // y = exp(x) [4,8]; r = reshape(y) [32]; s = sum(r); y's block must stay until sum has read r.
+  Graph g;
+  int x = g.add_value(f32({4, 8}), ValueKind::input, "x");
+  int y = g.nodes[g.add_node(op<Exp>(), {x}, {f32({4, 8})}, NodePhase::forward, -1)].outputs[0];
+  int r = g.nodes[g.add_node(op<Reshape>({{32}}), {y}, {f32({32})}, NodePhase::forward, -1)].outputs[0];
+  int t = g.nodes[g.add_node(op<Neg>(), {x}, {f32({4, 8})}, NodePhase::forward, -1)].outputs[0];
+  int s = g.nodes[g.add_node(op<Sum>({0, false}), {r}, {f32({})}, NodePhase::forward, -1)].outputs[0];
+  g.outputs.push_back({"s", s});
+  g.outputs.push_back({"t", t});
+  MemoryPlan p = plan_memory(g);
+  EXPECT_EQ(p.place[r], MemoryPlan::Place::view);
+  EXPECT_EQ(p.base[r], y);
+  EXPECT_TRUE(p.skip[1]);
+  EXPECT_NE(p.offset[t], p.offset[y]) << "neg must not take y's buffer while the view r is still to be read";
+  Executor ex(std::move(g));
+  Tensor xin = testing::test_randn({4, 8}, 4, DType::f32);
+  ex.run({{"x", xin}});
+  EXPECT_TRUE(testing::all_close(ex.fetch("s"), sum(exp(xin)), 0, 0));
+  EXPECT_TRUE(testing::all_close(ex.fetch("t"), neg(xin), 0, 0));
+}
+
+}  // namespace
+}  // namespace graph
+}  // namespace tessera
