@@ -44,6 +44,18 @@ std::pair<double, double> time_pair_median_ms(const std::function<void()>& a, co
   return {median(ta), median(tb)};
 }
 
+std::vector<double> time_interleaved_median_ms(const std::vector<std::function<void()>>& fns, int warmup,
+                                               int repeats) {
+  for (int i = 0; i < warmup; ++i)
+    for (const auto& fn : fns) fn();
+  std::vector<std::vector<double>> ms(fns.size());
+  for (int i = 0; i < std::max(1, repeats); ++i)
+    for (size_t k = 0; k < fns.size(); ++k) ms[k].push_back(elapsed_ms(fns[k]));
+  std::vector<double> out;
+  for (auto& v : ms) out.push_back(median(std::move(v)));
+  return out;
+}
+
 void BenchReport::print(std::ostream& os) const {
   os << program_ << "\n";
   for (const auto& [k, v] : notes_) os << "  " << k << ": " << v << "\n";
@@ -52,8 +64,10 @@ void BenchReport::print(std::ostream& os) const {
                 "unit", "baseline", "ratio", "baseline is");
   os << line;
   for (const Row& r : rows_) {
-    std::snprintf(line, sizeof line, "%-26s %-18s %10.3f %12.2f %-8s %12.2f %7.3f  %s\n", r.name.c_str(),
-                  r.shape.c_str(), r.ms, r.value, r.unit.c_str(), r.baseline, r.ratio(), r.baseline_name.c_str());
+    char ms[32] = "-";
+    if (r.ms > 0) std::snprintf(ms, sizeof ms, "%.3f", r.ms);
+    std::snprintf(line, sizeof line, "%-26s %-18s %10s %12.2f %-8s %12.2f %7.3f  %s\n", r.name.c_str(),
+                  r.shape.c_str(), ms, r.value, r.unit.c_str(), r.baseline, r.ratio(), r.baseline_name.c_str());
     os << line;
   }
 }
@@ -64,7 +78,8 @@ void BenchReport::write_json(const std::string& path) const {
   for (const auto& [k, v] : notes_) j["notes"][k] = v;
   j["rows"] = nlohmann::json::array();
   for (const Row& r : rows_)
-    j["rows"].push_back({{"name", r.name}, {"shape", r.shape}, {"median_ms", r.ms}, {"value", r.value},
+    j["rows"].push_back({{"name", r.name}, {"shape", r.shape},
+                         {"median_ms", r.ms > 0 ? nlohmann::json(r.ms) : nlohmann::json(nullptr)}, {"value", r.value},
                          {"unit", r.unit}, {"baseline", r.baseline}, {"baseline_name", r.baseline_name},
                          {"ratio", r.ratio()}});
   std::ofstream f(path);

@@ -23,11 +23,16 @@ double time_median_ms(const std::function<void()>& fn, int warmup, int repeats);
 std::pair<double, double> time_pair_median_ms(const std::function<void()>& a, const std::function<void()>& b,
                                               int warmup, int repeats);
 
+/// The same for any number of ways: medians of fns[0], fns[1], ... timed in turn, each round
+/// running every function once (after `warmup` untimed rounds).
+std::vector<double> time_interleaved_median_ms(const std::vector<std::function<void()>>& fns, int warmup,
+                                               int repeats);
+
 /// One measured figure and the baseline it is compared with (measured in the same run).
 struct Row {
   std::string name;      ///< what ran, e.g. "matmul f32"
   std::string shape;     ///< problem size, e.g. "2048x1024x1024"
-  double ms = 0;         ///< median time of one run
+  double ms = 0;         ///< median time of one run (0: not a timing, e.g. a memory figure; printed as -)
   double value = 0;      ///< the figure, in `unit`
   std::string unit;      ///< "GFLOP/s", "GB/s", ...
   double baseline = 0;   ///< the baseline's figure in the same unit

@@ -2,8 +2,9 @@
 //
 // Graphs are made by trace_step() (core/graph/trace.h) and run by an Executor after
 // plan_memory() (core/graph/planner.h); most users only see compile() (core/graph/compile.h).
-// Nodes are stored in execution order: forward nodes, then backward nodes, then optimizer
-// updates (and recomputation clones, placed before the backward nodes that read them).
+// Nodes are stored in execution order: forward nodes, then backward nodes, with each optimizer
+// update placed right after the last node it must follow, and recomputation clones placed
+// before the backward nodes that read them.
 #pragma once
 
 #include <memory>

@@ -121,6 +121,16 @@ class TracerInstall {
   GraphTracer* prev_active_;
 };
 
+// After nodes moved: producers and consumers follow the new order.
+void renumber(Graph& g) {
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (size_t k = 0; k < g.nodes[i].outputs.size(); ++k) {
+      g.values[g.nodes[i].outputs[k]].producer = static_cast<int>(i);
+      g.values[g.nodes[i].outputs[k]].output_nr = static_cast<int>(k);
+    }
+  g.rebuild_consumers();
+}
+
 // Activation checkpointing: the forward nodes of each region are cloned just before the first
 // non-forward node that reads one of their results, and those readers are pointed at the clones.
 // The originals' results then die within the forward pass.
@@ -166,13 +176,47 @@ void apply_recompute(Graph& g) {
       if (auto it = clone_of.find(w.value); it != clone_of.end()) w.value = it->second;
     g.nodes.insert(g.nodes.begin() + first_reader, clones.begin(), clones.end());
   }
-  // Node indices moved: producers and consumers follow the new order.
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for (size_t k = 0; k < g.nodes[i].outputs.size(); ++k) {
-      g.values[g.nodes[i].outputs[k]].producer = static_cast<int>(i);
-      g.values[g.nodes[i].outputs[k]].output_nr = static_cast<int>(k);
+  renumber(g);
+}
+
+// Moves each update node to just after the last node it must follow: the producers of its
+// inputs (the final gradient) and every other reader of the parameters/state it overwrites.
+// Gradients and optimizer temporaries then die as soon as they are used, instead of all
+// living until the end of the step. The computation is unchanged (same ops, same inputs).
+void schedule_updates(Graph& g) {
+  const int nn = static_cast<int>(g.nodes.size());
+  std::vector<std::vector<int>> targets_of(nn);  // update node -> values it overwrites
+  for (const WriteBack& w : g.writes)
+    if (g.values[w.value].producer >= 0) targets_of[g.values[w.value].producer].push_back(w.target);
+  std::vector<int> ready_after(nn, -1);
+  for (int u = 0; u < nn; ++u) {
+    if (g.nodes[u].phase != NodePhase::update) continue;
+    int after = -1;
+    for (int in : g.nodes[u].inputs) {
+      const int p = g.values[in].producer;
+      if (p >= 0 && g.nodes[p].phase == NodePhase::update) after = nn;  // chained updates: keep at the end
+      after = std::max(after, p);
     }
-  g.rebuild_consumers();
+    for (int t : targets_of[u])
+      for (int c : g.values[t].consumers)
+        if (g.nodes[c].phase != NodePhase::update) after = std::max(after, c);
+    ready_after[u] = after;
+  }
+  std::vector<Node> order;
+  std::vector<std::vector<int>> due(nn + 1);
+  for (int u = 0; u < nn; ++u)
+    if (g.nodes[u].phase == NodePhase::update) due[std::max(0, std::min(ready_after[u], nn))].push_back(u);
+  for (int u : due[0])
+    if (ready_after[u] < 0) order.push_back(g.nodes[u]);
+  for (int i = 0; i < nn; ++i) {
+    if (g.nodes[i].phase == NodePhase::update) continue;
+    order.push_back(g.nodes[i]);
+    for (int u : due[i])
+      if (ready_after[u] >= 0) order.push_back(g.nodes[u]);
+  }
+  for (int u : due[nn]) order.push_back(g.nodes[u]);
+  g.nodes = std::move(order);
+  renumber(g);
 }
 
 }  // namespace
@@ -257,6 +301,7 @@ Graph trace_step(const LossFn& loss_fn, const std::vector<std::pair<std::string,
   }
 
   apply_recompute(g);
+  schedule_updates(g);
   return g;
 }
 
