@@ -48,6 +48,8 @@ Tensor Executor::bind(int id) {
       const Tensor& target = graph_.values[plan_.base[id]].tensor;
       return over(target.impl()->storage, target.impl()->offset, v.meta);
     }
+    case MemoryPlan::Place::output:
+      return over(Storage::allocate(v.meta.nbytes(), v.meta.device), 0, v.meta);
     case MemoryPlan::Place::external:
       break;
   }

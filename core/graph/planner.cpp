@@ -94,7 +94,13 @@ MemoryPlan plan_memory(const Graph& g) {
   std::vector<int> last_use(nv, -1);
   for (int i = 0; i < nn; ++i)
     for (int in : g.nodes[i].inputs) last_use[root[in]] = std::max(last_use[root[in]], i);
-  for (const auto& out : g.outputs) last_use[root[out.second]] = kEnd;
+  for (const auto& out : g.outputs) {
+    const int v = out.second;
+    if (plan.place[v] == MemoryPlan::Place::external && g.values[v].kind == ValueKind::intermediate)
+      plan.place[v] = MemoryPlan::Place::output;  // its own buffer, read after the step
+    else
+      last_use[root[v]] = kEnd;  // a view of an arena value: keep the arena block to the end
+  }
 
   // 3. Optimizer results go straight into the storage they replace when nothing reads the old
   //    contents later (and the op tolerates its output over its input); otherwise copied at the end.
@@ -165,7 +171,7 @@ MemoryPlan plan_memory(const Graph& g) {
 
 std::string MemoryPlan::summary() const {
   std::ostringstream os;
-  os << "arena " << arena_bytes << " bytes (naive, no reuse: " << naive_bytes << "), " << in_place
+  os << "arena " << arena_bytes << " bytes (naive, no reuse: " << naive_bytes << "; outputs outside), " << in_place
      << " in-place outputs, " << bound_writes << " updates written in place, " << copies.size() << " copied back";
   return os.str();
 }

@@ -6,7 +6,7 @@
 // - optimizer results are written straight into the parameter/state storage they replace
 //   when no later node reads the old value;
 // - everything else gets a best-fit offset in one arena per device.
-// Inputs, parameters, state and constants live outside the arena.
+// Inputs, parameters, state, constants and marked outputs live outside the arena.
 #pragma once
 
 #include <cstddef>
@@ -22,8 +22,9 @@ namespace graph {
 constexpr size_t kArenaAlignment = 64;
 
 struct MemoryPlan {
-  /// Per value: where its bytes are.
-  enum class Place { external, arena, view, bound };
+  /// Per value: where its bytes are. external: an input, parameter, state or constant (their
+  /// own storage); output: a marked output (a buffer of its own, outside the arena).
+  enum class Place { external, arena, view, bound, output };
   std::vector<Place> place;
   std::vector<size_t> offset;   ///< arena: byte offset; view: byte offset inside `base`'s buffer
   std::vector<int> base;        ///< view: the value whose buffer it shares; bound: the param/state value

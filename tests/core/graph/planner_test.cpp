@@ -30,11 +30,14 @@ Graph unary_chain(bool in_place_ops) {
 }
 
 TEST(Planner, InPlaceChainNeedsOneBuffer) {
-  MemoryPlan p = plan_memory(unary_chain(true));
-  // The first result takes a buffer; each later op overwrites its input (its only reader).
+  Graph g = unary_chain(true);
+  MemoryPlan p = plan_memory(g);
+  // The first result takes a buffer; tanh overwrites it (its only reader); the marked output
+  // gets a buffer of its own outside the arena.
   EXPECT_EQ(p.arena_bytes, 4096u);
-  EXPECT_EQ(p.naive_bytes, 3 * 4096u);
-  EXPECT_EQ(p.in_place, 2);
+  EXPECT_EQ(p.naive_bytes, 2 * 4096u);
+  EXPECT_EQ(p.in_place, 1);
+  EXPECT_EQ(p.place[g.outputs[0].second], MemoryPlan::Place::output);
 }
 
 TEST(Planner, ChainOfNonInPlaceOpsNeedsTwoBuffers) {
@@ -54,8 +57,9 @@ TEST(Planner, ShrinkingChainPeakIsTheLargestAdjacentPair) {
   g.outputs.push_back({"out", c});
   MemoryPlan p = plan_memory(g);
   EXPECT_EQ(p.arena_bytes, 16384u + 256u);
-  // b reuses nothing of a (both live while the sum runs); c lands in a's freed block.
-  EXPECT_EQ(p.offset[c], p.offset[a]);
+  // b reuses nothing of a (both live while the sum runs); c, the output, is outside the arena.
+  EXPECT_NE(p.offset[b], p.offset[a]);
+  EXPECT_EQ(p.place[c], MemoryPlan::Place::output);
 }
 
 TEST(Planner, NoInPlaceWhenTheInputHasAnotherReader) {
@@ -68,9 +72,8 @@ TEST(Planner, NoInPlaceWhenTheInputHasAnotherReader) {
   g.outputs.push_back({"w", w});
   MemoryPlan p = plan_memory(g);
   EXPECT_NE(p.offset[z], p.offset[y]);
-  // add does not overwrite y either: y has two readers (the rule: one consumer only).
-  EXPECT_NE(p.offset[w], p.offset[y]);
   EXPECT_EQ(p.in_place, 0);
+  EXPECT_EQ(p.place[w], MemoryPlan::Place::output);
 
   // And the values are right when run.
   Executor ex(std::move(g));
@@ -78,6 +81,27 @@ TEST(Planner, NoInPlaceWhenTheInputHasAnotherReader) {
   ex.run({{"x", xin}});
   Tensor yy = exp(xin);
   EXPECT_TRUE(testing::all_close(ex.fetch("w"), add(yy, tanh(yy)), 0, 0));
+}
+
+TEST(Planner, InPlaceOnlyWithASingleConsumer) {
+  // y = exp(x); a = tanh(y) (y's only reader: may overwrite it); b = neg(a); c = a * b.
+  // neg must not overwrite a: a has a second reader (mul).
+  Graph g;
+  int x = g.add_value(f32({256}), ValueKind::input, "x");
+  int y = g.nodes[g.add_node(op<Exp>(), {x}, {f32({256})}, NodePhase::forward, -1)].outputs[0];
+  int a = g.nodes[g.add_node(op<Tanh>(), {y}, {f32({256})}, NodePhase::forward, -1)].outputs[0];
+  int b = g.nodes[g.add_node(op<Neg>(), {a}, {f32({256})}, NodePhase::forward, -1)].outputs[0];
+  int c = g.nodes[g.add_node(op<Mul>(), {a, b}, {f32({256})}, NodePhase::forward, -1)].outputs[0];
+  g.outputs.push_back({"c", c});
+  MemoryPlan p = plan_memory(g);
+  EXPECT_EQ(p.offset[a], p.offset[y]);
+  EXPECT_NE(p.offset[b], p.offset[a]);
+  EXPECT_EQ(p.in_place, 1);
+  Executor ex(std::move(g));
+  Tensor xin = testing::test_randn({256}, 5, DType::f32);
+  ex.run({{"x", xin}});
+  Tensor av = tanh(exp(xin));
+  EXPECT_TRUE(testing::all_close(ex.fetch("c"), mul(av, neg(av)), 0, 0));
 }
 
 TEST(Planner, ViewsShareTheirSourceAndExtendItsLife) {
@@ -88,8 +112,9 @@ TEST(Planner, ViewsShareTheirSourceAndExtendItsLife) {
   int r = g.nodes[g.add_node(op<Reshape>({{32}}), {y}, {f32({32})}, NodePhase::forward, -1)].outputs[0];
   int t = g.nodes[g.add_node(op<Neg>(), {x}, {f32({4, 8})}, NodePhase::forward, -1)].outputs[0];
   int s = g.nodes[g.add_node(op<Sum>({0, false}), {r}, {f32({})}, NodePhase::forward, -1)].outputs[0];
+  int u = g.nodes[g.add_node(op<Sum>({1, false}), {t}, {f32({4})}, NodePhase::forward, -1)].outputs[0];
   g.outputs.push_back({"s", s});
-  g.outputs.push_back({"t", t});
+  g.outputs.push_back({"u", u});
   MemoryPlan p = plan_memory(g);
   EXPECT_EQ(p.place[r], MemoryPlan::Place::view);
   EXPECT_EQ(p.base[r], y);
@@ -99,7 +124,7 @@ TEST(Planner, ViewsShareTheirSourceAndExtendItsLife) {
   Tensor xin = testing::test_randn({4, 8}, 4, DType::f32);
   ex.run({{"x", xin}});
   EXPECT_TRUE(testing::all_close(ex.fetch("s"), sum(exp(xin)), 0, 0));
-  EXPECT_TRUE(testing::all_close(ex.fetch("t"), neg(xin), 0, 0));
+  EXPECT_TRUE(testing::all_close(ex.fetch("u"), sum(neg(xin), 1), 0, 0));
 }
 
 }  // namespace
