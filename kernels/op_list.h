@@ -40,6 +40,10 @@
   X(MaxBackward)                          \
   /* linear algebra */                    \
   X(Matmul)                               \
+  /* block sparse */                      \
+  X(Bsmm)                                 \
+  X(BsmmDx)                               \
+  X(BsmmDw)                               \
   /* neural network */                    \
   X(Softmax)                              \
   X(LogSoftmax)                           \
@@ -48,7 +52,11 @@
   X(CrossEntropyBackward)                 \
   X(LayerNorm)                            \
   X(LayerNormBackward)                    \
+  X(SparseLayerNorm)                      \
+  X(SparseLayerNormBackward)              \
   X(Dropout)                              \
+  X(BlockAttention)                       \
+  X(BlockAttentionBackward)               \
   /* optimizer updates */                 \
   X(SgdUpdate)                            \
   X(AdamwUpdate)                          \

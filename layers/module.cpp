@@ -33,8 +33,15 @@ void Module::collect(const std::string& prefix, std::vector<NamedParam>& out) co
 }
 
 std::vector<NamedParam> Module::named_parameters() const {
-  std::vector<NamedParam> out;
-  collect("", out);
+  std::vector<NamedParam> all, out;
+  collect("", all);
+  // A tensor registered in several places (tied weights) is listed once, under its first path,
+  // so optimizers update it once and counts include it once.
+  for (const NamedParam& p : all) {
+    bool seen = false;
+    for (const NamedParam& q : out) seen |= q.tensor.same(p.tensor);
+    if (!seen) out.push_back(p);
+  }
   return out;
 }
 

@@ -39,7 +39,8 @@ class Module {
 
   /// Every parameter of this module and its submodules, depth first in registration order.
   std::vector<Tensor> parameters() const;
-  /// The same, with dotted paths ("fc1.weight").
+  /// The same, with dotted paths ("fc1.weight"); a tensor registered twice (tied weights) is
+  /// listed once, under its first path.
   std::vector<NamedParam> named_parameters() const;
   /// Direct submodules with their names.
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& named_children() const { return children_; }

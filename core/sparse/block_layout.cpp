@@ -1,5 +1,6 @@
 #include "core/sparse/block_layout.h"
 
+#include <limits>
 #include <sstream>
 
 #include "core/error.h"
@@ -14,6 +15,8 @@ std::shared_ptr<const BlockLayout> BlockLayout::from_mask(int64_t in_features, i
   TS_CHECK(out_features > 0 && out_features % bs == 0, ShapeError,
            "BlockLayout: output features " << out_features << " must be a positive multiple of the block size " << bs);
   const int64_t rows = in_features / bs, cols = out_features / bs;
+  TS_CHECK(rows * cols <= std::numeric_limits<int32_t>::max(), ShapeError,
+           "BlockLayout: " << rows << "x" << cols << " blocks exceed the 32-bit block index tables");
   TS_CHECK(static_cast<int64_t>(mask.size()) == rows * cols, ShapeError,
            "BlockLayout: mask has " << mask.size() << " entries, a " << in_features << "x" << out_features
                                     << " weight with block size " << bs << " has " << rows << "x" << cols << " blocks");

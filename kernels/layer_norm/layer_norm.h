@@ -16,7 +16,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma = Tensor(), const Tensor&
 /// Inputs x [..., C] floating, then gamma [C] if has_gamma, then beta [C] if has_beta (x's dtype).
 /// Outputs y [..., C] (x's dtype), and the per-row statistics mean [...] and rstd [...]
 /// (rstd = 1/sqrt(var + eps); f64 for f64 x, else f32), saved for backward. Row statistics
-/// are accumulated in double. Backward through layer_norm_backward(g, x, mean, rstd, gamma)
+/// are shifted two-pass sums vectorized in x's compute type. Backward through layer_norm_backward(g, x, mean, rstd, gamma)
 /// -> dx, dgamma, dbeta; gradients arriving at the mean/rstd outputs are ignored (they are
 /// internal: the public function returns y only).
 struct LayerNorm : OpBase {

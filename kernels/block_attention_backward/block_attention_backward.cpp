@@ -1,0 +1,152 @@
+#include "kernels/block_attention_backward/block_attention_backward.h"
+
+#include <Eigen/Core>
+#include <limits>
+
+#include "kernels/block_attention/block_attention.h"
+#include "kernels/common/dispatch.h"
+
+namespace tessera {
+
+std::vector<Tensor> block_attention_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v,
+                                             const Tensor& o, const Tensor& lse,
+                                             const AttentionLayoutPtr& layout, double scale) {
+  return call<BlockAttentionBackward>({layout, scale}, {g, q, k, v, o, lse});
+}
+
+std::vector<TensorMeta> BlockAttentionBackward::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+  check_num_inputs(kName, in, 6);
+  const TensorMeta& q = in[1];
+  const TensorMeta lse = detail::check_block_attention(kName, q, in[2], in[3], attrs.layout, attrs.scale);
+  TS_CHECK(in[0] == q, ShapeError, kName << ": output gradient " << in[0] << " must match q " << q);
+  TS_CHECK(in[4] == q, ShapeError, kName << ": saved output o " << in[4] << " must match q " << q);
+  TS_CHECK(in[5] == lse, ShapeError, kName << ": saved lse " << in[5] << " must be " << lse << " for q " << q);
+  return {q, q, q};
+}
+
+namespace {
+
+template <class T>
+using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using ConstMat = Eigen::Map<const RowMat<T>>;
+template <class T>
+using Mat = Eigen::Map<RowMat<T>>;
+
+// The tensors of one (b, h): [T, D] row-major slices, lse and Δ [T].
+template <class T>
+struct Head {
+  const T *g, *q, *k, *v, *lse, *delta;
+  T *dq, *dk, *dv;
+};
+
+// Tile (query block i, key block j) of one head, bs×bs each:
+//   P  = exp(scale · Q_i·K_jᵀ − lse)          (0 where key > query on the diagonal block)
+//   dS = P ⊙ (dO_i·V_jᵀ − Δ)                  (Δ broadcast along each row)
+template <class T>
+void tile(const Head<T>& x, int64_t i, int64_t j, int64_t bs, int64_t D, T scale, Mat<T>& P, Mat<T>& dS) {
+  ConstMat<T> Qi(x.q + i * bs * D, bs, D), Kj(x.k + j * bs * D, bs, D);
+  ConstMat<T> dOi(x.g + i * bs * D, bs, D), Vj(x.v + j * bs * D, bs, D);
+  P.noalias() = scale * (Qi * Kj.transpose());
+  if (i == j)
+    for (int64_t r = 0; r < bs; ++r)
+      for (int64_t c = r + 1; c < bs; ++c) P(r, c) = -std::numeric_limits<T>::infinity();
+  dS.noalias() = dOi * Vj.transpose();  // dP
+  for (int64_t r = 0; r < bs; ++r) {
+    P.row(r) = (P.row(r).array() - x.lse[i * bs + r]).exp().matrix();
+    dS.row(r) = (P.row(r).array() * (dS.row(r).array() - x.delta[i * bs + r])).matrix();
+  }
+}
+
+// Runs f(task, P, dS) for every task, on OpenMP threads when `parallel` (each task owns the
+// rows it writes, so the schedule does not change the result), else serially with no omp
+// region around Eigen's products (see matmul.cpp).
+template <class T, class F>
+void run_tasks(int64_t tasks, bool parallel, int64_t bs, F f) {
+  auto loop = [&](bool omp_for) {
+    std::vector<T> buf(static_cast<size_t>(2 * bs * bs));
+    Mat<T> P(buf.data(), bs, bs), dS(buf.data() + bs * bs, bs, bs);
+    if (omp_for) {
+#pragma omp for schedule(dynamic)
+      for (int64_t t = 0; t < tasks; ++t) f(t, P, dS);
+    } else {
+      for (int64_t t = 0; t < tasks; ++t) f(t, P, dS);
+    }
+  };
+  if (parallel) {
+#pragma omp parallel
+    loop(true);
+  } else {
+    loop(false);
+  }
+}
+
+}  // namespace
+
+void BlockAttentionBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
+                                 const Attrs& attrs) {
+  const Shape& s = in[1].shape();
+  const int64_t B = s[0], H = s[1], T_ = s[2], D = s[3];
+  const AttentionLayout& L = *attrs.layout;
+  const int64_t nb = L.blocks(), bs = L.block_size();
+  const int64_t tasks = B * H * nb, rows = B * H * T_;
+  const bool parallel = B * L.nnz() * bs * bs * D > kParallelGrain;
+  const double scale = detail::attention_scale(attrs.scale, D);
+  const std::vector<int32_t>&row_ptr = L.row_ptr(), &key_blocks = L.key_blocks();
+  const std::vector<int32_t>&col_ptr = L.col_ptr(), &query_blocks = L.query_blocks();
+  dispatch_float(out[0].dtype(), kName, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* g = in[0].data<T>();
+    const T* o = in[4].data<T>();
+    // Δ_t = rowsum(dO ⊙ O)_t  [B·H·T], accumulated in double.
+    std::vector<T> delta(static_cast<size_t>(rows));
+#pragma omp parallel for if (rows * D > kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      double acc = 0;
+      for (int64_t d = 0; d < D; ++d) acc += static_cast<double>(g[r * D + d]) * o[r * D + d];
+      delta[r] = static_cast<T>(acc);
+    }
+    auto head = [&](int64_t bh) {
+      const int64_t off = bh * T_ * D;
+      return Head<T>{g + off,
+                     in[1].data<T>() + off,
+                     in[2].data<T>() + off,
+                     in[3].data<T>() + off,
+                     in[5].data<T>() + bh * T_,
+                     delta.data() + bh * T_,
+                     out[0].data<T>() + off,
+                     out[1].data<T>() + off,
+                     out[2].data<T>() + off};
+    };
+    const T sc = static_cast<T>(scale);
+    // dq, per (b, h, query block i): dQ_i = scale · sum_j dS_ij · K_j over the row's key blocks.
+    run_tasks<T>(tasks, parallel, bs, [&](int64_t t, Mat<T>& P, Mat<T>& dS) {
+      const int64_t bh = t / nb, h = bh % H, i = t % nb;
+      const Head<T> x = head(bh);
+      Mat<T> dQi(x.dq + i * bs * D, bs, D);
+      dQi.setZero();
+      for (int32_t p = row_ptr[h * nb + i]; p < row_ptr[h * nb + i + 1]; ++p) {
+        const int64_t j = key_blocks[p];
+        tile<T>(x, i, j, bs, D, sc, P, dS);
+        dQi.noalias() += sc * (dS * ConstMat<T>(x.k + j * bs * D, bs, D));
+      }
+    });
+    // dk, dv, per (b, h, key block j), over the query blocks i that attend to it:
+    //   dK_j = scale · sum_i dS_ijᵀ · Q_i,   dV_j = sum_i P_ijᵀ · dO_i.
+    run_tasks<T>(tasks, parallel, bs, [&](int64_t t, Mat<T>& P, Mat<T>& dS) {
+      const int64_t bh = t / nb, h = bh % H, j = t % nb;
+      const Head<T> x = head(bh);
+      Mat<T> dKj(x.dk + j * bs * D, bs, D), dVj(x.dv + j * bs * D, bs, D);
+      dKj.setZero();
+      dVj.setZero();
+      for (int32_t p = col_ptr[h * nb + j]; p < col_ptr[h * nb + j + 1]; ++p) {
+        const int64_t i = query_blocks[p];
+        tile<T>(x, i, j, bs, D, sc, P, dS);
+        dKj.noalias() += sc * (dS.transpose() * ConstMat<T>(x.q + i * bs * D, bs, D));
+        dVj.noalias() += P.transpose() * ConstMat<T>(x.g + i * bs * D, bs, D);
+      }
+    });
+  });
+}
+
+}  // namespace tessera

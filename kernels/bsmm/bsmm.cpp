@@ -1,0 +1,132 @@
+#include "kernels/bsmm/bsmm.h"
+
+#include <Eigen/Core>
+
+#include <algorithm>
+
+#include "kernels/common/dispatch.h"
+#include "kernels/ops.h"
+
+namespace tessera {
+
+Tensor bsmm(const Tensor& x, const Tensor& w, const LayoutPtr& layout, const Tensor& gate) {
+  if (gate.defined()) return call<Bsmm>({layout, true}, {x, w, gate})[0];
+  return call<Bsmm>({layout, false}, {x, w})[0];
+}
+
+namespace detail {
+
+void bsmm_check_layout(const char* op, const LayoutPtr& layout) {
+  TS_CHECK(layout != nullptr, ValueError, op << ": no block layout given");
+}
+
+void bsmm_check_2d(const char* op, const TensorMeta& a, const char* what, int64_t features, const char* fname,
+                   const BlockLayout& layout) {
+  check_floating(op, a, what);
+  TS_CHECK(a.shape.ndim() == 2 && a.shape[1] == features, ShapeError,
+           op << ": " << what << " " << a.shape << " must be [N, " << features << "] (" << fname << " of "
+              << layout.str() << ")");
+}
+
+void bsmm_check_weight(const char* op, const TensorMeta& w, const TensorMeta& a, const BlockLayout& layout) {
+  check_same_dtype(op, a, w);
+  const int64_t bs = layout.block_size();
+  TS_CHECK(w.shape == Shape({layout.nnz(), bs, bs}), ShapeError,
+           op << ": weight " << w.shape << " must be [nnz, bs, bs] = " << Shape({layout.nnz(), bs, bs}) << " for "
+              << layout.str() << " (other input " << a.shape << ")");
+}
+
+void bsmm_check_gate(const char* op, const TensorMeta& gate, const TensorMeta& a, const BlockLayout& layout) {
+  check_same_dtype(op, a, gate);
+  TS_CHECK(gate.shape == Shape({layout.nnz()}), ShapeError,
+           op << ": gate " << gate.shape << " must be [nnz] = " << Shape({layout.nnz()}) << " for " << layout.str()
+              << " (other input " << a.shape << ")");
+}
+
+std::pair<Tensor, Tensor> bsmm_weight_gate_grads(const Tensor& a, const Tensor& b, const Tensor& w,
+                                                 const Tensor& gate, const LayoutPtr& layout, bool need_w,
+                                                 bool need_gate) {
+  if (!need_w && !need_gate) return {};
+  const int64_t nnz = layout->nnz(), bs = layout->block_size();
+  Tensor p = bsmm_dw(a, b, layout);  // [nnz, bs, bs]: P[k] = A_rᵀ·B_c
+  Tensor dw, dgate;
+  if (need_w) dw = gate.defined() ? mul(p, reshape(gate, {nnz, 1, 1})) : p;
+  if (need_gate) dgate = sum(reshape(mul(p, w), {nnz, bs * bs}), 1);
+  return {dw, dgate};
+}
+
+}  // namespace detail
+
+namespace {
+
+template <class T>
+using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using StridedMap = Eigen::Map<const RowMat<T>, 0, Eigen::OuterStride<>>;
+
+// y [N, K] = block-sparse x [N, C] · w. One task per (row tile, output block column c): the
+// [rows, bs] output block is summed in a local buffer over the column's blocks (by increasing
+// block row), then stored. Tiles are fixed, so results do not depend on the thread count.
+template <class T>
+void forward_kernel(const T* x, const T* w, const T* gate, T* y, int64_t n, const BlockLayout& l) {
+  const int64_t C = l.in_features(), K = l.out_features(), bs = l.block_size(), Q = l.block_cols();
+  const int64_t tile = detail::kBsmmRowTile, tiles = (n + tile - 1) / tile;
+  const auto &col_ptr = l.col_ptr(), &col_blocks = l.col_blocks(), &block_row = l.block_row();
+  // Eigen multithreads a product of 1e5 multiply-adds or more unless it runs inside an active
+  // OpenMP region (whose team it would fight): any call with that much work runs in one.
+  const double work = static_cast<double>(n) * bs * bs * static_cast<double>(l.nnz());
+#pragma omp parallel if (work > 5e4)
+  {
+    RowMat<T> acc(std::min(tile, n), bs);
+#pragma omp for schedule(dynamic)
+    for (int64_t task = 0; task < tiles * Q; ++task) {
+      const int64_t c = task % Q, n0 = (task / Q) * tile, rows = std::min(tile, n - n0);
+      auto a = acc.topRows(rows);
+      a.setZero();
+      for (int32_t p = col_ptr[c]; p < col_ptr[c + 1]; ++p) {
+        const int64_t k = col_blocks[p], r = block_row[k];
+        StridedMap<T> xr(x + n0 * C + r * bs, rows, bs, Eigen::OuterStride<>(C));  // [rows, bs]
+        Eigen::Map<const RowMat<T>> wk(w + k * bs * bs, bs, bs);                      // [bs, bs]
+        if (gate) {
+          a.noalias() += gate[k] * xr * wk;
+        } else {
+          a.noalias() += xr * wk;
+        }
+      }
+      Eigen::Map<RowMat<T>, 0, Eigen::OuterStride<>>(y + n0 * K + c * bs, rows, bs, Eigen::OuterStride<>(K)) = a;
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<TensorMeta> Bsmm::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+  detail::bsmm_check_layout(kName, attrs.layout);
+  check_num_inputs(kName, in, attrs.gated ? 3 : 2);
+  const BlockLayout& l = *attrs.layout;
+  detail::bsmm_check_2d(kName, in[0], "x", l.in_features(), "in_features", l);
+  detail::bsmm_check_weight(kName, in[1], in[0], l);
+  if (attrs.gated) detail::bsmm_check_gate(kName, in[2], in[0], l);
+  return {TensorMeta{Shape({in[0].shape[0], l.out_features()}), in[0].dtype, in[0].device}};
+}
+
+void Bsmm::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+  dispatch_float(out[0].dtype(), kName, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    forward_kernel<T>(in[0].data<T>(), in[1].data<T>(), attrs.gated ? in[2].data<T>() : nullptr, out[0].data<T>(),
+                      in[0].size(0), *attrs.layout);
+  });
+}
+
+std::vector<Tensor> Bsmm::backward(const BackwardContext& ctx, const Attrs& attrs) {
+  const Tensor& g = ctx.grad_output();  // [N, K]
+  const Tensor gate = attrs.gated ? ctx.input(2) : Tensor();
+  Tensor dx;
+  if (ctx.needs_input_grad(0)) dx = bsmm_dx(g, ctx.input(1), attrs.layout, gate);
+  auto [dw, dgate] = detail::bsmm_weight_gate_grads(ctx.input(0), g, ctx.input(1), gate, attrs.layout,
+                                                    ctx.needs_input_grad(1), attrs.gated && ctx.needs_input_grad(2));
+  if (attrs.gated) return {dx, dw, dgate};
+  return {dx, dw};
+}
+
+}  // namespace tessera

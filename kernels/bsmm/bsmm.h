@@ -1,0 +1,66 @@
+// Block-sparse matrix multiply: Y = X·W where W [C, K] stores only the bs×bs blocks of a
+// BlockLayout, as w [nnz, bs, bs] (block k covers W[r*bs:(r+1)*bs, c*bs:(c+1)*bs] with
+// r = block_row[k], c = block_col[k]).
+//
+//   LayoutPtr l = random_layout(1024, 1024, 32, 0.1, /*seed=*/7);
+//   Tensor w = normal({l->nnz(), 32, 32}, 0.0, 0.02).requires_grad_();
+//   Tensor y = bsmm(x, w, l);                // x [N, 1024] -> y [N, 1024]
+//   Tensor z = bsmm(x, w, l, gate);          // gate [nnz]: block k scaled by gate[k]
+#pragma once
+
+#include "core/op.h"
+#include "core/sparse/block_layout.h"
+
+namespace tessera {
+
+/// y [N, K] with Y[:, c-block] = sum over stored blocks k of column c of gate[k]·X[:, r-block]·W[k]
+/// (gate[k] = 1 without a gate). x [N, C] with C = layout->in_features(), w [nnz, bs, bs], gate
+/// [nnz] or undefined; one floating dtype. Output block columns with no stored block are zero.
+Tensor bsmm(const Tensor& x, const Tensor& w, const LayoutPtr& layout, const Tensor& gate = Tensor());
+
+/// Forward of the block-sparse matmul. Inputs x [N, C], w [nnz, bs, bs], then gate [nnz] when
+/// `gated`; output y [N, K]. The CPU kernel runs one thread per (row tile, output block column):
+/// each output block is summed in a local buffer in increasing block-row order (deterministic,
+/// no atomics).
+///
+/// Backward, with G = dY [N, K]:
+///   dX = bsmm_dx(G, w, layout, gate)                       (dX_r = sum_k gate[k]·G_c·W[k]ᵀ)
+///   dW[k] = gate[k]·P[k],   P = bsmm_dw(x, G, layout)       (P[k] = X_rᵀ·G_c)
+///   dgate[k] = sum_ij P[k]_ij·W[k]_ij
+/// all written with ops (mul, reshape, sum), so they run on every device and when traced.
+struct Bsmm : OpBase {
+  static constexpr const char* kName = "bsmm";
+  static constexpr unsigned kSaveInputs = 0b111;  // x, w, gate
+  struct Attrs {
+    LayoutPtr layout;
+    bool gated = false;
+  };
+  static std::vector<TensorMeta> infer(const std::vector<TensorMeta>& in, const Attrs&);
+  static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
+  static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
+};
+
+namespace detail {
+
+/// Rows of X / dY per CPU task in bsmm and bsmm_dx (fixed, so results do not depend on threads).
+constexpr int64_t kBsmmRowTile = 256;
+
+/// Shape-rule checks shared by bsmm, bsmm_dx and bsmm_dw (each throws naming `op`):
+/// a layout is set; `a` [N, features] is 2-D floating with `features` columns (`what` names it);
+/// w is [nnz, bs, bs] of the layout in a's dtype; gate is [nnz] in a's dtype.
+void bsmm_check_layout(const char* op, const LayoutPtr& layout);
+void bsmm_check_2d(const char* op, const TensorMeta& a, const char* what, int64_t features, const char* fname,
+                   const BlockLayout& layout);
+void bsmm_check_weight(const char* op, const TensorMeta& w, const TensorMeta& a, const BlockLayout& layout);
+void bsmm_check_gate(const char* op, const TensorMeta& gate, const TensorMeta& a, const BlockLayout& layout);
+
+/// The weight and gate gradients shared by bsmm and bsmm_dx (both bilinear in (a, b) and w):
+/// with P = bsmm_dw(a, b, layout), returns {gate·P (or P when ungated), sum over each block of
+/// P ⊙ w (undefined when ungated)}, each computed only when its flag is set.
+std::pair<Tensor, Tensor> bsmm_weight_gate_grads(const Tensor& a, const Tensor& b, const Tensor& w,
+                                                 const Tensor& gate, const LayoutPtr& layout, bool need_w,
+                                                 bool need_gate);
+
+}  // namespace detail
+
+}  // namespace tessera

@@ -1,0 +1,104 @@
+#include "kernels/sparse_layer_norm/sparse_layer_norm.h"
+
+#include <cmath>
+
+#include "kernels/common/array_map.h"
+#include "kernels/layer_norm/layer_norm.h"  // detail::layer_norm_stats_dtype
+#include "kernels/sparse_layer_norm_backward/sparse_layer_norm_backward.h"
+
+namespace tessera {
+
+Tensor sparse_layer_norm(const Tensor& x, int64_t segments, const Tensor& gamma, const Tensor& beta, double eps,
+                         bool relu) {
+  std::vector<Tensor> in{x};
+  if (gamma.defined()) in.push_back(gamma);
+  if (beta.defined()) in.push_back(beta);
+  return call<SparseLayerNorm>({segments, eps, relu, gamma.defined(), beta.defined()}, in)[0];
+}
+
+namespace detail {
+
+Shape sparse_layer_norm_stats_shape(const Shape& x, int64_t segments) {
+  std::vector<int64_t> s = x.vec();
+  s.back() = segments;
+  return Shape(s);
+}
+
+void check_segments(const char* op, const TensorMeta& x, int64_t segments) {
+  TS_CHECK(segments >= 1, ValueError, op << ": segments must be >= 1, got " << segments << " for x " << x);
+  TS_CHECK(x.shape.ndim() >= 1 && x.shape[-1] > 0, ShapeError,
+           op << ": x must have a non-empty last dim to normalize over, got " << x);
+  TS_CHECK(x.shape[-1] % segments == 0, ShapeError,
+           op << ": the last dim of x " << x << " (" << x.shape[-1] << ") must be divisible by segments ("
+              << segments << ")");
+}
+
+}  // namespace detail
+
+std::vector<TensorMeta> SparseLayerNorm::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+  check_num_inputs(kName, in, 1 + attrs.has_gamma + attrs.has_beta);
+  const TensorMeta& x = in[0];
+  check_floating(kName, x, "x");
+  detail::check_segments(kName, x, attrs.segments);
+  TS_CHECK(std::isfinite(attrs.eps) && attrs.eps >= 0, ValueError,
+           "sparse_layer_norm: eps must be >= 0, got " << attrs.eps);
+  const Shape c{x.shape[-1]};
+  for (size_t i = 1; i < in.size(); ++i) {
+    const char* what = (i == 1 && attrs.has_gamma) ? "gamma" : "beta";
+    TS_CHECK(in[i].shape == c, ShapeError,
+             "sparse_layer_norm: " << what << " " << in[i] << " must have shape " << c << " for x " << x);
+    TS_CHECK(in[i].dtype == x.dtype, DTypeError,
+             "sparse_layer_norm: " << what << " " << in[i] << " and x " << x << " differ in dtype");
+  }
+  const TensorMeta stats{detail::sparse_layer_norm_stats_shape(x.shape, attrs.segments),
+                         detail::layer_norm_stats_dtype(x.dtype), x.device};
+  return {x, stats, stats};
+}
+
+void SparseLayerNorm::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+  const int64_t c = in[0].shape()[-1];
+  const int64_t nseg = attrs.segments, gs = c / nseg;  // segments per row, features per segment (G)
+  const int64_t units = in[0].numel() / gs;            // rows · segments, one statistic each
+  dispatch_float(out[0].dtype(), kName, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* x = in[0].data<T>();
+    const T* gamma = attrs.has_gamma ? in[1].data<T>() : nullptr;
+    const T* beta = attrs.has_beta ? in[1 + attrs.has_gamma].data<T>() : nullptr;
+    T* y = out[0].data<T>();
+    T* mean = out[1].data<T>();  // [rows, S] = [units]
+    T* rstd = out[2].data<T>();  // [rows, S]
+    // Unit u = (row u / S, segment u % S) owns x[u·G, (u+1)·G) and parameters [(u % S)·G, ...).
+#pragma omp parallel for if (units * gs > kParallelGrain)
+    for (int64_t u = 0; u < units; ++u) {
+      const int64_t p = (u % nseg) * gs;  // offset of the segment's parameters
+      cpu::ConstArrayMap<T> xs(x + u * gs, gs);
+      cpu::ArrayMap<T> ys(y + u * gs, gs);
+      // Shifted two-pass statistics as in layer_norm (same expressions, so segments == 1 gives
+      // identical bits): k = x_0, d = x − k, m = mean(d), mu = k + m, var = mean((d − m)²).
+      const T k = xs[0];
+      const T m = (xs - k).mean();
+      const T var = ((xs - k) - m).square().mean();
+      const T rs = static_cast<T>(1.0 / std::sqrt(static_cast<double>(var) + attrs.eps));
+      mean[u] = k + m;
+      rstd[u] = rs;
+      // y = max(xhat · gamma + beta, 0) (max only with relu), xhat = (d − m) · rstd.
+      ys = ((xs - k) - m) * rs;
+      if (gamma) ys *= cpu::ConstArrayMap<T>(gamma + p, gs);
+      if (beta) ys += cpu::ConstArrayMap<T>(beta + p, gs);
+      if (attrs.relu) ys = ys.max(T(0));
+    }
+  });
+}
+
+std::vector<Tensor> SparseLayerNorm::backward(const BackwardContext& ctx, const Attrs& attrs) {
+  const Tensor gamma = attrs.has_gamma ? ctx.input(1) : Tensor();
+  const Tensor y = attrs.relu ? ctx.output(0) : Tensor();
+  std::vector<Tensor> d = sparse_layer_norm_backward(ctx.grad_output(0), ctx.input(0), ctx.output(1),
+                                                     ctx.output(2), attrs.segments, y, gamma);
+  std::vector<Tensor> grads{ctx.needs_input_grad(0) ? d[0] : Tensor()};
+  if (attrs.has_gamma) grads.push_back(ctx.needs_input_grad(1) ? d[1] : Tensor());
+  if (attrs.has_beta) grads.push_back(ctx.needs_input_grad(1 + attrs.has_gamma) ? d[2] : Tensor());
+  return grads;
+}
+
+}  // namespace tessera

@@ -1,0 +1,128 @@
+#include "layers/block_sparse_linear.h"
+
+#include <Eigen/Dense>
+#include <cmath>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/sparse/generators.h"
+#include "kernels/ops.h"
+
+namespace tessera {
+namespace nn {
+
+namespace {
+
+// Floor under squared column norms: keeps rsqrt finite (and gradients free of 0·inf) for output
+// columns without stored blocks, whose norm is 0, and leaves every stored column exact.
+constexpr double kSqNormFloor = 1e-30;
+
+LayoutPtr make_layout(const BlockSparseLinearOptions& o) {
+  const int64_t in = o.in_features(), out = o.out_features(), bs = o.block_size();
+  if (o.layout()) {
+    const BlockLayout& l = *o.layout();
+    TS_CHECK(l.in_features() == in && l.out_features() == out && l.block_size() == bs, ShapeError,
+             "BlockSparseLinear: layout " << l.str() << " does not match in " << in << ", out " << out
+                                          << ", block size " << bs);
+    return o.layout();
+  }
+  TS_CHECK(o.density() > 0 && o.density() <= 1, ValueError,
+           "BlockSparseLinear: density " << o.density() << " must be in (0, 1]");
+  if (o.density() >= 1) return dense_layout(in, out, bs);
+  return random_layout(in, out, bs, o.density(), o.seed());
+}
+
+// Each bs×bs block an orthogonal matrix: Q of the QR factorization of a standard normal matrix,
+// with the signs of R's diagonal moved into Q (so Q is uniformly distributed, not biased by
+// the factorization's sign convention).
+Tensor orthogonal_blocks(int64_t nnz, int64_t bs, Generator& gen, DType dtype) {
+  std::vector<double> v = normal({nnz, bs, bs}, 0.0, 1.0, gen, DType::f64).to_vector<double>();
+  using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  for (int64_t k = 0; k < nnz; ++k) {
+    Eigen::Map<Mat> block(v.data() + k * bs * bs, bs, bs);
+    Eigen::HouseholderQR<Mat> qr(block);
+    Mat q = qr.householderQ();
+    const Mat r = qr.matrixQR().triangularView<Eigen::Upper>();
+    for (int64_t j = 0; j < bs; ++j)
+      if (r(j, j) < 0) q.col(j) *= -1.0;
+    block = q;
+  }
+  return from_vector(v, {nnz, bs, bs}, dtype);
+}
+
+// Diagonal blocks (block row == block column) identity, the others zero.
+Tensor identity_blocks(const BlockLayout& l, DType dtype) {
+  const int64_t bs = l.block_size();
+  std::vector<double> v(static_cast<size_t>(l.nnz() * bs * bs), 0.0);
+  for (int64_t k = 0; k < l.nnz(); ++k)
+    if (l.block_row()[k] == l.block_col()[k])
+      for (int64_t i = 0; i < bs; ++i) v[(k * bs + i) * bs + i] = 1.0;
+  return from_vector(v, {l.nnz(), bs, bs}, dtype);
+}
+
+// ||V[:, j]||² over the stored blocks, as a [1, out] row: 1 [1, in] · (V ⊙ V) block-sparse.
+Tensor column_sq_norms(const Tensor& v, const LayoutPtr& l) {
+  Tensor one = fill(TensorMeta{Shape({1, l->in_features()}), v.dtype(), v.device()}, 1.0);
+  return bsmm(one, mul(v, v), l);
+}
+
+}  // namespace
+
+BlockSparseLinearOptions::BlockSparseLinearOptions(const LayoutPtr& layout)
+    : in_(layout ? layout->in_features() : 0),
+      out_(layout ? layout->out_features() : 0),
+      bs_(layout ? layout->block_size() : 0),
+      layout_(layout) {
+  TS_CHECK(layout != nullptr, ValueError, "BlockSparseLinearOptions: the layout is null");
+}
+
+BlockSparseLinear::BlockSparseLinear(const BlockSparseLinearOptions& options, Generator& gen)
+    : options_(options), layout_(make_layout(options)) {
+  const int64_t nnz = layout_->nnz(), bs = layout_->block_size(), out = layout_->out_features();
+  const DType dt = options.dtype();
+  TS_CHECK(is_floating(dt), DTypeError, "BlockSparseLinear: parameter dtype " << dt << " is not floating");
+  Tensor w;
+  switch (options.init()) {
+    case BlockSparseInit::normal: {
+      const double fan_in = static_cast<double>(nnz * bs * bs) / static_cast<double>(out);
+      const double std = options.init_std() > 0 ? options.init_std() : 1.0 / std::sqrt(fan_in);
+      w = normal({nnz, bs, bs}, 0.0, std, gen, dt);
+      break;
+    }
+    case BlockSparseInit::orthogonal: w = orthogonal_blocks(nnz, bs, gen, dt); break;
+    case BlockSparseInit::identity: w = identity_blocks(*layout_, dt); break;
+  }
+  weight_ = register_parameter("weight", w);
+  if (options.bias()) bias_ = register_parameter("bias", zeros({out}, dt));
+  if (options.gate()) gate_ = register_parameter("gate", ones({nnz}, dt));
+  if (options.weight_norm()) {
+    // gain = the initial column norms, so that W = V until training moves them apart.
+    NoGradGuard no_grad;
+    Tensor g = reshape(sqrt(column_sq_norms(weight_.detach(), layout_)), {out});
+    gain_ = register_parameter("gain", g.clone().detach());
+  }
+}
+
+Tensor BlockSparseLinear::effective_weight() const {
+  if (!gain_.defined()) return weight_;
+  const int64_t out = layout_->out_features();
+  // s [out] = gain / ||V[:, j]||, spread to every stored block as s[c*bs + j] at [k, i, j].
+  Tensor s = mul(gain_, rsqrt(clamp(reshape(column_sq_norms(weight_, layout_), {out}), kSqNormFloor, std::nullopt)));
+  Tensor one = fill(TensorMeta{Shape({1, layout_->in_features()}), weight_.dtype(), weight_.device()}, 1.0);
+  return mul(weight_, bsmm_dw(one, reshape(s, {1, out}), layout_));
+}
+
+Tensor BlockSparseLinear::forward(const Tensor& x) const {
+  const int64_t in = layout_->in_features();
+  TS_CHECK(x.dim() >= 1 && x.size(x.dim() - 1) == in, ShapeError,
+           "BlockSparseLinear: x " << x.meta() << " must have last dim " << in << " (" << layout_->str() << ")");
+  std::vector<int64_t> out_shape = x.shape().vec();
+  out_shape.back() = layout_->out_features();
+  // [..., in] -> [rows, in] -> [rows, out] -> [..., out] (reshapes are views).
+  Tensor y = bsmm(x.dim() == 2 ? x : reshape(x, {-1, in}), effective_weight(), layout_, gate_);
+  if (bias_.defined()) y = add(y, bias_);  // [rows, out] + [out]
+  return x.dim() == 2 ? y : reshape(y, out_shape);
+}
+
+}  // namespace nn
+}  // namespace tessera

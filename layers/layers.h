@@ -1,0 +1,10 @@
+// Every layer: include this to use tessera's nn::Module and the layers built on it.
+#pragma once
+
+#include "layers/block_sparse_linear.h"
+#include "layers/dropout.h"
+#include "layers/embedding.h"
+#include "layers/layer_norm.h"
+#include "layers/linear.h"
+#include "layers/module.h"
+#include "layers/sparse_layer_norm.h"

@@ -1,0 +1,185 @@
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include "core/sparse/generators.h"
+#include "gradcheck.h"
+#include "kernels/ops.h"
+
+namespace tessera {
+namespace {
+
+using testing::all_close;
+using testing::expect_error;
+using testing::gradcheck;
+using testing::test_randn;
+
+// The dense W [C, K] that w [nnz, bs, bs] stands for (gate folded in), zeros off the layout.
+std::vector<double> dense_weight(const Tensor& w, const BlockLayout& l, const Tensor& gate = Tensor()) {
+  const int64_t bs = l.block_size(), K = l.out_features();
+  std::vector<double> wv = w.to_vector<double>(), gv = gate.defined() ? gate.to_vector<double>() : std::vector<double>();
+  std::vector<double> d(l.in_features() * K, 0.0);
+  for (int64_t k = 0; k < l.nnz(); ++k)
+    for (int64_t i = 0; i < bs; ++i)
+      for (int64_t j = 0; j < bs; ++j)
+        d[(l.block_row()[k] * bs + i) * K + l.block_col()[k] * bs + j] =
+            wv[(k * bs + i) * bs + j] * (gate.defined() ? gv[k] : 1.0);
+  return d;
+}
+
+// C [m, n] = op(A)·op(B) with plain loops; A [m, p] (or [p, m] when ta), B [p, n] (or [n, p] when tb).
+std::vector<double> ref_mm(const std::vector<double>& a, const std::vector<double>& b, int64_t m, int64_t n, int64_t p,
+                           bool ta = false, bool tb = false) {
+  std::vector<double> c(m * n, 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t q = 0; q < p; ++q) c[i * n + j] += (ta ? a[q * m + i] : a[i * p + q]) * (tb ? b[j * p + q] : b[q * n + j]);
+  return c;
+}
+
+// Layouts of every block size, random and hand-made with an empty block row and an empty column.
+std::vector<LayoutPtr> test_layouts() {
+  std::vector<LayoutPtr> ls;
+  for (int64_t bs : {8, 16, 32, 64}) {
+    ls.push_back(random_layout(3 * bs, 5 * bs, bs, 0.4, static_cast<uint64_t>(bs)));
+    // 3x4 blocks: row 1 and column 2 empty.
+    ls.push_back(BlockLayout::from_mask(3 * bs, 4 * bs, bs, {1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1}));
+  }
+  return ls;
+}
+
+// Small layouts of each block size for gradchecks: 2x3 blocks with block (1, 1) missing and
+// column 2 holding a single block.
+LayoutPtr grad_layout(int64_t bs) { return BlockLayout::from_mask(2 * bs, 3 * bs, bs, {1, 1, 0, 1, 0, 1}); }
+
+TEST(Bsmm, HandComputedSingleBlock) {
+  // 2x2 blocks of 8, only block (0, 1) stored, holding 2·I: y[:, 0:8] = 0, y[:, 8:16] = 2·x[:, 0:8].
+  LayoutPtr l = BlockLayout::from_mask(16, 16, 8, {0, 1, 0, 0});
+  std::vector<double> eye(64, 0.0);
+  for (int i = 0; i < 8; ++i) eye[i * 9] = 2.0;
+  Tensor w = from_vector(eye, {1, 8, 8});
+  Tensor x = reshape(arange(0, 48, 1, DType::f64), {3, 16});
+  Tensor y = bsmm(x, w, l);
+  std::vector<double> expect(48, 0.0);
+  for (int n = 0; n < 3; ++n)
+    for (int j = 0; j < 8; ++j) expect[n * 16 + 8 + j] = 2.0 * (n * 16 + j);
+  EXPECT_TRUE(all_close(y, expect));
+  // With gate 0.5 the block is I.
+  Tensor yg = bsmm(x, w, l, tensor({0.5}, DType::f64));
+  for (double& e : expect) e *= 0.5;
+  EXPECT_TRUE(all_close(yg, expect));
+}
+
+TEST(Bsmm, AllOpsMatchMaskedDenseMatmul) {
+  uint64_t seed = 10;
+  for (const LayoutPtr& l : test_layouts())
+    for (int64_t n : {1, 7, 300})  // 300 spans two row tiles
+      for (bool gated : {false, true}) {
+        const int64_t C = l->in_features(), K = l->out_features(), bs = l->block_size();
+        Tensor x = test_randn({n, C}, ++seed), dy = test_randn({n, K}, ++seed);
+        Tensor w = test_randn({l->nnz(), bs, bs}, ++seed), gate = gated ? test_randn({l->nnz()}, ++seed) : Tensor();
+        std::vector<double> wd = dense_weight(w, *l, gate);
+        SCOPED_TRACE(l->str() + " N=" + std::to_string(n) + (gated ? " gated" : ""));
+        EXPECT_TRUE(all_close(bsmm(x, w, l, gate), ref_mm(x.to_vector<double>(), wd, n, K, C), 1e-12, 1e-12));
+        EXPECT_TRUE(all_close(bsmm_dx(dy, w, l, gate), ref_mm(dy.to_vector<double>(), wd, n, C, K, false, true), 1e-12,
+                              1e-12));
+        if (gated) continue;
+        // dw: the layout's blocks of the dense Xᵀ·dY [C, K].
+        std::vector<double> full = ref_mm(x.to_vector<double>(), dy.to_vector<double>(), C, K, n, true), dw;
+        for (int64_t k = 0; k < l->nnz(); ++k)
+          for (int64_t i = 0; i < bs; ++i)
+            for (int64_t j = 0; j < bs; ++j)
+              dw.push_back(full[(l->block_row()[k] * bs + i) * K + l->block_col()[k] * bs + j]);
+        EXPECT_TRUE(all_close(bsmm_dw(x, dy, l), dw, 1e-12, 1e-12));
+      }
+}
+
+TEST(Bsmm, EmptyColumnsAreZeroAndF32MatchesF64) {
+  LayoutPtr l = BlockLayout::from_mask(48, 64, 16, {1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1});
+  Tensor x = test_randn({5, 48}, 3, DType::f32), w = test_randn({4, 16, 16}, 4, DType::f32);
+  Tensor y = bsmm(x, w, l);
+  std::vector<double> yv = y.to_vector<double>(), ref = ref_mm(x.to_vector<double>(), dense_weight(w, *l), 5, 64, 48);
+  EXPECT_TRUE(all_close(y, ref, 1e-5, 1e-5));
+  for (int64_t n = 0; n < 5; ++n)
+    for (int64_t j = 32; j < 48; ++j) EXPECT_EQ(yv[n * 64 + j], 0.0);  // block column 2 stores nothing
+  Tensor yh = bsmm(test_randn({5, 48}, 3, DType::bf16), test_randn({4, 16, 16}, 4, DType::bf16), l);
+  EXPECT_EQ(yh.dtype(), DType::bf16);
+  EXPECT_TRUE(all_close(yh, ref, 3e-2, 3e-1));
+}
+
+TEST(Bsmm, DeterministicAcrossThreadCounts) {
+  LayoutPtr l = random_layout(256, 512, 32, 0.3, 5);
+  Tensor x = test_randn({515, 256}, 1, DType::f32), w = test_randn({l->nnz(), 32, 32}, 2, DType::f32);
+  Tensor dy = test_randn({515, 512}, 3, DType::f32), gate = test_randn({l->nnz()}, 4, DType::f32);
+  const int threads = omp_get_max_threads();
+  std::vector<std::vector<float>> runs[2];
+  for (int t : {threads, 1}) {
+    omp_set_num_threads(t);
+    runs[t == 1].push_back(bsmm(x, w, l, gate).to_vector<float>());
+    runs[t == 1].push_back(bsmm_dx(dy, w, l, gate).to_vector<float>());
+    runs[t == 1].push_back(bsmm_dw(x, dy, l).to_vector<float>());
+  }
+  omp_set_num_threads(threads);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(runs[0][i], runs[1][i]) << "output " << i;
+}
+
+TEST(Bsmm, EmptyBatch) {
+  LayoutPtr l = grad_layout(8);
+  EXPECT_EQ(bsmm(zeros({0, 16}), zeros({4, 8, 8}), l).shape(), Shape({0, 24}));
+  EXPECT_EQ(bsmm_dx(zeros({0, 24}), zeros({4, 8, 8}), l).shape(), Shape({0, 16}));
+  EXPECT_TRUE(all_close(bsmm_dw(zeros({0, 16}), zeros({0, 24}), l), std::vector<double>(256, 0.0)));
+}
+
+TEST(Bsmm, SymbolicShapes) {
+  LayoutPtr l = random_layout(64, 96, 32, 0.5, 1);
+  Tensor y = bsmm(symbolic({9, 64}), symbolic({l->nnz(), 32, 32}), l);
+  EXPECT_TRUE(y.is_symbolic());
+  EXPECT_EQ(y.shape(), Shape({9, 96}));
+  EXPECT_EQ(bsmm_dx(symbolic({9, 96}), symbolic({l->nnz(), 32, 32}), l).shape(), Shape({9, 64}));
+  EXPECT_EQ(bsmm_dw(symbolic({9, 64}), symbolic({9, 96}), l).shape(), Shape({l->nnz(), 32, 32}));
+}
+
+TEST(Bsmm, GradientsOfEveryOp) {
+  for (int64_t bs : {8, 16, 32, 64}) {
+    LayoutPtr l = grad_layout(bs);
+    const int64_t C = l->in_features(), K = l->out_features(), nnz = l->nnz();
+    for (int64_t n : {1, 3}) {
+      SCOPED_TRACE("bs=" + std::to_string(bs) + " N=" + std::to_string(n));
+      Tensor x = test_randn({n, C}, 1), dy = test_randn({n, K}, 2), w = test_randn({nnz, bs, bs}, 3);
+      Tensor gate = test_randn({nnz}, 4);
+      EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& a) { return bsmm(a[0], a[1], l); }, {x, w}));
+      EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& a) { return bsmm(a[0], a[1], l, a[2]); }, {x, w, gate}));
+      EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& a) { return bsmm_dx(a[0], a[1], l); }, {dy, w}));
+      EXPECT_TRUE(
+          gradcheck([&](const std::vector<Tensor>& a) { return bsmm_dx(a[0], a[1], l, a[2]); }, {dy, w, gate}));
+      EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& a) { return bsmm_dw(a[0], a[1], l); }, {x, dy}));
+    }
+  }
+}
+
+TEST(Bsmm, GradientOnlyWhereNeeded) {
+  LayoutPtr l = grad_layout(8);
+  Tensor x = test_randn({3, 16}, 1), w = test_randn({4, 8, 8}, 2).requires_grad_(), gate = test_randn({4}, 3);
+  sum(bsmm(x, w, l, gate)).backward();
+  EXPECT_TRUE(w.grad().defined());
+  EXPECT_EQ(w.grad().shape(), Shape({4, 8, 8}));
+  EXPECT_FALSE(x.grad().defined());
+}
+
+TEST(Bsmm, ErrorsNameOpAndShapes) {
+  LayoutPtr l = grad_layout(8);  // C = 16, K = 24, nnz = 4
+  Tensor x = zeros({3, 16}), w = zeros({4, 8, 8}), dy = zeros({3, 24});
+  expect_error<ShapeError>([&] { bsmm(zeros({3, 17}), w, l); }, {"bsmm", "[3, 17]", "16"});
+  expect_error<ShapeError>([&] { bsmm(zeros({16}), w, l); }, {"bsmm", "[16]"});
+  expect_error<ShapeError>([&] { bsmm(x, zeros({5, 8, 8}), l); }, {"bsmm", "[5, 8, 8]", "[4, 8, 8]", "[3, 16]"});
+  expect_error<ShapeError>([&] { bsmm(x, w, l, zeros({3})); }, {"bsmm", "gate", "[3]", "[4]"});
+  expect_error<DTypeError>([&] { bsmm(x, zeros({4, 8, 8}, DType::f64), l); }, {"bsmm"});
+  expect_error<DTypeError>([&] { bsmm(zeros({3, 16}, DType::i32), zeros({4, 8, 8}, DType::i32), l); }, {"bsmm"});
+  expect_error<ValueError>([&] { bsmm(x, w, nullptr); }, {"bsmm", "layout"});
+  expect_error<ShapeError>([&] { bsmm_dx(x, w, l); }, {"bsmm_dx", "dy", "[3, 16]", "24"});
+  expect_error<ShapeError>([&] { bsmm_dx(dy, zeros({4, 16, 16}), l); }, {"bsmm_dx", "[4, 16, 16]"});
+  expect_error<ShapeError>([&] { bsmm_dw(x, zeros({2, 24}), l); }, {"bsmm_dw", "[3, 16]", "[2, 24]"});
+  expect_error<ShapeError>([&] { bsmm_dw(x, zeros({3, 16}), l); }, {"bsmm_dw", "dy", "[3, 16]"});
+}
+
+}  // namespace
+}  // namespace tessera
