@@ -40,7 +40,12 @@ std::vector<double> ref_mm(const std::vector<double>& a, const std::vector<doubl
 std::vector<LayoutPtr> test_layouts() {
   std::vector<LayoutPtr> ls;
   for (int64_t bs : {8, 16, 32, 64}) {
+    // Every generator: random, Barabási–Albert, Watts–Strogatz, balanced (6x6 blocks where square).
     ls.push_back(random_layout(3 * bs, 5 * bs, bs, 0.4, static_cast<uint64_t>(bs)));
+    ls.push_back(barabasi_albert_layout(6 * bs, 6 * bs, bs, 2, static_cast<uint64_t>(bs) + 1));
+    ls.push_back(watts_strogatz_layout(6 * bs, 6 * bs, bs, 2, 0.3, static_cast<uint64_t>(bs) + 2));
+    ls.push_back(balanced_random_layout(6 * bs, 3 * bs, bs, 2, static_cast<uint64_t>(bs) + 3));
+    ls.push_back(dense_layout(2 * bs, 2 * bs, bs));
     // 3x4 blocks: row 1 and column 2 empty.
     ls.push_back(BlockLayout::from_mask(3 * bs, 4 * bs, bs, {1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1}));
   }
