@@ -52,6 +52,8 @@
   X(CrossEntropyBackward)                 \
   X(LayerNorm)                            \
   X(LayerNormBackward)                    \
+  X(LstmGates)                            \
+  X(LstmGatesBackward)                    \
   X(SparseLayerNorm)                      \
   X(SparseLayerNormBackward)              \
   X(Dropout)                              \

@@ -1,4 +1,6 @@
 // The language models: each buildable from a JSON config (see each header for the fields).
 #pragma once
 
+#include "models/char_lstm_lm.h"
 #include "models/config_reader.h"
+#include "models/transformer_lm.h"

@@ -1,0 +1,67 @@
+#include "layers/attention.h"
+
+#include "kernels/ops.h"
+
+namespace tessera {
+namespace nn {
+
+AttentionLayoutPtr make_attention_layout(const AttentionOptions& o) {
+  const int64_t T = o.seq_len(), bs = o.block_size(), H = o.heads();
+  if (o.layout()) {
+    const AttentionLayout& l = *o.layout();
+    TS_CHECK(l.heads() == H && l.seq_len() == T, ValueError,
+             "MultiHeadAttention: layout " << l.str() << " does not match heads " << H << ", seq_len " << T);
+    return o.layout();
+  }
+  const std::string& kind = o.layout_kind();
+  if (kind == "dense") return AttentionLayout::dense_causal(T, bs, H);
+  if (kind == "local") return AttentionLayout::local_window(T, bs, H, o.window());
+  if (kind == "fixed") return AttentionLayout::fixed(T, bs, H, o.stride(), o.summary());
+  if (kind == "strided") return AttentionLayout::strided(T, bs, H, o.stride());
+  TS_THROW(ValueError, "MultiHeadAttention: unknown layout kind \""
+                           << kind << "\" (expected dense, local, fixed or strided)");
+}
+
+MultiHeadAttention::MultiHeadAttention(const AttentionOptions& o, Generator& gen) : options_(o) {
+  const int64_t C = o.width(), H = o.heads();
+  TS_CHECK(C > 0 && H > 0 && o.seq_len() > 0, ValueError,
+           "MultiHeadAttention: width " << C << ", heads " << H << " and seq_len " << o.seq_len()
+                                        << " must be > 0");
+  TS_CHECK(C % H == 0, ValueError, "MultiHeadAttention: width " << C << " is not a multiple of heads " << H);
+  layout_ = make_attention_layout(o);
+  qkv_ = Projection(ProjectionOptions(C, 3 * C)
+                        .block_size(o.linear_block_size())
+                        .density(o.density(), o.seed())
+                        .bias(o.bias())
+                        .dtype(o.dtype()),
+                    gen);
+  proj_ = Projection(ProjectionOptions(C, C)
+                         .block_size(o.linear_block_size())
+                         .density(o.density(), o.seed() + 1)
+                         .bias(o.bias())
+                         .dtype(o.dtype()),
+                     gen);
+  register_module("qkv", qkv_.module());
+  register_module("proj", proj_.module());
+  drop_ = register_module("drop", std::make_shared<Dropout>(DropoutOptions(o.dropout())));
+}
+
+Tensor MultiHeadAttention::forward(const Tensor& x, int64_t B, Generator& dropout_gen) const {
+  const int64_t T = options_.seq_len(), C = options_.width(), H = options_.heads(), D = C / H;
+  TS_CHECK(
+      B > 0 && x.dim() == 2 && x.size(0) == B * T && x.size(1) == C, ShapeError,
+      "MultiHeadAttention: x " << x.meta() << " must be [B*T, C] = [" << B << "*" << T << ", " << C << "]");
+  // Heads apart: [B*T, 3C] -> [B, T, 3, H, D] -> [3, B, H, T, D] -> q, k, v [B, H, T, D].
+  Tensor qkv = permute(reshape(qkv_.forward(x), {B, T, 3, H, D}), {2, 0, 3, 1, 4});
+  std::vector<Tensor> parts = split(qkv, {1, 1, 1}, 0);
+  Tensor q = reshape(parts[0], {B, H, T, D}), k = reshape(parts[1], {B, H, T, D}),
+         v = reshape(parts[2], {B, H, T, D});
+  Tensor o = block_attention(q, k, v, layout_, options_.scale());  // [B, H, T, D]
+  // Heads merged: [B, H, T, D] -> [B, T, H, D] -> [B*T, C].
+  Tensor y = proj_.forward(reshape(permute(o, {0, 2, 1, 3}), {B * T, C}));
+  if (is_training() && options_.dropout() > 0) y = drop_->forward(y, dropout_gen);
+  return y;
+}
+
+}  // namespace nn
+}  // namespace tessera

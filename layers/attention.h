@@ -1,0 +1,121 @@
+// nn::MultiHeadAttention: causal multi-head self-attention over a block-sparse attention layout,
+// with dense or block-sparse projections.
+//
+//   Generator gen(0);
+//   nn::MultiHeadAttention attn(nn::AttentionOptions(/*width=*/256, /*heads=*/4, /*seq_len=*/128)
+//                                   .block_size(32).layout("local").window(2)     // attention layout
+//                                   .linear_block_size(32).density(0.5, /*seed=*/1),  // sparse qkv/proj
+//                               gen);
+//   Tensor y = attn.forward(x, /*batch=*/B);   // x [B*128, 256] (batch-major rows) -> [B*128, 256]
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/random.h"
+#include "kernels/block_attention/attention_layout.h"
+#include "layers/dropout.h"
+#include "layers/module.h"
+#include "layers/projection.h"
+
+namespace tessera {
+namespace nn {
+
+/// Options of MultiHeadAttention. The attention layout is either given (layout(AttentionLayoutPtr))
+/// or generated from a kind: "dense" (AttentionLayout::dense_causal), "local" (local_window(window)),
+/// "fixed" (fixed(stride, summary)) or "strided" (strided(stride)); window, stride and summary
+/// count attention blocks of block_size() tokens.
+struct AttentionOptions {
+  AttentionOptions(int64_t width, int64_t heads, int64_t seq_len)
+      : width_(width), heads_(heads), seq_len_(seq_len) {}
+
+  AttentionOptions& width(int64_t c) { width_ = c; return *this; }
+  AttentionOptions& heads(int64_t h) { heads_ = h; return *this; }
+  AttentionOptions& seq_len(int64_t t) { seq_len_ = t; return *this; }
+  /// Attention block size (8, 16, 32 or 64; seq_len must be a multiple).
+  AttentionOptions& block_size(int64_t bs) { block_size_ = bs; return *this; }
+  /// Layout kind: "dense", "local", "fixed" or "strided".
+  AttentionOptions& layout(std::string kind) { kind_ = std::move(kind); return *this; }
+  AttentionOptions& layout(const char* kind) { kind_ = kind; return *this; }
+  /// An explicit layout (heads and seq_len must match); takes precedence over the kind.
+  AttentionOptions& layout(AttentionLayoutPtr l) { layout_ = std::move(l); return *this; }
+  AttentionOptions& window(int64_t blocks) { window_ = blocks; return *this; }
+  AttentionOptions& stride(int64_t blocks) { stride_ = blocks; return *this; }
+  AttentionOptions& summary(int64_t blocks) { summary_ = blocks; return *this; }
+  /// Softmax scale; 0 (the default) = 1/sqrt(width / heads).
+  AttentionOptions& scale(double s) { scale_ = s; return *this; }
+  /// Block size of the qkv and output projections: 0 (the default) = dense Linear.
+  AttentionOptions& linear_block_size(int64_t bs) { linear_block_ = bs; return *this; }
+  /// Density of the block-sparse projections' random layouts; qkv uses `seed`, proj `seed + 1`.
+  AttentionOptions& density(double d, uint64_t seed = 0) { density_ = d; seed_ = seed; return *this; }
+  AttentionOptions& bias(bool on) { bias_ = on; return *this; }
+  /// Dropout on the output while training (0, the default, adds no op: a graph cannot hold dropout).
+  AttentionOptions& dropout(double p) { dropout_ = p; return *this; }
+  AttentionOptions& dtype(DType t) { dtype_ = t; return *this; }
+
+  int64_t width() const { return width_; }
+  int64_t heads() const { return heads_; }
+  int64_t seq_len() const { return seq_len_; }
+  int64_t block_size() const { return block_size_; }
+  const std::string& layout_kind() const { return kind_; }
+  const AttentionLayoutPtr& layout() const { return layout_; }
+  int64_t window() const { return window_; }
+  int64_t stride() const { return stride_; }
+  int64_t summary() const { return summary_; }
+  double scale() const { return scale_; }
+  int64_t linear_block_size() const { return linear_block_; }
+  double density() const { return density_; }
+  uint64_t seed() const { return seed_; }
+  bool bias() const { return bias_; }
+  double dropout() const { return dropout_; }
+  DType dtype() const { return dtype_; }
+
+ private:
+  int64_t width_, heads_, seq_len_;
+  int64_t block_size_ = 32;
+  std::string kind_ = "dense";
+  AttentionLayoutPtr layout_;
+  int64_t window_ = 4, stride_ = 4, summary_ = 1;
+  double scale_ = 0;
+  int64_t linear_block_ = 0;
+  double density_ = 1.0;
+  uint64_t seed_ = 0;
+  bool bias_ = true;
+  double dropout_ = 0;
+  DType dtype_ = DType::f32;
+};
+
+/// The attention layout `o` describes: o.layout() when given (checked against heads and seq_len),
+/// else the generator of o.layout_kind(). ValueError naming the kind or parameter that is wrong.
+AttentionLayoutPtr make_attention_layout(const AttentionOptions& o);
+
+/// forward(x [B*T, C], B), rows batch-major (row b*T + t):
+///   qkv = x·Wqkv + bqkv                       [B*T, 3C] -> [B, T, 3, H, D] -> [3, B, H, T, D]
+///   q, k, v = split(qkv)                      [B, H, T, D] each
+///   o = block_attention(q, k, v, layout)      [B, H, T, D] (causal, only the layout's blocks)
+///   y = merge_heads(o)·Wproj + bproj          [B, T, H, D] -> [B*T, C] -> [B*T, C]
+///   y = dropout(y) while training with p > 0.
+/// Parameters: "qkv.*" and "proj.*" (Linear or BlockSparseLinear parameters).
+class MultiHeadAttention : public Module {
+ public:
+  /// ValueError/ShapeError naming the bad option (sizes, width % heads, layout, projections).
+  explicit MultiHeadAttention(const AttentionOptions& options, Generator& gen = default_generator());
+
+  /// x [B*T, C] -> [B*T, C]; ShapeError naming x, B, T and C when they do not fit. Dropout
+  /// masks are drawn from `dropout_gen`.
+  Tensor forward(const Tensor& x, int64_t batch, Generator& dropout_gen = default_generator()) const;
+
+  const AttentionLayoutPtr& layout() const { return layout_; }
+  const Projection& qkv() const { return qkv_; }
+  const Projection& proj() const { return proj_; }
+  const AttentionOptions& options() const { return options_; }
+
+ private:
+  AttentionOptions options_;
+  AttentionLayoutPtr layout_;
+  Projection qkv_, proj_;
+  std::shared_ptr<Dropout> drop_;
+};
+
+}  // namespace nn
+}  // namespace tessera

@@ -1,0 +1,67 @@
+#include "layers/transformer_block.h"
+
+#include "kernels/ops.h"
+
+namespace tessera {
+namespace nn {
+
+Activation activation_from_string(const std::string& name) {
+  if (name == "gelu") return Activation::gelu;
+  if (name == "gelu_tanh") return Activation::gelu_tanh;
+  if (name == "fast_gelu") return Activation::fast_gelu;
+  TS_THROW(ValueError, "activation \"" << name << "\" is not one of gelu, gelu_tanh, fast_gelu");
+}
+
+const char* activation_name(Activation a) {
+  switch (a) {
+    case Activation::gelu:
+      return "gelu";
+    case Activation::gelu_tanh:
+      return "gelu_tanh";
+    case Activation::fast_gelu:
+      return "fast_gelu";
+  }
+  return "?";
+}
+
+Tensor apply_activation(Activation a, const Tensor& x) {
+  switch (a) {
+    case Activation::gelu:
+      return gelu(x);
+    case Activation::gelu_tanh:
+      return gelu(x, GeluApprox::tanh);
+    case Activation::fast_gelu:
+      return fast_gelu(x);
+  }
+  TS_THROW(ValueError, "apply_activation: unknown activation " << static_cast<int>(a));
+}
+
+TransformerBlock::TransformerBlock(const TransformerBlockOptions& o, Generator& gen) : options_(o) {
+  const int64_t C = o.width();
+  TS_CHECK(o.mlp_ratio() > 0, ValueError, "TransformerBlock: mlp_ratio must be > 0, got " << o.mlp_ratio());
+  const DType dt = o.attention().dtype();
+  ln1_ = register_module("ln1", std::make_shared<LayerNorm>(LayerNormOptions(C).eps(o.eps()).dtype(dt)));
+  attn_ = register_module("attn", std::make_shared<MultiHeadAttention>(o.attention(), gen));
+  ln2_ = register_module("ln2", std::make_shared<LayerNorm>(LayerNormOptions(C).eps(o.eps()).dtype(dt)));
+  const int64_t M = o.mlp_ratio() * C;
+  fc_ = Projection(
+      ProjectionOptions(C, M).block_size(o.linear_block_size()).density(o.density(), o.seed()).dtype(dt),
+      gen);
+  fc2_ = Projection(
+      ProjectionOptions(M, C).block_size(o.linear_block_size()).density(o.density(), o.seed() + 1).dtype(dt),
+      gen);
+  register_module("fc", fc_.module());
+  register_module("fc2", fc2_.module());
+  drop_ = register_module("drop", std::make_shared<Dropout>(DropoutOptions(o.dropout())));
+}
+
+Tensor TransformerBlock::forward(const Tensor& x, int64_t B, Generator& dropout_gen) const {
+  Tensor h = add(x, attn_->forward(ln1_->forward(x), B, dropout_gen));  // [B*T, C]
+  Tensor m =
+      fc2_.forward(apply_activation(options_.activation(), fc_.forward(ln2_->forward(h))));  // [B*T, C]
+  if (is_training() && options_.dropout() > 0) m = drop_->forward(m, dropout_gen);
+  return add(h, m);
+}
+
+}  // namespace nn
+}  // namespace tessera

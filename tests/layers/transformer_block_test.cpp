@@ -1,0 +1,162 @@
+// nn::TransformerBlock: shapes and parameter paths, the pre-LN composition against its own
+// submodules, activations, errors, f64 gradient checks (dense and block-sparse weights).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gradcheck.h"
+#include "kernels/ops.h"
+#include "layers/layers.h"
+
+namespace tessera {
+namespace {
+
+using testing::all_close;
+using testing::expect_error;
+using testing::gradcheck;
+using testing::test_randn;
+
+// Central differences of L = sum(f() ⊙ R) in every parameter element of `m`, against backward.
+::testing::AssertionResult parameters_gradcheck(nn::Module& m, const std::function<Tensor()>& f) {
+  Tensor r = test_randn(f().shape(), 78);
+  auto loss = [&] { return sum(mul(f(), r)); };
+  m.zero_grad();
+  loss().backward();
+  NoGradGuard no_grad;
+  for (const auto& p : m.named_parameters()) {
+    if (!p.tensor.grad().defined()) return ::testing::AssertionFailure() << p.name << " got no gradient";
+    std::vector<double> analytic = p.tensor.grad().to_vector<double>();
+    double* v = p.tensor.data<double>();
+    for (int64_t e = 0; e < p.tensor.numel(); ++e) {
+      const double orig = v[e], eps = 1e-6;
+      v[e] = orig + eps;
+      const double lp = loss().item<double>();
+      v[e] = orig - eps;
+      const double lm = loss().item<double>();
+      v[e] = orig;
+      const double numeric = (lp - lm) / (2 * eps);
+      if (!(std::abs(analytic[e] - numeric) <= 1e-6 + 1e-5 * std::abs(numeric)))
+        return ::testing::AssertionFailure()
+               << p.name << " element " << e << ": analytic " << analytic[e] << " vs numeric " << numeric;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+nn::TransformerBlockOptions tiny(int64_t C, int64_t H, int64_t T) {
+  return nn::TransformerBlockOptions(nn::AttentionOptions(C, H, T).block_size(8).dtype(DType::f64))
+      .mlp_ratio(2);
+}
+
+TEST(TransformerBlock, ShapesAndParameterPaths) {
+  Generator gen(1);
+  nn::TransformerBlock blk(nn::TransformerBlockOptions(nn::AttentionOptions(32, 4, 32).block_size(16)), gen);
+  std::vector<std::string> names;
+  for (const auto& p : blk.named_parameters()) names.push_back(p.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"ln1.gamma", "ln1.beta", "attn.qkv.weight", "attn.qkv.bias",
+                                             "attn.proj.weight", "attn.proj.bias", "ln2.gamma", "ln2.beta",
+                                             "fc.weight", "fc.bias", "fc2.weight", "fc2.bias"}));
+  const int64_t C = 32, M = 4 * C;
+  EXPECT_EQ(blk.num_parameters(),
+            2 * C + (C * 3 * C + 3 * C) + (C * C + C) + 2 * C + (C * M + M) + (M * C + C));
+  for (int64_t B : {1, 3}) {
+    Tensor y = blk.forward(test_randn({B * 32, 32}, 2, DType::f32), B);
+    EXPECT_EQ(y.shape(), Shape({B * 32, 32}));
+    EXPECT_EQ(y.dtype(), DType::f32);
+  }
+  // Block-sparse MLP and attention projections.
+  nn::TransformerBlock sp(
+      nn::TransformerBlockOptions(nn::AttentionOptions(32, 4, 32).block_size(16).linear_block_size(16))
+          .linear_block_size(16)
+          .density(0.5, 4),
+      gen);
+  ASSERT_TRUE(sp.fc().sparse() && sp.fc2().sparse() && sp.attention().qkv().sparse());
+  EXPECT_EQ(sp.fc().sparse()->layout()->nnz(), 8);  // 2x8 blocks at density 0.5
+  EXPECT_EQ(sp.forward(test_randn({64, 32}, 3, DType::f32), 2).shape(), Shape({64, 32}));
+}
+
+TEST(TransformerBlock, PreLayerNormComposition) {
+  Generator gen(2);
+  for (nn::Activation act : {nn::Activation::gelu, nn::Activation::gelu_tanh, nn::Activation::fast_gelu}) {
+    SCOPED_TRACE(nn::activation_name(act));
+    nn::TransformerBlock blk(tiny(8, 2, 16).activation(act), gen);
+    // Move LayerNorm parameters off their ones/zeros init so they matter.
+    std::vector<nn::NamedParam> ps = blk.named_parameters();
+    for (const auto& p : ps) {
+      if (p.name.find("ln") != 0) continue;
+      std::vector<double> r = test_randn(p.tensor.shape(), 3).to_vector<double>();
+      double* v = p.tensor.data<double>();
+      for (int64_t i = 0; i < p.tensor.numel(); ++i) v[i] += 0.5 * r[i];
+    }
+    const auto& named = blk.named_children();
+    auto child = [&](const std::string& n) {
+      for (const auto& c : named)
+        if (c.first == n) return c.second;
+      return std::shared_ptr<nn::Module>();
+    };
+    auto ln1 = std::dynamic_pointer_cast<nn::LayerNorm>(child("ln1"));
+    auto ln2 = std::dynamic_pointer_cast<nn::LayerNorm>(child("ln2"));
+    ASSERT_TRUE(ln1 && ln2);
+    Tensor x = test_randn({32, 8}, 4);
+    Tensor h = add(x, blk.attention().forward(ln1->forward(x), 2));
+    Tensor a = blk.fc().dense()->forward(ln2->forward(h));
+    Tensor g = act == nn::Activation::gelu        ? gelu(a)
+               : act == nn::Activation::gelu_tanh ? gelu(a, GeluApprox::tanh)
+                                                  : mul(a, sigmoid(mul(a, 1.702)));
+    Tensor expected = add(h, blk.fc2().dense()->forward(g));
+    EXPECT_TRUE(all_close(blk.forward(x, 2), expected, 1e-12, 1e-12));
+  }
+}
+
+TEST(TransformerBlock, Errors) {
+  Generator gen(3);
+  expect_error<ValueError>([] { nn::activation_from_string("swish"); }, {"swish", "gelu_tanh"});
+  expect_error<ValueError>([&] { nn::TransformerBlock(tiny(8, 2, 16).mlp_ratio(0), gen); },
+                           {"TransformerBlock", "mlp_ratio"});
+  expect_error<ValueError>([&] { nn::TransformerBlock(tiny(8, 3, 16), gen); }, {"width 8", "heads 3"});
+  nn::TransformerBlock blk(tiny(8, 2, 16), gen);
+  expect_error<ShapeError>([&] { blk.forward(test_randn({32, 8}), 3); }, {"MultiHeadAttention", "[32, 8]"});
+  EXPECT_EQ(nn::activation_from_string("fast_gelu"), nn::Activation::fast_gelu);
+}
+
+TEST(TransformerBlock, Gradients) {
+  Generator gen(4);
+  {
+    SCOPED_TRACE("dense, gelu_tanh, strided");
+    nn::TransformerBlock blk(
+        nn::TransformerBlockOptions(
+            nn::AttentionOptions(8, 2, 16).block_size(8).layout("strided").stride(1).dtype(DType::f64))
+            .mlp_ratio(2)
+            .activation(nn::Activation::gelu_tanh),
+        gen);
+    Tensor x = test_randn({32, 8}, 5);
+    EXPECT_TRUE(parameters_gradcheck(blk, [&] { return blk.forward(x, 2); }));
+    EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& a) { return blk.forward(a[0], 2); }, {x}));
+  }
+  {
+    SCOPED_TRACE("block-sparse, fast_gelu, local");
+    nn::TransformerBlock blk(nn::TransformerBlockOptions(nn::AttentionOptions(16, 2, 16)
+                                                             .block_size(8)
+                                                             .layout("local")
+                                                             .window(1)
+                                                             .linear_block_size(8)
+                                                             .density(0.5, 1)
+                                                             .dtype(DType::f64))
+                                 .mlp_ratio(2)
+                                 .activation(nn::Activation::fast_gelu)
+                                 .linear_block_size(8)
+                                 .density(0.5, 2),
+                             gen);
+    ASSERT_TRUE(blk.fc().sparse());
+    EXPECT_EQ(blk.fc().sparse()->layout()->nnz(), 4);  // 2x4 blocks at density 0.5
+    Tensor x = test_randn({16, 16}, 6);
+    EXPECT_TRUE(parameters_gradcheck(blk, [&] { return blk.forward(x, 1); }));
+    EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& a) { return blk.forward(a[0], 1); }, {x}));
+  }
+}
+
+}  // namespace
+}  // namespace tessera
