@@ -3,7 +3,8 @@
 # Sourced or run by scripts/test.sh (and later scripts/demo.sh). Debian 12 / Ubuntu 22.04+.
 set -euo pipefail
 
-TESSERA_PACKAGES=(cmake ninja-build g++ ccache libeigen3-dev libgtest-dev libcli11-dev nlohmann-json3-dev)
+TESSERA_PACKAGES=(cmake ninja-build g++ ccache libeigen3-dev libgtest-dev libcli11-dev nlohmann-json3-dev
+                  libhdf5-dev hdf5-tools python3-h5py)
 
 missing=()
 for p in "${TESSERA_PACKAGES[@]}"; do

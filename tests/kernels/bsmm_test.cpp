@@ -9,22 +9,10 @@ namespace tessera {
 namespace {
 
 using testing::all_close;
+using testing::dense_from_blocks;
 using testing::expect_error;
 using testing::gradcheck;
 using testing::test_randn;
-
-// The dense W [C, K] that w [nnz, bs, bs] stands for (gate folded in), zeros off the layout.
-std::vector<double> dense_weight(const Tensor& w, const BlockLayout& l, const Tensor& gate = Tensor()) {
-  const int64_t bs = l.block_size(), K = l.out_features();
-  std::vector<double> wv = w.to_vector<double>(), gv = gate.defined() ? gate.to_vector<double>() : std::vector<double>();
-  std::vector<double> d(l.in_features() * K, 0.0);
-  for (int64_t k = 0; k < l.nnz(); ++k)
-    for (int64_t i = 0; i < bs; ++i)
-      for (int64_t j = 0; j < bs; ++j)
-        d[(l.block_row()[k] * bs + i) * K + l.block_col()[k] * bs + j] =
-            wv[(k * bs + i) * bs + j] * (gate.defined() ? gv[k] : 1.0);
-  return d;
-}
 
 // C [m, n] = op(A)·op(B) with plain loops; A [m, p] (or [p, m] when ta), B [p, n] (or [n, p] when tb).
 std::vector<double> ref_mm(const std::vector<double>& a, const std::vector<double>& b, int64_t m, int64_t n, int64_t p,
@@ -82,7 +70,7 @@ TEST(Bsmm, AllOpsMatchMaskedDenseMatmul) {
         const int64_t C = l->in_features(), K = l->out_features(), bs = l->block_size();
         Tensor x = test_randn({n, C}, ++seed), dy = test_randn({n, K}, ++seed);
         Tensor w = test_randn({l->nnz(), bs, bs}, ++seed), gate = gated ? test_randn({l->nnz()}, ++seed) : Tensor();
-        std::vector<double> wd = dense_weight(w, *l, gate);
+        std::vector<double> wd = dense_from_blocks(w, *l, gate);
         SCOPED_TRACE(l->str() + " N=" + std::to_string(n) + (gated ? " gated" : ""));
         EXPECT_TRUE(all_close(bsmm(x, w, l, gate), ref_mm(x.to_vector<double>(), wd, n, K, C), 1e-12, 1e-12));
         EXPECT_TRUE(all_close(bsmm_dx(dy, w, l, gate), ref_mm(dy.to_vector<double>(), wd, n, C, K, false, true), 1e-12,
@@ -102,7 +90,7 @@ TEST(Bsmm, EmptyColumnsAreZeroAndF32MatchesF64) {
   LayoutPtr l = BlockLayout::from_mask(48, 64, 16, {1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1});
   Tensor x = test_randn({5, 48}, 3, DType::f32), w = test_randn({4, 16, 16}, 4, DType::f32);
   Tensor y = bsmm(x, w, l);
-  std::vector<double> yv = y.to_vector<double>(), ref = ref_mm(x.to_vector<double>(), dense_weight(w, *l), 5, 64, 48);
+  std::vector<double> yv = y.to_vector<double>(), ref = ref_mm(x.to_vector<double>(), dense_from_blocks(w, *l), 5, 64, 48);
   EXPECT_TRUE(all_close(y, ref, 1e-5, 1e-5));
   for (int64_t n = 0; n < 5; ++n)
     for (int64_t j = 32; j < 48; ++j) EXPECT_EQ(yv[n * 64 + j], 0.0);  // block column 2 stores nothing

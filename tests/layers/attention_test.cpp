@@ -19,34 +19,8 @@ namespace {
 using testing::all_close;
 using testing::expect_error;
 using testing::gradcheck;
+using testing::parameters_gradcheck;
 using testing::test_randn;
-
-// Central differences of L = sum(f() ⊙ R) in every parameter element of `m`, against backward.
-::testing::AssertionResult parameters_gradcheck(nn::Module& m, const std::function<Tensor()>& f) {
-  Tensor r = test_randn(f().shape(), 77);
-  auto loss = [&] { return sum(mul(f(), r)); };
-  m.zero_grad();
-  loss().backward();
-  NoGradGuard no_grad;
-  for (const auto& p : m.named_parameters()) {
-    if (!p.tensor.grad().defined()) return ::testing::AssertionFailure() << p.name << " got no gradient";
-    std::vector<double> analytic = p.tensor.grad().to_vector<double>();
-    double* v = p.tensor.data<double>();
-    for (int64_t e = 0; e < p.tensor.numel(); ++e) {
-      const double orig = v[e], eps = 1e-6;
-      v[e] = orig + eps;
-      const double lp = loss().item<double>();
-      v[e] = orig - eps;
-      const double lm = loss().item<double>();
-      v[e] = orig;
-      const double numeric = (lp - lm) / (2 * eps);
-      if (!(std::abs(analytic[e] - numeric) <= 1e-6 + 1e-5 * std::abs(numeric)))
-        return ::testing::AssertionFailure()
-               << p.name << " element " << e << ": analytic " << analytic[e] << " vs numeric " << numeric;
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
 
 // Dense causal attention from basic ops, per batch b and head h, with the layer's projections:
 //   qkv = x·Wqkv + b;  q, k, v = column blocks s*C + h*D of qkv (rows b*T ..)
@@ -209,7 +183,7 @@ TEST(MultiHeadAttention, GradientsDenseAndSparse) {
     }
     const int64_t B = 2;
     Tensor x = test_randn({B * 16, c.width}, 8);
-    EXPECT_TRUE(parameters_gradcheck(attn, [&] { return attn.forward(x, B); }));
+    EXPECT_TRUE(parameters_gradcheck(attn.named_parameters(), [&] { return attn.forward(x, B); }));
     EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& a) { return attn.forward(a[0], B); }, {x}));
   }
 }

@@ -16,22 +16,11 @@ using nn::BlockSparseInit;
 using nn::BlockSparseLinear;
 using nn::BlockSparseLinearOptions;
 using testing::all_close;
+using testing::dense_from_blocks;
 using testing::expect_error;
+using testing::parameters_gradcheck;
 using testing::test_rand;
 using testing::test_randn;
-
-// Dense W [C, K] from blocks w [nnz, bs, bs] (gate folded in), zeros off the layout.
-std::vector<double> dense_weight(const Tensor& w, const BlockLayout& l, const Tensor& gate = Tensor()) {
-  const int64_t bs = l.block_size(), K = l.out_features();
-  std::vector<double> wv = w.to_vector<double>(), gv = gate.defined() ? gate.to_vector<double>() : std::vector<double>();
-  std::vector<double> d(l.in_features() * K, 0.0);
-  for (int64_t k = 0; k < l.nnz(); ++k)
-    for (int64_t i = 0; i < bs; ++i)
-      for (int64_t j = 0; j < bs; ++j)
-        d[(l.block_row()[k] * bs + i) * K + l.block_col()[k] * bs + j] =
-            wv[(k * bs + i) * bs + j] * (gate.defined() ? gv[k] : 1.0);
-  return d;
-}
 
 // Overwrites a parameter's values (no autograd history).
 void set_values(const Tensor& p, const Tensor& values) {
@@ -71,7 +60,7 @@ TEST(BlockSparseLinear, ForwardEqualsMaskedDenseMatmulPlusBias) {
     set_values(fc.bias(), test_randn({32}, 5));
     if (gated) set_values(fc.gate(), test_randn({4}, 6));
     Tensor x = test_randn({7, 24}, 7);
-    std::vector<double> wd = dense_weight(fc.weight(), *fc.layout(), fc.gate()), xv = x.to_vector<double>(),
+    std::vector<double> wd = dense_from_blocks(fc.weight(), *fc.layout(), fc.gate()), xv = x.to_vector<double>(),
                         bv = fc.bias().to_vector<double>(), ref(7 * 32);
     for (int n = 0; n < 7; ++n)
       for (int j = 0; j < 32; ++j) {
@@ -82,33 +71,6 @@ TEST(BlockSparseLinear, ForwardEqualsMaskedDenseMatmulPlusBias) {
   }
 }
 
-// Central differences of L = sum(forward(x) ⊙ R) in every parameter element, against backward.
-::testing::AssertionResult parameters_gradcheck(BlockSparseLinear& fc, const Tensor& x) {
-  Tensor r = test_randn({x.size(0), fc.layout()->out_features()}, 99);
-  auto loss = [&] { return sum(mul(fc.forward(x), r)); };
-  fc.zero_grad();
-  loss().backward();
-  NoGradGuard no_grad;
-  for (const auto& p : fc.named_parameters()) {
-    if (!p.tensor.grad().defined()) return ::testing::AssertionFailure() << p.name << " got no gradient";
-    std::vector<double> analytic = p.tensor.grad().to_vector<double>();
-    double* v = p.tensor.data<double>();
-    for (int64_t e = 0; e < p.tensor.numel(); ++e) {
-      const double orig = v[e], eps = 1e-6;
-      v[e] = orig + eps;
-      const double lp = loss().item<double>();
-      v[e] = orig - eps;
-      const double lm = loss().item<double>();
-      v[e] = orig;
-      const double numeric = (lp - lm) / (2 * eps);
-      if (!(std::abs(analytic[e] - numeric) <= 1e-6 + 1e-5 * std::abs(numeric)))
-        return ::testing::AssertionFailure() << p.name << " element " << e << ": analytic " << analytic[e]
-                                             << " vs numeric " << numeric;
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
 TEST(BlockSparseLinear, GradientsReachEveryParameter) {
   Generator gen(3);
   for (bool wn : {false, true}) {
@@ -117,7 +79,9 @@ TEST(BlockSparseLinear, GradientsReachEveryParameter) {
     set_values(fc.gate(), test_rand({4}, 0.5, 1.5, 4));
     if (wn) set_values(fc.gain(), test_rand({32}, 0.5, 2.0, 5));
     for (int64_t n : {1, 3}) {
-      EXPECT_TRUE(parameters_gradcheck(fc, test_randn({n, 24}, 8))) << "weight_norm " << wn << " N=" << n;
+      const Tensor x = test_randn({n, 24}, 8);
+      EXPECT_TRUE(parameters_gradcheck(fc.named_parameters(), [&] { return fc.forward(x); }, {}, 99))
+          << "weight_norm " << wn << " N=" << n;
       EXPECT_TRUE(testing::gradcheck([&](const std::vector<Tensor>& a) { return fc.forward(a[0]); },
                                      {test_randn({n, 24}, 9)}));
     }
@@ -179,7 +143,7 @@ TEST(BlockSparseLinear, WeightNormGivesColumnNormsEqualToGain) {
   EXPECT_TRUE(all_close(fc.effective_weight(), fc.weight(), 1e-12, 1e-12));
   Tensor gain = test_rand({32}, 0.5, 2.0, 7);
   set_values(fc.gain(), gain);
-  std::vector<double> wd = dense_weight(fc.effective_weight(), *fc.layout()), g = gain.to_vector<double>();
+  std::vector<double> wd = dense_from_blocks(fc.effective_weight(), *fc.layout()), g = gain.to_vector<double>();
   for (int j = 0; j < 32; ++j) {
     double s = 0;
     for (int i = 0; i < 24; ++i) s += wd[i * 32 + j] * wd[i * 32 + j];
@@ -190,7 +154,7 @@ TEST(BlockSparseLinear, WeightNormGivesColumnNormsEqualToGain) {
     }
   }
   // The direction is unchanged: W[:, j] ∝ V[:, j].
-  std::vector<double> vd = dense_weight(fc.weight(), *fc.layout());
+  std::vector<double> vd = dense_from_blocks(fc.weight(), *fc.layout());
   for (int i = 0; i < 24; ++i) EXPECT_NEAR(wd[i * 32 + 1] * vd[1] , vd[i * 32 + 1] * wd[1], 1e-12);
 }
 

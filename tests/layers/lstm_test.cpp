@@ -18,8 +18,10 @@ using nn::LSTM;
 using nn::LSTMOptions;
 using nn::LSTMState;
 using testing::all_close;
+using testing::dense_from_blocks;
 using testing::expect_error;
 using testing::gradcheck;
+using testing::parameters_gradcheck;
 using testing::test_randn;
 
 // The parameter called `name` ("wx.weight", "bias", ...).
@@ -49,13 +51,7 @@ Tensor dense_weight(const nn::Module& cell, const std::string& name) {
     if (n != name) continue;
     if (auto sp = std::dynamic_pointer_cast<nn::BlockSparseLinear>(child)) {
       const BlockLayout& l = *sp->layout();
-      const int64_t bs = l.block_size(), out = l.out_features();
-      std::vector<double> w = sp->weight().to_vector<double>(), d(l.in_features() * out, 0.0);
-      for (int64_t k = 0; k < l.nnz(); ++k)
-        for (int64_t i = 0; i < bs; ++i)
-          for (int64_t j = 0; j < bs; ++j)
-            d[(l.block_row()[k] * bs + i) * out + l.block_col()[k] * bs + j] = w[(k * bs + i) * bs + j];
-      return from_vector(d, {l.in_features(), out}, DType::f64);
+      return from_vector(dense_from_blocks(sp->weight(), l), {l.in_features(), l.out_features()}, DType::f64);
     }
     return param(cell, name + ".weight");
   }
@@ -115,34 +111,6 @@ TEST(LSTM, MatchesBasicOpsReference) {
   }
 }
 
-// Central differences of L = sum(fn() ⊙ W) against backward for every parameter element.
-::testing::AssertionResult param_gradcheck(nn::Module& m, const std::function<Tensor()>& fn) {
-  m.zero_grad();
-  Tensor out = fn();
-  const Tensor w = test_randn(out.shape(), 99);
-  sum(mul(out, w)).backward();
-  NoGradGuard no_grad;
-  auto loss = [&] { return sum(mul(fn(), w)).item<double>(); };
-  for (const auto& [name, p] : m.named_parameters()) {
-    std::vector<double> a =
-        p.grad().defined() ? p.grad().to_vector<double>() : std::vector<double>(p.numel(), 0.0);
-    double* v = p.data<double>();
-    for (int64_t e = 0; e < p.numel(); ++e) {
-      const double orig = v[e], eps = 1e-6;
-      v[e] = orig + eps;
-      const double lp = loss();
-      v[e] = orig - eps;
-      const double lm = loss();
-      v[e] = orig;
-      const double numeric = (lp - lm) / (2 * eps);
-      if (!(std::abs(a[e] - numeric) <= 1e-6 + 1e-5 * std::abs(numeric)))
-        return ::testing::AssertionFailure()
-               << name << " element " << e << ": analytic " << a[e] << " vs numeric " << numeric;
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
 TEST(LSTM, GradcheckDenseSparseAndMultiplicativeLayerNorm) {
   std::vector<LSTMOptions> cases = {opts(3, 2), opts(16, 8).block_size(8).density(0.5, 5),
                                     opts(3, 4).multiplicative(true).layer_norm(true)};
@@ -161,11 +129,13 @@ TEST(LSTM, GradcheckDenseSparseAndMultiplicativeLayerNorm) {
         << "case " << n;
     // Parameters.
     const Tensor x = test_randn({T, B, in}, 44);
-    EXPECT_TRUE(param_gradcheck(lstm,
-                                [&] {
-                                  nn::LSTMOutput o = lstm.forward(x);
-                                  return concat({o.output, o.state.c}, 0);
-                                }))
+    EXPECT_TRUE(parameters_gradcheck(
+        lstm.named_parameters(),
+        [&] {
+          nn::LSTMOutput o = lstm.forward(x);
+          return concat({o.output, o.state.c}, 0);
+        },
+        {}, 99))
         << "case " << n;
   }
 }

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/autograd.h"
+#include "kernels/ops.h"
 
 namespace tessera {
 namespace testing {
@@ -54,6 +55,54 @@ double weighted_sum(const Tensor& out, const std::vector<double>& w) {
     }
   }
   return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult parameters_gradcheck(const std::vector<graph::NamedParam>& params,
+                                                const std::function<Tensor()>& f, GradcheckOptions opts,
+                                                uint64_t seed) {
+  for (const graph::NamedParam& p : params) Tensor(p.tensor).zero_grad();
+  Tensor out = f();
+  if (out.dtype() != DType::f64)
+    return ::testing::AssertionFailure() << "parameters_gradcheck: output dtype is " << out.dtype() << ", expected f64";
+  if (!out.requires_grad()) return ::testing::AssertionFailure() << "parameters_gradcheck: output does not require grad";
+  const Tensor r = test_randn(out.shape(), seed);
+  sum(mul(out, r)).backward();
+
+  NoGradGuard no_grad;
+  auto loss = [&] { return sum(mul(f(), r)).item<double>(); };
+  for (const graph::NamedParam& p : params) {
+    if (p.tensor.dtype() != DType::f64) continue;
+    if (!p.tensor.grad().defined()) return ::testing::AssertionFailure() << p.name << " got no gradient";
+    const std::vector<double> analytic = p.tensor.grad().to_vector<double>();
+    double* v = p.tensor.data<double>();
+    for (int64_t e = 0; e < p.tensor.numel(); ++e) {
+      const double orig = v[e];
+      v[e] = orig + opts.eps;
+      const double lp = loss();
+      v[e] = orig - opts.eps;
+      const double lm = loss();
+      v[e] = orig;
+      const double numeric = (lp - lm) / (2 * opts.eps);
+      if (!(std::abs(analytic[e] - numeric) <= opts.atol + opts.rtol * std::abs(numeric)))
+        return ::testing::AssertionFailure() << "parameters_gradcheck: " << p.name << " " << p.tensor.shape()
+                                             << ", element " << e << ": analytic " << analytic[e] << " vs numeric "
+                                             << numeric;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+std::vector<double> dense_from_blocks(const Tensor& w, const BlockLayout& l, const Tensor& gate) {
+  const int64_t bs = l.block_size(), K = l.out_features();
+  const std::vector<double> wv = w.to_vector<double>();
+  const std::vector<double> gv = gate.defined() ? gate.to_vector<double>() : std::vector<double>();
+  std::vector<double> d(l.in_features() * K, 0.0);
+  for (int64_t k = 0; k < l.nnz(); ++k)
+    for (int64_t i = 0; i < bs; ++i)
+      for (int64_t j = 0; j < bs; ++j)
+        d[(l.block_row()[k] * bs + i) * K + l.block_col()[k] * bs + j] =
+            wv[(k * bs + i) * bs + j] * (gate.defined() ? gv[k] : 1.0);
+  return d;
 }
 
 Tensor test_randn(const Shape& shape, uint64_t seed, DType dtype) {
