@@ -62,6 +62,9 @@
   /* optimizer updates */                 \
   X(SgdUpdate)                            \
   X(AdamwUpdate)                          \
+  X(AdamUpdate)                           \
+  X(AdafactorUpdate)                      \
+  X(AdafactorFactoredUpdate)              \
   /* shape */                             \
   X(Fill)                                 \
   X(Copy)                                 \

@@ -1,6 +1,9 @@
 // Every op's public function. Include this (or <tessera/tessera.h>) to use tessera's ops.
 #pragma once
 
+#include "kernels/adafactor_factored_update/adafactor_factored_update.h"
+#include "kernels/adafactor_update/adafactor_update.h"
+#include "kernels/adam_update/adam_update.h"
 #include "kernels/adamw_update/adamw_update.h"
 #include "kernels/add/add.h"
 #include "kernels/add_scalar/add_scalar.h"

@@ -25,7 +25,10 @@ const AdamWOptions& validated(const AdamWOptions& o) {
 }  // namespace
 
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
-    : Optimizer(std::move(params), validated(options).lr()), options_(options) {
+    : AdamW({ParamGroup{std::move(params), {}}}, options) {}
+
+AdamW::AdamW(const std::vector<ParamGroup>& groups, AdamWOptions options)
+    : Optimizer(groups, validated(options).lr(), options.weight_decay()), options_(options) {
   exp_avg_.reserve(params_.size());
   exp_avg_sq_.reserve(params_.size());
   for (const Tensor& p : params_) {
@@ -41,12 +44,20 @@ std::vector<Tensor> AdamW::state() const {
   return s;
 }
 
+std::vector<std::pair<std::string, double>> AdamW::hyperparameters() const {
+  return {{"lr", lr_},
+          {"beta1", options_.beta1()},
+          {"beta2", options_.beta2()},
+          {"eps", options_.eps()},
+          {"weight_decay", options_.weight_decay()}};
+}
+
 std::vector<Write> AdamW::update(size_t i, const Tensor& grad, const Tensor& lr, const Tensor& step) {
   TS_CHECK(i < params_.size(), ValueError,
            "AdamW: parameter index " << i << " out of range (" << params_.size() << ")");
   std::vector<Tensor> out =
       adamw_update(params_[i], grad, exp_avg_[i], exp_avg_sq_[i], lr, step, options_.beta1(),
-                   options_.beta2(), options_.eps(), options_.weight_decay());
+                   options_.beta2(), options_.eps(), weight_decay(i));
   return {{params_[i], out[0]}, {exp_avg_[i], out[1]}, {exp_avg_sq_[i], out[2]}};
 }
 

@@ -7,6 +7,8 @@
 //   opt.zero_grad();
 #pragma once
 
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "optim/optimizer.h"
@@ -45,12 +47,18 @@ class AdamWOptions {
 class AdamW : public Optimizer {
  public:
   AdamW(std::vector<Tensor> params, AdamWOptions options = AdamWOptions());
+  /// Per-group weight decay (see optim/param_groups.h); options.weight_decay() for groups without one.
+  AdamW(const std::vector<ParamGroup>& groups, AdamWOptions options = AdamWOptions());
 
   const AdamWOptions& options() const { return options_; }
 
   /// First moments m of every parameter (params() order), then second moments v:
   /// {m_0, ..., m_{n-1}, v_0, ..., v_{n-1}}. Zeros before the first step.
   std::vector<Tensor> state() const override;
+  std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
+  std::string name() const override { return "adamw"; }
+  /// lr, beta1, beta2, eps, weight_decay.
+  std::vector<std::pair<std::string, double>> hyperparameters() const override;
   /// {p <- p', m <- m', v <- v'}.
   std::vector<Write> update(size_t i, const Tensor& grad, const Tensor& lr, const Tensor& step) override;
 

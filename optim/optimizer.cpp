@@ -1,13 +1,28 @@
 #include "optim/optimizer.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <set>
 
 #include "core/autograd.h"
+#include "optim/clip_grad.h"
 
 namespace tessera {
 namespace optim {
 
-Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(params)), lr_(lr) {
+namespace {
+
+std::vector<Tensor> flatten(const std::vector<ParamGroup>& groups) {
+  std::vector<Tensor> params;
+  for (const ParamGroup& g : groups) params.insert(params.end(), g.params.begin(), g.params.end());
+  return params;
+}
+
+}  // namespace
+
+Optimizer::Optimizer(std::vector<Tensor> params, double lr)
+    : params_(std::move(params)), weight_decay_(params_.size(), 0.0), lr_(lr) {
   for (size_t i = 0; i < params_.size(); ++i) {
     TS_CHECK(params_[i].defined(), ValueError, "optimizer: parameter " << i << " is undefined");
     TS_CHECK(params_[i].dtype() == DType::f32 || params_[i].dtype() == DType::f64, DTypeError,
@@ -16,19 +31,68 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(
   }
 }
 
+Optimizer::Optimizer(const std::vector<ParamGroup>& groups, double lr, double weight_decay)
+    : Optimizer(flatten(groups), lr) {
+  weight_decay_.clear();
+  for (size_t k = 0; k < groups.size(); ++k) {
+    const double wd = groups[k].weight_decay.value_or(weight_decay);
+    TS_CHECK(std::isfinite(wd) && wd >= 0, ValueError,
+             "optimizer: weight_decay of parameter group " << k << " must be finite and >= 0, got " << wd);
+    weight_decay_.insert(weight_decay_.end(), groups[k].params.size(), wd);
+  }
+  std::set<const TensorImpl*> seen;
+  for (size_t i = 0; i < params_.size(); ++i)
+    TS_CHECK(seen.insert(params_[i].impl()).second, ValueError,
+             "optimizer: parameter " << i << " " << params_[i].meta() << " is listed twice");
+}
+
+void Optimizer::set_clip_norm(double max_norm) {
+  TS_CHECK(max_norm >= 0 && !std::isnan(max_norm), ValueError,
+           "optimizer: clip norm must be >= 0 (0: off), got " << max_norm);
+  clip_norm_ = max_norm;
+}
+
+template <class Fn>
+void Optimizer::for_each_update(const std::vector<Tensor>& grads, const Tensor& lr, const Tensor& step, Fn&& fn) {
+  TS_CHECK(grads.size() == params_.size(), ValueError,
+           "optimizer: got " << grads.size() << " gradients for " << params_.size() << " parameters");
+  // The clip factor comes from every gradient of the step, before any update.
+  const bool any = std::any_of(grads.begin(), grads.end(), [](const Tensor& g) { return g.defined(); });
+  const Tensor factor = clip_norm_ > 0 && any ? clip_factor(global_grad_norm(grads), clip_norm_) : Tensor();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    fn(i, update(i, factor.defined() ? scale_grad(grads[i], factor) : grads[i], lr, step));
+  }
+}
+
+std::vector<Write> Optimizer::update_all(const std::vector<Tensor>& grads, const Tensor& lr, const Tensor& step) {
+  std::vector<Write> writes;
+  for_each_update(grads, lr, step, [&](size_t, std::vector<Write> w) {
+    writes.insert(writes.end(), w.begin(), w.end());
+  });
+  return writes;
+}
+
 void Optimizer::step() {
   NoGradGuard no_grad;
   ++step_;
   Tensor lr = full({}, lr_, DType::f64), t = full({}, static_cast<double>(step_), DType::f64);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor g = params_[i].grad();
-    if (!g.defined()) continue;
-    for (const Write& w : update(i, g, lr, t)) {
+  std::vector<Tensor> grads;
+  grads.reserve(params_.size());
+  for (const Tensor& p : params_) grads.push_back(p.grad());
+  // Each parameter's results are copied in before the next update runs (one at a time in memory).
+  for_each_update(grads, lr, t, [&](size_t i, const std::vector<Write>& writes) {
+    for (const Write& w : writes) {
       TS_CHECK(w.target.meta() == w.value.meta(), ShapeError,
                "optimizer: update of parameter " << i << " wrote " << w.value.meta() << " into " << w.target.meta());
       std::memcpy(w.target.data_ptr(), w.value.data_ptr(), w.value.nbytes());
     }
-  }
+  });
+}
+
+void Optimizer::set_step_count(int64_t step) {
+  TS_CHECK(step >= 0, ValueError, "optimizer: step count must be >= 0, got " << step);
+  step_ = step;
 }
 
 void Optimizer::zero_grad() {

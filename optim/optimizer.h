@@ -15,11 +15,13 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "core/graph/updater.h"
 #include "core/tensor.h"
+#include "optim/param_groups.h"
 
 namespace tessera {
 namespace optim {
@@ -30,12 +32,16 @@ using Write = ParamWrite;
 class Optimizer : public ParamUpdater {
  public:
   Optimizer(std::vector<Tensor> params, double lr);
+  /// Parameters from groups, in group order; a group's weight_decay (or else `weight_decay`)
+  /// is the decay of each of its parameters. ValueError if a parameter is listed twice.
+  Optimizer(const std::vector<ParamGroup>& groups, double lr, double weight_decay);
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
   /// Eager update of every parameter that has a gradient; advances step_count() by one first
-  /// (the update of step t uses t = step_count()).
+  /// (the update of step t uses t = step_count()). Runs the same ops as update_all() (clipping
+  /// included), so eager and compiled steps give bitwise the same numbers on the CPU.
   void step();
   /// Drops every parameter's gradient.
   void zero_grad();
@@ -47,17 +53,48 @@ class Optimizer : public ParamUpdater {
   /// Advances the step counter without updating (the executor's steps).
   void advance() override { ++step_; }
   const std::vector<Tensor>& params() const override { return params_; }
+  /// Weight decay of parameter i (from its group, or the options).
+  double weight_decay(size_t i) const { return weight_decay_.at(i); }
+
+  /// Global-norm clipping inside the update: every update (eager step() and compiled steps
+  /// traced afterwards) first multiplies all gradients by clip_factor(global_grad_norm(grads),
+  /// max_norm) (optim/clip_grad.h), computed with ops over every gradient of the step. .grad is
+  /// left as it is. 0 turns clipping off (the default). Set it before compile(): a compiled
+  /// step keeps the setting it was traced with. ValueError unless max_norm >= 0.
+  void set_clip_norm(double max_norm);
+  double clip_norm() const { return clip_norm_; }
 
   /// Every state tensor (e.g. momentum buffers), in a fixed order; for tracing and checkpoints.
+  /// Optimizers with per-parameter state list it state-major: state()[k * params().size() + i]
+  /// is state k (named state_names()[k]) of parameter i.
   std::vector<Tensor> state() const override = 0;
+  /// Names of the per-parameter states, in state() order ({"exp_avg", "exp_avg_sq"}); names
+  /// the datasets of checkpoints (/optimizer/<param path>/<state name>). Empty: no state.
+  virtual std::vector<std::string> state_names() const { return {}; }
+  /// Name of the algorithm ("sgd", "adamw"), stored in checkpoints.
+  virtual std::string name() const { return "optimizer"; }
+  /// Hyperparameters by name (lr included), stored in checkpoints; booleans as 0/1.
+  virtual std::vector<std::pair<std::string, double>> hyperparameters() const { return {{"lr", lr_}}; }
+  /// Sets the step counter (restoring a checkpoint); ValueError when negative.
+  void set_step_count(int64_t step);
   /// The update of parameter `i` given its gradient, the learning rate and the (1-based) step
   /// number t as 0-d f64 tensors. Records no autograd (callers run it under NoGradGuard).
   std::vector<Write> update(size_t i, const Tensor& grad, const Tensor& lr, const Tensor& step) override = 0;
+  /// Updates of every parameter with a defined grads[i] (grads in params() order), clipped when
+  /// set_clip_norm() is on; what a compiled step traces.
+  std::vector<Write> update_all(const std::vector<Tensor>& grads, const Tensor& lr, const Tensor& step) override;
 
  protected:
   std::vector<Tensor> params_;
+  std::vector<double> weight_decay_;  // per parameter
   double lr_;
   int64_t step_ = 0;
+  double clip_norm_ = 0;
+
+ private:
+  // Calls fn(i, update(i, clipped grads[i], lr, step)) for each defined gradient, in order.
+  template <class Fn>
+  void for_each_update(const std::vector<Tensor>& grads, const Tensor& lr, const Tensor& step, Fn&& fn);
 };
 
 }  // namespace optim

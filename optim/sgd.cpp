@@ -27,11 +27,21 @@ const SGDOptions& validated(const SGDOptions& o) {
 }
 }  // namespace
 
-SGD::SGD(std::vector<Tensor> params, SGDOptions options)
-    : Optimizer(std::move(params), validated(options).lr()), options_(options) {
+SGD::SGD(std::vector<Tensor> params, SGDOptions options) : SGD({ParamGroup{std::move(params), {}}}, options) {}
+
+SGD::SGD(const std::vector<ParamGroup>& groups, SGDOptions options)
+    : Optimizer(groups, validated(options).lr(), options.weight_decay()), options_(options) {
   momentum_buffers_.reserve(params_.size());
   for (const Tensor& p : params_)
     momentum_buffers_.push_back(zeros(p.shape(), TensorOptions(p.dtype()).device(p.device())));
+}
+
+std::vector<std::pair<std::string, double>> SGD::hyperparameters() const {
+  return {{"lr", lr_},
+          {"momentum", options_.momentum()},
+          {"dampening", options_.dampening()},
+          {"weight_decay", options_.weight_decay()},
+          {"nesterov", options_.nesterov() ? 1.0 : 0.0}};
 }
 
 std::vector<Write> SGD::update(size_t i, const Tensor& grad, const Tensor& lr, const Tensor& step) {
@@ -39,7 +49,7 @@ std::vector<Write> SGD::update(size_t i, const Tensor& grad, const Tensor& lr, c
            "SGD: parameter index " << i << " out of range (" << params_.size() << ")");
   const Tensor& buf = momentum_buffers_[i];
   std::vector<Tensor> out = sgd_update(params_[i], grad, buf, lr, step, options_.momentum(),
-                                       options_.dampening(), options_.weight_decay(), options_.nesterov());
+                                       options_.dampening(), weight_decay(i), options_.nesterov());
   if (options_.momentum() == 0) return {{params_[i], out[0]}};
   return {{params_[i], out[0]}, {buf, out[1]}};
 }

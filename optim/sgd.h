@@ -7,6 +7,8 @@
 //   opt.zero_grad();
 #pragma once
 
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "optim/optimizer.h"
@@ -47,12 +49,18 @@ class SGDOptions {
 class SGD : public Optimizer {
  public:
   SGD(std::vector<Tensor> params, SGDOptions options);
+  /// Per-group weight decay (see optim/param_groups.h); options.weight_decay() for groups without one.
+  SGD(const std::vector<ParamGroup>& groups, SGDOptions options);
 
   const SGDOptions& options() const { return options_; }
 
   /// The momentum buffers, one per parameter in params() order (zeros until the first step;
   /// kept, and left untouched, when momentum == 0).
   std::vector<Tensor> state() const override { return momentum_buffers_; }
+  std::vector<std::string> state_names() const override { return {"momentum_buffer"}; }
+  std::string name() const override { return "sgd"; }
+  /// lr, momentum, dampening, weight_decay, nesterov (0/1).
+  std::vector<std::pair<std::string, double>> hyperparameters() const override;
   /// {p <- p'} and, when momentum != 0, {buf <- buf'}.
   std::vector<Write> update(size_t i, const Tensor& grad, const Tensor& lr, const Tensor& step) override;
 

@@ -283,17 +283,21 @@ Graph trace_step(const LossFn& loss_fn, const std::vector<std::pair<std::string,
     Tensor lr = symbolic({}, DType::f64), step = symbolic({}, DType::f64);
     tracer.bind(lr, g.add_value(lr.meta(), ValueKind::input, "lr"));
     tracer.bind(step, g.add_value(step.meta(), ValueKind::input, "step"));
+    // The gradients in the updater's parameter order (undefined where there is none), so that an
+    // update over all of them (global-norm clipping) sees every gradient of the step.
     const std::vector<Tensor>& up = updater->params();
+    std::vector<Tensor> update_grads(up.size());
     for (size_t i = 0; i < params.size(); ++i) {
       if (!grads[i].defined()) continue;
       auto it = std::find_if(up.begin(), up.end(), [&](const Tensor& t) { return t.same(params[i].tensor); });
       TS_CHECK(it != up.end(), ValueError, "compile: parameter '" << params[i].name << "' is not one of the optimizer's");
-      for (const ParamWrite& w : updater->update(static_cast<size_t>(it - up.begin()), grads[i], lr, step)) {
-        const int target = tracer.find(w.target);
-        TS_CHECK(target >= 0 && (g.values[target].kind == ValueKind::param || g.values[target].kind == ValueKind::state),
-                 ValueError, "compile: an optimizer update writes a tensor that is neither a parameter nor its state");
-        g.writes.push_back({target, tracer.lookup(w.value, "update")});
-      }
+      update_grads[static_cast<size_t>(it - up.begin())] = grads[i];
+    }
+    for (const ParamWrite& w : updater->update_all(update_grads, lr, step)) {
+      const int target = tracer.find(w.target);
+      TS_CHECK(target >= 0 && (g.values[target].kind == ValueKind::param || g.values[target].kind == ValueKind::state),
+               ValueError, "compile: an optimizer update writes a tensor that is neither a parameter nor its state");
+      g.writes.push_back({target, tracer.lookup(w.value, "update")});
     }
   } else {
     for (size_t i = 0; i < params.size(); ++i)

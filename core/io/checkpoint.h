@@ -1,0 +1,131 @@
+// Checkpoints: everything needed to resume training, in one HDF5 file (readable by h5dump, h5py).
+//
+//   io::CheckpointData ck = io::capture(model, &opt);   // parameters, block layouts, optimizer
+//   ck.config = config_json;                           // (core/io/module_checkpoint.h)
+//   ck.trainer.step = step;
+//   ck.rng["data"] = data_gen.state();
+//   io::save_checkpoint("run/ckpt.h5", ck, /*keep_last=*/3);
+//   ...
+//   io::CheckpointData back = io::restore("run/ckpt.h5", model, &opt);   // validates, then copies
+//   data_gen.set_state(back.rng.at("data"));
+//
+// File layout (format_version 1). Tensors are datasets with a string attribute dtype ("f32",
+// "bf16", ...; bf16/f16 stored as uint16 bit patterns, see core/io/hdf5_file.h):
+//   /                       attrs format="tessera-checkpoint", format_version=1 (int64),
+//                                 framework_version (e.g. "0.1.0"), config (JSON string)
+//   /model/<param path>     one dataset per parameter, named by its dotted path ("blocks.0.fc.weight")
+//   /layout/<module path>   group per block layout; attrs block_size, in_features, out_features, nnz
+//                           (int64); datasets block_row, block_col: i32 [nnz], the stored blocks in
+//                           BlockLayout order (row-major by block row, then column)
+//   /optimizer              (only when an optimizer was saved) attrs type ("adamw", "sgd"), step
+//                           (int64), and each hyperparameter (lr, beta1, ...) as a double
+//   /optimizer/<param path>/<state>   state tensors, e.g. /optimizer/fc.weight/exp_avg
+//   /trainer                attrs step, tokens_seen (int64), loss_scale (double), and the
+//                           TrainerState extras (int64 / double / string attributes);
+//                           datasets vocabulary (u8 [n], when not empty) and the extra tensors
+//   /rng/<name>             group per generator; attrs seed, offset (uint64)
+// Names (parameter and module paths, state names, extras) must be non-empty, without '/', and
+// not "." or "..". Readers ignore other root groups and attributes (room for additions within
+// format_version 1); a layout change that old readers would misread bumps format_version.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/graph/trace.h"  // graph::NamedParam
+#include "core/io/hdf5_file.h"
+#include "core/random.h"
+#include "core/sparse/block_layout.h"
+#include "core/tensor.h"
+
+namespace tessera {
+namespace io {
+
+/// Value of the root attribute format, and the layout version this tessera writes and reads.
+constexpr const char* kCheckpointFormat = "tessera-checkpoint";
+constexpr int64_t kCheckpointFormatVersion = 1;
+
+/// The tessera version written as framework_version ("0.1.0").
+const char* framework_version();
+
+/// An optimizer's state. Empty type: none (no /optimizer group).
+struct OptimizerState {
+  std::string type;                                             ///< "adamw", "sgd", ...
+  int64_t step = 0;                                             ///< steps taken
+  std::map<std::string, double> hyperparameters;                ///< lr, betas, ... (attributes)
+  std::map<std::string, std::map<std::string, Tensor>> state;   ///< param path -> state name -> tensor
+};
+
+/// Where training stands. step, tokens_seen and loss_scale always exist; the rest is free-form
+/// (e.g. the data sampler's cursor as ints {"data.epoch", "data.position"}).
+struct TrainerState {
+  int64_t step = 0;
+  int64_t tokens_seen = 0;
+  double loss_scale = 1.0;
+  std::string vocabulary;                       ///< raw bytes (u8 dataset /trainer/vocabulary)
+  std::map<std::string, int64_t> ints;          ///< /trainer attributes
+  std::map<std::string, double> reals;          ///< /trainer attributes
+  std::map<std::string, std::string> strings;   ///< /trainer attributes (no NUL bytes)
+  std::map<std::string, Tensor> tensors;        ///< /trainer/<name> datasets
+};
+
+/// The contents of a checkpoint.
+struct CheckpointData {
+  std::string config = "{}";                    ///< JSON of the model and training configuration
+  std::map<std::string, Tensor> model;          ///< parameter path -> tensor
+  std::map<std::string, LayoutPtr> layouts;     ///< module path -> block layout
+  OptimizerState optimizer;
+  TrainerState trainer;
+  std::map<std::string, Generator::State> rng;  ///< generator name -> state
+  std::string framework_version;                ///< set by load_checkpoint: who wrote the file
+};
+
+/// Writes `data` to `path` atomically (core/io/atomic_file.h): on failure an IOError names the
+/// path and the reason, and an existing file at `path` is untouched. With keep_last > 0 the
+/// checkpoint is also kept as `<stem>.<trainer.step><ext>` next to `path` ("run/ckpt.h5" at step
+/// 1200: "run/ckpt.1200.h5"; a hard link, so it costs no space) and, of the files named
+/// `<stem>.<digits><ext>`, all but the keep_last highest steps are deleted. keep_last = 0 keeps
+/// only `path` and leaves numbered files alone. ValueError for bad names or a CUDA tensor.
+void save_checkpoint(const std::string& path, const CheckpointData& data, int keep_last = 0);
+
+/// Reads a whole checkpoint. IOError for a missing, non-HDF5, truncated or corrupt file, a file
+/// that is not a tessera checkpoint or has another format_version, and any missing or malformed
+/// part (naming the dataset or attribute path).
+CheckpointData load_checkpoint(const std::string& path);
+
+/// Names, shapes and dtypes of every tensor under /model, /layout, /optimizer and /trainer
+/// ("/model/fc.weight", ...), read without loading data (after load_checkpoint's format checks).
+std::map<std::string, DatasetInfo> inspect_checkpoint(const std::string& path);
+
+/// A tensor a restore fills: `target` receives dataset `dataset` ("/model/fc.weight").
+struct RestoreTarget {
+  std::string dataset;
+  Tensor target;
+};
+
+/// Restores tensors from `path` in two phases. First every target is checked against the file:
+/// the dataset must exist with the target's shape and dtype, and with `strict`, every dataset
+/// under the groups in `strict_groups` (e.g. "/model") must be a target. A problem throws one
+/// error naming the dataset path and both shapes/dtypes ("dataset /model/fc.weight is f32[3, 4],
+/// expected f32[4, 4]"; plus how many further problems there are): ShapeError for a shape,
+/// DTypeError for a dtype, IOError for a missing or unexpected dataset. Then all data is read,
+/// and only when every read succeeded is it copied into the targets (CPU tensors).
+void restore_tensors(const std::string& path, const std::vector<RestoreTarget>& targets,
+                     const std::vector<std::string>& strict_groups = {});
+
+/// restore_tensors for parameters by name: /model/<name> into each tensor; strict: /model must
+/// hold nothing else.
+void restore_params(const std::string& path, const std::vector<graph::NamedParam>& params, bool strict = true);
+
+namespace detail {
+/// Phase one of restore_tensors (the checks) against an inspect_checkpoint() index.
+void check_targets(const std::string& path, const std::map<std::string, DatasetInfo>& index,
+                   const std::vector<RestoreTarget>& targets, const std::vector<std::string>& strict_groups);
+/// "f32[3, 4]".
+std::string meta_str(DType dtype, const Shape& shape);
+}  // namespace detail
+
+}  // namespace io
+}  // namespace tessera

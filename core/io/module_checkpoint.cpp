@@ -1,0 +1,153 @@
+#include "core/io/module_checkpoint.h"
+
+#include <cstring>
+#include <vector>
+
+#include "layers/block_sparse_linear.h"
+
+namespace tessera {
+namespace io {
+
+namespace {
+
+void walk_layouts(const nn::Module& m, const std::string& path, std::map<std::string, LayoutPtr>& out) {
+  if (const auto* b = dynamic_cast<const nn::BlockSparseLinear*>(&m))
+    out[path.empty() ? kRootModulePath : path] = b->layout();
+  for (const auto& [name, child] : m.named_children())
+    walk_layouts(*child, path.empty() ? name : path + "." + name, out);
+}
+
+// Path of each optimizer parameter in the model (by tensor identity).
+std::vector<std::string> param_paths(const nn::Module& model, const optim::Optimizer& opt) {
+  const std::vector<nn::NamedParam> named = model.named_parameters();
+  std::vector<std::string> paths;
+  for (size_t i = 0; i < opt.params().size(); ++i) {
+    const nn::NamedParam* found = nullptr;
+    for (const nn::NamedParam& p : named)
+      if (!found && p.tensor.same(opt.params()[i])) found = &p;
+    TS_CHECK(found != nullptr, ValueError,
+             "checkpoint: optimizer parameter " << i << " " << opt.params()[i].meta()
+                                                << " is not a parameter of the model");
+    paths.push_back(found->name);
+  }
+  return paths;
+}
+
+// The optimizer's state tensors as (param path, state name, tensor).
+struct StateEntry {
+  std::string param, name;
+  Tensor tensor;
+};
+std::vector<StateEntry> state_entries(const nn::Module& model, const optim::Optimizer& opt) {
+  const std::vector<std::string> paths = param_paths(model, opt);
+  const std::vector<std::string> names = opt.state_names();
+  const std::vector<Tensor> state = opt.state();
+  const size_t n = paths.size();
+  TS_CHECK(state.size() == names.size() * n, NotImplementedError,
+           "checkpoint: optimizer '" << opt.name() << "' has " << state.size() << " state tensors for " << n
+                                     << " parameters but names " << names.size()
+                                     << " states per parameter (state_names())");
+  std::vector<StateEntry> out;
+  for (size_t k = 0; k < names.size(); ++k)
+    for (size_t i = 0; i < n; ++i) out.push_back({paths[i], names[k], state[k * n + i]});
+  return out;
+}
+
+std::string more_problems(size_t n) {
+  return " (and " + std::to_string(n) + (n == 1 ? " more problem)" : " more problems)");
+}
+
+[[noreturn]] void report(const std::string& path, const std::vector<std::string>& problems) {
+  TS_THROW(IOError, "checkpoint '" << path << "': " << problems[0]
+                                   << (problems.size() > 1 ? more_problems(problems.size() - 1) : std::string()));
+}
+
+void check_layouts(const std::string& path, const std::map<std::string, LayoutPtr>& file,
+                   const std::map<std::string, LayoutPtr>& model) {
+  std::vector<std::string> problems;
+  for (const auto& [name, l] : model) {
+    auto it = file.find(name);
+    if (it == file.end()) {
+      problems.push_back("missing layout /layout/" + name + " (model has " + l->str() + ")");
+    } else if (!(*it->second == *l)) {
+      problems.push_back("layout /layout/" + name + " is " + it->second->str() + ", model has " + l->str());
+    }
+  }
+  for (const auto& kv : file)
+    if (!model.count(kv.first))
+      problems.push_back("unexpected layout /layout/" + kv.first + " (" + kv.second->str() +
+                         "), the model has no block-sparse module there");
+  if (!problems.empty()) report(path, problems);
+}
+
+}  // namespace
+
+std::map<std::string, LayoutPtr> collect_layouts(const nn::Module& model) {
+  std::map<std::string, LayoutPtr> out;
+  walk_layouts(model, "", out);
+  return out;
+}
+
+CheckpointData capture(const nn::Module& model, const optim::Optimizer* opt) {
+  CheckpointData d;
+  for (const nn::NamedParam& p : model.named_parameters()) d.model[p.name] = p.tensor;
+  d.layouts = collect_layouts(model);
+  if (opt) {
+    d.optimizer.type = opt->name();
+    d.optimizer.step = opt->step_count();
+    for (const auto& [name, v] : opt->hyperparameters()) d.optimizer.hyperparameters[name] = v;
+    for (const StateEntry& e : state_entries(model, *opt)) d.optimizer.state[e.param][e.name] = e.tensor;
+  }
+  return d;
+}
+
+CheckpointData restore(const std::string& path, nn::Module& model, optim::Optimizer* opt) {
+  CheckpointData d = load_checkpoint(path);
+
+  if (opt) {
+    TS_CHECK(!d.optimizer.type.empty(), IOError,
+             "checkpoint '" << path << "': no /optimizer group, but an optimizer '" << opt->name()
+                            << "' is to be restored");
+    TS_CHECK(d.optimizer.type == opt->name(), IOError,
+             "checkpoint '" << path << "': /optimizer type is '" << d.optimizer.type << "', the optimizer is '"
+                            << opt->name() << "'");
+  }
+  check_layouts(path, d.layouts, collect_layouts(model));
+
+  // Every tensor the restore fills, and what the file holds (index by dataset path).
+  std::vector<RestoreTarget> targets;
+  std::vector<Tensor> sources;
+  std::map<std::string, DatasetInfo> index;
+  for (const auto& [name, t] : d.model) index["/model/" + name] = DatasetInfo{t.shape(), t.dtype()};
+  for (const auto& [param, states] : d.optimizer.state)
+    for (const auto& [name, t] : states)
+      index["/optimizer/" + param + "/" + name] = DatasetInfo{t.shape(), t.dtype()};
+  for (const nn::NamedParam& p : model.named_parameters()) {
+    targets.push_back({"/model/" + p.name, p.tensor});
+    auto it = d.model.find(p.name);
+    sources.push_back(it == d.model.end() ? Tensor() : it->second);
+  }
+  std::vector<std::string> strict = {"/model"};
+  if (opt) {
+    strict.push_back("/optimizer");
+    for (const StateEntry& e : state_entries(model, *opt)) {
+      targets.push_back({"/optimizer/" + e.param + "/" + e.name, e.tensor});
+      const auto p = d.optimizer.state.find(e.param);
+      const bool has = p != d.optimizer.state.end() && p->second.count(e.name);
+      sources.push_back(has ? p->second.at(e.name) : Tensor());
+    }
+  }
+  detail::check_targets(path, index, targets, strict);
+
+  for (size_t i = 0; i < targets.size(); ++i)
+    std::memcpy(targets[i].target.data_ptr(), sources[i].data_ptr(), sources[i].nbytes());
+  if (opt) {
+    opt->set_step_count(d.optimizer.step);
+    auto lr = d.optimizer.hyperparameters.find("lr");
+    if (lr != d.optimizer.hyperparameters.end()) opt->set_lr(lr->second);
+  }
+  return d;
+}
+
+}  // namespace io
+}  // namespace tessera

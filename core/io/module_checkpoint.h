@@ -1,0 +1,54 @@
+// Checkpoints of a model (nn::Module) and its optimizer: what to save, and a validating restore.
+//
+//   io::CheckpointData ck = io::capture(model, &opt);    // then save before the next step:
+//   ck.trainer.step = step;                              // ck holds the live tensors, not copies
+//   ck.rng["dropout"] = gen.state();
+//   io::save_checkpoint("run/ckpt.h5", ck, /*keep_last=*/3);
+//
+//   auto model2 = build_model(config, io::load_checkpoint(path).layouts);  // e.g. pruned layouts
+//   io::CheckpointData back = io::restore("run/ckpt.h5", *model2, &opt2);
+//   gen.set_state(back.rng.at("dropout"));
+//
+// Names: parameters by their named_parameters() path; layouts by the path of the
+// BlockSparseLinear module that owns them ("(root)" for a model that is one); optimizer state
+// /optimizer/<param path>/<state_names()[k]> holds state()[k * params().size() + i] of the
+// parameter i with that path (see optim::Optimizer::state()).
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "core/io/checkpoint.h"
+#include "layers/module.h"
+#include "optim/optimizer.h"
+
+namespace tessera {
+namespace io {
+
+/// Module path of a root module's layout.
+constexpr const char* kRootModulePath = "(root)";
+
+/// Block layouts of every BlockSparseLinear in `model` (itself included) by module path.
+std::map<std::string, LayoutPtr> collect_layouts(const nn::Module& model);
+
+/// The model's parameters, its layouts and, with `opt`, the optimizer's name, step count,
+/// hyperparameters and state by parameter path. The tensors are the live ones (no copies).
+/// ValueError when an optimizer parameter is not a parameter of the model; NotImplementedError
+/// when the optimizer has state that state_names() does not describe.
+CheckpointData capture(const nn::Module& model, const optim::Optimizer* opt = nullptr);
+
+/// Restores `model` (and `opt`) from the checkpoint at `path` and returns all of it (trainer,
+/// rng, config). Everything is checked before any tensor changes, each problem as one error
+/// naming the path, with a count of further problems:
+///   - the optimizer type (IOError when /optimizer is missing or of another type);
+///   - layouts: every BlockSparseLinear's layout must equal /layout/<module path>, and the file
+///     may hold no others (IOError naming both layouts);
+///   - tensors: every parameter /model/<path> and optimizer state /optimizer/<path>/<state> with
+///     the same shape and dtype (ShapeError / DTypeError naming both), none missing (IOError), and
+///     nothing else under /model or (with `opt`) /optimizer (IOError).
+/// Then parameters and state are copied and the optimizer's step count and lr set. Other
+/// hyperparameters stay as the optimizer was built. Without `opt`, /optimizer is ignored.
+CheckpointData restore(const std::string& path, nn::Module& model, optim::Optimizer* opt = nullptr);
+
+}  // namespace io
+}  // namespace tessera
