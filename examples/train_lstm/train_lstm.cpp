@@ -1,0 +1,258 @@
+// train_lstm: a character-level language model (models::CharLSTMLM, a block-sparse (m)LSTM) on a
+// text file, by default tinyshakespeare beside the checkout. The shared flags, the run folder and
+// checkpoints are examples/common/trainer.h; `train_lstm --help` lists every flag.
+//
+//   train_lstm --steps 600 --out runs/lstm                  # compiled step (default)
+//   train_lstm --steps 900 --resume runs/lstm/ckpt.h5 --out runs/lstm
+//   train_lstm --eager --hidden 512 --density 0.125 --layout ba
+//
+// Data order. Compiled (default): independent random windows (RandomWindowSampler) with a zero
+// initial LSTM state per batch, because a compiled step returns only the loss, so the final state
+// cannot be carried to the next batch. Eager (--eager): truncated BPTT over contiguous lanes
+// (SequentialSampler) with the state carried between batches (a resumed run restarts it at zero).
+// Model config: defaults below, then --config FILE, then the model flags given explicitly; a
+// resumed run takes the checkpoint's model config unless --config or model flags are given.
+#include <tessera/tessera.h>
+
+#include <CLI/CLI.hpp>
+#include <fstream>
+#include <iostream>
+#include <optional>
+
+#include "core/graph/compile.h"
+#include "data/sampler.h"
+#include "data/text_dataset.h"
+#include "examples/common/trainer.h"
+#include "models/char_lstm_lm.h"
+
+using namespace tessera;
+using models::CharLSTMLM;
+
+namespace {
+
+// The demo model: a block-sparse LSTM of width 256 (blocks of 32, 25% dense) that trains visibly
+// within minutes on two CPU cores.
+nlohmann::json default_model() {
+  return {{"embed", 64}, {"hidden", 256}, {"layers", 1}, {"block_size", 32}, {"density", 0.25},
+          {"layout", "random"}, {"seed", 0}};
+}
+
+class LstmTask : public examples::TrainTask {
+ public:
+  LstmTask(const examples::TrainerFlags& f, CharLSTMLM& model, optim::Optimizer& opt, const data::TextDataset& ds,
+           int64_t sample_chars, double temperature)
+      : f_(f), model_(model), opt_(opt), ds_(ds), sample_chars_(sample_chars), temperature_(temperature),
+        sample_gen_(f.seed + 7) {
+    const data::TokenArray& train = ds.tokens(data::Part::train);
+    if (f.eager) {
+      seq_.emplace(train, f.batch, f.seq);
+    } else {
+      random_.emplace(train, f.batch, f.seq, f.seed);
+      auto loss_fn = [this](const std::map<std::string, Tensor>& in) {
+        return model_.loss(in.at("x"), in.at("y")).loss;
+      };
+      step_.emplace(compile(loss_fn, model.named_parameters(), &opt, example_batch()));
+      if (!f.dump_graph.empty()) {
+        std::ofstream d(f.dump_graph);
+        d << step_->to_dot();
+        TS_CHECK(d.good(), IOError, "cannot write '" << f.dump_graph << "'");
+      }
+    }
+  }
+
+  double train_step() override {
+    if (step_) {
+      data::Batch b = random_->next();
+      return step_->run({{"x", reshape(b.inputs, {b.seq, b.batch})}, {"y", b.targets}});
+    }
+    data::Batch b = seq_->next();
+    if (b.lane_start) state_ = {};
+    auto out = model_.loss(reshape(b.inputs, {b.seq, b.batch}), b.targets, state_);
+    out.loss.backward();
+    opt_.step();
+    opt_.zero_grad();
+    state_ = CharLSTMLM::detach(out.state);
+    return out.loss.item<float>();
+  }
+
+  int64_t tokens_per_step() const override { return f_.batch * f_.seq; }
+
+  // Random validation windows from a fixed seed (the same windows at every evaluation), zero state.
+  double evaluate(int64_t batches) override {
+    const data::TokenArray& val = ds_.size(data::Part::val) > f_.seq ? ds_.tokens(data::Part::val)
+                                                                       : ds_.tokens(data::Part::train);
+    data::RandomWindowSampler s(val, f_.batch, f_.seq, /*seed=*/12345);
+    NoGradGuard ng;
+    double sum = 0;
+    for (int64_t i = 0; i < batches; ++i) {
+      data::Batch b = s.next();
+      sum += model_.loss(reshape(b.inputs, {b.seq, b.batch}), b.targets).loss.item<float>();
+    }
+    return sum / static_cast<double>(batches);
+  }
+
+  // sample_chars characters after a newline, drawn at `temperature` (0: greedy).
+  std::string sample() override {
+    const data::Vocabulary& v = ds_.vocab();
+    NoGradGuard ng;
+    CharLSTMLM::State st;
+    int32_t id = v.contains('\n') ? v.id('\n') : 0;
+    std::vector<int32_t> ids;
+    for (int64_t i = 0; i < sample_chars_; ++i) {
+      auto out = model_.forward(from_vector(std::vector<int32_t>{id}, {1, 1}), st);
+      st = out.state;
+      const std::vector<float> logits = out.logits.to_vector<float>();
+      id = pick(logits);
+      ids.push_back(id);
+    }
+    return v.decode(ids);
+  }
+
+  void save_state(io::CheckpointData& ck) const override {
+    const std::vector<uint8_t> voc = ds_.vocab().to_bytes();
+    ck.trainer.vocabulary.assign(voc.begin(), voc.end());
+    ck.trainer.strings["data.sampler"] = f_.eager ? "sequential" : "random";
+    if (seq_) {
+      ck.trainer.ints["data.cursor"] = seq_->state().cursor;
+      ck.trainer.ints["data.epoch"] = seq_->state().epoch;
+    } else {
+      const auto s = random_->state();
+      ck.rng["data"] = Generator::State{s.seed, s.offset};
+      ck.trainer.ints["data.steps"] = s.steps;
+    }
+    ck.rng["sample"] = sample_gen_.state();
+  }
+
+  void restore_state(const io::CheckpointData& ck) override {
+    const auto& t = ck.trainer;
+    auto it = t.strings.find("data.sampler");
+    TS_CHECK(it != t.strings.end(), IOError, "checkpoint lacks /trainer attribute data.sampler");
+    const std::string want = f_.eager ? "sequential" : "random";
+    TS_CHECK(it->second == want, ValueError,
+             "checkpoint was written by a " << (it->second == "random" ? "compiled" : "--eager")
+                                            << " run; resume it the same way");
+    if (seq_) {
+      seq_->set_state({t.ints.at("data.cursor"), t.ints.at("data.epoch")});
+    } else {
+      const Generator::State g = ck.rng.at("data");
+      random_->set_state({g.seed, g.offset, t.ints.at("data.steps")});
+    }
+    if (ck.rng.count("sample")) sample_gen_.set_state(ck.rng.at("sample"));
+  }
+
+ private:
+  std::map<std::string, Tensor> example_batch() const {
+    data::RandomWindowSampler s = *random_;  // a copy: the real sampler does not advance
+    data::Batch b = s.next();
+    return {{"x", reshape(b.inputs, {b.seq, b.batch})}, {"y", b.targets}};
+  }
+
+  int32_t pick(const std::vector<float>& logits) {
+    int32_t best = 0;
+    for (size_t k = 1; k < logits.size(); ++k)
+      if (logits[k] > logits[best]) best = static_cast<int32_t>(k);
+    if (temperature_ <= 0) return best;
+    std::vector<double> p(logits.size());
+    double z = 0;
+    for (size_t k = 0; k < p.size(); ++k) z += p[k] = std::exp((logits[k] - logits[best]) / temperature_);
+    double u = uniform({1}, 0.0, 1.0, sample_gen_).item<float>() * z;
+    for (size_t k = 0; k < p.size(); ++k)
+      if ((u -= p[k]) <= 0) return static_cast<int32_t>(k);
+    return best;
+  }
+
+  const examples::TrainerFlags& f_;
+  CharLSTMLM& model_;
+  optim::Optimizer& opt_;
+  const data::TextDataset& ds_;
+  int64_t sample_chars_;
+  double temperature_;
+  Generator sample_gen_;
+  std::optional<data::RandomWindowSampler> random_;
+  std::optional<data::SequentialSampler> seq_;
+  std::optional<CompiledStep> step_;
+  CharLSTMLM::State state_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Train a character-level block-sparse LSTM language model"};
+  examples::TrainerFlags f;
+  f.data = TESSERA_EXAMPLE_DATA;
+  f.out = "runs/lstm";
+  f.steps = 600;
+  f.eval_every = 100;
+  f.ckpt_every = 200;
+  examples::add_trainer_flags(app, f);
+  int64_t hidden = 0, layers = 0, block = 0, sample_chars = 300;
+  double density = 0, temperature = 0.8;
+  std::string layout;
+  bool mlstm = false;
+  CLI::Option_group* m = app.add_option_group("Model");
+  m->add_option("--hidden", hidden, "LSTM width (default 256)");
+  m->add_option("--layers", layers, "stacked LSTM layers (default 1)");
+  m->add_option("--block", block, "block size 8/16/32/64, 0 = dense weights (default 32)");
+  m->add_option("--density", density, "block density (default 0.25)");
+  m->add_option("--layout", layout, "random | ba | ws | balanced | dense (default random)")
+      ->check(CLI::IsMember({"random", "ba", "ws", "balanced", "dense"}));
+  m->add_flag("--mlstm", mlstm, "multiplicative LSTM");
+  m->add_option("--sample-chars", sample_chars, "characters per sample")->check(CLI::Range(0, 100000))
+      ->capture_default_str();
+  m->add_option("--temperature", temperature, "sampling temperature (0: greedy)")->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  if (int rc = examples::parse_flags(app, argc, argv, "train_lstm"); rc >= 0) return rc;
+
+  try {
+    examples::check_supported(f);
+    // The model config: defaults < checkpoint (resume) or --config < explicit flags.
+    std::optional<io::CheckpointData> ck;
+    nlohmann::json cfg = default_model();
+    if (!f.resume.empty()) {
+      ck = io::load_checkpoint(f.resume);
+      const auto j = nlohmann::json::parse(ck->config, nullptr, false);
+      TS_CHECK(j.is_object() && j.contains("model"), IOError, "checkpoint '" << f.resume << "' has no model config");
+      cfg = j["model"];
+    }
+    if (!f.config.empty()) {
+      std::ifstream in(f.config);
+      TS_CHECK(in.good(), IOError, "cannot open config file '" << f.config << "'");
+      const auto j = nlohmann::json::parse(in, nullptr, false);
+      TS_CHECK(j.is_object(), ValueError, "config file '" << f.config << "' is not a JSON object");
+      cfg = default_model();
+      cfg.update(j);
+    }
+    if (app.count("--hidden")) cfg["hidden"] = hidden;
+    if (app.count("--layers")) cfg["layers"] = layers;
+    if (app.count("--block")) cfg["block_size"] = block;
+    if (app.count("--density")) cfg["density"] = density;
+    if (app.count("--layout")) cfg["layout"] = layout;
+    if (mlstm) cfg["multiplicative"] = true;
+    if (cfg.value("block_size", 1) == 0 && !app.count("--layout")) cfg["layout"] = "dense", cfg["density"] = 1.0;
+
+    data::TextDatasetOptions dopt = data::TextDatasetOptions().level(data::Level::character);
+    if (ck && !ck->trainer.vocabulary.empty())
+      dopt.vocab(data::Vocabulary::from_bytes({ck->trainer.vocabulary.begin(), ck->trainer.vocabulary.end()}));
+    const data::TextDataset ds = data::TextDataset::load(f.data, dopt);
+    cfg["vocab"] = ds.vocab().size();
+    const models::CharLSTMLMConfig mc = models::CharLSTMLMConfig::from_json(cfg);
+    CharLSTMLM model(mc);
+    std::unique_ptr<optim::Optimizer> opt = examples::make_optimizer(f, model.parameters());
+    std::cout << "train_lstm: " << ds.name() << " (" << ds.size(data::Part::train) << " train / "
+              << ds.size(data::Part::val) << " val chars, vocab " << ds.vocab().size() << "), "
+              << model.num_parameters() << " parameters, " << (f.eager ? "eager" : "compiled") << " step\n";
+    LstmTask task(f, model, *opt, ds, sample_chars, temperature);
+
+    nlohmann::json config = {{"model", mc.to_json()},
+                             {"train", {{"data", f.data}, {"steps", f.steps}, {"batch", f.batch}, {"seq", f.seq},
+                                        {"lr", f.lr}, {"warmup", f.warmup}, {"schedule", f.schedule},
+                                        {"clip", f.clip}, {"optimizer", f.optimizer},
+                                        {"weight_decay", f.weight_decay}, {"seed", f.seed},
+                                        {"eager", f.eager}}}};
+    examples::run_training(f, model, *opt, config, task);
+  } catch (const std::exception& e) {
+    std::cerr << "train_lstm: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
