@@ -11,6 +11,8 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/io/event_writer.h"
+#include "core/io/svg_plot.h"
 
 namespace fs = std::filesystem;
 
@@ -121,15 +123,31 @@ void write_file_atomic(const fs::path& path, const std::string& text) {
   TS_CHECK(!ec, IOError, "cannot write '" << path.string() << "': " << ec.message());
 }
 
-// metrics.jsonl of a resumed run: rows after the checkpoint's step are dropped (they will be redone).
-void trim_metrics(const fs::path& path, int64_t step) {
+// The loss curves drawn in loss.svg: every logged train loss and every val loss.
+struct LossCurves {
+  std::vector<std::pair<int64_t, double>> train, val;
+  void add(const nlohmann::json& row) {
+    const int64_t s = row["step"].get<int64_t>();
+    if (row.contains("train_loss") && row["train_loss"].is_number()) train.push_back({s, row["train_loss"].get<double>()});
+    if (row.contains("val_loss") && row["val_loss"].is_number()) val.push_back({s, row["val_loss"].get<double>()});
+  }
+  void write(const fs::path& path) const {
+    io::write_loss_svg(path.string(), {{"train", train}, {"val", val}}, io::PlotOptions());
+  }
+};
+
+// metrics.jsonl of a resumed run: rows after the checkpoint's step are dropped (they will be
+// redone); the rows kept go back into the loss curves.
+void trim_metrics(const fs::path& path, int64_t step, LossCurves& curves) {
   std::ifstream in(path);
   if (!in) return;
   std::string line, kept;
   while (std::getline(in, line)) {
     const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() <= step)
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() <= step) {
       kept += line + "\n";
+      curves.add(j);
+    }
   }
   in.close();
   write_file_atomic(path, kept);
@@ -169,7 +187,9 @@ void run_training(const TrainerFlags& f, nn::Module& model, optim::Optimizer& op
   prepare_out_dir(f.out);
   const fs::path out(f.out), metrics_path = out / "metrics.jsonl", ckpt_path = out / "ckpt.h5";
   write_file_atomic(out / "config.json", config.dump(2) + "\n");
-  if (step > 0) trim_metrics(metrics_path, step);
+  LossCurves curves;
+  if (step > 0) trim_metrics(metrics_path, step, curves);
+  io::EventWriter events(out.string());  // TensorBoard: the same scalars as metrics.jsonl
   std::ofstream metrics(metrics_path, step > 0 ? std::ios::app : std::ios::trunc);
   TS_CHECK(metrics.good(), IOError, "cannot write '" << metrics_path.string() << "'");
   if (step == 0) write_file_atomic(out / "samples.txt", "");
@@ -232,6 +252,14 @@ void run_training(const TrainerFlags& f, nn::Module& model, optim::Optimizer& op
     }
     metrics << row.dump() << "\n" << std::flush;
     TS_CHECK(metrics.good(), IOError, "cannot write '" << metrics_path.string() << "'");
+    const double wall = io::EventWriter::now();
+    for (const char* key : {"train_loss", "val_loss", "lr", "tokens_per_s"})
+      if (row.contains(key)) events.add_scalar(key, row[key].get<double>(), step, wall);
+    curves.add(row);
+    if (eval) {
+      events.flush();
+      curves.write(out / "loss.svg");
+    }
     if (eval && tty) std::cout << "\n" << "step " << step << "  val_loss " << fmt(val_loss, 4) << "\n";
     if (!tty) {
       std::cout << "step " << step << "/" << f.steps << "  loss " << fmt(train_loss, 4) << "  lr " << lr << "  "
