@@ -11,7 +11,8 @@
 //
 // Run folder (--out): config.json (the model and training configuration), metrics.jsonl (one
 // object per logged step: step, train_loss, lr, tokens_per_s, elapsed_s, val_loss on eval steps),
-// ckpt.h5 (latest; with --keep K also ckpt.<step>.h5, the K newest) and samples.txt.
+// ckpt.h5 (latest; with --keep K also ckpt.<step>.h5, the K newest), samples.txt, a TensorBoard
+// event file (events.out.tfevents.*: the metrics' scalars) and loss.svg (train and val loss).
 #pragma once
 
 #include <cstdint>
