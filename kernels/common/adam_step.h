@@ -1,0 +1,30 @@
+// The shared body of the Adam-family update ops (adam_update, adamw_update): argument checks
+// and the fused CPU kernel. The two ops differ only in where weight decay enters.
+#pragma once
+
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tessera {
+namespace detail {
+
+enum class AdamDecay {
+  coupled,    ///< Adam: g' = g + wd·p joins the gradient before the moments
+  decoupled,  ///< AdamW: p' = p·(1 - lr·wd) - the Adam step
+};
+
+struct AdamHyper {
+  double beta1, beta2, eps, weight_decay;
+};
+
+/// Inputs (p, g, m, v, lr, step) -> (p', m', v'), all like p; checks named after `op`.
+std::vector<TensorMeta> infer_adam_update(const char* op, const std::vector<TensorMeta>& in, const AdamHyper& h);
+
+/// The fused elementwise update (bias corrections in f64). Outputs may alias p, m, v: element i
+/// of every input is loaded before element i of any output is stored.
+void adam_update_cpu(const char* op, const std::vector<Tensor>& in, const std::vector<Tensor>& out,
+                     const AdamHyper& h, AdamDecay decay);
+
+}  // namespace detail
+}  // namespace tessera
