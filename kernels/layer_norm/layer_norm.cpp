@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "kernels/common/array_map.h"
+#include "kernels/common/normalize.h"
 #include "kernels/layer_norm_backward/layer_norm_backward.h"
 
 namespace tessera {
@@ -55,23 +55,8 @@ void LayerNorm::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& ou
     T* mean = out[1].data<T>();  // [rows]
     T* rstd = out[2].data<T>();  // [rows]
 #pragma omp parallel for if (rows * c > kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {
-      cpu::ConstArrayMap<T> xr(x + r * c, c);
-      cpu::ArrayMap<T> yr(y + r * c, c);
-      // Shifted two-pass statistics, vectorized by Eigen in T: with k = x_0 and d = x − k,
-      // m = mean(d), mu = k + m, var = mean((d − m)²) (biased), rstd = 1/sqrt(var + eps).
-      // Working on d keeps rows with a large common offset (1e4 + N(0,1)) accurate in f32.
-      const T k = xr[0];
-      const T m = (xr - k).mean();
-      const T var = ((xr - k) - m).square().mean();
-      const T rs = static_cast<T>(1.0 / std::sqrt(static_cast<double>(var) + attrs.eps));
-      mean[r] = k + m;
-      rstd[r] = rs;
-      // y = xhat · gamma + beta, xhat = (x − mu) · rstd = (d − m) · rstd.
-      yr = ((xr - k) - m) * rs;
-      if (gamma) yr *= cpu::ConstArrayMap<T>(gamma, c);
-      if (beta) yr += cpu::ConstArrayMap<T>(beta, c);
-    }
+    for (int64_t r = 0; r < rows; ++r)
+      cpu::normalize_group<T>(x + r * c, y + r * c, c, gamma, beta, attrs.eps, mean[r], rstd[r]);
   });
 }
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "kernels/common/array_map.h"
+#include "kernels/common/normalize.h"
 #include "kernels/layer_norm/layer_norm.h"  // detail::layer_norm_stats_dtype
 #include "kernels/sparse_layer_norm_backward/sparse_layer_norm_backward.h"
 
@@ -71,21 +71,14 @@ void SparseLayerNorm::cpu(const std::vector<Tensor>& in, const std::vector<Tenso
 #pragma omp parallel for if (units * gs > kParallelGrain)
     for (int64_t u = 0; u < units; ++u) {
       const int64_t p = (u % nseg) * gs;  // offset of the segment's parameters
-      cpu::ConstArrayMap<T> xs(x + u * gs, gs);
-      cpu::ArrayMap<T> ys(y + u * gs, gs);
-      // Shifted two-pass statistics as in layer_norm (same expressions, so segments == 1 gives
-      // identical bits): k = x_0, d = x − k, m = mean(d), mu = k + m, var = mean((d − m)²).
-      const T k = xs[0];
-      const T m = (xs - k).mean();
-      const T var = ((xs - k) - m).square().mean();
-      const T rs = static_cast<T>(1.0 / std::sqrt(static_cast<double>(var) + attrs.eps));
-      mean[u] = k + m;
-      rstd[u] = rs;
-      // y = max(xhat · gamma + beta, 0) (max only with relu), xhat = (d − m) · rstd.
-      ys = ((xs - k) - m) * rs;
-      if (gamma) ys *= cpu::ConstArrayMap<T>(gamma + p, gs);
-      if (beta) ys += cpu::ConstArrayMap<T>(beta + p, gs);
-      if (attrs.relu) ys = ys.max(T(0));
+      // The same normalization as layer_norm (so segments == 1 gives identical bits), then
+      // y = max(y, 0) with relu.
+      cpu::normalize_group<T>(x + u * gs, y + u * gs, gs, gamma ? gamma + p : nullptr, beta ? beta + p : nullptr,
+                              attrs.eps, mean[u], rstd[u]);
+      if (attrs.relu) {
+        cpu::ArrayMap<T> ys(y + u * gs, gs);
+        ys = ys.max(T(0));
+      }
     }
   });
 }
