@@ -25,9 +25,11 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/autograd.h"
@@ -45,7 +47,9 @@ struct OpBase {
   static constexpr bool kInPlace = false;
   static constexpr bool kHalfNative = false;   ///< cpu() handles bf16/f16 itself (copies, casts)
   static constexpr bool kView = false;         ///< output 0 is a view of input 0 (see view_offset)
-  static constexpr bool kRandom = false;       ///< draws random numbers fixed in its attributes
+  /// Draws random numbers from the Philox stream fixed in its attributes, which then have
+  /// `uint64_t seed` and `uint64_t start` (first block). A compiled step moves `start` each run.
+  static constexpr bool kRandom = false;
 };
 
 /// What a backward rule sees.
@@ -86,8 +90,12 @@ class OpInstance {
   virtual std::optional<size_t> view_offset(const std::vector<TensorMeta>& inputs) const = 0;
   virtual bool differentiable() const = 0;
   virtual bool in_place_safe() const = 0;
-  /// Draws random numbers from (seed, offset) attributes: a traced copy would repeat them.
+  /// Draws random numbers from (seed, start) attributes: a traced copy would repeat them.
   virtual bool random() const = 0;
+  /// Random ops: the Philox seed and first block their attributes fix; others {0, 0}.
+  virtual std::pair<uint64_t, uint64_t> random_stream() const = 0;
+  /// Random ops: a copy that draws from block `start` instead (same seed); others ValueError.
+  virtual std::shared_ptr<const OpInstance> with_random_start(uint64_t start) const = 0;
   virtual unsigned saved_inputs_mask() const = 0;
   virtual unsigned saved_outputs_mask() const = 0;
 };
@@ -168,6 +176,23 @@ class OpInstanceT final : public OpInstance {
   bool differentiable() const override { return Op::kDifferentiable; }
   bool in_place_safe() const override { return Op::kInPlace; }
   bool random() const override { return Op::kRandom; }
+  std::pair<uint64_t, uint64_t> random_stream() const override {
+    if constexpr (Op::kRandom) {
+      return {attrs_.seed, attrs_.start};
+    } else {
+      return {0, 0};
+    }
+  }
+  std::shared_ptr<const OpInstance> with_random_start(uint64_t start) const override {
+    if constexpr (Op::kRandom) {
+      Attrs a = attrs_;
+      a.start = start;
+      return std::make_shared<OpInstanceT<Op>>(std::move(a));
+    } else {
+      (void)start;
+      TS_THROW(ValueError, Op::kName << " draws no random numbers");
+    }
+  }
   unsigned saved_inputs_mask() const override { return Op::kSaveInputs; }
   unsigned saved_outputs_mask() const override { return Op::kSaveOutputs; }
 

@@ -49,7 +49,7 @@ struct AttentionOptions {
   /// Density of the block-sparse projections' random layouts; qkv uses `seed`, proj `seed + 1`.
   AttentionOptions& density(double d, uint64_t seed = 0) { density_ = d; seed_ = seed; return *this; }
   AttentionOptions& bias(bool on) { bias_ = on; return *this; }
-  /// Dropout on the output while training (0, the default, adds no op: a graph cannot hold dropout).
+  /// Dropout on the output while training (0, the default, adds no op).
   AttentionOptions& dropout(double p) { dropout_ = p; return *this; }
   AttentionOptions& dtype(DType t) { dtype_ = t; return *this; }
 

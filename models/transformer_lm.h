@@ -21,7 +21,7 @@
 //   linear_block     0 = dense weights, else 8/16/32/64 block-sparse qkv/proj/fc/fc2 (0; divides width)
 //   density          block-sparse weight density in (0, 1]          (1)
 //   tied             output projection = token embedding transposed  (true)
-//   dropout          p in [0, 1) on embeddings, attention and MLP outputs (0; a compiled step needs 0)
+//   dropout          p in [0, 1) on embeddings, attention and MLP outputs (0; compiled: pass dropout_gen as compile()'s rng)
 //   recompute        each block a graph::recompute region           (false)
 //   seed             parameter init and sparse-layout seed, >= 0    (0)
 #pragma once

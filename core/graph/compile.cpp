@@ -5,8 +5,8 @@
 namespace tessera {
 
 CompiledStep::CompiledStep(graph::LossFn loss_fn, std::vector<graph::NamedParam> params, ParamUpdater* updater,
-                           const std::map<std::string, Tensor>& example_inputs)
-    : loss_fn_(std::move(loss_fn)), params_(std::move(params)), updater_(updater) {
+                           const std::map<std::string, Tensor>& example_inputs, Generator* rng)
+    : loss_fn_(std::move(loss_fn)), params_(std::move(params)), updater_(updater), rng_(rng) {
   for (const auto& [name, t] : example_inputs) {
     TS_CHECK(t.defined(), ValueError, "compile: example input '" << name << "' is undefined");
     TS_CHECK(name != "lr" && name != "step", ValueError,
@@ -33,7 +33,7 @@ graph::Executor& CompiledStep::plan_for(const std::map<std::string, Tensor>& inp
   auto& slot = plans_[key.str()];
   if (!slot) {
     try {
-      slot = std::make_unique<graph::Executor>(graph::trace_step(loss_fn_, metas, params_, updater_));
+      slot = std::make_unique<graph::Executor>(graph::trace_step(loss_fn_, metas, params_, updater_, rng_));
     } catch (...) {
       plans_.erase(key.str());
       throw;
@@ -49,6 +49,7 @@ double CompiledStep::run(const std::map<std::string, Tensor>& inputs) {
     feeds["lr"] = full({}, updater_->lr(), DType::f64);
     feeds["step"] = full({}, static_cast<double>(updater_->step_count() + 1), DType::f64);
   }
+  if (const uint64_t blocks = current_->graph().random_blocks) current_->set_random_base(rng_->reserve(blocks));
   current_->run(feeds);
   if (updater_) updater_->advance();
   return fetch("loss").item<double>();
@@ -61,15 +62,15 @@ std::string CompiledStep::summary() const {
 }
 
 CompiledStep compile(graph::LossFn loss_fn, const std::vector<Tensor>& params, ParamUpdater* updater,
-                     const std::map<std::string, Tensor>& example_inputs) {
+                     const std::map<std::string, Tensor>& example_inputs, Generator* rng) {
   std::vector<graph::NamedParam> named;
   for (size_t i = 0; i < params.size(); ++i) named.push_back({std::to_string(i), params[i]});
-  return CompiledStep(std::move(loss_fn), std::move(named), updater, example_inputs);
+  return CompiledStep(std::move(loss_fn), std::move(named), updater, example_inputs, rng);
 }
 
 CompiledStep compile(graph::LossFn loss_fn, std::vector<graph::NamedParam> params, ParamUpdater* updater,
-                     const std::map<std::string, Tensor>& example_inputs) {
-  return CompiledStep(std::move(loss_fn), std::move(params), updater, example_inputs);
+                     const std::map<std::string, Tensor>& example_inputs, Generator* rng) {
+  return CompiledStep(std::move(loss_fn), std::move(params), updater, example_inputs, rng);
 }
 
 }  // namespace tessera

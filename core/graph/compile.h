@@ -13,6 +13,12 @@
 //
 // Feeding inputs of new shapes traces and plans again; plans are cached per input shapes.
 // Input names and dtypes are fixed by the example inputs.
+//
+// Dropout: pass the generator the model's dropout draws from as `rng`. Each run reserves one
+// step's share of its stream, so the masks change every step and equal those of the same step
+// run eagerly from the same generator state (save rng's state in checkpoints to resume exactly).
+// Extra outputs (an LSTM's final state, say): graph::mark_output(name, t) inside the loss
+// function, fetch(name) after a run.
 #pragma once
 
 #include <map>
@@ -29,12 +35,13 @@ namespace tessera {
 class CompiledStep {
  public:
   CompiledStep(graph::LossFn loss_fn, std::vector<graph::NamedParam> params, ParamUpdater* updater,
-               const std::map<std::string, Tensor>& example_inputs);
+               const std::map<std::string, Tensor>& example_inputs, Generator* rng = nullptr);
 
   /// One step: runs forward, backward and (with an updater) the update, and returns the loss.
   /// The updater's step count advances by one.
   double run(const std::map<std::string, Tensor>& inputs);
-  /// Copy of a named output of the last run: "loss", or "grad/<param>" without an updater.
+  /// Copy of a named output of the last run: "loss", a mark_output() name, or "grad/<param>"
+  /// without an updater.
   Tensor fetch(const std::string& name) const;
 
   /// The plan used by the last run (or built by the constructor).
@@ -50,15 +57,17 @@ class CompiledStep {
   graph::LossFn loss_fn_;
   std::vector<graph::NamedParam> params_;
   ParamUpdater* updater_;
+  Generator* rng_;
   std::map<std::string, DType> input_dtypes_;
   std::map<std::string, std::unique_ptr<graph::Executor>> plans_;  // by input shapes
   graph::Executor* current_ = nullptr;
 };
 
-/// Compiles a training step over `params` (named "0", "1", ... unless given names).
+/// Compiles a training step over `params` (named "0", "1", ... unless given names); `rng` is
+/// the generator the loss function's random ops draw from (needed only when it has some).
 CompiledStep compile(graph::LossFn loss_fn, const std::vector<Tensor>& params, ParamUpdater* updater,
-                     const std::map<std::string, Tensor>& example_inputs);
+                     const std::map<std::string, Tensor>& example_inputs, Generator* rng = nullptr);
 CompiledStep compile(graph::LossFn loss_fn, std::vector<graph::NamedParam> params, ParamUpdater* updater,
-                     const std::map<std::string, Tensor>& example_inputs);
+                     const std::map<std::string, Tensor>& example_inputs, Generator* rng = nullptr);
 
 }  // namespace tessera

@@ -86,6 +86,12 @@ void Executor::run(const std::map<std::string, Tensor>& feeds) {
     std::memcpy(buffers_[w.target].data_ptr(), buffers_[w.value].data_ptr(), graph_.values[w.value].meta.nbytes());
 }
 
+void Executor::set_random_base(uint64_t base) {
+  for (Node& n : graph_.nodes)
+    if (n.op->random() && n.op->random_stream().second != base + n.random_offset)
+      n.op = n.op->with_random_start(base + n.random_offset);
+}
+
 Tensor Executor::fetch(const std::string& name) const {
   const int id = graph_.find_output(name);
   TS_CHECK(id >= 0, ValueError, "compiled step: no output named '" << name << "'");

@@ -26,6 +26,9 @@ class Executor {
   void run(const std::map<std::string, Tensor>& feeds);
   /// A copy of the named output of the last run.
   Tensor fetch(const std::string& name) const;
+  /// Random nodes draw from Philox block base + their random_offset in the following runs
+  /// (Graph::random_blocks blocks in all, reserved by the caller from the step's generator).
+  void set_random_base(uint64_t base);
 
   const Graph& graph() const { return graph_; }
   const MemoryPlan& plan() const { return plan_; }

@@ -47,6 +47,8 @@ struct Node {
   std::vector<int> outputs;  ///< value ids
   NodePhase phase = NodePhase::forward;
   int region = -1;           ///< recompute region of a forward node (-1: none)
+  /// Random ops: first Philox block of the draw relative to the run's base (see Graph::random_blocks).
+  uint64_t random_offset = 0;
 };
 
 /// `value` replaces the contents of `target` (a param or state value) at the end of the step.
@@ -61,6 +63,9 @@ class Graph {
   std::vector<Node> nodes;
   std::vector<WriteBack> writes;
   std::vector<std::pair<std::string, int>> outputs;  ///< named results fetched after a run
+  /// Philox blocks one run draws from the step's generator: a run reserves them (base = the
+  /// generator's offset) and each random node draws from base + its random_offset.
+  uint64_t random_blocks = 0;
 
   int add_value(TensorMeta meta, ValueKind kind, std::string name = {}, Tensor tensor = {});
   /// Appends a node and its output values; returns the node index.

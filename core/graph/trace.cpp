@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "core/autograd.h"
+#include "core/random.h"
 
 namespace tessera {
 namespace graph {
@@ -42,20 +43,44 @@ class GraphTracer final : public Tracer {
 
   void record(const std::shared_ptr<const OpInstance>& op, const std::vector<Tensor>& inputs,
               const std::vector<Tensor>& outputs) override {
-    TS_CHECK(!op->random(), NotImplementedError,
-             op->name() << " inside a compiled step is not supported yet: its random mask would repeat at every "
-                           "step (run this model eagerly, or with p = 0)");
+    uint64_t random_offset = 0;
+    if (op->random()) {
+      TS_CHECK(rng_, ValueError,
+               op->name() << " inside a compiled step needs the generator it draws from: pass it as compile()'s "
+                             "rng argument (else its random numbers would repeat at every step)");
+      const auto [seed, start] = op->random_stream();
+      TS_CHECK(seed == rng_->seed() && start >= rng_start_, ValueError,
+               op->name() << " draws from Philox stream (seed " << seed << ", block " << start
+                          << "), not from the compiled step's rng (seed " << rng_->seed() << ", block " << rng_start_
+                          << " on): pass the generator it uses as compile()'s rng");
+      random_offset = start - rng_start_;
+    }
     std::vector<int> ins;
     for (const Tensor& t : inputs) ins.push_back(lookup(t, op->name()));
     std::vector<TensorMeta> metas;
     for (const Tensor& t : outputs) metas.push_back(t.meta());
     const int n = g_.add_node(op, ins, metas, phase_, phase_ == NodePhase::forward ? region_ : -1);
+    g_.nodes[n].random_offset = random_offset;
     for (size_t i = 0; i < outputs.size(); ++i) bind(outputs[i], g_.nodes[n].outputs[i]);
   }
 
   void alias(const Tensor& alias, const Tensor& of) override {
     int id = find(of);
     if (id >= 0) bind(alias, id);
+  }
+
+  /// Random ops must draw from `rng` at or after its current offset.
+  void set_rng(const Generator* rng) {
+    rng_ = rng;
+    rng_start_ = rng ? rng->offset() : 0;
+  }
+
+  void mark_output(const std::string& name, const Tensor& t) {
+    TS_CHECK(t.defined(), ValueError, "mark_output: '" << name << "' is an undefined tensor");
+    TS_CHECK(!name.empty() && name != "loss" && name.rfind("grad/", 0) != 0, ValueError,
+             "mark_output: the name '" << name << "' is reserved (\"loss\", \"grad/...\") or empty");
+    TS_CHECK(g_.find_output(name) < 0, ValueError, "mark_output: '" << name << "' is marked twice");
+    g_.outputs.push_back({name, lookup(t, "mark_output")});
   }
 
   void set_phase(NodePhase p) { phase_ = p; }
@@ -69,6 +94,8 @@ class GraphTracer final : public Tracer {
   Graph& g_;
   std::unordered_map<const TensorImpl*, int> ids_;
   std::vector<std::shared_ptr<TensorImpl>> keep_;
+  const Generator* rng_ = nullptr;
+  uint64_t rng_start_ = 0;
   NodePhase phase_ = NodePhase::forward;
   int region_ = -1;
   int next_region_ = 0;
@@ -229,10 +256,23 @@ void end_recompute_region() {
   if (g_active) g_active->end_region();
 }
 
+void mark_output(const std::string& name, const Tensor& t) {
+  if (g_active) g_active->mark_output(name, t);
+}
+
 Graph trace_step(const LossFn& loss_fn, const std::vector<std::pair<std::string, TensorMeta>>& inputs,
-                 const std::vector<NamedParam>& params, ParamUpdater* updater) {
+                 const std::vector<NamedParam>& params, ParamUpdater* updater, Generator* rng) {
   Graph g;
   GraphTracer tracer(g);
+  // The trace draws nothing: the generator is put back however the trace ends.
+  struct RngRestore {
+    Generator* rng;
+    Generator::State state;
+    ~RngRestore() {
+      if (rng) rng->set_state(state);
+    }
+  } rng_restore{rng, rng ? rng->state() : Generator::State{}};
+  tracer.set_rng(rng);
 
   std::map<std::string, Tensor> feeds;
   for (const auto& [name, meta] : inputs) {
@@ -304,6 +344,13 @@ Graph trace_step(const LossFn& loss_fn, const std::vector<std::pair<std::string,
       if (grads[i].defined()) g.outputs.push_back({"grad/" + params[i].name, tracer.lookup(grads[i], "grad")});
   }
 
+  if (rng) {
+    g.random_blocks = rng->offset() - rng_restore.state.offset;
+    for (const Node& n : g.nodes)
+      TS_CHECK(!n.op->random() || n.random_offset <= g.random_blocks, ValueError,
+               "compile: " << n.op->name() << " draws from block " << rng_restore.state.offset + n.random_offset
+                           << " of the rng, past the " << g.random_blocks << " blocks this step reserved");
+  }
   apply_recompute(g);
   schedule_updates(g);
   return g;

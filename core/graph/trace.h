@@ -7,7 +7,9 @@
 // Parameters and optimizer state are recognized by identity: while tracing, their storage is
 // detached (so they behave as symbolic tensors) and restored afterwards, whatever happens.
 // Code that reads values (item(), to_vector()) inside the loss function fails with an error
-// naming the tensor; ops that draw random numbers (dropout) are refused.
+// naming the tensor. Ops that draw random numbers (dropout) must draw from the generator passed
+// as `rng`: the graph records where each draw lies in the step's share of that stream, and every
+// run reserves a fresh share, so masks differ per step and match eager mode's draw for draw.
 #pragma once
 
 #include <functional>
@@ -18,6 +20,7 @@
 
 #include "core/graph/graph.h"
 #include "core/graph/updater.h"
+#include "core/random.h"
 
 namespace tessera {
 namespace graph {
@@ -33,9 +36,17 @@ struct NamedParam {
 
 /// Traces forward, backward and (when `updater` is given) the update of one step. The graph's
 /// outputs are "loss" and, without an updater, "grad/<name>" for each parameter that got one.
-/// Inputs "lr" and "step" (0-d f64) are added when there is an updater.
+/// Inputs "lr" and "step" (0-d f64) are added when there is an updater. Random ops must draw
+/// from `rng` (ValueError otherwise); the trace leaves rng's state as it found it and sets
+/// Graph::random_blocks to what one step draws. Tensors passed to mark_output() by the loss
+/// function become outputs too.
 Graph trace_step(const LossFn& loss_fn, const std::vector<std::pair<std::string, TensorMeta>>& inputs,
-                 const std::vector<NamedParam>& params, ParamUpdater* updater);
+                 const std::vector<NamedParam>& params, ParamUpdater* updater, Generator* rng = nullptr);
+
+/// Inside a traced loss function: makes `t` a named output of the step (fetch it after a run,
+/// e.g. an LSTM's final state to feed into the next step). Outside a trace (eager): nothing.
+/// ValueError when the name is empty, "loss", starts with "grad/", or is marked twice.
+void mark_output(const std::string& name, const Tensor& t);
 
 /// Begin/end of a recompute region in the active trace (no-ops when not tracing); prefer recompute().
 void begin_recompute_region();

@@ -94,10 +94,13 @@ TEST(Trace, ReadingAValueInsideTheTraceIsAClearError) {
   EXPECT_FALSE(w.is_symbolic()) << "a failed trace must restore the parameters";
 }
 
-TEST(Trace, DropoutIsRefusedInsteadOfRepeatingItsMask) {
+TEST(Trace, DropoutWithoutTheStepsRngIsRefusedInsteadOfRepeatingItsMask) {
   Tensor w = test_randn({4}, 11, DType::f32).requires_grad_();
   auto fn = [&](const std::map<std::string, Tensor>& in) { return sum(dropout(mul(in.at("x"), w), 0.5)); };
-  testing::expect_error<NotImplementedError>([&] { compile(fn, {w}, nullptr, {{"x", ones({4})}}); }, {"dropout"});
+  testing::expect_error<ValueError>([&] { compile(fn, {w}, nullptr, {{"x", ones({4})}}); }, {"dropout", "rng"});
+  Generator other(5);  // the loss draws from the default generator, not from this one
+  testing::expect_error<ValueError>([&] { compile(fn, {w}, nullptr, {{"x", ones({4})}}, &other); },
+                                    {"dropout", "seed 5"});
 }
 
 TEST(Trace, ConstantsUsedByTheLossAreCaptured) {
