@@ -6,10 +6,10 @@
 //   train_lstm --steps 900 --resume runs/lstm/ckpt.h5 --out runs/lstm
 //   train_lstm --eager --hidden 512 --density 0.125 --layout ba
 //
-// Data order. Compiled (default): independent random windows (RandomWindowSampler) with a zero
-// initial LSTM state per batch, because a compiled step returns only the loss, so the final state
-// cannot be carried to the next batch. Eager (--eager): truncated BPTT over contiguous lanes
-// (SequentialSampler) with the state carried between batches (a resumed run restarts it at zero).
+// Data order: truncated BPTT over contiguous lanes (data::SequentialSampler) with the LSTM state
+// carried from batch to batch, in both modes; the compiled step takes the state as inputs and
+// returns the final state as extra outputs (graph::mark_output). The carried state is saved in
+// the checkpoint (/trainer/lstm_state.*), so a resumed run continues exactly where it stopped.
 // Model config: defaults below, then --config FILE, then the model flags given explicitly; a
 // resumed run takes the checkpoint's model config unless --config or model flags are given.
 #include <tessera/tessera.h>
@@ -42,31 +42,37 @@ class LstmTask : public examples::TrainTask {
   LstmTask(const examples::TrainerFlags& f, CharLSTMLM& model, optim::Optimizer& opt, const data::TextDataset& ds,
            int64_t sample_chars, double temperature)
       : f_(f), model_(model), opt_(opt), ds_(ds), sample_chars_(sample_chars), temperature_(temperature),
-        sample_gen_(f.seed + 7) {
-    const data::TokenArray& train = ds.tokens(data::Part::train);
-    if (f.eager) {
-      seq_.emplace(train, f.batch, f.seq);
-    } else {
-      random_.emplace(train, f.batch, f.seq, f.seed);
-      auto loss_fn = [this](const std::map<std::string, Tensor>& in) {
-        return model_.loss(in.at("x"), in.at("y")).loss;
-      };
-      step_.emplace(compile(loss_fn, model.named_parameters(), &opt, example_batch()));
-      if (!f.dump_graph.empty()) {
-        std::ofstream d(f.dump_graph);
-        d << step_->to_dot();
-        TS_CHECK(d.good(), IOError, "cannot write '" << f.dump_graph << "'");
+        sample_gen_(f.seed + 7), lanes_(ds.tokens(data::Part::train), f.batch, f.seq) {
+    if (f.eager) return;
+    // The compiled step: inputs x, y [T, B] and the carried state h<l>, c<l> [B, H] of each
+    // layer; outputs the loss and the final state (read back with fetch after each run).
+    auto loss_fn = [this](const std::map<std::string, Tensor>& in) {
+      CharLSTMLM::State st(model_.config().layers);
+      for (size_t l = 0; l < st.size(); ++l) st[l] = {in.at(h_name(l)), in.at(c_name(l))};
+      CharLSTMLM::Output out = model_.loss(in.at("x"), in.at("y"), st);
+      for (size_t l = 0; l < st.size(); ++l) {
+        graph::mark_output(h_name(l), out.state[l].h);
+        graph::mark_output(c_name(l), out.state[l].c);
       }
+      return out.loss;
+    };
+    data::SequentialSampler peek = lanes_;  // a copy: the real sampler does not advance
+    step_.emplace(compile(loss_fn, model.named_parameters(), &opt, feeds(peek.next(), zero_state())));
+    if (!f.dump_graph.empty()) {
+      std::ofstream d(f.dump_graph);
+      d << step_->to_dot();
+      TS_CHECK(d.good(), IOError, "cannot write '" << f.dump_graph << "'");
     }
   }
 
   double train_step() override {
+    data::Batch b = lanes_.next();
+    if (b.lane_start || state_.empty()) state_ = zero_state();
     if (step_) {
-      data::Batch b = random_->next();
-      return step_->run({{"x", reshape(b.inputs, {b.seq, b.batch})}, {"y", b.targets}});
+      const double loss = step_->run(feeds(b, state_));
+      for (size_t l = 0; l < state_.size(); ++l) state_[l] = {step_->fetch(h_name(l)), step_->fetch(c_name(l))};
+      return loss;
     }
-    data::Batch b = seq_->next();
-    if (b.lane_start) state_ = {};
     auto out = model_.loss(reshape(b.inputs, {b.seq, b.batch}), b.targets, state_);
     out.loss.backward();
     opt_.step();
@@ -111,14 +117,12 @@ class LstmTask : public examples::TrainTask {
   void save_state(io::CheckpointData& ck) const override {
     const std::vector<uint8_t> voc = ds_.vocab().to_bytes();
     ck.trainer.vocabulary.assign(voc.begin(), voc.end());
-    ck.trainer.strings["data.sampler"] = f_.eager ? "sequential" : "random";
-    if (seq_) {
-      ck.trainer.ints["data.cursor"] = seq_->state().cursor;
-      ck.trainer.ints["data.epoch"] = seq_->state().epoch;
-    } else {
-      const auto s = random_->state();
-      ck.rng["data"] = Generator::State{s.seed, s.offset};
-      ck.trainer.ints["data.steps"] = s.steps;
+    ck.trainer.strings["data.sampler"] = "sequential";
+    ck.trainer.ints["data.cursor"] = lanes_.state().cursor;
+    ck.trainer.ints["data.epoch"] = lanes_.state().epoch;
+    for (size_t l = 0; l < state_.size(); ++l) {  // the state the next batch continues from
+      ck.trainer.tensors["lstm_state." + h_name(l)] = state_[l].h;
+      ck.trainer.tensors["lstm_state." + c_name(l)] = state_[l].c;
     }
     ck.rng["sample"] = sample_gen_.state();
   }
@@ -127,24 +131,42 @@ class LstmTask : public examples::TrainTask {
     const auto& t = ck.trainer;
     auto it = t.strings.find("data.sampler");
     TS_CHECK(it != t.strings.end(), IOError, "checkpoint lacks /trainer attribute data.sampler");
-    const std::string want = f_.eager ? "sequential" : "random";
-    TS_CHECK(it->second == want, ValueError,
-             "checkpoint was written by a " << (it->second == "random" ? "compiled" : "--eager")
-                                            << " run; resume it the same way");
-    if (seq_) {
-      seq_->set_state({t.ints.at("data.cursor"), t.ints.at("data.epoch")});
-    } else {
-      const Generator::State g = ck.rng.at("data");
-      random_->set_state({g.seed, g.offset, t.ints.at("data.steps")});
+    TS_CHECK(it->second == "sequential", ValueError,
+             "checkpoint's data sampler is '" << it->second << "', this trainer resumes only 'sequential' ones");
+    TS_CHECK(t.ints.count("data.cursor") && t.ints.count("data.epoch"), IOError,
+             "checkpoint lacks /trainer attributes data.cursor and data.epoch");
+    lanes_.set_state({t.ints.at("data.cursor"), t.ints.at("data.epoch")});
+    state_.clear();
+    const CharLSTMLM::State zeros = zero_state();
+    for (size_t l = 0; l < zeros.size(); ++l) {
+      auto h = t.tensors.find("lstm_state." + h_name(l)), c = t.tensors.find("lstm_state." + c_name(l));
+      if (h == t.tensors.end() || c == t.tensors.end()) break;  // none saved: start from zeros
+      TS_CHECK(h->second.meta() == zeros[l].h.meta() && c->second.meta() == zeros[l].c.meta(), ShapeError,
+               "checkpoint's carried LSTM state of layer " << l << " is " << h->second.meta() << ", this run needs "
+                                                           << zeros[l].h.meta() << " (same --batch as the saved run)");
+      state_.push_back({h->second, c->second});
     }
+    if (state_.size() != zeros.size()) state_.clear();
     if (ck.rng.count("sample")) sample_gen_.set_state(ck.rng.at("sample"));
   }
 
  private:
-  std::map<std::string, Tensor> example_batch() const {
-    data::RandomWindowSampler s = *random_;  // a copy: the real sampler does not advance
-    data::Batch b = s.next();
-    return {{"x", reshape(b.inputs, {b.seq, b.batch})}, {"y", b.targets}};
+  static std::string h_name(size_t l) { return "h" + std::to_string(l); }
+  static std::string c_name(size_t l) { return "c" + std::to_string(l); }
+
+  CharLSTMLM::State zero_state() const {
+    const int64_t H = model_.config().hidden;
+    return CharLSTMLM::State(model_.config().layers, nn::LSTMState{zeros({f_.batch, H}), zeros({f_.batch, H})});
+  }
+
+  // The compiled step's inputs for batch b continuing from state st.
+  static std::map<std::string, Tensor> feeds(const data::Batch& b, const CharLSTMLM::State& st) {
+    std::map<std::string, Tensor> in{{"x", reshape(b.inputs, {b.seq, b.batch})}, {"y", b.targets}};
+    for (size_t l = 0; l < st.size(); ++l) {
+      in[h_name(l)] = st[l].h;
+      in[c_name(l)] = st[l].c;
+    }
+    return in;
   }
 
   int32_t pick(const std::vector<float>& logits) {
@@ -168,10 +190,9 @@ class LstmTask : public examples::TrainTask {
   int64_t sample_chars_;
   double temperature_;
   Generator sample_gen_;
-  std::optional<data::RandomWindowSampler> random_;
-  std::optional<data::SequentialSampler> seq_;
-  std::optional<CompiledStep> step_;
-  CharLSTMLM::State state_;
+  data::SequentialSampler lanes_;
+  std::optional<CompiledStep> step_;  // unset with --eager
+  CharLSTMLM::State state_;           // carried between batches; empty: zeros at the next step
 };
 
 }  // namespace
@@ -243,7 +264,7 @@ int main(int argc, char** argv) {
               << model.num_parameters() << " parameters, " << (f.eager ? "eager" : "compiled") << " step\n";
     LstmTask task(f, model, *opt, ds, sample_chars, temperature);
 
-    nlohmann::json config = {{"model", mc.to_json()},
+    nlohmann::json config = {{"model_type", "char_lstm"}, {"model", mc.to_json()},
                              {"train", {{"data", f.data}, {"steps", f.steps}, {"batch", f.batch}, {"seq", f.seq},
                                         {"lr", f.lr}, {"warmup", f.warmup}, {"schedule", f.schedule},
                                         {"clip", f.clip}, {"optimizer", f.optimizer},
