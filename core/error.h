@@ -33,6 +33,9 @@ class DTypeError : public Error { using Error::Error; };
 class DeviceError : public Error { using Error::Error; };
 /// A bad argument value (negative probability, out-of-range index, ...).
 class ValueError : public Error { using Error::Error; };
+/// A device allocation that did not fit; the message says how much was asked and how much is
+/// free. The process can go on (free memory, try smaller).
+class OutOfMemoryError : public DeviceError { using DeviceError::DeviceError; };
 /// File and stream failures.
 class IOError : public Error { using Error::Error; };
 /// A feature that is not there (yet): a missing kernel, an unsupported combination.

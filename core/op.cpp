@@ -61,6 +61,13 @@ namespace detail {
 
 void count_kernel() { g_kernels_run.fetch_add(1, std::memory_order_relaxed); }
 
+Device kernel_device(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) {
+  for (const std::vector<Tensor>* ts : {&inputs, &outputs})
+    for (const Tensor& t : *ts)
+      if (t.defined() && t.device().is_cuda()) return t.device();
+  return Device::cpu();
+}
+
 namespace {
 
 std::vector<TensorMeta> metas_of(const char* op, const std::vector<Tensor>& inputs) {

@@ -8,6 +8,7 @@
 //     struct Attrs {};                                          // typed parameters
 //     static std::vector<TensorMeta> infer(const std::vector<TensorMeta>& in, const Attrs&);
 //     static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
+//     static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
 //     static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 //   };
 //
@@ -15,6 +16,8 @@
 //   tensors too, so it must not look at data);
 // - cpu computes into preallocated contiguous outputs (f32/f64; bf16/f16 arrive as f32
 //   unless the op sets kHalfNative);
+// - cuda (in kernels/<op>/<op>.cu, CUDA builds) does the same on the device's stream
+//   (core/cuda/check.cuh), bf16/f16 as they are; launch errors are checked after every op;
 // - backward maps output gradients to input gradients using other ops (so it works on every
 //   device and when traced); an op whose gradient needs its own kernel calls a separate
 //   <op>_backward op there. Non-differentiable ops set kDifferentiable = false.
@@ -29,10 +32,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "core/autograd.h"
+#include "core/cuda/runtime.h"
 #include "core/tensor.h"
 
 namespace tessera {
@@ -137,6 +142,17 @@ void compute_cpu_widened(const std::vector<Tensor>& inputs, const std::vector<Te
 
 void count_kernel();
 
+/// The device an op's kernel runs on: the first CUDA device among its inputs and outputs (a
+/// copy between devices runs there), else the CPU.
+Device kernel_device(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs);
+
+/// Whether op struct Op declares a CUDA kernel `static void cuda(in, out, attrs)` (defined in its
+/// kernels/<op>/<op>.cu). Ops without one raise NotImplementedError on CUDA tensors.
+template <class Op, class = void>
+struct has_cuda_kernel : std::false_type {};
+template <class Op>
+struct has_cuda_kernel<Op, std::void_t<decltype(&Op::cuda)>> : std::true_type {};
+
 template <class Op>
 class OpInstanceT final : public OpInstance {
  public:
@@ -149,9 +165,9 @@ class OpInstanceT final : public OpInstance {
     return Op::infer(inputs, attrs_);
   }
   void compute(const std::vector<Tensor>& in, const std::vector<Tensor>& out) const override {
-    Device dev = !in.empty() ? in[0].device() : out[0].device();
-    TS_CHECK(dev.is_cpu(), NotImplementedError, Op::kName << ": no kernel for device " << dev << " yet");
+    const Device dev = kernel_device(in, out);
     count_kernel();
+    if (dev.is_cuda()) return compute_cuda(in, out, dev);
     if constexpr (Op::kHalfNative) {
       Op::cpu(in, out, attrs_);
     } else {
@@ -197,6 +213,19 @@ class OpInstanceT final : public OpInstance {
   unsigned saved_outputs_mask() const override { return Op::kSaveOutputs; }
 
  private:
+  // CUDA kernels take bf16/f16 as they are (no widening) and run on the device's stream.
+  void compute_cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, Device dev) const {
+#ifdef TESSERA_WITH_CUDA
+    if constexpr (has_cuda_kernel<Op>::value) {
+      cuda::set_device(dev.index);
+      Op::cuda(in, out, attrs_);
+      cuda::check_op(Op::kName, dev.index);
+      return;
+    }
+#endif
+    (void)in, (void)out;
+    TS_THROW(NotImplementedError, Op::kName << ": no CUDA kernel yet (tensors on " << dev << ")");
+  }
   static void cpu_thunk(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const void* attrs) {
     Op::cpu(in, out, *static_cast<const Attrs*>(attrs));
   }

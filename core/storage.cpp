@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/cuda/runtime.h"
 #include "core/error.h"
 
 namespace tessera {
@@ -54,8 +55,11 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device) {
       g_cpu_current.fetch_sub(nbytes, std::memory_order_relaxed);
     }));
   }
-  TS_THROW(DeviceError, "cannot allocate " << nbytes << " bytes on " << device
-                                           << ": CUDA tensors are not available in this build yet");
+  const int index = device.index;
+  void* p = cuda::allocate(nbytes, index);
+  return std::shared_ptr<Storage>(new Storage(p, nbytes, device, [nbytes, index](void* q) {
+    cuda::deallocate(q, nbytes, index);
+  }));
 }
 
 std::shared_ptr<Storage> Storage::wrap(void* data, size_t nbytes, Device device, Deleter deleter) {
@@ -63,11 +67,12 @@ std::shared_ptr<Storage> Storage::wrap(void* data, size_t nbytes, Device device,
 }
 
 MemoryStats memory_stats(Device device) {
-  if (!device.is_cpu()) return {};
+  if (device.is_cuda()) return {cuda::current_bytes(device.index), cuda::peak_bytes(device.index)};
   return {g_cpu_current.load(std::memory_order_relaxed), g_cpu_peak.load(std::memory_order_relaxed)};
 }
 
 void reset_peak_memory(Device device) {
+  if (device.is_cuda()) return cuda::reset_peak(device.index);
   if (device.is_cpu()) g_cpu_peak.store(g_cpu_current.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
 

@@ -17,7 +17,8 @@ class Storage {
  public:
   using Deleter = std::function<void(void*)>;
 
-  /// Allocates nbytes on `device` (CPU: 64-byte aligned, zero bytes allowed).
+  /// Allocates nbytes on `device` (CPU: 64-byte aligned; CUDA: from the stream-ordered pool,
+  /// OutOfMemoryError when it does not fit; zero bytes allowed).
   static std::shared_ptr<Storage> allocate(size_t nbytes, Device device);
   /// Wraps memory owned elsewhere; `deleter` runs when the Storage dies (may be empty).
   static std::shared_ptr<Storage> wrap(void* data, size_t nbytes, Device device, Deleter deleter);

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/autograd.h"
+#include "core/cuda/runtime.h"
 #include "core/op.h"
 
 namespace tessera {
@@ -25,7 +26,7 @@ void* Tensor::data_ptr() const {
 }
 
 template <class T> std::vector<T> Tensor::to_vector() const {
-  TS_CHECK(device().is_cpu(), DeviceError, "to_vector(): tensor is on " << device() << "; copy it to the CPU first");
+  if (device().is_cuda()) return to(Device::cpu()).to_vector<T>();
   std::vector<T> out(static_cast<size_t>(numel()));
   convert_elements(data_ptr(), dtype(), out.data(), dtype_of<T>::value, numel());
   return out;
@@ -107,7 +108,12 @@ Tensor symbolic(const Shape& shape, DType dtype, Device device) {
 Tensor full(const Shape& shape, double value, TensorOptions opts) {
   bool rg = opts.requires_grad_;
   Tensor out = empty(shape, opts.requires_grad(false));
-  TS_CHECK(out.device().is_cpu(), NotImplementedError, "full(): creating tensors on " << out.device() << " is not available yet");
+  if (out.device().is_cuda()) {  // made on the host, copied once
+    Tensor host = full(shape, value, TensorOptions(out.dtype()));
+    cuda::copy(out.data_ptr(), out.device(), host.data_ptr(), Device::cpu(), host.nbytes());
+    if (rg) out.requires_grad_();
+    return out;
+  }
   // Convert one value, then replicate its bytes.
   size_t es = dtype_size(out.dtype());
   unsigned char one[8];

@@ -99,7 +99,8 @@ class Tensor {
     return static_cast<T*>(data_ptr());
   }
 
-  /// Values converted to T (any numeric dtype; bf16/f16 widened exactly). CPU tensors.
+  /// Values converted to T (any numeric dtype; bf16/f16 widened exactly); CUDA tensors are
+  /// copied to the host first (waiting for their stream).
   template <class T> std::vector<T> to_vector() const;
   /// The single value of a one-element tensor, converted to T.
   template <class T> T item() const;
@@ -125,6 +126,8 @@ class Tensor {
 
   /// A new tensor with a copy of the data (differentiable).
   Tensor clone() const;
+  /// The data on `device` (this tensor itself when it is there already); differentiable.
+  Tensor to(Device device) const;
 
   /// Shape, dtype, device and (for CPU tensors) values, nested like numpy.
   std::string str() const;

@@ -68,6 +68,7 @@
   /* shape */                             \
   X(Fill)                                 \
   X(Copy)                                 \
+  X(ToDevice)                             \
   X(Reshape)                              \
   X(Expand)                               \
   X(Transpose)                            \

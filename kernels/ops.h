@@ -63,5 +63,6 @@
 #include "kernels/sub/sub.h"
 #include "kernels/sum/sum.h"
 #include "kernels/tanh/tanh.h"
+#include "kernels/to_device/to_device.h"
 #include "kernels/transpose/transpose.h"
 #include "kernels/where/where.h"

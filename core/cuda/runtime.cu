@@ -1,9 +1,14 @@
-// Minimal CUDA part of the build: device discovery and a smoke kernel. The full CUDA backend
-// (allocator, kernels, streams) arrives with the CUDA issue.
+// The CUDA runtime (see runtime.h): per-device stream, pool allocator, copies, error checks.
 #include <cuda_runtime.h>
 
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
 #include <vector>
 
+#include "core/cuda/check.cuh"
 #include "core/cuda/runtime.h"
 #include "core/device.h"
 #include "core/error.h"
@@ -25,27 +30,189 @@ bool cuda_available() { return cuda_device_count() > 0; }
 namespace cuda {
 namespace {
 
-__global__ void iota_squared(float* out, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = static_cast<float>(i) * static_cast<float>(i);
+constexpr int kMaxDevices = 64;
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// Everything tessera keeps per device. Created on first use and never destroyed: tensors held in
+// static objects may be freed after main returns, when the CUDA runtime may be gone already.
+struct DeviceState {
+  cudaStream_t stream = nullptr;
+  std::atomic<size_t> current{0}, peak{0};
+  std::mutex staging_mutex;     // pinned host buffer for host-to-device copies
+  void* staging = nullptr;
+  size_t staging_bytes = 0;
+  cudaEvent_t staging_free = nullptr;  // recorded after the last copy out of `staging`
+};
+
+std::array<std::atomic<DeviceState*>, kMaxDevices> g_devices{};
+std::mutex g_init_mutex;
+
+DeviceState& state(int device) {
+  TS_CHECK(device >= 0 && device < kMaxDevices, DeviceError, "cuda:" << device << " is not a valid device index");
+  if (DeviceState* s = g_devices[device].load(std::memory_order_acquire)) return *s;
+  std::lock_guard<std::mutex> lock(g_init_mutex);
+  if (DeviceState* s = g_devices[device].load(std::memory_order_acquire)) return *s;
+  const int count = cuda_device_count();
+  TS_CHECK(device < count, DeviceError,
+           "cuda:" << device << " is not available (" << count << " GPU" << (count == 1 ? "" : "s") << " visible)");
+  TS_CUDA_CHECK(cudaSetDevice(device));
+  auto* s = new DeviceState();
+  TS_CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+  TS_CUDA_CHECK(cudaEventCreateWithFlags(&s->staging_free, cudaEventDisableTiming));
+  // Keep freed blocks in the pool (no release to the driver at synchronization points).
+  cudaMemPool_t pool;
+  TS_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  uint64_t keep_all = UINT64_MAX;
+  TS_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
+  g_devices[device].store(s, std::memory_order_release);
+  return *s;
 }
 
-void check(cudaError_t e, const char* what) {
-  TS_CHECK(e == cudaSuccess, DeviceError, "CUDA " << what << " failed: " << cudaGetErrorString(e));
+thread_local int t_current_device = -1;
+
+void note_alloc(DeviceState& s, size_t n) {
+  const size_t now = s.current.fetch_add(n, std::memory_order_relaxed) + n;
+  size_t peak = s.peak.load(std::memory_order_relaxed);
+  while (now > peak && !s.peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
+__global__ void iota_squared(float* out, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = static_cast<float>(i) * static_cast<float>(i);
 }
 
 }  // namespace
 
+void set_device(int device) {
+  if (t_current_device == device) return;
+  state(device);
+  TS_CUDA_CHECK(cudaSetDevice(device));
+  t_current_device = device;
+}
+
+void* stream(int device) { return state(device).stream; }
+
+void synchronize(int device) { TS_CUDA_CHECK(cudaStreamSynchronize(state(device).stream)); }
+
+void mem_info(int device, size_t* free_bytes, size_t* total_bytes) {
+  set_device(device);
+  TS_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+}
+
+void* allocate(size_t nbytes, int device) {
+  DeviceState& s = state(device);
+  if (nbytes == 0) return nullptr;
+  set_device(device);
+  void* p = nullptr;
+  cudaError_t e = cudaMallocAsync(&p, nbytes, s.stream);
+  if (e == cudaErrorMemoryAllocation) {
+    // Blocks freed on the stream but not yet returned may make room: wait for them, retry once.
+    cudaGetLastError();
+    cudaStreamSynchronize(s.stream);
+    e = cudaMallocAsync(&p, nbytes, s.stream);
+  }
+  if (e == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // an allocation failure is not sticky: the process goes on
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    TS_THROW(OutOfMemoryError, "CUDA out of memory on cuda:" << device << ": asked for " << nbytes << " bytes ("
+                                   << nbytes / kMiB << " MiB), " << free_b / kMiB << " MiB free of "
+                                   << total_b / kMiB << " MiB; tessera holds " << s.current.load() / kMiB << " MiB");
+  }
+  TS_CUDA_CHECK(e);
+  note_alloc(s, nbytes);
+  return p;
+}
+
+void deallocate(void* ptr, size_t nbytes, int device) {
+  if (!ptr) return;
+  DeviceState* s = g_devices[device].load(std::memory_order_acquire);
+  if (!s) return;
+  // Called from destructors: never throws. After the runtime has shut down (static tensors
+  // freed after main) the call fails harmlessly.
+  if (cudaSetDevice(device) == cudaSuccess && cudaFreeAsync(ptr, s->stream) != cudaSuccess) cudaGetLastError();
+  t_current_device = -1;
+  s->current.fetch_sub(nbytes, std::memory_order_relaxed);
+}
+
+size_t current_bytes(int device) { return state(device).current.load(std::memory_order_relaxed); }
+size_t peak_bytes(int device) { return state(device).peak.load(std::memory_order_relaxed); }
+void reset_peak(int device) {
+  DeviceState& s = state(device);
+  s.peak.store(s.current.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
+void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
+  if (nbytes == 0) return;
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memcpy(dst, src, nbytes);
+  } else if (dst_device.is_cuda() && src_device.is_cpu()) {
+    // Through the pinned staging buffer: a true asynchronous copy, and the caller's host memory
+    // is free to change once this returns. The buffer is reused after its last copy finished.
+    DeviceState& s = state(dst_device.index);
+    set_device(dst_device.index);
+    std::lock_guard<std::mutex> lock(s.staging_mutex);
+    TS_CUDA_CHECK(cudaEventSynchronize(s.staging_free));
+    if (s.staging_bytes < nbytes) {
+      if (s.staging) TS_CUDA_CHECK(cudaFreeHost(s.staging));
+      s.staging = nullptr;
+      s.staging_bytes = 0;
+      TS_CUDA_CHECK(cudaHostAlloc(&s.staging, nbytes, cudaHostAllocDefault));
+      s.staging_bytes = nbytes;
+    }
+    std::memcpy(s.staging, src, nbytes);
+    TS_CUDA_CHECK(cudaMemcpyAsync(dst, s.staging, nbytes, cudaMemcpyHostToDevice, s.stream));
+    TS_CUDA_CHECK(cudaEventRecord(s.staging_free, s.stream));
+  } else if (dst_device.is_cpu()) {
+    DeviceState& s = state(src_device.index);
+    set_device(src_device.index);
+    TS_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, s.stream));
+    TS_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+  } else if (dst_device == src_device) {
+    set_device(dst_device.index);
+    TS_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, state(dst_device.index).stream));
+  } else {
+    synchronize(src_device.index);  // the source is complete before the other device reads it
+    set_device(dst_device.index);
+    TS_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, nbytes,
+                                      state(dst_device.index).stream));
+  }
+}
+
+void zero(void* ptr, size_t nbytes, int device) {
+  if (nbytes == 0) return;
+  set_device(device);
+  TS_CUDA_CHECK(cudaMemsetAsync(ptr, 0, nbytes, state(device).stream));
+}
+
+bool sync_each_op() {
+  static const bool on = [] {
+    const char* e = std::getenv("TESSERA_CUDA_SYNC");
+    return e && std::strcmp(e, "0") != 0 && *e != '\0';
+  }();
+  return on;
+}
+
+void check_op(const char* op, int device) {
+  TS_CUDA_LAUNCH_CHECK(op);
+  if (!sync_each_op()) return;
+  const cudaError_t e = cudaStreamSynchronize(state(device).stream);
+  TS_CHECK(e == cudaSuccess, DeviceError,
+           op << ": CUDA error after the op (TESSERA_CUDA_SYNC=1): " << cudaGetErrorName(e) << ": "
+              << cudaGetErrorString(e));
+}
+
 std::vector<float> smoke_test(int n) {
-  float* d = nullptr;
-  check(cudaMalloc(&d, sizeof(float) * n), "cudaMalloc");
-  iota_squared<<<(n + 255) / 256, 256>>>(d, n);
+  TS_CHECK(cuda_available(), DeviceError, "smoke_test: no GPU visible");
+  set_device(0);
+  float* d = static_cast<float*>(allocate(sizeof(float) * n, 0));
+  iota_squared<<<(n + 255) / 256, 256, 0, state(0).stream>>>(d, n);
   cudaError_t launch = cudaGetLastError();
   std::vector<float> h(n);
-  cudaError_t copy = cudaMemcpy(h.data(), d, sizeof(float) * n, cudaMemcpyDeviceToHost);
-  cudaFree(d);
-  check(launch, "kernel launch");
-  check(copy, "cudaMemcpy");
+  if (launch == cudaSuccess) copy(h.data(), Device::cpu(), d, Device::cuda(0), sizeof(float) * n);
+  deallocate(d, sizeof(float) * n, 0);
+  TS_CHECK(launch == cudaSuccess, DeviceError, "smoke_test: kernel launch failed: " << cudaGetErrorString(launch));
   return h;
 }
 

@@ -1,10 +1,60 @@
-// CUDA runtime helpers (CUDA builds only).
+// The CUDA runtime as the rest of tessera sees it: devices, the stream every kernel runs on,
+// the stream-ordered pool allocator, copies, and the per-op error check. Host code includes
+// only this header (no CUDA headers); kernels (.cu files) also include core/cuda/check.cuh.
+//
+//   void* p = cuda::allocate(bytes, 0);          // from device 0's memory pool, stream-ordered
+//   cuda::copy(p, Device::cuda(0), host, Device::cpu(), bytes);
+//   cuda::deallocate(p, bytes, 0);
+//
+// One stream per device (created non-blocking, so a step can be captured as a CUDA graph):
+// every kernel, copy and allocation of that device is ordered on it. Host reads (copies to the
+// CPU) wait for it. Memory comes from the device's default memory pool (cudaMallocAsync) with a
+// release threshold of "keep everything", so freed blocks are reused without driver calls.
+//
+// Environment: TESSERA_CUDA_SYNC=1 synchronizes after every op and checks for errors, so that a
+// faulting kernel is named by the op that launched it (slow; for debugging).
+// In builds without CUDA these functions throw DeviceError (device_count() is 0).
 #pragma once
 
+#include <cstddef>
 #include <vector>
+
+#include "core/device.h"
 
 namespace tessera {
 namespace cuda {
+
+/// Makes `device` current for this thread (cudaSetDevice when it changes).
+void set_device(int device);
+/// The stream of `device` (a cudaStream_t, as void* to keep CUDA headers out of host code).
+void* stream(int device);
+/// Waits for everything queued on `device`'s stream.
+void synchronize(int device);
+
+/// `nbytes` from `device`'s memory pool, ordered on its stream. OutOfMemoryError (with the bytes
+/// asked and free) when it does not fit; the process can continue.
+void* allocate(size_t nbytes, int device);
+/// Returns memory from allocate() to the pool, ordered on the device's stream.
+void deallocate(void* ptr, size_t nbytes, int device);
+/// Bytes tessera holds on `device` now and at most since reset_peak().
+size_t current_bytes(int device);
+size_t peak_bytes(int device);
+void reset_peak(int device);
+/// Free and total bytes of the device (cudaMemGetInfo).
+void mem_info(int device, size_t* free_bytes, size_t* total_bytes);
+
+/// Copies `nbytes` between any two of CPU / CUDA memory, ordered on the CUDA side's stream.
+/// Host to device goes through a pinned staging buffer (the host memory may be reused as soon as
+/// this returns); device to host waits for the copy.
+void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
+/// Sets `nbytes` at `ptr` on `device` to zero, ordered on its stream.
+void zero(void* ptr, size_t nbytes, int device);
+
+/// After an op's kernels were queued: throws DeviceError naming `op` if a launch failed, and with
+/// TESSERA_CUDA_SYNC=1 synchronizes first so that a fault inside a kernel is reported here too.
+void check_op(const char* op, int device);
+/// Whether TESSERA_CUDA_SYNC=1 (read once).
+bool sync_each_op();
 
 /// Launches a kernel writing i*i for i < n on the current GPU and returns the values.
 /// DeviceError when no GPU is usable.

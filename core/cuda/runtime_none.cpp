@@ -1,9 +1,33 @@
-// Device discovery in builds without CUDA: no GPUs.
-#include "core/device.h"
+// The CUDA runtime in builds without CUDA: no GPUs; every other call is a DeviceError.
+#include "core/cuda/runtime.h"
+#include "core/error.h"
 
 namespace tessera {
 
 int cuda_device_count() { return 0; }
 bool cuda_available() { return false; }
 
+namespace cuda {
+namespace {
+[[noreturn]] void unavailable(const char* what) {
+  TS_THROW(DeviceError, what << ": this build of tessera has no CUDA backend (configure with -DTESSERA_CUDA=ON)");
+}
+}  // namespace
+
+void set_device(int) { unavailable("cuda::set_device"); }
+void* stream(int) { unavailable("cuda::stream"); }
+void synchronize(int) { unavailable("cuda::synchronize"); }
+void* allocate(size_t, int) { unavailable("CUDA allocation"); }
+void deallocate(void*, size_t, int) {}
+size_t current_bytes(int) { return 0; }
+size_t peak_bytes(int) { return 0; }
+void reset_peak(int) {}
+void mem_info(int, size_t*, size_t*) { unavailable("cuda::mem_info"); }
+void copy(void*, Device, const void*, Device, size_t) { unavailable("copy to or from a CUDA device"); }
+void zero(void*, size_t, int) { unavailable("cuda::zero"); }
+void check_op(const char*, int) {}
+bool sync_each_op() { return false; }
+std::vector<float> smoke_test(int) { unavailable("cuda::smoke_test"); }
+
+}  // namespace cuda
 }  // namespace tessera

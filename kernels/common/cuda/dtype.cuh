@@ -1,0 +1,60 @@
+// Element types of CUDA kernels: dispatch from a DType, and the accumulation type of each
+// (bf16/f16 load as f32, compute in f32, round once when stored).
+//
+//   dispatch_cuda_float(y.dtype(), "add", [&](auto tag) {
+//     using T = typename decltype(tag)::type;        // float, double, __nv_bfloat16 or __half
+//     using A = acc_t<T>;                             // float, double, float, float
+//     ... A v = to_acc(x[i]); y[i] = from_acc<T>(v); ...
+//   });
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace tessera {
+namespace cuda {
+
+template <class T>
+struct TypeTag {
+  using type = T;
+};
+
+template <class T>
+using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+__device__ __forceinline__ float to_acc(float v) { return v; }
+__device__ __forceinline__ double to_acc(double v) { return v; }
+__device__ __forceinline__ float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_acc(__half v) { return __half2float(v); }
+
+template <class T>
+__device__ __forceinline__ T from_acc(acc_t<T> v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16_rn(v);  // round to nearest even, like the CPU conversion
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return __float2half_rn(v);
+  } else {
+    return v;
+  }
+}
+
+/// Calls f(TypeTag<T>{}) for the floating dtypes; DTypeError naming `op` otherwise.
+template <class F>
+void dispatch_cuda_float(DType dt, const char* op, F&& f) {
+  switch (dt) {
+    case DType::f32: return f(TypeTag<float>{});
+    case DType::f64: return f(TypeTag<double>{});
+    case DType::bf16: return f(TypeTag<__nv_bfloat16>{});
+    case DType::f16: return f(TypeTag<__half>{});
+    default: break;
+  }
+  TS_THROW(DTypeError, op << ": no CUDA kernel for dtype " << dt);
+}
+
+}  // namespace cuda
+}  // namespace tessera
