@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <regex>
 #include <utility>
 #include <vector>
 
@@ -25,6 +26,10 @@ namespace {
 
 const char* const kTrainerAttrs[] = {"step", "tokens_seen", "loss_scale"};
 
+// Values of the attribute kind of a /layout/<module path> group (none: a block layout).
+const char* const kBlockLayoutKind = "block";
+const char* const kAttentionLayoutKind = "attention";
+
 void check_name(const std::string& name, const char* what) {
   TS_CHECK(!name.empty() && name.find('/') == std::string::npos && name != "." && name != "..", ValueError,
            "checkpoint: " << what << " name '" << name << "' must be non-empty, without '/', and not '.' or '..'");
@@ -39,12 +44,34 @@ bool is_reserved_trainer_name(const std::string& name) {
 void write_layout(H5File& f, const std::string& name, const BlockLayout& l) {
   const std::string g = "/layout/" + name;
   f.create_group(g);
+  f.set_attr(g, "kind", kBlockLayoutKind);
   f.set_attr(g, "block_size", static_cast<int64_t>(l.block_size()));
   f.set_attr(g, "in_features", l.in_features());
   f.set_attr(g, "out_features", l.out_features());
   f.set_attr(g, "nnz", l.nnz());
   f.write_tensor(g + "/block_row", from_vector(l.block_row(), Shape{l.nnz()}));
   f.write_tensor(g + "/block_col", from_vector(l.block_col(), Shape{l.nnz()}));
+}
+
+// Head h's block mask is mask[h] of the u8 [heads, nb, nb] dataset: row i = query block, column
+// j = key block, 1 = kept.
+void write_attention_layout(H5File& f, const std::string& name, const AttentionLayout& l) {
+  const std::string g = "/layout/" + name;
+  const int64_t heads = l.heads(), nb = l.blocks();
+  f.create_group(g);
+  f.set_attr(g, "kind", kAttentionLayoutKind);
+  f.set_attr(g, "seq_len", l.seq_len());
+  f.set_attr(g, "block_size", l.block_size());
+  f.set_attr(g, "heads", heads);
+  f.set_attr(g, "nnz", l.nnz());
+  f.set_attr(g, "generator", l.kind());
+  std::vector<uint8_t> mask;
+  mask.reserve(static_cast<size_t>(heads * nb * nb));
+  for (int64_t h = 0; h < heads; ++h) {
+    const std::vector<uint8_t> m = l.mask(h);
+    mask.insert(mask.end(), m.begin(), m.end());
+  }
+  f.write_tensor(g + "/mask", from_vector(mask, Shape{heads, nb, nb}));
 }
 
 void write_all(H5File& f, const CheckpointData& d) {
@@ -63,6 +90,13 @@ void write_all(H5File& f, const CheckpointData& d) {
     check_name(name, "layout");
     TS_CHECK(l != nullptr, ValueError, "checkpoint: layout '" << name << "' is null");
     write_layout(f, name, *l);
+  }
+  for (const auto& [name, l] : d.attention_layouts) {
+    check_name(name, "attention layout");
+    TS_CHECK(l != nullptr, ValueError, "checkpoint: attention layout '" << name << "' is null");
+    TS_CHECK(!d.layouts.count(name), ValueError,
+             "checkpoint: module path '" << name << "' has both a block layout and an attention layout");
+    write_attention_layout(f, name, *l);
   }
 
   const OptimizerState& o = d.optimizer;
@@ -189,6 +223,93 @@ LayoutPtr read_layout(const H5File& f, const std::string& g) {
   return l;
 }
 
+// The layout that `generator` (a kind() string such as "strided(stride_blocks=2)") names, when
+// calling that generator gives exactly `l`; else `l` itself (kind "from_masks"). The mask in the
+// file is the layout; this only restores its name.
+AttentionLayoutPtr with_generator_kind(const AttentionLayoutPtr& l, const std::string& generator) {
+  const int64_t T = l->seq_len(), bs = l->block_size(), heads = l->heads();
+  static const std::regex local(R"(local_window\(window_blocks=(\d{1,9})\))");
+  static const std::regex strided(R"(strided\(stride_blocks=(\d{1,9})\))");
+  static const std::regex fixed(R"(fixed\(stride_blocks=(\d{1,9}), summary_blocks=(\d{1,9})\))");
+  std::smatch m;
+  auto arg = [&](size_t k) { return std::stoll(m[k].str()); };
+  AttentionLayoutPtr named;
+  if (generator.size() > 100) return l;  // no generator name is this long
+  try {
+    if (generator == "dense_causal") {
+      named = AttentionLayout::dense_causal(T, bs, heads);
+    } else if (std::regex_match(generator, m, local)) {
+      named = AttentionLayout::local_window(T, bs, heads, arg(1));
+    } else if (std::regex_match(generator, m, strided)) {
+      named = AttentionLayout::strided(T, bs, heads, arg(1));
+    } else if (std::regex_match(generator, m, fixed)) {
+      named = AttentionLayout::fixed(T, bs, heads, arg(1), arg(2));
+    }
+  } catch (const Error&) {
+    named = nullptr;  // arguments the generator rejects: not a name of this layout
+  }
+  return named && named->kind() == generator && *named == *l ? named : l;
+}
+
+// An attention layout group (kind "attention"): checked against its attributes before building.
+AttentionLayoutPtr read_attention_layout(const H5File& f, const std::string& g) {
+  const int64_t T = f.attr_int(g, "seq_len"), bs = f.attr_int(g, "block_size");
+  const int64_t heads = f.attr_int(g, "heads"), nnz = f.attr_int(g, "nnz");
+  const std::string generator = f.has_attr(g, "generator") ? f.attr_string(g, "generator") : "from_masks";
+  if (!BlockLayout::valid_block_size(bs) || T <= 0 || T % bs != 0 || heads < 1)
+    malformed(f.path(), g, "bad sizes seq_len=" + std::to_string(T) + " block_size=" + std::to_string(bs) +
+                               " heads=" + std::to_string(heads) +
+                               " (block_size 8, 16, 32 or 64 dividing seq_len, heads >= 1)");
+  const int64_t nb = T / bs;
+  const std::string mp = g + "/mask";
+  if (!f.is_dataset(mp)) malformed(f.path(), mp, f.exists(mp) ? "expected a dataset" : "missing dataset");
+  const DatasetInfo info = f.tensor_info(mp);
+  const Shape& s = info.shape;
+  if (info.dtype != DType::u8 || s.ndim() != 3 || s[0] != heads || s[1] != nb || s[2] != nb)
+    malformed(f.path(), mp, "expected u8[" + std::to_string(heads) + ", " + std::to_string(nb) + ", " +
+                                std::to_string(nb) + "] (heads, query blocks, key blocks), got " +
+                                detail::meta_str(info.dtype, s));
+  const Tensor mask = f.read_tensor(mp);
+  const uint8_t* p = mask.data<uint8_t>();
+  std::vector<std::vector<uint8_t>> masks(static_cast<size_t>(heads));
+  int64_t kept = 0;
+  for (int64_t h = 0; h < heads; ++h) {
+    masks[h].assign(p + h * nb * nb, p + (h + 1) * nb * nb);
+    for (int64_t k = 0; k < nb * nb; ++k) {
+      const uint8_t v = masks[h][k];
+      if (v > 1)
+        malformed(f.path(), mp,
+                  "entry [" + std::to_string(h) + ", " + std::to_string(k / nb) + ", " + std::to_string(k % nb) +
+                      "] is " + std::to_string(v) + ", expected 0 or 1");
+      kept += v;
+    }
+  }
+  if (kept != nnz)
+    malformed(f.path(), mp,
+              "keeps " + std::to_string(kept) + " blocks, attribute nnz says " + std::to_string(nnz));
+  AttentionLayoutPtr l;
+  try {
+    l = AttentionLayout::from_masks(T, bs, masks);  // causal, diagonal kept
+  } catch (const Error& e) {
+    malformed(f.path(), mp, e.what());
+  }
+  return with_generator_kind(l, generator);
+}
+
+void read_layouts(const H5File& f, CheckpointData& d) {
+  for (const std::string& n : members(f, "/layout", false)) {
+    const std::string g = "/layout/" + n;
+    const std::string kind = f.has_attr(g, "kind") ? f.attr_string(g, "kind") : kBlockLayoutKind;
+    if (kind == kBlockLayoutKind) {
+      d.layouts[n] = read_layout(f, g);
+    } else if (kind == kAttentionLayoutKind) {
+      d.attention_layouts[n] = read_attention_layout(f, g);
+    } else {
+      malformed(f.path(), g, "attribute kind is '" + kind + "', expected 'block' or 'attention'");
+    }
+  }
+}
+
 void read_trainer(const H5File& f, TrainerState& tr) {
   tr.step = f.attr_int("/trainer", "step");
   tr.tokens_seen = f.attr_int("/trainer", "tokens_seen");
@@ -219,7 +340,7 @@ void read_all(const H5File& f, CheckpointData& d) {
   d.config = f.attr_string("/", "config");
   d.framework_version = f.attr_string("/", "framework_version");
   for (const std::string& n : members(f, "/model", true)) d.model[n] = f.read_tensor("/model/" + n);
-  for (const std::string& n : members(f, "/layout", false)) d.layouts[n] = read_layout(f, "/layout/" + n);
+  read_layouts(f, d);
   if (f.exists("/optimizer")) {
     OptimizerState& o = d.optimizer;
     o.type = f.attr_string("/optimizer", "type");
@@ -301,6 +422,8 @@ size_t payload_bytes(const CheckpointData& d) {
   for (const auto& p : d.optimizer.state)
     for (const auto& kv : p.second) n += kv.second.defined() ? kv.second.nbytes() : 0;
   for (const auto& kv : d.trainer.tensors) n += kv.second.defined() ? kv.second.nbytes() : 0;
+  for (const auto& kv : d.attention_layouts)
+    if (kv.second) n += static_cast<size_t>(kv.second->heads() * kv.second->blocks() * kv.second->blocks());
   return n;
 }
 

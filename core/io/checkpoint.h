@@ -1,6 +1,6 @@
 // Checkpoints: everything needed to resume training, in one HDF5 file (readable by h5dump, h5py).
 //
-//   io::CheckpointData ck = io::capture(model, &opt);   // parameters, block layouts, optimizer
+//   io::CheckpointData ck = io::capture(model, &opt);   // parameters, layouts, optimizer
 //   ck.config = config_json;                           // (core/io/module_checkpoint.h)
 //   ck.trainer.step = step;
 //   ck.rng["data"] = data_gen.state();
@@ -14,9 +14,20 @@
 //   /                       attrs format="tessera-checkpoint", format_version=1 (int64),
 //                                 framework_version (e.g. "0.1.0"), config (JSON string)
 //   /model/<param path>     one dataset per parameter, named by its dotted path ("blocks.0.fc.weight")
-//   /layout/<module path>   group per block layout; attrs block_size, in_features, out_features, nnz
-//                           (int64); datasets block_row, block_col: i32 [nnz], the stored blocks in
-//                           BlockLayout order (row-major by block row, then column)
+//   /layout/<module path>   group per layout, of one of two kinds (attribute kind, a string):
+//     kind "block" (or no kind: files before attention layouts)  a BlockSparseLinear's BlockLayout:
+//                           attrs block_size, in_features, out_features, nnz (int64); datasets
+//                           block_row, block_col: i32 [nnz], the stored blocks in BlockLayout order
+//                           (row-major by block row, then column)
+//     kind "attention"      a MultiHeadAttention's AttentionLayout (nb = seq_len / block_size):
+//                           attrs seq_len, block_size, heads, nnz (int64), generator (its kind(),
+//                           e.g. "strided(stride_blocks=2)"; optional when reading); dataset
+//                           mask: u8 [heads, nb, nb], mask[h, i, j] = 1 when head h's query block
+//                           i attends to key block j (0 or 1; causal: zero above the diagonal, the
+//                           diagonal kept; nnz the count of ones). The mask is the layout;
+//                           generator only names it (a loaded layout gets that kind() back when
+//                           the generator reproduces the mask, else "from_masks"). In h5py,
+//                           f["layout/blocks.0.attn/mask"][h] is head h's nb x nb grid.
 //   /optimizer              (only when an optimizer was saved) attrs type ("adamw", "sgd"), step
 //                           (int64), and each hyperparameter (lr, beta1, ...) as a double
 //   /optimizer/<param path>/<state>   state tensors, e.g. /optimizer/fc.weight/exp_avg
@@ -27,6 +38,8 @@
 // Names (parameter and module paths, state names, extras) must be non-empty, without '/', and
 // not "." or "..". Readers ignore other root groups and attributes (room for additions within
 // format_version 1); a layout change that old readers would misread bumps format_version.
+// (Attention layouts came within version 1: older readers reject a file that has one with an
+// IOError, as a block layout without in_features; they cannot misread it.)
 #pragma once
 
 #include <cstdint>
@@ -39,6 +52,7 @@
 #include "core/random.h"
 #include "core/sparse/block_layout.h"
 #include "core/tensor.h"
+#include "kernels/block_attention/attention_layout.h"
 
 namespace tessera {
 namespace io {
@@ -76,6 +90,9 @@ struct CheckpointData {
   std::string config = "{}";                    ///< JSON of the model and training configuration
   std::map<std::string, Tensor> model;          ///< parameter path -> tensor
   std::map<std::string, LayoutPtr> layouts;     ///< module path -> block layout
+  /// module path -> attention layout (the same /layout group, kind "attention"; a path names a
+  /// block layout or an attention layout, not both)
+  std::map<std::string, AttentionLayoutPtr> attention_layouts;
   OptimizerState optimizer;
   TrainerState trainer;
   std::map<std::string, Generator::State> rng;  ///< generator name -> state
@@ -87,7 +104,8 @@ struct CheckpointData {
 /// checkpoint is also kept as `<stem>.<trainer.step><ext>` next to `path` ("run/ckpt.h5" at step
 /// 1200: "run/ckpt.1200.h5"; a hard link, so it costs no space) and, of the files named
 /// `<stem>.<digits><ext>`, all but the keep_last highest steps are deleted. keep_last = 0 keeps
-/// only `path` and leaves numbered files alone. ValueError for bad names or a CUDA tensor.
+/// only `path` and leaves numbered files alone. ValueError for bad names, a null layout, a module
+/// path with both a block and an attention layout, or a CUDA tensor.
 void save_checkpoint(const std::string& path, const CheckpointData& data, int keep_last = 0);
 
 /// Reads a whole checkpoint. IOError for a missing, non-HDF5, truncated or corrupt file, a file

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "layers/attention.h"
 #include "layers/block_sparse_linear.h"
 
 namespace tessera {
@@ -10,11 +11,13 @@ namespace io {
 
 namespace {
 
-void walk_layouts(const nn::Module& m, const std::string& path, std::map<std::string, LayoutPtr>& out) {
-  if (const auto* b = dynamic_cast<const nn::BlockSparseLinear*>(&m))
-    out[path.empty() ? kRootModulePath : path] = b->layout();
+// The layout of every module of type M (by module path), as layout_of(module) gives it.
+template <class M, class L, class Get>
+void walk_layouts(const nn::Module& m, const std::string& path, std::map<std::string, L>& out,
+                  Get layout_of) {
+  if (const auto* b = dynamic_cast<const M*>(&m)) out[path.empty() ? kRootModulePath : path] = layout_of(*b);
   for (const auto& [name, child] : m.named_children())
-    walk_layouts(*child, path.empty() ? name : path + "." + name, out);
+    walk_layouts<M>(*child, path.empty() ? name : path + "." + name, out, layout_of);
 }
 
 // Path of each optimizer parameter in the model (by tensor identity).
@@ -62,21 +65,24 @@ std::string more_problems(size_t n) {
                                    << (problems.size() > 1 ? more_problems(problems.size() - 1) : std::string()));
 }
 
-void check_layouts(const std::string& path, const std::map<std::string, LayoutPtr>& file,
-                   const std::map<std::string, LayoutPtr>& model) {
+// The file's layouts (block or attention: `what` is "layout" or "attention layout") against the
+// model's, by module path; `module` names the kind of module that owns one.
+template <class L>
+void check_layouts(const std::string& path, const std::map<std::string, L>& file,
+                   const std::map<std::string, L>& model, const std::string& what, const std::string& module) {
   std::vector<std::string> problems;
   for (const auto& [name, l] : model) {
     auto it = file.find(name);
     if (it == file.end()) {
-      problems.push_back("missing layout /layout/" + name + " (model has " + l->str() + ")");
+      problems.push_back("missing " + what + " /layout/" + name + " (model has " + l->str() + ")");
     } else if (!(*it->second == *l)) {
-      problems.push_back("layout /layout/" + name + " is " + it->second->str() + ", model has " + l->str());
+      problems.push_back(what + " /layout/" + name + " is " + it->second->str() + ", model has " + l->str());
     }
   }
   for (const auto& kv : file)
     if (!model.count(kv.first))
-      problems.push_back("unexpected layout /layout/" + kv.first + " (" + kv.second->str() +
-                         "), the model has no block-sparse module there");
+      problems.push_back("unexpected " + what + " /layout/" + kv.first + " (" + kv.second->str() +
+                         "), the model has no " + module + " there");
   if (!problems.empty()) report(path, problems);
 }
 
@@ -84,7 +90,15 @@ void check_layouts(const std::string& path, const std::map<std::string, LayoutPt
 
 std::map<std::string, LayoutPtr> collect_layouts(const nn::Module& model) {
   std::map<std::string, LayoutPtr> out;
-  walk_layouts(model, "", out);
+  walk_layouts<nn::BlockSparseLinear>(model, "", out,
+                                      [](const nn::BlockSparseLinear& b) { return b.layout(); });
+  return out;
+}
+
+std::map<std::string, AttentionLayoutPtr> collect_attention_layouts(const nn::Module& model) {
+  std::map<std::string, AttentionLayoutPtr> out;
+  walk_layouts<nn::MultiHeadAttention>(model, "", out,
+                                       [](const nn::MultiHeadAttention& a) { return a.layout(); });
   return out;
 }
 
@@ -92,6 +106,7 @@ CheckpointData capture(const nn::Module& model, const optim::Optimizer* opt) {
   CheckpointData d;
   for (const nn::NamedParam& p : model.named_parameters()) d.model[p.name] = p.tensor;
   d.layouts = collect_layouts(model);
+  d.attention_layouts = collect_attention_layouts(model);
   if (opt) {
     d.optimizer.type = opt->name();
     d.optimizer.step = opt->step_count();
@@ -112,7 +127,11 @@ CheckpointData restore(const std::string& path, nn::Module& model, optim::Optimi
              "checkpoint '" << path << "': /optimizer type is '" << d.optimizer.type << "', the optimizer is '"
                             << opt->name() << "'");
   }
-  check_layouts(path, d.layouts, collect_layouts(model));
+  check_layouts(path, d.layouts, collect_layouts(model), "layout", "block-sparse module");
+  // A file without any attention layout was written before they were saved: not checked.
+  if (!d.attention_layouts.empty())
+    check_layouts(path, d.attention_layouts, collect_attention_layouts(model), "attention layout",
+                  "attention module");
 
   // Every tensor the restore fills, and what the file holds (index by dataset path).
   std::vector<RestoreTarget> targets;

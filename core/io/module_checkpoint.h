@@ -10,7 +10,9 @@
 //   gen.set_state(back.rng.at("dropout"));
 //
 // Names: parameters by their named_parameters() path; layouts by the path of the
-// BlockSparseLinear module that owns them ("(root)" for a model that is one); optimizer state
+// BlockSparseLinear or MultiHeadAttention module that owns them ("(root)" for a model that is
+// one): one per module, also where modules share one layout object (TransformerLM's blocks
+// all use one attention layout; the file has /layout/blocks.<l>.attn for each l); optimizer state
 // /optimizer/<param path>/<state_names()[k]> holds state()[k * params().size() + i] of the
 // parameter i with that path (see optim::Optimizer::state()).
 #pragma once
@@ -31,7 +33,10 @@ constexpr const char* kRootModulePath = "(root)";
 /// Block layouts of every BlockSparseLinear in `model` (itself included) by module path.
 std::map<std::string, LayoutPtr> collect_layouts(const nn::Module& model);
 
-/// The model's parameters, its layouts and, with `opt`, the optimizer's name, step count,
+/// Attention layouts of every MultiHeadAttention in `model` (itself included) by module path.
+std::map<std::string, AttentionLayoutPtr> collect_attention_layouts(const nn::Module& model);
+
+/// The model's parameters, its block and attention layouts and, with `opt`, the optimizer's name, step count,
 /// hyperparameters and state by parameter path. The tensors are the live ones (no copies).
 /// ValueError when an optimizer parameter is not a parameter of the model; NotImplementedError
 /// when the optimizer has state that state_names() does not describe.
@@ -43,6 +48,8 @@ CheckpointData capture(const nn::Module& model, const optim::Optimizer* opt = nu
 ///   - the optimizer type (IOError when /optimizer is missing or of another type);
 ///   - layouts: every BlockSparseLinear's layout must equal /layout/<module path>, and the file
 ///     may hold no others (IOError naming both layouts);
+///   - attention layouts: the same for every MultiHeadAttention (same geometry and kept blocks);
+///     skipped for a file without any attention layout (written before they were saved);
 ///   - tensors: every parameter /model/<path> and optimizer state /optimizer/<path>/<state> with
 ///     the same shape and dtype (ShapeError / DTypeError naming both), none missing (IOError), and
 ///     nothing else under /model or (with `opt`) /optimizer (IOError).

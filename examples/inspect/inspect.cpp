@@ -5,8 +5,12 @@
 // Prints the file's format and version, the config (pretty JSON), the trainer's step and
 // scalars, the optimizer, the RNG states, and a table of the parameters (name, shape, dtype,
 // numel; for the weight of a block-sparse layer also its layout's density and block size, from
-// /layout/<module path>), with totals. A missing, corrupt or non-checkpoint file is one line on
-// stderr and exit status 1; a usage error exits with 2.
+// /layout/<module path>), with totals, then the attention layouts (when there are any), one
+// line per attention module: its path and the layout, e.g.
+//   blocks.0.attn: AttentionLayout(local_window(window_blocks=2), T=64, bs=8, heads=2, 8x8 blocks,
+//                  30/72 causal blocks, density 0.417)   (one line)
+// A missing, corrupt or non-checkpoint file is one line on stderr and exit status 1; a usage
+// error exits with 2.
 #include <tessera/tessera.h>
 
 #include <CLI/CLI.hpp>
@@ -149,6 +153,13 @@ void print_parameters(const std::map<std::string, io::DatasetInfo>& index,
     if (!shown.count(module)) std::cout << "  layout " << module << " (no weight found): " << l->str() << "\n";
 }
 
+// Nothing for a model without attention (or a file from before attention layouts were saved).
+void print_attention_layouts(const std::map<std::string, AttentionLayoutPtr>& layouts) {
+  if (layouts.empty()) return;
+  std::cout << "attention layouts\n";
+  for (const auto& [module, l] : layouts) std::cout << "  " << module << ": " << l->str() << "\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -173,6 +184,7 @@ int main(int argc, char** argv) {
     print_optimizer(ck.optimizer);
     print_rng(ck.rng);
     print_parameters(index, ck.layouts);
+    print_attention_layouts(ck.attention_layouts);
   } catch (const std::exception& e) {
     std::cerr << "inspect: " << e.what() << "\n";
     return 1;
