@@ -59,6 +59,10 @@ template <class T>
 using ConstMat = Eigen::Map<const RowMat<T>>;
 template <class T>
 using Mat = Eigen::Map<RowMat<T>>;
+// Packet-aligned scratch: Eigen's reductions peel unaligned leading elements, so the summation
+// order (and the rounding) of a row would otherwise depend on where the allocator put it.
+template <class T>
+using Scratch = std::vector<T, Eigen::aligned_allocator<T>>;
 
 // One task: batch·head bh (head h), query block i. With n listed key blocks j_0 < ... < j_{n−1} = i:
 //   S [bs, n·bs] = scale · Q_i·[K_j0; ...]ᵀ, −inf where key > query on the diagonal block,
@@ -66,7 +70,7 @@ using Mat = Eigen::Map<RowMat<T>>;
 //   P = exp(S − lse),   O_i [bs, D] = sum_jj P[:, jj·bs:(jj+1)·bs] · V_j.
 template <class T>
 void attend_block(const AttentionLayout& L, int64_t bh, int64_t h, int64_t i, int64_t T_, int64_t D, T scale,
-                  const T* q, const T* k, const T* v, T* o, T* lse, std::vector<T>& scratch) {
+                  const T* q, const T* k, const T* v, T* o, T* lse, Scratch<T>& scratch) {
   const int64_t bs = L.block_size(), nb = L.blocks();
   const int32_t begin = L.row_ptr()[h * nb + i], end = L.row_ptr()[h * nb + i + 1];
   const int32_t* kb = L.key_blocks().data() + begin;
@@ -119,7 +123,7 @@ void BlockAttention::cpu(const std::vector<Tensor>& in, const std::vector<Tensor
     const T* v = in[2].data<T>();
     T* o = out[0].data<T>();
     T* lse = out[1].data<T>();
-    auto task = [&](int64_t t, std::vector<T>& scratch) {
+    auto task = [&](int64_t t, Scratch<T>& scratch) {
       const int64_t bh = t / nb, i = t % nb;
       attend_block<T>(L, bh, bh % H, i, T_, D, static_cast<T>(scale), q, k, v, o, lse, scratch);
     };
@@ -128,13 +132,13 @@ void BlockAttention::cpu(const std::vector<Tensor>& in, const std::vector<Tensor
       // result does not depend on the schedule. Rows differ in length (causal): dynamic.
 #pragma omp parallel
       {
-        std::vector<T> scratch;
+        Scratch<T> scratch;
 #pragma omp for schedule(dynamic)
         for (int64_t t = 0; t < tasks; ++t) task(t, scratch);
       }
     } else {
       // Small: serial, with no omp region around Eigen's products (see matmul.cpp).
-      std::vector<T> scratch;
+      Scratch<T> scratch;
       for (int64_t t = 0; t < tasks; ++t) task(t, scratch);
     }
   });

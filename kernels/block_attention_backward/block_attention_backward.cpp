@@ -64,7 +64,8 @@ void tile(const Head<T>& x, int64_t i, int64_t j, int64_t bs, int64_t D, T scale
 template <class T, class F>
 void run_tasks(int64_t tasks, bool parallel, int64_t bs, F f) {
   auto loop = [&](bool omp_for) {
-    std::vector<T> buf(static_cast<size_t>(2 * bs * bs));
+    // Packet-aligned: Eigen's row reductions then sum in the same order wherever buf lands.
+    std::vector<T, Eigen::aligned_allocator<T>> buf(static_cast<size_t>(2 * bs * bs));
     Mat<T> P(buf.data(), bs, bs), dS(buf.data() + bs * bs, bs, bs);
     if (omp_for) {
 #pragma omp for schedule(dynamic)
