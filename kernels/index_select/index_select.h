@@ -6,7 +6,8 @@ namespace tessera {
 
 /// Gathers slices of x along `dim` (any dtype): x [.., R, ..], indices i32 [N] -> [.., N, ..]
 /// with out[.., n, ..] = x[.., indices[n], ..]. Indices repeat freely; one outside [0, R) is a
-/// ValueError naming it and R. Gradient w.r.t. x: index_select_backward (a deterministic
+/// ValueError naming it and R (on a GPU only under TESSERA_CUDA_SYNC=1, else a NaN row: see
+/// cuda::check_indices_when_syncing). Gradient w.r.t. x: index_select_backward (a deterministic
 /// scatter-add, so repeated indices accumulate).
 Tensor index_select(const Tensor& x, const Tensor& indices, int dim = 0);
 
@@ -25,6 +26,7 @@ struct IndexSelect : OpBase {
   };
   static std::vector<TensorMeta> infer(const std::vector<TensorMeta>& in, const Attrs&);
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
+  static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
 
@@ -32,5 +34,14 @@ namespace cpu {
 /// ValueError naming `op`, the bad index, its position and R unless all indices are in [0, R).
 void check_indices(const char* op, const Tensor& indices, int64_t R, const TensorMeta& of);
 }  // namespace cpu
+
+namespace cuda {
+/// Indices on a GPU cannot be checked without waiting for the device, which a step captured as
+/// a CUDA graph must not do. With TESSERA_CUDA_SYNC=1 (where every op waits anyway) this copies
+/// them to the host and throws cpu::check_indices' ValueError; otherwise it does nothing, and
+/// the kernels stay in bounds on their own: index_select writes NaN (0 for integer dtypes) for a
+/// bad index, index_select_backward leaves it out. (kernels/index_select/index_select.cu)
+void check_indices_when_syncing(const char* op, const Tensor& indices, int64_t R, const TensorMeta& of);
+}  // namespace cuda
 
 }  // namespace tessera

@@ -19,6 +19,7 @@ struct Permute : OpBase {
   };
   static std::vector<TensorMeta> infer(const std::vector<TensorMeta>& in, const Attrs&);
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
+  static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
 
@@ -28,5 +29,10 @@ namespace cpu {
 /// kept, tiles are transposed when the last two (merged) dims swap, else a strided gather.
 void permute_copy(const Tensor& in, const Tensor& out, const std::vector<int>& perm);
 }  // namespace cpu
+
+namespace cuda {
+/// The same on the GPU (kernels/permute/permute.cu; CUDA builds), queued on out's stream.
+void permute_copy(const Tensor& in, const Tensor& out, const std::vector<int>& perm);
+}  // namespace cuda
 
 }  // namespace tessera

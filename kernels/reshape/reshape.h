@@ -26,6 +26,7 @@ struct Reshape : OpBase {
   static std::vector<TensorMeta> infer(const std::vector<TensorMeta>& in, const Attrs&);
   static std::optional<size_t> view_offset(const std::vector<TensorMeta>&, const Attrs&) { return 0; }
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
+  static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
 

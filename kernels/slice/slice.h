@@ -31,6 +31,7 @@ struct Slice : OpBase {
   /// Byte offset of the slice in x when it is contiguous there, else nullopt (then cpu() copies).
   static std::optional<size_t> view_offset(const std::vector<TensorMeta>& in, const Attrs&);
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
+  static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
 

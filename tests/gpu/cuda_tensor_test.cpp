@@ -107,10 +107,24 @@ TEST(CudaKernels, GradientsFlowBackAcrossDevices) {
   EXPECT_TRUE(all_close(w.grad(), seed, 0, 0));
 }
 
+// An op with a CPU kernel only: what any op without a `cuda` member meets on the GPU.
+struct CpuOnlyNegate : OpBase {
+  static constexpr const char* kName = "cpu_only_negate";
+  static constexpr bool kDifferentiable = false;
+  struct Attrs {};
+  static std::vector<TensorMeta> infer(const std::vector<TensorMeta>& in, const Attrs&) { return {in[0]}; }
+  static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+    for (int64_t i = 0; i < in[0].numel(); ++i) out[0].data<float>()[i] = -in[0].data<float>()[i];
+  }
+};
+
 TEST(CudaKernels, AnOpWithoutACudaKernelSaysSo) {
+  static_assert(!detail::has_cuda_kernel<CpuOnlyNegate>::value);
+  static_assert(detail::has_cuda_kernel<Add>::value);
+  EXPECT_EQ(call<CpuOnlyNegate>({}, {ones({2})})[0].to_vector<float>(), std::vector<float>(2, -1.0f));
   REQUIRE_GPU();
   Tensor g = ones({4}, TensorOptions().device(kGpu));
-  testing::expect_error<NotImplementedError>([&] { sqrt(g); }, {"sqrt", "CUDA"});
+  testing::expect_error<NotImplementedError>([&] { call<CpuOnlyNegate>({}, {g}); }, {"cpu_only_negate", "CUDA"});
 }
 
 TEST(CudaKernels, MixingDevicesIsAClearError) {

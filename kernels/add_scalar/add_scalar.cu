@@ -1,0 +1,13 @@
+// add_scalar on the GPU: y = x + s, s rounded to the compute type first (f32 for f32/bf16/f16,
+// as the CPU's static_cast<T>); one thread per element.
+#include "kernels/add_scalar/add_scalar.h"
+#include "kernels/common/cuda/elementwise.cuh"
+
+namespace tessera {
+
+void AddScalar::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+  const double s = attrs.scalar;
+  cuda::unary_op(in[0], out[0], kName, [s] __device__(auto v) { return v + static_cast<decltype(v)>(s); });
+}
+
+}  // namespace tessera

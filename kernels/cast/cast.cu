@@ -1,0 +1,95 @@
+// cast on the GPU: y[i] = convert(x[i]) for every pair of dtypes, one thread per element. The
+// rules are the CPU's convert_elements (core/convert.cpp): each value is loaded exactly as f64,
+// then stored as
+//   f64:      itself;            f32: rounded to nearest (even);
+//   bf16/f16: rounded to f32 first, then to nearest even (so f64 -> bf16 rounds twice, as on the
+//             CPU); overflow to ±inf, f16 subnormals kept;
+//   i32/u8:   truncated toward zero and saturated at the type's range; NaN -> 0.
+// Every non-NaN value converts to the same bits as on the CPU; NaN stays NaN (its payload bits
+// may differ). The same dtype is a plain device copy.
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "core/cuda/check.cuh"
+#include "kernels/cast/cast.h"
+#include "kernels/common/cuda/dtype.cuh"
+
+namespace tessera {
+
+namespace {
+
+__device__ __forceinline__ double load(float v) { return v; }
+__device__ __forceinline__ double load(double v) { return v; }
+__device__ __forceinline__ double load(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ double load(__half v) { return __half2float(v); }
+__device__ __forceinline__ double load(int32_t v) { return v; }
+__device__ __forceinline__ double load(uint8_t v) { return v; }
+
+template <class I>
+__device__ __forceinline__ I store_int(double v) {
+  constexpr double lo = static_cast<double>(std::numeric_limits<I>::min());
+  constexpr double hi = static_cast<double>(std::numeric_limits<I>::max());
+  return v != v    ? I(0)
+         : v <= lo ? std::numeric_limits<I>::min()
+         : v >= hi ? std::numeric_limits<I>::max()
+                   : static_cast<I>(v);
+}
+
+template <class D>
+__device__ __forceinline__ D store(double v) {
+  if constexpr (std::is_same_v<D, double>) {
+    return v;
+  } else if constexpr (std::is_same_v<D, float>) {
+    return __double2float_rn(v);
+  } else if constexpr (std::is_same_v<D, __nv_bfloat16>) {
+    return __float2bfloat16_rn(__double2float_rn(v));
+  } else if constexpr (std::is_same_v<D, __half>) {
+    return __float2half_rn(__double2float_rn(v));
+  } else {
+    return store_int<D>(v);
+  }
+}
+
+template <class S, class D>
+__global__ void cast_kernel(const S* x, D* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    y[i] = store<D>(load(x[i]));
+}
+
+template <class F>
+void dispatch_any_dtype(DType dt, F&& f) {
+  switch (dt) {
+    case DType::f32: return f(cuda::TypeTag<float>{});
+    case DType::f64: return f(cuda::TypeTag<double>{});
+    case DType::bf16: return f(cuda::TypeTag<__nv_bfloat16>{});
+    case DType::f16: return f(cuda::TypeTag<__half>{});
+    case DType::i32: return f(cuda::TypeTag<int32_t>{});
+    case DType::u8: return f(cuda::TypeTag<uint8_t>{});
+  }
+  TS_THROW(DTypeError, "cast: no CUDA kernel for dtype " << dt);
+}
+
+}  // namespace
+
+void Cast::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+  const Tensor &x = in[0], &y = out[0];
+  const int64_t n = y.numel();
+  if (n == 0) return;
+  const cudaStream_t stream = cuda::current_stream(y);
+  if (x.dtype() == y.dtype()) {
+    TS_CUDA_CHECK(cudaMemcpyAsync(y.data_ptr(), x.data_ptr(), y.nbytes(), cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
+  dispatch_any_dtype(x.dtype(), [&](auto src_tag) {
+    using S = typename decltype(src_tag)::type;
+    dispatch_any_dtype(y.dtype(), [&](auto dst_tag) {
+      using D = typename decltype(dst_tag)::type;
+      cast_kernel<S, D><<<cuda::blocks_for(n), 256, 0, stream>>>(static_cast<const S*>(x.data_ptr()),
+                                                                 static_cast<D*>(y.data_ptr()), n);
+      TS_CUDA_LAUNCH_CHECK(kName);
+    });
+  });
+}
+
+}  // namespace tessera

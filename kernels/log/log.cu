@@ -1,0 +1,12 @@
+// log on the GPU: y = ln x, one thread per element, in acc_t (f32 for bf16/f16), rounded once.
+#include "kernels/common/cuda/device_math.cuh"
+#include "kernels/common/cuda/elementwise.cuh"
+#include "kernels/log/log.h"
+
+namespace tessera {
+
+void Log::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+  cuda::unary_op(in[0], out[0], kName, [] __device__(auto v) { return cuda::dev_log(v); });
+}
+
+}  // namespace tessera
