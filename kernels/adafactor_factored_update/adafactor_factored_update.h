@@ -35,6 +35,7 @@ struct AdafactorFactoredUpdate : OpBase {
   using Attrs = AdafactorAttrs;
   static std::vector<TensorMeta> infer(const std::vector<TensorMeta>& in, const Attrs&);
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
+  static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
 };
 
 }  // namespace tessera

@@ -65,7 +65,9 @@ double chunked_sum(int64_t n, F f, int64_t cost = 1) {
   const int64_t chunk = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, cost));
   const int64_t chunks = (n + chunk - 1) / chunk;
   std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
+#ifdef _OPENMP  // also included by the CUDA kernels, which nvcc compiles without OpenMP
 #pragma omp parallel for if (n * cost > kParallelGrain)
+#endif
   for (int64_t c = 0; c < chunks; ++c) {
     double acc = 0;
     const int64_t end = std::min(n, (c + 1) * chunk);

@@ -22,7 +22,8 @@ struct CrossEntropyOptions {
 /// Softmax cross entropy of `logits` [N, V] against class indices `targets` (i32 [N]), fused:
 /// loss_i = logsumexp(logits_i) − logits_i[targets_i]. mean: averaged over the rows whose
 /// target is not ignore_index (0 when every row is ignored); sum: summed; none: [N] with 0
-/// at ignored rows. A target outside [0, V) that is not ignore_index is a ValueError.
+/// at ignored rows. A target outside [0, V) that is not ignore_index is a ValueError (on the
+/// GPU, which does not wait for the targets, it makes that row's loss and gradient NaN instead).
 ///
 ///   Tensor loss = cross_entropy(logits, targets);   // scalar
 ///   loss.backward();
@@ -40,6 +41,7 @@ struct CrossEntropy : OpBase {
   };
   static std::vector<TensorMeta> infer(const std::vector<TensorMeta>& in, const Attrs&);
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
+  static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
 

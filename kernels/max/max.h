@@ -29,6 +29,7 @@ struct Max : OpBase {
   };
   static std::vector<TensorMeta> infer(const std::vector<TensorMeta>& in, const Attrs&);
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
+  static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
 
@@ -42,5 +43,10 @@ namespace cpu {
 /// NaN wins over numbers (the first NaN is taken).
 void extreme_along_dim(const Tensor& x, const Tensor& values, const Tensor& indices, int dim, bool take_min);
 }  // namespace cpu
+
+namespace cuda {
+/// The same on the GPU, on the tensors' stream (kernels/max/max.cu; CUDA builds only).
+void extreme_along_dim(const Tensor& x, const Tensor& values, const Tensor& indices, int dim, bool take_min);
+}  // namespace cuda
 
 }  // namespace tessera

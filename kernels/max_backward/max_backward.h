@@ -10,7 +10,8 @@ namespace tessera {
 Tensor max_backward(const Tensor& g, const Tensor& indices, const Shape& shape, int dim);
 
 /// dx[o, k, i] = g[o, i] if k == indices[o, i] else 0;  g, indices [outer, inner] -> dx `shape`.
-/// Indices outside [0, size(dim)) are a ValueError (checked in the kernel). Not differentiable
+/// Indices outside [0, size(dim)) are a ValueError (checked in the CPU kernel; the GPU kernel,
+/// which does not wait for the indices, drops their gradient). Not differentiable
 /// (a second derivative of max would gather gg at the indices).
 struct MaxBackward : OpBase {
   static constexpr const char* kName = "max_backward";
@@ -21,6 +22,7 @@ struct MaxBackward : OpBase {
   };
   static std::vector<TensorMeta> infer(const std::vector<TensorMeta>& in, const Attrs&);
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
+  static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
 };
 
 }  // namespace tessera

@@ -1,0 +1,12 @@
+// adamw_update on the GPU: the fused Adam-family kernel of kernels/common/cuda/adam_step.cuh
+// with decoupled weight decay, p' = p·(1 − lr·wd) − the Adam step. One thread per element.
+#include "kernels/adamw_update/adamw_update.h"
+#include "kernels/common/cuda/adam_step.cuh"
+
+namespace tessera {
+
+void AdamwUpdate::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& a) {
+  cuda::adam_update(kName, in, out, {a.beta1, a.beta2, a.eps, a.weight_decay}, detail::AdamDecay::decoupled);
+}
+
+}  // namespace tessera

@@ -1,0 +1,71 @@
+// The fused Adam-family update on the GPU, shared by adam_update and adamw_update (the CPU
+// kernel is kernels/common/adam_step.cpp). Elementwise over p [*]:
+//   g' = g + wd·p (coupled) or g (decoupled)
+//   m' = b1·m + (1 − b1)·g',   v' = b2·v + (1 − b2)·g'²
+//   p' = p·(1 − lr·wd, decoupled only) − (lr / (1 − b1^t)) · m' / (sqrt(v') / sqrt(1 − b2^t) + eps)
+// lr and t are read inside the kernel from their 0-d f64 device tensors (a captured CUDA graph
+// replays the step with new values); the bias corrections are computed in f64 by every thread
+// once, then the elements in acc_t. Element i of every input is loaded before element i of an
+// output is stored, so p', m', v' may alias p, m, v.
+#pragma once
+
+#include <vector>
+
+#include "core/cuda/check.cuh"
+#include "kernels/common/adam_step.h"
+#include "kernels/common/cuda/device_math.cuh"
+#include "kernels/common/cuda/dtype.cuh"
+
+namespace tessera {
+namespace cuda {
+
+template <class T, detail::AdamDecay kDecay>
+__global__ void adam_kernel(const T* p, const T* g, const T* m, const T* v, const double* lr_t, const double* step_t,
+                            T* p_out, T* m_out, T* v_out, int64_t n, detail::AdamHyper h) {
+  using A = acc_t<T>;
+  const double lr = *lr_t, t = *step_t;
+  const A step_size = static_cast<A>(lr / (1.0 - ::pow(h.beta1, t)));
+  const A bc2_sqrt = static_cast<A>(::sqrt(1.0 - ::pow(h.beta2, t)));
+  const A b1 = static_cast<A>(h.beta1), b2 = static_cast<A>(h.beta2);
+  const A one_minus_b1 = static_cast<A>(1.0 - h.beta1), one_minus_b2 = static_cast<A>(1.0 - h.beta2);
+  const A wd = static_cast<A>(h.weight_decay), decay = static_cast<A>(1.0 - lr * h.weight_decay);
+  const A eps = static_cast<A>(h.eps);
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const A pi = to_acc(p[i]), mi = to_acc(m[i]), vi = to_acc(v[i]);
+    const A gi = kDecay == detail::AdamDecay::coupled ? to_acc(g[i]) + wd * pi : to_acc(g[i]);
+    const A m_new = b1 * mi + one_minus_b1 * gi;
+    const A v_new = b2 * vi + one_minus_b2 * gi * gi;
+    const A denom = dev_sqrt(v_new) / bc2_sqrt + eps;
+    m_out[i] = from_acc<T>(m_new);
+    v_out[i] = from_acc<T>(v_new);
+    const A p_new = kDecay == detail::AdamDecay::coupled ? pi - step_size * m_new / denom
+                                                        : pi * decay - step_size * m_new / denom;
+    p_out[i] = from_acc<T>(p_new);
+  }
+}
+
+/// Inputs (p, g, m, v, lr, step) -> outputs (p', m', v'), all on one GPU.
+inline void adam_update(const char* op, const std::vector<Tensor>& in, const std::vector<Tensor>& out,
+                        const detail::AdamHyper& h, detail::AdamDecay decay) {
+  const int64_t n = out[0].numel();
+  if (n == 0) return;
+  dispatch_cuda_float(out[0].dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    auto src = [](const Tensor& t) { return static_cast<const T*>(t.data_ptr()); };
+    auto dst = [](const Tensor& t) { return static_cast<T*>(t.data_ptr()); };
+    const double* lr = static_cast<const double*>(in[4].data_ptr());
+    const double* step = static_cast<const double*>(in[5].data_ptr());
+    const cudaStream_t stream = current_stream(out[0]);
+    if (decay == detail::AdamDecay::coupled) {
+      adam_kernel<T, detail::AdamDecay::coupled><<<blocks_for(n), 256, 0, stream>>>(
+          src(in[0]), src(in[1]), src(in[2]), src(in[3]), lr, step, dst(out[0]), dst(out[1]), dst(out[2]), n, h);
+    } else {
+      adam_kernel<T, detail::AdamDecay::decoupled><<<blocks_for(n), 256, 0, stream>>>(
+          src(in[0]), src(in[1]), src(in[2]), src(in[3]), lr, step, dst(out[0]), dst(out[1]), dst(out[2]), n, h);
+    }
+  });
+  TS_CUDA_LAUNCH_CHECK(op);
+}
+
+}  // namespace cuda
+}  // namespace tessera

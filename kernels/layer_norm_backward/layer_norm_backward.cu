@@ -1,0 +1,24 @@
+// layer_norm_backward on the GPU: the group-normalization backward of
+// kernels/common/cuda/normalize.cuh with one group per row (S = 1, G = C). Pass 1: blocks of
+// consecutive rows (threads_for(C) threads) write dx and per-block column sums of g·xhat and
+// g; pass 2 adds those in block order into dgamma, dbeta [C] (deterministic, no atomics).
+#include "kernels/common/cuda/normalize.cuh"
+#include "kernels/layer_norm_backward/layer_norm_backward.h"
+
+namespace tessera {
+
+void LayerNormBackward::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+  const int64_t c = in[1].shape()[-1], rows = in[1].numel() / c;
+  cuda::dispatch_cuda_float(out[0].dtype(), kName, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = cuda::acc_t<T>;
+    const T* gamma = attrs.has_gamma ? static_cast<const T*>(in[4].data_ptr()) : nullptr;
+    cuda::normalize_backward<T>(static_cast<const T*>(in[0].data_ptr()), static_cast<const T*>(in[1].data_ptr()),
+                                static_cast<const A*>(in[2].data_ptr()), static_cast<const A*>(in[3].data_ptr()),
+                                nullptr, gamma, static_cast<T*>(out[0].data_ptr()), static_cast<T*>(out[1].data_ptr()),
+                                static_cast<T*>(out[2].data_ptr()), rows, c, 1, out[0].device(),
+                                cuda::current_stream(out[0]), kName);
+  });
+}
+
+}  // namespace tessera

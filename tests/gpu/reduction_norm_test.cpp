@@ -1,0 +1,412 @@
+// CUDA kernels of the reductions (sum, max, min, max_backward), the softmax family
+// (softmax, log_softmax, log_softmax_backward, cross_entropy, cross_entropy_backward) and the
+// normalizations (layer_norm, sparse_layer_norm and their backward ops) against their CPU
+// kernels (label `gpu`; skipped visibly without a GPU).
+// Inputs are random, row lengths odd (1, 7, 33, 1000, 4097), every floating dtype; GPU outputs
+// are poisoned (NaN; -1234567 for indices) before the kernel runs, so an element it leaves
+// unwritten fails. Tolerance |gpu − cpu| <= tol·(|cpu| + scale), scale = the RMS of the CPU
+// output (the size of the rounding of sums that cancel): tol 1e-5 for f32, 1e-9 for f64, 1e-2
+// for bf16/f16. Reductions are also run twice and must agree bit for bit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/op.h"
+#include "gradcheck.h"
+#include "kernels/ops.h"
+
+namespace tessera {
+namespace {
+
+using testing::test_rand;
+using testing::test_randn;
+
+#define REQUIRE_GPU()                                        \
+  do {                                                       \
+    if (!cuda_available()) GTEST_SKIP() << "no GPU visible"; \
+  } while (0)
+
+const Device kGpu = Device::cuda(0);
+const DType kFloatTypes[] = {DType::f32, DType::f64, DType::bf16, DType::f16};
+const int64_t kRowLengths[] = {1, 7, 33, 1000, 4097};
+
+double tol_of(DType dt) { return dt == DType::f64 ? 1e-9 : dt == DType::f32 ? 1e-5 : 1e-2; }
+
+Tensor randn(const Shape& s, uint64_t seed, DType dt, double scale = 1.0) {
+  return cast(mul(test_randn(s, seed, DType::f64), scale), dt);
+}
+
+// An output buffer on the GPU that fails every comparison unless the kernel overwrites it.
+Tensor poisoned(const TensorMeta& m) {
+  const double bad = is_floating(m.dtype) ? std::numeric_limits<double>::quiet_NaN() : -1234567.0;
+  return full(m.shape, bad, TensorOptions(m.dtype).device(m.device));
+}
+
+// Runs op `Op` with `attrs` on copies of `in` on the GPU into poisoned outputs; returns them on the CPU.
+template <class Op>
+std::vector<Tensor> run_gpu(const typename Op::Attrs& attrs, const std::vector<Tensor>& in) {
+  const detail::OpInstanceT<Op> op(attrs);
+  std::vector<Tensor> gin;
+  std::vector<TensorMeta> metas;
+  for (const Tensor& t : in) {
+    gin.push_back(t.to(kGpu));
+    metas.push_back(gin.back().meta());
+  }
+  std::vector<Tensor> gout;
+  for (const TensorMeta& m : op.infer(metas)) gout.push_back(poisoned(m));
+  detail::run_op_into(op, gin, gout);
+  std::vector<Tensor> host;
+  for (const Tensor& t : gout) host.push_back(t.to(Device::cpu()));
+  return host;
+}
+
+// Root mean square of the finite values of v (0 when there are none).
+double rms(const std::vector<double>& v) {
+  double s = 0;
+  size_t n = 0;
+  for (double x : v)
+    if (std::isfinite(x)) s += x * x, ++n;
+  return n == 0 ? 0.0 : std::sqrt(s / static_cast<double>(n));
+}
+
+// |got − want| <= tol·(|want| + scale) elementwise (scale < 0: the RMS of want); NaN only where
+// want is NaN. Shapes and dtypes must match.
+::testing::AssertionResult close(const Tensor& got, const Tensor& want, double tol, double scale = -1) {
+  if (got.meta().shape != want.shape() || got.dtype() != want.dtype())
+    return ::testing::AssertionFailure() << "got " << got.meta() << ", want " << want.meta();
+  const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
+  if (scale < 0) scale = rms(w);
+  for (size_t i = 0; i < w.size(); ++i) {
+    const bool ok = std::isnan(w[i]) ? std::isnan(g[i]) : std::abs(g[i] - w[i]) <= tol * (std::abs(w[i]) + scale);
+    if (!ok)
+      return ::testing::AssertionFailure() << "element " << i << " of " << want.meta() << ": gpu " << g[i] << ", cpu "
+                                           << w[i] << " (tol " << tol << ", scale " << scale << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.meta() == b.meta() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
+}
+
+std::string label(DType dt, const Shape& s, const std::string& more = "") {
+  std::ostringstream os;
+  os << dtype_name(dt) << " " << s << (more.empty() ? "" : " ") << more;
+  return os.str();
+}
+
+// ---- sum ----
+
+// Sums over `dim` of a random x: against the CPU (tolerance scaled by sqrt(n), the size of a
+// sum of n N(0, 1) terms) and bitwise equal over two runs.
+void expect_sum_matches(const Shape& s, int dim, bool keepdim, DType dt, uint64_t seed) {
+  Tensor x = randn(s, seed, dt);
+  const Sum::Attrs attrs{dim, keepdim};
+  const std::vector<Tensor> want = call<Sum>(attrs, {x});
+  const std::vector<Tensor> got = run_gpu<Sum>(attrs, {x});
+  const double n = static_cast<double>(s[dim]);
+  EXPECT_TRUE(close(got[0], want[0], tol_of(dt), std::sqrt(n))) << label(dt, s, "dim " + std::to_string(dim));
+  EXPECT_TRUE(same_bits(got[0], run_gpu<Sum>(attrs, {x})[0])) << "sum is not reproducible: " << label(dt, s);
+}
+
+TEST(CudaReductions, SumOverRowsColumnsAndMiddleDims) {
+  REQUIRE_GPU();
+  for (DType dt : kFloatTypes) {
+    for (int64_t c : kRowLengths) {
+      expect_sum_matches({5, c}, 1, false, dt, 1);   // contiguous rows
+      expect_sum_matches({5, c}, 0, true, dt, 2);    // columns (inner = c)
+      expect_sum_matches({3, c, 2}, 1, false, dt, 3);  // a middle dim
+      expect_sum_matches({c}, 0, false, dt, 4);      // everything: a 0-d result
+    }
+  }
+}
+
+TEST(CudaReductions, SumOfLongRowsAndLongColumnsTakesTwoPasses) {
+  REQUIRE_GPU();
+  for (DType dt : kFloatTypes) {
+    expect_sum_matches({2, 40001}, 1, false, dt, 5);  // rows cut into chunks of 8192
+    expect_sum_matches({100003}, 0, true, dt, 6);     // one long row
+    expect_sum_matches({3001, 7}, 0, false, dt, 7);   // few long columns, chunks of 256 rows
+    expect_sum_matches({2, 1500, 3}, 1, true, dt, 8);
+  }
+}
+
+// ---- max / min / max_backward ----
+
+// x with many ties (integers in [-3, 3]) and, when `nans`, a few NaNs: the first extreme (the
+// first NaN) must be found, as on the CPU, with exactly its index.
+Tensor tied_input(const Shape& s, uint64_t seed, DType dt, bool nans) {
+  std::vector<double> v = test_randn(s, seed, DType::f64).to_vector<double>();
+  for (size_t i = 0; i < v.size(); ++i) {
+    v[i] = std::round(v[i] * 1.5);
+    if (nans && i % 97 == 13) v[i] = std::numeric_limits<double>::quiet_NaN();
+  }
+  return cast(from_vector(v, s), dt);
+}
+
+template <class Op>
+void expect_extreme_matches(const Tensor& x, int dim, bool keepdim) {
+  const typename Op::Attrs attrs{dim, keepdim};
+  const std::vector<Tensor> want = call<Op>(attrs, {x});
+  const std::vector<Tensor> got = run_gpu<Op>(attrs, {x});
+  const std::string what = std::string(Op::kName) + " " + label(x.dtype(), x.shape(), "dim " + std::to_string(dim));
+  EXPECT_EQ(got[1].to_vector<int32_t>(), want[1].to_vector<int32_t>()) << what;
+  EXPECT_TRUE(close(got[0], want[0], 0.0)) << what;  // values are elements of x: exact
+  const std::vector<Tensor> again = run_gpu<Op>(attrs, {x});
+  EXPECT_TRUE(same_bits(got[0], again[0]) && same_bits(got[1], again[1])) << what;
+}
+
+TEST(CudaReductions, MaxAndMinFindTheFirstExtremeLikeTheCpu) {
+  REQUIRE_GPU();
+  uint64_t seed = 10;
+  for (DType dt : kFloatTypes) {
+    for (int64_t c : kRowLengths) {
+      for (bool nans : {false, true}) {
+        for (const Shape& s : {Shape{5, c}, Shape{3, c, 2}}) {
+          Tensor r = randn(s, ++seed, dt), t = tied_input(s, ++seed, dt, nans);
+          for (const Tensor& x : {r, t}) {
+            expect_extreme_matches<Max>(x, 1, false);
+            expect_extreme_matches<Min>(x, 1, true);
+            expect_extreme_matches<Max>(x, 0, true);
+            expect_extreme_matches<Min>(x, -1, false);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaReductions, MaxAndMinOfLongRowsAndColumns) {
+  REQUIRE_GPU();
+  for (DType dt : kFloatTypes) {
+    for (bool nans : {false, true}) {
+      Tensor rows = tied_input({2, 40001}, 20, dt, nans), cols = tied_input({3001, 7}, 21, dt, nans);
+      expect_extreme_matches<Max>(rows, 1, false);
+      expect_extreme_matches<Min>(rows, 1, false);
+      expect_extreme_matches<Max>(cols, 0, false);
+      expect_extreme_matches<Min>(cols, 0, true);
+    }
+  }
+}
+
+TEST(CudaReductions, MaxBackwardPutsTheGradientAtTheIndices) {
+  REQUIRE_GPU();
+  uint64_t seed = 30;
+  for (DType dt : kFloatTypes) {
+    for (int64_t c : kRowLengths) {
+      for (int dim : {0, 1, 2}) {
+        for (bool keepdim : {false, true}) {
+          const Shape s{4, c, 3};
+          const std::vector<Tensor> mx = call<Max>({dim, keepdim}, {randn(s, ++seed, dt)});
+          Tensor g = randn(mx[0].shape(), ++seed, dt);
+          const MaxBackward::Attrs attrs{s, dim};
+          const std::vector<Tensor> want = call<MaxBackward>(attrs, {g, mx[1]});
+          EXPECT_TRUE(close(run_gpu<MaxBackward>(attrs, {g, mx[1]})[0], want[0], 0.0)) << label(dt, s);
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaReductions, MaxBackwardDropsOutOfRangeIndices) {
+  REQUIRE_GPU();  // the CPU throws ValueError; the GPU cannot without waiting for the indices
+  Tensor g = tensor({1, 2, 3});
+  Tensor idx = from_vector(std::vector<int32_t>{0, 4, -1}, {3});
+  const std::vector<float> dx = run_gpu<MaxBackward>({Shape{3, 4}, 1}, {g, idx})[0].to_vector<float>();
+  EXPECT_EQ(dx, (std::vector<float>{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}));
+}
+
+// ---- softmax family ----
+
+template <class Op>
+void expect_rowwise_matches(const std::vector<Tensor>& in, const std::string& what) {
+  const std::vector<Tensor> want = call<Op>({}, in);
+  const std::vector<Tensor> got = run_gpu<Op>({}, in);
+  EXPECT_TRUE(close(got[0], want[0], tol_of(in[0].dtype()))) << Op::kName << " " << what;
+  EXPECT_TRUE(same_bits(got[0], run_gpu<Op>({}, in)[0])) << Op::kName << " is not reproducible: " << what;
+}
+
+TEST(CudaSoftmax, SoftmaxLogSoftmaxAndItsBackwardMatchTheCpu) {
+  REQUIRE_GPU();
+  uint64_t seed = 40;
+  for (DType dt : kFloatTypes) {
+    for (int64_t c : kRowLengths) {
+      for (const Shape& s : {Shape{5, c}, Shape{2, 3, c}, Shape{c}}) {
+        Tensor x = randn(s, ++seed, dt, 3.0);
+        expect_rowwise_matches<Softmax>({x}, label(dt, s));
+        expect_rowwise_matches<LogSoftmax>({x}, label(dt, s));
+        Tensor y = call<LogSoftmax>({}, {x})[0];
+        expect_rowwise_matches<LogSoftmaxBackward>({randn(s, ++seed, dt), y}, label(dt, s));
+      }
+    }
+  }
+}
+
+TEST(CudaSoftmax, LargeLogitsStayFinite) {
+  REQUIRE_GPU();
+  for (DType dt : {DType::f32, DType::f64}) {
+    Tensor x = add(randn({4, 33}, 50, dt), 1000.0);  // exp(1000) overflows without the max shift
+    expect_rowwise_matches<Softmax>({x}, "logits around 1e3");
+    expect_rowwise_matches<LogSoftmax>({x}, "logits around 1e3");
+  }
+}
+
+Tensor targets(int64_t n, int64_t v, uint64_t seed, int32_t ignore, int every_ignored = 4) {
+  std::vector<double> u = test_rand({n}, 0.0, static_cast<double>(v), seed).to_vector<double>();
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    t[i] = (every_ignored > 0 && i % every_ignored == 1) ? ignore : static_cast<int32_t>(std::floor(u[i]));
+  return from_vector(t, {n});
+}
+
+TEST(CudaSoftmax, CrossEntropyAndItsBackwardForEveryReduction) {
+  REQUIRE_GPU();
+  uint64_t seed = 60;
+  for (DType dt : kFloatTypes) {
+    for (int64_t v : kRowLengths) {
+      for (int32_t ignore : {-100, 0}) {
+        const int64_t n = 9;
+        Tensor x = randn({n, v}, ++seed, dt, 2.0), t = targets(n, v, ++seed, ignore);
+        for (Reduction r : {Reduction::none, Reduction::mean, Reduction::sum}) {
+          const CrossEntropy::Attrs attrs{ignore, r};
+          const std::string what = label(dt, x.shape(), "reduction " + std::to_string(static_cast<int>(r)));
+          const std::vector<Tensor> want = call<CrossEntropy>(attrs, {x, t});
+          const std::vector<Tensor> got = run_gpu<CrossEntropy>(attrs, {x, t});
+          EXPECT_TRUE(close(got[0], want[0], tol_of(dt))) << "cross_entropy " << what;
+          EXPECT_TRUE(same_bits(got[0], run_gpu<CrossEntropy>(attrs, {x, t})[0])) << what;
+          Tensor g = randn(want[0].shape(), ++seed, dt);
+          const std::vector<Tensor> dwant = call<CrossEntropyBackward>(attrs, {x, t, g});
+          EXPECT_TRUE(close(run_gpu<CrossEntropyBackward>(attrs, {x, t, g})[0], dwant[0], tol_of(dt)))
+              << "cross_entropy_backward " << what;
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaSoftmax, CrossEntropyWithEveryRowIgnoredIsZero) {
+  REQUIRE_GPU();
+  Tensor x = randn({6, 33}, 70, DType::f32);
+  Tensor t = from_vector(std::vector<int32_t>(6, -100), {6});
+  for (Reduction r : {Reduction::mean, Reduction::sum}) {
+    const CrossEntropy::Attrs attrs{-100, r};
+    EXPECT_EQ(run_gpu<CrossEntropy>(attrs, {x, t})[0].item<float>(), 0.0f);
+    Tensor g = full({}, 1.5);
+    EXPECT_TRUE(close(run_gpu<CrossEntropyBackward>(attrs, {x, t, g})[0], zeros({6, 33}), 0.0));
+  }
+}
+
+TEST(CudaSoftmax, CrossEntropyOverManyRowsIsReproducible) {
+  REQUIRE_GPU();
+  Tensor x = randn({3001, 7}, 80, DType::f32), t = targets(3001, 7, 81, -100);
+  const CrossEntropy::Attrs attrs{-100, Reduction::mean};
+  const std::vector<Tensor> got = run_gpu<CrossEntropy>(attrs, {x, t});
+  EXPECT_TRUE(close(got[0], call<CrossEntropy>(attrs, {x, t})[0], 1e-5));
+  EXPECT_TRUE(same_bits(got[0], run_gpu<CrossEntropy>(attrs, {x, t})[0]));
+}
+
+// The GPU kernels cannot throw the CPU's ValueError without waiting for the targets on the
+// host: a bad target poisons its row instead, so the loss (and its gradient) is NaN.
+TEST(CudaSoftmax, CrossEntropyOutOfRangeTargetGivesNaNRows) {
+  REQUIRE_GPU();
+  Tensor x = randn({3, 7}, 90, DType::f32);
+  Tensor t = from_vector(std::vector<int32_t>{2, 7, -1}, {3});
+  const std::vector<float> loss = run_gpu<CrossEntropy>({-100, Reduction::none}, {x, t})[0].to_vector<float>();
+  EXPECT_TRUE(std::isfinite(loss[0]) && std::isnan(loss[1]) && std::isnan(loss[2]));
+  EXPECT_TRUE(std::isnan(run_gpu<CrossEntropy>({-100, Reduction::mean}, {x, t})[0].item<float>()));
+  const std::vector<float> dx =
+      run_gpu<CrossEntropyBackward>({-100, Reduction::sum}, {x, t, full({}, 1.0)})[0].to_vector<float>();
+  for (int j = 0; j < 7; ++j) EXPECT_TRUE(std::isfinite(dx[j]) && std::isnan(dx[7 + j]) && std::isnan(dx[14 + j]));
+}
+
+// ---- layer norms ----
+
+std::vector<Tensor> with_params(const Tensor& x, const Tensor& gamma, const Tensor& beta) {
+  std::vector<Tensor> in{x};
+  if (gamma.defined()) in.push_back(gamma);
+  if (beta.defined()) in.push_back(beta);
+  return in;
+}
+
+// Forward (y, mean, rstd) and backward (dx, dgamma, dbeta) of sparse_layer_norm (segments,
+// relu) or, with segments == 0, layer_norm; the backward gets the CPU forward's saved tensors.
+void expect_norm_matches(const Shape& s, int64_t segments, bool relu, bool affine, DType dt, uint64_t seed,
+                         double offset = 0.0) {
+  const int64_t c = s[-1];
+  Tensor x = add(randn(s, seed, dt), offset);
+  Tensor gamma = affine ? randn({c}, seed + 1, dt) : Tensor();
+  Tensor beta = affine ? randn({c}, seed + 2, dt) : Tensor();
+  Tensor g = randn(s, seed + 3, dt);
+  const std::string what =
+      label(dt, s, "segments " + std::to_string(segments) + (relu ? " relu" : "") + (affine ? " affine" : ""));
+  const std::vector<Tensor> in = with_params(x, gamma, beta);
+  std::vector<Tensor> fwd, fwd_gpu, bwd, bwd_gpu;
+  if (segments == 0) {
+    const LayerNorm::Attrs attrs{1e-5, affine, affine};
+    fwd = call<LayerNorm>(attrs, in);
+    fwd_gpu = run_gpu<LayerNorm>(attrs, in);
+    std::vector<Tensor> bin{g, x, fwd[1], fwd[2]};
+    if (affine) bin.push_back(gamma);
+    const LayerNormBackward::Attrs battrs{affine};
+    bwd = call<LayerNormBackward>(battrs, bin);
+    bwd_gpu = run_gpu<LayerNormBackward>(battrs, bin);
+    EXPECT_TRUE(same_bits(bwd_gpu[1], run_gpu<LayerNormBackward>(battrs, bin)[1])) << "dgamma: " << what;
+  } else {
+    const SparseLayerNorm::Attrs attrs{segments, 1e-5, relu, affine, affine};
+    fwd = call<SparseLayerNorm>(attrs, in);
+    fwd_gpu = run_gpu<SparseLayerNorm>(attrs, in);
+    std::vector<Tensor> bin{g, x, fwd[1], fwd[2]};
+    if (relu) bin.push_back(fwd[0]);
+    if (affine) bin.push_back(gamma);
+    const SparseLayerNormBackward::Attrs battrs{segments, relu, affine};
+    bwd = call<SparseLayerNormBackward>(battrs, bin);
+    bwd_gpu = run_gpu<SparseLayerNormBackward>(battrs, bin);
+    EXPECT_TRUE(same_bits(bwd_gpu[1], run_gpu<SparseLayerNormBackward>(battrs, bin)[1])) << "dgamma: " << what;
+  }
+  const double tol = tol_of(dt), stats_tol = dt == DType::f64 ? 1e-9 : 1e-5;  // statistics are f32 for bf16/f16
+  const char* names[] = {"y", "mean", "rstd", "dx", "dgamma", "dbeta"};
+  for (int k = 0; k < 3; ++k)
+    EXPECT_TRUE(close(fwd_gpu[k], fwd[k], k == 0 ? tol : stats_tol, k == 1 ? std::abs(offset) + 1.0 : -1.0))
+        << names[k] << ": " << what;
+  for (int k = 0; k < 3; ++k) EXPECT_TRUE(close(bwd_gpu[k], bwd[k], tol)) << names[3 + k] << ": " << what;
+}
+
+TEST(CudaNorms, LayerNormForwardAndBackward) {
+  REQUIRE_GPU();
+  uint64_t seed = 100;
+  for (DType dt : kFloatTypes) {
+    for (int64_t c : kRowLengths) {
+      for (bool affine : {false, true}) {
+        expect_norm_matches({5, c}, 0, false, affine, dt, seed += 4);
+        expect_norm_matches({2, 3, c}, 0, false, affine, dt, seed += 4);
+      }
+    }
+    expect_norm_matches({700, 33}, 0, false, true, dt, seed += 4);  // more rows than row blocks (512)
+  }
+  for (DType dt : {DType::f32, DType::f64}) expect_norm_matches({4, 1000}, 0, false, true, dt, 150, 1e4);
+}
+
+TEST(CudaNorms, SparseLayerNormSegmentsAndReluForwardAndBackward) {
+  REQUIRE_GPU();
+  uint64_t seed = 200;
+  for (DType dt : kFloatTypes) {
+    for (int64_t gs : {1, 7, 33, 1000}) {
+      for (int64_t segments : {1, 3, 4}) {
+        for (bool relu : {false, true}) {
+          expect_norm_matches({5, segments * gs}, segments, relu, true, dt, seed += 4);
+          expect_norm_matches({2, 3, segments * gs}, segments, relu, false, dt, seed += 4);
+        }
+      }
+    }
+    expect_norm_matches({3, 4097}, 17, true, true, dt, seed += 4);  // 17 segments of 241
+    expect_norm_matches({600, 21}, 3, true, true, dt, seed += 4);
+  }
+}
+
+}  // namespace
+}  // namespace tessera
