@@ -30,6 +30,7 @@ struct BlockAttentionBackward : OpBase {
   };
   static std::vector<TensorMeta> infer(const std::vector<TensorMeta>& in, const Attrs&);
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
+  static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
 };
 
 }  // namespace tessera

@@ -28,6 +28,7 @@ struct BsmmDx : OpBase {
   };
   static std::vector<TensorMeta> infer(const std::vector<TensorMeta>& in, const Attrs&);
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
+  static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
 

@@ -1,0 +1,70 @@
+// bsmm on the GPU: y [N, K] = x [N, C] · W over the layout's stored blocks (w [nnz, bs, bs]),
+// block k scaled by gate[k] when gated. Correct and simple; not tuned yet.
+//
+//   y[n, c·bs + j] = sum over the stored blocks k of block column c (block row r = block_row[k],
+//                    increasing r, as on the CPU) of gate[k] · sum_i x[n, r·bs + i] · W[k][i][j]
+//
+// Thread mapping: one CUDA block per (tile of kRows rows of x, output block column c), threads
+// (j, t) with j < bs, t < kRows = 256 / bs; thread (j, t) computes y[n0 + t, c·bs + j]. For each
+// block k of the column, W[k] [bs, bs] and the tile's x block [kRows, bs] are staged in shared
+// memory (as acc_t), then each thread adds its dot product. A column without stored blocks gives
+// zeros. The CPU kernel in bsmm.cpp is the reference.
+#include "core/cuda/check.cuh"
+#include "kernels/bsmm/bsmm.h"
+#include "kernels/common/cuda/block_sparse.cuh"
+#include "kernels/common/cuda/dtype.cuh"
+#include "kernels/common/cuda/layout_tables.h"
+
+namespace tessera {
+
+namespace {
+
+template <class T, int BS>
+__global__ void bsmm_forward(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ gate,
+                             T* __restrict__ y, int64_t n, int64_t C, int64_t K, int64_t Q,
+                             const int32_t* __restrict__ col_ptr, const int32_t* __restrict__ col_blocks,
+                             const int32_t* __restrict__ block_row) {
+  using A = cuda::acc_t<T>;
+  constexpr int kRows = 256 / BS;
+  __shared__ A ws[BS][BS];    // W[k]
+  __shared__ A xs[kRows][BS];  // x[n0 .. n0 + kRows, r·bs .. (r+1)·bs]
+  const int j = threadIdx.x, t = threadIdx.y;
+  const int64_t c = blockIdx.x % Q, row = (blockIdx.x / Q) * kRows + t;
+  A acc = 0;
+  for (int32_t p = col_ptr[c]; p < col_ptr[c + 1]; ++p) {
+    const int64_t k = col_blocks[p], r = block_row[k];
+    for (int e = t * BS + j; e < BS * BS; e += BS * kRows) ws[e / BS][e % BS] = cuda::to_acc(w[k * BS * BS + e]);
+    xs[t][j] = row < n ? cuda::to_acc(x[row * C + r * BS + j]) : A(0);
+    __syncthreads();
+    A dot = 0;
+    for (int i = 0; i < BS; ++i) dot += xs[t][i] * ws[i][j];
+    acc += gate ? cuda::to_acc(gate[k]) * dot : dot;
+    __syncthreads();  // before the next block overwrites ws and xs
+  }
+  if (row < n) y[row * K + c * BS + j] = cuda::from_acc<T>(acc);
+}
+
+}  // namespace
+
+void Bsmm::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+  const Tensor &x = in[0], &w = in[1], &y = out[0];
+  const BlockLayout& l = *attrs.layout;
+  const int64_t n = x.size(0), C = l.in_features(), K = l.out_features(), Q = l.block_cols();
+  if (y.numel() == 0) return;
+  const cuda::BlockTables tables = cuda::device_tables(attrs.layout, y.device().index);
+  cuda::dispatch_cuda_float(y.dtype(), kName, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    cuda::dispatch_block_size(l.block_size(), kName, [&](auto bs) {
+      constexpr int BS = decltype(bs)::value, kRows = 256 / BS;
+      const int64_t blocks = (n + kRows - 1) / kRows * Q;
+      TS_CHECK(blocks <= INT32_MAX, ShapeError, kName << ": x " << x.shape() << " is too large for one launch");
+      bsmm_forward<T, BS><<<static_cast<unsigned>(blocks), dim3(BS, kRows), 0, cuda::current_stream(y)>>>(
+          static_cast<const T*>(x.data_ptr()), static_cast<const T*>(w.data_ptr()),
+          attrs.gated ? static_cast<const T*>(in[2].data_ptr()) : nullptr, static_cast<T*>(y.data_ptr()), n, C, K,
+          Q, tables.col_ptr, tables.col_blocks, tables.block_row);
+      TS_CUDA_LAUNCH_CHECK(kName);
+    });
+  });
+}
+
+}  // namespace tessera

@@ -1,0 +1,63 @@
+// bsmm_dw on the GPU: dw [nnz, bs, bs] = X_rᵀ·dY_c on the layout's stored blocks only.
+// Correct and simple; not tuned yet.
+//
+//   dw[k][i][j] = sum over n < N of x[n, r·bs + i] · dy[n, c·bs + j]     (r = block_row[k],
+//                                                                          c = block_col[k])
+//
+// Thread mapping: one CUDA block per (stored block k, tile of kRows rows i of that block),
+// threads (j, t) with j < bs, t < kRows = min(bs, 256 / bs); thread (j, t) computes
+// dw[k][i0 + t][j], summing over all N rows in order (acc_t). Within a warp the dy reads are
+// consecutive and the x reads shared, straight from global memory. N = 0 gives zeros. The CPU
+// kernel in bsmm_dw.cpp is the reference.
+#include "core/cuda/check.cuh"
+#include "kernels/bsmm_dw/bsmm_dw.h"
+#include "kernels/common/cuda/block_sparse.cuh"
+#include "kernels/common/cuda/dtype.cuh"
+#include "kernels/common/cuda/layout_tables.h"
+
+namespace tessera {
+
+namespace {
+
+template <int BS>
+constexpr int dw_rows() {
+  return BS < 256 / BS ? BS : 256 / BS;  // 8, 16, 8, 4
+}
+
+template <class T, int BS>
+__global__ void bsmm_dw_kernel(const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dw, int64_t n,
+                               int64_t C, int64_t K, const int32_t* __restrict__ block_row,
+                               const int32_t* __restrict__ block_col) {
+  using A = cuda::acc_t<T>;
+  constexpr int kRows = dw_rows<BS>(), kTiles = BS / kRows;
+  const int j = threadIdx.x, t = threadIdx.y;
+  const int64_t k = blockIdx.x / kTiles, i = (blockIdx.x % kTiles) * kRows + t;
+  const T* xr = x + block_row[k] * int64_t{BS} + i;   // column r·bs + i of x
+  const T* gc = dy + block_col[k] * int64_t{BS} + j;  // column c·bs + j of dy
+  A acc = 0;
+  for (int64_t row = 0; row < n; ++row) acc += cuda::to_acc(xr[row * C]) * cuda::to_acc(gc[row * K]);
+  dw[(k * BS + i) * BS + j] = cuda::from_acc<T>(acc);
+}
+
+}  // namespace
+
+void BsmmDw::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+  const Tensor &x = in[0], &dy = in[1], &dw = out[0];
+  const BlockLayout& l = *attrs.layout;
+  const int64_t n = x.size(0), C = l.in_features(), K = l.out_features();
+  const cuda::BlockTables tables = cuda::device_tables(attrs.layout, dw.device().index);
+  cuda::dispatch_cuda_float(dw.dtype(), kName, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    cuda::dispatch_block_size(l.block_size(), kName, [&](auto bs) {
+      constexpr int BS = decltype(bs)::value, kRows = dw_rows<BS>();
+      const int64_t blocks = l.nnz() * (BS / kRows);
+      TS_CHECK(blocks <= INT32_MAX, ShapeError, kName << ": " << l.str() << " is too large for one launch");
+      bsmm_dw_kernel<T, BS><<<static_cast<unsigned>(blocks), dim3(BS, kRows), 0, cuda::current_stream(dw)>>>(
+          static_cast<const T*>(x.data_ptr()), static_cast<const T*>(dy.data_ptr()), static_cast<T*>(dw.data_ptr()),
+          n, C, K, tables.block_row, tables.block_col);
+      TS_CUDA_LAUNCH_CHECK(kName);
+    });
+  });
+}
+
+}  // namespace tessera

@@ -1,0 +1,69 @@
+// cuBLAS handles per device and the TF32 switch (see blas.h).
+#include "kernels/common/cuda/blas.h"
+
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "core/cuda/check.cuh"
+
+namespace tessera {
+namespace cuda {
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+bool env_flag(const char* name) {
+  const char* e = std::getenv(name);
+  return e && *e != '\0' && std::strcmp(e, "0") != 0;
+}
+
+std::atomic<bool>& tf32_flag() {
+  static std::atomic<bool> flag{env_flag("TESSERA_ALLOW_TF32")};
+  return flag;
+}
+
+// Handles are created once and never destroyed, like the device streams they are bound to
+// (static tensors may still run kernels while the process shuts down).
+std::array<std::atomic<cublasHandle_t>, kMaxDevices> g_handles{};
+std::mutex g_create_mutex;
+
+}  // namespace
+
+void set_allow_tf32(bool allow) { tf32_flag().store(allow, std::memory_order_relaxed); }
+bool allow_tf32() { return tf32_flag().load(std::memory_order_relaxed); }
+
+cublasHandle_t blas_handle(int device) {
+  TS_CHECK(device >= 0 && device < kMaxDevices, DeviceError, "cuBLAS: cuda:" << device << " is not a valid device");
+  if (cublasHandle_t h = g_handles[device].load(std::memory_order_acquire)) return h;
+  std::lock_guard<std::mutex> lock(g_create_mutex);
+  if (cublasHandle_t h = g_handles[device].load(std::memory_order_acquire)) return h;
+  set_device(device);
+  auto s = static_cast<cudaStream_t>(stream(device));
+  // The workspace comes from the stream-ordered pool: inside a capture that allocation would
+  // belong to the graph, not to the handle.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  TS_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
+  TS_CHECK(capture == cudaStreamCaptureStatusNone, DeviceError,
+           "cuBLAS: the handle of cuda:" << device << " is created by the first GEMM on that device, which ran "
+                                         << "during CUDA graph capture; run one GEMM (e.g. one step) eagerly first");
+  cublasHandle_t h = nullptr;
+  TS_CUBLAS_CHECK(cublasCreate(&h));
+  // Stream first: cublasSetStream resets the workspace to cuBLAS's own pool.
+  TS_CUBLAS_CHECK(cublasSetStream(h, s));
+  void* workspace = allocate(kBlasWorkspaceBytes, device);  // 256-byte aligned, as cuBLAS needs
+  TS_CUBLAS_CHECK(cublasSetWorkspace(h, workspace, kBlasWorkspaceBytes));
+  // Half-precision GEMMs (f32 compute) must not reduce split-K partial sums in bf16/f16.
+  TS_CUBLAS_CHECK(cublasSetMathMode(
+      h, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+  g_handles[device].store(h, std::memory_order_release);
+  return h;
+}
+
+const char* blas_status_name(cublasStatus_t s) { return cublasGetStatusName(s); }
+const char* blas_status_string(cublasStatus_t s) { return cublasGetStatusString(s); }
+
+}  // namespace cuda
+}  // namespace tessera

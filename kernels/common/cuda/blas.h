@@ -1,0 +1,54 @@
+// cuBLAS for tessera's CUDA kernels (CUDA builds only): one handle per device, bound to the
+// device's stream, with its workspace set once from the memory pool, so GEMMs queue on the same
+// stream as every other kernel and can be captured in a CUDA graph; the TF32 switch for f32
+// GEMMs; the status check.
+//
+//   cublasHandle_t h = cuda::blas_handle(device);          // created on first use
+//   TS_CUBLAS_CHECK(cublasGemmEx(h, ...));
+//   const cublasComputeType_t ct = cuda::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+//
+// TF32 (f32 inputs rounded to a 10-bit mantissa inside the tensor cores, about 1e-3 relative)
+// is off by default, so f32 GEMMs match the CPU to f32 rounding. TESSERA_ALLOW_TF32=1 in the
+// environment turns it on at startup; cuda::set_allow_tf32 changes it at run time (process-wide,
+// read when a GEMM is queued: a captured graph keeps the mode it was captured with).
+//
+// The first GEMM on a device creates its handle and allocates the workspace on the device's
+// stream; do that outside stream capture (any eager op or warm-up step does): creating it while
+// the stream is being captured is a DeviceError that says so. A handle is used by one host thread
+// at a time, as the rest of the per-device runtime is.
+#pragma once
+
+#include <cublas_v2.h>
+
+#include "core/error.h"
+
+namespace tessera {
+namespace cuda {
+
+/// Allows (true) or forbids (false, the default) TF32 tensor-core math in f32 GEMMs.
+void set_allow_tf32(bool allow);
+/// Whether f32 GEMMs may use TF32: TESSERA_ALLOW_TF32=1 at startup, or set_allow_tf32.
+bool allow_tf32();
+
+/// The cuBLAS handle of `device`, bound to cuda::stream(device), with a workspace of
+/// kBlasWorkspaceBytes from the device's pool and reductions kept in the compute type. Created
+/// on first use and kept for the life of the process.
+cublasHandle_t blas_handle(int device);
+/// Workspace per handle: cuBLAS's recommendation for Hopper (32 MiB) covers older GPUs too.
+constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;
+
+/// "CUBLAS_STATUS_INVALID_VALUE: an invalid value was used as an argument" for a status.
+const char* blas_status_name(cublasStatus_t s);
+const char* blas_status_string(cublasStatus_t s);
+
+}  // namespace cuda
+}  // namespace tessera
+
+/// Throws DeviceError naming the call and the status when a cuBLAS call fails.
+#define TS_CUBLAS_CHECK(expr)                                                                       \
+  do {                                                                                              \
+    const cublasStatus_t ts_blas_status_ = (expr);                                                  \
+    TS_CHECK(ts_blas_status_ == CUBLAS_STATUS_SUCCESS, DeviceError,                                 \
+             #expr << " failed: " << ::tessera::cuda::blas_status_name(ts_blas_status_) << ": "     \
+                   << ::tessera::cuda::blas_status_string(ts_blas_status_));                        \
+  } while (0)

@@ -1,0 +1,107 @@
+// The layout-table cache (see layout_tables.h). Each entry is one i32 device tensor holding a
+// layout's tables back to back; the pointers handed out are offsets into it.
+#include "kernels/common/cuda/layout_tables.h"
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/cuda/check.cuh"
+#include "core/tensor.h"
+
+namespace tessera {
+namespace cuda {
+namespace {
+
+struct Entry {
+  std::weak_ptr<const void> owner;  // the layout; expired once it died
+  Tensor tables;                    // i32 [total], on the entry's device
+};
+
+using Key = std::pair<const void*, int>;  // (layout address, device)
+
+std::mutex g_mutex;
+// Never destroyed: layouts held in static objects may run kernels until the process ends.
+std::map<Key, Entry>& cache() {
+  static auto* c = new std::map<Key, Entry>();
+  return *c;
+}
+
+void append(std::vector<int32_t>& all, const std::vector<int32_t>& part) {
+  all.insert(all.end(), part.begin(), part.end());
+}
+
+// The device pointer of `layout`'s tables on `device`, packed by `pack` and uploaded on a miss.
+// `what` describes the layout in errors.
+const int32_t* lookup(const std::shared_ptr<const void>& layout, int device,
+                      const std::function<std::vector<int32_t>()>& pack, const std::function<std::string()>& what) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto& c = cache();
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  set_device(device);
+  TS_CUDA_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream(device)), &capture));
+  const bool capturing = capture != cudaStreamCaptureStatusNone;
+  if (!capturing) {
+    // Free the tables of dead layouts first (so an address reused by a new layout misses).
+    // Freeing is ordered on each table's device stream, after the kernels that read it; it may
+    // switch the current device, hence set_device again below.
+    for (auto it = c.begin(); it != c.end();) it = it->second.owner.expired() ? c.erase(it) : std::next(it);
+    set_device(device);
+  }
+  const Key key{layout.get(), device};
+  auto it = c.find(key);
+  if (it != c.end() && !it->second.owner.expired()) return static_cast<const int32_t*>(it->second.tables.data_ptr());
+  TS_CHECK(!capturing, DeviceError,
+           "the look-up tables of " << what() << " are uploaded to cuda:" << device
+                                    << " on the layout's first use there, which ran during CUDA graph capture; "
+                                    << "run one step eagerly first (or call cuda::device_tables ahead)");
+  const std::vector<int32_t> host = pack();
+  const Device dev = Device::cuda(device);
+  Tensor t = empty({static_cast<int64_t>(host.size())}, TensorOptions(DType::i32).device(dev));
+  cuda::copy(t.data_ptr(), dev, host.data(), Device::cpu(), host.size() * sizeof(int32_t));
+  c.insert_or_assign(key, Entry{layout, t});
+  return static_cast<const int32_t*>(t.data_ptr());
+}
+
+}  // namespace
+
+BlockTables device_tables(const LayoutPtr& layout, int device) {
+  const BlockLayout& l = *layout;
+  const int32_t* base = lookup(
+      layout, device,
+      [&] {
+        std::vector<int32_t> all;
+        for (const auto* part : {&l.block_row(), &l.block_col(), &l.col_ptr(), &l.col_blocks(), &l.row_ptr()})
+          append(all, *part);
+        return all;
+      },
+      [&] { return l.str(); });
+  const int64_t nnz = l.nnz(), q = l.block_cols();
+  return {base, base + nnz, base + 2 * nnz, base + 2 * nnz + q + 1, base + 3 * nnz + q + 1};
+}
+
+AttentionTables device_tables(const AttentionLayoutPtr& layout, int device) {
+  const AttentionLayout& l = *layout;
+  const int32_t* base = lookup(
+      layout, device,
+      [&] {
+        std::vector<int32_t> all;
+        for (const auto* part : {&l.row_ptr(), &l.key_blocks(), &l.col_ptr(), &l.query_blocks()}) append(all, *part);
+        return all;
+      },
+      [&] { return l.str(); });
+  const int64_t rows = l.heads() * l.blocks() + 1, nnz = l.nnz();
+  return {base, base + rows, base + rows + nnz, base + 2 * rows + nnz};
+}
+
+size_t cached_layout_tables() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return cache().size();
+}
+
+}  // namespace cuda
+}  // namespace tessera

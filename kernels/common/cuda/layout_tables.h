@@ -1,0 +1,57 @@
+// Device copies of the look-up tables of block-sparse layouts (CUDA builds only), uploaded once
+// per (layout, device) and shared by every kernel that walks that layout.
+//
+//   cuda::BlockTables t = cuda::device_tables(attrs.layout, device);   // bsmm, bsmm_dx, bsmm_dw
+//   kernel<<<...>>>(..., t.col_ptr, t.col_blocks, t.block_row);
+//
+// Why a cache beside the layouts rather than a device copy inside them: layouts are immutable
+// host objects of core/ (and of kernels/block_attention/), shared by many ops and devices, and
+// must stay usable in builds without CUDA; a cache keyed by the layout's address keeps the
+// device concern in the CUDA backend and gives each device its own copy. The cache holds a
+// weak_ptr to each layout: it never keeps a layout alive, and tables whose layout died are freed
+// (stream-ordered, after the kernels that read them) at the next look-up, which also makes a
+// new layout at a reused address get fresh tables.
+//
+// Uploading runs on the device's stream and is not capturable: the first use of a layout on a
+// device must happen outside CUDA graph capture (an eager call or warm-up step; or call
+// device_tables ahead). A miss during capture is a DeviceError that says so; hits are free.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/sparse/block_layout.h"
+#include "kernels/block_attention/attention_layout.h"
+
+namespace tessera {
+namespace cuda {
+
+/// BlockLayout tables on the device (see block_layout.h): block_row/block_col [nnz],
+/// col_ptr [K/bs + 1], col_blocks [nnz], row_ptr [C/bs + 1].
+struct BlockTables {
+  const int32_t* block_row;
+  const int32_t* block_col;
+  const int32_t* col_ptr;
+  const int32_t* col_blocks;
+  const int32_t* row_ptr;
+};
+
+/// AttentionLayout tables on the device (see attention_layout.h): row_ptr [H·nb + 1],
+/// key_blocks [nnz], col_ptr [H·nb + 1], query_blocks [nnz].
+struct AttentionTables {
+  const int32_t* row_ptr;
+  const int32_t* key_blocks;
+  const int32_t* col_ptr;
+  const int32_t* query_blocks;
+};
+
+/// The tables of `layout` on `device`, uploaded on first use (valid while the layout lives).
+BlockTables device_tables(const LayoutPtr& layout, int device);
+AttentionTables device_tables(const AttentionLayoutPtr& layout, int device);
+
+/// (layout, device) entries the cache holds now, dead layouts' included until the next look-up
+/// frees them; for tests.
+size_t cached_layout_tables();
+
+}  // namespace cuda
+}  // namespace tessera
