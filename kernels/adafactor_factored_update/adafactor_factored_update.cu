@@ -4,6 +4,11 @@
 //        row'[b, i] = β·row + (1 − β)·mean_j q        (mean summed in f64, fixed order)
 //   2. col_averages: one thread per column (b, j), walking i in order:
 //        col'[b, j] = β·col + (1 − β)·mean_i q
+//      Both store s' = [row' | col'] rounded to T and, for bf16/f16, also unrounded (f32)
+//      into s_wide [B, n + m]. Steps 3, 4 and 6 read the unrounded s' (s_wide for bf16/f16,
+//      s_out itself for f32/f64), as the CPU (widened to f32) does: rounded to f16, a small
+//      average (g² of a small g) would become an imprecise subnormal or 0, making u, RMS(u)
+//      and with it the whole step wrong.
 //   3. row_means: one block per matrix: mean_row[b] = mean_i row'[b, i] (f64 sum, in acc_t)
 //   4. u_sums: one block per row: u = g·rf·cf with rf = 1/sqrt(row'/mean_row), cf = 1/sqrt(col'),
 //      the row's Σu² and Σp² (old p) in f64 -> partial [B·n]
@@ -11,6 +16,8 @@
 //   6. apply, one thread per element: p' = p − decay·p − step_size·u
 // s' may alias s (each state element is read, then written, by one thread); p' may alias p
 // (p is last read in step 4, before step 6 writes).
+#include <type_traits>
+
 #include "core/cuda/check.cuh"
 #include "kernels/adafactor_factored_update/adafactor_factored_update.h"
 #include "kernels/common/cuda/adafactor_step.cuh"
@@ -35,9 +42,10 @@ __device__ __forceinline__ Beta beta_at(const double* step_t, double decay_rate)
 }
 
 // s[b·(n + m) + i] for the row averages, s[b·(n + m) + n + j] for the column averages.
+// s_wide: null, or [B, n + m] in acc_t (f32) where the unrounded s' is stored as well.
 template <class T>
-__global__ void row_averages(const T* g, const T* s, T* s_out, const double* step_t, int64_t rows, int64_t n, int64_t m,
-                             double decay_rate, double eps1) {
+__global__ void row_averages(const T* g, const T* s, T* s_out, acc_t<T>* s_wide, const double* step_t, int64_t rows,
+                             int64_t n, int64_t m, double decay_rate, double eps1) {
   using A = acc_t<T>;
   const Beta bt = beta_at(step_t, decay_rate);
   const A beta = static_cast<A>(bt.beta), one_minus_beta = static_cast<A>(bt.one_minus_beta), e1 = static_cast<A>(eps1);
@@ -51,14 +59,16 @@ __global__ void row_averages(const T* g, const T* s, T* s_out, const double* ste
     acc = cuda::block_sum(acc);
     if (threadIdx.x == 0) {
       const int64_t k = (ri / n) * (n + m) + ri % n;
-      s_out[k] = from_acc<T>(beta * to_acc(s[k]) + one_minus_beta * static_cast<A>(acc / static_cast<double>(m)));
+      const A row = beta * to_acc(s[k]) + one_minus_beta * static_cast<A>(acc / static_cast<double>(m));
+      s_out[k] = from_acc<T>(row);
+      if (s_wide) s_wide[k] = row;
     }
   }
 }
 
 template <class T>
-__global__ void col_averages(const T* g, const T* s, T* s_out, const double* step_t, int64_t batches, int64_t n,
-                             int64_t m, double decay_rate, double eps1) {
+__global__ void col_averages(const T* g, const T* s, T* s_out, acc_t<T>* s_wide, const double* step_t, int64_t batches,
+                             int64_t n, int64_t m, double decay_rate, double eps1) {
   using A = acc_t<T>;
   const Beta bt = beta_at(step_t, decay_rate);
   const A beta = static_cast<A>(bt.beta), one_minus_beta = static_cast<A>(bt.one_minus_beta), e1 = static_cast<A>(eps1);
@@ -72,35 +82,38 @@ __global__ void col_averages(const T* g, const T* s, T* s_out, const double* ste
       acc += static_cast<double>(gi * gi + e1);
     }
     const int64_t k = b * (n + m) + n + j;
-    s_out[k] = from_acc<T>(beta * to_acc(s[k]) + one_minus_beta * static_cast<A>(acc / static_cast<double>(n)));
+    const A col = beta * to_acc(s[k]) + one_minus_beta * static_cast<A>(acc / static_cast<double>(n));
+    s_out[k] = from_acc<T>(col);
+    if (s_wide) s_wide[k] = col;
   }
 }
 
-template <class T>
-__global__ void row_means(const T* s_new, acc_t<T>* mean_row, int64_t batches, int64_t n, int64_t m) {
+// s_new: the unrounded new state s' [B, n + m] in acc_t (see the top of the file).
+template <class A>
+__global__ void row_means(const A* s_new, A* mean_row, int64_t batches, int64_t n, int64_t m) {
   for (int64_t b = blockIdx.x; b < batches; b += gridDim.x) {
-    const T* row = s_new + b * (n + m);
+    const A* row = s_new + b * (n + m);
     double acc = 0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += static_cast<double>(to_acc(row[i]));
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += static_cast<double>(row[i]);
     acc = cuda::block_sum(acc);
-    if (threadIdx.x == 0) mean_row[b] = static_cast<acc_t<T>>(acc / static_cast<double>(n));
+    if (threadIdx.x == 0) mean_row[b] = static_cast<A>(acc / static_cast<double>(n));
   }
 }
 
 // u[b, i, j] = g·rf[b, i]·cf[b, j] in acc_t (no product of two tiny averages, as on the CPU).
 template <class T>
-__device__ __forceinline__ acc_t<T> factored_u(const T* g, const T* s_new, const acc_t<T>* mean_row, int64_t ri,
+__device__ __forceinline__ acc_t<T> factored_u(const T* g, const acc_t<T>* s_new, const acc_t<T>* mean_row, int64_t ri,
                                                int64_t j, int64_t n, int64_t m) {
   using A = acc_t<T>;
   const int64_t b = ri / n;
-  const A rf = A(1) / cuda::dev_sqrt(to_acc(s_new[b * (n + m) + ri % n]) / mean_row[b]);
-  const A cf = A(1) / cuda::dev_sqrt(to_acc(s_new[b * (n + m) + n + j]));
+  const A rf = A(1) / cuda::dev_sqrt(s_new[b * (n + m) + ri % n] / mean_row[b]);
+  const A cf = A(1) / cuda::dev_sqrt(s_new[b * (n + m) + n + j]);
   return to_acc(g[ri * m + j]) * rf * cf;
 }
 
 template <class T>
-__global__ void u_sums(const T* p, const T* g, const T* s_new, const acc_t<T>* mean_row, cuda::TwoSums<double>* partial,
-                       int64_t rows, int64_t n, int64_t m, bool want_p2) {
+__global__ void u_sums(const T* p, const T* g, const acc_t<T>* s_new, const acc_t<T>* mean_row,
+                       cuda::TwoSums<double>* partial, int64_t rows, int64_t n, int64_t m, bool want_p2) {
   for (int64_t ri = blockIdx.x; ri < rows; ri += gridDim.x) {
     cuda::TwoSums<double> s{0.0, 0.0};  // Σu², Σp² of the row
     for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
@@ -117,8 +130,8 @@ __global__ void u_sums(const T* p, const T* g, const T* s_new, const acc_t<T>* m
 }
 
 template <class T>
-__global__ void apply_update(const T* p, const T* g, const T* s_new, const acc_t<T>* mean_row, const double* scalars,
-                             T* p_out, int64_t numel, int64_t n, int64_t m) {
+__global__ void apply_update(const T* p, const T* g, const acc_t<T>* s_new, const acc_t<T>* mean_row,
+                             const double* scalars, T* p_out, int64_t numel, int64_t n, int64_t m) {
   using A = acc_t<T>;
   const A step_size = static_cast<A>(scalars[0]), decay = static_cast<A>(scalars[1]);
   for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < numel; k += int64_t{gridDim.x} * blockDim.x) {
@@ -158,12 +171,23 @@ void AdafactorFactoredUpdate::cuda(const std::vector<Tensor>& in, const std::vec
     const T* g = static_cast<const T*>(in[1].data_ptr());
     const T* s = static_cast<const T*>(in[2].data_ptr());
     T* s_out = static_cast<T*>(out[1].data_ptr());
-    const T* s_new = s_out;
-    row_averages<<<cuda::grid_for_rows(rows), cuda::threads_for(m), 0, stream>>>(g, s, s_out, step, rows, n, m,
+    // The unrounded s' that steps 3, 4 and 6 read: s_out itself when T is its own acc_t (f32,
+    // f64); for bf16/f16 the f32 copy s_wide [B, n + m] (pool memory) that steps 1 and 2 fill.
+    Tensor wide;
+    A* s_wide = nullptr;
+    const A* s_new = nullptr;
+    if constexpr (std::is_same_v<T, A>) {
+      s_new = s_out;
+    } else {
+      wide = empty({out[1].numel()}, TensorOptions(DType::f32).device(dev));
+      s_wide = static_cast<A*>(wide.data_ptr());
+      s_new = s_wide;
+    }
+    row_averages<<<cuda::grid_for_rows(rows), cuda::threads_for(m), 0, stream>>>(g, s, s_out, s_wide, step, rows, n, m,
                                                                                  a.decay_rate, a.eps1);
     TS_CUDA_LAUNCH_CHECK(kName);
-    col_averages<<<cuda::blocks_for(batches * m), 256, 0, stream>>>(g, s, s_out, step, batches, n, m, a.decay_rate,
-                                                                     a.eps1);
+    col_averages<<<cuda::blocks_for(batches * m), 256, 0, stream>>>(g, s, s_out, s_wide, step, batches, n, m,
+                                                                     a.decay_rate, a.eps1);
     TS_CUDA_LAUNCH_CHECK(kName);
     row_means<<<cuda::grid_for_rows(batches), cuda::threads_for(n), 0, stream>>>(s_new, mean_row, batches, n, m);
     TS_CUDA_LAUNCH_CHECK(kName);

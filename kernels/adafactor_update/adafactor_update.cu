@@ -3,9 +3,13 @@
 //        v' = β·v + (1 − β)·(g² + eps1),  u = g / sqrt(v')        (elements in acc_t)
 //      and the piece's Σu² and Σp² in f64 (block tree, fixed order) -> partial [pieces]
 //   2. adafactor_scalars (one block): step_size = α / max(1, RMS(u)/d), decay = α·wd
-//   3. apply, one thread per element: p' = p − decay·p − step_size·(g / sqrt(v'))
-// Σp² reads the old p in step 1, before step 3 writes p' (which may alias p); v' may alias v
-// (element i is read before it is written, by the same thread).
+//   3. apply, one thread per element: v' again (the same expression, from the old v), stored
+//      into v_out, and p' = p − decay·p − step_size·(g / sqrt(v'))
+// u is always computed from v' in acc_t, never from v' rounded to T: for bf16/f16 a small v'
+// would round to a much less precise subnormal or to 0 (g / sqrt(0) = inf), and the CPU
+// (widened to f32) rounds v' only when storing it. v' is stored in step 3 only, so it may alias
+// v (element i is read, then written, by one thread, after step 1 has read all of v); Σp² reads
+// the old p in step 1, before step 3 writes p' (which may alias p).
 #include "core/cuda/check.cuh"
 #include "kernels/adafactor_update/adafactor_update.h"
 #include "kernels/common/cuda/adafactor_step.cuh"
@@ -18,10 +22,15 @@ namespace {
 
 constexpr int64_t kChunk = 8192;  // elements per piece of the sums
 
+// v' = β·v + (1 − β)·(g² + eps1) in acc_t: one expression for steps 1 and 3, so both see the same v'.
+template <class A>
+__device__ __forceinline__ A new_second_moment(A g, A v, A beta, A one_minus_beta, A eps1) {
+  return beta * v + one_minus_beta * (g * g + eps1);
+}
+
 template <class T>
-__global__ void second_moment(const T* p, const T* g, const T* v, const double* step_t, T* v_out,
-                              cuda::TwoSums<double>* partial, int64_t n, int64_t pieces, double decay_rate, double eps1,
-                              bool want_p2) {
+__global__ void second_moment(const T* p, const T* g, const T* v, const double* step_t, cuda::TwoSums<double>* partial,
+                              int64_t n, int64_t pieces, double decay_rate, double eps1, bool want_p2) {
   using A = cuda::acc_t<T>;
   const double beta_d = cuda::adafactor_beta2(*step_t, decay_rate);
   const A beta = static_cast<A>(beta_d), one_minus_beta = static_cast<A>(1.0 - beta_d), e1 = static_cast<A>(eps1);
@@ -30,8 +39,7 @@ __global__ void second_moment(const T* p, const T* g, const T* v, const double* 
     const int64_t end = ::min(n, (b + 1) * kChunk);
     for (int64_t i = b * kChunk + threadIdx.x; i < end; i += blockDim.x) {
       const A gi = cuda::to_acc(g[i]);
-      const A vi = beta * cuda::to_acc(v[i]) + one_minus_beta * (gi * gi + e1);
-      v_out[i] = cuda::from_acc<T>(vi);
+      const A vi = new_second_moment(gi, cuda::to_acc(v[i]), beta, one_minus_beta, e1);
       const double u = static_cast<double>(gi / cuda::dev_sqrt(vi));
       s.a += u * u;
       if (want_p2) {
@@ -45,13 +53,18 @@ __global__ void second_moment(const T* p, const T* g, const T* v, const double* 
 }
 
 template <class T>
-__global__ void apply_update(const T* p, const T* g, const T* v_new, const double* scalars, T* p_out, int64_t n) {
+__global__ void apply_update(const T* p, const T* g, const T* v, const double* step_t, const double* scalars, T* p_out,
+                             T* v_out, int64_t n, double decay_rate, double eps1) {
   using A = cuda::acc_t<T>;
+  const double beta_d = cuda::adafactor_beta2(*step_t, decay_rate);
+  const A beta = static_cast<A>(beta_d), one_minus_beta = static_cast<A>(1.0 - beta_d), e1 = static_cast<A>(eps1);
   const A step_size = static_cast<A>(scalars[0]), decay = static_cast<A>(scalars[1]);
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const A gi = cuda::to_acc(g[i]);
+    const A vi = new_second_moment(gi, cuda::to_acc(v[i]), beta, one_minus_beta, e1);
     const A pi = cuda::to_acc(p[i]);
-    const A u = cuda::to_acc(g[i]) / cuda::dev_sqrt(cuda::to_acc(v_new[i]));
-    p_out[i] = cuda::from_acc<T>(pi - decay * pi - step_size * u);
+    v_out[i] = cuda::from_acc<T>(vi);
+    p_out[i] = cuda::from_acc<T>(pi - decay * pi - step_size * (gi / cuda::dev_sqrt(vi)));
   }
 }
 
@@ -74,15 +87,14 @@ void AdafactorUpdate::cuda(const std::vector<Tensor>& in, const std::vector<Tens
     using T = typename decltype(tag)::type;
     const T* p = static_cast<const T*>(in[0].data_ptr());
     const T* g = static_cast<const T*>(in[1].data_ptr());
-    T* v_out = static_cast<T*>(out[1].data_ptr());
-    second_moment<<<cuda::grid_for_rows(pieces), 256, 0, stream>>>(p, g, static_cast<const T*>(in[2].data_ptr()), step,
-                                                                  v_out, part, n, pieces, a.decay_rate, a.eps1,
-                                                                  a.scale_parameter);
+    const T* v = static_cast<const T*>(in[2].data_ptr());
+    second_moment<<<cuda::grid_for_rows(pieces), 256, 0, stream>>>(p, g, v, step, part, n, pieces, a.decay_rate,
+                                                                  a.eps1, a.scale_parameter);
     TS_CUDA_LAUNCH_CHECK(kName);
     cuda::adafactor_scalars<<<1, cuda::threads_for(pieces, 1024), 0, stream>>>(part, pieces, n, lr, step, a, sc);
     TS_CUDA_LAUNCH_CHECK(kName);
-    apply_update<<<cuda::blocks_for(n), 256, 0, stream>>>(p, g, static_cast<const T*>(v_out), sc,
-                                                          static_cast<T*>(out[0].data_ptr()), n);
+    apply_update<<<cuda::blocks_for(n), 256, 0, stream>>>(p, g, v, step, sc, static_cast<T*>(out[0].data_ptr()),
+                                                          static_cast<T*>(out[1].data_ptr()), n, a.decay_rate, a.eps1);
     TS_CUDA_LAUNCH_CHECK(kName);
   });
 }

@@ -2,8 +2,8 @@
 // schedule and the step size read from the device's lr/step tensors, and the kernel that turns
 // per-piece sums into the two scalars of the final update (math: adafactor_update.h).
 //
-// Both ops run as: kernels that write the new second moment and per-piece f64 sums
-// (Σu², Σp²) into `partial` [pieces] (pieces fixed by the shape) → adafactor_scalars (one
+// Both ops run as: kernels that compute the new second moment (in f32/f64) and per-piece f64
+// sums (Σu², Σp²) into `partial` [pieces] (pieces fixed by the shape) → adafactor_scalars (one
 // block: adds the pieces in a fixed order, computes step_size = α / max(1, RMS(u)/d) and
 // decay = α·wd) → the elementwise update p' = p − decay·p − step_size·û. lr and t are read on
 // the device: nothing goes to the host, so a captured CUDA graph replays with new values.
