@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <set>
 
 #include "core/autograd.h"
+#include "kernels/copy/copy.h"
 #include "optim/clip_grad.h"
 
 namespace tessera {
@@ -76,7 +76,9 @@ std::vector<Write> Optimizer::update_all(const std::vector<Tensor>& grads, const
 void Optimizer::step() {
   NoGradGuard no_grad;
   ++step_;
-  Tensor lr = full({}, lr_, DType::f64), t = full({}, static_cast<double>(step_), DType::f64);
+  // lr and step live where the parameters do (kernels read them there, CUDA ones on the device).
+  const TensorOptions where = TensorOptions(DType::f64).device(params_.empty() ? Device::cpu() : params_[0].device());
+  Tensor lr = full({}, lr_, where), t = full({}, static_cast<double>(step_), where);
   std::vector<Tensor> grads;
   grads.reserve(params_.size());
   for (const Tensor& p : params_) grads.push_back(p.grad());
@@ -85,7 +87,7 @@ void Optimizer::step() {
     for (const Write& w : writes) {
       TS_CHECK(w.target.meta() == w.value.meta(), ShapeError,
                "optimizer: update of parameter " << i << " wrote " << w.value.meta() << " into " << w.target.meta());
-      std::memcpy(w.target.data_ptr(), w.value.data_ptr(), w.value.nbytes());
+      detail::run_op_into(detail::OpInstanceT<Copy>({}), {w.value}, {w.target});  // on the tensors' device
     }
   });
 }
