@@ -197,7 +197,11 @@ bool sync_each_op() {
 void check_op(const char* op, int device) {
   TS_CUDA_LAUNCH_CHECK(op);
   if (!sync_each_op()) return;
-  const cudaError_t e = cudaStreamSynchronize(state(device).stream);
+  cudaStream_t s = state(device).stream;
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  TS_CUDA_CHECK(cudaStreamIsCapturing(s, &capturing));
+  if (capturing != cudaStreamCaptureStatusNone) return;  // a graph being recorded: nothing ran yet
+  const cudaError_t e = cudaStreamSynchronize(s);
   TS_CHECK(e == cudaSuccess, DeviceError,
            op << ": CUDA error after the op (TESSERA_CUDA_SYNC=1): " << cudaGetErrorName(e) << ": "
               << cudaGetErrorString(e));
