@@ -1,0 +1,239 @@
+// sample: generate text from a checkpoint written by train_lstm (models::CharLSTMLM) or
+// train_transformer (models::TransformerLM).
+//
+//   sample runs/lstm/ckpt.h5 --prompt "ROMEO:" --chars 500 --temperature 0.8 --top-k 20 --seed 3
+//   sample --ckpt runs/transformer/ckpt.h5 --temperature 0       # greedy, after a newline
+//   sample runs/lstm/ckpt.h5 --count 3 --stats                    # three samples, speed on stderr
+//
+// The checkpoint's root attribute `config` ({"model_type": "char_lstm" | "transformer", "model":
+// {...}, "train": {...}}) rebuilds the model (older files without model_type are recognized by their
+// model fields: "hidden" is a CharLSTMLM, "width" a TransformerLM); io::restore then fills its
+// parameters (the optimizer state is not read). The character vocabulary is /trainer/vocabulary.
+//
+// Generation: the prompt is fed to the model, then each next character is drawn from its logits
+// (examples/sample/sampling.h: softmax(logits / T) over the top-k, T = 0 greedy) and fed back.
+//   LSTM: the prompt runs as one sequence, then one character per step with the state carried.
+//   Transformer: the context is the last seq_len characters, run as one sequence of exactly
+//   seq_len tokens (what TransformerLM::logits takes): context at positions 0..n-1, token 0 after
+//   it. Attention is causal, so position n-1 sees only the context and its logits are those of the
+//   context alone; the padding costs time only. No key/value cache: each character is a full pass.
+// Stdout gets the prompt followed by the generated text and a newline (with --count > 1, each
+// sample after a line "--- sample k ---"). The same checkpoint, flags and --seed give the same text.
+// Errors (missing or unreadable checkpoint, a prompt character outside the vocabulary) are one line
+// on stderr and exit status 1; usage errors exit with 2.
+#include <tessera/tessera.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "examples/sample/sampling.h"
+
+using namespace tessera;
+using nlohmann::json;
+
+namespace {
+
+// A language model as a stream of tokens: feed some, get the logits of the one that follows.
+class TokenStream {
+ public:
+  virtual ~TokenStream() = default;
+  /// Appends `ids` (at least one) to the context; returns the logits [vocab] of the next token.
+  virtual std::vector<float> feed(const std::vector<int32_t>& ids) = 0;
+};
+
+// Row `row` of a [rows, V] tensor.
+std::vector<float> logits_row(const Tensor& logits, int64_t row) {
+  const int64_t V = logits.size(1);
+  const std::vector<float> all = logits.to_vector<float>();
+  return {all.begin() + row * V, all.begin() + (row + 1) * V};
+}
+
+class LstmStream : public TokenStream {
+ public:
+  explicit LstmStream(const models::CharLSTMLM& model) : model_(model) {}
+
+  std::vector<float> feed(const std::vector<int32_t>& ids) override {
+    const int64_t n = static_cast<int64_t>(ids.size());
+    auto out = model_.forward(from_vector(ids, {n, 1}), state_);  // ids [T=n, B=1] -> logits [n, V]
+    state_ = out.state;                                            // carried to the next call
+    return logits_row(out.logits, n - 1);
+  }
+
+ private:
+  const models::CharLSTMLM& model_;
+  models::CharLSTMLM::State state_;  // empty: zeros
+};
+
+class TransformerStream : public TokenStream {
+ public:
+  explicit TransformerStream(const models::TransformerLM& model) : model_(model) {}
+
+  std::vector<float> feed(const std::vector<int32_t>& ids) override {
+    const int64_t T = model_.config().seq_len;
+    context_.insert(context_.end(), ids.begin(), ids.end());
+    if (static_cast<int64_t>(context_.size()) > T) context_.erase(context_.begin(), context_.end() - T);
+    const int64_t n = static_cast<int64_t>(context_.size());  // 1 <= n <= T
+    std::vector<int32_t> padded(static_cast<size_t>(T), 0);    // [T]: the context, then 0s
+    std::copy(context_.begin(), context_.end(), padded.begin());
+    const Tensor logits = model_.logits(from_vector(padded, {T}), /*batch=*/1);  // [T, V]
+    return logits_row(logits, n - 1);  // position n-1 predicts the character after the context
+  }
+
+ private:
+  const models::TransformerLM& model_;
+  std::vector<int32_t> context_;
+};
+
+// The model of a checkpoint, ready to make streams.
+struct LoadedModel {
+  std::string type;  // "char_lstm" | "transformer"
+  std::unique_ptr<nn::Module> module;
+  data::Vocabulary vocab = data::Vocabulary::bytes();
+  int64_t step = 0;
+
+  std::unique_ptr<TokenStream> stream() const {
+    if (type == "char_lstm")
+      return std::make_unique<LstmStream>(static_cast<const models::CharLSTMLM&>(*module));
+    return std::make_unique<TransformerStream>(static_cast<const models::TransformerLM&>(*module));
+  }
+};
+
+// "char_lstm" or "transformer": the config's model_type, else guessed from the model's fields.
+std::string model_type(const json& cfg, const std::string& path) {
+  if (cfg.contains("model_type")) {
+    const json& t = cfg["model_type"];
+    TS_CHECK(t == "char_lstm" || t == "transformer", ValueError,
+             "checkpoint '" << path << "' has model_type " << t.dump()
+                            << "; expected \"char_lstm\" or \"transformer\"");
+    return t.get<std::string>();
+  }
+  const json& m = cfg.contains("model") ? cfg["model"] : json();
+  if (m.is_object() && m.contains("hidden")) return "char_lstm";
+  if (m.is_object() && m.contains("width")) return "transformer";
+  TS_THROW(ValueError, "checkpoint '" << path << "' has no model_type, and its model config has neither "
+                                      << "\"hidden\" (CharLSTMLM) nor \"width\" (TransformerLM)");
+}
+
+LoadedModel load_model(const std::string& path) {
+  const io::CheckpointData ck = io::load_checkpoint(path);  // IOError: missing, not HDF5, not a checkpoint
+  const json cfg = json::parse(ck.config, nullptr, /*allow_exceptions=*/false);
+  TS_CHECK(cfg.is_object(), IOError, "checkpoint '" << path << "': its config is not a JSON object");
+  LoadedModel m;
+  m.type = model_type(cfg, path);
+  TS_CHECK(cfg.contains("model") && cfg["model"].is_object(), IOError,
+           "checkpoint '" << path << "' has no model config (root attribute config: {\"model\": {...}})");
+  TS_CHECK(!ck.trainer.vocabulary.empty(), IOError, "checkpoint '" << path << "' has no /trainer/vocabulary");
+  m.vocab = data::Vocabulary::from_bytes({ck.trainer.vocabulary.begin(), ck.trainer.vocabulary.end()});
+  m.step = ck.trainer.step;
+  int64_t model_vocab = 0;
+  if (m.type == "char_lstm") {
+    const auto mc = models::CharLSTMLMConfig::from_json(cfg["model"]);
+    model_vocab = mc.vocab;
+    m.module = std::make_unique<models::CharLSTMLM>(mc);
+  } else {
+    const auto mc = models::TransformerLMConfig::from_json(cfg["model"]);
+    model_vocab = mc.vocab;
+    m.module = std::make_unique<models::TransformerLM>(mc);
+  }
+  TS_CHECK(model_vocab == m.vocab.size(), ValueError,
+           "checkpoint '" << path << "': the model has " << model_vocab << " tokens but the vocabulary "
+                          << m.vocab.size());
+  io::restore(path, *m.module);  // validates names, shapes, dtypes and layouts, then copies
+  m.module->eval();              // no dropout
+  return m;
+}
+
+// 'a', '\n' or 0xe2: a byte as an error message shows it.
+std::string show_byte(uint8_t c) {
+  std::ostringstream s;
+  if (c == '\n') s << "'\\n'";
+  else if (c == '\t') s << "'\\t'";
+  else if (c >= 0x20 && c < 0x7f) s << "'" << static_cast<char>(c) << "'";
+  else { char buf[8]; std::snprintf(buf, sizeof buf, "0x%02x", c); s << buf; }
+  return s.str();
+}
+
+std::vector<int32_t> encode_prompt(const std::string& prompt, const data::Vocabulary& vocab) {
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    const uint8_t c = static_cast<uint8_t>(prompt[i]);
+    TS_CHECK(vocab.contains(c), ValueError,
+             "prompt character " << show_byte(c) << " at position " << i << " is not in the checkpoint's "
+                                 << vocab.size() << "-character vocabulary");
+    ids.push_back(vocab.id(c));
+  }
+  return ids;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Generate text from a train_lstm or train_transformer checkpoint"};
+  std::string ckpt, prompt = "\n";
+  int64_t chars = 200, count = 1;
+  examples::SamplingOptions sopt{0.8, 0};
+  uint64_t seed = 1;
+  bool stats = false;
+  app.add_option("ckpt,--ckpt", ckpt, "checkpoint file (ckpt.h5 of a run folder)")->required();
+  app.add_option("--prompt", prompt, "text the sample continues (default: a newline)");
+  app.add_option("--chars", chars, "characters to generate")
+      ->check(CLI::Range(int64_t{0}, int64_t{10'000'000}))->capture_default_str();
+  app.add_option("--temperature", sopt.temperature, "softmax temperature; 0 = greedy")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--top-k", sopt.top_k, "draw from the k most likely characters only; 0 = all")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--seed", seed, "seed of the draws (same seed, same text)")->capture_default_str();
+  app.add_option("--count", count, "number of samples")->check(CLI::Range(int64_t{1}, int64_t{1000}))
+      ->capture_default_str();
+  app.add_flag("--stats", stats, "print the model and the speed (chars/s) on stderr");
+  try {
+    app.parse(argc, argv);
+    if (prompt.empty())
+      throw CLI::ValidationError("--prompt", "must not be empty (the model needs a first character)");
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::cerr << "sample: " << e.what() << "\n";
+    return 2;
+  }
+
+  try {
+    using clock = std::chrono::steady_clock;
+    const LoadedModel model = load_model(ckpt);
+    const std::vector<int32_t> prompt_ids = encode_prompt(prompt, model.vocab);
+    if (stats)
+      std::cerr << "sample: " << model.type << " from " << ckpt << " (step " << model.step << "), "
+                << model.module->num_parameters() << " parameters, vocabulary " << model.vocab.size() << "\n";
+
+    NoGradGuard no_grad;
+    Generator gen(seed);  // one stream for all samples: sample k continues where k-1 stopped
+    for (int64_t k = 1; k <= count; ++k) {
+      if (count > 1) std::cout << "--- sample " << k << " ---\n";
+      std::cout << prompt << std::flush;
+      const auto t0 = clock::now();
+      std::unique_ptr<TokenStream> s = model.stream();
+      std::vector<float> logits = s->feed(prompt_ids);
+      const auto t1 = clock::now();
+      for (int64_t i = 0; i < chars; ++i) {
+        const int32_t id = examples::sample_token(logits, sopt, gen);
+        std::cout << static_cast<char>(model.vocab.symbol(id)) << std::flush;  // as it is made
+        if (i + 1 < chars) logits = s->feed({id});
+      }
+      std::cout << "\n" << std::flush;
+      const double prompt_s = std::chrono::duration<double>(t1 - t0).count();
+      const double gen_s = std::chrono::duration<double>(clock::now() - t1).count();
+      if (stats)
+        std::cerr << "sample: prompt " << prompt_ids.size() << " chars in " << prompt_s << " s; " << chars
+                  << " chars in " << gen_s << " s (" << (gen_s > 0 ? chars / gen_s : 0.0) << " chars/s)\n";
+    }
+    TS_CHECK(std::cout.good(), IOError, "cannot write to stdout");
+  } catch (const std::exception& e) {
+    std::cerr << "sample: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

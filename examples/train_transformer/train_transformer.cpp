@@ -1,0 +1,301 @@
+// train_transformer: a character-level language model (models::TransformerLM, a GPT-style transformer
+// with block-sparse weights and/or block-sparse attention layouts) on a text file, by default
+// tinyshakespeare beside the checkout. The shared flags, the run folder and checkpoints are
+// examples/common/trainer.h; `train_transformer --help` lists every flag.
+//
+//   train_transformer --steps 600 --out runs/transformer             # compiled step (default)
+//   train_transformer --steps 900 --resume runs/transformer/ckpt.h5 --out runs/transformer
+//   train_transformer --attn-layout strided --stride 2 --block 32 --density 0.25 --eager
+//
+// Data: independent random windows of --seq tokens (RandomWindowSampler, batch-major: row b*T + t
+// is token t of window b, the layout TransformerLM::loss reads), the same in both modes, so a run
+// may be resumed compiled or --eager. The model's seq_len is --seq (attention is over the window).
+// Dropout (--dropout) draws its masks from a generator of the task (seeded from --seed, kept in the
+// checkpoint as rng "dropout"); the compiled step draws from it too (compile()'s rng argument).
+// Model config: defaults below, then --config FILE (a model config, or a run folder's config.json),
+// then the model flags given explicitly; a resumed run takes the checkpoint's model config unless
+// --config or model flags are given. --seq counts as a model flag: it sets seq_len, and without it
+// the windows are the config's seq_len.
+// Samples (samples.txt at each evaluation): --sample-chars characters after a newline at
+// --temperature, each drawn from a full forward pass over the last seq_len characters.
+#include <tessera/tessera.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+#include <optional>
+
+#include "core/graph/compile.h"
+#include "data/sampler.h"
+#include "data/text_dataset.h"
+#include "examples/common/trainer.h"
+#include "examples/sample/sampling.h"
+#include "models/transformer_lm.h"
+
+using namespace tessera;
+using models::TransformerLM;
+
+namespace {
+
+constexpr const char* kModelType = "transformer";  // config.json's "model_type" (read by `sample`)
+
+// The demo model: 4 pre-LN blocks of width 128 with 4 heads over 128-token windows (dense causal
+// attention in blocks of 32); about 0.8M parameters, which learn visibly within minutes on two CPU
+// cores. seq_len is the --seq default.
+nlohmann::json default_model() {
+  return {{"seq_len", 128}, {"width", 128}, {"layers", 4}, {"heads", 4}, {"attn_block", 32},
+          {"attn_layout", "dense"}, {"linear_block", 0}, {"density", 1.0}, {"seed", 0}};
+}
+
+// The model config of a --config file: a model config object, or a run folder's config.json
+// ({"model_type": ..., "model": {...}, "train": {...}}), whose model part is taken.
+nlohmann::json read_config_file(const std::string& path) {
+  std::ifstream in(path);
+  TS_CHECK(in.good(), IOError, "cannot open config file '" << path << "'");
+  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  TS_CHECK(j.is_object(), ValueError, "config file '" << path << "' is not a JSON object");
+  if (!j.contains("model")) return j;
+  TS_CHECK(!j.contains("model_type") || j["model_type"] == kModelType, ValueError,
+           "config file '" << path << "' is for model_type " << j["model_type"].dump() << ", not \"" << kModelType
+                           << "\"");
+  TS_CHECK(j["model"].is_object(), ValueError, "config file '" << path << "': \"model\" is not a JSON object");
+  return j["model"];
+}
+
+// The model config of a checkpoint being resumed; ValueError when it holds another kind of model.
+nlohmann::json checkpoint_model_config(const io::CheckpointData& ck, const std::string& path) {
+  const auto j = nlohmann::json::parse(ck.config, nullptr, /*allow_exceptions=*/false);
+  TS_CHECK(j.is_object() && j.contains("model") && j["model"].is_object(), IOError,
+           "checkpoint '" << path << "' has no model config");
+  TS_CHECK(j.contains("model_type"), ValueError,
+           "checkpoint '" << path << "' has no model_type (an older train_lstm checkpoint?); train_transformer "
+                          << "resumes only model_type \"" << kModelType << "\"");
+  TS_CHECK(j["model_type"] == kModelType, ValueError,
+           "checkpoint '" << path << "' holds a model of type " << j["model_type"].dump() << ", not \""
+                          << kModelType << "\"; train_transformer resumes only its own checkpoints");
+  return j["model"];
+}
+
+// A batch-major batch: window b is row b of [B, T], and each target is the input one position later.
+void check_batch_major(const data::Batch& b) {
+  TS_CHECK(b.layout == data::Layout::batch_major, ValueError, "train_transformer: batches must be batch-major");
+  const std::vector<int32_t> x = b.inputs.to_vector<int32_t>(), y = b.targets.to_vector<int32_t>();
+  for (int64_t w = 0; w < b.batch; ++w)
+    for (int64_t t = 0; t + 1 < b.seq; ++t)
+      TS_CHECK(y[w * b.seq + t] == x[w * b.seq + t + 1], ValueError,
+               "train_transformer: window " << w << " has targets that are not its inputs shifted by one");
+}
+
+class TransformerTask : public examples::TrainTask {
+ public:
+  TransformerTask(const examples::TrainerFlags& f, TransformerLM& model, optim::Optimizer& opt,
+                  const data::TextDataset& ds, int64_t sample_chars, double temperature)
+      : f_(f), model_(model), opt_(opt), ds_(ds), sample_chars_(sample_chars), temperature_(temperature),
+        sampler_(ds.tokens(data::Part::train), f.batch, f.seq, f.seed, data::Layout::batch_major),
+        dropout_gen_(f.seed + 13), sample_gen_(f.seed + 7) {
+    data::RandomWindowSampler peek = sampler_;  // a copy: the real sampler does not advance
+    const data::Batch example = peek.next();
+    check_batch_major(example);
+    if (f.eager) return;
+    // loss(x [B*T], y [B*T]) -> scalar; the dropout masks come from dropout_gen_ (reserved per run).
+    auto loss_fn = [this](const std::map<std::string, Tensor>& in) {
+      return model_.loss(in.at("x"), in.at("y"), f_.batch, dropout_gen_);
+    };
+    step_.emplace(compile(loss_fn, model.named_parameters(), &opt, {{"x", example.inputs}, {"y", example.targets}},
+                          &dropout_gen_));
+    if (!f.dump_graph.empty()) {
+      std::ofstream d(f.dump_graph);
+      d << step_->to_dot();
+      TS_CHECK(d.good(), IOError, "cannot write '" << f.dump_graph << "'");
+    }
+  }
+
+  double train_step() override {
+    data::Batch b = sampler_.next();
+    if (step_) return step_->run({{"x", b.inputs}, {"y", b.targets}});
+    Tensor loss = model_.loss(b.inputs, b.targets, b.batch, dropout_gen_);
+    loss.backward();
+    opt_.step();
+    opt_.zero_grad();
+    return loss.item<float>();
+  }
+
+  int64_t tokens_per_step() const override { return f_.batch * f_.seq; }
+
+  // Random validation windows from a fixed seed (the same windows at every evaluation), no dropout.
+  double evaluate(int64_t batches) override {
+    const data::TokenArray& val = ds_.size(data::Part::val) > f_.seq ? ds_.tokens(data::Part::val)
+                                                                       : ds_.tokens(data::Part::train);
+    data::RandomWindowSampler s(val, f_.batch, f_.seq, /*seed=*/12345, data::Layout::batch_major);
+    EvalMode em(model_);
+    NoGradGuard ng;
+    double sum = 0;
+    for (int64_t i = 0; i < batches; ++i) {
+      data::Batch b = s.next();
+      sum += model_.loss(b.inputs, b.targets, b.batch).item<float>();
+    }
+    return sum / static_cast<double>(batches);
+  }
+
+  // sample_chars characters after a newline, drawn at `temperature` (0: greedy). The model reads
+  // exactly T tokens: the context (the last T characters at most) at positions 0..n-1, then zeros.
+  // Attention is causal, so the logits at position n-1 depend on the context alone.
+  std::string sample() override {
+    const data::Vocabulary& v = ds_.vocab();
+    const int64_t T = model_.config().seq_len;
+    EvalMode em(model_);
+    NoGradGuard ng;
+    std::vector<int32_t> context{v.contains('\n') ? v.id('\n') : 0}, ids;
+    for (int64_t i = 0; i < sample_chars_; ++i) {
+      const int64_t n = std::min<int64_t>(static_cast<int64_t>(context.size()), T);
+      std::vector<int32_t> window(static_cast<size_t>(T), 0);  // [T]
+      std::copy(context.end() - n, context.end(), window.begin());
+      const Tensor logits = model_.logits(from_vector(window, {T}), /*batch=*/1);  // [T, V]
+      const std::vector<float> all = logits.to_vector<float>();
+      const int64_t V = logits.size(1);
+      const std::vector<float> last(all.begin() + (n - 1) * V, all.begin() + n * V);  // [V]
+      const int32_t id = examples::sample_token(last, {temperature_, /*top_k=*/0}, sample_gen_);
+      context.push_back(id);
+      ids.push_back(id);
+    }
+    return v.decode(ids);
+  }
+
+  void save_state(io::CheckpointData& ck) const override {
+    const std::vector<uint8_t> voc = ds_.vocab().to_bytes();
+    ck.trainer.vocabulary.assign(voc.begin(), voc.end());
+    ck.trainer.strings["data.sampler"] = "random";
+    const auto s = sampler_.state();
+    ck.rng["data"] = Generator::State{s.seed, s.offset};
+    ck.trainer.ints["data.steps"] = s.steps;
+    ck.rng["dropout"] = dropout_gen_.state();
+    ck.rng["sample"] = sample_gen_.state();
+  }
+
+  void restore_state(const io::CheckpointData& ck) override {
+    const auto& t = ck.trainer;
+    auto it = t.strings.find("data.sampler");
+    TS_CHECK(it != t.strings.end() && it->second == "random" && ck.rng.count("data") && t.ints.count("data.steps"),
+             IOError, "checkpoint '" << f_.resume << "' lacks the random-window sampler state");
+    const Generator::State g = ck.rng.at("data");
+    sampler_.set_state({g.seed, g.offset, t.ints.at("data.steps")});
+    if (ck.rng.count("dropout")) dropout_gen_.set_state(ck.rng.at("dropout"));
+    if (ck.rng.count("sample")) sample_gen_.set_state(ck.rng.at("sample"));
+  }
+
+ private:
+  // Eval mode (no dropout) for a scope; training mode again after it.
+  struct EvalMode {
+    explicit EvalMode(nn::Module& m) : m_(m) { m_.eval(); }
+    ~EvalMode() { m_.train(); }
+    nn::Module& m_;
+  };
+
+  const examples::TrainerFlags& f_;
+  TransformerLM& model_;
+  optim::Optimizer& opt_;
+  const data::TextDataset& ds_;
+  int64_t sample_chars_;
+  double temperature_;
+  data::RandomWindowSampler sampler_;
+  Generator dropout_gen_;
+  Generator sample_gen_;
+  std::optional<CompiledStep> step_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Train a character-level block-sparse transformer language model"};
+  examples::TrainerFlags f;
+  f.data = TESSERA_EXAMPLE_DATA;
+  f.out = "runs/transformer";
+  f.steps = 600;
+  f.batch = 16;
+  f.seq = 128;
+  f.lr = 2e-3;
+  f.eval_every = 100;
+  f.ckpt_every = 200;
+  examples::add_trainer_flags(app, f);
+  int64_t width = 0, layers = 0, heads = 0, block = 0, attn_block = 0, window = 0, stride = 0, sample_chars = 300;
+  double density = 0, dropout = 0, temperature = 0.8;
+  std::string attn_layout, activation;
+  bool recompute = false;
+  CLI::Option_group* m = app.add_option_group("Model");
+  m->add_option("--width,--hidden", width, "model width, a multiple of --heads (default 128)");
+  m->add_option("--layers", layers, "transformer blocks (default 4)");
+  m->add_option("--heads", heads, "attention heads (default 4)");
+  m->add_option("--block", block, "block size 8/16/32/64 of the qkv/proj/fc/fc2 weights, 0 = dense (default 0)");
+  m->add_option("--density", density, "block density of the sparse weights (default 1)");
+  m->add_option("--attn-layout", attn_layout, "dense | local | fixed | strided (default dense)")
+      ->check(CLI::IsMember({"dense", "local", "fixed", "strided"}));
+  m->add_option("--attn-block", attn_block, "attention block size 8/16/32/64, divides --seq (default 32)");
+  m->add_option("--window", window, "local: attention blocks seen, itself included (default 4)");
+  m->add_option("--stride", stride, "fixed/strided: stride in attention blocks (default 4)");
+  m->add_option("--dropout", dropout, "dropout on embeddings, attention and MLP outputs (default 0)");
+  m->add_flag("--recompute", recompute, "recompute each block's activations in the backward pass");
+  m->add_option("--activation", activation, "gelu | gelu_tanh | fast_gelu (default gelu)")
+      ->check(CLI::IsMember({"gelu", "gelu_tanh", "fast_gelu"}));
+  m->add_option("--sample-chars", sample_chars, "characters per sample")->check(CLI::Range(0, 100000))
+      ->capture_default_str();
+  m->add_option("--temperature", temperature, "sampling temperature (0: greedy)")->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  if (int rc = examples::parse_flags(app, argc, argv, "train_transformer"); rc >= 0) return rc;
+
+  try {
+    examples::check_supported(f);
+    // The model config: defaults < checkpoint (resume) or --config < explicit flags.
+    std::optional<io::CheckpointData> ck;
+    nlohmann::json cfg = default_model();
+    if (!f.resume.empty()) {
+      ck = io::load_checkpoint(f.resume);
+      cfg = checkpoint_model_config(*ck, f.resume);
+    }
+    if (!f.config.empty()) {
+      cfg = default_model();
+      cfg.update(read_config_file(f.config));
+    }
+    if (app.count("--seq")) cfg["seq_len"] = f.seq;
+    if (app.count("--width")) cfg["width"] = width;
+    if (app.count("--layers")) cfg["layers"] = layers;
+    if (app.count("--heads")) cfg["heads"] = heads;
+    if (app.count("--block")) cfg["linear_block"] = block;
+    if (app.count("--density")) cfg["density"] = density;
+    if (app.count("--attn-layout")) cfg["attn_layout"] = attn_layout;
+    if (app.count("--attn-block")) cfg["attn_block"] = attn_block;
+    if (app.count("--window")) cfg["window"] = window;
+    if (app.count("--stride")) cfg["stride"] = stride;
+    if (app.count("--dropout")) cfg["dropout"] = dropout;
+    if (recompute) cfg["recompute"] = true;
+    if (app.count("--activation")) cfg["activation"] = activation;
+
+    data::TextDatasetOptions dopt = data::TextDatasetOptions().level(data::Level::character);
+    if (ck && !ck->trainer.vocabulary.empty())
+      dopt.vocab(data::Vocabulary::from_bytes({ck->trainer.vocabulary.begin(), ck->trainer.vocabulary.end()}));
+    const data::TextDataset ds = data::TextDataset::load(f.data, dopt);
+    cfg["vocab"] = ds.vocab().size();
+    const models::TransformerLMConfig mc = models::TransformerLMConfig::from_json(cfg);
+    f.seq = mc.seq_len;  // the windows are the model's sequence length
+    TransformerLM model(mc);
+    std::unique_ptr<optim::Optimizer> opt = examples::make_optimizer(f, model.parameters());
+    std::cout << "train_transformer: " << ds.name() << " (" << ds.size(data::Part::train) << " train / "
+              << ds.size(data::Part::val) << " val chars, vocab " << ds.vocab().size() << "), "
+              << model.num_parameters() << " parameters, attention " << mc.attn_layout << ", weights "
+              << (mc.linear_block ? "block " + std::to_string(mc.linear_block) : std::string("dense")) << ", "
+              << (f.eager ? "eager" : "compiled") << " step\n";
+    TransformerTask task(f, model, *opt, ds, sample_chars, temperature);
+
+    nlohmann::json config = {{"model_type", kModelType}, {"model", mc.to_json()},
+                             {"train", {{"data", f.data}, {"steps", f.steps}, {"batch", f.batch}, {"seq", f.seq},
+                                        {"lr", f.lr}, {"warmup", f.warmup}, {"schedule", f.schedule},
+                                        {"clip", f.clip}, {"optimizer", f.optimizer},
+                                        {"weight_decay", f.weight_decay}, {"seed", f.seed},
+                                        {"eager", f.eager}}}};
+    examples::run_training(f, model, *opt, config, task);
+  } catch (const std::exception& e) {
+    std::cerr << "train_transformer: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
