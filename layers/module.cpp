@@ -66,5 +66,17 @@ void Module::zero_grad() {
   for (auto& p : named_parameters()) p.tensor.zero_grad();
 }
 
+void Module::to(Device device) {
+  for (auto& p : named_parameters()) {
+    if (p.tensor.device() == device) continue;
+    const Tensor moved = p.tensor.detach().to(device);
+    TensorImpl* impl = p.tensor.impl();
+    impl->storage = moved.impl()->storage;
+    impl->offset = moved.impl()->offset;
+    impl->meta.device = device;
+    p.tensor.zero_grad();
+  }
+}
+
 }  // namespace nn
 }  // namespace tessera

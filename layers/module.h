@@ -53,6 +53,10 @@ class Module {
   bool is_training() const { return training_; }
   /// Drops every parameter's gradient.
   void zero_grad();
+  /// Moves every parameter's data to `device` in place: the parameter tensors stay the same
+  /// objects (so do it before making the optimizer, whose state is made where the parameters
+  /// are). Gradients are dropped.
+  void to(Device device);
 
  protected:
   /// Registers `t` as parameter `name` (a floating leaf; marked requires_grad) and returns it.

@@ -1,4 +1,6 @@
 // The CUDA runtime in builds without CUDA: no GPUs; every other call is a DeviceError.
+#include <cstring>
+
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 
@@ -23,7 +25,10 @@ size_t current_bytes(int) { return 0; }
 size_t peak_bytes(int) { return 0; }
 void reset_peak(int) {}
 void mem_info(int, size_t*, size_t*) { unavailable("cuda::mem_info"); }
-void copy(void*, Device, const void*, Device, size_t) { unavailable("copy to or from a CUDA device"); }
+void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
+  if (!dst_device.is_cpu() || !src_device.is_cpu()) unavailable("copy to or from a CUDA device");
+  if (nbytes > 0) std::memcpy(dst, src, nbytes);
+}
 void zero(void*, size_t, int) { unavailable("cuda::zero"); }
 void check_op(const char*, int) {}
 bool sync_each_op() { return false; }

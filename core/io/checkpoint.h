@@ -105,7 +105,7 @@ struct CheckpointData {
 /// 1200: "run/ckpt.1200.h5"; a hard link, so it costs no space) and, of the files named
 /// `<stem>.<digits><ext>`, all but the keep_last highest steps are deleted. keep_last = 0 keeps
 /// only `path` and leaves numbered files alone. ValueError for bad names, a null layout, a module
-/// path with both a block and an attention layout, or a CUDA tensor.
+/// path with both a block and an attention layout. CUDA tensors are written from host copies.
 void save_checkpoint(const std::string& path, const CheckpointData& data, int keep_last = 0);
 
 /// Reads a whole checkpoint. IOError for a missing, non-HDF5, truncated or corrupt file, a file

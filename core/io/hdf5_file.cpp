@@ -333,9 +333,7 @@ std::vector<std::string> H5File::list(const std::string& group) const {
 void H5File::write_tensor(const std::string& path, const Tensor& t) {
   TS_CHECK(t.defined() && !t.is_symbolic(), ValueError,
            "HDF5 file '" << path_ << "', " << path << ": cannot write an undefined or symbolic tensor");
-  TS_CHECK(t.device().is_cpu(), NotImplementedError,
-           "HDF5 file '" << path_ << "', " << path << ": tensor is on " << t.device()
-                         << "; copy it to the CPU first");
+  if (!t.device().is_cpu()) return write_tensor(path, t.to(Device::cpu()));  // written from a host copy
   const Where w{path_, path};
   std::vector<hsize_t> dims(t.shape().begin(), t.shape().end());
   Handle space = make(dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(t.dim(), dims.data(), nullptr),

@@ -1,8 +1,8 @@
 #include "core/io/module_checkpoint.h"
 
-#include <cstring>
 #include <vector>
 
+#include "core/cuda/runtime.h"
 #include "layers/attention.h"
 #include "layers/block_sparse_linear.h"
 
@@ -159,7 +159,8 @@ CheckpointData restore(const std::string& path, nn::Module& model, optim::Optimi
   detail::check_targets(path, index, targets, strict);
 
   for (size_t i = 0; i < targets.size(); ++i)
-    std::memcpy(targets[i].target.data_ptr(), sources[i].data_ptr(), sources[i].nbytes());
+    cuda::copy(targets[i].target.data_ptr(), targets[i].target.device(), sources[i].data_ptr(), Device::cpu(),
+               sources[i].nbytes());  // into CPU or GPU tensors alike
   if (opt) {
     opt->set_step_count(d.optimizer.step);
     auto lr = d.optimizer.hyperparameters.find("lr");

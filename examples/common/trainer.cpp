@@ -69,10 +69,17 @@ int parse_flags(CLI::App& app, int argc, char** argv, const std::string& prog) {
   return -1;
 }
 
-void check_supported(const TrainerFlags& f) {
-  TS_CHECK(f.device == "cpu", NotImplementedError, "--device " << f.device << " is not available yet (use cpu)");
+void check_supported(TrainerFlags& f, const std::string& prog) {
   TS_CHECK(f.dtype == "f32", NotImplementedError, "--dtype " << f.dtype << " is not available yet (use f32)");
+  if (f.device != "cuda") return;
+  TS_CHECK(cuda_available(), DeviceError, "--device cuda: no GPU is visible to this process");
+  if (!f.eager) {
+    std::cout << prog << ": --device cuda runs the eager step (compiled CUDA steps are not available yet)\n";
+    f.eager = true;
+  }
 }
+
+Device train_device(const TrainerFlags& f) { return f.device == "cuda" ? Device::cuda(0) : Device::cpu(); }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerFlags& f, std::vector<Tensor> params) {
   std::unique_ptr<optim::Optimizer> opt;

@@ -64,8 +64,13 @@ void add_trainer_flags(CLI::App& app, TrainerFlags& flags);
 /// line "<prog>: <problem>" on stderr).
 int parse_flags(CLI::App& app, int argc, char** argv, const std::string& prog);
 
-/// NotImplementedError for what the trainers cannot do yet (--device cuda, --dtype other than f32).
-void check_supported(const TrainerFlags& flags);
+/// Checks --device and --dtype against what the trainers can do: DeviceError for --device cuda
+/// without a usable GPU, NotImplementedError for --dtype other than f32. With --device cuda the
+/// step runs eagerly (sets flags.eager, says so on stdout): compiled CUDA steps are not there yet.
+void check_supported(TrainerFlags& flags, const std::string& prog);
+
+/// The device named by --device ("cpu" or "cuda" = cuda:0).
+Device train_device(const TrainerFlags& flags);
 
 /// The optimizer named by --optimizer with --lr, --weight-decay and --clip.
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerFlags& flags, std::vector<Tensor> params);

@@ -42,7 +42,7 @@ class LstmTask : public examples::TrainTask {
   LstmTask(const examples::TrainerFlags& f, CharLSTMLM& model, optim::Optimizer& opt, const data::TextDataset& ds,
            int64_t sample_chars, double temperature)
       : f_(f), model_(model), opt_(opt), ds_(ds), sample_chars_(sample_chars), temperature_(temperature),
-        sample_gen_(f.seed + 7), lanes_(ds.tokens(data::Part::train), f.batch, f.seq) {
+        sample_gen_(f.seed + 7), lanes_(ds.tokens(data::Part::train), f.batch, f.seq), dev_(examples::train_device(f)) {
     if (f.eager) return;
     // The compiled step: inputs x, y [T, B] and the carried state h<l>, c<l> [B, H] of each
     // layer; outputs the loss and the final state (read back with fetch after each run).
@@ -73,7 +73,7 @@ class LstmTask : public examples::TrainTask {
       for (size_t l = 0; l < state_.size(); ++l) state_[l] = {step_->fetch(h_name(l)), step_->fetch(c_name(l))};
       return loss;
     }
-    auto out = model_.loss(reshape(b.inputs, {b.seq, b.batch}), b.targets, state_);
+    auto out = model_.loss(reshape(b.inputs, {b.seq, b.batch}).to(dev_), b.targets.to(dev_), state_);
     out.loss.backward();
     opt_.step();
     opt_.zero_grad();
@@ -92,7 +92,7 @@ class LstmTask : public examples::TrainTask {
     double sum = 0;
     for (int64_t i = 0; i < batches; ++i) {
       data::Batch b = s.next();
-      sum += model_.loss(reshape(b.inputs, {b.seq, b.batch}), b.targets).loss.item<float>();
+      sum += model_.loss(reshape(b.inputs, {b.seq, b.batch}).to(dev_), b.targets.to(dev_)).loss.item<float>();
     }
     return sum / static_cast<double>(batches);
   }
@@ -105,7 +105,7 @@ class LstmTask : public examples::TrainTask {
     int32_t id = v.contains('\n') ? v.id('\n') : 0;
     std::vector<int32_t> ids;
     for (int64_t i = 0; i < sample_chars_; ++i) {
-      auto out = model_.forward(from_vector(std::vector<int32_t>{id}, {1, 1}), st);
+      auto out = model_.forward(from_vector(std::vector<int32_t>{id}, {1, 1}).to(dev_), st);
       st = out.state;
       const std::vector<float> logits = out.logits.to_vector<float>();
       id = pick(logits);
@@ -141,10 +141,13 @@ class LstmTask : public examples::TrainTask {
     for (size_t l = 0; l < zeros.size(); ++l) {
       auto h = t.tensors.find("lstm_state." + h_name(l)), c = t.tensors.find("lstm_state." + c_name(l));
       if (h == t.tensors.end() || c == t.tensors.end()) break;  // none saved: start from zeros
-      TS_CHECK(h->second.meta() == zeros[l].h.meta() && c->second.meta() == zeros[l].c.meta(), ShapeError,
+      const auto same = [](const Tensor& a, const Tensor& b) {
+        return a.shape() == b.shape() && a.dtype() == b.dtype();
+      };
+      TS_CHECK(same(h->second, zeros[l].h) && same(c->second, zeros[l].c), ShapeError,
                "checkpoint's carried LSTM state of layer " << l << " is " << h->second.meta() << ", this run needs "
                                                            << zeros[l].h.meta() << " (same --batch as the saved run)");
-      state_.push_back({h->second, c->second});
+      state_.push_back({h->second.to(dev_), c->second.to(dev_)});
     }
     if (state_.size() != zeros.size()) state_.clear();
     if (ck.rng.count("sample")) sample_gen_.set_state(ck.rng.at("sample"));
@@ -156,7 +159,8 @@ class LstmTask : public examples::TrainTask {
 
   CharLSTMLM::State zero_state() const {
     const int64_t H = model_.config().hidden;
-    return CharLSTMLM::State(model_.config().layers, nn::LSTMState{zeros({f_.batch, H}), zeros({f_.batch, H})});
+    const Tensor z = zeros({f_.batch, H}, TensorOptions().device(dev_));
+    return CharLSTMLM::State(model_.config().layers, nn::LSTMState{z, z});
   }
 
   // The compiled step's inputs for batch b continuing from state st.
@@ -191,6 +195,7 @@ class LstmTask : public examples::TrainTask {
   double temperature_;
   Generator sample_gen_;
   data::SequentialSampler lanes_;
+  Device dev_;                        // --device: where the model, batches and state live
   std::optional<CompiledStep> step_;  // unset with --eager
   CharLSTMLM::State state_;           // carried between batches; empty: zeros at the next step
 };
@@ -225,7 +230,7 @@ int main(int argc, char** argv) {
   if (int rc = examples::parse_flags(app, argc, argv, "train_lstm"); rc >= 0) return rc;
 
   try {
-    examples::check_supported(f);
+    examples::check_supported(f, "train_lstm");
     // The model config: defaults < checkpoint (resume) or --config < explicit flags.
     std::optional<io::CheckpointData> ck;
     nlohmann::json cfg = default_model();
@@ -258,6 +263,7 @@ int main(int argc, char** argv) {
     cfg["vocab"] = ds.vocab().size();
     const models::CharLSTMLMConfig mc = models::CharLSTMLMConfig::from_json(cfg);
     CharLSTMLM model(mc);
+    model.to(examples::train_device(f));  // before the optimizer: its state is made where the parameters are
     std::unique_ptr<optim::Optimizer> opt = examples::make_optimizer(f, model.parameters());
     std::cout << "train_lstm: " << ds.name() << " (" << ds.size(data::Part::train) << " train / "
               << ds.size(data::Part::val) << " val chars, vocab " << ds.vocab().size() << "), "

@@ -93,7 +93,7 @@ class TransformerTask : public examples::TrainTask {
                   const data::TextDataset& ds, int64_t sample_chars, double temperature)
       : f_(f), model_(model), opt_(opt), ds_(ds), sample_chars_(sample_chars), temperature_(temperature),
         sampler_(ds.tokens(data::Part::train), f.batch, f.seq, f.seed, data::Layout::batch_major),
-        dropout_gen_(f.seed + 13), sample_gen_(f.seed + 7) {
+        dropout_gen_(f.seed + 13), sample_gen_(f.seed + 7), dev_(examples::train_device(f)) {
     data::RandomWindowSampler peek = sampler_;  // a copy: the real sampler does not advance
     const data::Batch example = peek.next();
     check_batch_major(example);
@@ -114,7 +114,7 @@ class TransformerTask : public examples::TrainTask {
   double train_step() override {
     data::Batch b = sampler_.next();
     if (step_) return step_->run({{"x", b.inputs}, {"y", b.targets}});
-    Tensor loss = model_.loss(b.inputs, b.targets, b.batch, dropout_gen_);
+    Tensor loss = model_.loss(b.inputs.to(dev_), b.targets.to(dev_), b.batch, dropout_gen_);
     loss.backward();
     opt_.step();
     opt_.zero_grad();
@@ -133,7 +133,7 @@ class TransformerTask : public examples::TrainTask {
     double sum = 0;
     for (int64_t i = 0; i < batches; ++i) {
       data::Batch b = s.next();
-      sum += model_.loss(b.inputs, b.targets, b.batch).item<float>();
+      sum += model_.loss(b.inputs.to(dev_), b.targets.to(dev_), b.batch).item<float>();
     }
     return sum / static_cast<double>(batches);
   }
@@ -151,7 +151,7 @@ class TransformerTask : public examples::TrainTask {
       const int64_t n = std::min<int64_t>(static_cast<int64_t>(context.size()), T);
       std::vector<int32_t> window(static_cast<size_t>(T), 0);  // [T]
       std::copy(context.end() - n, context.end(), window.begin());
-      const Tensor logits = model_.logits(from_vector(window, {T}), /*batch=*/1);  // [T, V]
+      const Tensor logits = model_.logits(from_vector(window, {T}).to(dev_), /*batch=*/1);  // [T, V]
       const std::vector<float> all = logits.to_vector<float>();
       const int64_t V = logits.size(1);
       const std::vector<float> last(all.begin() + (n - 1) * V, all.begin() + n * V);  // [V]
@@ -201,6 +201,7 @@ class TransformerTask : public examples::TrainTask {
   data::RandomWindowSampler sampler_;
   Generator dropout_gen_;
   Generator sample_gen_;
+  Device dev_;  // --device: where the model and batches live
   std::optional<CompiledStep> step_;
 };
 
@@ -244,7 +245,7 @@ int main(int argc, char** argv) {
   if (int rc = examples::parse_flags(app, argc, argv, "train_transformer"); rc >= 0) return rc;
 
   try {
-    examples::check_supported(f);
+    examples::check_supported(f, "train_transformer");
     // The model config: defaults < checkpoint (resume) or --config < explicit flags.
     std::optional<io::CheckpointData> ck;
     nlohmann::json cfg = default_model();
@@ -278,6 +279,7 @@ int main(int argc, char** argv) {
     const models::TransformerLMConfig mc = models::TransformerLMConfig::from_json(cfg);
     f.seq = mc.seq_len;  // the windows are the model's sequence length
     TransformerLM model(mc);
+    model.to(examples::train_device(f));  // before the optimizer: its state is made where the parameters are
     std::unique_ptr<optim::Optimizer> opt = examples::make_optimizer(f, model.parameters());
     std::cout << "train_transformer: " << ds.name() << " (" << ds.size(data::Part::train) << " train / "
               << ds.size(data::Part::val) << " val chars, vocab " << ds.vocab().size() << "), "
