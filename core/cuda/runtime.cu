@@ -207,6 +207,28 @@ void check_op(const char* op, int device) {
               << cudaGetErrorString(e));
 }
 
+void begin_capture(int device) {
+  set_device(device);
+  // Thread-local mode: other threads' unrelated CUDA calls do not invalidate the capture.
+  TS_CUDA_CHECK(cudaStreamBeginCapture(state(device).stream, cudaStreamCaptureModeThreadLocal));
+}
+
+std::shared_ptr<void> end_capture(int device) {
+  set_device(device);
+  cudaGraph_t graph = nullptr;
+  TS_CUDA_CHECK(cudaStreamEndCapture(state(device).stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  TS_CUDA_CHECK(e);
+  return std::shared_ptr<void>(exec, [](void* p) { cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(p)); });
+}
+
+void launch_graph(const std::shared_ptr<void>& graph, int device) {
+  set_device(device);
+  TS_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph.get()), state(device).stream));
+}
+
 std::vector<float> smoke_test(int n) {
   TS_CHECK(cuda_available(), DeviceError, "smoke_test: no GPU visible");
   set_device(0);

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "core/device.h"
@@ -55,6 +56,13 @@ void zero(void* ptr, size_t nbytes, int device);
 void check_op(const char* op, int device);
 /// Whether TESSERA_CUDA_SYNC=1 (read once).
 bool sync_each_op();
+
+/// CUDA graphs: everything queued on `device`'s stream between begin_capture and end_capture is
+/// recorded (not run); end_capture returns the instantiated graph, launch_graph replays it on
+/// the stream. The handle frees the graph when it dies.
+void begin_capture(int device);
+std::shared_ptr<void> end_capture(int device);
+void launch_graph(const std::shared_ptr<void>& graph, int device);
 
 /// Launches a kernel writing i*i for i < n on the current GPU and returns the values.
 /// DeviceError when no GPU is usable.

@@ -26,7 +26,10 @@ graph::Executor& CompiledStep::plan_for(const std::map<std::string, Tensor>& inp
              "compiled step: input '" << name << "' is " << it->second.meta() << ", but the step was compiled for "
                                       << dtype);
     key << name << ':' << it->second.shape() << ';';
-    metas.push_back({name, it->second.meta()});
+    // Traced on the parameters' device: CPU feeds are copied there at every run.
+    TensorMeta m = it->second.meta();
+    m.device = params_.empty() ? m.device : params_[0].tensor.device();
+    metas.push_back({name, m});
   }
   for (const auto& [name, t] : inputs)
     TS_CHECK(input_dtypes_.count(name), ValueError, "compiled step: '" << name << "' is not an input of this step");

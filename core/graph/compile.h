@@ -12,7 +12,9 @@
 //   }
 //
 // Feeding inputs of new shapes traces and plans again; plans are cached per input shapes.
-// Input names and dtypes are fixed by the example inputs.
+// Input names and dtypes are fixed by the example inputs. The step runs where the parameters
+// are (CPU or one GPU; on a GPU as a replayed CUDA graph, see executor.h); inputs may be fed
+// from the CPU.
 //
 // Dropout: pass the generator the model's dropout draws from as `rng`. Each run reserves one
 // step's share of its stream, so the masks change every step and equal those of the same step

@@ -1,6 +1,9 @@
 #include "core/graph/executor.h"
 
+#include <cstdlib>
 #include <cstring>
+
+#include "core/cuda/runtime.h"
 
 namespace tessera {
 namespace graph {
@@ -17,11 +20,25 @@ Tensor over(const std::shared_ptr<Storage>& storage, size_t offset, const Tensor
 
 }  // namespace
 
+// CUDA-graph capture unless TESSERA_CUDA_GRAPHS=0.
+static bool cuda_graphs_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("TESSERA_CUDA_GRAPHS");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  return on;
+}
+
 Executor::Executor(Graph g) : graph_(std::move(g)), plan_(plan_memory(graph_)) {
+  device_ = graph_.values.empty() ? Device::cpu() : graph_.values[0].meta.device;
   for (const Value& v : graph_.values)
-    TS_CHECK(v.meta.device.is_cpu(), NotImplementedError,
-             "executor: value " << v.id << " is on " << v.meta.device << "; only CPU graphs run yet");
-  arena_ = Storage::allocate(plan_.arena_bytes, Device::cpu());
+    TS_CHECK(v.meta.device == device_, DeviceError,
+             "executor: value " << v.id << " (" << v.name << ") is on " << v.meta.device << ", value 0 on " << device_
+                                << ": a compiled step runs on one device (move the model and its inputs there)");
+  bool random = false;
+  for (const Node& n : graph_.nodes) random |= n.op->random();
+  capture_ = device_.is_cuda() && !random && cuda_graphs_enabled();
+  arena_ = Storage::allocate(plan_.arena_bytes, device_);
   buffers_.resize(graph_.values.size());
   // Roots first (views and bound results refer to them), in id order: a view's base always
   // has a smaller id than the view.
@@ -74,19 +91,45 @@ void Executor::run(const std::map<std::string, Tensor>& feeds) {
     TS_CHECK(it->second.dtype() == v.meta.dtype, DTypeError,
              "compiled step: input '" << v.name << "' is " << it->second.meta() << ", the step was compiled for "
                                       << v.meta);
-    TS_CHECK(it->second.meta() == v.meta, ShapeError,
+    TS_CHECK(it->second.shape() == v.meta.shape, ShapeError,
              "compiled step: input '" << v.name << "' is " << it->second.meta() << ", this plan expects " << v.meta);
-    std::memcpy(buffers_[v.id].data_ptr(), it->second.data_ptr(), v.meta.nbytes());
+    TS_CHECK(it->second.device().is_cpu() || it->second.device() == device_, DeviceError,
+             "compiled step: input '" << v.name << "' is on " << it->second.device() << ", the step runs on "
+                                      << device_);
+    cuda::copy(buffers_[v.id].data_ptr(), device_, it->second.data_ptr(), it->second.device(), v.meta.nbytes());
   }
   for (const auto& [name, t] : feeds)
     TS_CHECK(graph_.find_input(name) >= 0, ValueError, "compiled step: '" << name << "' is not an input of this step");
+  if (cuda_graph_) return cuda::launch_graph(cuda_graph_, device_.index);
+  if (capture_ && plain_runs_ > 0) {
+    cuda::begin_capture(device_.index);
+    try {
+      run_nodes();
+    } catch (...) {
+      try {
+        cuda::end_capture(device_.index);
+      } catch (...) {
+      }
+      capture_ = false;  // run plainly from now on
+      throw;
+    }
+    cuda_graph_ = cuda::end_capture(device_.index);
+    return cuda::launch_graph(cuda_graph_, device_.index);
+  }
+  run_nodes();
+  ++plain_runs_;
+}
+
+void Executor::run_nodes() {
   for (size_t i = 0; i < graph_.nodes.size(); ++i)
     if (!plan_.skip[i]) graph_.nodes[i].op->compute(node_inputs_[i], node_outputs_[i]);
   for (const WriteBack& w : plan_.copies)
-    std::memcpy(buffers_[w.target].data_ptr(), buffers_[w.value].data_ptr(), graph_.values[w.value].meta.nbytes());
+    cuda::copy(buffers_[w.target].data_ptr(), device_, buffers_[w.value].data_ptr(), device_,
+               graph_.values[w.value].meta.nbytes());
 }
 
 void Executor::set_random_base(uint64_t base) {
+  TS_CHECK(!cuda_graph_, ValueError, "executor: a captured CUDA graph cannot move its random draws");
   for (Node& n : graph_.nodes)
     if (n.op->random() && n.op->random_stream().second != base + n.random_offset)
       n.op = n.op->with_random_start(base + n.random_offset);

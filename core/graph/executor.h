@@ -2,6 +2,13 @@
 // over arena offsets (views and in-place results share buffers as planned), then results that
 // could not be written in place are copied into their parameters/state.
 //
+// A graph runs on one device: the arena and input buffers are allocated there, and feeds may
+// come from the CPU or that device (copied in). On CUDA the node loop and the write-backs are
+// captured once as a CUDA graph (on the second run: the first one runs the kernels plainly, so
+// that one-time set-up such as cuBLAS handles and layout tables happens outside the capture) and
+// replayed afterwards; graphs with random ops keep the plain loop (their draws move every run).
+// TESSERA_CUDA_GRAPHS=0 switches capture off.
+//
 //   Executor ex(std::move(graph));
 //   ex.run({{"x", x}, {"y", y}, {"lr", lr}, {"step", step}});
 //   float loss = ex.fetch("loss").item<float>();
@@ -32,11 +39,20 @@ class Executor {
 
   const Graph& graph() const { return graph_; }
   const MemoryPlan& plan() const { return plan_; }
+  /// The device the step runs on.
+  Device device() const { return device_; }
+  /// Whether runs replay a captured CUDA graph now.
+  bool replays_cuda_graph() const { return cuda_graph_ != nullptr; }
 
  private:
   Tensor bind(int value);
+  void run_nodes();  // the node loop and the write-backs
 
   Graph graph_;
+  Device device_;
+  bool capture_ = false;           // CUDA, no random ops, not switched off
+  int plain_runs_ = 0;
+  std::shared_ptr<void> cuda_graph_;
   MemoryPlan plan_;
   std::shared_ptr<Storage> arena_;
   std::vector<Tensor> buffers_;  // per value: a tensor over its planned bytes

@@ -320,7 +320,9 @@ Graph trace_step(const LossFn& loss_fn, const std::vector<std::pair<std::string,
   if (updater) {
     tracer.set_phase(NodePhase::update);
     NoGradGuard no_grad;
-    Tensor lr = symbolic({}, DType::f64), step = symbolic({}, DType::f64);
+    // On the parameters' device: the update kernels read them there (no host round trip).
+    const Device where = params.empty() ? Device::cpu() : params[0].tensor.device();
+    Tensor lr = symbolic({}, DType::f64, where), step = symbolic({}, DType::f64, where);
     tracer.bind(lr, g.add_value(lr.meta(), ValueKind::input, "lr"));
     tracer.bind(step, g.add_value(step.meta(), ValueKind::input, "step"));
     // The gradients in the updater's parameter order (undefined where there is none), so that an

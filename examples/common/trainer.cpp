@@ -71,12 +71,8 @@ int parse_flags(CLI::App& app, int argc, char** argv, const std::string& prog) {
 
 void check_supported(TrainerFlags& f, const std::string& prog) {
   TS_CHECK(f.dtype == "f32", NotImplementedError, "--dtype " << f.dtype << " is not available yet (use f32)");
-  if (f.device != "cuda") return;
-  TS_CHECK(cuda_available(), DeviceError, "--device cuda: no GPU is visible to this process");
-  if (!f.eager) {
-    std::cout << prog << ": --device cuda runs the eager step (compiled CUDA steps are not available yet)\n";
-    f.eager = true;
-  }
+  (void)prog;
+  if (f.device == "cuda") TS_CHECK(cuda_available(), DeviceError, "--device cuda: no GPU is visible to this process");
 }
 
 Device train_device(const TrainerFlags& f) { return f.device == "cuda" ? Device::cuda(0) : Device::cpu(); }

@@ -65,8 +65,8 @@ void add_trainer_flags(CLI::App& app, TrainerFlags& flags);
 int parse_flags(CLI::App& app, int argc, char** argv, const std::string& prog);
 
 /// Checks --device and --dtype against what the trainers can do: DeviceError for --device cuda
-/// without a usable GPU, NotImplementedError for --dtype other than f32. With --device cuda the
-/// step runs eagerly (sets flags.eager, says so on stdout): compiled CUDA steps are not there yet.
+/// without a usable GPU, NotImplementedError for --dtype other than f32 (mixed precision is not
+/// there yet).
 void check_supported(TrainerFlags& flags, const std::string& prog);
 
 /// The device named by --device ("cpu" or "cuda" = cuda:0).
