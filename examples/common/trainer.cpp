@@ -69,9 +69,8 @@ int parse_flags(CLI::App& app, int argc, char** argv, const std::string& prog) {
   return -1;
 }
 
-void check_supported(TrainerFlags& f, const std::string& prog) {
+void check_supported(const TrainerFlags& f) {
   TS_CHECK(f.dtype == "f32", NotImplementedError, "--dtype " << f.dtype << " is not available yet (use f32)");
-  (void)prog;
   if (f.device == "cuda") TS_CHECK(cuda_available(), DeviceError, "--device cuda: no GPU is visible to this process");
 }
 

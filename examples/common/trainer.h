@@ -67,7 +67,7 @@ int parse_flags(CLI::App& app, int argc, char** argv, const std::string& prog);
 /// Checks --device and --dtype against what the trainers can do: DeviceError for --device cuda
 /// without a usable GPU, NotImplementedError for --dtype other than f32 (mixed precision is not
 /// there yet).
-void check_supported(TrainerFlags& flags, const std::string& prog);
+void check_supported(const TrainerFlags& flags);
 
 /// The device named by --device ("cpu" or "cuda" = cuda:0).
 Device train_device(const TrainerFlags& flags);

@@ -230,7 +230,7 @@ int main(int argc, char** argv) {
   if (int rc = examples::parse_flags(app, argc, argv, "train_lstm"); rc >= 0) return rc;
 
   try {
-    examples::check_supported(f, "train_lstm");
+    examples::check_supported(f);
     // The model config: defaults < checkpoint (resume) or --config < explicit flags.
     std::optional<io::CheckpointData> ck;
     nlohmann::json cfg = default_model();
