@@ -13,6 +13,15 @@ namespace tessera {
 TS_OP_LIST(TS_INSTANTIATE_OP)
 #undef TS_INSTANTIATE_OP
 
+#ifdef TESSERA_WITH_CUDA
+// In CUDA builds every listed op has a CUDA kernel: one not declared fails here, one declared
+// but not defined (kernels/<op>/<op>.cu) fails to link.
+#define TS_REQUIRE_CUDA_KERNEL(Op) \
+  static_assert(detail::has_cuda_kernel<Op>::value, #Op " has no CUDA kernel (declare and define Op::cuda)");
+TS_OP_LIST(TS_REQUIRE_CUDA_KERNEL)
+#undef TS_REQUIRE_CUDA_KERNEL
+#endif
+
 /// Names of all ops, in op-list order.
 const std::vector<std::string>& op_names() {
 #define TS_OP_NAME(Op) Op::kName,
