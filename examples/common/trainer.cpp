@@ -76,6 +76,54 @@ void check_supported(const TrainerFlags& f) {
 
 Device train_device(const TrainerFlags& f) { return f.device == "cuda" ? Device::cuda(0) : Device::cpu(); }
 
+namespace {
+
+// The model part of a config object: itself, or its "model" (a run's config.json / checkpoint
+// config), checked against `model_type` when the object names one.
+nlohmann::json model_part(const nlohmann::json& j, const std::string& what, const std::string& model_type) {
+  if (!j.contains("model")) return j;
+  TS_CHECK(j["model"].is_object(), ValueError, what << ": \"model\" is not a JSON object");
+  TS_CHECK(!j.contains("model_type") || j["model_type"] == model_type, ValueError,
+           what << " holds a model of type " << j["model_type"].dump() << ", not \"" << model_type << "\"");
+  return j["model"];
+}
+
+}  // namespace
+
+nlohmann::json base_model_config(const TrainerFlags& f, const nlohmann::json& defaults, const std::string& model_type,
+                                 const io::CheckpointData* ck) {
+  nlohmann::json cfg = defaults;
+  if (ck) {
+    const auto j = nlohmann::json::parse(ck->config, nullptr, /*allow_exceptions=*/false);
+    TS_CHECK(j.is_object() && j.contains("model"), IOError, "checkpoint '" << f.resume << "' has no model config");
+    cfg = model_part(j, "checkpoint '" + f.resume + "'", model_type);
+  }
+  if (!f.config.empty()) {
+    std::ifstream in(f.config);
+    TS_CHECK(in.good(), IOError, "cannot open config file '" << f.config << "'");
+    const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    TS_CHECK(j.is_object(), ValueError, "config file '" << f.config << "' is not a JSON object");
+    cfg = defaults;
+    cfg.update(model_part(j, "config file '" + f.config + "'", model_type));
+  }
+  return cfg;
+}
+
+data::TextDataset load_text(const TrainerFlags& f, const io::CheckpointData* ck) {
+  data::TextDatasetOptions opt = data::TextDatasetOptions().level(data::Level::character);
+  if (ck && !ck->trainer.vocabulary.empty())
+    opt.vocab(data::Vocabulary::from_bytes({ck->trainer.vocabulary.begin(), ck->trainer.vocabulary.end()}));
+  return data::TextDataset::load(f.data, opt);
+}
+
+nlohmann::json run_config(const TrainerFlags& f, const std::string& model_type, const nlohmann::json& model) {
+  return {{"model_type", model_type},
+          {"model", model},
+          {"train", {{"data", f.data}, {"steps", f.steps}, {"batch", f.batch}, {"seq", f.seq}, {"lr", f.lr},
+                     {"warmup", f.warmup}, {"schedule", f.schedule}, {"clip", f.clip}, {"optimizer", f.optimizer},
+                     {"weight_decay", f.weight_decay}, {"seed", f.seed}, {"eager", f.eager}}}};
+}
+
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerFlags& f, std::vector<Tensor> params) {
   std::unique_ptr<optim::Optimizer> opt;
   if (f.optimizer == "adamw") {

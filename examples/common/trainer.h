@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/io/module_checkpoint.h"
+#include "data/text_dataset.h"
 #include "optim/optim.h"
 
 namespace tessera {
@@ -71,6 +72,19 @@ void check_supported(const TrainerFlags& flags);
 
 /// The device named by --device ("cpu" or "cuda" = cuda:0).
 Device train_device(const TrainerFlags& flags);
+
+/// The model config of a run before explicit model flags: `defaults`; when resuming, the model
+/// config of checkpoint `ck` (which must hold `model_type` when it names one); with --config, the
+/// defaults updated from that file (a model config object, or a run folder's config.json whose
+/// "model" part is taken). Errors name the file and the problem.
+nlohmann::json base_model_config(const TrainerFlags& flags, const nlohmann::json& defaults,
+                                 const std::string& model_type, const io::CheckpointData* ck);
+
+/// The character-level text at --data, with the vocabulary of checkpoint `ck` when resuming.
+data::TextDataset load_text(const TrainerFlags& flags, const io::CheckpointData* ck);
+
+/// config.json of a run: {"model_type", "model": `model`, "train": the training flags}.
+nlohmann::json run_config(const TrainerFlags& flags, const std::string& model_type, const nlohmann::json& model);
 
 /// The optimizer named by --optimizer with --lr, --weight-decay and --clip.
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerFlags& flags, std::vector<Tensor> params);

@@ -23,6 +23,7 @@
 #include "data/sampler.h"
 #include "data/text_dataset.h"
 #include "examples/common/trainer.h"
+#include "examples/sample/sampling.h"
 #include "models/char_lstm_lm.h"
 
 using namespace tessera;
@@ -108,7 +109,7 @@ class LstmTask : public examples::TrainTask {
       auto out = model_.forward(from_vector(std::vector<int32_t>{id}, {1, 1}).to(dev_), st);
       st = out.state;
       const std::vector<float> logits = out.logits.to_vector<float>();
-      id = pick(logits);
+      id = examples::sample_token(logits, {temperature_, /*top_k=*/0}, sample_gen_);
       ids.push_back(id);
     }
     return v.decode(ids);
@@ -173,20 +174,6 @@ class LstmTask : public examples::TrainTask {
     return in;
   }
 
-  int32_t pick(const std::vector<float>& logits) {
-    int32_t best = 0;
-    for (size_t k = 1; k < logits.size(); ++k)
-      if (logits[k] > logits[best]) best = static_cast<int32_t>(k);
-    if (temperature_ <= 0) return best;
-    std::vector<double> p(logits.size());
-    double z = 0;
-    for (size_t k = 0; k < p.size(); ++k) z += p[k] = std::exp((logits[k] - logits[best]) / temperature_);
-    double u = uniform({1}, 0.0, 1.0, sample_gen_).item<float>() * z;
-    for (size_t k = 0; k < p.size(); ++k)
-      if ((u -= p[k]) <= 0) return static_cast<int32_t>(k);
-    return best;
-  }
-
   const examples::TrainerFlags& f_;
   CharLSTMLM& model_;
   optim::Optimizer& opt_;
@@ -233,21 +220,8 @@ int main(int argc, char** argv) {
     examples::check_supported(f);
     // The model config: defaults < checkpoint (resume) or --config < explicit flags.
     std::optional<io::CheckpointData> ck;
-    nlohmann::json cfg = default_model();
-    if (!f.resume.empty()) {
-      ck = io::load_checkpoint(f.resume);
-      const auto j = nlohmann::json::parse(ck->config, nullptr, false);
-      TS_CHECK(j.is_object() && j.contains("model"), IOError, "checkpoint '" << f.resume << "' has no model config");
-      cfg = j["model"];
-    }
-    if (!f.config.empty()) {
-      std::ifstream in(f.config);
-      TS_CHECK(in.good(), IOError, "cannot open config file '" << f.config << "'");
-      const auto j = nlohmann::json::parse(in, nullptr, false);
-      TS_CHECK(j.is_object(), ValueError, "config file '" << f.config << "' is not a JSON object");
-      cfg = default_model();
-      cfg.update(j);
-    }
+    if (!f.resume.empty()) ck = io::load_checkpoint(f.resume);
+    nlohmann::json cfg = examples::base_model_config(f, default_model(), "char_lstm", ck ? &*ck : nullptr);
     if (app.count("--hidden")) cfg["hidden"] = hidden;
     if (app.count("--layers")) cfg["layers"] = layers;
     if (app.count("--block")) cfg["block_size"] = block;
@@ -256,10 +230,7 @@ int main(int argc, char** argv) {
     if (mlstm) cfg["multiplicative"] = true;
     if (cfg.value("block_size", 1) == 0 && !app.count("--layout")) cfg["layout"] = "dense", cfg["density"] = 1.0;
 
-    data::TextDatasetOptions dopt = data::TextDatasetOptions().level(data::Level::character);
-    if (ck && !ck->trainer.vocabulary.empty())
-      dopt.vocab(data::Vocabulary::from_bytes({ck->trainer.vocabulary.begin(), ck->trainer.vocabulary.end()}));
-    const data::TextDataset ds = data::TextDataset::load(f.data, dopt);
+    const data::TextDataset ds = examples::load_text(f, ck ? &*ck : nullptr);
     cfg["vocab"] = ds.vocab().size();
     const models::CharLSTMLMConfig mc = models::CharLSTMLMConfig::from_json(cfg);
     CharLSTMLM model(mc);
@@ -270,12 +241,7 @@ int main(int argc, char** argv) {
               << model.num_parameters() << " parameters, " << (f.eager ? "eager" : "compiled") << " step\n";
     LstmTask task(f, model, *opt, ds, sample_chars, temperature);
 
-    nlohmann::json config = {{"model_type", "char_lstm"}, {"model", mc.to_json()},
-                             {"train", {{"data", f.data}, {"steps", f.steps}, {"batch", f.batch}, {"seq", f.seq},
-                                        {"lr", f.lr}, {"warmup", f.warmup}, {"schedule", f.schedule},
-                                        {"clip", f.clip}, {"optimizer", f.optimizer},
-                                        {"weight_decay", f.weight_decay}, {"seed", f.seed},
-                                        {"eager", f.eager}}}};
+    const nlohmann::json config = examples::run_config(f, "char_lstm", mc.to_json());
     examples::run_training(f, model, *opt, config, task);
   } catch (const std::exception& e) {
     std::cerr << "train_lstm: " << e.what() << "\n";

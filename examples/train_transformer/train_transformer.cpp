@@ -48,35 +48,6 @@ nlohmann::json default_model() {
           {"attn_layout", "dense"}, {"linear_block", 0}, {"density", 1.0}, {"seed", 0}};
 }
 
-// The model config of a --config file: a model config object, or a run folder's config.json
-// ({"model_type": ..., "model": {...}, "train": {...}}), whose model part is taken.
-nlohmann::json read_config_file(const std::string& path) {
-  std::ifstream in(path);
-  TS_CHECK(in.good(), IOError, "cannot open config file '" << path << "'");
-  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  TS_CHECK(j.is_object(), ValueError, "config file '" << path << "' is not a JSON object");
-  if (!j.contains("model")) return j;
-  TS_CHECK(!j.contains("model_type") || j["model_type"] == kModelType, ValueError,
-           "config file '" << path << "' is for model_type " << j["model_type"].dump() << ", not \"" << kModelType
-                           << "\"");
-  TS_CHECK(j["model"].is_object(), ValueError, "config file '" << path << "': \"model\" is not a JSON object");
-  return j["model"];
-}
-
-// The model config of a checkpoint being resumed; ValueError when it holds another kind of model.
-nlohmann::json checkpoint_model_config(const io::CheckpointData& ck, const std::string& path) {
-  const auto j = nlohmann::json::parse(ck.config, nullptr, /*allow_exceptions=*/false);
-  TS_CHECK(j.is_object() && j.contains("model") && j["model"].is_object(), IOError,
-           "checkpoint '" << path << "' has no model config");
-  TS_CHECK(j.contains("model_type"), ValueError,
-           "checkpoint '" << path << "' has no model_type (an older train_lstm checkpoint?); train_transformer "
-                          << "resumes only model_type \"" << kModelType << "\"");
-  TS_CHECK(j["model_type"] == kModelType, ValueError,
-           "checkpoint '" << path << "' holds a model of type " << j["model_type"].dump() << ", not \""
-                          << kModelType << "\"; train_transformer resumes only its own checkpoints");
-  return j["model"];
-}
-
 // A batch-major batch: window b is row b of [B, T], and each target is the input one position later.
 void check_batch_major(const data::Batch& b) {
   TS_CHECK(b.layout == data::Layout::batch_major, ValueError, "train_transformer: batches must be batch-major");
@@ -248,15 +219,8 @@ int main(int argc, char** argv) {
     examples::check_supported(f);
     // The model config: defaults < checkpoint (resume) or --config < explicit flags.
     std::optional<io::CheckpointData> ck;
-    nlohmann::json cfg = default_model();
-    if (!f.resume.empty()) {
-      ck = io::load_checkpoint(f.resume);
-      cfg = checkpoint_model_config(*ck, f.resume);
-    }
-    if (!f.config.empty()) {
-      cfg = default_model();
-      cfg.update(read_config_file(f.config));
-    }
+    if (!f.resume.empty()) ck = io::load_checkpoint(f.resume);
+    nlohmann::json cfg = examples::base_model_config(f, default_model(), kModelType, ck ? &*ck : nullptr);
     if (app.count("--seq")) cfg["seq_len"] = f.seq;
     if (app.count("--width")) cfg["width"] = width;
     if (app.count("--layers")) cfg["layers"] = layers;
@@ -271,10 +235,7 @@ int main(int argc, char** argv) {
     if (recompute) cfg["recompute"] = true;
     if (app.count("--activation")) cfg["activation"] = activation;
 
-    data::TextDatasetOptions dopt = data::TextDatasetOptions().level(data::Level::character);
-    if (ck && !ck->trainer.vocabulary.empty())
-      dopt.vocab(data::Vocabulary::from_bytes({ck->trainer.vocabulary.begin(), ck->trainer.vocabulary.end()}));
-    const data::TextDataset ds = data::TextDataset::load(f.data, dopt);
+    const data::TextDataset ds = examples::load_text(f, ck ? &*ck : nullptr);
     cfg["vocab"] = ds.vocab().size();
     const models::TransformerLMConfig mc = models::TransformerLMConfig::from_json(cfg);
     f.seq = mc.seq_len;  // the windows are the model's sequence length
@@ -288,12 +249,7 @@ int main(int argc, char** argv) {
               << (f.eager ? "eager" : "compiled") << " step\n";
     TransformerTask task(f, model, *opt, ds, sample_chars, temperature);
 
-    nlohmann::json config = {{"model_type", kModelType}, {"model", mc.to_json()},
-                             {"train", {{"data", f.data}, {"steps", f.steps}, {"batch", f.batch}, {"seq", f.seq},
-                                        {"lr", f.lr}, {"warmup", f.warmup}, {"schedule", f.schedule},
-                                        {"clip", f.clip}, {"optimizer", f.optimizer},
-                                        {"weight_decay", f.weight_decay}, {"seed", f.seed},
-                                        {"eager", f.eager}}}};
+    const nlohmann::json config = examples::run_config(f, kModelType, mc.to_json());
     examples::run_training(f, model, *opt, config, task);
   } catch (const std::exception& e) {
     std::cerr << "train_transformer: " << e.what() << "\n";
