@@ -15,6 +15,7 @@
 
 #include "core/op.h"
 #include "core/sparse/generators.h"
+#include "gpu_check.h"
 #include "gradcheck.h"
 #include "kernels/ops.h"
 
@@ -27,16 +28,13 @@
 namespace tessera {
 namespace {
 
+using namespace gpu_test;
+
 using testing::all_close;
 using testing::test_rand;
 using testing::test_randn;
 
-#define REQUIRE_GPU()                                        \
-  do {                                                       \
-    if (!cuda_available()) GTEST_SKIP() << "no GPU visible"; \
-  } while (0)
 
-const Device kGpu = Device::cuda(0);
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 double tolerance(DType dt) {

@@ -9,21 +9,19 @@
 
 #include "core/cuda/runtime.h"
 #include "core/op.h"
+#include "gpu_check.h"
 #include "gradcheck.h"
 #include "kernels/ops.h"
 
 namespace tessera {
 namespace {
 
+using namespace gpu_test;
+
 using testing::all_close;
 using testing::test_randn;
 
-#define REQUIRE_GPU()                                      \
-  do {                                                     \
-    if (!cuda_available()) GTEST_SKIP() << "no GPU visible"; \
-  } while (0)
 
-const Device kGpu = Device::cuda(0);
 
 TEST(CudaTensor, RoundTripKeepsEveryByteOfEveryDtype) {
   REQUIRE_GPU();

@@ -27,21 +27,19 @@
 
 #include "core/cuda/runtime.h"
 #include "core/op.h"
+#include "gpu_check.h"
 #include "gradcheck.h"
 #include "kernels/ops.h"
 
 namespace tessera {
 namespace {
 
+using namespace gpu_test;
+
 using testing::test_rand;
 using testing::test_randn;
 
-#define REQUIRE_GPU()                                        \
-  do {                                                       \
-    if (!cuda_available()) GTEST_SKIP() << "no GPU visible"; \
-  } while (0)
 
-const Device kGpu = Device::cuda(0);
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 const double kInf = std::numeric_limits<double>::infinity();
 const std::vector<DType> kFloating = {DType::f32, DType::f64, DType::bf16, DType::f16};

@@ -16,22 +16,19 @@
 #include <vector>
 
 #include "core/op.h"
+#include "gpu_check.h"
 #include "gradcheck.h"
 #include "kernels/ops.h"
 
 namespace tessera {
 namespace {
 
+using namespace gpu_test;
+
 using testing::test_rand;
 using testing::test_randn;
 
-#define REQUIRE_GPU()                                        \
-  do {                                                       \
-    if (!cuda_available()) GTEST_SKIP() << "no GPU visible"; \
-  } while (0)
 
-const Device kGpu = Device::cuda(0);
-const DType kFloatTypes[] = {DType::f32, DType::f64, DType::bf16, DType::f16};
 const int64_t kSizes[] = {1, 7, 33, 1000, 4097};
 
 double tol_of(DType dt) { return dt == DType::f64 ? 1e-9 : dt == DType::f32 ? 1e-5 : 1e-2; }

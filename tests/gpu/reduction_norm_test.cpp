@@ -18,34 +18,25 @@
 #include <vector>
 
 #include "core/op.h"
+#include "gpu_check.h"
 #include "gradcheck.h"
 #include "kernels/ops.h"
 
 namespace tessera {
 namespace {
 
+using namespace gpu_test;
+
 using testing::test_rand;
 using testing::test_randn;
 
-#define REQUIRE_GPU()                                        \
-  do {                                                       \
-    if (!cuda_available()) GTEST_SKIP() << "no GPU visible"; \
-  } while (0)
 
-const Device kGpu = Device::cuda(0);
-const DType kFloatTypes[] = {DType::f32, DType::f64, DType::bf16, DType::f16};
 const int64_t kRowLengths[] = {1, 7, 33, 1000, 4097};
 
 double tol_of(DType dt) { return dt == DType::f64 ? 1e-9 : dt == DType::f32 ? 1e-5 : 1e-2; }
 
 Tensor randn(const Shape& s, uint64_t seed, DType dt, double scale = 1.0) {
   return cast(mul(test_randn(s, seed, DType::f64), scale), dt);
-}
-
-// An output buffer on the GPU that fails every comparison unless the kernel overwrites it.
-Tensor poisoned(const TensorMeta& m) {
-  const double bad = is_floating(m.dtype) ? std::numeric_limits<double>::quiet_NaN() : -1234567.0;
-  return full(m.shape, bad, TensorOptions(m.dtype).device(m.device));
 }
 
 // Runs op `Op` with `attrs` on copies of `in` on the GPU into poisoned outputs; returns them on the CPU.

@@ -19,21 +19,19 @@
 
 #include "core/cuda/runtime.h"
 #include "core/op.h"
+#include "gpu_check.h"
 #include "gradcheck.h"
 #include "kernels/ops.h"
 
 namespace tessera {
 namespace {
 
+using namespace gpu_test;
+
 using testing::test_rand;
 using testing::test_randn;
 
-#define REQUIRE_GPU()                                        \
-  do {                                                       \
-    if (!cuda_available()) GTEST_SKIP() << "no GPU visible"; \
-  } while (0)
 
-const Device kGpu = Device::cuda(0);
 const std::vector<DType> kFloating = {DType::f32, DType::f64, DType::bf16, DType::f16};
 const std::vector<DType> kAllDtypes = {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::u8};
 
@@ -67,13 +65,6 @@ Tensor random_indices(int64_t n, int64_t R, uint64_t seed) {
              << "element " << i << " of " << want.meta() << " is " << g.to_vector<double>()[i] << " on the GPU, "
              << want.to_vector<double>()[i] << " on the CPU";
   return ::testing::AssertionSuccess();
-}
-
-Tensor poisoned(const TensorMeta& m) {
-  const double v = is_floating(m.dtype)   ? std::numeric_limits<double>::quiet_NaN()
-                   : m.dtype == DType::u8 ? 171
-                                          : -123456789;
-  return full(m.shape, v, TensorOptions(m.dtype).device(kGpu));
 }
 
 std::string describe(const std::vector<Tensor>& inputs) {
