@@ -4,8 +4,8 @@
 #include <sstream>
 
 #include "core/autograd.h"
-#include "core/cuda/runtime.h"
 #include "core/op.h"
+#include "kernels/fill/fill.h"
 
 namespace tessera {
 
@@ -108,9 +108,8 @@ Tensor symbolic(const Shape& shape, DType dtype, Device device) {
 Tensor full(const Shape& shape, double value, TensorOptions opts) {
   bool rg = opts.requires_grad_;
   Tensor out = empty(shape, opts.requires_grad(false));
-  if (out.device().is_cuda()) {  // made on the host, copied once
-    Tensor host = full(shape, value, TensorOptions(out.dtype()));
-    cuda::copy(out.data_ptr(), out.device(), host.data_ptr(), Device::cpu(), host.nbytes());
+  if (out.device().is_cuda()) {  // the fill kernel, on the device's stream (no host copy)
+    detail::run_op_into(detail::OpInstanceT<Fill>({out.meta(), value}), {}, {out});
     if (rg) out.requires_grad_();
     return out;
   }
