@@ -105,6 +105,17 @@ TEST(CudaKernels, GradientsFlowBackAcrossDevices) {
   EXPECT_TRUE(all_close(w.grad(), seed, 0, 0));
 }
 
+TEST(CudaKernels, ToDeviceGradcheckThroughTheGpu) {
+  REQUIRE_GPU();
+  // f(x, w) = (x on the GPU) * (w on the GPU) + x, back on the CPU: to_device's backward in both
+  // directions, checked against f64 central differences.
+  auto f = [](const std::vector<Tensor>& in) {
+    return to_device(add(mul(to_device(in[0], kGpu), to_device(in[1], kGpu)), to_device(in[0], kGpu)),
+                     Device::cpu());
+  };
+  EXPECT_TRUE(testing::gradcheck(f, {test_randn({3, 5}, 60), test_randn({5}, 61)}));
+}
+
 // An op with a CPU kernel only: what any op without a `cuda` member meets on the GPU.
 struct CpuOnlyNegate : OpBase {
   static constexpr const char* kName = "cpu_only_negate";
