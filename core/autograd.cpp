@@ -3,6 +3,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/autocast.h"
 #include "core/op.h"
 #include "kernels/add/add.h"
 #include "kernels/copy/copy.h"
@@ -88,6 +89,7 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
            "backward(): gradient " << grad.meta() << " does not match output " << root.meta());
 
   NoGradGuard no_grad;  // backward rules build no graph of their own
+  const autocast::Guard no_autocast(DType::f32);  // gradients in the dtypes the forward used
   TensorImpl* root_impl = root.impl();
   if (!root_impl->grad_fn) {
     accumulate_into_leaf(*root_impl, grad);

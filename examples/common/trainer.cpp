@@ -70,8 +70,44 @@ int parse_flags(CLI::App& app, int argc, char** argv, const std::string& prog) {
 }
 
 void check_supported(const TrainerFlags& f) {
-  TS_CHECK(f.dtype == "f32", NotImplementedError, "--dtype " << f.dtype << " is not available yet (use f32)");
+  TS_CHECK(f.dtype != "f16" || f.eager, NotImplementedError,
+           "--dtype f16 needs --eager (the loss scaler's skipped steps are not in compiled steps yet; "
+           "bf16 needs no loss scaling and trains compiled)");
   if (f.device == "cuda") TS_CHECK(cuda_available(), DeviceError, "--device cuda: no GPU is visible to this process");
+}
+
+MixedPrecision::MixedPrecision(const TrainerFlags& f) : dtype_(dtype_from_name(f.dtype)) {
+  TS_CHECK(dtype_ == DType::f32 || dtype_ == DType::bf16 || dtype_ == DType::f16, ValueError,
+           "--dtype must be f32, bf16 or f16, got " << f.dtype);
+  if (dtype_ == DType::f16) scaler_.emplace();
+}
+
+std::unique_ptr<autocast::Guard> MixedPrecision::guard() const { return std::make_unique<autocast::Guard>(dtype_); }
+
+bool MixedPrecision::eager_update(const Tensor& loss, optim::Optimizer& opt) {
+  if (!scaler_) {
+    loss.backward();
+    opt.step();
+    opt.zero_grad();
+    return true;
+  }
+  scaler_->scale_loss(loss).backward();
+  const bool stepped = scaler_->step(opt);
+  // A skipped step still counts (the trainer's step and the optimizer's stay equal).
+  if (!stepped) opt.advance();
+  opt.zero_grad();
+  return stepped;
+}
+
+void MixedPrecision::save(io::CheckpointData& ck) const {
+  ck.trainer.loss_scale = scaler_ ? scaler_->scale() : 1.0;
+  if (scaler_) ck.trainer.ints["loss_scaler.clean_steps"] = scaler_->clean_steps();
+}
+
+void MixedPrecision::restore(const io::CheckpointData& ck) {
+  // A run that was not f16 saved no scaler state: an f16 resume of it starts from the default.
+  auto it = ck.trainer.ints.find("loss_scaler.clean_steps");
+  if (scaler_ && it != ck.trainer.ints.end()) scaler_->set_state(ck.trainer.loss_scale, it->second);
 }
 
 Device train_device(const TrainerFlags& f) { return f.device == "cuda" ? Device::cuda(0) : Device::cpu(); }

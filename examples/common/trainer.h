@@ -17,12 +17,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "core/autocast.h"
 #include "core/io/module_checkpoint.h"
 #include "data/text_dataset.h"
 #include "optim/optim.h"
@@ -66,9 +68,32 @@ void add_trainer_flags(CLI::App& app, TrainerFlags& flags);
 int parse_flags(CLI::App& app, int argc, char** argv, const std::string& prog);
 
 /// Checks --device and --dtype against what the trainers can do: DeviceError for --device cuda
-/// without a usable GPU, NotImplementedError for --dtype other than f32 (mixed precision is not
-/// there yet).
+/// without a usable GPU; NotImplementedError for --dtype f16 without --eager (the loss scaler
+/// decides on the host whether a step is skipped, which a compiled step cannot do yet).
 void check_supported(const TrainerFlags& flags);
+
+/// Mixed precision of a run (--dtype). f32: everything in f32. bf16 / f16: the model's
+/// matmuls, block-sparse products and attention run under autocast (core/autocast.h) with the
+/// f32 parameters as master weights; f16 also scales the loss (optim::LossScaler) in the eager
+/// update. A task computes its losses inside guard() and updates through eager_update().
+class MixedPrecision {
+ public:
+  explicit MixedPrecision(const TrainerFlags& flags);
+  /// The autocast dtype: f32 (off), bf16 or f16.
+  DType autocast_dtype() const { return dtype_; }
+  /// A guard to hold while computing a loss (switches autocast on for bf16/f16).
+  std::unique_ptr<autocast::Guard> guard() const;
+  /// backward() of `loss` (scaled for f16), then opt.step() (skipped by the scaler when a
+  /// gradient overflowed), then opt.zero_grad(). Returns whether the optimizer stepped.
+  bool eager_update(const Tensor& loss, optim::Optimizer& opt);
+  /// The loss scale (1 unless f16) into / out of a checkpoint's trainer state.
+  void save(io::CheckpointData& ck) const;
+  void restore(const io::CheckpointData& ck);
+
+ private:
+  DType dtype_;
+  std::optional<optim::LossScaler> scaler_;  // f16 only
+};
 
 /// The device named by --device ("cpu" or "cuda" = cuda:0).
 Device train_device(const TrainerFlags& flags);

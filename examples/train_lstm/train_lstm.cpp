@@ -43,13 +43,15 @@ class LstmTask : public examples::TrainTask {
   LstmTask(const examples::TrainerFlags& f, CharLSTMLM& model, optim::Optimizer& opt, const data::TextDataset& ds,
            int64_t sample_chars, double temperature)
       : f_(f), model_(model), opt_(opt), ds_(ds), sample_chars_(sample_chars), temperature_(temperature),
-        sample_gen_(f.seed + 7), lanes_(ds.tokens(data::Part::train), f.batch, f.seq), dev_(examples::train_device(f)) {
+        sample_gen_(f.seed + 7), lanes_(ds.tokens(data::Part::train), f.batch, f.seq), dev_(examples::train_device(f)),
+        precision_(f) {
     if (f.eager) return;
     // The compiled step: inputs x, y [T, B] and the carried state h<l>, c<l> [B, H] of each
     // layer; outputs the loss and the final state (read back with fetch after each run).
     auto loss_fn = [this](const std::map<std::string, Tensor>& in) {
       CharLSTMLM::State st(model_.config().layers);
       for (size_t l = 0; l < st.size(); ++l) st[l] = {in.at(h_name(l)), in.at(c_name(l))};
+      const auto amp = precision_.guard();
       CharLSTMLM::Output out = model_.loss(in.at("x"), in.at("y"), st);
       for (size_t l = 0; l < st.size(); ++l) {
         graph::mark_output(h_name(l), out.state[l].h);
@@ -74,10 +76,12 @@ class LstmTask : public examples::TrainTask {
       for (size_t l = 0; l < state_.size(); ++l) state_[l] = {step_->fetch(h_name(l)), step_->fetch(c_name(l))};
       return loss;
     }
-    auto out = model_.loss(reshape(b.inputs, {b.seq, b.batch}).to(dev_), b.targets.to(dev_), state_);
-    out.loss.backward();
-    opt_.step();
-    opt_.zero_grad();
+    CharLSTMLM::Output out;
+    {
+      const auto amp = precision_.guard();
+      out = model_.loss(reshape(b.inputs, {b.seq, b.batch}).to(dev_), b.targets.to(dev_), state_);
+    }
+    precision_.eager_update(out.loss, opt_);
     state_ = CharLSTMLM::detach(out.state);
     return out.loss.item<float>();
   }
@@ -90,6 +94,7 @@ class LstmTask : public examples::TrainTask {
                                                                        : ds_.tokens(data::Part::train);
     data::RandomWindowSampler s(val, f_.batch, f_.seq, /*seed=*/12345);
     NoGradGuard ng;
+    const auto amp = precision_.guard();
     double sum = 0;
     for (int64_t i = 0; i < batches; ++i) {
       data::Batch b = s.next();
@@ -126,6 +131,7 @@ class LstmTask : public examples::TrainTask {
       ck.trainer.tensors["lstm_state." + c_name(l)] = state_[l].c;
     }
     ck.rng["sample"] = sample_gen_.state();
+    precision_.save(ck);
   }
 
   void restore_state(const io::CheckpointData& ck) override {
@@ -152,6 +158,7 @@ class LstmTask : public examples::TrainTask {
     }
     if (state_.size() != zeros.size()) state_.clear();
     if (ck.rng.count("sample")) sample_gen_.set_state(ck.rng.at("sample"));
+    precision_.restore(ck);
   }
 
  private:
@@ -183,6 +190,7 @@ class LstmTask : public examples::TrainTask {
   Generator sample_gen_;
   data::SequentialSampler lanes_;
   Device dev_;                        // --device: where the model, batches and state live
+  examples::MixedPrecision precision_;  // --dtype
   std::optional<CompiledStep> step_;  // unset with --eager
   CharLSTMLM::State state_;           // carried between batches; empty: zeros at the next step
 };

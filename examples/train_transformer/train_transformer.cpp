@@ -64,13 +64,14 @@ class TransformerTask : public examples::TrainTask {
                   const data::TextDataset& ds, int64_t sample_chars, double temperature)
       : f_(f), model_(model), opt_(opt), ds_(ds), sample_chars_(sample_chars), temperature_(temperature),
         sampler_(ds.tokens(data::Part::train), f.batch, f.seq, f.seed, data::Layout::batch_major),
-        dropout_gen_(f.seed + 13), sample_gen_(f.seed + 7), dev_(examples::train_device(f)) {
+        dropout_gen_(f.seed + 13), sample_gen_(f.seed + 7), dev_(examples::train_device(f)), precision_(f) {
     data::RandomWindowSampler peek = sampler_;  // a copy: the real sampler does not advance
     const data::Batch example = peek.next();
     check_batch_major(example);
     if (f.eager) return;
     // loss(x [B*T], y [B*T]) -> scalar; the dropout masks come from dropout_gen_ (reserved per run).
     auto loss_fn = [this](const std::map<std::string, Tensor>& in) {
+      const auto amp = precision_.guard();
       return model_.loss(in.at("x"), in.at("y"), f_.batch, dropout_gen_);
     };
     step_.emplace(compile(loss_fn, model.named_parameters(), &opt, {{"x", example.inputs}, {"y", example.targets}},
@@ -85,10 +86,12 @@ class TransformerTask : public examples::TrainTask {
   double train_step() override {
     data::Batch b = sampler_.next();
     if (step_) return step_->run({{"x", b.inputs}, {"y", b.targets}});
-    Tensor loss = model_.loss(b.inputs.to(dev_), b.targets.to(dev_), b.batch, dropout_gen_);
-    loss.backward();
-    opt_.step();
-    opt_.zero_grad();
+    Tensor loss;
+    {
+      const auto amp = precision_.guard();
+      loss = model_.loss(b.inputs.to(dev_), b.targets.to(dev_), b.batch, dropout_gen_);
+    }
+    precision_.eager_update(loss, opt_);
     return loss.item<float>();
   }
 
@@ -101,6 +104,7 @@ class TransformerTask : public examples::TrainTask {
     data::RandomWindowSampler s(val, f_.batch, f_.seq, /*seed=*/12345, data::Layout::batch_major);
     EvalMode em(model_);
     NoGradGuard ng;
+    const auto amp = precision_.guard();
     double sum = 0;
     for (int64_t i = 0; i < batches; ++i) {
       data::Batch b = s.next();
@@ -142,6 +146,7 @@ class TransformerTask : public examples::TrainTask {
     ck.trainer.ints["data.steps"] = s.steps;
     ck.rng["dropout"] = dropout_gen_.state();
     ck.rng["sample"] = sample_gen_.state();
+    precision_.save(ck);
   }
 
   void restore_state(const io::CheckpointData& ck) override {
@@ -153,6 +158,7 @@ class TransformerTask : public examples::TrainTask {
     sampler_.set_state({g.seed, g.offset, t.ints.at("data.steps")});
     if (ck.rng.count("dropout")) dropout_gen_.set_state(ck.rng.at("dropout"));
     if (ck.rng.count("sample")) sample_gen_.set_state(ck.rng.at("sample"));
+    precision_.restore(ck);
   }
 
  private:
@@ -173,6 +179,7 @@ class TransformerTask : public examples::TrainTask {
   Generator dropout_gen_;
   Generator sample_gen_;
   Device dev_;  // --device: where the model and batches live
+  examples::MixedPrecision precision_;  // --dtype
   std::optional<CompiledStep> step_;
 };
 

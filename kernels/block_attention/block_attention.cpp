@@ -4,7 +4,9 @@
 #include <cmath>
 #include <limits>
 
+#include "core/autocast.h"
 #include "kernels/block_attention_backward/block_attention_backward.h"
+#include "kernels/cast/cast.h"
 #include "kernels/common/dispatch.h"
 
 namespace tessera {
@@ -12,7 +14,11 @@ namespace tessera {
 Tensor block_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionLayoutPtr& layout,
                        double scale) {
   const int64_t D = q.shape().ndim() == 4 ? q.size(3) : 0;  // infer reports a bad rank
-  return call<BlockAttention>({layout, D > 0 ? detail::attention_scale(scale, D) : scale}, {q, k, v})[0];
+  const BlockAttention::Attrs attrs{layout, D > 0 ? detail::attention_scale(scale, D) : scale};
+  if (autocast::applies({&q, &k, &v}))  // low-precision q, k, v; f32 result
+    return cast(call<BlockAttention>(attrs, {autocast::operand(q), autocast::operand(k), autocast::operand(v)})[0],
+                DType::f32);
+  return call<BlockAttention>(attrs, {q, k, v})[0];
 }
 
 namespace detail {

@@ -4,14 +4,26 @@
 
 #include <algorithm>
 
+#include "core/autocast.h"
 #include "kernels/common/dispatch.h"
 #include "kernels/ops.h"
 
 namespace tessera {
 
-Tensor bsmm(const Tensor& x, const Tensor& w, const LayoutPtr& layout, const Tensor& gate) {
+namespace {
+
+Tensor call_bsmm(const Tensor& x, const Tensor& w, const LayoutPtr& layout, const Tensor& gate) {
   if (gate.defined()) return call<Bsmm>({layout, true}, {x, w, gate})[0];
   return call<Bsmm>({layout, false}, {x, w})[0];
+}
+
+}  // namespace
+
+Tensor bsmm(const Tensor& x, const Tensor& w, const LayoutPtr& layout, const Tensor& gate) {
+  if (autocast::applies({&x, &w, &gate}))  // low-precision operands, f32 result
+    return cast(call_bsmm(autocast::operand(x), autocast::operand(w), layout, autocast::operand(gate)),
+                DType::f32);
+  return call_bsmm(x, w, layout, gate);
 }
 
 namespace detail {

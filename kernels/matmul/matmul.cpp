@@ -2,18 +2,24 @@
 
 #include <Eigen/Core>
 
+#include "core/autocast.h"
+#include "kernels/cast/cast.h"
 #include "kernels/common/dispatch.h"
 
 namespace tessera {
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
-  return call<Matmul>({trans_a, trans_b}, {a, b})[0];
+  if (autocast::applies({&a, &b}))
+    return call<Matmul>({trans_a, trans_b, true}, {autocast::operand(a), autocast::operand(b)})[0];
+  return call<Matmul>({trans_a, trans_b, false}, {a, b})[0];
 }
 
 std::vector<TensorMeta> Matmul::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 2);
   check_floating(kName, in[0], "A");
   check_same_dtype(kName, in[0], in[1]);
+  TS_CHECK(!attrs.f32_output || is_half(in[0].dtype), DTypeError,
+           "matmul: an f32 output needs bf16 or f16 inputs, got A " << in[0] << " and B " << in[1]);
   const Shape &sa = in[0].shape, &sb = in[1].shape;
   TS_CHECK((sa.ndim() == 2 || sa.ndim() == 3) && sa.ndim() == sb.ndim(), ShapeError,
            "matmul: expected two 2-D or two 3-D tensors, got A " << sa << " and B " << sb);
@@ -26,7 +32,7 @@ std::vector<TensorMeta> Matmul::infer(const std::vector<TensorMeta>& in, const A
            "matmul: inner sizes differ: A " << sa << (attrs.trans_a ? "ᵀ" : "") << " has " << ka << ", B " << sb
                                             << (attrs.trans_b ? "ᵀ" : "") << " has " << kb);
   Shape out = r == 2 ? Shape{m, n} : Shape{sa[0], m, n};
-  return {TensorMeta{out, in[0].dtype, in[0].device}};
+  return {TensorMeta{out, attrs.f32_output ? DType::f32 : in[0].dtype, in[0].device}};
 }
 
 namespace {
@@ -78,7 +84,8 @@ void Matmul::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, 
 }
 
 std::vector<Tensor> Matmul::backward(const BackwardContext& ctx, const Attrs& attrs) {
-  const Tensor& g = ctx.grad_output();
+  // An f32 output of bf16/f16 inputs: the gradients are in the inputs' dtype (one cast of G).
+  const Tensor g = attrs.f32_output ? cast(ctx.grad_output(), ctx.input_meta(0).dtype) : ctx.grad_output();
   const bool ta = attrs.trans_a, tb = attrs.trans_b;
   Tensor da, db;
   if (ctx.needs_input_grad(0)) {

@@ -7,7 +7,7 @@
 // row-major row lengths: B is [K,N] (ld N) or, transposed, [N,K] (ld K); A is [M,K] (ld K) or
 // [K,M] (ld M); C is [M,N] (ld N).
 //
-// Types (inputs and output share one dtype):
+// Types (inputs and output share one dtype, except f32_output: bf16/f16 inputs, f32 output):
 //   f32   compute f32 (CUBLAS_COMPUTE_32F), or TF32 tensor cores when cuda::allow_tf32();
 //   f64   compute f64;
 //   bf16, f16   inputs and output in 16 bits, products summed in f32, rounded once on store.
@@ -46,7 +46,8 @@ void Matmul::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
   const int r = sc.ndim();
   const int64_t batch = r == 3 ? sc[0] : 1, m = sc[r - 2], n = sc[r - 1];
   const int64_t k = attrs.trans_a ? a.size(r - 2) : a.size(r - 1);
-  const GemmTypes types = gemm_types(c.dtype());  // dtype check first, even for empty outputs
+  const GemmTypes types = gemm_types(a.dtype());  // dtype check first, even for empty outputs
+  const cudaDataType_t c_type = attrs.f32_output ? CUDA_R_32F : types.data;
   if (c.numel() == 0) return;
   cudaStream_t stream = cuda::current_stream(c);
   if (k == 0) {  // empty inner dimension: C = 0 (all-zero bits are 0 in every float dtype)
@@ -74,13 +75,13 @@ void Matmul::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
 
   if (batch == 1) {
     TS_CUBLAS_CHECK(cublasGemmEx(h, op_b, op_a, M, N, K, alpha, b.data_ptr(), types.data, ldb, a.data_ptr(),
-                                 types.data, lda, beta, c.data_ptr(), types.data, ldc, types.compute,
+                                 types.data, lda, beta, c.data_ptr(), c_type, ldc, types.compute,
                                  CUBLAS_GEMM_DEFAULT));
   } else {
     // Batch i reads A + i·m·k, B + i·k·n and writes C + i·m·n (contiguous [batch, ., .] tensors).
     TS_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, op_b, op_a, M, N, K, alpha, b.data_ptr(), types.data, ldb,
                                                static_cast<long long>(k * n), a.data_ptr(), types.data, lda,
-                                               static_cast<long long>(m * k), beta, c.data_ptr(), types.data, ldc,
+                                               static_cast<long long>(m * k), beta, c.data_ptr(), c_type, ldc,
                                                static_cast<long long>(m * n), static_cast<int>(batch),
                                                types.compute, CUBLAS_GEMM_DEFAULT));
   }

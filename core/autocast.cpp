@@ -1,0 +1,61 @@
+#include "core/autocast.h"
+
+#include <unordered_map>
+
+#include "core/error.h"
+#include "kernels/cast/cast.h"
+
+namespace tessera {
+namespace autocast {
+
+namespace {
+
+struct State {
+  DType dtype = DType::f32;
+  int depth = 0;  // live guards that switched autocast on
+  // Casts of parameters made inside the outermost guard: key = the parameter's storage object.
+  // Holding the parameter too keeps the key alive and unique while the entry exists.
+  struct Entry {
+    Tensor param, cast;
+  };
+  std::unordered_map<const TensorImpl*, Entry> cache;
+};
+
+thread_local State g_state;
+
+}  // namespace
+
+DType dtype() { return g_state.dtype; }
+
+Guard::Guard(DType dtype) : prev_(g_state.dtype) {
+  TS_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16, ValueError,
+           "autocast::Guard: dtype must be bf16 or f16 (on) or f32 (off), got " << dtype_name(dtype));
+  g_state.dtype = dtype;
+  ++g_state.depth;
+}
+
+Guard::~Guard() {
+  g_state.dtype = prev_;
+  if (--g_state.depth == 0) g_state.cache.clear();
+}
+
+bool applies(std::initializer_list<const Tensor*> inputs) {
+  if (!enabled()) return false;
+  for (const Tensor* t : inputs)
+    if (t->defined() && t->dtype() != DType::f32) return false;
+  return true;
+}
+
+Tensor operand(const Tensor& t) {
+  if (!enabled() || !t.defined() || t.dtype() != DType::f32) return t;
+  // Parameters: leaves that require grad. Other tensors (activations) are cast each time.
+  if (!(t.requires_grad() && t.is_leaf())) return cast(t, g_state.dtype);
+  auto it = g_state.cache.find(t.impl());
+  if (it != g_state.cache.end() && it->second.cast.dtype() == g_state.dtype) return it->second.cast;
+  Tensor c = cast(t, g_state.dtype);
+  g_state.cache[t.impl()] = State::Entry{t, c};
+  return c;
+}
+
+}  // namespace autocast
+}  // namespace tessera

@@ -1,0 +1,184 @@
+// Autocast: matmul, bsmm and block_attention take f32 operands in bf16/f16 under a guard,
+// return f32, and give f32 gradients computed in the forward's dtypes.
+#include "core/autocast.h"
+
+#include <gtest/gtest.h>
+
+#include "core/graph/compile.h"
+#include "core/sparse/generators.h"
+#include "kernels/ops.h"
+#include "optim/optim.h"
+#include "tests/support/gradcheck.h"
+
+namespace tessera {
+namespace {
+
+using testing::all_close;
+using testing::expect_error;
+using testing::test_randn;
+
+Tensor randn32(const Shape& s, uint64_t seed) { return test_randn(s, seed, DType::f32); }
+
+TEST(Autocast, GuardNestsAndRestores) {
+  EXPECT_FALSE(autocast::enabled());
+  {
+    autocast::Guard a(DType::bf16);
+    EXPECT_EQ(autocast::dtype(), DType::bf16);
+    {
+      autocast::Guard off(DType::f32);
+      EXPECT_FALSE(autocast::enabled());
+      autocast::Guard h(DType::f16);
+      EXPECT_EQ(autocast::dtype(), DType::f16);
+    }
+    EXPECT_EQ(autocast::dtype(), DType::bf16);
+  }
+  EXPECT_EQ(autocast::dtype(), DType::f32);
+  expect_error<ValueError>([] { autocast::Guard g(DType::i32); }, {"autocast", "i32"});
+  expect_error<ValueError>([] { autocast::Guard g(DType::f64); }, {"autocast", "f64"});
+}
+
+// Under the guard: C = (bf16(A)·bf16(B)) summed in f32, returned f32; the same numbers as the
+// explicit low-precision product with an f32 output, and close to the f32 product.
+TEST(Autocast, MatmulComputesInLowPrecisionReturnsF32) {
+  for (DType low : {DType::bf16, DType::f16}) {
+    for (bool tb : {false, true}) {
+      Tensor a = randn32({7, 13}, 1), b = randn32(tb ? Shape{5, 13} : Shape{13, 5}, 2);
+      Tensor c;
+      {
+        autocast::Guard g(low);
+        c = matmul(a, b, false, tb);
+      }
+      EXPECT_EQ(c.dtype(), DType::f32);
+      Tensor want = call<Matmul>({false, tb, true}, {cast(a, low), cast(b, low)})[0];
+      EXPECT_TRUE(all_close(c, want, 0, 0));
+      EXPECT_TRUE(all_close(c, matmul(a, b, false, tb), 2e-2, 5e-2));
+      // Rounding the operands is visible: the f32 product differs somewhere.
+      EXPECT_FALSE(all_close(c, matmul(a, b, false, tb), 0, 0));
+    }
+  }
+}
+
+TEST(Autocast, MatmulGradientsAreF32FromLowPrecisionProducts) {
+  Tensor a = randn32({6, 9}, 3).requires_grad_(), b = randn32({9, 4}, 4).requires_grad_();
+  Tensor r = randn32({6, 4}, 5);
+  {
+    autocast::Guard g(DType::bf16);
+    sum(mul(matmul(a, b), r)).backward();  // backward inside the guard: autocast is off there
+  }
+  ASSERT_EQ(a.grad().dtype(), DType::f32);
+  ASSERT_EQ(b.grad().dtype(), DType::f32);
+  // dA = f32(bf16(R)·bf16(B)ᵀ rounded to bf16), dB = f32(bf16(A)ᵀ·bf16(R) rounded to bf16).
+  Tensor r16 = cast(r, DType::bf16), a16 = cast(a.detach(), DType::bf16), b16 = cast(b.detach(), DType::bf16);
+  EXPECT_TRUE(all_close(a.grad(), cast(matmul(r16, b16, false, true), DType::f32), 0, 0));
+  EXPECT_TRUE(all_close(b.grad(), cast(matmul(a16, r16, true, false), DType::f32), 0, 0));
+}
+
+TEST(Autocast, OnlyF32OperandsAreCast) {
+  autocast::Guard g(DType::bf16);
+  Tensor a64 = test_randn({3, 4}, 1), b64 = test_randn({4, 2}, 2);
+  EXPECT_EQ(matmul(a64, b64).dtype(), DType::f64);  // f64 (gradient checks) is left alone
+  Tensor a16 = cast(a64, DType::bf16), b16 = cast(b64, DType::bf16);
+  EXPECT_EQ(matmul(a16, b16).dtype(), DType::bf16);  // explicit bf16 stays bf16
+}
+
+TEST(Autocast, ParameterCastIsMadeOncePerGuard) {
+  Tensor w = randn32({5, 5}, 6).requires_grad_();
+  Tensor x = randn32({5, 5}, 7);
+  Tensor first, again;
+  {
+    autocast::Guard g(DType::bf16);
+    first = autocast::operand(w);
+    again = autocast::operand(w);
+    EXPECT_TRUE(first.same(again));
+    EXPECT_FALSE(autocast::operand(x).same(autocast::operand(x)));  // activations: cast each time
+    {
+      autocast::Guard h(DType::f16);  // another dtype: its own cast
+      EXPECT_EQ(autocast::operand(w).dtype(), DType::f16);
+    }
+  }
+  autocast::Guard g(DType::bf16);
+  EXPECT_FALSE(autocast::operand(w).same(first));  // a new outermost guard: a fresh cast
+}
+
+TEST(Autocast, SharedWeightGradientsAccumulateInF32) {
+  // A recurrent weight used at every step: one cast, gradients of all uses summed.
+  Tensor w = randn32({4, 4}, 8).requires_grad_();
+  Tensor h = randn32({3, 4}, 9);
+  {
+    autocast::Guard g(DType::bf16);
+    Tensor y = h;
+    for (int t = 0; t < 3; ++t) y = tanh(matmul(y, w));
+    sum(y).backward();
+  }
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_EQ(w.grad().dtype(), DType::f32);
+  // Close to the f32 gradient.
+  Tensor w32 = w.detach().requires_grad_();
+  Tensor y = h;
+  for (int t = 0; t < 3; ++t) y = tanh(matmul(y, w32));
+  sum(y).backward();
+  EXPECT_TRUE(all_close(w.grad(), w32.grad(), 3e-2, 3e-2));
+}
+
+TEST(Autocast, BsmmAndBlockAttentionReturnF32) {
+  LayoutPtr l = random_layout(32, 48, 16, 0.5, 3);
+  Tensor x = randn32({5, 32}, 10).requires_grad_(), w = randn32({l->nnz(), 16, 16}, 11).requires_grad_();
+  auto layout = AttentionLayout::dense_causal(32, 16, 2);
+  Tensor q = randn32({2, 2, 32, 8}, 12), k = randn32({2, 2, 32, 8}, 13), v = randn32({2, 2, 32, 8}, 14);
+  Tensor y, o;
+  {
+    autocast::Guard g(DType::bf16);
+    y = bsmm(x, w, l);
+    o = block_attention(q, k, v, layout);
+    sum(y).backward();
+  }
+  EXPECT_EQ(y.dtype(), DType::f32);
+  EXPECT_EQ(o.dtype(), DType::f32);
+  EXPECT_TRUE(all_close(y, cast(bsmm(cast(x.detach(), DType::bf16), cast(w.detach(), DType::bf16), l), DType::f32),
+                        0, 0));
+  EXPECT_TRUE(all_close(y, bsmm(x.detach(), w.detach(), l), 2e-2, 5e-2));
+  EXPECT_TRUE(all_close(o, block_attention(q, k, v, layout), 2e-2, 2e-2));
+  EXPECT_EQ(x.grad().dtype(), DType::f32);
+  EXPECT_EQ(w.grad().dtype(), DType::f32);
+}
+
+// A compiled step whose loss function autocasts trains bitwise like the eager autocast step:
+// the trace records the casts and the f32-output products, and the backward its gradients.
+TEST(Autocast, CompiledStepMatchesEagerBitwise) {
+  auto make = [] {
+    Generator gen(3);
+    std::vector<graph::NamedParam> ps = {{"w1", normal({6, 16}, 0, 0.5, gen).requires_grad_()},
+                                         {"w2", normal({16, 5}, 0, 0.5, gen).requires_grad_()}};
+    return ps;
+  };
+  auto loss_of = [](const std::vector<graph::NamedParam>& ps) {
+    return [ps](const std::map<std::string, Tensor>& in) {
+      autocast::Guard amp(DType::bf16);
+      Tensor h = tanh(matmul(in.at("x"), ps[0].tensor));
+      h = tanh(matmul(h, ps[0].tensor, false, true));  // w1 used thrice: one cached cast
+      return cross_entropy(matmul(matmul(h, ps[0].tensor), ps[1].tensor), in.at("y"));
+    };
+  };
+  std::vector<graph::NamedParam> pe = make(), pt = make();
+  optim::AdamW oe(optim::param_groups_default(pe, 0.01), optim::AdamWOptions(0.01));
+  optim::AdamW ot(optim::param_groups_default(pt, 0.01), optim::AdamWOptions(0.01));
+  std::map<std::string, Tensor> in = {{"x", randn32({9, 6}, 5)},
+                                      {"y", from_vector(std::vector<int32_t>{0, 3, 1, 4, 2, 2, 0, 1, 3}, {9})}};
+  CompiledStep step = compile(loss_of(pt), pt, &ot, in);
+  for (int s = 0; s < 4; ++s) {
+    Tensor loss = loss_of(pe)(in);
+    loss.backward();
+    oe.step();
+    oe.zero_grad();
+    ASSERT_EQ(step.run(in), loss.item<double>()) << "step " << s;
+  }
+  for (size_t i = 0; i < pe.size(); ++i) EXPECT_TRUE(all_close(pt[i].tensor, pe[i].tensor, 0, 0)) << pe[i].name;
+}
+
+TEST(Autocast, F32OutputNeedsLowPrecisionInputs) {
+  expect_error<DTypeError>([] { call<Matmul>({false, false, true}, {randn32({2, 3}, 1), randn32({3, 2}, 2)}); },
+                           {"matmul", "f32 output", "bf16"});
+}
+
+}  // namespace
+}  // namespace tessera
