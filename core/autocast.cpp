@@ -41,9 +41,13 @@ Guard::~Guard() {
 
 bool applies(std::initializer_list<const Tensor*> inputs) {
   if (!enabled()) return false;
-  for (const Tensor* t : inputs)
-    if (t->defined() && t->dtype() != DType::f32) return false;
-  return true;
+  bool any_f32 = false;
+  for (const Tensor* t : inputs) {
+    if (!t->defined()) continue;
+    if (t->dtype() != DType::f32 && t->dtype() != g_state.dtype) return false;
+    any_f32 |= t->dtype() == DType::f32;
+  }
+  return any_f32;
 }
 
 Tensor operand(const Tensor& t) {

@@ -1,7 +1,8 @@
 // Automatic mixed precision ("autocast"): while an autocast::Guard for bf16 or f16 is alive on
 // a thread, the compute-heavy ops — matmul, bsmm and block_attention — take f32 inputs in the
 // low precision: their f32 operands are cast to bf16/f16, the products are summed in f32 and
-// the result comes back as f32. Everything else (layer norm, softmax, losses, optimizer
+// the result comes back as f32. Operands already in the low dtype are taken as they are (an
+// attention layer casts q, k, v once and keeps its scores and probabilities in bf16). Everything else (layer norm, softmax, losses, optimizer
 // updates) and the parameters stay f32: the parameters are the f32 master weights, cast on use.
 //
 //   {
@@ -42,8 +43,10 @@ class Guard {
 /// cast(t, dtype()), cached for parameters (see the file comment).
 Tensor operand(const Tensor& t);
 
-/// Whether an autocast op with these inputs computes in low precision: autocast is on and
-/// every defined input is f32.
+/// Whether an autocast op with these inputs casts them: autocast is on, every defined input is
+/// f32 or already in the autocast dtype, and at least one is f32 (the result is then f32). Inputs
+/// all in the autocast dtype give a result in it, as without autocast; other dtypes (f64) are
+/// left alone.
 bool applies(std::initializer_list<const Tensor*> inputs);
 
 }  // namespace autocast

@@ -53,7 +53,11 @@ struct OpBase {
   static constexpr bool kHalfNative = false;   ///< cpu() handles bf16/f16 itself (copies, casts)
   static constexpr bool kView = false;         ///< output 0 is a view of input 0 (see view_offset)
   /// Draws random numbers from the Philox stream fixed in its attributes, which then have
-  /// `uint64_t seed` and `uint64_t start` (first block). A compiled step moves `start` each run.
+  /// `uint64_t seed` and `uint64_t start` (first block). Such an op also takes an optional last
+  /// input, its Philox base: an i32 tensor of shape {2} on the op's device holding the low and
+  /// high 32 bits of a block offset added to `start` (the CUDA kernel reads it on the device).
+  /// Compiled steps append it: their nodes keep `start` relative to the step's share of the
+  /// stream and the executor writes each run's base into it, so a captured CUDA graph stays valid.
   static constexpr bool kRandom = false;
 };
 

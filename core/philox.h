@@ -98,6 +98,9 @@ TS_HOST_DEVICE double normal_f64(uint64_t seed, uint64_t start, uint64_t i) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586476925 * u2);
 }
 
+/// A block offset held as two 32-bit words (low, high), as random ops' Philox-base inputs store it.
+TS_HOST_DEVICE uint64_t join_words(uint32_t lo, uint32_t hi) { return static_cast<uint64_t>(hi) << 32 | lo; }
+
 /// Blocks consumed by a draw of n elements (f32 uniform / bernoulli).
 TS_HOST_DEVICE uint64_t blocks_for_uniform_f32(uint64_t n) { return (n + 3) / 4; }
 /// Blocks consumed by n elements of f32 normal or f64 uniform.

@@ -48,12 +48,16 @@
   X(Softmax)                              \
   X(LogSoftmax)                           \
   X(LogSoftmaxBackward)                   \
+  X(CausalSoftmax)                        \
+  X(CausalSoftmaxBackward)                \
   X(CrossEntropy)                         \
   X(CrossEntropyBackward)                 \
   X(LayerNorm)                            \
   X(LayerNormBackward)                    \
   X(LstmGates)                            \
   X(LstmGatesBackward)                    \
+  X(CudnnLstm)                            \
+  X(CudnnLstmBackward)                    \
   X(SparseLayerNorm)                      \
   X(SparseLayerNormBackward)              \
   X(Dropout)                              \

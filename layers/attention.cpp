@@ -1,5 +1,6 @@
 #include "layers/attention.h"
 
+#include "core/autocast.h"
 #include "kernels/ops.h"
 
 namespace tessera {
@@ -29,6 +30,19 @@ MultiHeadAttention::MultiHeadAttention(const AttentionOptions& o, Generator& gen
                                         << " must be > 0");
   TS_CHECK(C % H == 0, ValueError, "MultiHeadAttention: width " << C << " is not a multiple of heads " << H);
   layout_ = make_attention_layout(o);
+  // Every causal block of every head kept (heads · nb(nb+1)/2): token-level dense causal attention.
+  const int64_t nb = layout_->blocks();
+  dense_causal_ = layout_->nnz() == layout_->heads() * nb * (nb + 1) / 2;
+  const std::string& impl = o.impl();
+  TS_CHECK(impl == "auto" || impl == "block" || impl == "dense", ValueError,
+           "MultiHeadAttention: unknown impl \"" << impl << "\" (expected auto, block or dense)");
+  TS_CHECK(impl != "dense" || dense_causal_, ValueError,
+           "MultiHeadAttention: impl \"dense\" needs the dense causal layout, got " << layout_->str());
+  const double pa = o.attention_dropout();
+  TS_CHECK(pa >= 0 && pa < 1, ValueError, "MultiHeadAttention: attention_dropout must be in [0, 1), got " << pa);
+  TS_CHECK(pa == 0 || (dense_causal_ && impl != "block"), ValueError,
+           "MultiHeadAttention: attention_dropout " << pa << " needs the dense path (the dense causal layout, impl "
+               << "auto or dense), got impl \"" << impl << "\" and layout " << layout_->str());
   qkv_ = Projection(ProjectionOptions(C, 3 * C)
                         .block_size(o.linear_block_size())
                         .density(o.density(), o.seed())
@@ -46,17 +60,36 @@ MultiHeadAttention::MultiHeadAttention(const AttentionOptions& o, Generator& gen
   drop_ = register_module("drop", std::make_shared<Dropout>(DropoutOptions(o.dropout())));
 }
 
+bool MultiHeadAttention::uses_dense_path(const Device& device) const {
+  const std::string& impl = options_.impl();
+  if (impl == "dense") return true;
+  return impl == "auto" && dense_causal_ && (device.is_cuda() || options_.attention_dropout() > 0);
+}
+
 Tensor MultiHeadAttention::forward(const Tensor& x, int64_t B, Generator& dropout_gen) const {
   const int64_t T = options_.seq_len(), C = options_.width(), H = options_.heads(), D = C / H;
   TS_CHECK(
       B > 0 && x.dim() == 2 && x.size(0) == B * T && x.size(1) == C, ShapeError,
       "MultiHeadAttention: x " << x.meta() << " must be [B*T, C] = [" << B << "*" << T << ", " << C << "]");
   // Heads apart: [B*T, 3C] -> [B, T, 3, H, D] -> [3, B, H, T, D] -> q, k, v [B, H, T, D].
-  Tensor qkv = permute(reshape(qkv_.forward(x), {B, T, 3, H, D}), {2, 0, 3, 1, 4});
+  // Under autocast q, k, v are cast once, here: the heads are moved, the scores and
+  // probabilities made and the output merged in bf16/f16; proj's product returns f32.
+  Tensor qkv = permute(reshape(autocast::operand(qkv_.forward(x)), {B, T, 3, H, D}), {2, 0, 3, 1, 4});
   std::vector<Tensor> parts = split(qkv, {1, 1, 1}, 0);
   Tensor q = reshape(parts[0], {B, H, T, D}), k = reshape(parts[1], {B, H, T, D}),
          v = reshape(parts[2], {B, H, T, D});
-  Tensor o = block_attention(q, k, v, layout_, options_.scale());  // [B, H, T, D]
+  Tensor o;  // [B, H, T, D]
+  if (uses_dense_path(x.device())) {
+    // Per (b, h) as a batch of B*H: s = q·kᵀ [B*H, T, T], p = causal softmax of scale·s over
+    // keys <= query, o = p·v [B*H, T, D]. Only public ops: traced, any device and dtype.
+    const double scale = detail::attention_scale(options_.scale(), D);
+    Tensor s = matmul(reshape(q, {B * H, T, D}), reshape(k, {B * H, T, D}), false, true);
+    Tensor p = causal_softmax(s, scale);
+    if (is_training() && options_.attention_dropout() > 0) p = dropout(p, options_.attention_dropout(), dropout_gen);
+    o = reshape(matmul(p, reshape(v, {B * H, T, D})), {B, H, T, D});
+  } else {
+    o = block_attention(q, k, v, layout_, options_.scale());
+  }
   // Heads merged: [B, H, T, D] -> [B, T, H, D] -> [B*T, C].
   Tensor y = proj_.forward(reshape(permute(o, {0, 2, 1, 3}), {B * T, C}));
   if (is_training() && options_.dropout() > 0) y = drop_->forward(y, dropout_gen);

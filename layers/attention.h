@@ -7,6 +7,11 @@
 //                                   .linear_block_size(32).density(0.5, /*seed=*/1),  // sparse qkv/proj
 //                               gen);
 //   Tensor y = attn.forward(x, /*batch=*/B);   // x [B*128, 256] (batch-major rows) -> [B*128, 256]
+//
+// Dense causal attention (GPT-2 / nanoGPT) on a GPU runs as two batched GEMMs around a fused
+// causal softmax, with optional dropout on the attention probabilities:
+//
+//   nn::MultiHeadAttention gpt(nn::AttentionOptions(384, 6, 256).attention_dropout(0.2).dropout(0.2), gen);
 #pragma once
 
 #include <cstdint>
@@ -52,6 +57,15 @@ struct AttentionOptions {
   /// Dropout on the output while training (0, the default, adds no op).
   AttentionOptions& dropout(double p) { dropout_ = p; return *this; }
   AttentionOptions& dtype(DType t) { dtype_ = t; return *this; }
+  /// How attention is computed: "auto" (the default), "block" (always block_attention) or "dense"
+  /// (scores by matmul, causal_softmax, matmul; needs the dense causal layout). "auto" takes the
+  /// dense path for the dense causal layout on CUDA tensors (or when attention_dropout > 0), else
+  /// block_attention (whose CPU kernel is fast).
+  AttentionOptions& impl(std::string how) { impl_ = std::move(how); return *this; }
+  AttentionOptions& impl(const char* how) { impl_ = how; return *this; }
+  /// Dropout on the attention probabilities while training, as GPT-2 / nanoGPT do (0, the
+  /// default, adds no op). Only the dense path has it: the dense causal layout, impl not "block".
+  AttentionOptions& attention_dropout(double p) { attention_dropout_ = p; return *this; }
 
   int64_t width() const { return width_; }
   int64_t heads() const { return heads_; }
@@ -69,6 +83,8 @@ struct AttentionOptions {
   bool bias() const { return bias_; }
   double dropout() const { return dropout_; }
   DType dtype() const { return dtype_; }
+  const std::string& impl() const { return impl_; }
+  double attention_dropout() const { return attention_dropout_; }
 
  private:
   int64_t width_, heads_, seq_len_;
@@ -83,6 +99,8 @@ struct AttentionOptions {
   bool bias_ = true;
   double dropout_ = 0;
   DType dtype_ = DType::f32;
+  std::string impl_ = "auto";
+  double attention_dropout_ = 0;
 };
 
 /// The attention layout `o` describes: o.layout() when given (checked against heads and seq_len),
@@ -93,12 +111,18 @@ AttentionLayoutPtr make_attention_layout(const AttentionOptions& o);
 ///   qkv = x·Wqkv + bqkv                       [B*T, 3C] -> [B, T, 3, H, D] -> [3, B, H, T, D]
 ///   q, k, v = split(qkv)                      [B, H, T, D] each
 ///   o = block_attention(q, k, v, layout)      [B, H, T, D] (causal, only the layout's blocks)
+///     or, on the dense path (impl, see AttentionOptions::impl), per (b, h) as [B*H, T, D]:
+///       s = q·kᵀ                              [B*H, T, T]
+///       p = causal_softmax(s, scale)          (keys s <= query t), dropout(p) while training
+///       o = p·v                               [B*H, T, D] -> [B, H, T, D]
 ///   y = merge_heads(o)·Wproj + bproj          [B, T, H, D] -> [B*T, C] -> [B*T, C]
 ///   y = dropout(y) while training with p > 0.
 /// Parameters: "qkv.*" and "proj.*" (Linear or BlockSparseLinear parameters).
 class MultiHeadAttention : public Module {
  public:
-  /// ValueError/ShapeError naming the bad option (sizes, width % heads, layout, projections).
+  /// ValueError/ShapeError naming the bad option (sizes, width % heads, layout, projections, impl,
+  /// dropout probabilities; impl "dense" or attention_dropout > 0 with a layout that is not dense
+  /// causal, attention_dropout > 0 with impl "block").
   explicit MultiHeadAttention(const AttentionOptions& options, Generator& gen = default_generator());
 
   /// x [B*T, C] -> [B*T, C]; ShapeError naming x, B, T and C when they do not fit. Dropout
@@ -109,10 +133,14 @@ class MultiHeadAttention : public Module {
   const Projection& qkv() const { return qkv_; }
   const Projection& proj() const { return proj_; }
   const AttentionOptions& options() const { return options_; }
+  /// Whether forward() on tensors of `device` takes the dense path (matmul, causal_softmax,
+  /// matmul) rather than block_attention.
+  bool uses_dense_path(const Device& device) const;
 
  private:
   AttentionOptions options_;
   AttentionLayoutPtr layout_;
+  bool dense_causal_ = false;  // layout_ keeps every causal block
   Projection qkv_, proj_;
   std::shared_ptr<Dropout> drop_;
 };

@@ -65,6 +65,15 @@ LSTMCell::LSTMCell(const LSTMOptions& o, Generator& gen) : options_(o) {
            "LSTM: density " << o.density() << " must be in (0, 1]");
   TS_CHECK(o.recompute_chunk() >= 0, ValueError,
            "LSTM: recompute_chunk " << o.recompute_chunk() << " must be >= 0");
+  if (o.cudnn()) {  // one cudnn_lstm op: a plain dense LSTM
+    auto conflict = [](bool bad, const char* what) {
+      TS_CHECK(!bad, ValueError, "LSTM: cudnn(true) runs a plain dense LSTM; it cannot be combined with " << what);
+    };
+    conflict(bs > 0, "block_size > 0 (block-sparse weights)");
+    conflict(o.layer_norm(), "layer_norm");
+    conflict(o.multiplicative(), "multiplicative (mLSTM)");
+    conflict(o.recompute_chunk() > 0, "recompute_chunk");
+  }
   if (bs == 0) {
     TS_CHECK(o.density() == 1 && !o.input_layout() && !o.recurrent_layout(), ValueError,
              "LSTM: density " << o.density() << " and layouts need block_size > 0 (block_size 0 = dense)");
@@ -124,6 +133,11 @@ void LSTMCell::check_state(const char* who, const LSTMState& s, int64_t batch) c
                << (s.c.defined() ? s.c.meta().str() : "undefined") << " must both be " << want);
 }
 
+std::pair<Tensor, LSTMState> LSTMCell::cudnn_sequence(const Tensor& x, const LSTMState& s) const {
+  auto [y, h, c] = cudnn_lstm(x, s.h, s.c, wx_.dense->weight(), wh_.dense->weight(), bias_, options_.forget_bias());
+  return {y, LSTMState{h, c}};
+}
+
 LSTMState LSTMCell::forward(const Tensor& x, const LSTMState& state) const {
   TS_CHECK(x.dim() == 2, ShapeError,
            "LSTMCell: x " << x.meta() << " must be [B, " << options_.input_size() << "]");
@@ -144,6 +158,15 @@ LSTMOutput LSTM::forward(const Tensor& x, const LSTMState& state, int64_t batch)
            "LSTM: x " << x.meta() << " has no whole steps of batch " << b);
   const int64_t steps = rows / b;
   check_state("LSTM", state, b);
+
+  if (options().cudnn()) {  // the whole sequence in one op; out.steps stays empty (see LSTMOutput)
+    const LSTMState s0 = state.defined() ? state : zero_state(b, x.dtype(), x.device());
+    auto [y, last] = cudnn_sequence(x.dim() == 3 ? x : reshape(x, {steps, b, in}), s0);
+    LSTMOutput out;
+    out.output = reshape(y, {rows, options().hidden_size()});
+    out.state = last;
+    return out;
+  }
 
   // Input terms of every step in one product, then one piece per step: split's backward is one
   // concat, where per-step slices would each write a full-size zero-padded gradient.

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "core/random.h"
@@ -76,6 +77,11 @@ struct LSTMOptions {
   /// checkpointing in compiled steps; no effect in eager mode). 0: off.
   LSTMOptions& recompute_chunk(int64_t steps) { recompute_chunk_ = steps; return *this; }
   LSTMOptions& dtype(DType t) { dtype_ = t; return *this; }
+  /// true: LSTM::forward runs the whole sequence as one cudnn_lstm op (cuDNN on the GPU, its
+  /// reference kernel on the CPU) with the same parameters (so checkpoints are the same). Dense
+  /// plain LSTMs only: ValueError with block_size > 0, layer_norm, multiplicative or
+  /// recompute_chunk. LSTMCell's own forward/step do not change.
+  LSTMOptions& cudnn(bool on) { cudnn_ = on; return *this; }
 
   int64_t input_size() const { return in_; }
   int64_t hidden_size() const { return hidden_; }
@@ -89,6 +95,7 @@ struct LSTMOptions {
   bool multiplicative() const { return multiplicative_; }
   int64_t recompute_chunk() const { return recompute_chunk_; }
   DType dtype() const { return dtype_; }
+  bool cudnn() const { return cudnn_; }
 
  private:
   int64_t in_, hidden_;
@@ -100,6 +107,7 @@ struct LSTMOptions {
   bool layer_norm_ = false, multiplicative_ = false;
   int64_t recompute_chunk_ = 0;
   DType dtype_ = DType::f32;
+  bool cudnn_ = false;
 };
 
 /// One LSTM step. Submodules "wx" (Wx [In, 4H], no bias), "wh" (Wh [H, 4H], no bias) and, for
@@ -133,6 +141,9 @@ class LSTMCell : public Module {
  protected:
   /// ShapeError naming `who` unless the state is undefined or {h, c} are both [batch, H].
   void check_state(const char* who, const LSTMState& s, int64_t batch) const;
+  /// The sequence x [T, B, In] from a defined state as one cudnn_lstm op (options().cudnn()):
+  /// every step's h, y [T, B, H], and the final state.
+  std::pair<Tensor, LSTMState> cudnn_sequence(const Tensor& x, const LSTMState& s) const;
 
  private:
   // A dense or block-sparse linear map without bias (one of the two is set).
@@ -151,7 +162,8 @@ class LSTMCell : public Module {
 };
 
 /// What LSTM::forward returns: every step's h concatenated, output [T*B, H] (row t*B + b is step
-/// t, batch row b), the same as a vector of T tensors [B, H], and the final state.
+/// t, batch row b), the same as a vector of T tensors [B, H] (left empty with cudnn(): the op makes
+/// output in one piece, and splitting it would copy it), and the final state.
 struct LSTMOutput {
   Tensor output;
   std::vector<Tensor> steps;

@@ -39,7 +39,8 @@ struct TransformerBlockOptions {
   TransformerBlockOptions& activation(Activation a) { activation_ = a; return *this; }
   TransformerBlockOptions& linear_block_size(int64_t bs) { linear_block_ = bs; return *this; }
   TransformerBlockOptions& density(double d, uint64_t seed = 0) { density_ = d; seed_ = seed; return *this; }
-  /// Dropout on the MLP output while training (the attention's own dropout is in its options).
+  /// Dropout on the MLP output while training (the attention's own dropouts, on its output and
+  /// on its probabilities (AttentionOptions::attention_dropout), are in its options).
   TransformerBlockOptions& dropout(double p) { dropout_ = p; return *this; }
   TransformerBlockOptions& eps(double e) { eps_ = e; return *this; }
 

@@ -32,6 +32,7 @@ TransformerLMConfig TransformerLMConfig::from_json(const nlohmann::json& j) {
   c.density = r.get<double>("density", c.density);
   c.tied = r.get<bool>("tied", c.tied);
   c.dropout = r.get<double>("dropout", c.dropout);
+  c.attention_dropout = r.get<double>("attention_dropout", c.attention_dropout);
   c.recompute = r.get<bool>("recompute", c.recompute);
   c.seed = r.get<int64_t>("seed", c.seed);
   r.finish();
@@ -55,6 +56,7 @@ TransformerLMConfig TransformerLMConfig::from_json(const nlohmann::json& j) {
           "must be 0 (dense) or 8, 16, 32, 64");
   r.check(c.density > 0 && c.density <= 1, "density", "must be in (0, 1]");
   r.check(c.dropout >= 0 && c.dropout < 1, "dropout", "must be in [0, 1)");
+  r.check(c.attention_dropout >= 0 && c.attention_dropout < 1, "attention_dropout", "must be in [0, 1)");
   r.check(c.seed >= 0, "seed", "must be >= 0");
   // Fields that must agree.
   r.check(c.width % c.heads == 0, "width", "must be a multiple of heads=" + std::to_string(c.heads));
@@ -63,6 +65,8 @@ TransformerLMConfig TransformerLMConfig::from_json(const nlohmann::json& j) {
   r.check(c.linear_block == 0 || c.width % c.linear_block == 0, "linear_block",
           "must divide width=" + std::to_string(c.width));
   r.check(c.density == 1 || c.linear_block > 0, "density", "needs block-sparse weights (linear_block > 0)");
+  r.check(c.attention_dropout == 0 || c.attn_layout == "dense", "attention_dropout",
+          "needs attn_layout \"dense\" (got \"" + c.attn_layout + "\")");
   return c;
 }
 
@@ -83,6 +87,7 @@ nlohmann::json TransformerLMConfig::to_json() const {
                         {"density", density},
                         {"tied", tied},
                         {"dropout", dropout},
+                        {"attention_dropout", attention_dropout},
                         {"recompute", recompute},
                         {"seed", seed}};
 }
@@ -125,7 +130,8 @@ TransformerLM::TransformerLM(const TransformerLMConfig& cfg) : cfg_(cfg) {
                                     .layout(layout_)
                                     .linear_block_size(cfg.linear_block)
                                     .density(cfg.density, s)
-                                    .dropout(cfg.dropout);
+                                    .dropout(cfg.dropout)
+                                    .attention_dropout(cfg.attention_dropout);
     blocks_->add(std::make_shared<nn::TransformerBlock>(nn::TransformerBlockOptions(attn)
                                                             .mlp_ratio(cfg.mlp_ratio)
                                                             .activation(act)

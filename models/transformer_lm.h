@@ -22,6 +22,7 @@
 //   density          block-sparse weight density in (0, 1]          (1)
 //   tied             output projection = token embedding transposed  (true)
 //   dropout          p in [0, 1) on embeddings, attention and MLP outputs (0; compiled: pass dropout_gen as compile()'s rng)
+//   attention_dropout p in [0, 1) on the attention probabilities (0; > 0 needs attn_layout "dense")
 //   recompute        each block a graph::recompute region           (false)
 //   seed             parameter init and sparse-layout seed, >= 0    (0)
 #pragma once
@@ -54,6 +55,7 @@ struct TransformerLMConfig {
   double density = 1.0;
   bool tied = true;
   double dropout = 0.0;
+  double attention_dropout = 0.0;
   bool recompute = false;
   int64_t seed = 0;
 

@@ -16,7 +16,7 @@ out=${TESSERA_BUNDLE_OUT:-dist}
 build=${TESSERA_BUNDLE_BUILD:-build-gpu}
 arch=${TESSERA_CUDA_ARCH:-90}
 targets=${TESSERA_BUNDLE_TARGETS:-"gpu_tests core_tests kernels_tests layers_tests models_tests optim_tests \
-train_lstm train_transformer sample inspect ops_cpu executor bsmm_cpu"}
+train_lstm train_transformer sample inspect ops_cpu executor bsmm_cpu train_cpu train_step lstm_step"}
 
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
@@ -35,6 +35,9 @@ for t in $targets; do
   cp "$exe" "$out/bin/"
   strip "$out/bin/$t"
 done
+# The example corpus, for the trainers and bench/train_step (--data "$(dirname $0)/data/input.txt").
+corpus=../shared/data/tinyshakespeare/input.txt
+if [ -f "$corpus" ]; then mkdir -p "$out/data" && cp "$corpus" "$out/data/"; fi
 cat >"$out/run" <<'RUN'
 #!/usr/bin/env bash
 # Runs a program of this bundle with the CUDA libraries of the node on the library path.

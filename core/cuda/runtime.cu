@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/cuda/check.cuh"
+#include "core/cuda/index_errors.cuh"
 #include "core/cuda/runtime.h"
 #include "core/device.h"
 #include "core/error.h"
@@ -33,15 +34,36 @@ namespace {
 constexpr int kMaxDevices = 64;
 constexpr double kMiB = 1024.0 * 1024.0;
 
+// A pinned host buffer that host-to-device copies go through, and the event recorded on the
+// stream after the last copy out of it: the buffer may be rewritten once that event completed.
+struct Staging {
+  void* host = nullptr;
+  size_t bytes = 0;
+  cudaEvent_t copied = nullptr;
+  uint64_t last_use = 0;  // copy number of its last copy (the least recent busy one is waited for)
+};
+
+// The staging ring: up to kStagingSlots buffers, so that a copy rarely waits for earlier ones
+// (a step's feeds are queued behind the previous step's kernels: with one buffer, the second
+// feed would wait for that whole step). New buffers are added while the pinned total stays
+// within kStagingBudget; past that, or with every slot busy, the least recently used one is
+// waited for.
+constexpr size_t kStagingSlots = 8;
+constexpr size_t kStagingBudget = size_t{256} << 20;
+constexpr size_t kStagingMinBytes = size_t{4} << 10;
+
 // Everything tessera keeps per device. Created on first use and never destroyed: tensors held in
 // static objects may be freed after main returns, when the CUDA runtime may be gone already.
 struct DeviceState {
   cudaStream_t stream = nullptr;
   std::atomic<size_t> current{0}, peak{0};
-  std::mutex staging_mutex;     // pinned host buffer for host-to-device copies
-  void* staging = nullptr;
-  size_t staging_bytes = 0;
-  cudaEvent_t staging_free = nullptr;  // recorded after the last copy out of `staging`
+  std::mutex staging_mutex;       // guards staging and staging_uses
+  std::vector<Staging> staging;   // the ring, grown on demand
+  uint64_t staging_uses = 0;
+  // Bad indices recorded by kernels (index_errors.cuh), read back before every host wait.
+  std::mutex index_errors_mutex;  // guards index_errors_host
+  IndexErrorRecord* index_errors = nullptr;       // device memory
+  IndexErrorRecord* index_errors_host = nullptr;  // pinned copy
 };
 
 std::array<std::atomic<DeviceState*>, kMaxDevices> g_devices{};
@@ -58,7 +80,12 @@ DeviceState& state(int device) {
   TS_CUDA_CHECK(cudaSetDevice(device));
   auto* s = new DeviceState();
   TS_CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
-  TS_CUDA_CHECK(cudaEventCreateWithFlags(&s->staging_free, cudaEventDisableTiming));
+  s->staging.reserve(kStagingSlots);
+  TS_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s->index_errors), sizeof(IndexErrorRecord)));
+  TS_CUDA_CHECK(cudaMemset(s->index_errors, 0, sizeof(IndexErrorRecord)));
+  TS_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&s->index_errors_host), sizeof(IndexErrorRecord),
+                              cudaHostAllocDefault));
+  *s->index_errors_host = IndexErrorRecord{};
   // Keep freed blocks in the pool (no release to the driver at synchronization points).
   cudaMemPool_t pool;
   TS_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
@@ -77,6 +104,79 @@ void note_alloc(DeviceState& s, size_t n) {
   }
 }
 
+// Whether the last copy out of `st` has finished (never used: yes). Does not wait.
+bool staging_idle(const Staging& st) {
+  const cudaError_t e = cudaEventQuery(st.copied);
+  if (e == cudaErrorNotReady) {
+    cudaGetLastError();  // "not ready" is no error: clear it so later launch checks do not see it
+    return false;
+  }
+  TS_CUDA_CHECK(e);
+  return true;
+}
+
+// A staging buffer of at least `nbytes` that no queued copy reads any more (s.staging_mutex held):
+// the smallest idle one that is big enough; else a new one while the ring and the pinned budget
+// allow; else the largest idle one, grown; else the least recently used one, once its copy finished.
+Staging& staging_for(DeviceState& s, size_t nbytes) {
+  Staging *fit = nullptr, *largest_idle = nullptr, *oldest = nullptr;
+  size_t total = 0;
+  for (Staging& st : s.staging) {
+    total += st.bytes;
+    if (!oldest || st.last_use < oldest->last_use) oldest = &st;
+    if (!staging_idle(st)) continue;
+    if (st.bytes >= nbytes && (!fit || st.bytes < fit->bytes)) fit = &st;
+    if (!largest_idle || st.bytes > largest_idle->bytes) largest_idle = &st;
+  }
+  Staging* st = fit;
+  if (!st && s.staging.size() < kStagingSlots && (s.staging.empty() || total + nbytes <= kStagingBudget)) {
+    cudaEvent_t copied = nullptr;
+    TS_CUDA_CHECK(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming));
+    s.staging.push_back(Staging{nullptr, 0, copied, 0});
+    st = &s.staging.back();
+  }
+  if (!st) st = largest_idle;
+  if (!st) {
+    st = oldest;
+    TS_CUDA_CHECK(cudaEventSynchronize(st->copied));
+  }
+  if (st->bytes < nbytes) {
+    // Idle, so nothing reads the old buffer any more. Sizes are powers of two (fewer regrowths).
+    if (st->host) TS_CUDA_CHECK(cudaFreeHost(st->host));
+    st->host = nullptr;
+    st->bytes = 0;
+    size_t bytes = kStagingMinBytes;
+    while (bytes < nbytes) bytes *= 2;
+    TS_CUDA_CHECK(cudaHostAlloc(&st->host, bytes, cudaHostAllocDefault));
+    st->bytes = bytes;
+  }
+  st->last_use = ++s.staging_uses;
+  return *st;
+}
+
+// Waits for `device`'s stream, with the index-error record copied back first, and throws the
+// ValueError of a recorded bad index (clearing the record). `op`: the op whose kernels were just
+// queued (TESSERA_CUDA_SYNC=1), named when the wait itself fails.
+void wait_and_check_indices(DeviceState& s, int device, const char* op = nullptr) {
+  std::lock_guard<std::mutex> lock(s.index_errors_mutex);
+  TS_CUDA_CHECK(cudaMemcpyAsync(s.index_errors_host, s.index_errors, sizeof(IndexErrorRecord), cudaMemcpyDeviceToHost,
+                                s.stream));
+  const cudaError_t e = cudaStreamSynchronize(s.stream);
+  TS_CHECK(e == cudaSuccess, DeviceError,
+           (op ? op : "cuda::synchronize") << ": CUDA error" << (op ? " after the op (TESSERA_CUDA_SYNC=1)" : "")
+                                           << ": " << cudaGetErrorName(e) << ": " << cudaGetErrorString(e));
+  const IndexErrorRecord r = *s.index_errors_host;
+  if (r.site == 0) return;
+  *s.index_errors_host = IndexErrorRecord{};
+  TS_CUDA_CHECK(cudaMemsetAsync(s.index_errors, 0, sizeof(IndexErrorRecord), s.stream));
+  TS_THROW(ValueError, reinterpret_cast<const char*>(static_cast<uintptr_t>(r.site))
+                           << ": " << (r.what == kBadTarget ? "target" : "index") << " " << r.value
+                           << " at position " << r.position << " is out of range [0, " << r.limit
+                           << ") (found by the op's kernel on cuda:" << device
+                           << " and reported at the next wait for the device; results that depend on it are NaN "
+                              "or incomplete; with TESSERA_CUDA_SYNC=1 the op itself reports it)");
+}
+
 __global__ void iota_squared(float* out, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[i] = static_cast<float>(i) * static_cast<float>(i);
@@ -93,7 +193,12 @@ void set_device(int device) {
 
 void* stream(int device) { return state(device).stream; }
 
-void synchronize(int device) { TS_CUDA_CHECK(cudaStreamSynchronize(state(device).stream)); }
+void synchronize(int device) {
+  set_device(device);
+  wait_and_check_indices(state(device), device);
+}
+
+IndexErrorRecord* index_error_record(int device) { return state(device).index_errors; }
 
 void mem_info(int device, size_t* free_bytes, size_t* total_bytes) {
   set_device(device);
@@ -148,27 +253,21 @@ void copy(void* dst, Device dst_device, const void* src, Device src_device, size
   if (dst_device.is_cpu() && src_device.is_cpu()) {
     std::memcpy(dst, src, nbytes);
   } else if (dst_device.is_cuda() && src_device.is_cpu()) {
-    // Through the pinned staging buffer: a true asynchronous copy, and the caller's host memory
-    // is free to change once this returns. The buffer is reused after its last copy finished.
+    // Through a pinned staging buffer of the ring: a true asynchronous copy, and the caller's host
+    // memory is free to change once this returns. Each buffer is reused after its own last copy
+    // finished, so back-to-back copies do not wait for the work queued before them.
     DeviceState& s = state(dst_device.index);
     set_device(dst_device.index);
     std::lock_guard<std::mutex> lock(s.staging_mutex);
-    TS_CUDA_CHECK(cudaEventSynchronize(s.staging_free));
-    if (s.staging_bytes < nbytes) {
-      if (s.staging) TS_CUDA_CHECK(cudaFreeHost(s.staging));
-      s.staging = nullptr;
-      s.staging_bytes = 0;
-      TS_CUDA_CHECK(cudaHostAlloc(&s.staging, nbytes, cudaHostAllocDefault));
-      s.staging_bytes = nbytes;
-    }
-    std::memcpy(s.staging, src, nbytes);
-    TS_CUDA_CHECK(cudaMemcpyAsync(dst, s.staging, nbytes, cudaMemcpyHostToDevice, s.stream));
-    TS_CUDA_CHECK(cudaEventRecord(s.staging_free, s.stream));
+    Staging& st = staging_for(s, nbytes);
+    std::memcpy(st.host, src, nbytes);
+    TS_CUDA_CHECK(cudaMemcpyAsync(dst, st.host, nbytes, cudaMemcpyHostToDevice, s.stream));
+    TS_CUDA_CHECK(cudaEventRecord(st.copied, s.stream));
   } else if (dst_device.is_cpu()) {
     DeviceState& s = state(src_device.index);
     set_device(src_device.index);
     TS_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, s.stream));
-    TS_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+    wait_and_check_indices(s, src_device.index);  // a host wait: bad indices found so far are reported here
   } else if (dst_device == src_device) {
     set_device(dst_device.index);
     TS_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, state(dst_device.index).stream));
@@ -201,10 +300,7 @@ void check_op(const char* op, int device) {
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   TS_CUDA_CHECK(cudaStreamIsCapturing(s, &capturing));
   if (capturing != cudaStreamCaptureStatusNone) return;  // a graph being recorded: nothing ran yet
-  const cudaError_t e = cudaStreamSynchronize(s);
-  TS_CHECK(e == cudaSuccess, DeviceError,
-           op << ": CUDA error after the op (TESSERA_CUDA_SYNC=1): " << cudaGetErrorName(e) << ": "
-              << cudaGetErrorString(e));
+  wait_and_check_indices(state(device), device, op);
 }
 
 void begin_capture(int device) {

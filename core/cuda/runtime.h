@@ -29,7 +29,9 @@ namespace cuda {
 void set_device(int device);
 /// The stream of `device` (a cudaStream_t, as void* to keep CUDA headers out of host code).
 void* stream(int device);
-/// Waits for everything queued on `device`'s stream.
+/// Waits for everything queued on `device`'s stream. This and device-to-host copies (the host
+/// waits) throw the ValueError of a bad index that kernels recorded meanwhile (index_select ids,
+/// cross_entropy targets: core/cuda/index_errors.cuh), naming the op.
 void synchronize(int device);
 
 /// `nbytes` from `device`'s memory pool, ordered on its stream. OutOfMemoryError (with the bytes
@@ -46,7 +48,8 @@ void mem_info(int device, size_t* free_bytes, size_t* total_bytes);
 
 /// Copies `nbytes` between any two of CPU / CUDA memory, ordered on the CUDA side's stream.
 /// Host to device goes through a pinned staging buffer (the host memory may be reused as soon as
-/// this returns); device to host waits for the copy.
+/// this returns) taken from a small per-device ring, so that back-to-back copies (a step's feeds)
+/// do not wait for the kernels queued before them; device to host waits for the copy.
 void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
 /// Sets `nbytes` at `ptr` on `device` to zero, ordered on its stream.
 void zero(void* ptr, size_t nbytes, int device);

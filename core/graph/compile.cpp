@@ -11,6 +11,8 @@ CompiledStep::CompiledStep(graph::LossFn loss_fn, std::vector<graph::NamedParam>
     TS_CHECK(t.defined(), ValueError, "compile: example input '" << name << "' is undefined");
     TS_CHECK(name != "lr" && name != "step", ValueError,
              "compile: '" << name << "' is reserved for the optimizer's learning rate and step number");
+    TS_CHECK(name != graph::kRandomBaseInput, ValueError,
+             "compile: '" << name << "' is reserved for the random ops' Philox base");
     input_dtypes_[name] = t.dtype();
   }
   current_ = &plan_for(example_inputs);
@@ -46,6 +48,11 @@ graph::Executor& CompiledStep::plan_for(const std::map<std::string, Tensor>& inp
 }
 
 double CompiledStep::run(const std::map<std::string, Tensor>& inputs) {
+  launch(inputs);
+  return fetch("loss").item<double>();
+}
+
+void CompiledStep::launch(const std::map<std::string, Tensor>& inputs) {
   current_ = &plan_for(inputs);
   std::map<std::string, Tensor> feeds = inputs;
   if (updater_) {
@@ -55,7 +62,6 @@ double CompiledStep::run(const std::map<std::string, Tensor>& inputs) {
   if (const uint64_t blocks = current_->graph().random_blocks) current_->set_random_base(rng_->reserve(blocks));
   current_->run(feeds);
   if (updater_) updater_->advance();
-  return fetch("loss").item<double>();
 }
 
 Tensor CompiledStep::fetch(const std::string& name) const { return current_->fetch(name); }

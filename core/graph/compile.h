@@ -42,6 +42,9 @@ class CompiledStep {
   /// One step: runs forward, backward and (with an updater) the update, and returns the loss.
   /// The updater's step count advances by one.
   double run(const std::map<std::string, Tensor>& inputs);
+  /// The same step without waiting for it: on a GPU the host returns as soon as the work is
+  /// queued (read the loss later with fetch("loss"), which waits). The inputs may be reused at once.
+  void launch(const std::map<std::string, Tensor>& inputs);
   /// Copy of a named output of the last run: "loss", a mark_output() name, or "grad/<param>"
   /// without an updater.
   Tensor fetch(const std::string& name) const;

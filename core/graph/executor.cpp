@@ -35,9 +35,8 @@ Executor::Executor(Graph g) : graph_(std::move(g)), plan_(plan_memory(graph_)) {
     TS_CHECK(v.meta.device == device_, DeviceError,
              "executor: value " << v.id << " (" << v.name << ") is on " << v.meta.device << ", value 0 on " << device_
                                 << ": a compiled step runs on one device (move the model and its inputs there)");
-  bool random = false;
-  for (const Node& n : graph_.nodes) random |= n.op->random();
-  capture_ = device_.is_cuda() && !random && cuda_graphs_enabled();
+  capture_ = device_.is_cuda() && cuda_graphs_enabled();
+  random_base_ = graph_.random_start;
   arena_ = Storage::allocate(plan_.arena_bytes, device_);
   buffers_.resize(graph_.values.size());
   // Roots first (views and bound results refer to them), in id order: a view's base always
@@ -85,7 +84,7 @@ Tensor Executor::bind(int id) {
 
 void Executor::run(const std::map<std::string, Tensor>& feeds) {
   for (const Value& v : graph_.values) {
-    if (v.kind != ValueKind::input) continue;
+    if (v.kind != ValueKind::input || v.id == graph_.random_base) continue;
     auto it = feeds.find(v.name);
     TS_CHECK(it != feeds.end(), ValueError, "compiled step: input '" << v.name << "' was not fed");
     TS_CHECK(it->second.dtype() == v.meta.dtype, DTypeError,
@@ -99,7 +98,14 @@ void Executor::run(const std::map<std::string, Tensor>& feeds) {
     cuda::copy(buffers_[v.id].data_ptr(), device_, it->second.data_ptr(), it->second.device(), v.meta.nbytes());
   }
   for (const auto& [name, t] : feeds)
-    TS_CHECK(graph_.find_input(name) >= 0, ValueError, "compiled step: '" << name << "' is not an input of this step");
+    TS_CHECK(graph_.find_input(name) >= 0 && graph_.find_input(name) != graph_.random_base, ValueError,
+             "compiled step: '" << name << "' is not an input of this step");
+  if (graph_.random_base >= 0) {
+    // The run's Philox base as {low, high} words (Dropout's base input), ordered before the
+    // nodes on the stream like the feeds: replays of a captured graph read it on the device.
+    const uint32_t words[2] = {static_cast<uint32_t>(random_base_), static_cast<uint32_t>(random_base_ >> 32)};
+    cuda::copy(buffers_[graph_.random_base].data_ptr(), device_, words, Device::cpu(), sizeof words);
+  }
   if (cuda_graph_) return cuda::launch_graph(cuda_graph_, device_.index);
   if (capture_ && plain_runs_ > 0) {
     cuda::begin_capture(device_.index);
@@ -128,12 +134,7 @@ void Executor::run_nodes() {
                graph_.values[w.value].meta.nbytes());
 }
 
-void Executor::set_random_base(uint64_t base) {
-  TS_CHECK(!cuda_graph_, ValueError, "executor: a captured CUDA graph cannot move its random draws");
-  for (Node& n : graph_.nodes)
-    if (n.op->random() && n.op->random_stream().second != base + n.random_offset)
-      n.op = n.op->with_random_start(base + n.random_offset);
-}
+void Executor::set_random_base(uint64_t base) { random_base_ = base; }
 
 Tensor Executor::fetch(const std::string& name) const {
   const int id = graph_.find_output(name);

@@ -6,8 +6,10 @@
 // come from the CPU or that device (copied in). On CUDA the node loop and the write-backs are
 // captured once as a CUDA graph (on the second run: the first one runs the kernels plainly, so
 // that one-time set-up such as cuBLAS handles and layout tables happens outside the capture) and
-// replayed afterwards; graphs with random ops keep the plain loop (their draws move every run).
-// TESSERA_CUDA_GRAPHS=0 switches capture off.
+// replayed afterwards. Random nodes (dropout) read their Philox base from a device input that
+// each run writes (set_random_base) before the nodes or the replay, so their draws move every
+// run while the captured kernels' arguments stay the same. TESSERA_CUDA_GRAPHS=0 switches
+// capture off.
 //
 //   Executor ex(std::move(graph));
 //   ex.run({{"x", x}, {"y", y}, {"lr", lr}, {"step", step}});
@@ -35,6 +37,7 @@ class Executor {
   Tensor fetch(const std::string& name) const;
   /// Random nodes draw from Philox block base + their random_offset in the following runs
   /// (Graph::random_blocks blocks in all, reserved by the caller from the step's generator).
+  /// Until it is called they draw from Graph::random_start, the blocks the trace saw.
   void set_random_base(uint64_t base);
 
   const Graph& graph() const { return graph_; }
@@ -50,8 +53,9 @@ class Executor {
 
   Graph graph_;
   Device device_;
-  bool capture_ = false;           // CUDA, no random ops, not switched off
+  bool capture_ = false;           // CUDA, not switched off
   int plain_runs_ = 0;
+  uint64_t random_base_ = 0;       // written into Graph::random_base at every run
   std::shared_ptr<void> cuda_graph_;
   MemoryPlan plan_;
   std::shared_ptr<Storage> arena_;

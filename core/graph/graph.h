@@ -39,6 +39,9 @@ struct Value {
   std::vector<int> consumers;  ///< node indices, in order (a node appears once per use)
 };
 
+/// Name of Graph::random_base's input value (reserved: no user input may have it).
+inline constexpr const char* kRandomBaseInput = "random_base";
+
 enum class NodePhase { forward, backward, update, recompute };
 
 struct Node {
@@ -47,7 +50,8 @@ struct Node {
   std::vector<int> outputs;  ///< value ids
   NodePhase phase = NodePhase::forward;
   int region = -1;           ///< recompute region of a forward node (-1: none)
-  /// Random ops: first Philox block of the draw relative to the run's base (see Graph::random_blocks).
+  /// Random ops: first Philox block of the draw relative to the run's base (see Graph::random_blocks);
+  /// the op's `start` attribute, its last input being Graph::random_base.
   uint64_t random_offset = 0;
 };
 
@@ -66,6 +70,11 @@ class Graph {
   /// Philox blocks one run draws from the step's generator: a run reserves them (base = the
   /// generator's offset) and each random node draws from base + its random_offset.
   uint64_t random_blocks = 0;
+  /// The input every random node reads its Philox base from (i32[2], see OpBase::kRandom), -1
+  /// when there are no random nodes. Named kRandomBaseInput; the executor writes it, not feeds.
+  int random_base = -1;
+  /// The generator's offset when traced: the base of runs for which none was set.
+  uint64_t random_start = 0;
 
   int add_value(TensorMeta meta, ValueKind kind, std::string name = {}, Tensor tensor = {});
   /// Appends a node and its output values; returns the node index.

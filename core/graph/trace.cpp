@@ -57,9 +57,19 @@ class GraphTracer final : public Tracer {
     }
     std::vector<int> ins;
     for (const Tensor& t : inputs) ins.push_back(lookup(t, op->name()));
+    std::shared_ptr<const OpInstance> node_op = op;
+    if (op->random()) {
+      // The node draws from block random_offset past the run's base, which it reads from the
+      // graph's Philox-base input (written by the executor each run): its arguments stay fixed.
+      node_op = op->with_random_start(random_offset);
+      ins.push_back(random_base(detail::kernel_device(inputs, outputs)));
+      std::vector<TensorMeta> in_metas;
+      for (int id : ins) in_metas.push_back(g_.values[id].meta);
+      node_op->infer(in_metas);  // the op takes the base input (an op given one already fails here)
+    }
     std::vector<TensorMeta> metas;
     for (const Tensor& t : outputs) metas.push_back(t.meta());
-    const int n = g_.add_node(op, ins, metas, phase_, phase_ == NodePhase::forward ? region_ : -1);
+    const int n = g_.add_node(node_op, ins, metas, phase_, phase_ == NodePhase::forward ? region_ : -1);
     g_.nodes[n].random_offset = random_offset;
     for (size_t i = 0; i < outputs.size(); ++i) bind(outputs[i], g_.nodes[n].outputs[i]);
   }
@@ -81,6 +91,19 @@ class GraphTracer final : public Tracer {
              "mark_output: the name '" << name << "' is reserved (\"loss\", \"grad/...\") or empty");
     TS_CHECK(g_.find_output(name) < 0, ValueError, "mark_output: '" << name << "' is marked twice");
     g_.outputs.push_back({name, lookup(t, "mark_output")});
+  }
+
+  /// The graph's Philox-base input (made on first use, on the random ops' device).
+  int random_base(Device device) {
+    if (g_.random_base < 0) {
+      TS_CHECK(g_.find_input(kRandomBaseInput) < 0, ValueError,
+               "compile: the input name '" << kRandomBaseInput << "' is reserved for the random ops' Philox base");
+      g_.random_base = g_.add_value({Shape{2}, DType::i32, device}, ValueKind::input, kRandomBaseInput);
+    }
+    const Device at = g_.values[g_.random_base].meta.device;
+    TS_CHECK(at == device, DeviceError,
+             "compile: random ops on " << at << " and " << device << ": a compiled step runs on one device");
+    return g_.random_base;
   }
 
   void set_phase(NodePhase p) { phase_ = p; }
@@ -347,6 +370,7 @@ Graph trace_step(const LossFn& loss_fn, const std::vector<std::pair<std::string,
   }
 
   if (rng) {
+    g.random_start = rng_restore.state.offset;
     g.random_blocks = rng->offset() - rng_restore.state.offset;
     for (const Node& n : g.nodes)
       TS_CHECK(!n.op->random() || n.random_offset <= g.random_blocks, ValueError,

@@ -23,7 +23,8 @@ struct CrossEntropyOptions {
 /// loss_i = logsumexp(logits_i) − logits_i[targets_i]. mean: averaged over the rows whose
 /// target is not ignore_index (0 when every row is ignored); sum: summed; none: [N] with 0
 /// at ignored rows. A target outside [0, V) that is not ignore_index is a ValueError (on the
-/// GPU, which does not wait for the targets, it makes that row's loss and gradient NaN instead).
+/// GPU, which does not wait for the targets, it makes that row's loss and gradient NaN, and the
+/// ValueError comes at the next host wait such as item(): core/cuda/index_errors.cuh).
 ///
 ///   Tensor loss = cross_entropy(logits, targets);   // scalar
 ///   loss.backward();

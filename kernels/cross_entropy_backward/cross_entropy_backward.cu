@@ -5,8 +5,10 @@
 // For mean, one block first counts the non-ignored rows (int, any order gives the same).
 // Then one block per row (threads_for(V) threads): online max/sum over the row, and a second
 // read writes e_j · (g_row / s), the target column as (e_t / s − 1) · g_row (as the CPU does).
-// A target outside [0, V) that is not ignore_index makes its row NaN (see cross_entropy.cu).
+// A target outside [0, V) that is not ignore_index makes its row NaN and is recorded in the
+// index-error record (see cross_entropy.cu).
 #include "core/cuda/check.cuh"
+#include "core/cuda/index_errors.cuh"
 #include "kernels/common/cuda/softmax_row.cuh"
 #include "kernels/cross_entropy_backward/cross_entropy_backward.h"
 
@@ -23,7 +25,8 @@ __global__ void count_targets(const int32_t* t, int64_t n, int32_t ignore, int32
 
 template <class T>
 __global__ void cross_entropy_backward_rows(const T* x, const int32_t* t, const T* g, const int32_t* count, T* dx,
-                                            int64_t n, int64_t v, int32_t ignore, Reduction reduction) {
+                                            int64_t n, int64_t v, int32_t ignore, Reduction reduction,
+                                            cuda::IndexErrorRecord* err, const char* site) {
   using A = cuda::acc_t<T>;
   for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
     const int32_t ti = t[i];
@@ -44,6 +47,7 @@ __global__ void cross_entropy_backward_rows(const T* x, const int32_t* t, const 
     const cuda::MaxSumExp<A> st = cuda::row_max_sumexp(xr, v);
     const A scale = gr / st.s;
     const bool valid = ti >= 0 && ti < v;
+    if (!valid && threadIdx.x == 0) cuda::report_bad_index(err, site, cuda::kBadTarget, ti, i, v);
     for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
       const A e = cuda::dev_exp(cuda::to_acc(xr[j]) - st.m);
       dr[j] = cuda::from_acc<T>(!valid ? A(NAN) : (j == ti ? (e / st.s - A(1)) * gr : e * scale));
@@ -70,7 +74,8 @@ void CrossEntropyBackward::cuda(const std::vector<Tensor>& in, const std::vector
     using T = typename decltype(tag)::type;
     cross_entropy_backward_rows<<<cuda::grid_for_rows(n), cuda::threads_for(v), 0, stream>>>(
         static_cast<const T*>(in[0].data_ptr()), t, static_cast<const T*>(in[2].data_ptr()), pcount,
-        static_cast<T*>(out[0].data_ptr()), n, v, attrs.ignore_index, attrs.reduction);
+        static_cast<T*>(out[0].data_ptr()), n, v, attrs.ignore_index, attrs.reduction,
+        cuda::index_error_record(out[0].device().index), kName);
   });
   TS_CUDA_LAUNCH_CHECK(kName);
 }

@@ -6,8 +6,9 @@ namespace tessera {
 
 /// Gathers slices of x along `dim` (any dtype): x [.., R, ..], indices i32 [N] -> [.., N, ..]
 /// with out[.., n, ..] = x[.., indices[n], ..]. Indices repeat freely; one outside [0, R) is a
-/// ValueError naming it and R (on a GPU only under TESSERA_CUDA_SYNC=1, else a NaN row: see
-/// cuda::check_indices_when_syncing). Gradient w.r.t. x: index_select_backward (a deterministic
+/// ValueError naming it and R (on a GPU its row is NaN and the ValueError comes at the next host
+/// wait, such as to_vector() or item(): core/cuda/index_errors.cuh; under TESSERA_CUDA_SYNC=1 at
+/// the op: cuda::check_indices_when_syncing). Gradient w.r.t. x: index_select_backward (a deterministic
 /// scatter-add, so repeated indices accumulate).
 Tensor index_select(const Tensor& x, const Tensor& indices, int dim = 0);
 
@@ -40,7 +41,8 @@ namespace cuda {
 /// a CUDA graph must not do. With TESSERA_CUDA_SYNC=1 (where every op waits anyway) this copies
 /// them to the host and throws cpu::check_indices' ValueError; otherwise it does nothing, and
 /// the kernels stay in bounds on their own: index_select writes NaN (0 for integer dtypes) for a
-/// bad index, index_select_backward leaves it out. (kernels/index_select/index_select.cu)
+/// bad index, index_select_backward leaves it out, and both record it in the device's
+/// index-error record, reported at the next host wait (core/cuda/index_errors.cuh).
 void check_indices_when_syncing(const char* op, const Tensor& indices, int64_t R, const TensorMeta& of);
 }  // namespace cuda
 

@@ -9,7 +9,8 @@
 //      so the positions of one index stay in increasing order. [N] -> sorted_idx, sorted_pos.
 //   2. start[r] = first p with sorted_idx[p] >= r, for r in [0, R] (binary search, one thread
 //      each); the positions of row r are sorted_pos[start[r] .. start[r+1]). Indices outside
-//      [0, R) sort before start[0] or after start[R] and are left out.
+//      [0, R) sort before start[0] or after start[R] and are left out; the smallest and the
+//      largest of them are recorded in the index-error record (core/cuda/index_errors.cuh).
 //   3. One thread per output element (o, r, i): walk row r's positions in order and sum
 //      g[o, n, i]; consecutive threads take consecutive i, so the reads of g are coalesced.
 // Scratch (pairs, row starts, CUB's temporary storage) comes from the stream-ordered pool.
@@ -18,6 +19,7 @@
 #include <limits>
 
 #include "core/cuda/check.cuh"
+#include "core/cuda/index_errors.cuh"
 #include "kernels/common/cuda/dtype.cuh"
 #include "kernels/index_select/index_select.h"
 #include "kernels/index_select_backward/index_select_backward.h"
@@ -31,9 +33,14 @@ __global__ void iota_kernel(int32_t* p, int64_t n) {
     p[i] = static_cast<int32_t>(i);
 }
 
-// start[r] = lower_bound(sorted, sorted + n, r) for r in [0, R].
-__global__ void row_starts_kernel(const int32_t* sorted, int64_t n, int32_t* start, int64_t R) {
+// start[r] = lower_bound(sorted, sorted + n, r) for r in [0, R]. The threads of r = 0 and r = R
+// record a bad index at either end of the sorted indices (with its position, from `pos`).
+__global__ void row_starts_kernel(const int32_t* sorted, const int32_t* pos, int64_t n, int32_t* start, int64_t R,
+                                  cuda::IndexErrorRecord* err, const char* site) {
   for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r <= R; r += int64_t{gridDim.x} * blockDim.x) {
+    if (r == 0 && n > 0 && sorted[0] < 0) cuda::report_bad_index(err, site, cuda::kBadIndex, sorted[0], pos[0], R);
+    if (r == R && n > 0 && sorted[n - 1] >= R)
+      cuda::report_bad_index(err, site, cuda::kBadIndex, sorted[n - 1], pos[n - 1], R);
     int64_t lo = 0, hi = n;
     while (lo < hi) {
       const int64_t mid = (lo + hi) / 2;
@@ -97,7 +104,8 @@ void IndexSelectBackward::cuda(const std::vector<Tensor>& in, const std::vector<
   // 2. Where each row's positions start.
   Tensor starts = scratch(4 * (R + 1), dev);
   int32_t* start = static_cast<int32_t*>(starts.data_ptr());
-  row_starts_kernel<<<cuda::blocks_for(R + 1), 256, 0, stream>>>(sorted_idx, N, start, R);
+  row_starts_kernel<<<cuda::blocks_for(R + 1), 256, 0, stream>>>(sorted_idx, sorted_pos, N, start, R,
+                                                                  cuda::index_error_record(dev.index), kName);
   TS_CUDA_LAUNCH_CHECK(kName);
   // 3. The sums, one thread per output element.
   cuda::dispatch_cuda_float(y.dtype(), kName, [&](auto tag) {

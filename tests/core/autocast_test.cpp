@@ -79,6 +79,13 @@ TEST(Autocast, OnlyF32OperandsAreCast) {
   EXPECT_EQ(matmul(a64, b64).dtype(), DType::f64);  // f64 (gradient checks) is left alone
   Tensor a16 = cast(a64, DType::bf16), b16 = cast(b64, DType::bf16);
   EXPECT_EQ(matmul(a16, b16).dtype(), DType::bf16);  // explicit bf16 stays bf16
+  // Mixed bf16 and f32 operands: the f32 one is cast, the result is f32.
+  Tensor b32 = cast(b64, DType::f32);
+  Tensor mixed = matmul(a16, b32);
+  EXPECT_EQ(mixed.dtype(), DType::f32);
+  EXPECT_TRUE(all_close(mixed, call<Matmul>({false, false, true}, {a16, cast(b32, DType::bf16)})[0], 0, 0));
+  // f16 operands under a bf16 guard are not the guard's dtype: left alone (a dtype error).
+  expect_error<DTypeError>([&] { matmul(cast(a64, DType::f16), b32); }, {"matmul"});
 }
 
 TEST(Autocast, ParameterCastIsMadeOncePerGuard) {

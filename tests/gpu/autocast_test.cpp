@@ -13,6 +13,7 @@
 #include "gpu_check.h"
 #include "gradcheck.h"
 #include "kernels/ops.h"
+#include "layers/attention.h"
 
 namespace tessera {
 namespace {
@@ -87,6 +88,33 @@ TEST(GpuAutocast, ForwardBackwardMatchesCpu) {
     EXPECT_EQ(gg[i].dtype(), DType::f32);
     EXPECT_TRUE(close_to(gg[i], gc[i], 2e-2)) << "gradient " << i;
   }
+}
+
+// MultiHeadAttention under bf16 autocast: on the GPU the dense path (bf16 scores and
+// probabilities), on the CPU block_attention; outputs and input gradients agree.
+TEST(GpuAutocast, AttentionLayerMatchesCpu) {
+  REQUIRE_GPU();
+  const int64_t B = 3, T = 64, C = 48;
+  auto run = [&](Device dev, Tensor* dx) {
+    Generator gen(5);
+    nn::MultiHeadAttention attn(nn::AttentionOptions(C, 3, T).block_size(16), gen);
+    attn.to(dev);
+    EXPECT_EQ(attn.uses_dense_path(dev), dev.is_cuda());
+    Tensor x = test_randn({B * T, C}, 6, DType::f32).to(dev).requires_grad_();
+    Tensor y;
+    {
+      autocast::Guard amp(DType::bf16);
+      y = attn.forward(x, B);
+    }
+    sum(mul(y, test_randn({B * T, C}, 7, DType::f32).to(dev))).backward();
+    *dx = x.grad().to(Device::cpu());
+    return y.to(Device::cpu());
+  };
+  Tensor dxc, dxg;
+  Tensor yc = run(Device::cpu(), &dxc), yg = run(kGpu, &dxg);
+  EXPECT_EQ(yg.dtype(), DType::f32);
+  EXPECT_TRUE(close_to(yg, yc, 2e-2));
+  EXPECT_TRUE(close_to(dxg, dxc, 3e-2));
 }
 
 }  // namespace

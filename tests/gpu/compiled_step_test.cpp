@@ -1,8 +1,11 @@
 // Compiled training steps on the GPU: the planned arena on the device, the step captured as a
-// CUDA graph on its second run and replayed; results equal the eager GPU steps and track the CPU.
+// CUDA graph on its second run and replayed (also with dropout); results equal the eager GPU
+// steps and track the CPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "core/graph/compile.h"
 #include "gradcheck.h"
@@ -38,6 +41,13 @@ Inputs batch(int step) {
   return {{"x", from_vector(x, {40})}, {"y", from_vector(y, {40})}};
 }
 
+// Whether compiled steps capture CUDA graphs (TESSERA_CUDA_GRAPHS=0 runs them plainly: the
+// results must be the same, so the suite also runs that way).
+bool graphs_on() {
+  const char* e = std::getenv("TESSERA_CUDA_GRAPHS");
+  return !(e && std::strcmp(e, "0") == 0);
+}
+
 Inputs on(const Inputs& in, Device dev) {
   Inputs out;
   for (const auto& [k, v] : in) out[k] = v.to(dev);
@@ -71,35 +81,57 @@ TEST(CudaCompiledStep, ReplaysACudaGraphAndEqualsTheEagerGpuSteps) {
     // The same kernels; cuBLAS may pick another algorithm for other buffer alignments, so not bitwise.
     ASSERT_NEAR(lt, le.item<double>(), 1e-6 * std::abs(lt)) << "step " << s;
     ASSERT_NEAR(lt, lc.item<double>(), 1e-4 * std::abs(lc.item<double>())) << "step " << s;
-    if (s >= 1) EXPECT_TRUE(step.executor().replays_cuda_graph()) << "captured on the second run";
+    if (s >= 1) EXPECT_EQ(step.executor().replays_cuda_graph(), graphs_on()) << "captured on the second run";
   }
   EXPECT_TRUE(all_close(traced.w2.to(Device::cpu()), eager.w2.to(Device::cpu()), 1e-5, 1e-6));
   EXPECT_EQ(opt_t.step_count(), 12);
 }
 
-TEST(CudaCompiledStep, DropoutStepsRunPlainlyWithFreshMasks) {
+// Steps with dropout replay a CUDA graph too: the nodes read the Philox base from a device input
+// written before each launch, so every replay draws fresh masks, equal to eager's draw for draw
+// (forward, backward and the recomputed copy of a checkpointed region).
+TEST(CudaCompiledStep, DropoutStepsReplayACudaGraphWithFreshMasks) {
   if (!cuda_available()) GTEST_SKIP() << "no GPU visible";
   const Device gpu = Device::cuda(0);
   Mlp a(gpu), b(gpu);
-  Generator ga(5), gb(5);
+  Generator ga(5, 7), gb(5, 7);
   optim::SGD oa(a.tensors(), optim::SGDOptions(0.1)), ob(b.tensors(), optim::SGDOptions(0.1));
-  CompiledStep step = compile(
-      [&](const Inputs& in) {
-        Tensor h = dropout(matmul(index_select(b.emb, in.at("x"), 0), b.w1), 0.3, gb);
-        return cross_entropy(matmul(h, b.w2), in.at("y"));
-      },
-      b.params(), &ob, batch(0), &gb);
-  for (int s = 0; s < 4; ++s) {
+  auto loss = [](const Mlp& m, const Inputs& in, Generator& gen) {
+    Tensor h = graph::recompute([&] {  // a checkpointed region: its dropout is drawn again before backward
+      return dropout(gelu(matmul(index_select(m.emb, in.at("x"), 0), m.w1)), 0.3, gen);
+    });
+    return cross_entropy(dropout(matmul(h, m.w2), 0.2, gen), in.at("y"));
+  };
+  CompiledStep step = compile([&](const Inputs& in) { return loss(b, in, gb); }, b.params(), &ob, batch(0), &gb);
+  for (int s = 0; s < 8; ++s) {
     const Inputs in = batch(s);
-    Tensor h = dropout(matmul(index_select(a.emb, in.at("x").to(gpu), 0), a.w1), 0.3, ga);
-    Tensor l = cross_entropy(matmul(h, a.w2), in.at("y").to(gpu));
+    Tensor l = loss(a, on(in, gpu), ga);
     l.backward();
     oa.step();
     oa.zero_grad();
     const double lt = step.run(in);
     ASSERT_NEAR(lt, l.item<double>(), 1e-6 * std::abs(lt)) << "step " << s << ": the same masks as eager";
-    EXPECT_FALSE(step.executor().replays_cuda_graph());
+    ASSERT_EQ(gb.state(), ga.state()) << "step " << s;
+    if (s >= 1) EXPECT_EQ(step.executor().replays_cuda_graph(), graphs_on()) << "captured on run 2; step " << s;
   }
+  EXPECT_TRUE(all_close(b.w1.to(Device::cpu()), a.w1.to(Device::cpu()), 1e-5, 1e-6));
+  EXPECT_TRUE(all_close(b.emb.to(Device::cpu()), a.emb.to(Device::cpu()), 1e-5, 1e-6));
+
+  // Without an update the parameters stay: replays of one batch differ only by their masks, and
+  // rewinding the generator to a replay's share draws that replay's masks again, bit for bit.
+  Mlp c(gpu);
+  Generator gc(5, 7);
+  CompiledStep fixed = compile([&](const Inputs& in) { return loss(c, in, gc); }, c.params(), nullptr, batch(0), &gc);
+  std::vector<double> runs;
+  for (int s = 0; s < 4; ++s) {
+    runs.push_back(fixed.run(batch(0)));
+    for (int k = 0; k < s; ++k) EXPECT_NE(runs[s], runs[k]) << "runs " << k << " and " << s << ": the same masks";
+  }
+  EXPECT_EQ(fixed.executor().replays_cuda_graph(), graphs_on());
+  const uint64_t share = fixed.executor().graph().random_blocks;
+  gc.set_state({5, 7 + 2 * share});
+  EXPECT_EQ(fixed.run(batch(0)), runs[2]);
+  EXPECT_EQ(fixed.run(batch(0)), runs[3]);
 }
 
 }  // namespace

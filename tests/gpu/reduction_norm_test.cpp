@@ -39,9 +39,9 @@ Tensor randn(const Shape& s, uint64_t seed, DType dt, double scale = 1.0) {
   return cast(mul(test_randn(s, seed, DType::f64), scale), dt);
 }
 
-// Runs op `Op` with `attrs` on copies of `in` on the GPU into poisoned outputs; returns them on the CPU.
+// Runs op `Op` with `attrs` on copies of `in` on the GPU into poisoned outputs (left on the GPU).
 template <class Op>
-std::vector<Tensor> run_gpu(const typename Op::Attrs& attrs, const std::vector<Tensor>& in) {
+std::vector<Tensor> run_gpu_only(const typename Op::Attrs& attrs, const std::vector<Tensor>& in) {
   const detail::OpInstanceT<Op> op(attrs);
   std::vector<Tensor> gin;
   std::vector<TensorMeta> metas;
@@ -52,8 +52,14 @@ std::vector<Tensor> run_gpu(const typename Op::Attrs& attrs, const std::vector<T
   std::vector<Tensor> gout;
   for (const TensorMeta& m : op.infer(metas)) gout.push_back(poisoned(m));
   detail::run_op_into(op, gin, gout);
+  return gout;
+}
+
+// The op on the GPU (inputs copied there, outputs poisoned first); host copies of the outputs.
+template <class Op>
+std::vector<Tensor> run_gpu(const typename Op::Attrs& attrs, const std::vector<Tensor>& in) {
   std::vector<Tensor> host;
-  for (const Tensor& t : gout) host.push_back(t.to(Device::cpu()));
+  for (const Tensor& t : run_gpu_only<Op>(attrs, in)) host.push_back(t.to(Device::cpu()));
   return host;
 }
 
@@ -304,15 +310,23 @@ TEST(CudaSoftmax, CrossEntropyOverManyRowsIsReproducible) {
 
 // The GPU kernels cannot throw the CPU's ValueError without waiting for the targets on the
 // host: a bad target poisons its row instead, so the loss (and its gradient) is NaN.
-TEST(CudaSoftmax, CrossEntropyOutOfRangeTargetGivesNaNRows) {
+// Out-of-range targets (7 and -1 with 7 classes, ignore_index -100): NaN rows, and the kernel's
+// record makes the next host wait throw the CPU's ValueError once (index_errors.cuh).
+TEST(CudaSoftmax, CrossEntropyOutOfRangeTargetGivesNaNRowsAndAnError) {
   REQUIRE_GPU();
   Tensor x = randn({3, 7}, 90, DType::f32);
   Tensor t = from_vector(std::vector<int32_t>{2, 7, -1}, {3});
-  const std::vector<float> loss = run_gpu<CrossEntropy>({-100, Reduction::none}, {x, t})[0].to_vector<float>();
+  const std::vector<std::string> words = {"cross_entropy", "out of range [0, 7)"};
+  Tensor loss_none = run_gpu_only<CrossEntropy>({-100, Reduction::none}, {x, t})[0];
+  testing::expect_error<ValueError>([&] { loss_none.to_vector<float>(); }, words);
+  const std::vector<float> loss = loss_none.to_vector<float>();  // reported once: the record is clear
   EXPECT_TRUE(std::isfinite(loss[0]) && std::isnan(loss[1]) && std::isnan(loss[2]));
-  EXPECT_TRUE(std::isnan(run_gpu<CrossEntropy>({-100, Reduction::mean}, {x, t})[0].item<float>()));
-  const std::vector<float> dx =
-      run_gpu<CrossEntropyBackward>({-100, Reduction::sum}, {x, t, full({}, 1.0)})[0].to_vector<float>();
+  Tensor loss_mean = run_gpu_only<CrossEntropy>({-100, Reduction::mean}, {x, t})[0];
+  testing::expect_error<ValueError>([&] { loss_mean.item<float>(); }, words);
+  EXPECT_TRUE(std::isnan(loss_mean.item<float>()));
+  Tensor dx_gpu = run_gpu_only<CrossEntropyBackward>({-100, Reduction::sum}, {x, t, full({}, 1.0)})[0];
+  testing::expect_error<ValueError>([&] { dx_gpu.to_vector<float>(); }, words);
+  const std::vector<float> dx = dx_gpu.to_vector<float>();
   for (int j = 0; j < 7; ++j) EXPECT_TRUE(std::isfinite(dx[j]) && std::isnan(dx[7 + j]) && std::isnan(dx[14 + j]));
 }
 

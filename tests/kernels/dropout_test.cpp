@@ -92,6 +92,70 @@ TEST(Dropout, Backward) {
   EXPECT_TRUE(gradcheck(f, {test_randn({2, 3, 5}, 8)}));
 }
 
+// ---- the optional Philox-base input (compiled steps feed it; see OpBase::kRandom) ----
+
+Tensor drop(const Tensor& x, double p, uint64_t seed, uint64_t start, const Tensor& base = Tensor()) {
+  return base.defined() ? call<Dropout>({p, seed, start}, {x, base})[0] : call<Dropout>({p, seed, start}, {x})[0];
+}
+
+TEST(Dropout, PhiloxBaseAddsToStart) {
+  // first = start + base (mod 2^64): the same values as the attribute-only form with that start,
+  // bases across the 32-bit word boundary and past 2^64 included.
+  const uint64_t kLow32 = 0xFFFFFFFFull;
+  struct Case {
+    uint64_t start, base;
+  };
+  for (DType dt : {DType::f32, DType::f64, DType::bf16})
+    for (const Case c : {Case{0, 0}, Case{7, 5}, Case{0, kLow32}, Case{3, kLow32 - 1}, Case{1, (uint64_t{5} << 32) + 9},
+                         Case{~uint64_t{0} - 1, 4}}) {
+      const Tensor x = cast(test_randn({5, 21}, 12, DType::f64), dt);
+      const Tensor b = philox_base(c.base);
+      EXPECT_EQ(b.dtype(), DType::i32);
+      EXPECT_EQ(b.shape(), (Shape{2}));
+      const Tensor got = drop(x, 0.35, 99, c.start, b), want = drop(x, 0.35, 99, c.start + c.base);
+      EXPECT_EQ(got.to_vector<double>(), want.to_vector<double>()) << dt << " start " << c.start << " base " << c.base;
+    }
+  // The base is data: the same op instance draws another mask when the base's contents change.
+  const Tensor x = test_randn({4, 9}, 13);
+  Tensor b = philox_base(10);
+  const Tensor first = drop(x, 0.5, 3, 2, b);
+  b.data<int32_t>()[0] = 30;
+  EXPECT_EQ(drop(x, 0.5, 3, 2, b).to_vector<double>(), drop(x, 0.5, 3, 32).to_vector<double>());
+  EXPECT_NE(drop(x, 0.5, 3, 2, b).to_vector<double>(), first.to_vector<double>());
+  // And the generator-driven public function is the attribute-only form.
+  Generator gen(3, 12);
+  EXPECT_EQ(dropout(x, 0.5, gen).to_vector<double>(), first.to_vector<double>());
+}
+
+TEST(Dropout, PhiloxBaseBackwardRedrawsTheMask) {
+  // dx = g · mask(start + base) / (1 − p); no gradient for the base.
+  const Tensor x = test_randn({3, 10}, 14).requires_grad_(), g = test_randn({3, 10}, 15);
+  const Tensor b = philox_base((uint64_t{1} << 32) + 40);
+  drop(x, 0.4, 17, 2, b).backward(g);
+  std::vector<double> m = ref_mask(17, (uint64_t{1} << 32) + 42, 30, 0.4), gv = g.to_vector<double>(), want(30);
+  for (int i = 0; i < 30; ++i) want[i] = gv[i] * m[i] / 0.6;
+  EXPECT_TRUE(all_close(x.grad(), want, 1e-12));
+  auto f = [b](const std::vector<Tensor>& in) { return drop(in[0], 0.4, 17, 2, b); };
+  EXPECT_TRUE(gradcheck(f, {test_randn({3, 7}, 16)}));
+}
+
+TEST(Dropout, PhiloxBaseErrors) {
+  const Tensor x = test_randn({2, 3}, 17);
+  testing::expect_error<DTypeError>([&] { drop(x, 0.5, 1, 0, zeros({2}, DType::f32)); },
+                                    {"dropout", "Philox base", "i32[2]", "f32[2]"});
+  testing::expect_error<ShapeError>([&] { drop(x, 0.5, 1, 0, zeros({1}, DType::i32)); },
+                                    {"dropout", "Philox base", "i32[1]"});
+  testing::expect_error<ShapeError>([&] { drop(x, 0.5, 1, 0, zeros({1, 2}, DType::i32)); }, {"dropout", "i32[1, 2]"});
+  testing::expect_error<ValueError>([&] { call<Dropout>({0.5, 1, 0}, {x, philox_base(0), philox_base(0)}); },
+                                    {"dropout", "1 or 2 inputs", "got 3"});
+  // On another device than x: refused by the op machinery, and by the shape rule itself.
+  const TensorMeta on_gpu{Shape{2}, DType::i32, Device::cuda(0)};
+  testing::expect_error<DeviceError>([&] { drop(x, 0.5, 1, 0, symbolic({2}, DType::i32, Device::cuda(0))); },
+                                     {"dropout", "cuda:0"});
+  testing::expect_error<DeviceError>([&] { Dropout::infer({x.meta(), on_gpu}, {0.5, 1, 0}); },
+                                     {"dropout", "Philox base", "cuda:0", "x's device"});
+}
+
 TEST(Dropout, Errors) {
   Tensor x = zeros({2, 3});
   for (double p : {1.0, -0.1, 1.5, std::nan("")}) {

@@ -47,7 +47,8 @@ TEST(TransformerLMConfig, JsonRoundTrip) {
   const json j =
       json::parse(R"({"vocab": 300, "seq_len": 64, "width": 48, "layers": 3, "heads": 6, "mlp_ratio": 3,
       "activation": "gelu_tanh", "attn_block": 16, "attn_layout": "fixed", "window": 2, "stride": 2, "summary": 1,
-      "linear_block": 16, "density": 0.25, "tied": false, "dropout": 0.1, "recompute": true, "seed": 9})");
+      "linear_block": 16, "density": 0.25, "tied": false, "dropout": 0.1, "attention_dropout": 0.0, "recompute": true,
+      "seed": 9})");
   TransformerLMConfig c = TransformerLMConfig::from_json(j);
   EXPECT_EQ(c.vocab, 300);
   EXPECT_EQ(c.heads, 6);
@@ -57,6 +58,12 @@ TEST(TransformerLMConfig, JsonRoundTrip) {
   EXPECT_TRUE(c.recompute);
   EXPECT_EQ(c.to_json(), j);
   EXPECT_EQ(TransformerLMConfig::from_json(c.to_json()).to_json(), j);
+  // attention_dropout round-trips (dense layout); a config without it reads as 0.
+  json jd = TransformerLMConfig::from_json(json{{"vocab", 7}}).to_json();
+  EXPECT_EQ(jd.at("attention_dropout"), 0.0);
+  jd["attention_dropout"] = 0.2;
+  EXPECT_EQ(TransformerLMConfig::from_json(jd).attention_dropout, 0.2);
+  EXPECT_EQ(TransformerLMConfig::from_json(jd).to_json(), jd);
   // Defaults fill everything but vocab.
   TransformerLMConfig d = TransformerLMConfig::from_json(json{{"vocab", 256}});
   EXPECT_EQ(d.to_json(), [] {
@@ -89,6 +96,9 @@ TEST(TransformerLMConfig, ErrorsNameTheField) {
   expect_bad({{"density", 0.5}}, {"\"density\"", "linear_block > 0"});
   expect_bad({{"linear_block", 8}, {"density", 1.5}}, {"\"density\"", "(0, 1]"});
   expect_bad({{"dropout", 1.0}}, {"\"dropout\"", "[0, 1)"});
+  expect_bad({{"attention_dropout", -0.1}}, {"\"attention_dropout\"", "[0, 1)"});
+  expect_bad({{"attention_dropout", 0.1}, {"attn_layout", "local"}},
+             {"\"attention_dropout\"", "attn_layout \"dense\"", "local"});
   expect_bad({{"stride", 2}, {"summary", 3}}, {"\"summary\"", "stride=2"});
   expect_bad({{"seed", -1}}, {"\"seed\"", ">= 0"});
   expect_error<ValueError>(
@@ -157,6 +167,23 @@ TEST(TransformerLM, LogitsShapeAndErrors) {
   EXPECT_EQ(m.loss(ids, targets, 3).numel(), 1);
   EXPECT_EQ(*m.attention_layout(), *AttentionLayout::local_window(16, 8, 2, 1));
   expect_error<ShapeError>([&] { m.logits(ids, 2); }, {"TransformerLM", "2*16"});
+}
+
+TEST(TransformerLM, AttentionDropoutReachesEveryBlock) {
+  TransformerLMConfig c = small_config();
+  c.attention_dropout = 0.2;
+  TransformerLM m(c);
+  for (int64_t l = 0; l < c.layers; ++l) {
+    EXPECT_EQ(m.block(l).attention().options().attention_dropout(), 0.2) << "block " << l;
+    EXPECT_TRUE(m.block(l).attention().uses_dense_path(Device::cpu())) << "block " << l;
+  }
+  auto [ids, targets] = batch_of(2 * c.seq_len, c.vocab);
+  Generator g1(4), g2(4);
+  const float a = m.loss(ids, targets, 2, g1).item<float>(), b = m.loss(ids, targets, 2, g1).item<float>();
+  EXPECT_NE(a, b) << "a new mask each call";
+  EXPECT_EQ(m.loss(ids, targets, 2, g2).item<float>(), a) << "same generator state, same mask";
+  m.eval();
+  EXPECT_EQ(m.loss(ids, targets, 2, g1).item<float>(), m.loss(ids, targets, 2, g2).item<float>());
 }
 
 TEST(TransformerLM, SgdStepsReduceTheLoss) {

@@ -71,6 +71,65 @@ TEST(CompiledDropout, MasksChangeEveryRunAndFollowTheGenerator) {
   EXPECT_EQ(step.run(batch), first);
 }
 
+// The draws move through data, not through the nodes: every random node reads the graph's
+// Philox-base input, its own `start` is its offset in the step's share, and runs never replace
+// a node's op (so a captured CUDA graph, whose kernel arguments are fixed, stays valid).
+TEST(CompiledDropout, RandomNodesReadTheBaseInputAndKeepTheirArguments) {
+  DropoutMlp m;
+  m.remat = true;  // recomputed copies read the base too
+  optim::SGD opt({m.w1, m.w2}, optim::SGDOptions(0.1));
+  Generator gen(4, 11);
+  const Inputs batch{{"x", test_randn({9, 12}, 8, DType::f32)}};
+  CompiledStep step = compile([&](const Inputs& in) { return m.loss(in, gen); }, m.params(), &opt, batch, &gen);
+  const graph::Graph& g = step.executor().graph();
+  ASSERT_GE(g.random_base, 0);
+  EXPECT_EQ(g.values[g.random_base].name, graph::kRandomBaseInput);
+  EXPECT_EQ(g.values[g.random_base].meta, (TensorMeta{Shape{2}, DType::i32, Device::cpu()}));
+  EXPECT_EQ(g.random_start, 11u);
+  std::vector<const OpInstance*> ops;
+  int random_nodes = 0, recomputed = 0;
+  for (const graph::Node& n : g.nodes) {
+    ops.push_back(n.op.get());
+    if (!n.op->random()) continue;
+    ++random_nodes;
+    recomputed += n.phase == graph::NodePhase::recompute;
+    EXPECT_EQ(n.inputs.back(), g.random_base) << "the base is the last input";
+    EXPECT_EQ(n.op->random_stream(), (std::pair<uint64_t, uint64_t>{4, n.random_offset}));
+  }
+  EXPECT_EQ(random_nodes, 5) << "2 forward, 2 backward, 1 recomputed";
+  EXPECT_EQ(recomputed, 1);
+  for (int s = 0; s < 3; ++s) step.run(batch);
+  for (size_t i = 0; i < g.nodes.size(); ++i) EXPECT_EQ(g.nodes[i].op.get(), ops[i]) << "node " << i << " was replaced";
+  // The base is the executor's to write: not an input the caller feeds.
+  const Inputs with_base{{"x", batch.at("x")}, {graph::kRandomBaseInput, philox_base(0)}};
+  testing::expect_error<ValueError>([&] { step.run(with_base); }, {graph::kRandomBaseInput});
+  testing::expect_error<ValueError>(
+      [&] { compile([&](const Inputs& in) { return sum(in.at("x")); }, m.params(), nullptr, with_base); },
+      {"reserved", graph::kRandomBaseInput});
+}
+
+// An executor that was never given a base draws the blocks the trace saw (the generator's state
+// when tracing), as eager mode from that state does.
+TEST(CompiledDropout, WithoutASetBaseAnExecutorDrawsTheTracedBlocks) {
+  DropoutMlp traced, eager;
+  Generator gen_t(6, 40), gen_e(6, 40);
+  const Inputs batch{{"x", test_randn({9, 12}, 9, DType::f32)}};
+  std::vector<std::pair<std::string, TensorMeta>> metas{{"x", batch.at("x").meta()}};
+  graph::Executor ex(graph::trace_step([&](const Inputs& in) { return traced.loss(in, gen_t); }, metas,
+                                       traced.params(), nullptr, &gen_t));
+  EXPECT_EQ(gen_t.offset(), 40u) << "tracing draws nothing";
+  Tensor l = eager.loss(batch, gen_e);
+  l.backward();
+  for (int run = 0; run < 2; ++run) {
+    ex.run(batch);
+    EXPECT_EQ(ex.fetch("loss").item<double>(), l.item<double>()) << "run " << run;
+    EXPECT_TRUE(all_close(ex.fetch("grad/w1"), eager.w1.grad(), 0, 0));
+  }
+  ex.set_random_base(40 + ex.graph().random_blocks);  // the next share: eager's next step
+  ex.run(batch);
+  EXPECT_EQ(ex.fetch("loss").item<double>(), eager.loss(batch, gen_e).item<double>());
+}
+
 TEST(MarkOutput, ExtraOutputsAreFetchedAfterARun) {
   Tensor w = test_randn({6, 4}, 5, DType::f64).requires_grad_();
   auto fn = [&](const Inputs& in) {

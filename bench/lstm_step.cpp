@@ -1,0 +1,299 @@
+// A dense LSTM's training step, forward + backward of sum(output): tessera's own nn::LSTM (per
+// step one recurrent GEMM and the fused lstm_gates) against the cuDNN path (nn::LSTMOptions::cudnn:
+// the whole sequence as one cudnn_lstm op, cuDNN's RNN API), eagerly and as compiled steps
+// (graph::compile without an optimizer: forward + backward traced once, replayed as a CUDA graph).
+//
+//   lstm_step [--device cuda|cpu] [--hidden 1024,2048] [--batch 64] [--steps 256] [--dtypes f32,bf16]
+//             [--repeats N] [--warmup N] [--quick] [--json FILE]
+//
+// Input size = hidden size, one layer, forget_bias 1, random inputs x [T, B, H] (time-major),
+// zero initial state, parameters from one seed (both layers equal). Rows per (hidden, dtype):
+//   cudnn eager     the cuDNN path run eagerly: the baseline
+//   tessera eager   nn::LSTM step by step
+//   tessera graph   the same as a compiled step
+//   cudnn graph     the cuDNN path as a compiled step
+//   pytorch (ref)   PyTorch's nn.LSTM (cuDNN) on the same H200, measured separately (not in this run)
+// Figures: the median step time in ms over --repeats steps after --warmup untimed ones, all ways
+// timed in turn (one of each per round) so drift hits them alike; on the GPU with CUDA events on
+// tessera's stream (start before the step is queued, stop after it: host overhead included).
+// Ratio = time / the cuDNN path's time in the same run (lower is faster). Gradients are dropped
+// after every step (zero_grad), as a trainer does. f32 runs without TF32 unless
+// TESSERA_ALLOW_TF32=1. Before timing, the first step's loss and input gradient of every way are
+// compared with the cuDNN path's; the program exits 1 when they disagree (f32 1e-4 relative, bf16 3e-2).
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#ifdef TESSERA_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "kernels/common/cuda/blas.h"  // cuda::allow_tf32
+#endif
+
+#include "common/bench_report.h"
+#include "core/cuda/runtime.h"
+#include "core/graph/compile.h"
+#include "kernels/ops.h"
+#include "layers/lstm.h"
+
+using namespace tessera;
+using bench::BenchReport;
+using Inputs = std::map<std::string, Tensor>;
+
+namespace {
+
+struct Options {
+  std::string device = "cuda";
+  std::vector<int64_t> hidden{1024, 2048};
+  int64_t batch = 64, steps = 256;
+  std::vector<std::string> dtypes{"f32", "bf16"};
+  int repeats = 20, warmup = 3;
+  bool quick = false;
+  std::string json;
+};
+
+// PyTorch 2.11 nn.LSTM (cuDNN), forward + backward, B 64, T 256, input = hidden, same H200.
+double pytorch_ms(int64_t hidden, DType dt) {
+  if (hidden == 1024) return dt == DType::f32 ? 14.5 : dt == DType::bf16 ? 12.9 : 0;
+  if (hidden == 2048) return dt == DType::f32 ? 30.1 : dt == DType::bf16 ? 13.4 : 0;
+  return 0;
+}
+
+std::string fmt(double v, int precision = 4) {
+  std::ostringstream os;
+  os.precision(precision);
+  os << v;
+  return os.str();
+}
+
+// Times one call of fn in ms: CUDA events around it on the device's stream, or wall time on the CPU.
+class Timer {
+ public:
+  explicit Timer(Device d) : dev_(d) {
+#ifdef TESSERA_WITH_CUDA
+    if (dev_.is_cuda()) {
+      cudaEventCreate(&start_);
+      cudaEventCreate(&stop_);
+    }
+#endif
+  }
+  ~Timer() {
+#ifdef TESSERA_WITH_CUDA
+    if (dev_.is_cuda()) cudaEventDestroy(start_), cudaEventDestroy(stop_);
+#endif
+  }
+  Timer(const Timer&) = delete;
+  Timer& operator=(const Timer&) = delete;
+
+  double ms(const std::function<void()>& fn) {
+#ifdef TESSERA_WITH_CUDA
+    if (dev_.is_cuda()) {
+      auto s = static_cast<cudaStream_t>(cuda::stream(dev_.index));
+      check(cudaEventRecord(start_, s));
+      fn();
+      check(cudaEventRecord(stop_, s));
+      check(cudaEventSynchronize(stop_));
+      float t = 0;
+      check(cudaEventElapsedTime(&t, start_, stop_));
+      return t;
+    }
+#endif
+    return bench::time_median_ms(fn, 0, 1);
+  }
+
+ private:
+#ifdef TESSERA_WITH_CUDA
+  static void check(cudaError_t e) {
+    TS_CHECK(e == cudaSuccess, DeviceError, "lstm_step: CUDA event call failed: " << cudaGetErrorString(e));
+  }
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+#endif
+  Device dev_;
+};
+
+// Medians of fns timed in turn (after `warmup` untimed rounds).
+std::vector<double> interleaved_ms(Timer& timer, const std::vector<std::function<void()>>& fns, int warmup,
+                                   int repeats) {
+  for (int i = 0; i < warmup; ++i)
+    for (const auto& fn : fns) fn();
+  std::vector<std::vector<double>> ms(fns.size());
+  for (int i = 0; i < repeats; ++i)
+    for (size_t k = 0; k < fns.size(); ++k) ms[k].push_back(timer.ms(fns[k]));
+  std::vector<double> out;
+  for (auto& v : ms) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    out.push_back(v[v.size() / 2]);
+  }
+  return out;
+}
+
+// One way of running the step: a layer and, for compiled ways, its compiled step.
+struct Way {
+  std::string name;
+  std::unique_ptr<nn::LSTM> lstm;
+  std::unique_ptr<CompiledStep> step;
+  std::string failure;  // why the way could not run (e.g. capture failed); empty when fine
+};
+
+// Benchmarks one (hidden, dtype); returns false when a way's first step disagrees with the cuDNN path.
+bool bench_case(BenchReport& report, Timer& timer, const Options& o, Device dev, int64_t hidden, DType dt) {
+  const int64_t b = o.batch, t = o.steps;
+  const std::string shape = "B" + std::to_string(b) + " T" + std::to_string(t) + " H" + std::to_string(hidden);
+  const std::string tag = std::string(" ") + dtype_name(dt);
+  const nn::LSTMOptions opts = nn::LSTMOptions(hidden, hidden).forget_bias(1.0).dtype(dt);
+  const Tensor x = cast(normal({t, b, hidden}, 0.0, 1.0, DType::f32), dt).to(dev);
+
+  std::vector<Way> ways(4);
+  const char* names[] = {"cudnn eager", "tessera eager", "tessera graph", "cudnn graph"};
+  for (int k = 0; k < 4; ++k) {
+    Generator gen(7);  // the same parameters in every way
+    ways[k].name = names[k];
+    ways[k].lstm = std::make_unique<nn::LSTM>(nn::LSTMOptions(opts).cudnn(k == 0 || k == 3), gen);
+    ways[k].lstm->to(dev);
+  }
+  auto loss_of = [](const nn::LSTM& m, const Tensor& in) { return sum(m.forward(in).output); };
+  for (int k : {2, 3}) {
+    const nn::LSTM& m = *ways[k].lstm;
+    try {
+      ways[k].step = std::make_unique<CompiledStep>(
+          compile([&m, loss_of](const Inputs& in) { return loss_of(m, in.at("x")); }, m.named_parameters(), nullptr,
+                  {{"x", x}}));
+      ways[k].step->run({{"x", x}});  // the first run captures the graph
+    } catch (const std::exception& e) {
+      ways[k].failure = e.what();
+      ways[k].step.reset();
+    }
+  }
+
+  // First step of every way: loss and d loss / d wx.weight against the cuDNN path's.
+  std::vector<double> loss(4);
+  std::vector<Tensor> dwx(4);
+  for (int k = 0; k < 4; ++k) {
+    Way& w = ways[k];
+    if (w.step) {
+      loss[k] = w.step->run({{"x", x}});
+      dwx[k] = w.step->fetch("grad/wx.weight");
+    } else if (w.failure.empty()) {
+      w.lstm->zero_grad();
+      Tensor l = loss_of(*w.lstm, x);
+      l.backward();
+      loss[k] = l.item<double>();
+      for (const auto& p : w.lstm->named_parameters())
+        if (p.name == "wx.weight") dwx[k] = p.tensor.grad();
+    }
+  }
+  const double tol = dt == DType::f32 ? 1e-4 : 3e-2;
+  const std::vector<float> g0 = dwx[0].to_vector<float>();
+  double g_scale = 0;
+  for (float v : g0) g_scale = std::max(g_scale, static_cast<double>(std::abs(v)));
+  bool ok = true;
+  for (int k = 1; k < 4; ++k) {
+    if (!ways[k].failure.empty()) {
+      report.note(ways[k].name + tag + " " + shape, "not run: " + ways[k].failure);
+      std::cout << ways[k].name << tag << " " << shape << ": not run: " << ways[k].failure << std::endl;
+      continue;
+    }
+    const std::vector<float> g = dwx[k].to_vector<float>();
+    double g_diff = 0;
+    for (size_t i = 0; i < g.size(); ++i) g_diff = std::max(g_diff, std::abs(static_cast<double>(g[i]) - g0[i]));
+    const double rel = std::abs(loss[k] - loss[0]) / std::max(std::abs(loss[0]), 1e-30);
+    const double grel = g_diff / std::max(g_scale, 1e-30);
+    const bool good = rel <= tol && grel <= tol;
+    ok = ok && good;
+    const std::string check = "loss " + fmt(loss[k], 9) + " vs " + fmt(loss[0], 9) + " (relative diff " +
+                              fmt(rel, 3) + "), d/d wx max |diff| / max |grad| " + fmt(grel, 3) +
+                              (good ? "" : " MISMATCH (over " + fmt(tol) + ")");
+    report.note(ways[k].name + tag + " " + shape + " step 1 vs cudnn eager", check);
+    std::cout << ways[k].name << tag << " " << shape << ": " << check << std::endl;
+  }
+
+  std::vector<std::function<void()>> fns;
+  std::vector<int> timed;
+  for (int k = 0; k < 4; ++k) {
+    Way& w = ways[k];
+    if (!w.failure.empty()) continue;
+    timed.push_back(k);
+    if (w.step) {
+      fns.push_back([&w, &x] { w.step->run({{"x", x}}); });
+    } else {
+      fns.push_back([&w, &x, loss_of] {
+        w.lstm->zero_grad();
+        loss_of(*w.lstm, x).backward();
+      });
+    }
+  }
+  const std::vector<double> ms = interleaved_ms(timer, fns, o.warmup, o.repeats);
+  const double base = ms[0];  // cudnn eager is always timed (way 0 never fails)
+  for (size_t i = 0; i < timed.size(); ++i)
+    report.add({ways[timed[i]].name + tag, shape, ms[i], ms[i], "ms", base,
+                timed[i] == 0 ? "cudnn eager (itself)" : "cudnn eager"});
+  const double ref = dev.is_cuda() && b == 64 && t == 256 ? pytorch_ms(hidden, dt) : 0;
+  if (ref > 0) report.add({"pytorch (ref)" + tag, shape, ref, ref, "ms", base, "cudnn eager (this run)"});
+  return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tessera dense LSTM training step: its own LSTM against the cuDNN path, eager and compiled"};
+  Options o;
+  app.add_option("--device", o.device, "cuda (default) or cpu")->check(CLI::IsMember({"cuda", "cpu"}));
+  app.add_option("--hidden", o.hidden, "hidden sizes (input size = hidden)")->delimiter(',');
+  app.add_option("--batch", o.batch, "batch size")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--steps", o.steps, "sequence length T")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--dtypes", o.dtypes, "f32, bf16, f16 (comma-separated)")->delimiter(',');
+  app.add_option("--repeats", o.repeats, "timed steps per way (median reported)")->check(CLI::Range(1, 100000));
+  app.add_option("--warmup", o.warmup, "untimed steps per way first")->check(CLI::Range(0, 100000));
+  app.add_flag("--quick", o.quick, "tiny sizes and few steps (a smoke run)");
+  app.add_option("--json", o.json, "also write the figures to this JSON file");
+  CLI11_PARSE(app, argc, argv);
+  if (o.quick) {
+    if (!app.count("--hidden")) o.hidden = {32, 48};
+    if (!app.count("--batch")) o.batch = 4;
+    if (!app.count("--steps")) o.steps = 8;
+    if (!app.count("--repeats")) o.repeats = 2;
+    if (!app.count("--warmup")) o.warmup = 1;
+  }
+
+  try {
+    const Device dev = o.device == "cuda" ? Device::cuda(0) : Device::cpu();
+    TS_CHECK(!dev.is_cuda() || cuda_available(), DeviceError, "--device cuda, but no GPU is usable (try --device cpu)");
+    BenchReport report("lstm_step");
+    report.note("device", o.device);
+    report.note("step", "forward + backward of sum(output), zero_grad; one layer, input = hidden, forget_bias 1");
+    report.note("timing", std::to_string(o.repeats) + " steps after " + std::to_string(o.warmup) +
+                              " warm-up per way, in turn; median; " +
+                              (dev.is_cuda() ? "CUDA events on tessera's stream" : "wall time"));
+    report.note("ratio", "time / the cuDNN path's eager time in the same run (lower is faster)");
+    report.note("pytorch (ref)", "PyTorch 2.11 nn.LSTM (cuDNN) forward + backward, same H200, measured separately");
+    bool tf32 = false;
+#ifdef TESSERA_WITH_CUDA
+    tf32 = dev.is_cuda() && cuda::allow_tf32();
+#endif
+    report.note("f32 math", std::string(tf32 ? "TF32 tensor cores allowed (TESSERA_ALLOW_TF32=1)"
+                                             : "full f32, no TF32 (set TESSERA_ALLOW_TF32=1 to allow it)") +
+                                "; PyTorch's cuDNN RNNs allow TF32 by default (torch.backends.cudnn.allow_tf32)");
+    Timer timer(dev);
+    bool ok = true;
+    for (int64_t h : o.hidden)
+      for (const std::string& name : o.dtypes) {
+        const DType dt = dtype_from_name(name);
+        ok = bench_case(report, timer, o, dev, h, dt) && ok;
+      }
+    report.print(std::cout);
+    if (!o.json.empty()) report.write_json(o.json);
+    if (!ok) {
+      std::cerr << "lstm_step: a way's first step disagrees with the cuDNN path's (see the notes)\n";
+      return 1;
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "lstm_step: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
