@@ -40,6 +40,7 @@
   X(MaxBackward)                          \
   /* linear algebra */                    \
   X(Matmul)                               \
+  X(Linear)                               \
   /* block sparse */                      \
   X(Bsmm)                                 \
   X(BsmmDx)                               \

@@ -36,6 +36,7 @@
 #include "kernels/index_select_backward/index_select_backward.h"
 #include "kernels/layer_norm/layer_norm.h"
 #include "kernels/layer_norm_backward/layer_norm_backward.h"
+#include "kernels/linear/linear.h"
 #include "kernels/log/log.h"
 #include "kernels/log_softmax/log_softmax.h"
 #include "kernels/log_softmax_backward/log_softmax_backward.h"

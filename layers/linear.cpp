@@ -23,8 +23,8 @@ Tensor Linear::forward(const Tensor& x) const {
   // [..., in] -> [rows, in] -> [rows, out] -> [..., out] (reshapes are views).
   std::vector<int64_t> out_shape = x.shape().vec();
   out_shape.back() = options_.out_features();
-  Tensor y = matmul(x.dim() == 2 ? x : reshape(x, {-1, in}), weight_);
-  if (bias_.defined()) y = add(y, bias_);  // [rows, out] + [out]
+  // y = x·W + b in one op (on CUDA the GEMM's epilogue adds b); matmul alone without a bias.
+  Tensor y = linear(x.dim() == 2 ? x : reshape(x, {-1, in}), weight_, bias_);
   return x.dim() == 2 ? y : reshape(y, out_shape);
 }
 

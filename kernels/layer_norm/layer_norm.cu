@@ -1,6 +1,7 @@
 // layer_norm on the GPU: the group normalization of kernels/common/cuda/normalize.cuh with one
-// group per row (S = 1, G = C): one block per row of x [rows, C], threads_for(C) threads.
-// Outputs y [rows, C] (x's dtype), mean and rstd [rows] (acc_t: f32, f64 for f64).
+// group per row (S = 1, G = C): a warp per row of x [rows, C] (a block for long rows), the row
+// held in registers. Outputs y [rows, C] (x's dtype), mean and rstd [rows] (acc_t: f32, f64 for
+// f64).
 #include "kernels/common/cuda/normalize.cuh"
 #include "kernels/layer_norm/layer_norm.h"
 

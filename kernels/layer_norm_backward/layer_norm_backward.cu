@@ -1,7 +1,8 @@
 // layer_norm_backward on the GPU: the group-normalization backward of
 // kernels/common/cuda/normalize.cuh with one group per row (S = 1, G = C). Pass 1: blocks of
-// consecutive rows (threads_for(C) threads) write dx and per-block column sums of g·xhat and
-// g; pass 2 adds those in block order into dgamma, dbeta [C] (deterministic, no atomics).
+// consecutive rows (a warp per row, or the block for long rows) write dx and per-block column
+// sums of g·xhat and g; pass 2 adds those in block order into dgamma, dbeta [C] (deterministic,
+// no atomics).
 #include "kernels/common/cuda/normalize.cuh"
 #include "kernels/layer_norm_backward/layer_norm_backward.h"
 

@@ -1,6 +1,6 @@
 // sparse_layer_norm on the GPU: the group normalization of kernels/common/cuda/normalize.cuh
-// over S = segments groups of G = C / S features per row, with the fused ReLU: one block per
-// (row, segment) unit, threads_for(G) threads. Outputs y [..., C], mean and rstd [..., S]
+// over S = segments groups of G = C / S features per row, with the fused ReLU: a warp per
+// (row, segment) unit (a block for long segments). Outputs y [..., C], mean and rstd [..., S]
 // (acc_t: f32, f64 for f64).
 #include "kernels/common/cuda/normalize.cuh"
 #include "kernels/sparse_layer_norm/sparse_layer_norm.h"

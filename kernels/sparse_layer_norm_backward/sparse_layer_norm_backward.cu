@@ -1,8 +1,8 @@
 // sparse_layer_norm_backward on the GPU: the group-normalization backward of
 // kernels/common/cuda/normalize.cuh over S segments of G = C / S features, with the ReLU mask
-// y > 0 when the forward applied ReLU. Pass 1: block (row block, segment), threads_for(G)
-// threads, writes dx and per-block column sums of gz·xhat and gz; pass 2 adds those in block
-// order into dgamma, dbeta [C] (deterministic, no atomics).
+// y > 0 when the forward applied ReLU. Pass 1: block (row block, segment), a warp per row (the
+// block for long segments), writes dx and per-block column sums of gz·xhat and gz; pass 2 adds
+// those in block order into dgamma, dbeta [C] (deterministic, no atomics).
 #include "kernels/common/cuda/normalize.cuh"
 #include "kernels/sparse_layer_norm_backward/sparse_layer_norm_backward.h"
 

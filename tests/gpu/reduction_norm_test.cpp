@@ -2,7 +2,8 @@
 // (softmax, log_softmax, log_softmax_backward, cross_entropy, cross_entropy_backward) and the
 // normalizations (layer_norm, sparse_layer_norm and their backward ops) against their CPU
 // kernels (label `gpu`; skipped visibly without a GPU).
-// Inputs are random, row lengths odd (1, 7, 33, 1000, 4097), every floating dtype; GPU outputs
+// Inputs are random, row lengths odd (1, 7, 33, 1000, 4097; for the normalizations also widths
+// that take each of their kernel paths), every floating dtype; GPU outputs
 // are poisoned (NaN; -1234567 for indices) before the kernel runs, so an element it leaves
 // unwritten fails. Tolerance |gpu − cpu| <= tol·(|cpu| + scale), scale = the RMS of the CPU
 // output (the size of the rounding of sums that cancel): tol 1e-5 for f32, 1e-9 for f64, 1e-2
@@ -13,10 +14,12 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/cuda/runtime.h"
 #include "core/op.h"
 #include "gpu_check.h"
 #include "gradcheck.h"
@@ -317,6 +320,10 @@ TEST(CudaSoftmax, CrossEntropyOutOfRangeTargetGivesNaNRowsAndAnError) {
   Tensor x = randn({3, 7}, 90, DType::f32);
   Tensor t = from_vector(std::vector<int32_t>{2, 7, -1}, {3});
   const std::vector<std::string> words = {"cross_entropy", "out of range [0, 7)"};
+  if (cuda::sync_each_op()) {  // TESSERA_CUDA_SYNC=1: the op itself reports it
+    testing::expect_error<ValueError>([&] { run_gpu_only<CrossEntropy>({-100, Reduction::none}, {x, t}); }, words);
+    return;
+  }
   Tensor loss_none = run_gpu_only<CrossEntropy>({-100, Reduction::none}, {x, t})[0];
   testing::expect_error<ValueError>([&] { loss_none.to_vector<float>(); }, words);
   const std::vector<float> loss = loss_none.to_vector<float>();  // reported once: the record is clear
@@ -420,6 +427,102 @@ TEST(CudaNorms, SparseLayerNormSegmentsAndReluForwardAndBackward) {
     }
     expect_norm_matches({3, 4097}, 17, true, true, dt, seed += 4);  // 17 segments of 241
     expect_norm_matches({600, 21}, 3, true, true, dt, seed += 4);
+  }
+}
+
+// Widths that take every path of kernels/common/cuda/normalize.cuh in every dtype: warp teams
+// with 1, 2, 4 and 8 packs of 16 bytes per lane, block teams, the generic kernels (forward
+// beyond 4096 packs: f32 16384 elements; backward beyond 8192 elements, f64 4096), 128-bit and
+// element-by-element loads (odd widths). 37 rows: three row blocks of 16 rows backward.
+const int64_t kNormWidths[] = {1, 7, 33, 64, 128, 256, 384, 1000, 1001, 2048, 4096, 4097, 8192, 20000, 40001};
+
+TEST(CudaNorms, LayerNormEveryKernelPath) {
+  REQUIRE_GPU();
+  uint64_t seed = 300;
+  for (DType dt : kFloatTypes) {
+    for (int64_t c : kNormWidths) {
+      const int64_t rows = std::clamp<int64_t>(200000 / c, 3, 37);
+      for (bool affine : {false, true}) expect_norm_matches({rows, c}, 0, false, affine, dt, seed += 4);
+    }
+  }
+}
+
+TEST(CudaNorms, SparseLayerNormEveryKernelPath) {
+  REQUIRE_GPU();
+  uint64_t seed = 400;
+  for (DType dt : kFloatTypes) {
+    for (int64_t gs : {24, 96, 241, 384, 2048}) {
+      for (bool relu : {false, true}) {
+        expect_norm_matches({37, 4 * gs}, 4, relu, true, dt, seed += 4);
+        expect_norm_matches({3, 3, 3 * gs}, 3, relu, false, dt, seed += 4);
+      }
+    }
+  }
+}
+
+// Many rows: row blocks of more than 16 rows backward (the warps of a block take several rows
+// each), about 1000 partial sums per column of dgamma, dbeta.
+TEST(CudaNorms, NormsOfManyRows) {
+  REQUIRE_GPU();
+  for (DType dt : {DType::f32, DType::bf16}) {
+    expect_norm_matches({16500, 16}, 0, false, true, dt, 500);
+    expect_norm_matches({17000, 96}, 4, true, true, dt, 504);  // 4 segments of 24
+    expect_norm_matches({2000, 1024}, 0, false, true, dt, 508);
+  }
+}
+
+// The layer norm of a nanoGPT-sized training step (x [16384, 384]); also the shape to time with
+// ncu -k regex:normalize_ ./tests/gpu_tests --gtest_filter=CudaNorms.LayerNormOfATrainingStep.
+TEST(CudaNorms, LayerNormOfATrainingStep) {
+  REQUIRE_GPU();
+  for (DType dt : {DType::f32, DType::bf16}) expect_norm_matches({16384, 384}, 0, false, true, dt, 520);
+}
+
+// A copy of t on the GPU whose data starts one element past a 16-byte boundary (a view into a
+// buffer of numel + 1 elements): the kernels then load and store element by element.
+Tensor misaligned_on_gpu(const Tensor& t) {
+  std::vector<double> v = t.to_vector<double>();
+  v.insert(v.begin(), 0.0);
+  Tensor buf = cast(from_vector(v, Shape{t.numel() + 1}), t.dtype()).to(kGpu);  // exact: v holds t's values
+  auto impl = std::make_shared<TensorImpl>(*buf.impl());
+  impl->offset += dtype_size(t.dtype());
+  impl->meta.shape = t.shape();
+  return Tensor(impl);
+}
+
+// Element-by-element loads put every element in the same register as 128-bit loads: the
+// results of a misaligned x (forward) or g (backward) are the same bits.
+TEST(CudaNorms, MisalignedDataGivesTheSameBits) {
+  REQUIRE_GPU();
+  uint64_t seed = 600;
+  for (DType dt : kFloatTypes) {
+    for (int64_t c : {384, 4096}) {  // warp and block teams
+      Tensor x = randn({9, c}, ++seed, dt), g = randn({9, c}, ++seed, dt);
+      Tensor gamma = randn({c}, ++seed, dt), beta = randn({c}, ++seed, dt);
+      Tensor x_off = misaligned_on_gpu(x), g_off = misaligned_on_gpu(g);
+      const std::string what = label(dt, x.shape());
+      const LayerNorm::Attrs attrs{1e-5, true, true};
+      const std::vector<Tensor> fwd = run_gpu<LayerNorm>(attrs, {x, gamma, beta});
+      const std::vector<Tensor> fwd_off = run_gpu<LayerNorm>(attrs, {x_off, gamma, beta});
+      for (int k = 0; k < 3; ++k)
+        EXPECT_TRUE(same_bits(fwd[k], fwd_off[k])) << "layer_norm output " << k << ": " << what;
+      const std::vector<Tensor> bwd = run_gpu<LayerNormBackward>({true}, {g, x, fwd[1], fwd[2], gamma});
+      const std::vector<Tensor> bwd_off = run_gpu<LayerNormBackward>({true}, {g_off, x, fwd[1], fwd[2], gamma});
+      for (int k = 0; k < 3; ++k)
+        EXPECT_TRUE(same_bits(bwd[k], bwd_off[k])) << "layer_norm_backward output " << k << ": " << what;
+      const SparseLayerNorm::Attrs sattrs{4, 1e-5, true, true, true};
+      const std::vector<Tensor> sfwd = run_gpu<SparseLayerNorm>(sattrs, {x, gamma, beta});
+      const std::vector<Tensor> sfwd_off = run_gpu<SparseLayerNorm>(sattrs, {x_off, gamma, beta});
+      for (int k = 0; k < 3; ++k)
+        EXPECT_TRUE(same_bits(sfwd[k], sfwd_off[k])) << "sparse_layer_norm output " << k << ": " << what;
+      const SparseLayerNormBackward::Attrs sbattrs{4, true, true};
+      const std::vector<Tensor> sbwd =
+          run_gpu<SparseLayerNormBackward>(sbattrs, {g, x, sfwd[1], sfwd[2], sfwd[0], gamma});
+      const std::vector<Tensor> sbwd_off =
+          run_gpu<SparseLayerNormBackward>(sbattrs, {g_off, x, sfwd[1], sfwd[2], sfwd[0], gamma});
+      for (int k = 0; k < 3; ++k)
+        EXPECT_TRUE(same_bits(sbwd[k], sbwd_off[k])) << "sparse_layer_norm_backward output " << k << ": " << what;
+    }
   }
 }
 

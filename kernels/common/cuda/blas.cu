@@ -28,6 +28,9 @@ std::atomic<bool>& tf32_flag() {
 // Handles are created once and never destroyed, like the device streams they are bound to
 // (static tensors may still run kernels while the process shuts down).
 std::array<std::atomic<cublasHandle_t>, kMaxDevices> g_handles{};
+// Written before g_handles[device] is published (release), read after it is seen (acquire).
+std::array<cublasLtHandle_t, kMaxDevices> g_lt_handles{};
+std::array<void*, kMaxDevices> g_workspaces{};
 std::mutex g_create_mutex;
 
 }  // namespace
@@ -58,8 +61,22 @@ cublasHandle_t blas_handle(int device) {
   // Half-precision GEMMs (f32 compute) must not reduce split-K partial sums in bf16/f16.
   TS_CUBLAS_CHECK(cublasSetMathMode(
       h, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+  cublasLtHandle_t lt = nullptr;
+  TS_CUBLAS_CHECK(cublasLtCreate(&lt));
+  g_lt_handles[device] = lt;
+  g_workspaces[device] = workspace;
   g_handles[device].store(h, std::memory_order_release);
   return h;
+}
+
+cublasLtHandle_t blas_lt_handle(int device) {
+  blas_handle(device);  // creates both on first use
+  return g_lt_handles[device];
+}
+
+void* blas_workspace(int device) {
+  blas_handle(device);
+  return g_workspaces[device];
 }
 
 const char* blas_status_name(cublasStatus_t s) { return cublasGetStatusName(s); }

@@ -15,9 +15,11 @@
 // The first GEMM on a device creates its handle and allocates the workspace on the device's
 // stream; do that outside stream capture (any eager op or warm-up step does): creating it while
 // the stream is being captured is a DeviceError that says so. A handle is used by one host thread
-// at a time, as the rest of the per-device runtime is.
+// at a time, as the rest of the per-device runtime is. A cuBLASLt handle per device is made with
+// it (blas_lt_handle); cuBLASLt calls take the device's stream and blas_workspace explicitly.
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 
 #include "core/error.h"
@@ -36,6 +38,14 @@ bool allow_tf32();
 cublasHandle_t blas_handle(int device);
 /// Workspace per handle: cuBLAS's recommendation for Hopper (32 MiB) covers older GPUs too.
 constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;
+
+/// The cuBLASLt handle of `device`, created together with blas_handle(device) (same rules: the
+/// first call must not run during stream capture). cuBLASLt takes the stream and the workspace
+/// per call: pass cuda::stream(device) and blas_workspace(device).
+cublasLtHandle_t blas_lt_handle(int device);
+/// blas_handle(device)'s workspace (kBlasWorkspaceBytes, 256-byte aligned). cuBLAS and cuBLASLt
+/// calls share it safely because both queue on the device's one stream.
+void* blas_workspace(int device);
 
 /// "CUBLAS_STATUS_INVALID_VALUE: an invalid value was used as an argument" for a status.
 const char* blas_status_name(cublasStatus_t s);

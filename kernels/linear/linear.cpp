@@ -1,0 +1,79 @@
+#include "kernels/linear/linear.h"
+
+#include <Eigen/Core>
+
+#include "core/autocast.h"
+#include "kernels/cast/cast.h"
+#include "kernels/common/dispatch.h"
+#include "kernels/matmul/matmul.h"
+#include "kernels/sum/sum.h"
+
+namespace tessera {
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  if (!b.defined()) return matmul(x, w);
+  // Autocast as matmul: x, W to the low dtype, f32 sums and y; b is added as it is (f32).
+  if (autocast::applies({&x, &w}))
+    return call<Linear>({true}, {autocast::operand(x), autocast::operand(w), b})[0];
+  return call<Linear>({false}, {x, w, b})[0];
+}
+
+std::vector<TensorMeta> Linear::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+  check_num_inputs(kName, in, 3);
+  const TensorMeta &x = in[0], &w = in[1], &b = in[2];
+  check_floating(kName, x, "x");
+  TS_CHECK(x.dtype == w.dtype, DTypeError, "linear: x " << x << " and W " << w << " must share a dtype");
+  TS_CHECK(!attrs.f32_output || is_half(x.dtype), DTypeError,
+           "linear: an f32 output needs bf16 or f16 x and W, got x " << x << " and W " << w);
+  const DType out_dtype = attrs.f32_output ? DType::f32 : x.dtype;
+  TS_CHECK(b.dtype == out_dtype, DTypeError,
+           "linear: b " << b << " must be " << dtype_name(out_dtype) << " (the output's dtype) for x " << x
+                        << " and W " << w << (attrs.f32_output ? " with an f32 output" : ""));
+  TS_CHECK(x.shape.ndim() == 2 && w.shape.ndim() == 2 && b.shape.ndim() == 1, ShapeError,
+           "linear: expected x [N, K], W [K, M] and b [M], got x " << x.shape << ", W " << w.shape << " and b "
+                                                                   << b.shape);
+  TS_CHECK(x.shape[1] == w.shape[0] && b.shape[0] == w.shape[1], ShapeError,
+           "linear: sizes differ: x " << x.shape << " · W " << w.shape << " + b " << b.shape
+                                      << " needs x [N, K], W [K, M], b [M]");
+  return {TensorMeta{Shape{x.shape[0], w.shape[1]}, out_dtype, x.device}};
+}
+
+namespace {
+
+template <class T>
+using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using RowVec = Eigen::Matrix<T, 1, Eigen::Dynamic>;
+
+}  // namespace
+
+// Y [N, M] = X [N, K]·W [K, M] (Eigen's multithreaded GEMM), then every row += b.
+// bf16/f16 arrive widened to f32 (the op machinery), so T is float or double.
+void Linear::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+  const int64_t n = in[0].size(0), k = in[0].size(1), m = in[1].size(1);
+  dispatch_float(out[0].dtype(), kName, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    Eigen::Map<const RowMat<T>> X(in[0].data<T>(), n, k);
+    Eigen::Map<const RowMat<T>> W(in[1].data<T>(), k, m);
+    Eigen::Map<const RowVec<T>> B(in[2].data<T>(), m);
+    Eigen::Map<RowMat<T>> Y(out[0].data<T>(), n, m);
+    if (n == 0 || m == 0) return;
+    if (k == 0) Y.setZero();  // empty inner dim: y = b
+    else Y.noalias() = X * W;
+    Y.rowwise() += B;
+  });
+}
+
+std::vector<Tensor> Linear::backward(const BackwardContext& ctx, const Attrs& attrs) {
+  const Tensor& dy = ctx.grad_output();
+  // The GEMMs run in x's dtype: an f32 output of bf16/f16 inputs casts dy once.
+  const bool gemm_grads = ctx.needs_input_grad(0) || ctx.needs_input_grad(1);
+  const Tensor g = attrs.f32_output && gemm_grads ? cast(dy, ctx.input_meta(0).dtype) : dy;
+  Tensor dx, dw, db;
+  if (ctx.needs_input_grad(0)) dx = matmul(g, ctx.input(1), false, true);  // [N, M]·[K, M]ᵀ
+  if (ctx.needs_input_grad(1)) dw = matmul(ctx.input(0), g, true, false);  // [N, K]ᵀ·[N, M]
+  if (ctx.needs_input_grad(2)) db = sum(dy, 0);                            // b's dtype = dy's
+  return {dx, dw, db};
+}
+
+}  // namespace tessera
