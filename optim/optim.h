@@ -9,5 +9,6 @@
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "optim/param_groups.h"
+#include "optim/scaled_updater.h"
 #include "optim/schedule.h"
 #include "optim/sgd.h"

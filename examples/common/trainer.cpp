@@ -70,9 +70,6 @@ int parse_flags(CLI::App& app, int argc, char** argv, const std::string& prog) {
 }
 
 void check_supported(const TrainerFlags& f) {
-  TS_CHECK(f.dtype != "f16" || f.eager, NotImplementedError,
-           "--dtype f16 needs --eager (the loss scaler's skipped steps are not in compiled steps yet; "
-           "bf16 needs no loss scaling and trains compiled)");
   if (f.device == "cuda") TS_CHECK(cuda_available(), DeviceError, "--device cuda: no GPU is visible to this process");
 }
 
@@ -97,6 +94,29 @@ bool MixedPrecision::eager_update(const Tensor& loss, optim::Optimizer& opt) {
   if (!stepped) opt.advance();
   opt.zero_grad();
   return stepped;
+}
+
+ParamUpdater* MixedPrecision::updater(optim::Optimizer& opt) {
+  if (!scaler_) return &opt;
+  scaled_ = std::make_unique<optim::ScaledUpdater>(opt);
+  return scaled_.get();
+}
+
+Tensor MixedPrecision::traced_loss(const Tensor& loss, const std::map<std::string, Tensor>& inputs) {
+  if (!scaler_) return loss;
+  TS_CHECK(scaled_, ValueError, "MixedPrecision: updater() must make the compiled step's updater first");
+  return scaled_->scale_loss(loss, inputs.at(optim::ScaledUpdater::kScaleInput));
+}
+
+void MixedPrecision::add_feeds(std::map<std::string, Tensor>& feeds) const {
+  if (scaler_) feeds.insert(optim::ScaledUpdater::feed(*scaler_));
+}
+
+double MixedPrecision::after_run(const CompiledStep& step, double loss) {
+  if (!scaler_) return loss;
+  const double unscaled = loss / scaler_->scale();  // a power of two: exact
+  scaler_->update(step.fetch("grads_finite").item<float>() == 0);
+  return unscaled;
 }
 
 void MixedPrecision::save(io::CheckpointData& ck) const {

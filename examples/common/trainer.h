@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/autocast.h"
+#include "core/graph/compile.h"
 #include "core/io/module_checkpoint.h"
 #include "data/text_dataset.h"
 #include "optim/optim.h"
@@ -67,15 +69,17 @@ void add_trainer_flags(CLI::App& app, TrainerFlags& flags);
 /// line "<prog>: <problem>" on stderr).
 int parse_flags(CLI::App& app, int argc, char** argv, const std::string& prog);
 
-/// Checks --device and --dtype against what the trainers can do: DeviceError for --device cuda
-/// without a usable GPU; NotImplementedError for --dtype f16 without --eager (the loss scaler
-/// decides on the host whether a step is skipped, which a compiled step cannot do yet).
+/// Checks --device against what the trainers can do: DeviceError for --device cuda without a
+/// usable GPU.
 void check_supported(const TrainerFlags& flags);
 
 /// Mixed precision of a run (--dtype). f32: everything in f32. bf16 / f16: the model's
 /// matmuls, block-sparse products and attention run under autocast (core/autocast.h) with the
-/// f32 parameters as master weights; f16 also scales the loss (optim::LossScaler) in the eager
-/// update. A task computes its losses inside guard() and updates through eager_update().
+/// f32 parameters as master weights; f16 also scales the loss (optim::LossScaler): eagerly in
+/// eager_update(), in compiled steps through an optim::ScaledUpdater (an overflowing step leaves
+/// parameters and state unchanged). A task computes its losses inside guard(); eager tasks update
+/// through eager_update(); compiled ones trace traced_loss() with updater(), feed add_feeds() and
+/// read each run's loss through after_run().
 class MixedPrecision {
  public:
   explicit MixedPrecision(const TrainerFlags& flags);
@@ -86,6 +90,15 @@ class MixedPrecision {
   /// backward() of `loss` (scaled for f16), then opt.step() (skipped by the scaler when a
   /// gradient overflowed), then opt.zero_grad(). Returns whether the optimizer stepped.
   bool eager_update(const Tensor& loss, optim::Optimizer& opt);
+  /// The updater a compiled step traces: `opt` itself, or for f16 a ScaledUpdater around it.
+  ParamUpdater* updater(optim::Optimizer& opt);
+  /// Inside a compiled step's loss function: the loss to differentiate (f16: times the fed scale).
+  Tensor traced_loss(const Tensor& loss, const std::map<std::string, Tensor>& inputs);
+  /// Adds what a compiled step needs fed besides the batch (f16: the loss scale).
+  void add_feeds(std::map<std::string, Tensor>& feeds) const;
+  /// After a compiled run that returned `loss`: the unscaled loss. f16: moves the scale (backoff
+  /// when the step was skipped for an overflow, growth after enough clean steps).
+  double after_run(const CompiledStep& step, double loss);
   /// The loss scale (1 unless f16) into / out of a checkpoint's trainer state.
   void save(io::CheckpointData& ck) const;
   void restore(const io::CheckpointData& ck);
@@ -93,6 +106,7 @@ class MixedPrecision {
  private:
   DType dtype_;
   std::optional<optim::LossScaler> scaler_;  // f16 only
+  std::unique_ptr<optim::ScaledUpdater> scaled_;  // f16 compiled steps
 };
 
 /// The device named by --device ("cpu" or "cuda" = cuda:0).

@@ -57,10 +57,11 @@ class LstmTask : public examples::TrainTask {
         graph::mark_output(h_name(l), out.state[l].h);
         graph::mark_output(c_name(l), out.state[l].c);
       }
-      return out.loss;
+      return precision_.traced_loss(out.loss, in);
     };
     data::SequentialSampler peek = lanes_;  // a copy: the real sampler does not advance
-    step_.emplace(compile(loss_fn, model.named_parameters(), &opt, feeds(peek.next(), zero_state())));
+    step_.emplace(
+        compile(loss_fn, model.named_parameters(), precision_.updater(opt), feeds(peek.next(), zero_state())));
     if (!f.dump_graph.empty()) {
       std::ofstream d(f.dump_graph);
       d << step_->to_dot();
@@ -72,7 +73,7 @@ class LstmTask : public examples::TrainTask {
     data::Batch b = lanes_.next();
     if (b.lane_start || state_.empty()) state_ = zero_state();
     if (step_) {
-      const double loss = step_->run(feeds(b, state_));
+      const double loss = precision_.after_run(*step_, step_->run(feeds(b, state_)));
       for (size_t l = 0; l < state_.size(); ++l) state_[l] = {step_->fetch(h_name(l)), step_->fetch(c_name(l))};
       return loss;
     }
@@ -172,12 +173,13 @@ class LstmTask : public examples::TrainTask {
   }
 
   // The compiled step's inputs for batch b continuing from state st.
-  static std::map<std::string, Tensor> feeds(const data::Batch& b, const CharLSTMLM::State& st) {
+  std::map<std::string, Tensor> feeds(const data::Batch& b, const CharLSTMLM::State& st) const {
     std::map<std::string, Tensor> in{{"x", reshape(b.inputs, {b.seq, b.batch})}, {"y", b.targets}};
     for (size_t l = 0; l < st.size(); ++l) {
       in[h_name(l)] = st[l].h;
       in[c_name(l)] = st[l].c;
     }
+    precision_.add_feeds(in);  // f16: the loss scale
     return in;
   }
 

@@ -72,10 +72,11 @@ class TransformerTask : public examples::TrainTask {
     // loss(x [B*T], y [B*T]) -> scalar; the dropout masks come from dropout_gen_ (reserved per run).
     auto loss_fn = [this](const std::map<std::string, Tensor>& in) {
       const auto amp = precision_.guard();
-      return model_.loss(in.at("x"), in.at("y"), f_.batch, dropout_gen_);
+      return precision_.traced_loss(model_.loss(in.at("x"), in.at("y"), f_.batch, dropout_gen_), in);
     };
-    step_.emplace(compile(loss_fn, model.named_parameters(), &opt, {{"x", example.inputs}, {"y", example.targets}},
-                          &dropout_gen_));
+    std::map<std::string, Tensor> feeds = {{"x", example.inputs}, {"y", example.targets}};
+    precision_.add_feeds(feeds);
+    step_.emplace(compile(loss_fn, model.named_parameters(), precision_.updater(opt), feeds, &dropout_gen_));
     if (!f.dump_graph.empty()) {
       std::ofstream d(f.dump_graph);
       d << step_->to_dot();
@@ -85,7 +86,11 @@ class TransformerTask : public examples::TrainTask {
 
   double train_step() override {
     data::Batch b = sampler_.next();
-    if (step_) return step_->run({{"x", b.inputs}, {"y", b.targets}});
+    if (step_) {
+      std::map<std::string, Tensor> feeds = {{"x", b.inputs}, {"y", b.targets}};
+      precision_.add_feeds(feeds);
+      return precision_.after_run(*step_, step_->run(feeds));
+    }
     Tensor loss;
     {
       const auto amp = precision_.guard();
