@@ -296,11 +296,14 @@ bool sync_each_op() {
 void check_op(const char* op, int device) {
   TS_CUDA_LAUNCH_CHECK(op);
   if (!sync_each_op()) return;
-  cudaStream_t s = state(device).stream;
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  TS_CUDA_CHECK(cudaStreamIsCapturing(s, &capturing));
-  if (capturing != cudaStreamCaptureStatusNone) return;  // a graph being recorded: nothing ran yet
+  if (is_capturing(device)) return;  // a graph being recorded: nothing ran yet
   wait_and_check_indices(state(device), device, op);
+}
+
+bool is_capturing(int device) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  TS_CUDA_CHECK(cudaStreamIsCapturing(state(device).stream, &status));
+  return status != cudaStreamCaptureStatusNone;
 }
 
 void begin_capture(int device) {

@@ -64,6 +64,9 @@ bool sync_each_op();
 /// recorded (not run); end_capture returns the instantiated graph, launch_graph replays it on
 /// the stream. The handle frees the graph when it dies.
 void begin_capture(int device);
+/// Whether `device`'s stream is being captured now: nothing queued runs, the host must not wait
+/// for it, and one-time set-up (library handles, tables) must not happen then.
+bool is_capturing(int device);
 std::shared_ptr<void> end_capture(int device);
 void launch_graph(const std::shared_ptr<void>& graph, int device);
 

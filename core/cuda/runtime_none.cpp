@@ -33,6 +33,7 @@ void zero(void*, size_t, int) { unavailable("cuda::zero"); }
 void check_op(const char*, int) {}
 bool sync_each_op() { return false; }
 void begin_capture(int) { unavailable("cuda::begin_capture"); }
+bool is_capturing(int) { return false; }
 std::shared_ptr<void> end_capture(int) { unavailable("cuda::end_capture"); }
 void launch_graph(const std::shared_ptr<void>&, int) { unavailable("cuda::launch_graph"); }
 std::vector<float> smoke_test(int) { unavailable("cuda::smoke_test"); }

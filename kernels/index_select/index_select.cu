@@ -21,9 +21,7 @@ namespace cuda {
 void check_indices_when_syncing(const char* op, const Tensor& indices, int64_t R, const TensorMeta& of) {
   if (!sync_each_op() || indices.numel() == 0) return;
   // While a graph is recorded nothing runs and the host must not wait: the kernel's record reports.
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  TS_CUDA_CHECK(cudaStreamIsCapturing(cuda::current_stream(indices), &capturing));
-  if (capturing != cudaStreamCaptureStatusNone) return;
+  if (is_capturing(indices.device().index)) return;
   std::vector<int32_t> host(static_cast<size_t>(indices.numel()));
   cuda::copy(host.data(), Device::cpu(), indices.data_ptr(), indices.device(), indices.nbytes());  // waits
   cpu::check_indices(op, from_vector(host, indices.shape()), R, of);

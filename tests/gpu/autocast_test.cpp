@@ -22,13 +22,6 @@ using namespace gpu_test;
 using testing::all_close;
 using testing::test_randn;
 
-// |got − want| <= tol · max |want| (got may live on the GPU).
-::testing::AssertionResult close_to(const Tensor& got, const Tensor& want, double tol) {
-  double scale = 0;
-  for (double v : want.to_vector<double>()) scale = std::max(scale, std::abs(v));
-  return all_close(got.to(Device::cpu()), want, 0, tol * scale);
-}
-
 TEST(GpuAutocast, F32OutputMatmulMatchesCpu) {
   REQUIRE_GPU();
   for (DType low : {DType::bf16, DType::f16}) {

@@ -27,24 +27,6 @@ using testing::test_randn;
 
 double tol_of(DType dt) { return dt == DType::f64 ? 1e-9 : dt == DType::f32 ? 1e-5 : 1e-2; }
 
-// Runs op `Op` with `attrs` on copies of `in` on the GPU into poisoned outputs; returns them on the CPU.
-template <class Op>
-std::vector<Tensor> run_gpu(const typename Op::Attrs& attrs, const std::vector<Tensor>& in) {
-  const detail::OpInstanceT<Op> op(attrs);
-  std::vector<Tensor> gin;
-  std::vector<TensorMeta> metas;
-  for (const Tensor& t : in) {
-    gin.push_back(t.to(kGpu));
-    metas.push_back(gin.back().meta());
-  }
-  std::vector<Tensor> gout;
-  for (const TensorMeta& m : op.infer(metas)) gout.push_back(poisoned(m));
-  detail::run_op_into(op, gin, gout);
-  std::vector<Tensor> host;
-  for (const Tensor& t : gout) host.push_back(t.to(Device::cpu()));
-  return host;
-}
-
 double rms(const std::vector<double>& v) {
   double s = 0;
   for (double x : v) s += x * x;
@@ -105,9 +87,9 @@ TEST(CudaCausalSoftmax, ForwardMatchesCpu) {
         Tensor x = cast(mul(test_randn(s, seed++, DType::f64), 3.0), dt);
         const CausalSoftmax::Attrs attrs{scale};
         const Tensor want = call<CausalSoftmax>(attrs, {x})[0];
-        const Tensor got = run_gpu<CausalSoftmax>(attrs, {x})[0];
+        const Tensor got = run_on_gpu_host<CausalSoftmax>(attrs, {x})[0];
         EXPECT_TRUE(close(got, want, tol_of(dt))) << label(dt, s) << " scale " << scale;
-        EXPECT_TRUE(same_bits(got, run_gpu<CausalSoftmax>(attrs, {x})[0])) << "not reproducible: " << label(dt, s);
+        EXPECT_TRUE(same_bits(got, run_on_gpu_host<CausalSoftmax>(attrs, {x})[0])) << "not reproducible: " << label(dt, s);
       }
     }
   }
@@ -123,7 +105,7 @@ TEST(CudaCausalSoftmax, BackwardMatchesCpu) {
       Tensor g = cast(test_randn(s, seed++, DType::f64), dt);
       const CausalSoftmaxBackward::Attrs attrs{scale};
       const Tensor want = call<CausalSoftmaxBackward>(attrs, {g, y})[0];
-      const Tensor got = run_gpu<CausalSoftmaxBackward>(attrs, {g, y})[0];
+      const Tensor got = run_on_gpu_host<CausalSoftmaxBackward>(attrs, {g, y})[0];
       EXPECT_TRUE(close(got, want, tol_of(dt))) << label(dt, s);
     }
   }

@@ -70,22 +70,6 @@ double rms(const std::vector<double>& v) {
   return ::testing::AssertionSuccess();
 }
 
-// Runs op `Op` on GPU copies of `in` into NaN-poisoned outputs (the GPU tensors are returned).
-template <class Op>
-std::vector<Tensor> run_gpu(const typename Op::Attrs& attrs, const std::vector<Tensor>& in) {
-  const detail::OpInstanceT<Op> op(attrs);
-  std::vector<Tensor> gin;
-  std::vector<TensorMeta> metas;
-  for (const Tensor& t : in) {
-    gin.push_back(t.to(kGpu));
-    metas.push_back(gin.back().meta());
-  }
-  std::vector<Tensor> gout;
-  for (const TensorMeta& m : op.infer(metas)) gout.push_back(poisoned(m));
-  detail::run_op_into(op, gin, gout);
-  return gout;
-}
-
 struct Problem {
   int64_t steps, batch, in, hidden;
 };
@@ -113,7 +97,7 @@ void expect_matches_cpu(const Problem& p, DType dt, uint64_t seed, double tol) {
   const std::string what = label(dt, p);
   const std::vector<Tensor> in = lstm_inputs(p, dt, seed);
   const std::vector<Tensor> want = call<CudnnLstm>({kForgetBias}, in);
-  const std::vector<Tensor> got = run_gpu<CudnnLstm>({kForgetBias}, in);
+  const std::vector<Tensor> got = run_on_gpu<CudnnLstm>({kForgetBias}, in);
   const char* names[] = {"y", "hT", "cT"};
   for (int k = 0; k < 3; ++k) EXPECT_TRUE(close(got[k], want[k], tol)) << names[k] << ", " << what;
 
@@ -124,7 +108,7 @@ void expect_matches_cpu(const Problem& p, DType dt, uint64_t seed, double tol) {
   for (const Tensor& t : {want[0], want[3], dy, dh, dc}) bin.push_back(t);
   const std::vector<Tensor> dwant = call<CudnnLstmBackward>({kForgetBias}, bin);
   const std::vector<Tensor> dgot =
-      run_gpu<CudnnLstmBackward>({kForgetBias}, {in[0], in[1], in[2], in[3], in[4], in[5], got[0], got[3], dy, dh, dc});
+      run_on_gpu<CudnnLstmBackward>({kForgetBias}, {in[0], in[1], in[2], in[3], in[4], in[5], got[0], got[3], dy, dh, dc});
   const char* dnames[] = {"dx", "dh0", "dc0", "dwx", "dwh", "dbias"};
   for (int k = 0; k < 6; ++k) EXPECT_TRUE(close(dgot[k], dwant[k], tol)) << dnames[k] << ", " << what;
 }

@@ -43,15 +43,6 @@ double tolerance(DType dt, bool f32_output) {
   }
 }
 
-// |got − want| <= tol · max |want| elementwise; got may live on the GPU.
-::testing::AssertionResult close_to(const Tensor& got, const Tensor& want, double tol) {
-  double scale = 0;
-  for (double v : want.to_vector<double>()) scale = std::max(scale, std::abs(v));
-  return all_close(got.to(Device::cpu()), want.to(Device::cpu()), 0, tol * std::max(scale, 1e-30));
-}
-
-Tensor random(const Shape& s, uint64_t seed, DType dt) { return cast(test_randn(s, seed, DType::f64), dt); }
-
 // linear on GPU inputs into a NaN-poisoned output (host copy of the result).
 Tensor gpu_linear(bool f32_output, const std::vector<Tensor>& gpu_in) {
   detail::OpInstanceT<Linear> op({f32_output});

@@ -52,20 +52,6 @@ std::vector<Tensor> to_cpu(const std::vector<Tensor>& in) {
   return out;
 }
 
-// Runs op `Op` with `attrs` on copies of `in` on the GPU into NaN-poisoned outputs; returns them on the CPU.
-template <class Op>
-std::vector<Tensor> run_gpu(const typename Op::Attrs& attrs, const std::vector<Tensor>& in) {
-  const detail::OpInstanceT<Op> op(attrs);
-  const std::vector<Tensor> gin = to_gpu(in);
-  std::vector<TensorMeta> metas;
-  for (const Tensor& t : gin) metas.push_back(t.meta());
-  std::vector<Tensor> gout;
-  for (const TensorMeta& m : op.infer(metas))
-    gout.push_back(full(m.shape, std::numeric_limits<double>::quiet_NaN(), TensorOptions(m.dtype).device(m.device)));
-  detail::run_op_into(op, gin, gout);
-  return to_cpu(gout);
-}
-
 // Runs an update op on the GPU in place: output k is written into the GPU copy of input
 // in_place[k] (p and its state).
 template <class Op>
@@ -116,7 +102,7 @@ template <class Op>
 void expect_op_matches(const typename Op::Attrs& attrs, const std::vector<Tensor>& in, const std::string& what,
                        const std::vector<int>& in_place = {}) {
   const std::vector<Tensor> want = call<Op>(attrs, in);
-  const std::vector<Tensor> got = run_gpu<Op>(attrs, in);
+  const std::vector<Tensor> got = run_on_gpu_host<Op>(attrs, in);
   const double tol = tol_of(in[0].dtype());
   ASSERT_EQ(got.size(), want.size());
   for (size_t k = 0; k < want.size(); ++k)
@@ -206,7 +192,7 @@ TEST(CudaOptim, TheLearningRateAndStepAreReadOnTheDevice) {
   for (double lr : {1e-3, 3e-2}) {
     for (double t : {1.0, 100.0}) {
       const std::vector<Tensor> in{p, g, m, v, scalar(lr), scalar(t)};
-      EXPECT_TRUE(close(run_gpu<AdamwUpdate>(a, in)[0], call<AdamwUpdate>(a, in)[0], 1e-5)) << lr << " " << t;
+      EXPECT_TRUE(close(run_on_gpu_host<AdamwUpdate>(a, in)[0], call<AdamwUpdate>(a, in)[0], 1e-5)) << lr << " " << t;
     }
   }
 }
@@ -236,7 +222,7 @@ TEST(CudaOptim, AdafactorUpdateMatchesTheCpuAndRunsInPlace) {
           const std::string what = label(dt, p.shape(), "clip " + std::to_string(a.clip_threshold) + " step " +
                                                             std::to_string(t));
           expect_op_matches<AdafactorUpdate>(a, in, what, {0, 2});
-          EXPECT_TRUE(same_bits(run_gpu<AdafactorUpdate>(a, in)[0], run_gpu<AdafactorUpdate>(a, in)[0])) << what;
+          EXPECT_TRUE(same_bits(run_on_gpu_host<AdafactorUpdate>(a, in)[0], run_on_gpu_host<AdafactorUpdate>(a, in)[0])) << what;
         }
       }
     }
@@ -257,8 +243,8 @@ TEST(CudaOptim, AdafactorFactoredUpdateMatchesTheCpuAndRunsInPlace) {
           const std::string what = label(dt, s, "clip " + std::to_string(a.clip_threshold) + " step " +
                                                     std::to_string(t));
           expect_op_matches<AdafactorFactoredUpdate>(a, in, what, {0, 2});
-          EXPECT_TRUE(same_bits(run_gpu<AdafactorFactoredUpdate>(a, in)[0],
-                                run_gpu<AdafactorFactoredUpdate>(a, in)[0]))
+          EXPECT_TRUE(same_bits(run_on_gpu_host<AdafactorFactoredUpdate>(a, in)[0],
+                                run_on_gpu_host<AdafactorFactoredUpdate>(a, in)[0]))
               << what;
         }
       }

@@ -38,16 +38,6 @@ double tolerance(DType dt) {
   }
 }
 
-// |got − want| <= tol · max |want|, elementwise (error relative to the result's scale); got may
-// live on the GPU.
-::testing::AssertionResult close_to(const Tensor& got, const Tensor& want, double tol) {
-  double scale = 0;
-  for (double v : want.to_vector<double>()) scale = std::max(scale, std::abs(v));
-  return all_close(got.to(Device::cpu()), want, 0, tol * scale);
-}
-
-Tensor random(const Shape& s, uint64_t seed, DType dt) { return cast(test_randn(s, seed, DType::f64), dt); }
-
 // matmul on the GPU into a NaN-poisoned output (host copy of the result).
 Tensor gpu_matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   detail::OpInstanceT<Matmul> op({ta, tb});

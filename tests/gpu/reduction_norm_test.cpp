@@ -42,30 +42,6 @@ Tensor randn(const Shape& s, uint64_t seed, DType dt, double scale = 1.0) {
   return cast(mul(test_randn(s, seed, DType::f64), scale), dt);
 }
 
-// Runs op `Op` with `attrs` on copies of `in` on the GPU into poisoned outputs (left on the GPU).
-template <class Op>
-std::vector<Tensor> run_gpu_only(const typename Op::Attrs& attrs, const std::vector<Tensor>& in) {
-  const detail::OpInstanceT<Op> op(attrs);
-  std::vector<Tensor> gin;
-  std::vector<TensorMeta> metas;
-  for (const Tensor& t : in) {
-    gin.push_back(t.to(kGpu));
-    metas.push_back(gin.back().meta());
-  }
-  std::vector<Tensor> gout;
-  for (const TensorMeta& m : op.infer(metas)) gout.push_back(poisoned(m));
-  detail::run_op_into(op, gin, gout);
-  return gout;
-}
-
-// The op on the GPU (inputs copied there, outputs poisoned first); host copies of the outputs.
-template <class Op>
-std::vector<Tensor> run_gpu(const typename Op::Attrs& attrs, const std::vector<Tensor>& in) {
-  std::vector<Tensor> host;
-  for (const Tensor& t : run_gpu_only<Op>(attrs, in)) host.push_back(t.to(Device::cpu()));
-  return host;
-}
-
 // Root mean square of the finite values of v (0 when there are none).
 double rms(const std::vector<double>& v) {
   double s = 0;
@@ -109,10 +85,10 @@ void expect_sum_matches(const Shape& s, int dim, bool keepdim, DType dt, uint64_
   Tensor x = randn(s, seed, dt);
   const Sum::Attrs attrs{dim, keepdim};
   const std::vector<Tensor> want = call<Sum>(attrs, {x});
-  const std::vector<Tensor> got = run_gpu<Sum>(attrs, {x});
+  const std::vector<Tensor> got = run_on_gpu_host<Sum>(attrs, {x});
   const double n = static_cast<double>(s[dim]);
   EXPECT_TRUE(close(got[0], want[0], tol_of(dt), std::sqrt(n))) << label(dt, s, "dim " + std::to_string(dim));
-  EXPECT_TRUE(same_bits(got[0], run_gpu<Sum>(attrs, {x})[0])) << "sum is not reproducible: " << label(dt, s);
+  EXPECT_TRUE(same_bits(got[0], run_on_gpu_host<Sum>(attrs, {x})[0])) << "sum is not reproducible: " << label(dt, s);
 }
 
 TEST(CudaReductions, SumOverRowsColumnsAndMiddleDims) {
@@ -154,11 +130,11 @@ template <class Op>
 void expect_extreme_matches(const Tensor& x, int dim, bool keepdim) {
   const typename Op::Attrs attrs{dim, keepdim};
   const std::vector<Tensor> want = call<Op>(attrs, {x});
-  const std::vector<Tensor> got = run_gpu<Op>(attrs, {x});
+  const std::vector<Tensor> got = run_on_gpu_host<Op>(attrs, {x});
   const std::string what = std::string(Op::kName) + " " + label(x.dtype(), x.shape(), "dim " + std::to_string(dim));
   EXPECT_EQ(got[1].to_vector<int32_t>(), want[1].to_vector<int32_t>()) << what;
   EXPECT_TRUE(close(got[0], want[0], 0.0)) << what;  // values are elements of x: exact
-  const std::vector<Tensor> again = run_gpu<Op>(attrs, {x});
+  const std::vector<Tensor> again = run_on_gpu_host<Op>(attrs, {x});
   EXPECT_TRUE(same_bits(got[0], again[0]) && same_bits(got[1], again[1])) << what;
 }
 
@@ -207,7 +183,7 @@ TEST(CudaReductions, MaxBackwardPutsTheGradientAtTheIndices) {
           Tensor g = randn(mx[0].shape(), ++seed, dt);
           const MaxBackward::Attrs attrs{s, dim};
           const std::vector<Tensor> want = call<MaxBackward>(attrs, {g, mx[1]});
-          EXPECT_TRUE(close(run_gpu<MaxBackward>(attrs, {g, mx[1]})[0], want[0], 0.0)) << label(dt, s);
+          EXPECT_TRUE(close(run_on_gpu_host<MaxBackward>(attrs, {g, mx[1]})[0], want[0], 0.0)) << label(dt, s);
         }
       }
     }
@@ -218,7 +194,7 @@ TEST(CudaReductions, MaxBackwardDropsOutOfRangeIndices) {
   REQUIRE_GPU();  // the CPU throws ValueError; the GPU cannot without waiting for the indices
   Tensor g = tensor({1, 2, 3});
   Tensor idx = from_vector(std::vector<int32_t>{0, 4, -1}, {3});
-  const std::vector<float> dx = run_gpu<MaxBackward>({Shape{3, 4}, 1}, {g, idx})[0].to_vector<float>();
+  const std::vector<float> dx = run_on_gpu_host<MaxBackward>({Shape{3, 4}, 1}, {g, idx})[0].to_vector<float>();
   EXPECT_EQ(dx, (std::vector<float>{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}));
 }
 
@@ -227,9 +203,9 @@ TEST(CudaReductions, MaxBackwardDropsOutOfRangeIndices) {
 template <class Op>
 void expect_rowwise_matches(const std::vector<Tensor>& in, const std::string& what) {
   const std::vector<Tensor> want = call<Op>({}, in);
-  const std::vector<Tensor> got = run_gpu<Op>({}, in);
+  const std::vector<Tensor> got = run_on_gpu_host<Op>({}, in);
   EXPECT_TRUE(close(got[0], want[0], tol_of(in[0].dtype()))) << Op::kName << " " << what;
-  EXPECT_TRUE(same_bits(got[0], run_gpu<Op>({}, in)[0])) << Op::kName << " is not reproducible: " << what;
+  EXPECT_TRUE(same_bits(got[0], run_on_gpu_host<Op>({}, in)[0])) << Op::kName << " is not reproducible: " << what;
 }
 
 TEST(CudaSoftmax, SoftmaxLogSoftmaxAndItsBackwardMatchTheCpu) {
@@ -277,12 +253,12 @@ TEST(CudaSoftmax, CrossEntropyAndItsBackwardForEveryReduction) {
           const CrossEntropy::Attrs attrs{ignore, r};
           const std::string what = label(dt, x.shape(), "reduction " + std::to_string(static_cast<int>(r)));
           const std::vector<Tensor> want = call<CrossEntropy>(attrs, {x, t});
-          const std::vector<Tensor> got = run_gpu<CrossEntropy>(attrs, {x, t});
+          const std::vector<Tensor> got = run_on_gpu_host<CrossEntropy>(attrs, {x, t});
           EXPECT_TRUE(close(got[0], want[0], tol_of(dt))) << "cross_entropy " << what;
-          EXPECT_TRUE(same_bits(got[0], run_gpu<CrossEntropy>(attrs, {x, t})[0])) << what;
+          EXPECT_TRUE(same_bits(got[0], run_on_gpu_host<CrossEntropy>(attrs, {x, t})[0])) << what;
           Tensor g = randn(want[0].shape(), ++seed, dt);
           const std::vector<Tensor> dwant = call<CrossEntropyBackward>(attrs, {x, t, g});
-          EXPECT_TRUE(close(run_gpu<CrossEntropyBackward>(attrs, {x, t, g})[0], dwant[0], tol_of(dt)))
+          EXPECT_TRUE(close(run_on_gpu_host<CrossEntropyBackward>(attrs, {x, t, g})[0], dwant[0], tol_of(dt)))
               << "cross_entropy_backward " << what;
         }
       }
@@ -296,9 +272,9 @@ TEST(CudaSoftmax, CrossEntropyWithEveryRowIgnoredIsZero) {
   Tensor t = from_vector(std::vector<int32_t>(6, -100), {6});
   for (Reduction r : {Reduction::mean, Reduction::sum}) {
     const CrossEntropy::Attrs attrs{-100, r};
-    EXPECT_EQ(run_gpu<CrossEntropy>(attrs, {x, t})[0].item<float>(), 0.0f);
+    EXPECT_EQ(run_on_gpu_host<CrossEntropy>(attrs, {x, t})[0].item<float>(), 0.0f);
     Tensor g = full({}, 1.5);
-    EXPECT_TRUE(close(run_gpu<CrossEntropyBackward>(attrs, {x, t, g})[0], zeros({6, 33}), 0.0));
+    EXPECT_TRUE(close(run_on_gpu_host<CrossEntropyBackward>(attrs, {x, t, g})[0], zeros({6, 33}), 0.0));
   }
 }
 
@@ -306,9 +282,9 @@ TEST(CudaSoftmax, CrossEntropyOverManyRowsIsReproducible) {
   REQUIRE_GPU();
   Tensor x = randn({3001, 7}, 80, DType::f32), t = targets(3001, 7, 81, -100);
   const CrossEntropy::Attrs attrs{-100, Reduction::mean};
-  const std::vector<Tensor> got = run_gpu<CrossEntropy>(attrs, {x, t});
+  const std::vector<Tensor> got = run_on_gpu_host<CrossEntropy>(attrs, {x, t});
   EXPECT_TRUE(close(got[0], call<CrossEntropy>(attrs, {x, t})[0], 1e-5));
-  EXPECT_TRUE(same_bits(got[0], run_gpu<CrossEntropy>(attrs, {x, t})[0]));
+  EXPECT_TRUE(same_bits(got[0], run_on_gpu_host<CrossEntropy>(attrs, {x, t})[0]));
 }
 
 // The GPU kernels cannot throw the CPU's ValueError without waiting for the targets on the
@@ -321,17 +297,17 @@ TEST(CudaSoftmax, CrossEntropyOutOfRangeTargetGivesNaNRowsAndAnError) {
   Tensor t = from_vector(std::vector<int32_t>{2, 7, -1}, {3});
   const std::vector<std::string> words = {"cross_entropy", "out of range [0, 7)"};
   if (cuda::sync_each_op()) {  // TESSERA_CUDA_SYNC=1: the op itself reports it
-    testing::expect_error<ValueError>([&] { run_gpu_only<CrossEntropy>({-100, Reduction::none}, {x, t}); }, words);
+    testing::expect_error<ValueError>([&] { run_on_gpu<CrossEntropy>({-100, Reduction::none}, {x, t}); }, words);
     return;
   }
-  Tensor loss_none = run_gpu_only<CrossEntropy>({-100, Reduction::none}, {x, t})[0];
+  Tensor loss_none = run_on_gpu<CrossEntropy>({-100, Reduction::none}, {x, t})[0];
   testing::expect_error<ValueError>([&] { loss_none.to_vector<float>(); }, words);
   const std::vector<float> loss = loss_none.to_vector<float>();  // reported once: the record is clear
   EXPECT_TRUE(std::isfinite(loss[0]) && std::isnan(loss[1]) && std::isnan(loss[2]));
-  Tensor loss_mean = run_gpu_only<CrossEntropy>({-100, Reduction::mean}, {x, t})[0];
+  Tensor loss_mean = run_on_gpu<CrossEntropy>({-100, Reduction::mean}, {x, t})[0];
   testing::expect_error<ValueError>([&] { loss_mean.item<float>(); }, words);
   EXPECT_TRUE(std::isnan(loss_mean.item<float>()));
-  Tensor dx_gpu = run_gpu_only<CrossEntropyBackward>({-100, Reduction::sum}, {x, t, full({}, 1.0)})[0];
+  Tensor dx_gpu = run_on_gpu<CrossEntropyBackward>({-100, Reduction::sum}, {x, t, full({}, 1.0)})[0];
   testing::expect_error<ValueError>([&] { dx_gpu.to_vector<float>(); }, words);
   const std::vector<float> dx = dx_gpu.to_vector<float>();
   for (int j = 0; j < 7; ++j) EXPECT_TRUE(std::isfinite(dx[j]) && std::isnan(dx[7 + j]) && std::isnan(dx[14 + j]));
@@ -362,24 +338,24 @@ void expect_norm_matches(const Shape& s, int64_t segments, bool relu, bool affin
   if (segments == 0) {
     const LayerNorm::Attrs attrs{1e-5, affine, affine};
     fwd = call<LayerNorm>(attrs, in);
-    fwd_gpu = run_gpu<LayerNorm>(attrs, in);
+    fwd_gpu = run_on_gpu_host<LayerNorm>(attrs, in);
     std::vector<Tensor> bin{g, x, fwd[1], fwd[2]};
     if (affine) bin.push_back(gamma);
     const LayerNormBackward::Attrs battrs{affine};
     bwd = call<LayerNormBackward>(battrs, bin);
-    bwd_gpu = run_gpu<LayerNormBackward>(battrs, bin);
-    EXPECT_TRUE(same_bits(bwd_gpu[1], run_gpu<LayerNormBackward>(battrs, bin)[1])) << "dgamma: " << what;
+    bwd_gpu = run_on_gpu_host<LayerNormBackward>(battrs, bin);
+    EXPECT_TRUE(same_bits(bwd_gpu[1], run_on_gpu_host<LayerNormBackward>(battrs, bin)[1])) << "dgamma: " << what;
   } else {
     const SparseLayerNorm::Attrs attrs{segments, 1e-5, relu, affine, affine};
     fwd = call<SparseLayerNorm>(attrs, in);
-    fwd_gpu = run_gpu<SparseLayerNorm>(attrs, in);
+    fwd_gpu = run_on_gpu_host<SparseLayerNorm>(attrs, in);
     std::vector<Tensor> bin{g, x, fwd[1], fwd[2]};
     if (relu) bin.push_back(fwd[0]);
     if (affine) bin.push_back(gamma);
     const SparseLayerNormBackward::Attrs battrs{segments, relu, affine};
     bwd = call<SparseLayerNormBackward>(battrs, bin);
-    bwd_gpu = run_gpu<SparseLayerNormBackward>(battrs, bin);
-    EXPECT_TRUE(same_bits(bwd_gpu[1], run_gpu<SparseLayerNormBackward>(battrs, bin)[1])) << "dgamma: " << what;
+    bwd_gpu = run_on_gpu_host<SparseLayerNormBackward>(battrs, bin);
+    EXPECT_TRUE(same_bits(bwd_gpu[1], run_on_gpu_host<SparseLayerNormBackward>(battrs, bin)[1])) << "dgamma: " << what;
   }
   const double tol = tol_of(dt), stats_tol = dt == DType::f64 ? 1e-9 : 1e-5;  // statistics are f32 for bf16/f16
   const char* names[] = {"y", "mean", "rstd", "dx", "dgamma", "dbeta"};
@@ -502,24 +478,24 @@ TEST(CudaNorms, MisalignedDataGivesTheSameBits) {
       Tensor x_off = misaligned_on_gpu(x), g_off = misaligned_on_gpu(g);
       const std::string what = label(dt, x.shape());
       const LayerNorm::Attrs attrs{1e-5, true, true};
-      const std::vector<Tensor> fwd = run_gpu<LayerNorm>(attrs, {x, gamma, beta});
-      const std::vector<Tensor> fwd_off = run_gpu<LayerNorm>(attrs, {x_off, gamma, beta});
+      const std::vector<Tensor> fwd = run_on_gpu_host<LayerNorm>(attrs, {x, gamma, beta});
+      const std::vector<Tensor> fwd_off = run_on_gpu_host<LayerNorm>(attrs, {x_off, gamma, beta});
       for (int k = 0; k < 3; ++k)
         EXPECT_TRUE(same_bits(fwd[k], fwd_off[k])) << "layer_norm output " << k << ": " << what;
-      const std::vector<Tensor> bwd = run_gpu<LayerNormBackward>({true}, {g, x, fwd[1], fwd[2], gamma});
-      const std::vector<Tensor> bwd_off = run_gpu<LayerNormBackward>({true}, {g_off, x, fwd[1], fwd[2], gamma});
+      const std::vector<Tensor> bwd = run_on_gpu_host<LayerNormBackward>({true}, {g, x, fwd[1], fwd[2], gamma});
+      const std::vector<Tensor> bwd_off = run_on_gpu_host<LayerNormBackward>({true}, {g_off, x, fwd[1], fwd[2], gamma});
       for (int k = 0; k < 3; ++k)
         EXPECT_TRUE(same_bits(bwd[k], bwd_off[k])) << "layer_norm_backward output " << k << ": " << what;
       const SparseLayerNorm::Attrs sattrs{4, 1e-5, true, true, true};
-      const std::vector<Tensor> sfwd = run_gpu<SparseLayerNorm>(sattrs, {x, gamma, beta});
-      const std::vector<Tensor> sfwd_off = run_gpu<SparseLayerNorm>(sattrs, {x_off, gamma, beta});
+      const std::vector<Tensor> sfwd = run_on_gpu_host<SparseLayerNorm>(sattrs, {x, gamma, beta});
+      const std::vector<Tensor> sfwd_off = run_on_gpu_host<SparseLayerNorm>(sattrs, {x_off, gamma, beta});
       for (int k = 0; k < 3; ++k)
         EXPECT_TRUE(same_bits(sfwd[k], sfwd_off[k])) << "sparse_layer_norm output " << k << ": " << what;
       const SparseLayerNormBackward::Attrs sbattrs{4, true, true};
       const std::vector<Tensor> sbwd =
-          run_gpu<SparseLayerNormBackward>(sbattrs, {g, x, sfwd[1], sfwd[2], sfwd[0], gamma});
+          run_on_gpu_host<SparseLayerNormBackward>(sbattrs, {g, x, sfwd[1], sfwd[2], sfwd[0], gamma});
       const std::vector<Tensor> sbwd_off =
-          run_gpu<SparseLayerNormBackward>(sbattrs, {g_off, x, sfwd[1], sfwd[2], sfwd[0], gamma});
+          run_on_gpu_host<SparseLayerNormBackward>(sbattrs, {g_off, x, sfwd[1], sfwd[2], sfwd[0], gamma});
       for (int k = 0; k < 3; ++k)
         EXPECT_TRUE(same_bits(sbwd[k], sbwd_off[k])) << "sparse_layer_norm_backward output " << k << ": " << what;
     }

@@ -47,9 +47,7 @@ cublasHandle_t blas_handle(int device) {
   auto s = static_cast<cudaStream_t>(stream(device));
   // The workspace comes from the stream-ordered pool: inside a capture that allocation would
   // belong to the graph, not to the handle.
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  TS_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
-  TS_CHECK(capture == cudaStreamCaptureStatusNone, DeviceError,
+  TS_CHECK(!is_capturing(device), DeviceError,
            "cuBLAS: the handle of cuda:" << device << " is created by the first GEMM on that device, which ran "
                                          << "during CUDA graph capture; run one GEMM (e.g. one step) eagerly first");
   cublasHandle_t h = nullptr;

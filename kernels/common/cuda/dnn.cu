@@ -29,9 +29,7 @@ cudnnHandle_t dnn_handle(int device) {
   if (cudnnHandle_t h = g_handles[device].load(std::memory_order_acquire)) return h;
   set_device(device);
   auto s = static_cast<cudaStream_t>(stream(device));
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  TS_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
-  TS_CHECK(capture == cudaStreamCaptureStatusNone, DeviceError,
+  TS_CHECK(!is_capturing(device), DeviceError,
            "cuDNN: the handle of cuda:" << device << " is created by the first cuDNN op on that device, which ran "
                                         << "during CUDA graph capture; run one step eagerly first");
   cudnnHandle_t h = nullptr;

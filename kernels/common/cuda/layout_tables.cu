@@ -41,10 +41,8 @@ const int32_t* lookup(const std::shared_ptr<const void>& layout, int device,
                       const std::function<std::vector<int32_t>()>& pack, const std::function<std::string()>& what) {
   std::lock_guard<std::mutex> lock(g_mutex);
   auto& c = cache();
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   set_device(device);
-  TS_CUDA_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream(device)), &capture));
-  const bool capturing = capture != cudaStreamCaptureStatusNone;
+  const bool capturing = is_capturing(device);
   if (!capturing) {
     // Free the tables of dead layouts first (so an address reused by a new layout misses).
     // Freeing is ordered on each table's device stream, after the kernels that read it; it may

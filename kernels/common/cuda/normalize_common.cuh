@@ -13,6 +13,7 @@
 #include "core/tensor.h"
 #include "kernels/common/cuda/block_reduce.cuh"
 #include "kernels/common/cuda/dtype.cuh"
+#include "kernels/common/cuda/vectorized.cuh"
 
 namespace tessera {
 namespace cuda {
@@ -30,9 +31,7 @@ constexpr int kPack = static_cast<int>(16 / sizeof(T));  ///< elements per 16-by
 
 /// kPack<T> elements, moved with one 128-bit load or store when aligned.
 template <class T>
-struct alignas(16) Pack {
-  T v[kPack<T>];
-};
+using Pack = cuda::Pack<T, kPack<T>>;
 
 /// Sums of the kPack<T> columns of a pack, in acc_t.
 template <class T>
