@@ -38,6 +38,7 @@
   X(Max)                                  \
   X(Min)                                  \
   X(MaxBackward)                          \
+  X(SumSquares)                           \
   /* linear algebra */                    \
   X(Matmul)                               \
   X(Linear)                               \

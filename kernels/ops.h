@@ -67,6 +67,7 @@
 #include "kernels/sqrt/sqrt.h"
 #include "kernels/sub/sub.h"
 #include "kernels/sum/sum.h"
+#include "kernels/sum_squares/sum_squares.h"
 #include "kernels/tanh/tanh.h"
 #include "kernels/to_device/to_device.h"
 #include "kernels/transpose/transpose.h"

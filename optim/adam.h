@@ -36,6 +36,9 @@ class Adam : public detail::AdamMoments {
   std::string name() const override { return "adam"; }
   /// {p <- p', m <- m', v <- v'}.
   std::vector<Write> update(size_t i, const Tensor& grad, const Tensor& lr, const Tensor& step) override;
+  /// The same with the gradient scale passed into the update op (no pass over the gradient).
+  std::vector<Write> update_scaled(size_t i, const Tensor& grad, const Tensor& lr, const Tensor& step,
+                                   const Tensor& grad_scale) override;
 
  private:
   AdamOptions options_;

@@ -23,9 +23,14 @@ AdamW::AdamW(const std::vector<ParamGroup>& groups, AdamWOptions options)
       options_(options) {}
 
 std::vector<Write> AdamW::update(size_t i, const Tensor& grad, const Tensor& lr, const Tensor& step) {
+  return update_scaled(i, grad, lr, step, Tensor());
+}
+
+std::vector<Write> AdamW::update_scaled(size_t i, const Tensor& grad, const Tensor& lr, const Tensor& step,
+                                       const Tensor& grad_scale) {
   check_index("AdamW", i);
   return writes(i, adamw_update(params_[i], grad, exp_avg_[i], exp_avg_sq_[i], lr, step, beta1_, beta2_, eps_,
-                              weight_decay(i)));
+                                weight_decay(i), grad_scale));
 }
 
 }  // namespace optim

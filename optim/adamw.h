@@ -35,6 +35,9 @@ class AdamW : public detail::AdamMoments {
   std::string name() const override { return "adamw"; }
   /// {p <- p', m <- m', v <- v'}.
   std::vector<Write> update(size_t i, const Tensor& grad, const Tensor& lr, const Tensor& step) override;
+  /// The same with the gradient scale passed into the update op (no pass over the gradient).
+  std::vector<Write> update_scaled(size_t i, const Tensor& grad, const Tensor& lr, const Tensor& step,
+                                   const Tensor& grad_scale) override;
 
  private:
   AdamWOptions options_;

@@ -1,5 +1,6 @@
 #include "optim/clip_grad.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -10,11 +11,18 @@ namespace tessera {
 namespace optim {
 
 Tensor global_grad_norm(const std::vector<Tensor>& grads) {
-  Tensor total;
+  // The defined gradients grouped by dtype, in order of first appearance: one sum_squares each.
+  std::vector<std::vector<Tensor>> groups;
   for (const Tensor& g : grads) {
     if (!g.defined()) continue;
-    Tensor s = sum(mul(g, g));  // in g's dtype, accumulated in double by the kernel
-    if (s.dtype() != DType::f64) s = cast(s, DType::f64);
+    auto same = [&](const std::vector<Tensor>& grp) { return grp[0].dtype() == g.dtype(); };
+    auto it = std::find_if(groups.begin(), groups.end(), same);
+    if (it == groups.end()) groups.push_back({g});
+    else it->push_back(g);
+  }
+  Tensor total;
+  for (const std::vector<Tensor>& grp : groups) {
+    const Tensor s = sum_squares(grp);  // 0-d f64: Σ of the squares rounded to the group's dtype
     total = total.defined() ? add(total, s) : s;
   }
   if (!total.defined()) return fill(TensorMeta{Shape{}, DType::f64, Device::cpu()}, 0.0);

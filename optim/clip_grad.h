@@ -6,8 +6,9 @@
 //
 // or, inside the update (eager and compiled alike): opt.set_clip_norm(1.0).
 //
-// The norm is sqrt(Σ_params Σ g²), accumulated in f64 (each tensor's sum of squares is
-// computed in its own dtype with a double accumulator, then cast to f64). The clip factor is
+// The norm is sqrt(Σ_params Σ g²), accumulated in f64: each square is rounded to its gradient's
+// dtype (as mul(g, g) stores it), the gradients of one dtype are summed by one sum_squares op
+// (one pass, a fixed order), and the sums of the dtypes are added in f64. The clip factor is
 // min(1, max_norm / (norm + 1e-6)), as in PyTorch; a non-finite norm leaves the gradients as
 // they are (factor 1) and is returned for the caller to act on (e.g. skip the step).
 #pragma once
@@ -20,7 +21,8 @@ namespace tessera {
 namespace optim {
 
 /// sqrt(Σ_i Σ grads[i]²) over the defined tensors of `grads`, as a 0-d f64 tensor (0 when none
-/// is defined). Made of ops only, so it can be traced.
+/// is defined): one sum_squares per dtype, then f64 adds and a sqrt. Made of ops only, so it
+/// can be traced.
 Tensor global_grad_norm(const std::vector<Tensor>& grads);
 
 /// The clip factor for a 0-d f64 `norm`: min(1, max_norm / (norm + 1e-6)) when norm is finite,

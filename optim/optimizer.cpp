@@ -61,8 +61,13 @@ void Optimizer::for_each_update(const std::vector<Tensor>& grads, const Tensor& 
   const Tensor factor = clip_norm_ > 0 && any ? clip_factor(global_grad_norm(grads), clip_norm_) : Tensor();
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!grads[i].defined()) continue;
-    fn(i, update(i, factor.defined() ? scale_grad(grads[i], factor) : grads[i], lr, step));
+    fn(i, update_scaled(i, grads[i], lr, step, factor));
   }
+}
+
+std::vector<Write> Optimizer::update_scaled(size_t i, const Tensor& grad, const Tensor& lr, const Tensor& step,
+                                            const Tensor& grad_scale) {
+  return update(i, grad_scale.defined() ? scale_grad(grad, grad_scale) : grad, lr, step);
 }
 
 std::vector<Write> Optimizer::update_all(const std::vector<Tensor>& grads, const Tensor& lr, const Tensor& step) {

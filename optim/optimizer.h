@@ -80,6 +80,12 @@ class Optimizer : public ParamUpdater {
   /// The update of parameter `i` given its gradient, the learning rate and the (1-based) step
   /// number t as 0-d f64 tensors. Records no autograd (callers run it under NoGradGuard).
   std::vector<Write> update(size_t i, const Tensor& grad, const Tensor& lr, const Tensor& step) override = 0;
+  /// update() with the gradient scaled by `grad_scale`, a 0-d f64 tensor (the clip factor;
+  /// undefined: no scaling): bitwise update(i, scale_grad(grad, grad_scale), lr, step), which
+  /// is what this default runs. Optimizers whose update op takes the scale itself (Adam, AdamW)
+  /// override it and save the pass over the gradient.
+  virtual std::vector<Write> update_scaled(size_t i, const Tensor& grad, const Tensor& lr, const Tensor& step,
+                                           const Tensor& grad_scale);
   /// Updates of every parameter with a defined grads[i] (grads in params() order), clipped when
   /// set_clip_norm() is on; what a compiled step traces.
   std::vector<Write> update_all(const std::vector<Tensor>& grads, const Tensor& lr, const Tensor& step) override;
@@ -92,7 +98,8 @@ class Optimizer : public ParamUpdater {
   double clip_norm_ = 0;
 
  private:
-  // Calls fn(i, update(i, clipped grads[i], lr, step)) for each defined gradient, in order.
+  // Calls fn(i, update_scaled(i, grads[i], lr, step, clip factor or none)) for each defined
+  // gradient, in order.
   template <class Fn>
   void for_each_update(const std::vector<Tensor>& grads, const Tensor& lr, const Tensor& step, Fn&& fn);
 };

@@ -6,8 +6,10 @@ namespace tessera {
 
 std::vector<Tensor> adam_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
                                 const Tensor& lr, const Tensor& step, double beta1, double beta2, double eps,
-                                double weight_decay) {
-  return call<AdamUpdate>({beta1, beta2, eps, weight_decay}, {p, g, m, v, lr, step});
+                                double weight_decay, const Tensor& grad_scale) {
+  std::vector<Tensor> in{p, g, m, v, lr, step};
+  if (grad_scale.defined()) in.push_back(grad_scale);
+  return call<AdamUpdate>({beta1, beta2, eps, weight_decay}, in);
 }
 
 std::vector<TensorMeta> AdamUpdate::infer(const std::vector<TensorMeta>& in, const Attrs& a) {

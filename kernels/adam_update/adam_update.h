@@ -11,9 +11,10 @@ namespace tessera {
 /// {p', m', v'}. `lr` and `step` (the 1-based step number t) are 0-d f64 tensors; m and v are
 /// the first and second moment estimates (zeros before the first step). For decoupled decay
 /// see adamw_update.
+/// `grad_scale` (optional 0-d f64, e.g. the clip factor): update with g·grad_scale instead of g.
 std::vector<Tensor> adam_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
                                 const Tensor& lr, const Tensor& step, double beta1 = 0.9, double beta2 = 0.999,
-                                double eps = 1e-8, double weight_decay = 0.0);
+                                double eps = 1e-8, double weight_decay = 0.0, const Tensor& grad_scale = Tensor());
 
 /// Fused Adam update, elementwise over p [*]:
 ///   g' = g + wd·p
@@ -22,14 +23,19 @@ std::vector<Tensor> adam_update(const Tensor& p, const Tensor& g, const Tensor& 
 ///   p' = p - (lr / (1 - b1^t)) · m' / (sqrt(v') / sqrt(1 - b2^t) + eps)
 /// i.e. p - lr·mhat / (sqrt(vhat) + eps) with mhat = m'/(1 - b1^t), vhat = v'/(1 - b2^t).
 /// Bias corrections are computed in f64.
-/// Inputs (p, g, m, v [*], lr [], step []) -> outputs (p', m', v' [*]); p, g, m, v share one
-/// floating meta, lr and step are f64. Computed in p's dtype.
+/// Inputs (p, g, m, v [*], lr [], step [][, grad_scale []]) -> outputs (p', m', v' [*]); p, g, m,
+/// v share one floating meta, lr, step and grad_scale are f64 on p's device. Computed in p's
+/// dtype (bf16/f16 in f32, rounded once when stored). The optional grad_scale s replaces g by
+/// g·s as mul(g, cast(s, T)) stores it (s rounded to T, the product rounded to T), so the
+/// result is bitwise that of the update on the scaled gradient (the global-norm clip factor
+/// without a pass over g).
 /// In place: p', m', v' may share the buffers of p, m, v (the kernel reads element i of every
 /// input before it writes element i of the outputs). Not differentiable.
 struct AdamUpdate : OpBase {
   static constexpr const char* kName = "adam_update";
   static constexpr bool kInPlace = true;
   static constexpr bool kDifferentiable = false;
+  static constexpr bool kHalfNative = true;  // cpu() widens bf16/f16 itself, after scaling g in its dtype
   struct Attrs {
     double beta1 = 0.9;
     double beta2 = 0.999;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/half.h"
 #include "core/op.h"
 #include "kernels/common/dispatch.h"
 #include "kernels/common/update_args.h"
@@ -10,8 +11,16 @@ namespace tessera {
 namespace detail {
 
 std::vector<TensorMeta> infer_adam_update(const char* op, const std::vector<TensorMeta>& in, const AdamHyper& a) {
-  check_num_inputs(op, in, 6);
+  TS_CHECK(in.size() == 6 || in.size() == 7, ValueError,
+           op << ": expected 6 inputs (7 with grad_scale), got " << in.size());
   check_update_args(op, in, {"param", "grad", "exp_avg", "exp_avg_sq"});
+  if (in.size() == 7) {
+    const TensorMeta& s = in[6];
+    TS_CHECK(s.dtype == DType::f64, DTypeError, op << ": grad_scale must be a 0-d f64 tensor, got " << s);
+    TS_CHECK(s.shape.ndim() == 0, ShapeError, op << ": grad_scale must be a 0-d f64 tensor, got " << s);
+    TS_CHECK(s.device == in[0].device, DeviceError,
+             op << ": grad_scale " << s << " is not on the device of param " << in[0]);
+  }
   TS_CHECK(a.beta1 >= 0 && a.beta1 < 1, ValueError, op << ": beta1 must be in [0, 1), got " << a.beta1);
   TS_CHECK(a.beta2 >= 0 && a.beta2 < 1, ValueError, op << ": beta2 must be in [0, 1), got " << a.beta2);
   TS_CHECK(std::isfinite(a.eps) && a.eps >= 0, ValueError, op << ": eps must be finite and >= 0, got " << a.eps);
@@ -60,20 +69,71 @@ void adam_kernel(const std::vector<Tensor>& in, const std::vector<Tensor>& out, 
   }
 }
 
+// g·s as mul(g, cast(s, T)) stores it: s rounded to T (through f32 for bf16/f16, as cast rounds),
+// then the product in T (in f32 for bf16/f16) rounded to T. Written to memory, so the update
+// reads exactly these values.
+Tensor scaled_grad(const char* op, const Tensor& g, double s) {
+  Tensor out = empty(g.shape(), TensorOptions(g.dtype()).device(g.device()));
+  const int64_t n = g.numel();
+  auto half_loop = [&](float (*to_float)(uint16_t), uint16_t (*from_float)(float)) {
+    const uint16_t* x = static_cast<const uint16_t*>(g.data_ptr());
+    uint16_t* y = static_cast<uint16_t*>(out.data_ptr());
+    const float sf = to_float(from_float(static_cast<float>(s)));
+#pragma omp parallel for if (n > kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) y[i] = from_float(to_float(x[i]) * sf);
+  };
+  switch (g.dtype()) {
+    case DType::f32: {
+      const float* x = g.data<float>();
+      float* y = out.data<float>();
+      const float sf = static_cast<float>(s);
+#pragma omp parallel for if (n > kParallelGrain)
+      for (int64_t i = 0; i < n; ++i) y[i] = x[i] * sf;
+      break;
+    }
+    case DType::f64: {
+      const double* x = g.data<double>();
+      double* y = out.data<double>();
+#pragma omp parallel for if (n > kParallelGrain)
+      for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s;
+      break;
+    }
+    case DType::bf16: half_loop(&bf16_bits_to_float, &float_to_bf16_bits); break;
+    case DType::f16: half_loop(&f16_bits_to_float, &float_to_f16_bits); break;
+    default: TS_THROW(DTypeError, op << ": grad " << g.meta() << " is not floating point");
+  }
+  return out;
+}
+
+struct AdamCall {
+  const char* op;
+  AdamHyper h;
+  AdamDecay decay;
+};
+
+// The f32/f64 kernel on inputs (p, g, m, v, lr, step); bf16/f16 arrive widened.
+void adam_f32_f64(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const void* call) {
+  const AdamCall& c = *static_cast<const AdamCall*>(call);
+  const double lr = read_update_scalar(in[4]), t = read_update_scalar(in[5]);
+  TS_CHECK(t >= 1, ValueError, c.op << ": step must be >= 1 (1-based), got " << t);
+  dispatch_float(out[0].dtype(), c.op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (c.decay == AdamDecay::coupled) {
+      adam_kernel<T, AdamDecay::coupled>(in, out, c.h, lr, t);
+    } else {
+      adam_kernel<T, AdamDecay::decoupled>(in, out, c.h, lr, t);
+    }
+  });
+}
+
 }  // namespace
 
 void adam_update_cpu(const char* op, const std::vector<Tensor>& in, const std::vector<Tensor>& out,
                      const AdamHyper& a, AdamDecay decay) {
-  const double lr = read_update_scalar(in[4]), t = read_update_scalar(in[5]);
-  TS_CHECK(t >= 1, ValueError, op << ": step must be >= 1 (1-based), got " << t);
-  dispatch_float(out[0].dtype(), op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if (decay == AdamDecay::coupled) {
-      adam_kernel<T, AdamDecay::coupled>(in, out, a, lr, t);
-    } else {
-      adam_kernel<T, AdamDecay::decoupled>(in, out, a, lr, t);
-    }
-  });
+  std::vector<Tensor> args(in.begin(), in.begin() + 6);
+  if (in.size() == 7) args[1] = scaled_grad(op, in[1], read_update_scalar(in[6]));
+  const AdamCall call{op, a, decay};
+  compute_cpu_widened(args, out, &adam_f32_f64, &call);
 }
 
 }  // namespace detail

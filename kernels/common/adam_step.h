@@ -18,11 +18,14 @@ struct AdamHyper {
   double beta1, beta2, eps, weight_decay;
 };
 
-/// Inputs (p, g, m, v, lr, step) -> (p', m', v'), all like p; checks named after `op`.
+/// Inputs (p, g, m, v, lr, step[, grad_scale]) -> (p', m', v'), all like p; grad_scale (optional)
+/// is a 0-d f64 tensor. Checks named after `op`.
 std::vector<TensorMeta> infer_adam_update(const char* op, const std::vector<TensorMeta>& in, const AdamHyper& h);
 
-/// The fused elementwise update (bias corrections in f64). Outputs may alias p, m, v: element i
-/// of every input is loaded before element i of any output is stored.
+/// The fused elementwise update (bias corrections in f64) on tensors of any floating dtype
+/// (bf16/f16 computed in f32, rounded once when stored). With a grad_scale s the gradient is
+/// first g·s as mul(g, cast(s, T)) stores it. Outputs may alias p, m, v: element i of every
+/// input is loaded before element i of any output is stored.
 void adam_update_cpu(const char* op, const std::vector<Tensor>& in, const std::vector<Tensor>& out,
                      const AdamHyper& h, AdamDecay decay);
 

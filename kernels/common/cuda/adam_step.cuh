@@ -7,8 +7,12 @@
 // replays the step with new values); the bias corrections are computed in f64 by every thread
 // once, then the elements in acc_t. Element i of every input is loaded before element i of an
 // output is stored, so p', m', v' may alias p, m, v.
+// With the optional grad_scale s (0-d f64 on the device, e.g. the clip factor) the gradient is
+// first g·s exactly as mul(g, cast(s, T)) stores it: s rounded to T as cast rounds, the product
+// rounded to T (__fmul_rn/__dmul_rn, so it is never contracted into a later FMA).
 #pragma once
 
+#include <type_traits>
 #include <vector>
 
 #include "core/cuda/check.cuh"
@@ -19,11 +23,38 @@
 namespace tessera {
 namespace cuda {
 
+/// s converted to T as the cast op converts f64 (bf16/f16 through f32).
+template <class T>
+__device__ __forceinline__ T round_scale(double s) {
+  if constexpr (std::is_same_v<T, double>) {
+    return s;
+  } else if constexpr (std::is_same_v<T, float>) {
+    return __double2float_rn(s);
+  } else {
+    return from_acc<T>(__double2float_rn(s));
+  }
+}
+
+/// g·s as mul(g, s) stores it (rounded to T), in acc_t.
+template <class T>
+__device__ __forceinline__ acc_t<T> scaled_grad(T g, T s) {
+  if constexpr (std::is_same_v<T, double>) {
+    return __dmul_rn(g, s);
+  } else if constexpr (std::is_same_v<T, float>) {
+    return __fmul_rn(g, s);
+  } else {
+    return to_acc(from_acc<T>(__fmul_rn(to_acc(g), to_acc(s))));
+  }
+}
+
+// scale_t: the grad_scale tensor, or nullptr (no scaling).
 template <class T, detail::AdamDecay kDecay>
 __global__ void adam_kernel(const T* p, const T* g, const T* m, const T* v, const double* lr_t, const double* step_t,
-                            T* p_out, T* m_out, T* v_out, int64_t n, detail::AdamHyper h) {
+                            const double* scale_t, T* p_out, T* m_out, T* v_out, int64_t n, detail::AdamHyper h) {
   using A = acc_t<T>;
   const double lr = *lr_t, t = *step_t;
+  const bool scaled = scale_t != nullptr;
+  const T s = round_scale<T>(scaled ? *scale_t : 1.0);
   const A step_size = static_cast<A>(lr / (1.0 - ::pow(h.beta1, t)));
   const A bc2_sqrt = static_cast<A>(::sqrt(1.0 - ::pow(h.beta2, t)));
   const A b1 = static_cast<A>(h.beta1), b2 = static_cast<A>(h.beta2);
@@ -32,7 +63,8 @@ __global__ void adam_kernel(const T* p, const T* g, const T* m, const T* v, cons
   const A eps = static_cast<A>(h.eps);
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const A pi = to_acc(p[i]), mi = to_acc(m[i]), vi = to_acc(v[i]);
-    const A gi = kDecay == detail::AdamDecay::coupled ? to_acc(g[i]) + wd * pi : to_acc(g[i]);
+    const A g0 = scaled ? scaled_grad(g[i], s) : to_acc(g[i]);
+    const A gi = kDecay == detail::AdamDecay::coupled ? g0 + wd * pi : g0;
     const A m_new = b1 * mi + one_minus_b1 * gi;
     const A v_new = b2 * vi + one_minus_b2 * gi * gi;
     const A denom = dev_sqrt(v_new) / bc2_sqrt + eps;
@@ -44,7 +76,7 @@ __global__ void adam_kernel(const T* p, const T* g, const T* m, const T* v, cons
   }
 }
 
-/// Inputs (p, g, m, v, lr, step) -> outputs (p', m', v'), all on one GPU.
+/// Inputs (p, g, m, v, lr, step[, grad_scale]) -> outputs (p', m', v'), all on one GPU.
 inline void adam_update(const char* op, const std::vector<Tensor>& in, const std::vector<Tensor>& out,
                         const detail::AdamHyper& h, detail::AdamDecay decay) {
   const int64_t n = out[0].numel();
@@ -55,13 +87,16 @@ inline void adam_update(const char* op, const std::vector<Tensor>& in, const std
     auto dst = [](const Tensor& t) { return static_cast<T*>(t.data_ptr()); };
     const double* lr = static_cast<const double*>(in[4].data_ptr());
     const double* step = static_cast<const double*>(in[5].data_ptr());
+    const double* scale = in.size() > 6 ? static_cast<const double*>(in[6].data_ptr()) : nullptr;
     const cudaStream_t stream = current_stream(out[0]);
     if (decay == detail::AdamDecay::coupled) {
       adam_kernel<T, detail::AdamDecay::coupled><<<blocks_for(n), 256, 0, stream>>>(
-          src(in[0]), src(in[1]), src(in[2]), src(in[3]), lr, step, dst(out[0]), dst(out[1]), dst(out[2]), n, h);
+          src(in[0]), src(in[1]), src(in[2]), src(in[3]), lr, step, scale, dst(out[0]), dst(out[1]), dst(out[2]),
+          n, h);
     } else {
       adam_kernel<T, detail::AdamDecay::decoupled><<<blocks_for(n), 256, 0, stream>>>(
-          src(in[0]), src(in[1]), src(in[2]), src(in[3]), lr, step, dst(out[0]), dst(out[1]), dst(out[2]), n, h);
+          src(in[0]), src(in[1]), src(in[2]), src(in[3]), lr, step, scale, dst(out[0]), dst(out[1]), dst(out[2]),
+          n, h);
     }
   });
   TS_CUDA_LAUNCH_CHECK(op);
