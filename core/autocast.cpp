@@ -50,6 +50,8 @@ bool applies(std::initializer_list<const Tensor*> inputs) {
   return any_f32;
 }
 
+DType operand_dtype(const Tensor& x) { return enabled() && x.dtype() == DType::f32 ? g_state.dtype : x.dtype(); }
+
 Tensor operand(const Tensor& t) {
   if (!enabled() || !t.defined() || t.dtype() != DType::f32) return t;
   // Parameters: leaves that require grad. Other tensors (activations) are cast each time.

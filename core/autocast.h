@@ -43,6 +43,10 @@ class Guard {
 /// cast(t, dtype()), cached for parameters (see the file comment).
 Tensor operand(const Tensor& t);
 
+/// The dtype operand(x) has: dtype() when autocast is on and x is f32, else x's. A producer whose
+/// one consumer is an autocast product can write its output in it directly (no cast).
+DType operand_dtype(const Tensor& x);
+
 /// Whether an autocast op with these inputs casts them: autocast is on, every defined input is
 /// f32 or already in the autocast dtype, and at least one is f32 (the result is then f32). Inputs
 /// all in the autocast dtype give a result in it, as without autocast; other dtypes (f64) are

@@ -42,6 +42,7 @@
   /* linear algebra */                    \
   X(Matmul)                               \
   X(Linear)                               \
+  X(CastColSum)                           \
   /* block sparse */                      \
   X(Bsmm)                                 \
   X(BsmmDx)                               \

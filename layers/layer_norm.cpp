@@ -15,10 +15,13 @@ LayerNorm::LayerNorm(const LayerNormOptions& options) : options_(options) {
   }
 }
 
-Tensor LayerNorm::forward(const Tensor& x) const {
+Tensor LayerNorm::forward(const Tensor& x) const { return forward(x, x.dtype()); }
+
+Tensor LayerNorm::forward(const Tensor& x, DType out) const {
   TS_CHECK(x.dim() >= 1 && x.size(-1) == options_.dim(), ShapeError,
            "LayerNorm: x " << x.meta() << " must have last dim " << options_.dim());
-  return layer_norm(x, gamma_, beta_, options_.eps());
+  if (out == x.dtype()) return layer_norm(x, gamma_, beta_, options_.eps());
+  return layer_norm(x, gamma_, beta_, options_.eps(), out);
 }
 
 }  // namespace nn

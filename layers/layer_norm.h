@@ -2,6 +2,7 @@
 //
 //   nn::LayerNorm ln(nn::LayerNormOptions(512).eps(1e-6));
 //   Tensor h = ln.forward(x);   // x [N, 512] -> [N, 512]
+//   Tensor b = ln.forward(x, DType::bf16);   // the same, rounded to bf16 (f32 x)
 #pragma once
 
 #include <cstdint>
@@ -37,6 +38,9 @@ class LayerNorm : public Module {
 
   /// ShapeError naming x and dim when x's last dim is not dim.
   Tensor forward(const Tensor& x) const;
+  /// forward with y in dtype `out`: x's, or bf16/f16 for f32 x (bitwise cast(forward(x), out);
+  /// for a product under autocast that would cast y anyway, see autocast::operand_dtype).
+  Tensor forward(const Tensor& x, DType out) const;
 
   /// Undefined when !affine.
   const Tensor& gamma() const { return gamma_; }

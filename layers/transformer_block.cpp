@@ -1,5 +1,6 @@
 #include "layers/transformer_block.h"
 
+#include "core/autocast.h"
 #include "kernels/ops.h"
 
 namespace tessera {
@@ -36,6 +37,19 @@ Tensor apply_activation(Activation a, const Tensor& x) {
   TS_THROW(ValueError, "apply_activation: unknown activation " << static_cast<int>(a));
 }
 
+Tensor apply_activation(Activation a, const Tensor& x, DType out) {
+  if (out == x.dtype()) return apply_activation(a, x);
+  switch (a) {
+    case Activation::gelu:
+      return gelu(x, GeluApprox::none, out);
+    case Activation::gelu_tanh:
+      return gelu(x, GeluApprox::tanh, out);
+    case Activation::fast_gelu:
+      return cast(fast_gelu(x), out);
+  }
+  TS_THROW(ValueError, "apply_activation: unknown activation " << static_cast<int>(a));
+}
+
 TransformerBlock::TransformerBlock(const TransformerBlockOptions& o, Generator& gen) : options_(o) {
   const int64_t C = o.width();
   TS_CHECK(o.mlp_ratio() > 0, ValueError, "TransformerBlock: mlp_ratio must be > 0, got " << o.mlp_ratio());
@@ -56,9 +70,12 @@ TransformerBlock::TransformerBlock(const TransformerBlockOptions& o, Generator& 
 }
 
 Tensor TransformerBlock::forward(const Tensor& x, int64_t B, Generator& dropout_gen) const {
-  Tensor h = add(x, attn_->forward(ln1_->forward(x), B, dropout_gen));  // [B*T, C]
-  Tensor m =
-      fc2_.forward(apply_activation(options_.activation(), fc_.forward(ln2_->forward(h))));  // [B*T, C]
+  // ln1, ln2 and the activation feed only qkv, fc and fc2: under autocast (f32 inputs) each is
+  // written in the dtype the product would cast it to (operand_dtype), else in its input's.
+  using autocast::operand_dtype;
+  Tensor h = add(x, attn_->forward(ln1_->forward(x, operand_dtype(x)), B, dropout_gen));  // [B*T, C]
+  const Tensor u = fc_.forward(ln2_->forward(h, operand_dtype(h)));                       // [B*T, r·C]
+  Tensor m = fc2_.forward(apply_activation(options_.activation(), u, operand_dtype(u)));  // [B*T, C]
   if (is_training() && options_.dropout() > 0) m = drop_->forward(m, dropout_gen);
   return add(h, m);
 }

@@ -27,6 +27,9 @@ Activation activation_from_string(const std::string& name);
 const char* activation_name(Activation a);
 /// The activation applied to x (elementwise).
 Tensor apply_activation(Activation a, const Tensor& x);
+/// The activation with its result in dtype `out` (x's, or bf16/f16 for f32 x): gelu and
+/// gelu_tanh write it directly (gelu(x, approx, out)); fast_gelu's f32 result is cast.
+Tensor apply_activation(Activation a, const Tensor& x, DType out);
 
 /// Options of TransformerBlock: the attention's options (width, heads, seq_len, layout, its
 /// projections), the MLP (width ratio, activation, block size 0 = dense, density, layout seed:
@@ -68,6 +71,8 @@ struct TransformerBlockOptions {
 /// forward(x [B*T, C], B):
 ///   h = x + attn(ln1(x), B)
 ///   y = h + dropout(fc2(act(fc(ln2(h)))))     fc: [C, r·C], fc2: [r·C, C]
+/// Under autocast (f32 x), ln1, ln2 and act, each read only by a product (qkv, fc, fc2) that
+/// casts its f32 input to the autocast dtype, write that dtype directly: the same bits, no casts.
 /// Parameters: "ln1.*", "attn.*", "ln2.*", "fc.*", "fc2.*".
 class TransformerBlock : public Module {
  public:

@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/autocast.h"
 #include "core/graph/trace.h"
 #include "core/sparse/block_layout.h"
 #include "kernels/ops.h"
@@ -162,7 +163,8 @@ Tensor TransformerLM::logits(const Tensor& ids, int64_t B, Generator& dropout_ge
     else
       x = blk->forward(x, B, dropout_gen);
   }
-  x = ln_f_->forward(x);
+  // ln_f feeds only the output product: under autocast it writes that product's operand dtype.
+  x = ln_f_->forward(x, autocast::operand_dtype(x));
   // Tied: [B*T, C]·[V, C]ᵀ with the transpose flag, no copy of the table.
   return out_ ? out_->forward(x) : matmul(x, tok_emb_->weight(), false, true);  // [B*T, V]
 }

@@ -72,6 +72,7 @@ struct TransformerLMConfig {
 ///   x = tok_emb[ids] + pos_emb           [B, T, C] (pos_emb [T, C] broadcast over B) -> [B*T, C]
 ///   x = block_l(x) for each layer        (pre-LN blocks, nn::TransformerBlock)
 ///   logits = ln_f(x)·W_out               [B*T, V]; tied: W_out = tok_embᵀ, else "out.weight" [C, V]
+///   (under autocast ln_f writes the product's bf16/f16 operand directly, as the blocks do)
 /// loss = mean cross entropy of the logits against targets.
 /// Parameters: "tok_emb.weight", "pos_emb", "blocks.<l>.{ln1,attn.qkv,attn.proj,ln2,fc,fc2}.*",
 /// "ln_f.gamma", "ln_f.beta", "out.weight" (untied only). Initialized from Generator(seed).

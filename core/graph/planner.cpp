@@ -143,8 +143,10 @@ MemoryPlan plan_memory(const Graph& g) {
       plan.place[v] = MemoryPlan::Place::arena;
       if (k == 0 && n.op->in_place_safe() && !n.inputs.empty()) {
         const int in = n.inputs[0];
+        // Same meta, not just the same rounded size: a broadcast input ([1] against [7]) or one of
+        // another element size (gelu's f32 x under a bf16 y) is not element-for-element y.
         if (root[in] == in && owns[in] && last_use[in] == i && readers[in] == 1 &&
-            aligned(g.values[in].meta.nbytes()) == bytes) {
+            g.values[in].meta == g.values[v].meta) {
           plan.offset[v] = plan.offset[in];
           owns[in] = false;
           owns[v] = true;

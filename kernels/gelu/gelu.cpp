@@ -15,16 +15,23 @@ const char* gelu_approx_name(GeluApprox approx) {
   return "?";
 }
 
-Tensor gelu(const Tensor& x, GeluApprox approx) { return call<Gelu>({approx}, {x})[0]; }
+Tensor gelu(const Tensor& x, GeluApprox approx) { return call<Gelu>({approx, std::nullopt}, {x})[0]; }
+
+Tensor gelu(const Tensor& x, GeluApprox approx, DType out) { return call<Gelu>({approx, out}, {x})[0]; }
 
 std::vector<TensorMeta> Gelu::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 1);
-  check_floating(kName, in[0]);
+  const TensorMeta& x = in[0];
+  check_floating(kName, x);
   TS_CHECK(attrs.approximate == GeluApprox::none || attrs.approximate == GeluApprox::tanh, ValueError,
-           "gelu: unknown approximate value " << static_cast<int>(attrs.approximate) << " for " << in[0]);
-  return {in[0]};
+           "gelu: unknown approximate value " << static_cast<int>(attrs.approximate) << " for " << x);
+  const DType out = attrs.out.value_or(x.dtype);
+  TS_CHECK(out == x.dtype || (x.dtype == DType::f32 && is_half(out)), DTypeError,
+           "gelu: output dtype " << out << " for x " << x << " (x's dtype, or bf16/f16 for f32 x)");
+  return {TensorMeta{x.shape, out, x.device}};
 }
 
+// A bf16/f16 y arrives as an f32 buffer (rounded once by the op machinery), like x.
 void Gelu::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;

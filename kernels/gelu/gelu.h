@@ -1,5 +1,7 @@
 #pragma once
 
+#include <optional>
+
 #include "core/op.h"
 
 namespace tessera {
@@ -15,15 +17,21 @@ const char* gelu_approx_name(GeluApprox approx);
 
 /// Gaussian error linear unit, elementwise: gelu(x) or gelu(x, GeluApprox::tanh).
 Tensor gelu(const Tensor& x, GeluApprox approx = GeluApprox::none);
+/// gelu with its output in dtype `out`: x's dtype, or bf16/f16 for f32 x (the f32 value rounded
+/// once: bitwise cast(gelu(x, approx), out), without the f32 tensor). Its gradient arrives in
+/// `out` and is read as it is (a product under autocast consumes y without a cast).
+Tensor gelu(const Tensor& x, GeluApprox approx, DType out);
 
-/// y = gelu(x) (any shape, floating). Backward: dx = gelu_backward(g, x, approximate), an op
-/// with the closed-form derivative (see kernels/gelu_backward/); reads the saved input.
+/// y = gelu(x) (any shape, floating; y in x's dtype, or bf16/f16 for f32 x when Attrs::out says
+/// so). Backward: dx = gelu_backward(g, x, approximate) (g in y's dtype, dx in x's), an op with
+/// the closed-form derivative (see kernels/gelu_backward/); reads the saved input.
 struct Gelu : OpBase {
   static constexpr const char* kName = "gelu";
   static constexpr bool kInPlace = true;
   static constexpr unsigned kSaveInputs = 0b1;
   struct Attrs {
     GeluApprox approximate = GeluApprox::none;
+    std::optional<DType> out = std::nullopt;  ///< y's dtype; nullopt: x's
   };
   static std::vector<TensorMeta> infer(const std::vector<TensorMeta>& in, const Attrs&);
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);

@@ -12,15 +12,18 @@ Tensor gelu_backward(const Tensor& g, const Tensor& x, GeluApprox approx) {
 
 std::vector<TensorMeta> GeluBackward::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 2);
-  check_floating(kName, in[0], "gradient");
-  check_same_dtype(kName, in[0], in[1]);
-  TS_CHECK(in[0].shape == in[1].shape, ShapeError,
-           "gelu_backward: gradient " << in[0] << " and input " << in[1] << " differ in shape");
+  const TensorMeta &g = in[0], &x = in[1];
+  check_floating(kName, x, "input");
+  TS_CHECK(g.dtype == x.dtype || (x.dtype == DType::f32 && is_half(g.dtype)), DTypeError,
+           "gelu_backward: gradient " << g << " for input " << x << " (x's dtype, or bf16/f16 for f32 x)");
+  TS_CHECK(g.shape == x.shape, ShapeError,
+           "gelu_backward: gradient " << g << " and input " << x << " differ in shape");
   TS_CHECK(attrs.approximate == GeluApprox::none || attrs.approximate == GeluApprox::tanh, ValueError,
-           "gelu_backward: unknown approximate value " << static_cast<int>(attrs.approximate) << " for " << in[1]);
-  return {in[0]};
+           "gelu_backward: unknown approximate value " << static_cast<int>(attrs.approximate) << " for " << x);
+  return {x};
 }
 
+// A bf16/f16 g arrives widened to f32 (exact) by the op machinery: the f32 kernel as for cast(g, f32).
 void GeluBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -7,11 +7,24 @@
 
 namespace tessera {
 
-Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
+namespace {
+
+Tensor layer_norm_to(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,
+                     std::optional<DType> out) {
   std::vector<Tensor> in{x};
   if (gamma.defined()) in.push_back(gamma);
   if (beta.defined()) in.push_back(beta);
-  return call<LayerNorm>({eps, gamma.defined(), beta.defined()}, in)[0];
+  return call<LayerNorm>({eps, gamma.defined(), beta.defined(), out}, in)[0];
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
+  return layer_norm_to(x, gamma, beta, eps, std::nullopt);
+}
+
+Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, DType out) {
+  return layer_norm_to(x, gamma, beta, eps, out);
 }
 
 namespace detail {
@@ -38,11 +51,15 @@ std::vector<TensorMeta> LayerNorm::infer(const std::vector<TensorMeta>& in, cons
     TS_CHECK(in[i].dtype == x.dtype, DTypeError,
              "layer_norm: " << what << " " << in[i] << " and x " << x << " differ in dtype");
   }
+  const DType out = attrs.out.value_or(x.dtype);
+  TS_CHECK(out == x.dtype || (x.dtype == DType::f32 && is_half(out)), DTypeError,
+           "layer_norm: output dtype " << out << " for x " << x << " (x's dtype, or bf16/f16 for f32 x)");
   const TensorMeta stats{detail::layer_norm_stats_shape(x.shape), detail::layer_norm_stats_dtype(x.dtype),
                          x.device};
-  return {x, stats, stats};
+  return {TensorMeta{x.shape, out, x.device}, stats, stats};
 }
 
+// A bf16/f16 y arrives as an f32 buffer (rounded once by the op machinery), like x.
 void LayerNorm::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const int64_t c = in[0].shape()[-1];
   const int64_t rows = in[0].numel() / c;

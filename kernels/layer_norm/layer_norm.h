@@ -1,5 +1,7 @@
 #pragma once
 
+#include <optional>
+
 #include "core/op.h"
 
 namespace tessera {
@@ -12,9 +14,14 @@ namespace tessera {
 ///   Tensor z = layer_norm(x);                // affine = false
 Tensor layer_norm(const Tensor& x, const Tensor& gamma = Tensor(), const Tensor& beta = Tensor(),
                   double eps = 1e-5);
+/// layer_norm with y in dtype `out`: x's dtype, or bf16/f16 for f32 x (the f32 value rounded
+/// once: bitwise cast(layer_norm(x, gamma, beta, eps), out), without the f32 tensor). Its
+/// gradient arrives in `out` and is read as it is (a product under autocast consumes y uncast).
+Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, DType out);
 
 /// Inputs x [..., C] floating, then gamma [C] if has_gamma, then beta [C] if has_beta (x's dtype).
-/// Outputs y [..., C] (x's dtype), and the per-row statistics mean [...] and rstd [...]
+/// Outputs y [..., C] (x's dtype; Attrs::out may narrow it to bf16/f16 for f32 x), and the
+/// per-row statistics mean [...] and rstd [...]
 /// (rstd = 1/sqrt(var + eps); f64 for f64 x, else f32), saved for backward. Row statistics
 /// are shifted two-pass sums vectorized in x's compute type. Backward through layer_norm_backward(g, x, mean, rstd, gamma)
 /// -> dx, dgamma, dbeta; gradients arriving at the mean/rstd outputs are ignored (they are
@@ -27,6 +34,7 @@ struct LayerNorm : OpBase {
     double eps = 1e-5;
     bool has_gamma = false;
     bool has_beta = false;
+    std::optional<DType> out = std::nullopt;  ///< y's dtype; nullopt: x's
   };
   static std::vector<TensorMeta> infer(const std::vector<TensorMeta>& in, const Attrs&);
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);

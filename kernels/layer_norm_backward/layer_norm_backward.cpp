@@ -20,7 +20,11 @@ std::vector<TensorMeta> LayerNormBackward::infer(const std::vector<TensorMeta>& 
   check_floating(kName, x, "x");
   TS_CHECK(x.shape.ndim() >= 1 && x.shape[-1] > 0, ShapeError,
            "layer_norm_backward: x must have a non-empty last dim, got " << x);
-  TS_CHECK(in[0] == x, ShapeError, "layer_norm_backward: g " << in[0] << " must match x " << x);
+  const TensorMeta& g = in[0];
+  TS_CHECK(g.shape == x.shape && g.device == x.device, ShapeError,
+           "layer_norm_backward: g " << g << " must match x " << x);
+  TS_CHECK(g.dtype == x.dtype || (x.dtype == DType::f32 && is_half(g.dtype)), DTypeError,
+           "layer_norm_backward: g " << g << " for x " << x << " (x's dtype, or bf16/f16 for f32 x)");
   const TensorMeta stats{detail::layer_norm_stats_shape(x.shape), detail::layer_norm_stats_dtype(x.dtype),
                          x.device};
   TS_CHECK(in[2] == stats && in[3] == stats, ShapeError,
@@ -33,6 +37,7 @@ std::vector<TensorMeta> LayerNormBackward::infer(const std::vector<TensorMeta>& 
   return {x, c, c};
 }
 
+// A bf16/f16 g arrives widened to f32 (exact) by the op machinery: the f32 kernel as for cast(g, f32).
 void LayerNormBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
                             const Attrs& attrs) {
   const int64_t c = in[1].shape()[-1];

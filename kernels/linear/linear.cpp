@@ -4,6 +4,7 @@
 
 #include "core/autocast.h"
 #include "kernels/cast/cast.h"
+#include "kernels/cast_col_sum/cast_col_sum.h"
 #include "kernels/common/dispatch.h"
 #include "kernels/matmul/matmul.h"
 #include "kernels/sum/sum.h"
@@ -66,13 +67,20 @@ void Linear::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, 
 
 std::vector<Tensor> Linear::backward(const BackwardContext& ctx, const Attrs& attrs) {
   const Tensor& dy = ctx.grad_output();
-  // The GEMMs run in x's dtype: an f32 output of bf16/f16 inputs casts dy once.
+  // The GEMMs run in x's dtype: an f32 output of bf16/f16 inputs casts dy once — in the same
+  // pass as db's column sums when both are wanted (cast_col_sum reads dy once).
   const bool gemm_grads = ctx.needs_input_grad(0) || ctx.needs_input_grad(1);
-  const Tensor g = attrs.f32_output && gemm_grads ? cast(dy, ctx.input_meta(0).dtype) : dy;
-  Tensor dx, dw, db;
-  if (ctx.needs_input_grad(0)) dx = matmul(g, ctx.input(1), false, true);  // [N, M]·[K, M]ᵀ
-  if (ctx.needs_input_grad(1)) dw = matmul(ctx.input(0), g, true, false);  // [N, K]ᵀ·[N, M]
-  if (ctx.needs_input_grad(2)) db = sum(dy, 0);                            // b's dtype = dy's
+  Tensor g = dy, dx, dw, db;
+  if (attrs.f32_output && gemm_grads && ctx.needs_input_grad(2)) {
+    std::vector<Tensor> gs = cast_col_sum(dy, ctx.input_meta(0).dtype);
+    g = gs[0];
+    db = gs[1];
+  } else if (attrs.f32_output && gemm_grads) {
+    g = cast(dy, ctx.input_meta(0).dtype);
+  }
+  if (ctx.needs_input_grad(0)) dx = matmul(g, ctx.input(1), false, true);    // [N, M]·[K, M]ᵀ
+  if (ctx.needs_input_grad(1)) dw = matmul(ctx.input(0), g, true, false);    // [N, K]ᵀ·[N, M]
+  if (ctx.needs_input_grad(2) && !db.defined()) db = sum(dy, 0);             // b's dtype = dy's
   return {dx, dw, db};
 }
 

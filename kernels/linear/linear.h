@@ -17,6 +17,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b);
 /// Backward, with G = dy (f32_output: G cast once to x's dtype for the two GEMMs):
 ///   dx = G·Wᵀ = matmul(G, W, false, true),   dW = xᵀ·G = matmul(x, G, true, false),
 ///   db = Σ_n G[n, :] = sum(dy, 0), in b's dtype (from dy itself, before any cast).
+/// With f32_output, the cast of dy and db come from one pass over dy (cast_col_sum).
 struct Linear : OpBase {
   static constexpr const char* kName = "linear";
   static constexpr unsigned kSaveInputs = 0b011;  // x, W (db needs only G)

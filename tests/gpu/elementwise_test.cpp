@@ -1,6 +1,8 @@
 // CUDA elementwise kernels against their CPU counterparts (label `gpu`; skipped visibly without
 // a GPU): binary ops with broadcasting, unary and scalar ops, compare / where / masked_fill /
-// clamp, cast between every pair of dtypes, dropout, and the backward of each family.
+// clamp, cast between every pair of dtypes, dropout, and the backward of each family; gelu with
+// a bf16/f16 output and gelu_backward with a bf16/f16 gradient (of f32 x), bitwise against the
+// unfused GPU path (op, then cast), and a transformer block under autocast built on them.
 //
 // Each check runs the op's kernel through the op machinery on CPU inputs (the reference) and on
 // GPU copies of them into outputs poisoned beforehand (NaN, or a value the op never writes), on
@@ -21,15 +23,18 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "core/autocast.h"
 #include "core/cuda/runtime.h"
 #include "core/op.h"
 #include "gpu_check.h"
 #include "gradcheck.h"
 #include "kernels/ops.h"
+#include "layers/layers.h"
 
 namespace tessera {
 namespace {
@@ -235,6 +240,134 @@ TEST(CudaElementwise, GeluBackwardMatchesCpu) {
         const Tensor g = random_of(s, dt, ++seed), x = random_of(s, dt, ++seed);
         expect_gpu_matches_cpu<GeluBackward>({approx}, {g, x}, math_tol(dt), gelu_approx_name(approx));
       }
+}
+
+// ---- gelu with a bf16/f16 output of f32 x, gelu_backward with its bf16/f16 gradient ----
+
+// Same dtype, shape and bytes (both copied to the CPU).
+::testing::AssertionResult same_bits(const Tensor& got, const Tensor& want) {
+  const Tensor a = got.to(Device::cpu()), b = want.to(Device::cpu());
+  if (!(a.meta() == b.meta())) return ::testing::AssertionFailure() << a.meta() << " vs " << b.meta();
+  const auto* pa = static_cast<const unsigned char*>(a.data_ptr());
+  const auto* pb = static_cast<const unsigned char*>(b.data_ptr());
+  const size_t es = dtype_size(b.dtype());
+  for (int64_t i = 0; i < b.numel(); ++i)
+    if (std::memcmp(pa + i * es, pb + i * es, es) != 0)
+      return ::testing::AssertionFailure() << "element " << i << " of " << b.meta() << ": " << a.to_vector<double>()[i]
+                                           << " vs " << b.to_vector<double>()[i];
+  return ::testing::AssertionSuccess();
+}
+
+// A GPU copy of t whose data starts one element past an aligned address (a view into a buffer
+// of numel + 1 elements): the kernels then take their element-by-element paths.
+Tensor misaligned_on_gpu(const Tensor& t) {
+  std::vector<double> v = t.to_vector<double>();
+  v.insert(v.begin(), 0.0);
+  Tensor buf = cast(from_vector(v, Shape{t.numel() + 1}), t.dtype()).to(kGpu);  // exact: v holds t's values
+  auto impl = std::make_shared<TensorImpl>(*buf.impl());
+  impl->offset += dtype_size(t.dtype());
+  impl->meta.shape = t.shape();
+  return Tensor(impl);
+}
+
+// Op on GPU inputs (as they are: views stay views) into poisoned outputs.
+template <class Op>
+std::vector<Tensor> run_into_poisoned(const typename Op::Attrs& attrs, const std::vector<Tensor>& gpu_in) {
+  const detail::OpInstanceT<Op> op(attrs);
+  std::vector<TensorMeta> metas;
+  for (const Tensor& t : gpu_in) metas.push_back(t.meta());
+  std::vector<Tensor> out;
+  for (const TensorMeta& m : op.infer(metas)) out.push_back(poisoned(m, kNaN));
+  detail::run_op_into(op, gpu_in, out);
+  return out;
+}
+
+// Odd sizes (numel not a multiple of the pack of 4), one larger than a grid-stride pass.
+const std::vector<Shape> kNarrowShapes = {{1}, {7}, {1001}, {33, 65}, {3, 40001}};
+
+// The narrowed gelu writes the bits of the unfused GPU path (f32 gelu, then a cast kernel), and
+// agrees with the CPU within bf16/f16 tolerance; aligned (packed) and misaligned inputs alike.
+TEST(CudaElementwise, GeluWithNarrowedOutputEqualsGeluThenCastBitwise) {
+  REQUIRE_GPU();
+  uint64_t seed = 1300;
+  for (GeluApprox approx : {GeluApprox::none, GeluApprox::tanh})
+    for (DType out : {DType::bf16, DType::f16})
+      for (const Shape& s : kNarrowShapes) {
+        const std::string what = std::string(gelu_approx_name(approx)) + " -> " + dtype_name(out) + " " + s.str();
+        const Tensor x = mul(test_randn(s, ++seed, DType::f32), 3.0);
+        expect_gpu_matches_cpu<Gelu>({approx, out}, {x}, math_tol(out), what);
+        const Tensor xg = x.to(kGpu);
+        const Tensor unfused = cast(gelu(xg, approx), out);
+        EXPECT_TRUE(same_bits(run_into_poisoned<Gelu>({approx, out}, {xg})[0], unfused)) << what;
+        EXPECT_TRUE(same_bits(run_into_poisoned<Gelu>({approx, out}, {misaligned_on_gpu(x)})[0], unfused))
+            << what << ", misaligned x";
+      }
+}
+
+// gelu_backward of f32 x with a bf16/f16 g: the bits of gelu_backward(cast(g, f32), x) on the
+// GPU, and the CPU's within f32 tolerance; aligned and misaligned g.
+TEST(CudaElementwise, GeluBackwardOfAHalfGradientEqualsTheWidenedGradientBitwise) {
+  REQUIRE_GPU();
+  uint64_t seed = 1400;
+  for (GeluApprox approx : {GeluApprox::none, GeluApprox::tanh})
+    for (DType gt : {DType::bf16, DType::f16})
+      for (const Shape& s : kNarrowShapes) {
+        const std::string what = std::string(gelu_approx_name(approx)) + ", g " + dtype_name(gt) + " " + s.str();
+        const Tensor x = mul(test_randn(s, ++seed, DType::f32), 3.0), g = cast(test_randn(s, ++seed, DType::f32), gt);
+        Tol tol = math_tol(DType::f32);
+        tol.rms = true;
+        // tanh: x spans ±12 here, where tanh saturates and 1 − t² cancels; the CPU's and the
+        // GPU's f32 tanh differ by an ulp there, amplified up to x·k·(1 + 3c·x²) ≈ 100 times.
+        if (approx == GeluApprox::tanh) tol.rtol = 1e-4;
+        expect_gpu_matches_cpu<GeluBackward>({approx}, {g, x}, tol, what);
+        const Tensor xg = x.to(kGpu), gg = g.to(kGpu);
+        const Tensor unfused = gelu_backward(cast(gg, DType::f32), xg, approx);
+        EXPECT_TRUE(same_bits(run_into_poisoned<GeluBackward>({approx}, {gg, xg})[0], unfused)) << what;
+        EXPECT_TRUE(same_bits(run_into_poisoned<GeluBackward>({approx}, {misaligned_on_gpu(g), xg})[0], unfused))
+            << what << ", misaligned g";
+      }
+}
+
+// A transformer block under bf16 autocast on the GPU, eager forward and backward: its narrowed
+// layer norms and gelu give the bits of the block with explicit casts before its products.
+TEST(CudaElementwise, TransformerBlockUnderAutocastEqualsExplicitCastsBitwise) {
+  REQUIRE_GPU();
+  const int64_t B = 2, T = 64, C = 48;
+  for (nn::Activation act : {nn::Activation::gelu, nn::Activation::gelu_tanh}) {
+    SCOPED_TRACE(nn::activation_name(act));
+    const nn::TransformerBlockOptions o =
+        nn::TransformerBlockOptions(nn::AttentionOptions(C, 3, T).block_size(16)).mlp_ratio(4).activation(act);
+    Generator g1(21), g2(21);
+    nn::TransformerBlock now(o, g1), before(o, g2);
+    now.to(kGpu);
+    before.to(kGpu);
+    std::shared_ptr<nn::LayerNorm> ln1, ln2;
+    for (const auto& c : before.named_children()) {
+      if (c.first == "ln1") ln1 = std::dynamic_pointer_cast<nn::LayerNorm>(c.second);
+      if (c.first == "ln2") ln2 = std::dynamic_pointer_cast<nn::LayerNorm>(c.second);
+    }
+    ASSERT_TRUE(ln1 && ln2);
+    const Tensor x0 = test_randn({B * T, C}, 22, DType::f32).to(kGpu),
+                 w = test_randn({B * T, C}, 23, DType::f32).to(kGpu);
+    Tensor x1 = x0.detach().clone().requires_grad_(), x2 = x0.detach().clone().requires_grad_();
+    Tensor y1, y2;
+    {
+      autocast::Guard amp(DType::bf16);
+      y1 = now.forward(x1, B);
+    }
+    {
+      autocast::Guard amp(DType::bf16);
+      Tensor h = add(x2, before.attention().forward(ln1->forward(x2), B));
+      y2 = add(h, before.fc2().forward(nn::apply_activation(act, before.fc().forward(ln2->forward(h)))));
+    }
+    EXPECT_TRUE(same_bits(y1, y2));
+    sum(mul(y1, w)).backward();
+    sum(mul(y2, w)).backward();
+    EXPECT_TRUE(same_bits(x1.grad(), x2.grad())) << "dx";
+    const std::vector<nn::NamedParam> p1 = now.named_parameters(), p2 = before.named_parameters();
+    for (size_t i = 0; i < p1.size(); ++i)
+      EXPECT_TRUE(same_bits(p1[i].tensor.grad(), p2[i].tensor.grad())) << p1[i].name;
+  }
 }
 
 // ---- compare, where, masked_fill ----

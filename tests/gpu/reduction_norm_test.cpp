@@ -502,5 +502,73 @@ TEST(CudaNorms, MisalignedDataGivesTheSameBits) {
   }
 }
 
+// ---- layer_norm with a bf16/f16 y of f32 x, layer_norm_backward with its bf16/f16 gradient ----
+
+// layer_norm(x f32 [rows, c], ..., out) on the GPU: y has the bits of cast(y f32, out) of the GPU's
+// f32 kernel, mean and rstd those of the f32 kernel, and y agrees with the CPU within bf16/f16
+// tolerance. layer_norm_backward(g in out, x, ...): dx, dgamma, dbeta have the bits of the f32
+// kernel on cast(g, f32), and agree with the CPU like the f32 results. Also for a misaligned x
+// (forward) and g (backward): the element-by-element paths give the same bits.
+void expect_narrowed_norm_matches(int64_t rows, int64_t c, bool affine, DType out, uint64_t seed) {
+  const Shape s{rows, c};
+  const Tensor x = randn(s, seed, DType::f32);
+  const Tensor gamma = affine ? randn({c}, seed + 1, DType::f32) : Tensor();
+  const Tensor beta = affine ? randn({c}, seed + 2, DType::f32) : Tensor();
+  const Tensor g = randn(s, seed + 3, out);
+  const std::string what = label(DType::f32, s, std::string("-> ") + dtype_name(out) + (affine ? " affine" : ""));
+  const std::vector<Tensor> in = with_params(x, gamma, beta);
+  const LayerNorm::Attrs plain{1e-5, affine, affine}, narrowed{1e-5, affine, affine, out};
+  // Forward: fused against the f32 kernel followed by the GPU cast.
+  const std::vector<Tensor> f32 = run_on_gpu<LayerNorm>(plain, in);
+  const std::vector<Tensor> fwd = run_on_gpu_host<LayerNorm>(narrowed, in);
+  ASSERT_EQ(fwd[0].dtype(), out) << what;
+  EXPECT_TRUE(same_bits(fwd[0], cast(f32[0], out).to(Device::cpu()))) << "y: " << what;
+  for (int k = 1; k < 3; ++k)
+    EXPECT_TRUE(same_bits(fwd[k], f32[k].to(Device::cpu()))) << "stats " << k << ": " << what;
+  const std::vector<Tensor> cpu = call<LayerNorm>(narrowed, in);
+  EXPECT_TRUE(close(fwd[0], cpu[0], 1e-2)) << "y against the CPU: " << what;
+  std::vector<Tensor> in_off = in;
+  in_off[0] = misaligned_on_gpu(x);
+  const std::vector<Tensor> fwd_off = run_on_gpu_host<LayerNorm>(narrowed, in_off);
+  for (int k = 0; k < 3; ++k)
+    EXPECT_TRUE(same_bits(fwd_off[k], fwd[k])) << "misaligned x, output " << k << ": " << what;
+  // Backward, from the CPU forward's statistics.
+  std::vector<Tensor> bin{g, x, cpu[1], cpu[2]}, bin32{cast(g, DType::f32), x, cpu[1], cpu[2]};
+  if (affine) {
+    bin.push_back(gamma);
+    bin32.push_back(gamma);
+  }
+  const LayerNormBackward::Attrs battrs{affine};
+  const std::vector<Tensor> bwd = run_on_gpu_host<LayerNormBackward>(battrs, bin);
+  const std::vector<Tensor> bwd32 = run_on_gpu_host<LayerNormBackward>(battrs, bin32);
+  const std::vector<Tensor> bcpu = call<LayerNormBackward>(battrs, bin);
+  std::vector<Tensor> bin_off = bin;
+  bin_off[0] = misaligned_on_gpu(g);
+  const std::vector<Tensor> bwd_off = run_on_gpu_host<LayerNormBackward>(battrs, bin_off);
+  // dx's scale as in expect_norm_matches: RMS(dx), at least 1e-3·RMS(rstd)·RMS(g)·RMS(γ).
+  const double s_terms = rms(cpu[2].to_vector<double>()) * rms(g.to_vector<double>()) *
+                         (affine ? rms(gamma.to_vector<double>()) : 1.0);
+  const double dx_scale = std::max(rms(bcpu[0].to_vector<double>()), 1e-3 * s_terms);
+  const char* names[] = {"dx", "dgamma", "dbeta"};
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(bwd[k].dtype(), DType::f32);
+    EXPECT_TRUE(same_bits(bwd[k], bwd32[k])) << names[k] << " against f32 g: " << what;
+    EXPECT_TRUE(same_bits(bwd_off[k], bwd[k])) << names[k] << ", misaligned g: " << what;
+    EXPECT_TRUE(close(bwd[k], bcpu[k], 1e-5, k == 0 ? dx_scale : -1.0))
+        << names[k] << " against the CPU: " << what;
+  }
+}
+
+TEST(CudaNorms, LayerNormNarrowedOutputAndHalfGradientEqualTheCastsBitwise) {
+  REQUIRE_GPU();
+  uint64_t seed = 700;
+  for (DType out : {DType::bf16, DType::f16})
+    for (int64_t c : kNormWidths) {  // every kernel path, odd widths (element by element) included
+      const int64_t rows = std::clamp<int64_t>(200000 / c, 3, 37);
+      for (bool affine : {false, true}) expect_narrowed_norm_matches(rows, c, affine, out, seed += 4);
+    }
+  expect_narrowed_norm_matches(16384, 384, true, DType::bf16, 800);  // the nanoGPT step's shape
+}
+
 }  // namespace
 }  // namespace tessera

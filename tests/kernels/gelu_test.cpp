@@ -1,8 +1,10 @@
 // gelu (exact and tanh), gelu_backward (closed form) and fast_gelu: values, f64 gradient
-// checks on odd sizes, half inputs, errors.
+// checks on odd sizes, half inputs, errors; gelu with a bf16/f16 output of f32 x and
+// gelu_backward with its bf16/f16 gradient, bitwise against the explicit casts.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,7 @@ namespace tessera {
 namespace {
 
 using testing::all_close;
+using testing::expect_error;
 using testing::gradcheck;
 using testing::test_randn;
 
@@ -110,6 +113,81 @@ TEST(Gelu, Errors) {
   }
   EXPECT_THROW(gelu(zeros({2}), static_cast<GeluApprox>(7)), ValueError);
   EXPECT_THROW(fast_gelu(arange(2)), DTypeError);
+}
+
+// Same dtype, shape and bytes.
+::testing::AssertionResult same_bits(const Tensor& got, const Tensor& want) {
+  if (!(got.meta() == want.meta())) return ::testing::AssertionFailure() << got.meta() << " vs " << want.meta();
+  if (std::memcmp(got.data_ptr(), want.data_ptr(), want.nbytes()) != 0)
+    return ::testing::AssertionFailure() << "values of " << want.meta() << " differ";
+  return ::testing::AssertionSuccess();
+}
+
+// f32 x of odd sizes (one past kParallelGrain-sized chunks too), N(0, 3²): both tails of gelu.
+std::vector<Tensor> narrowing_inputs() {
+  std::vector<Tensor> xs;
+  uint64_t seed = 40;
+  for (const Shape& s : {Shape{1}, Shape{7}, Shape{33, 65}, Shape{3, 16385}})
+    xs.push_back(mul(test_randn(s, ++seed, DType::f32), 3.0));
+  return xs;
+}
+
+TEST(Gelu, NarrowedOutputIsTheCastOfTheF32Output) {
+  for (const Tensor& x : narrowing_inputs())
+    for (GeluApprox a : {GeluApprox::none, GeluApprox::tanh}) {
+      for (DType out : {DType::bf16, DType::f16}) {
+        const Tensor y = gelu(x, a, out);
+        EXPECT_EQ(y.dtype(), out);
+        EXPECT_TRUE(same_bits(y, cast(gelu(x, a), out))) << gelu_approx_name(a) << " " << out << " " << x.shape();
+      }
+      EXPECT_TRUE(same_bits(gelu(x, a, DType::f32), gelu(x, a)));  // out = x's dtype: the plain op
+    }
+  const Tensor xb = cast(test_randn({9}, 49, DType::f32), DType::bf16);
+  EXPECT_TRUE(same_bits(gelu(xb, GeluApprox::tanh, DType::bf16), gelu(xb, GeluApprox::tanh)));
+}
+
+TEST(Gelu, BackwardReadsAHalfGradientOfF32InputAsItsWidening) {
+  uint64_t seed = 50;
+  for (const Tensor& x : narrowing_inputs())
+    for (GeluApprox a : {GeluApprox::none, GeluApprox::tanh})
+      for (DType gt : {DType::bf16, DType::f16}) {
+        const Tensor g = cast(test_randn(x.shape(), ++seed, DType::f32), gt);
+        const Tensor dx = gelu_backward(g, x, a);
+        EXPECT_EQ(dx.dtype(), DType::f32);
+        EXPECT_TRUE(same_bits(dx, gelu_backward(cast(g, DType::f32), x, a))) << gelu_approx_name(a) << " " << gt;
+      }
+}
+
+TEST(Gelu, GradientThroughTheNarrowedOutputEqualsThroughTheCast) {
+  for (GeluApprox a : {GeluApprox::none, GeluApprox::tanh})
+    for (DType out : {DType::bf16, DType::f16}) {
+      const Tensor x0 = mul(test_randn({33, 65}, 60, DType::f32), 2.0);
+      const Tensor seed = cast(test_randn({33, 65}, 61, DType::f32), out);
+      Tensor x1 = x0.detach().clone().requires_grad_(), x2 = x0.detach().clone().requires_grad_();
+      const Tensor y1 = gelu(x1, a, out), y2 = cast(gelu(x2, a), out);
+      EXPECT_TRUE(same_bits(y1, y2));
+      mul(y1, seed).backward(cast(full({33, 65}, 1.0, DType::f32), out));
+      mul(y2, seed).backward(cast(full({33, 65}, 1.0, DType::f32), out));
+      ASSERT_TRUE(x1.grad().defined() && x2.grad().defined());
+      EXPECT_EQ(x1.grad().dtype(), DType::f32);
+      EXPECT_TRUE(same_bits(x1.grad(), x2.grad())) << gelu_approx_name(a) << " " << out;
+    }
+}
+
+TEST(Gelu, OutputAndGradientDtypeErrors) {
+  const Tensor x = zeros({2, 3});
+  expect_error<DTypeError>([&] { gelu(cast(x, DType::bf16), GeluApprox::none, DType::f32); },
+                           {"gelu", "output dtype f32", "bf16[2, 3]"});
+  expect_error<DTypeError>([&] { gelu(cast(x, DType::f64), GeluApprox::tanh, DType::bf16); },
+                           {"gelu", "output dtype bf16", "f64[2, 3]"});
+  expect_error<DTypeError>([&] { gelu(x, GeluApprox::none, DType::f64); }, {"gelu", "f64", "f32[2, 3]"});
+  expect_error<DTypeError>([&] { gelu(x, GeluApprox::none, DType::i32); }, {"gelu", "i32"});
+  expect_error<DTypeError>([&] { gelu_backward(cast(x, DType::bf16), cast(x, DType::f64)); },
+                           {"gelu_backward", "bf16[2, 3]", "f64[2, 3]"});
+  expect_error<DTypeError>([&] { gelu_backward(x, cast(x, DType::bf16)); },
+                           {"gelu_backward", "f32[2, 3]", "bf16[2, 3]"});
+  expect_error<DTypeError>([&] { gelu_backward(cast(x, DType::i32), x); }, {"gelu_backward", "i32[2, 3]"});
+  expect_error<ShapeError>([&] { gelu_backward(zeros({3, 2}, DType::bf16), x); }, {"gelu_backward", "[3, 2]"});
 }
 
 }  // namespace

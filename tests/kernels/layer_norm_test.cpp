@@ -1,8 +1,10 @@
 // layer_norm (and layer_norm_backward through it): values, statistics, stability, gradients
-// with and without affine parameters, errors.
+// with and without affine parameters, errors; a bf16/f16 y of f32 x and layer_norm_backward
+// with its bf16/f16 gradient, bitwise against the explicit casts.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,7 @@ namespace tessera {
 namespace {
 
 using testing::all_close;
+using testing::expect_error;
 using testing::gradcheck;
 using testing::test_rand;
 using testing::test_randn;
@@ -130,6 +133,113 @@ TEST(LayerNorm, Errors) {
   std::vector<Tensor> st = call<LayerNorm>({1e-5, false, false}, {x});
   EXPECT_THROW(layer_norm_backward(zeros({2, 4}), x, st[1], st[2]), ShapeError);
   EXPECT_THROW(layer_norm_backward(x, x, zeros({5}), st[2]), ShapeError);
+}
+
+// Same dtype, shape and bytes.
+::testing::AssertionResult same_bits(const Tensor& got, const Tensor& want) {
+  if (!(got.meta() == want.meta())) return ::testing::AssertionFailure() << got.meta() << " vs " << want.meta();
+  if (std::memcmp(got.data_ptr(), want.data_ptr(), want.nbytes()) != 0)
+    return ::testing::AssertionFailure() << "values of " << want.meta() << " differ";
+  return ::testing::AssertionSuccess();
+}
+
+// The parameter combinations: none, gamma, beta, both (f32 [C], away from ones/zeros).
+struct Params {
+  Tensor gamma, beta;
+  const char* name;
+};
+std::vector<Params> param_cases(int64_t c, uint64_t seed) {
+  const Tensor g = test_rand({c}, 0.5, 1.5, seed, DType::f32), b = test_randn({c}, seed + 1, DType::f32);
+  return {{Tensor(), Tensor(), "plain"}, {g, Tensor(), "gamma"}, {Tensor(), b, "beta"}, {g, b, "affine"}};
+}
+
+TEST(LayerNorm, NarrowedOutputIsTheCastOfTheF32Output) {
+  uint64_t seed = 40;
+  for (const Shape& s : {Shape{1, 1}, Shape{5, 7}, Shape{2, 3, 33}, Shape{200, 257}}) {
+    const Tensor x = add(mul(test_randn(s, ++seed, DType::f32), 2.0), 0.5);
+    for (const Params& p : param_cases(s[-1], seed += 2)) {
+      const std::vector<Tensor> in = [&] {
+        std::vector<Tensor> v{x};
+        if (p.gamma.defined()) v.push_back(p.gamma);
+        if (p.beta.defined()) v.push_back(p.beta);
+        return v;
+      }();
+      const std::vector<Tensor> ref = call<LayerNorm>({1e-5, p.gamma.defined(), p.beta.defined()}, in);
+      for (DType out : {DType::bf16, DType::f16}) {
+        const std::vector<Tensor> got = call<LayerNorm>({1e-5, p.gamma.defined(), p.beta.defined(), out}, in);
+        EXPECT_TRUE(same_bits(got[0], cast(ref[0], out))) << p.name << " " << out << " " << s;
+        EXPECT_TRUE(same_bits(got[1], ref[1])) << "mean: " << p.name;  // statistics: f32 as before
+        EXPECT_TRUE(same_bits(got[2], ref[2])) << "rstd: " << p.name;
+        EXPECT_TRUE(same_bits(layer_norm(x, p.gamma, p.beta, 1e-5, out), got[0]));
+      }
+      EXPECT_TRUE(same_bits(layer_norm(x, p.gamma, p.beta, 1e-5, DType::f32), ref[0]));  // x's dtype
+    }
+  }
+}
+
+TEST(LayerNorm, BackwardReadsAHalfGradientOfF32InputAsItsWidening) {
+  uint64_t seed = 60;
+  for (const Shape& s : {Shape{1, 1}, Shape{5, 7}, Shape{2, 3, 33}, Shape{200, 257}}) {
+    const Tensor x = test_randn(s, ++seed, DType::f32);
+    const std::vector<Tensor> st = call<LayerNorm>({1e-5, false, false}, {x});
+    const Tensor gamma = test_rand({s[-1]}, 0.5, 1.5, ++seed, DType::f32);
+    for (DType gt : {DType::bf16, DType::f16})
+      for (bool with_gamma : {false, true}) {
+        const Tensor g = cast(test_randn(s, ++seed, DType::f32), gt);
+        const Tensor gm = with_gamma ? gamma : Tensor();
+        const std::vector<Tensor> got = layer_norm_backward(g, x, st[1], st[2], gm);
+        const std::vector<Tensor> want = layer_norm_backward(cast(g, DType::f32), x, st[1], st[2], gm);
+        for (int k = 0; k < 3; ++k) {
+          EXPECT_EQ(got[k].dtype(), DType::f32);
+          EXPECT_TRUE(same_bits(got[k], want[k]))
+              << "output " << k << " " << gt << (with_gamma ? " gamma " : " ") << s;
+        }
+      }
+  }
+}
+
+TEST(LayerNorm, GradientsThroughTheNarrowedOutputEqualThroughTheCast) {
+  const Shape s{37, 129};
+  for (DType out : {DType::bf16, DType::f16})
+    for (const Params& p : param_cases(129, 70)) {
+      auto leaf = [](const Tensor& t) { return t.defined() ? t.detach().clone().requires_grad_() : Tensor(); };
+      const Tensor x0 = test_randn(s, 72, DType::f32);
+      const Tensor w = cast(test_randn(s, 73, DType::f32), out);
+      Tensor x1 = leaf(x0), g1 = leaf(p.gamma), b1 = leaf(p.beta);
+      Tensor x2 = leaf(x0), g2 = leaf(p.gamma), b2 = leaf(p.beta);
+      const Tensor y1 = layer_norm(x1, g1, b1, 1e-5, out), y2 = cast(layer_norm(x2, g2, b2), out);
+      ASSERT_TRUE(same_bits(y1, y2)) << p.name;
+      sum(cast(mul(y1, w), DType::f32)).backward();
+      sum(cast(mul(y2, w), DType::f32)).backward();
+      EXPECT_TRUE(same_bits(x1.grad(), x2.grad())) << "dx " << p.name << " " << out;
+      if (p.gamma.defined()) {
+        EXPECT_TRUE(same_bits(g1.grad(), g2.grad())) << "dgamma " << p.name << " " << out;
+      }
+      if (p.beta.defined()) {
+        EXPECT_TRUE(same_bits(b1.grad(), b2.grad())) << "dbeta " << p.name << " " << out;
+      }
+    }
+}
+
+TEST(LayerNorm, OutputAndGradientDtypeErrors) {
+  const Tensor x = zeros({2, 5});
+  expect_error<DTypeError>([&] { layer_norm(cast(x, DType::bf16), Tensor(), Tensor(), 1e-5, DType::f32); },
+                           {"layer_norm", "output dtype f32", "bf16[2, 5]"});
+  expect_error<DTypeError>([&] { layer_norm(cast(x, DType::f64), Tensor(), Tensor(), 1e-5, DType::bf16); },
+                           {"layer_norm", "output dtype bf16", "f64[2, 5]"});
+  expect_error<DTypeError>([&] { layer_norm(x, Tensor(), Tensor(), 1e-5, DType::f64); }, {"layer_norm", "f64"});
+  // gamma and beta stay in x's dtype, whatever y's is.
+  expect_error<DTypeError>([&] { layer_norm(x, zeros({5}, DType::bf16), Tensor(), 1e-5, DType::bf16); },
+                           {"layer_norm", "gamma", "bf16[5]"});
+  const std::vector<Tensor> st = call<LayerNorm>({1e-5, false, false}, {x});
+  expect_error<DTypeError>([&] { layer_norm_backward(cast(x, DType::f64), x, st[1], st[2]); },
+                           {"layer_norm_backward", "f64[2, 5]", "f32[2, 5]"});
+  const Tensor xb = cast(x, DType::bf16);
+  const std::vector<Tensor> sb = call<LayerNorm>({1e-5, false, false}, {xb});
+  expect_error<DTypeError>([&] { layer_norm_backward(x, xb, sb[1], sb[2]); },
+                           {"layer_norm_backward", "f32[2, 5]", "bf16[2, 5]"});
+  expect_error<ShapeError>([&] { layer_norm_backward(zeros({2, 4}, DType::bf16), x, st[1], st[2]); },
+                           {"layer_norm_backward", "[2, 4]"});
 }
 
 }  // namespace

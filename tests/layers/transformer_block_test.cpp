@@ -1,12 +1,15 @@
 // nn::TransformerBlock: shapes and parameter paths, the pre-LN composition against its own
-// submodules, activations, errors, f64 gradient checks (dense and block-sparse weights).
+// submodules, activations, errors, f64 gradient checks (dense and block-sparse weights); under
+// bf16/f16 autocast, bitwise the block with explicit casts before its products, with fewer kernels.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "core/autocast.h"
 #include "gradcheck.h"
 #include "kernels/ops.h"
 #include "layers/layers.h"
@@ -130,6 +133,100 @@ TEST(TransformerBlock, Gradients) {
     EXPECT_TRUE(parameters_gradcheck(blk.named_parameters(), [&] { return blk.forward(x, 1); }, {}, 78));
     EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& a) { return blk.forward(a[0], 1); }, {x}));
   }
+}
+
+// The child module `name` of m as a T.
+template <class T>
+std::shared_ptr<T> child_of(const nn::Module& m, const std::string& name) {
+  for (const auto& c : m.named_children())
+    if (c.first == name) return std::dynamic_pointer_cast<T>(c.second);
+  return nullptr;
+}
+
+// The block's forward as it was before its layer norms and activation wrote the autocast dtype:
+// f32 outputs everywhere, each cast by the product that reads it (autocast::operand).
+Tensor forward_with_explicit_casts(const nn::TransformerBlock& blk, const Tensor& x, int64_t B) {
+  const auto ln1 = child_of<nn::LayerNorm>(blk, "ln1"), ln2 = child_of<nn::LayerNorm>(blk, "ln2");
+  Tensor h = add(x, blk.attention().forward(ln1->forward(x), B));
+  Tensor m =
+      blk.fc2().forward(nn::apply_activation(blk.options().activation(), blk.fc().forward(ln2->forward(h))));
+  return add(h, m);
+}
+
+// Under autocast, forward and backward of the block equal those of the explicit-cast formulation
+// bit for bit (output, input gradient, every parameter gradient), with the casts of ln1, ln2 and
+// the activation (gelu, gelu_tanh; fast_gelu keeps its cast) gone from both passes.
+TEST(TransformerBlock, AutocastWritesTheProductOperandsDirectlyBitwise) {
+  const int64_t B = 2, T = 16, C = 16;
+  for (DType low : {DType::bf16, DType::f16})
+    for (int64_t lb : {int64_t{0}, int64_t{8}})
+      for (nn::Activation act : {nn::Activation::gelu, nn::Activation::gelu_tanh, nn::Activation::fast_gelu}) {
+        SCOPED_TRACE(std::string(dtype_name(low)) + (lb ? " block-sparse " : " dense ") +
+                     nn::activation_name(act));
+        const nn::TransformerBlockOptions o =
+            nn::TransformerBlockOptions(nn::AttentionOptions(C, 2, T).block_size(8).linear_block_size(lb).density(
+                                            lb ? 0.5 : 1.0, 3))
+                .mlp_ratio(3)
+                .activation(act)
+                .linear_block_size(lb)
+                .density(lb ? 0.5 : 1.0, 4);
+        Generator g1(9), g2(9);
+        nn::TransformerBlock now(o, g1), before(o, g2);
+        for (const auto& p : now.named_parameters())  // layer norm parameters off ones/zeros
+          if (p.name.find("ln") == 0) {
+            std::vector<double> r = test_randn(p.tensor.shape(), 3).to_vector<double>();
+            float* v = p.tensor.data<float>();
+            for (int64_t i = 0; i < p.tensor.numel(); ++i) v[i] += 0.5f * static_cast<float>(r[i]);
+          }
+        for (size_t i = 0; i < now.named_parameters().size(); ++i) {  // the same values in both
+          const Tensor& a = now.named_parameters()[i].tensor;
+          std::memcpy(before.named_parameters()[i].tensor.data_ptr(), a.data_ptr(), a.nbytes());
+        }
+        const Tensor x0 = test_randn({B * T, C}, 5, DType::f32), w = test_randn({B * T, C}, 6, DType::f32);
+        Tensor x1 = x0.detach().clone().requires_grad_(), x2 = x0.detach().clone().requires_grad_();
+        Tensor y1, y2;
+        uint64_t k0 = kernels_run();
+        {
+          autocast::Guard amp(low);
+          y1 = now.forward(x1, B);
+        }
+        const uint64_t fwd_now = kernels_run() - k0;
+        k0 = kernels_run();
+        {
+          autocast::Guard amp(low);
+          y2 = forward_with_explicit_casts(before, x2, B);
+        }
+        const uint64_t fwd_before = kernels_run() - k0;
+        ASSERT_EQ(y1.dtype(), DType::f32);
+        EXPECT_TRUE(all_close(y1, y2, 0, 0));
+        k0 = kernels_run();
+        sum(mul(y1, w)).backward();
+        const uint64_t bwd_now = kernels_run() - k0;
+        k0 = kernels_run();
+        sum(mul(y2, w)).backward();
+        const uint64_t bwd_before = kernels_run() - k0;
+        EXPECT_TRUE(all_close(x1.grad(), x2.grad(), 0, 0));
+        const std::vector<nn::NamedParam> p1 = now.named_parameters(), p2 = before.named_parameters();
+        for (size_t i = 0; i < p1.size(); ++i) {
+          ASSERT_TRUE(p1[i].tensor.grad().defined()) << p1[i].name;
+          EXPECT_EQ(p1[i].tensor.grad().dtype(), DType::f32) << p1[i].name;
+          EXPECT_TRUE(all_close(p1[i].tensor.grad(), p2[i].tensor.grad(), 0, 0)) << p1[i].name;
+        }
+        const uint64_t casts = act == nn::Activation::fast_gelu ? 2 : 3;
+        EXPECT_EQ(fwd_before - fwd_now, casts);
+        EXPECT_EQ(bwd_before - bwd_now, casts);
+      }
+}
+
+TEST(TransformerBlock, WithoutAutocastNothingIsNarrowed) {
+  Generator gen(10);
+  nn::TransformerBlock blk(
+      nn::TransformerBlockOptions(nn::AttentionOptions(8, 2, 16).block_size(8)).mlp_ratio(2), gen);
+  const Tensor x = test_randn({32, 8}, 11, DType::f32);
+  EXPECT_TRUE(all_close(blk.forward(x, 2), forward_with_explicit_casts(blk, x, 2), 0, 0));
+  EXPECT_EQ(nn::apply_activation(nn::Activation::gelu, x, DType::f32).dtype(), DType::f32);
+  EXPECT_EQ(nn::apply_activation(nn::Activation::gelu_tanh, x, DType::bf16).dtype(), DType::bf16);
+  EXPECT_EQ(nn::apply_activation(nn::Activation::fast_gelu, x, DType::f16).dtype(), DType::f16);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // models::TransformerLM: config JSON (round trip, errors naming the field), parameter counts
 // against closed formulas (dense and block-sparse, tied and untied), training on a fixed batch,
-// compiled AdamW steps equal to eager ones, recompute regions (same loss, smaller arena).
+// compiled AdamW steps equal to eager ones, recompute regions (same loss, smaller arena); under
+// autocast, loss and gradients bitwise those of the model with explicit casts before its products.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/autocast.h"
 #include "core/graph/compile.h"
 #include "gradcheck.h"
 #include "kernels/ops.h"
@@ -268,6 +270,102 @@ TEST(TransformerLM, RecomputeSameLossSmallerArena) {
         << p.name;
   const size_t arena_plain = a.executor().plan().arena_bytes, arena_rc = b.executor().plan().arena_bytes;
   EXPECT_LT(arena_rc, arena_plain);
+}
+
+// The parameter `name` of m.
+Tensor param_of(const nn::Module& m, const std::string& name) {
+  for (const auto& p : m.named_parameters())
+    if (p.name == name) return p.tensor;
+  ADD_FAILURE() << "no parameter " << name;
+  return Tensor();
+}
+
+// The child module `name` of m as a T.
+template <class T>
+std::shared_ptr<T> child_of(const nn::Module& m, const std::string& name) {
+  for (const auto& c : m.named_children())
+    if (c.first == name) return std::dynamic_pointer_cast<T>(c.second);
+  return nullptr;
+}
+
+// TransformerLM::loss as it was before the layer norms (ln1, ln2, ln_f) and gelu wrote the
+// autocast dtype: every one of them f32, cast by the product that reads it (no dropout).
+Tensor loss_with_explicit_casts(const TransformerLM& m, const Tensor& ids, const Tensor& targets, int64_t B) {
+  const TransformerLMConfig& c = m.config();
+  const Tensor emb = param_of(m, "tok_emb.weight");
+  Tensor x = reshape(add(reshape(embedding(emb, ids), {B, c.seq_len, c.width}), param_of(m, "pos_emb")),
+                     {B * c.seq_len, c.width});
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const nn::TransformerBlock& blk = m.block(l);
+    const auto ln1 = child_of<nn::LayerNorm>(blk, "ln1"), ln2 = child_of<nn::LayerNorm>(blk, "ln2");
+    Tensor h = add(x, blk.attention().forward(ln1->forward(x), B));
+    x = add(h, blk.fc2().forward(
+                   nn::apply_activation(blk.options().activation(), blk.fc().forward(ln2->forward(h)))));
+  }
+  x = layer_norm(x, param_of(m, "ln_f.gamma"), param_of(m, "ln_f.beta"));
+  const Tensor logits = c.tied ? matmul(x, emb, false, true) : matmul(x, param_of(m, "out.weight"));
+  return cross_entropy(logits, targets);
+}
+
+TEST(TransformerLM, AutocastLossAndGradientsEqualThoseWithExplicitCasts) {
+  for (DType low : {DType::bf16, DType::f16})
+    for (const char* act : {"gelu", "gelu_tanh", "fast_gelu"})
+      for (bool tied : {true, false}) {
+        SCOPED_TRACE(std::string(dtype_name(low)) + " " + act + (tied ? " tied" : " untied"));
+        TransformerLMConfig c = small_config();
+        c.activation = act;
+        c.tied = tied;
+        c.linear_block = tied ? 0 : 8;  // dense and block-sparse weights
+        c.density = tied ? 1.0 : 0.5;
+        TransformerLM now(c), before(c);
+        auto [ids, targets] = batch_of(2 * c.seq_len, c.vocab);
+        Tensor l1, l2;
+        {
+          autocast::Guard amp(low);
+          l1 = now.loss(ids, targets, 2);
+        }
+        {
+          autocast::Guard amp(low);
+          l2 = loss_with_explicit_casts(before, ids, targets, 2);
+        }
+        ASSERT_EQ(l1.dtype(), DType::f32);
+        EXPECT_EQ(l1.item<float>(), l2.item<float>());
+        l1.backward();
+        l2.backward();
+        const std::vector<nn::NamedParam> p1 = now.named_parameters(), p2 = before.named_parameters();
+        ASSERT_EQ(p1.size(), p2.size());
+        for (size_t i = 0; i < p1.size(); ++i) {
+          ASSERT_TRUE(p1[i].tensor.grad().defined() && p2[i].tensor.grad().defined()) << p1[i].name;
+          EXPECT_EQ(p1[i].tensor.grad().to_vector<float>(), p2[i].tensor.grad().to_vector<float>()) << p1[i].name;
+        }
+      }
+}
+
+// Compiled under autocast (the narrowed layer norms and gelu traced into the step), with and
+// without recompute regions: the eager autocast loss, bit for bit.
+TEST(TransformerLM, CompiledAutocastStepMatchesEager) {
+  for (bool recompute : {false, true}) {
+    SCOPED_TRACE(recompute ? "recompute" : "plain");
+    TransformerLMConfig c = small_config();
+    c.activation = "gelu_tanh";
+    c.recompute = recompute;
+    TransformerLM eager(c), graph(c);
+    auto [ids, targets] = batch_of(2 * c.seq_len, c.vocab);
+    auto loss_fn = [&](const std::map<std::string, Tensor>& in) {
+      autocast::Guard amp(DType::bf16);
+      return graph.loss(in.at("x"), in.at("y"), 2);
+    };
+    CompiledStep step = compile(loss_fn, graph.named_parameters(), nullptr, {{"x", ids}, {"y", targets}});
+    Tensor loss;
+    {
+      autocast::Guard amp(DType::bf16);
+      loss = eager.loss(ids, targets, 2);
+    }
+    loss.backward();
+    EXPECT_EQ(step.run({{"x", ids}, {"y", targets}}), static_cast<double>(loss.item<float>()));
+    for (const auto& p : eager.named_parameters())
+      EXPECT_EQ(step.fetch("grad/" + p.name).to_vector<float>(), p.tensor.grad().to_vector<float>()) << p.name;
+  }
 }
 
 }  // namespace

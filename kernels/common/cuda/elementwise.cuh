@@ -8,9 +8,19 @@
 // bias [C] against [N, C]: element i reads it at i mod C); both move pack_width<T>() elements per
 // thread with vector loads when the pointers allow. Other broadcasts decompose each output index
 // over y's shape and read the inputs through broadcast strides (0 along broadcast dimensions).
+//
+// Mixed f32 / bf16 / f16, for the ops that opt in (an f32 op whose output, or whose incoming
+// gradient, is in the autocast dtype):
+//   cuda::unary_op_narrowing(x, y, op, f);      // x f32, y bf16/f16: f in f32, rounded once
+//   cuda::binary_op_widening(g, x, y, op, f);  // g bf16/f16, x and y f32, one shape
+// Bitwise the same as the one-dtype op followed (or preceded) by a cast: widening is exact, and
+// both round f's f32 value once to nearest even. Packs of 4 elements on both sides (16 bytes of
+// f32, 8 of bf16/f16).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 
 #include "core/cuda/check.cuh"
 #include "kernels/common/cuda/dtype.cuh"
@@ -53,23 +63,25 @@ inline void broadcast_strides(const Shape& in, const Shape& out, int64_t* stride
 // same shape, or the length of an operand broadcast along leading dimensions (swap = true: that
 // operand is a, i.e. y[i] = f(a[i mod na], b[i])). Packed: N divides nb and every pointer is
 // aligned, so a pack of the short operand never wraps.
-template <int N, bool Swap, class T, class F>
-__global__ void binary_flat(const T* full, const T* part, T* y, int64_t n, int64_t nb, F f) {
+// The element types: one T for all three, except binary_op_widening's (TA bf16/f16, TB = TY f32).
+template <int N, bool Swap, class TA, class TB, class TY, class F>
+__global__ void binary_flat(const TA* full, const TB* part, TY* y, int64_t n, int64_t nb, F f) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   const int64_t packs = N > 1 ? n / N : 0;
   for (int64_t v = first; v < packs; v += stride) {
-    const Pack<T, N> a = reinterpret_cast<const Pack<T, N>*>(full)[v];
-    const Pack<T, N> b = reinterpret_cast<const Pack<T, N>*>(part)[(v * N) % nb / N];
-    Pack<T, N> r;
+    const Pack<TA, N> a = reinterpret_cast<const Pack<TA, N>*>(full)[v];
+    const Pack<TB, N> b = reinterpret_cast<const Pack<TB, N>*>(part)[(v * N) % nb / N];
+    Pack<TY, N> r;
 #pragma unroll
     for (int k = 0; k < N; ++k)
-      r.v[k] = Swap ? from_acc<T>(f(to_acc(b.v[k]), to_acc(a.v[k]))) : from_acc<T>(f(to_acc(a.v[k]), to_acc(b.v[k])));
-    reinterpret_cast<Pack<T, N>*>(y)[v] = r;
+      r.v[k] = Swap ? from_acc<TY>(f(to_acc(b.v[k]), to_acc(a.v[k])))
+                    : from_acc<TY>(f(to_acc(a.v[k]), to_acc(b.v[k])));
+    reinterpret_cast<Pack<TY, N>*>(y)[v] = r;
   }
   for (int64_t i = packs * N + first; i < n; i += stride) {
     const auto a = to_acc(full[i]), b = to_acc(part[i % nb]);
-    y[i] = Swap ? from_acc<T>(f(b, a)) : from_acc<T>(f(a, b));
+    y[i] = Swap ? from_acc<TY>(f(b, a)) : from_acc<TY>(f(a, b));
   }
 }
 
@@ -82,19 +94,20 @@ __global__ void binary_broadcast(const T* a, const T* b, T* y, int64_t n, Broadc
   }
 }
 
-template <int N, class T, class F>
-__global__ void unary_kernel(const T* x, T* y, int64_t n, F f) {
+// y[i] = f(x[i]), N elements per thread per step; TI = TO, or TI f32 and TO bf16/f16.
+template <int N, class TI, class TO, class F>
+__global__ void unary_kernel(const TI* x, TO* y, int64_t n, F f) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   const int64_t packs = N > 1 ? n / N : 0;
   for (int64_t v = first; v < packs; v += stride) {
-    const Pack<T, N> a = reinterpret_cast<const Pack<T, N>*>(x)[v];
-    Pack<T, N> r;
+    const Pack<TI, N> a = reinterpret_cast<const Pack<TI, N>*>(x)[v];
+    Pack<TO, N> r;
 #pragma unroll
-    for (int k = 0; k < N; ++k) r.v[k] = from_acc<T>(f(to_acc(a.v[k])));
-    reinterpret_cast<Pack<T, N>*>(y)[v] = r;
+    for (int k = 0; k < N; ++k) r.v[k] = from_acc<TO>(f(to_acc(a.v[k])));
+    reinterpret_cast<Pack<TO, N>*>(y)[v] = r;
   }
-  for (int64_t i = packs * N + first; i < n; i += stride) y[i] = from_acc<T>(f(to_acc(x[i])));
+  for (int64_t i = packs * N + first; i < n; i += stride) y[i] = from_acc<TO>(f(to_acc(x[i])));
 }
 
 /// Whether `part` broadcasts against `out` along leading dimensions only: its shape, without
@@ -110,9 +123,10 @@ inline bool leading_broadcast(const Shape& part, const Shape& out) {
 }
 
 /// Launches binary_flat: packed when nb is a multiple of the pack and the pointers are aligned.
-template <bool Swap, class T, class F>
-void launch_binary_flat(const T* full, const T* part, T* y, int64_t n, int64_t nb, F f, cudaStream_t stream) {
-  constexpr int N = pack_width<T>();
+/// Pack width: the smallest of the three element types' (4 when f32 meets bf16/f16).
+template <bool Swap, class TA, class TB, class TY, class F>
+void launch_binary_flat(const TA* full, const TB* part, TY* y, int64_t n, int64_t nb, F f, cudaStream_t stream) {
+  constexpr int N = std::min({pack_width<TA>(), pack_width<TB>(), pack_width<TY>()});
   if (nb % N == 0 && packable<N>(full, part, y))
     binary_flat<N, Swap><<<blocks_for(n / N), 256, 0, stream>>>(full, part, y, n, nb, f);
   else
@@ -146,6 +160,16 @@ void binary_op(const Tensor& a, const Tensor& b, const Tensor& y, const char* op
   });
 }
 
+/// Launches unary_kernel: packed (the narrower type's pack width) when the pointers are aligned.
+template <class TI, class TO, class F>
+void launch_unary(const TI* x, TO* y, int64_t n, F f, cudaStream_t stream) {
+  constexpr int N = std::min(pack_width<TI>(), pack_width<TO>());
+  if (packable<N>(x, y))
+    unary_kernel<N><<<blocks_for(n / N), 256, 0, stream>>>(x, y, n, f);
+  else
+    unary_kernel<1><<<blocks_for(n), 256, 0, stream>>>(x, y, n, f);
+}
+
 /// y = f(x) elementwise; x, y of one floating dtype and shape.
 template <class F>
 void unary_op(const Tensor& x, const Tensor& y, const char* op, F f) {
@@ -153,13 +177,46 @@ void unary_op(const Tensor& x, const Tensor& y, const char* op, F f) {
   if (n == 0) return;
   dispatch_cuda_float(y.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    constexpr int N = pack_width<T>();
-    const T* px = static_cast<const T*>(x.data_ptr());
-    T* py = static_cast<T*>(y.data_ptr());
-    if (packable<N>(px, py))
-      unary_kernel<N><<<blocks_for(n / N), 256, 0, current_stream(y)>>>(px, py, n, f);
-    else
-      unary_kernel<1><<<blocks_for(n), 256, 0, current_stream(y)>>>(px, py, n, f);
+    launch_unary(static_cast<const T*>(x.data_ptr()), static_cast<T*>(y.data_ptr()), n, f, current_stream(y));
+  });
+}
+
+/// Calls f(TypeTag<H>{}), H the CUDA type of `half`, for kernels where f32 data (`wide`) meets a
+/// bf16/f16 tensor; DTypeError naming `op` for any other pair.
+template <class F>
+void dispatch_f32_with_half(DType wide, DType half, const char* op, F&& f) {
+  if (wide == DType::f32 && half == DType::bf16) return f(TypeTag<__nv_bfloat16>{});
+  if (wide == DType::f32 && half == DType::f16) return f(TypeTag<__half>{});
+  TS_THROW(DTypeError, op << ": no CUDA kernel for " << wide << " with " << half << " (mixed: f32 with bf16/f16)");
+}
+
+/// y = f(x) elementwise, x and y of one shape: of one floating dtype (unary_op), or x f32 and y
+/// bf16/f16 (f in f32, its value rounded once to y's dtype: bitwise unary_op, then a cast).
+template <class F>
+void unary_op_narrowing(const Tensor& x, const Tensor& y, const char* op, F f) {
+  if (x.dtype() == y.dtype()) return unary_op(x, y, op, f);
+  const int64_t n = y.numel();
+  dispatch_f32_with_half(x.dtype(), y.dtype(), op, [&](auto tag) {
+    using H = typename decltype(tag)::type;
+    if (n == 0) return;
+    launch_unary(static_cast<const float*>(x.data_ptr()), static_cast<H*>(y.data_ptr()), n, f, current_stream(y));
+  });
+}
+
+/// y = f(a, b) elementwise: a, b, y of one floating dtype (binary_op, broadcasting), or one shape
+/// with a bf16/f16 and b, y f32 (a widened exactly: bitwise binary_op on cast(a, f32)).
+template <class F>
+void binary_op_widening(const Tensor& a, const Tensor& b, const Tensor& y, const char* op, F f) {
+  if (a.dtype() == y.dtype() && b.dtype() == y.dtype()) return binary_op(a, b, y, op, f);
+  TS_CHECK(a.shape() == y.shape() && b.shape() == y.shape() && b.dtype() == y.dtype(), DTypeError,
+           op << ": mixed dtypes need one shape and b, y of one dtype, got a " << a.meta() << ", b " << b.meta()
+              << ", y " << y.meta());
+  const int64_t n = y.numel();
+  dispatch_f32_with_half(y.dtype(), a.dtype(), op, [&](auto tag) {
+    using H = typename decltype(tag)::type;
+    if (n == 0) return;
+    launch_binary_flat<false>(static_cast<const H*>(a.data_ptr()), static_cast<const float*>(b.data_ptr()),
+                              static_cast<float*>(y.data_ptr()), n, n, f, current_stream(y));
   });
 }
 

@@ -1,4 +1,7 @@
-// Backward of the group normalization on the GPU (see normalize.cuh for the mapping).
+// Backward of the group normalization on the GPU (see normalize.cuh for the mapping). The
+// gradient g and the forward output y (with ReLU) have the element type TG: x's T, or bf16/f16
+// for f32 x (layer_norm with a narrowed output), widened exactly on load and read in packs of
+// kPack<T> elements (8 bytes for bf16/f16), so every result has the bits of the f32 g's.
 #pragma once
 
 #include "kernels/common/cuda/normalize_common.cuh"
@@ -14,9 +17,9 @@ namespace cuda {
 // and gz into the sums of its columns: in registers for a block team, in its warp's slice of
 // shared memory ([teams, 2, ⌈G/kPack⌉·kPack] of acc_t) for warp teams, whose slices are then
 // added in warp order. Out: partial[b, 0, sG + j] = Σ gz·xhat, partial[b, 1, sG + j] = Σ gz.
-template <class T, int kIters, bool kWarp, bool kVec>
+template <class T, class TG, int kIters, bool kWarp, bool kVec>
 __global__ void __launch_bounds__(kWarp ? 32 * norm::kWarpsPerBlock : norm::kBwdMaxThreads)
-    normalize_backward_kernel(const T* g, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd, const T* y,
+    normalize_backward_kernel(const TG* g, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd, const TG* y,
                               const T* gamma, T* dx, acc_t<T>* partial, int64_t rows, int gs, int64_t nseg,
                               int64_t per_block, int64_t nblocks) {
   using A = acc_t<T>;
@@ -43,19 +46,21 @@ __global__ void __launch_bounds__(kWarp ? 32 * norm::kWarpsPerBlock : norm::kBwd
     const int64_t r1 = ::min(rows, (b + 1) * per_block);
     for (int64_t r = b * per_block + team; r < r1; r += teams) {
       const int64_t u = r * nseg + s, off = u * gs;
-      norm::Pack<T> gv[kIters], xv[kIters];  // gz, x
+      Pack<TG, V> gv[kIters];  // gz
+      norm::Pack<T> xv[kIters];
 #pragma unroll
       for (int i = 0; i < kIters; ++i) {
         const int q = rank + i * size;
-        gv[i] = xv[i] = norm::Pack<T>{};
+        gv[i] = Pack<TG, V>{};
+        xv[i] = norm::Pack<T>{};
         if (q >= gp) continue;
-        gv[i] = norm::load_pack<kVec>(g + off, q, gs);
-        xv[i] = norm::load_pack<kVec>(x + off, q, gs);
+        gv[i] = norm::load_pack<kVec, V>(g + off, q, gs);
+        xv[i] = norm::load_pack<kVec, V>(x + off, q, gs);
         if (y) {  // ReLU first: the gradient reaches z only where y = max(z, 0) > 0
-          const norm::Pack<T> yv = norm::load_pack<kVec>(y + off, q, gs);
+          const Pack<TG, V> yv = norm::load_pack<kVec, V>(y + off, q, gs);
 #pragma unroll
           for (int e = 0; e < V; ++e)
-            if (!(to_acc(yv.v[e]) > A(0))) gv[i].v[e] = norm::zero_of<T>();
+            if (!(to_acc(yv.v[e]) > A(0))) gv[i].v[e] = norm::zero_of<TG>();
         }
       }
       const A mu = mean[u], rs = rstd[u];
@@ -65,7 +70,7 @@ __global__ void __launch_bounds__(kWarp ? 32 * norm::kWarpsPerBlock : norm::kBwd
         const int q = rank + i * size;
         if (q >= gp) continue;
         norm::Pack<T> gm{};
-        if (gamma) gm = norm::load_pack<kVec>(gamma + p, q, gs);
+        if (gamma) gm = norm::load_pack<kVec, V>(gamma + p, q, gs);
 #pragma unroll
         for (int e = 0; e < V; ++e) {
           if (q * V + e >= gs) continue;
@@ -82,7 +87,7 @@ __global__ void __launch_bounds__(kWarp ? 32 * norm::kWarpsPerBlock : norm::kBwd
         const int q = rank + i * size;
         if (q >= gp) continue;
         norm::Pack<T> gm{}, out;
-        if (gamma) gm = norm::load_pack<kVec>(gamma + p, q, gs);
+        if (gamma) gm = norm::load_pack<kVec, V>(gamma + p, q, gs);
         AP sg, sb;  // the column sums of pack q
         if constexpr (kWarp) {
           sg = sums[q];
@@ -138,9 +143,9 @@ __global__ void __launch_bounds__(kWarp ? 32 * norm::kWarpsPerBlock : norm::kBwd
 // Backward pass 1 for units too long for registers: block (b, s) (threads_for(G) threads, thread
 // t on j = t, t + blockDim, ...) walks its rows one by one, reading g, x (and y) twice per row,
 // with each column's sums owned by one thread (rows added in order): the same math and partials.
-template <class T>
-__global__ void normalize_backward_generic_kernel(const T* g, const T* x, const acc_t<T>* mean,
-                                                  const acc_t<T>* rstd, const T* y, const T* gamma, T* dx,
+template <class T, class TG>
+__global__ void normalize_backward_generic_kernel(const TG* g, const T* x, const acc_t<T>* mean,
+                                                  const acc_t<T>* rstd, const TG* y, const T* gamma, T* dx,
                                                   acc_t<T>* partial, int64_t rows, int64_t gs, int64_t nseg,
                                                   int64_t per_block, int64_t nblocks) {
   using A = acc_t<T>;
@@ -209,8 +214,8 @@ __global__ void __launch_bounds__(1024)
 /// else null; gamma may be null). Row blocks of R rows: register paths R = max(16, ⌈rows·S /
 /// 1024⌉) (about 1024 blocks), generic path at most 512 row blocks; the order of every sum
 /// depends on the shape only.
-template <class T>
-void normalize_backward(const T* g, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd, const T* y,
+template <class T, class TG = T>
+void normalize_backward(const TG* g, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd, const TG* y,
                         const T* gamma, T* dx, T* dgamma, T* dbeta, int64_t rows, int64_t gs, int64_t nseg,
                         Device device, cudaStream_t stream, const char* op) {
   using namespace norm;
@@ -226,22 +231,22 @@ void normalize_backward(const T* g, const T* x, const acc_t<T>* mean, const acc_
   Tensor partial = empty({nblocks > 0 ? nblocks * 2 * c : 1}, TensorOptions(acc_dtype).device(device));
   A* part = static_cast<A*>(partial.data_ptr());  // [nb, 2, C]
   if (nblocks > 0) {
-    const bool vec = gs % V == 0 && aligned16(g) && aligned16(x) && aligned16(y) && aligned16(gamma) &&
-                     aligned16(dx);
+    const bool vec = gs % V == 0 && pack_aligned<V>(g) && aligned16(x) && pack_aligned<V>(y) && aligned16(gamma) &&
+                     aligned16(dx);  // g, y: 16 or 8 bytes
     const int n = static_cast<int>(std::min<int64_t>(gs, INT32_MAX));  // gs itself on the register paths
     const unsigned grid = grid_for_rows(nblocks * nseg);
     if (warp) {
       const size_t smem = size_t{kWarpsPerBlock} * 2 * packs * sizeof(AccPack<T>);  // [8, 2, packs] sums
       with_vec(vec, [&](auto kv) {
         with_iters<kBwdIters<T>>((packs + 31) / 32, [&](auto ki) {
-          normalize_backward_kernel<T, decltype(ki)::value, true, decltype(kv)::value>
+          normalize_backward_kernel<T, TG, decltype(ki)::value, true, decltype(kv)::value>
               <<<grid, 32 * kWarpsPerBlock, smem, stream>>>(g, x, mean, rstd, y, gamma, dx, part, rows, n, nseg,
                                                             per_block, nblocks);
         });
       });
     } else if (block) {
       with_vec(vec, [&](auto kv) {
-        normalize_backward_kernel<T, kBwdIters<T>, false, decltype(kv)::value>
+        normalize_backward_kernel<T, TG, kBwdIters<T>, false, decltype(kv)::value>
             <<<grid, team_threads(packs, kBwdIters<T>), 0, stream>>>(g, x, mean, rstd, y, gamma, dx, part, rows, n,
                                                                      nseg, per_block, nblocks);
       });

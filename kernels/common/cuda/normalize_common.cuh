@@ -53,14 +53,28 @@ __device__ __forceinline__ T zero_of() {
   return from_acc<T>(acc_t<T>(0));
 }
 
-/// Pack q of a row of n elements: one 128-bit load when kVec (n % kPack == 0, row aligned),
-/// else element by element, zeros past n. The caller checks q·kPack < n.
-template <bool kVec, class T>
-__device__ __forceinline__ Pack<T> load_pack(const T* row, int q, int n) {
-  constexpr int V = kPack<T>;
-  Pack<T> r;
+/// The word that moves a pack of `Bytes` bytes in one load or store.
+template <int Bytes>
+struct Word;
+template <>
+struct Word<16> {
+  using type = uint4;
+};
+template <>
+struct Word<8> {
+  using type = uint2;
+};
+
+/// Pack q (V elements) of a row of n elements: one V·sizeof(T)-byte load when kVec (n % V == 0,
+/// row aligned to the pack), else element by element, zeros past n. The caller checks q·V < n.
+/// V is kPack of the row's own type, or of the f32 side for a bf16/f16 row that meets f32 data
+/// (4 elements: 8 bytes).
+template <bool kVec, int V, class T>
+__device__ __forceinline__ cuda::Pack<T, V> load_pack(const T* row, int q, int n) {
+  cuda::Pack<T, V> r;
   if constexpr (kVec) {
-    const uint4 w = *reinterpret_cast<const uint4*>(row + q * V);
+    using W = typename Word<sizeof(T) * V>::type;
+    const W w = *reinterpret_cast<const W*>(row + q * V);
     memcpy(&r, &w, sizeof(r));
   } else {
 #pragma unroll
@@ -69,13 +83,13 @@ __device__ __forceinline__ Pack<T> load_pack(const T* row, int q, int n) {
   return r;
 }
 
-template <bool kVec, class T>
-__device__ __forceinline__ void store_pack(T* row, int q, int n, const Pack<T>& r) {
-  constexpr int V = kPack<T>;
+template <bool kVec, class T, int V>
+__device__ __forceinline__ void store_pack(T* row, int q, int n, const cuda::Pack<T, V>& r) {
   if constexpr (kVec) {
-    uint4 w;
+    using W = typename Word<sizeof(T) * V>::type;
+    W w;
     memcpy(&w, &r, sizeof(r));
-    *reinterpret_cast<uint4*>(row + q * V) = w;
+    *reinterpret_cast<W*>(row + q * V) = w;
   } else {
 #pragma unroll
     for (int e = 0; e < V; ++e)
@@ -107,6 +121,11 @@ struct Team {
 namespace norm {
 
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }  // null too
+/// Whether p (null too) is aligned for a pack of V elements of T.
+template <int V, class T>
+bool pack_aligned(const T* p) {
+  return reinterpret_cast<uintptr_t>(p) % (sizeof(T) * V) == 0;
+}
 
 /// Calls f(std::integral_constant<int, k>{}) for the smallest k of 1, 2, 4, ..., kMax with k >= n.
 template <int kMax, int k = 1, class F>

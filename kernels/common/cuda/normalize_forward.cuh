@@ -1,4 +1,6 @@
-// Forward of the group normalization on the GPU (see normalize.cuh for the mapping).
+// Forward of the group normalization on the GPU (see normalize.cuh for the mapping). y's element
+// type TY is x's T, or bf16/f16 for f32 x (layer_norm with a narrowed output): the same f32
+// value rounded once to TY, stored in packs of kPack<T> elements (8 bytes for bf16/f16).
 #pragma once
 
 #include "kernels/common/cuda/normalize_common.cuh"
@@ -13,9 +15,9 @@ namespace cuda {
 // Team t of the grid takes units t, t + teams, ...; its threads keep their packs of x in
 // registers through the mean, variance and output passes. Team sums: thread's own elements in
 // (pack, element) order, then the fixed warp/block tree.
-template <class T, int kIters, bool kWarp, bool kVec>
+template <class T, class TY, int kIters, bool kWarp, bool kVec>
 __global__ void __launch_bounds__(kWarp ? 32 * norm::kWarpsPerBlock : norm::kFwdMaxThreads)
-    normalize_forward_kernel(const T* x, const T* gamma, const T* beta, T* y, acc_t<T>* mean, acc_t<T>* rstd,
+    normalize_forward_kernel(const T* x, const T* gamma, const T* beta, TY* y, acc_t<T>* mean, acc_t<T>* rstd,
                              int64_t units, int gs, int64_t nseg, double eps, bool relu) {
   using A = acc_t<T>;
   using Team = norm::Team<kWarp>;
@@ -28,7 +30,7 @@ __global__ void __launch_bounds__(kWarp ? 32 * norm::kWarpsPerBlock : norm::kFwd
 #pragma unroll
     for (int i = 0; i < kIters; ++i) {
       const int q = rank + i * size;
-      xv[i] = q * V < gs ? norm::load_pack<kVec>(xs, q, gs) : norm::Pack<T>{};
+      xv[i] = q * V < gs ? norm::load_pack<kVec, V>(xs, q, gs) : norm::Pack<T>{};
     }
     const A k = to_acc(xs[0]);
     A s1 = 0;
@@ -58,16 +60,17 @@ __global__ void __launch_bounds__(kWarp ? 32 * norm::kWarpsPerBlock : norm::kFwd
     for (int i = 0; i < kIters; ++i) {
       const int q = rank + i * size;
       if (q * V >= gs) continue;
-      norm::Pack<T> gm{}, bt{}, out;
-      if (gamma) gm = norm::load_pack<kVec>(gamma + p, q, gs);
-      if (beta) bt = norm::load_pack<kVec>(beta + p, q, gs);
+      norm::Pack<T> gm{}, bt{};
+      Pack<TY, V> out;
+      if (gamma) gm = norm::load_pack<kVec, V>(gamma + p, q, gs);
+      if (beta) bt = norm::load_pack<kVec, V>(beta + p, q, gs);
 #pragma unroll
       for (int e = 0; e < V; ++e) {
         A v = ((to_acc(xv[i].v[e]) - k) - m) * rs;
         if (gamma) v *= to_acc(gm.v[e]);
         if (beta) v += to_acc(bt.v[e]);
         if (relu) v = v > A(0) ? v : A(0);
-        out.v[e] = from_acc<T>(v);
+        out.v[e] = from_acc<TY>(v);
       }
       norm::store_pack<kVec>(y + u * gs, q, gs, out);
     }
@@ -76,8 +79,8 @@ __global__ void __launch_bounds__(kWarp ? 32 * norm::kWarpsPerBlock : norm::kFwd
 
 // Forward for units too long for registers: one block per unit, threads_for(G) threads, thread
 // t on j = t, t + blockDim, ...; the same math, reading x once per pass.
-template <class T>
-__global__ void normalize_forward_generic_kernel(const T* x, const T* gamma, const T* beta, T* y, acc_t<T>* mean,
+template <class T, class TY>
+__global__ void normalize_forward_generic_kernel(const T* x, const T* gamma, const T* beta, TY* y, acc_t<T>* mean,
                                                  acc_t<T>* rstd, int64_t units, int64_t gs, int64_t nseg,
                                                  double eps, bool relu) {
   using A = acc_t<T>;
@@ -104,32 +107,33 @@ __global__ void normalize_forward_generic_kernel(const T* x, const T* gamma, con
       if (gamma) v *= to_acc(gamma[p + j]);
       if (beta) v += to_acc(beta[p + j]);
       if (relu) v = v > A(0) ? v : A(0);
-      y[u * gs + j] = from_acc<T>(v);
+      y[u * gs + j] = from_acc<TY>(v);
     }
   }
 }
 
-template <class T>
-void normalize_forward(const T* x, const T* gamma, const T* beta, T* y, acc_t<T>* mean, acc_t<T>* rstd,
+template <class T, class TY = T>
+void normalize_forward(const T* x, const T* gamma, const T* beta, TY* y, acc_t<T>* mean, acc_t<T>* rstd,
                        int64_t units, int64_t gs, int64_t nseg, double eps, bool relu, cudaStream_t stream,
                        const char* op) {
   using namespace norm;
   if (units == 0) return;
   constexpr int V = kPack<T>;
   const int64_t packs = (gs + V - 1) / V;
-  const bool vec = gs % V == 0 && aligned16(x) && aligned16(gamma) && aligned16(beta) && aligned16(y);
+  const bool vec = gs % V == 0 && aligned16(x) && aligned16(gamma) && aligned16(beta) &&
+                   pack_aligned<V>(y);                               // y: 16 or 8 bytes
   const int n = static_cast<int>(std::min<int64_t>(gs, INT32_MAX));  // gs itself on the register paths
   if (packs <= 32 * kFwdWarpIters) {
     with_vec(vec, [&](auto kv) {
       with_iters<kFwdWarpIters>((packs + 31) / 32, [&](auto ki) {
-        normalize_forward_kernel<T, decltype(ki)::value, true, decltype(kv)::value>
+        normalize_forward_kernel<T, TY, decltype(ki)::value, true, decltype(kv)::value>
             <<<blocks_for(units, kWarpsPerBlock), 32 * kWarpsPerBlock, 0, stream>>>(x, gamma, beta, y, mean, rstd,
                                                                                    units, n, nseg, eps, relu);
       });
     });
   } else if (packs <= int64_t{kFwdMaxThreads} * kFwdBlockIters) {
     with_vec(vec, [&](auto kv) {
-      normalize_forward_kernel<T, kFwdBlockIters, false, decltype(kv)::value>
+      normalize_forward_kernel<T, TY, kFwdBlockIters, false, decltype(kv)::value>
           <<<grid_for_rows(units), team_threads(packs, kFwdBlockIters), 0, stream>>>(x, gamma, beta, y, mean, rstd,
                                                                                     units, n, nseg, eps, relu);
     });

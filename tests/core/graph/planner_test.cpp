@@ -62,6 +62,34 @@ TEST(Planner, ShrinkingChainPeakIsTheLargestAdjacentPair) {
   EXPECT_EQ(p.place[c], MemoryPlan::Place::output);
 }
 
+TEST(Planner, NoInPlaceIntoAnInputOfAnotherMeta) {
+  // exp(x) [1] feeds add(a [1], b [7]) -> [7]: both round to one 64-byte block, but a broadcast
+  // input is not element-for-element the output, so add must not write over it; likewise
+  // gelu's f32 [8] x under a bf16 [8] y (another element size).
+  Graph g;
+  int x = g.add_value(f32({1}), ValueKind::input, "x");
+  int b = g.add_value(f32({7}), ValueKind::input, "b");
+  int a = g.nodes[g.add_node(op<Exp>(), {x}, {f32({1})}, NodePhase::forward, -1)].outputs[0];
+  int y = g.nodes[g.add_node(op<Add>(), {a, b}, {f32({7})}, NodePhase::forward, -1)].outputs[0];
+  int e = g.nodes[g.add_node(op<Exp>(), {y}, {f32({7})}, NodePhase::forward, -1)].outputs[0];
+  const TensorMeta bf16_7{Shape{7}, DType::bf16, Device::cpu()};
+  int h = g.nodes[g.add_node(op<Gelu>({GeluApprox::none, DType::bf16}), {e}, {bf16_7}, NodePhase::forward, -1)]
+              .outputs[0];
+  int z = g.nodes[g.add_node(op<Cast>({DType::f32}), {h}, {f32({7})}, NodePhase::forward, -1)].outputs[0];
+  g.outputs.push_back({"z", z});
+  MemoryPlan p = plan_memory(g);
+  EXPECT_NE(p.offset[y], p.offset[a]);
+  EXPECT_EQ(p.offset[e], p.offset[y]);  // same meta: in place
+  EXPECT_NE(p.offset[h], p.offset[e]);
+  EXPECT_EQ(p.in_place, 1);
+
+  Executor ex(std::move(g));
+  Tensor xin = testing::test_randn({1}, 4, DType::f32), bin = testing::test_randn({7}, 5, DType::f32);
+  ex.run({{"x", xin}, {"b", bin}});
+  const Tensor want = cast(gelu(exp(add(exp(xin), bin)), GeluApprox::none, DType::bf16), DType::f32);
+  EXPECT_TRUE(testing::all_close(ex.fetch("z"), want, 0, 0));
+}
+
 TEST(Planner, NoInPlaceWhenTheInputHasAnotherReader) {
   // y = exp(x); z = tanh(y); w = y + z: tanh must not overwrite y, which add still reads.
   Graph g;
