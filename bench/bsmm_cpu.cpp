@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed runs first")->check(CLI::NonNegativeNumber);
   app.add_flag("--quick", quick, "small sizes (a smoke run)");
   app.add_option("--json", json, "also write the figures to this JSON file");
-  CLI11_PARSE(app, argc, argv);
+  if (const int rc = bench::parse_flags(app, argc, argv); rc >= 0) return rc;
 
   try {
     BenchReport report("bsmm_cpu");

@@ -224,7 +224,7 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", o.quick, "tiny models and few steps (a smoke run)");
   app.add_option("--json", o.json, "also write the figures to this JSON file");
   app.add_option("--dump-dot", o.dump_dot, "write the LSTM step's graph (Graphviz) to this file");
-  CLI11_PARSE(app, argc, argv);
+  if (const int rc = bench::parse_flags(app, argc, argv); rc >= 0) return rc;
   if (o.quick) {
     if (!app.count("--steps")) o.steps = 2;
     if (!app.count("--warmup")) o.warmup = 1;

@@ -229,7 +229,7 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", o.warmup, "untimed steps per way first")->check(CLI::Range(0, 100000));
   app.add_flag("--quick", o.quick, "tiny models and few steps (a smoke run)");
   app.add_option("--json", o.json, "also write the figures to this JSON file");
-  CLI11_PARSE(app, argc, argv);
+  if (const int rc = bench::parse_flags(app, argc, argv); rc >= 0) return rc;
   if (o.quick) {
     if (!app.count("--repeats")) o.repeats = 2;
     if (!app.count("--warmup")) o.warmup = 1;

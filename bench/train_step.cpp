@@ -250,11 +250,7 @@ int main(int argc, char** argv) {
   app.add_option("--eval-every", o.eval_every, "--quality evaluation interval")->check(CLI::Range(1, 1000000));
   app.add_option("--eval-batches", o.eval_batches, "--quality validation batches")->check(CLI::Range(1, 100000));
   app.add_option("--json", o.json, "write the figures to this file");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const int rc = bench::parse_flags(app, argc, argv); rc >= 0) return rc;
   if (o.quick) o.batch = 4, o.seq = 32, o.steps = std::min(o.steps, 2), o.repeats = std::min(o.repeats, 2),
                o.warmup = std::min(o.warmup, 1), o.eval_batches = std::min<int64_t>(o.eval_batches, 2);
   try {

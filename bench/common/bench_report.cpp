@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iomanip>
+#include <iostream>
 
 #include <nlohmann/json.hpp>
 
@@ -12,6 +13,18 @@
 
 namespace tessera {
 namespace bench {
+
+int parse_flags(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    const std::string path = argc > 0 ? argv[0] : "bench";
+    std::cerr << path.substr(path.find_last_of('/') + 1) << ": " << e.what() << "\n";
+    return 2;
+  }
+  return -1;
+}
 
 namespace {
 double median(std::vector<double> v) {

@@ -7,6 +7,7 @@
 //   report.write_json(path);   // when --json FILE was given
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <functional>
 #include <ostream>
 #include <string>
@@ -14,6 +15,10 @@
 
 namespace tessera {
 namespace bench {
+
+/// Parses the flags: -1 to go on; else the exit code — 0 after --help (printed), 2 after a bad
+/// flag or value, reported as one line "PROGRAM: what is wrong" on stderr.
+int parse_flags(CLI::App& app, int argc, char** argv);
 
 /// Median wall time in milliseconds of `fn` over `repeats` runs after `warmup` runs.
 double time_median_ms(const std::function<void()>& fn, int warmup, int repeats);
