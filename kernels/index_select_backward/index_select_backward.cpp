@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "kernels/common/dispatch.h"
 #include "kernels/index_select/index_select.h"
@@ -38,21 +39,38 @@ void IndexSelectBackward::cpu(const std::vector<Tensor>& in, const std::vector<T
   cpu::check_indices(kName, in[1], R, out[0].meta());  // before the parallel loop: no throwing inside it
   std::memset(out[0].data_ptr(), 0, out[0].nbytes());
   const int32_t* idx = in[1].data<int32_t>();
+  // Counting sort, stable: order[p] = the n at sorted place p; row r's places are
+  // [start[r], start[r + 1]).
+  std::vector<int64_t> start(static_cast<size_t>(R) + 1, 0), order(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) ++start[idx[n] + 1];
+  for (int64_t r = 0; r < R; ++r) start[r + 1] += start[r];
+  {
+    std::vector<int64_t> next(start.begin(), start.end() - 1);
+    for (int64_t n = 0; n < N; ++n) order[next[idx[n]]++] = n;
+  }
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* g = in[0].data<T>();
     T* y = out[0].data<T>();
-    // Threads own disjoint column blocks [i0, i1) of one outer index and walk n in order, so
-    // each sum is formed in the same order whatever the thread count (no atomics).
+    // Threads own disjoint column blocks [i0, i1) of one outer index and walk the runs in
+    // order, so each sum is formed in the same order whatever the thread count (no atomics).
     constexpr int64_t kCols = 256;
     const int64_t blocks = (inner + kCols - 1) / kCols;
 #pragma omp parallel for if (outer * N * inner > kParallelGrain)
     for (int64_t task = 0; task < outer * blocks; ++task) {
       const int64_t o = task / blocks, i0 = (task % blocks) * kCols, i1 = std::min(inner, i0 + kCols);
-      for (int64_t n = 0; n < N; ++n) {
-        const T* src = g + (o * N + n) * inner;
-        T* dst = y + (o * R + idx[n]) * inner;
-        for (int64_t i = i0; i < i1; ++i) dst[i] += src[i];
+      T run[kCols];
+      for (int64_t r = 0; r < R; ++r) {
+        T* dst = y + (o * R + r) * inner;  // starts at 0; += each run's sum
+        for (int64_t p = start[r]; p < start[r + 1];) {
+          const int64_t end = std::min(start[r + 1], (p / kRun + 1) * kRun);
+          std::fill(run, run + (i1 - i0), T(0));
+          for (; p < end; ++p) {
+            const T* src = g + (o * N + order[p]) * inner;
+            for (int64_t i = i0; i < i1; ++i) run[i - i0] += src[i];
+          }
+          for (int64_t i = i0; i < i1; ++i) dst[i] += run[i - i0];
+        }
       }
     }
   });

@@ -228,6 +228,12 @@ TEST(CudaShapeOps, IndexSelectBackwardEqualsTheCpuAndIsDeterministic) {
     expect_gpu_matches_cpu<IndexSelectBackward>(
         {-1, 9}, {random_of({4, 6}, dt, ++seed), indices_of({8, 0, 8, 8, 2, 0})}, "dim -1");
     expect_gpu_matches_cpu<IndexSelectBackward>({0, 5}, {random_of({0, 3}, dt, ++seed), indices_of({})}, "no indices");
+    // Skewed, as characters are: index 0 at every third position (thousands of places, many
+    // runs of kRun), the rest spread over 65.
+    std::vector<int32_t> skewed = random_indices(20000, 65, ++seed).to_vector<int32_t>();
+    for (size_t n = 0; n < skewed.size(); n += 3) skewed[n] = 0;
+    expect_gpu_matches_cpu<IndexSelectBackward>({0, 65}, {random_of({20000, 390}, dt, ++seed), indices_of(skewed)},
+                                                "20000 tokens, one index at a third of them");
   }
   // The same bits on every run.
   const Tensor g = random_of({20000, 65}, DType::f32, 99).to(kGpu);

@@ -79,11 +79,28 @@ TEST(Embedding, BackwardIsDeterministic) {
   std::vector<float> a = index_select_backward(g, id, 0, 50).to_vector<float>();
   std::vector<float> b = index_select_backward(g, id, 0, 50).to_vector<float>();
   EXPECT_EQ(a, b);
-  // And it matches a sequential loop summing in index order.
-  std::vector<float> ref(50 * 37, 0.f), gv = g.to_vector<float>();
-  for (int64_t n = 0; n < 40000; ++n)
-    for (int i = 0; i < 37; ++i) ref[iv[n] * 37 + i] += gv[n * 37 + i];
+  // And it matches the documented order, written out: row r's positions n (increasing), at
+  // sorted places start_r + k, summed in runs of places [j·kRun, (j+1)·kRun), run sums in order.
+  const int64_t kRun = IndexSelectBackward::kRun;
+  std::vector<float> ref(50 * 37, 0.f), seq(50 * 37, 0.f), gv = g.to_vector<float>();
+  int64_t start_r = 0;
+  for (int32_t r = 0; r < 50; ++r) {
+    std::vector<int64_t> places;
+    for (int64_t n = 0; n < 40000; ++n)
+      if (iv[n] == r) places.push_back(n);
+    for (int i = 0; i < 37; ++i) {
+      float run = 0.f;
+      for (size_t k = 0; k < places.size(); ++k) {
+        run += gv[places[k] * 37 + i];
+        seq[r * 37 + i] += gv[places[k] * 37 + i];
+        const int64_t place = start_r + static_cast<int64_t>(k);
+        if ((place + 1) % kRun == 0 || k + 1 == places.size()) ref[r * 37 + i] += run, run = 0.f;
+      }
+    }
+    start_r += static_cast<int64_t>(places.size());
+  }
   EXPECT_EQ(a, ref);
+  EXPECT_NE(a, seq);  // the runs do change the rounding here: the comparison above has teeth
 }
 
 TEST(IndexSelect, Errors) {

@@ -4,8 +4,8 @@
 //   m' = b1·m + (1 − b1)·g',   v' = b2·v + (1 − b2)·g'²
 //   p' = p·(1 − lr·wd, decoupled only) − (lr / (1 − b1^t)) · m' / (sqrt(v') / sqrt(1 − b2^t) + eps)
 // lr and t are read inside the kernel from their 0-d f64 device tensors (a captured CUDA graph
-// replays the step with new values); the bias corrections are computed in f64 by every thread
-// once, then the elements in acc_t. Element i of every input is loaded before element i of an
+// replays the step with new values); the bias corrections are computed in f64 once per block,
+// then the elements in acc_t. Element i of every input is loaded before element i of an
 // output is stored, so p', m', v' may alias p, m, v.
 // With the optional grad_scale s (0-d f64 on the device, e.g. the clip factor) the gradient is
 // first g·s exactly as mul(g, cast(s, T)) stores it: s rounded to T as cast rounds, the product
@@ -47,31 +47,47 @@ __device__ __forceinline__ acc_t<T> scaled_grad(T g, T s) {
   }
 }
 
-// scale_t: the grad_scale tensor, or nullptr (no scaling).
+// The step's scalars, from lr, t and the hyperparameters (f64 math, then rounded to acc_t).
+template <class T>
+struct AdamScalars {
+  T s;  // the gradient scale rounded to T (1 without one)
+  acc_t<T> step_size, bc2_sqrt, b1, b2, one_minus_b1, one_minus_b2, wd, decay, eps;
+};
+
+// scale_t: the grad_scale tensor, or nullptr (no scaling). Thread 0 of each block computes the
+// scalars once (two f64 pows: costly next to one element's work) and shares them; every thread
+// then takes kAdamPerThread elements, i, i + stride, ... (coalesced, loads in flight).
+constexpr int kAdamPerThread = 4;
+
 template <class T, detail::AdamDecay kDecay>
 __global__ void adam_kernel(const T* p, const T* g, const T* m, const T* v, const double* lr_t, const double* step_t,
                             const double* scale_t, T* p_out, T* m_out, T* v_out, int64_t n, detail::AdamHyper h) {
   using A = acc_t<T>;
-  const double lr = *lr_t, t = *step_t;
+  __shared__ AdamScalars<T> sc;
+  if (threadIdx.x == 0) {
+    const double lr = *lr_t, t = *step_t;
+    sc.s = round_scale<T>(scale_t != nullptr ? *scale_t : 1.0);
+    sc.step_size = static_cast<A>(lr / (1.0 - ::pow(h.beta1, t)));
+    sc.bc2_sqrt = static_cast<A>(::sqrt(1.0 - ::pow(h.beta2, t)));
+    sc.b1 = static_cast<A>(h.beta1), sc.b2 = static_cast<A>(h.beta2);
+    sc.one_minus_b1 = static_cast<A>(1.0 - h.beta1), sc.one_minus_b2 = static_cast<A>(1.0 - h.beta2);
+    sc.wd = static_cast<A>(h.weight_decay), sc.decay = static_cast<A>(1.0 - lr * h.weight_decay);
+    sc.eps = static_cast<A>(h.eps);
+  }
+  __syncthreads();
+  const AdamScalars<T> c = sc;
   const bool scaled = scale_t != nullptr;
-  const T s = round_scale<T>(scaled ? *scale_t : 1.0);
-  const A step_size = static_cast<A>(lr / (1.0 - ::pow(h.beta1, t)));
-  const A bc2_sqrt = static_cast<A>(::sqrt(1.0 - ::pow(h.beta2, t)));
-  const A b1 = static_cast<A>(h.beta1), b2 = static_cast<A>(h.beta2);
-  const A one_minus_b1 = static_cast<A>(1.0 - h.beta1), one_minus_b2 = static_cast<A>(1.0 - h.beta2);
-  const A wd = static_cast<A>(h.weight_decay), decay = static_cast<A>(1.0 - lr * h.weight_decay);
-  const A eps = static_cast<A>(h.eps);
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const A pi = to_acc(p[i]), mi = to_acc(m[i]), vi = to_acc(v[i]);
-    const A g0 = scaled ? scaled_grad(g[i], s) : to_acc(g[i]);
-    const A gi = kDecay == detail::AdamDecay::coupled ? g0 + wd * pi : g0;
-    const A m_new = b1 * mi + one_minus_b1 * gi;
-    const A v_new = b2 * vi + one_minus_b2 * gi * gi;
-    const A denom = dev_sqrt(v_new) / bc2_sqrt + eps;
+    const A g0 = scaled ? scaled_grad(g[i], c.s) : to_acc(g[i]);
+    const A gi = kDecay == detail::AdamDecay::coupled ? g0 + c.wd * pi : g0;
+    const A m_new = c.b1 * mi + c.one_minus_b1 * gi;
+    const A v_new = c.b2 * vi + c.one_minus_b2 * gi * gi;
+    const A denom = dev_sqrt(v_new) / c.bc2_sqrt + c.eps;
     m_out[i] = from_acc<T>(m_new);
     v_out[i] = from_acc<T>(v_new);
-    const A p_new = kDecay == detail::AdamDecay::coupled ? pi - step_size * m_new / denom
-                                                        : pi * decay - step_size * m_new / denom;
+    const A p_new = kDecay == detail::AdamDecay::coupled ? pi - c.step_size * m_new / denom
+                                                        : pi * c.decay - c.step_size * m_new / denom;
     p_out[i] = from_acc<T>(p_new);
   }
 }
@@ -89,12 +105,13 @@ inline void adam_update(const char* op, const std::vector<Tensor>& in, const std
     const double* step = static_cast<const double*>(in[5].data_ptr());
     const double* scale = in.size() > 6 ? static_cast<const double*>(in[6].data_ptr()) : nullptr;
     const cudaStream_t stream = current_stream(out[0]);
+    const unsigned blocks = blocks_for((n + kAdamPerThread - 1) / kAdamPerThread);
     if (decay == detail::AdamDecay::coupled) {
-      adam_kernel<T, detail::AdamDecay::coupled><<<blocks_for(n), 256, 0, stream>>>(
+      adam_kernel<T, detail::AdamDecay::coupled><<<blocks, 256, 0, stream>>>(
           src(in[0]), src(in[1]), src(in[2]), src(in[3]), lr, step, scale, dst(out[0]), dst(out[1]), dst(out[2]),
           n, h);
     } else {
-      adam_kernel<T, detail::AdamDecay::decoupled><<<blocks_for(n), 256, 0, stream>>>(
+      adam_kernel<T, detail::AdamDecay::decoupled><<<blocks, 256, 0, stream>>>(
           src(in[0]), src(in[1]), src(in[2]), src(in[3]), lr, step, scale, dst(out[0]), dst(out[1]), dst(out[2]),
           n, h);
     }
