@@ -258,18 +258,6 @@ TEST(CudaElementwise, GeluBackwardMatchesCpu) {
   return ::testing::AssertionSuccess();
 }
 
-// A GPU copy of t whose data starts one element past an aligned address (a view into a buffer
-// of numel + 1 elements): the kernels then take their element-by-element paths.
-Tensor misaligned_on_gpu(const Tensor& t) {
-  std::vector<double> v = t.to_vector<double>();
-  v.insert(v.begin(), 0.0);
-  Tensor buf = cast(from_vector(v, Shape{t.numel() + 1}), t.dtype()).to(kGpu);  // exact: v holds t's values
-  auto impl = std::make_shared<TensorImpl>(*buf.impl());
-  impl->offset += dtype_size(t.dtype());
-  impl->meta.shape = t.shape();
-  return Tensor(impl);
-}
-
 // Op on GPU inputs (as they are: views stay views) into poisoned outputs.
 template <class Op>
 std::vector<Tensor> run_into_poisoned(const typename Op::Attrs& attrs, const std::vector<Tensor>& gpu_in) {

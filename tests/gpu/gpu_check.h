@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "core/device.h"
@@ -67,6 +68,18 @@ inline ::testing::AssertionResult close_to(const Tensor& got, const Tensor& want
   double scale = 0;
   for (double v : want.to_vector<double>()) scale = std::max(scale, std::abs(v));
   return testing::all_close(got.to(Device::cpu()), want.to(Device::cpu()), 0, tol * scale);
+}
+
+/// A GPU copy of t whose data starts one element past an aligned address (a view into a buffer
+/// of numel + 1 elements): kernels with packed loads then take their element-by-element paths.
+inline Tensor misaligned_on_gpu(const Tensor& t) {
+  std::vector<double> v = t.to_vector<double>();
+  v.insert(v.begin(), 0.0);
+  Tensor buf = cast(from_vector(v, Shape{t.numel() + 1}), t.dtype()).to(kGpu);  // exact: v holds t's values
+  auto impl = std::make_shared<TensorImpl>(*buf.impl());
+  impl->offset += dtype_size(t.dtype());
+  impl->meta.shape = t.shape();
+  return Tensor(impl);
 }
 
 /// N(0, 1) values of `dt` (drawn in f64, then cast) from a fixed seed.

@@ -454,18 +454,6 @@ TEST(CudaNorms, LayerNormOfATrainingStep) {
   for (DType dt : {DType::f32, DType::bf16}) expect_norm_matches({16384, 384}, 0, false, true, dt, 520);
 }
 
-// A copy of t on the GPU whose data starts one element past a 16-byte boundary (a view into a
-// buffer of numel + 1 elements): the kernels then load and store element by element.
-Tensor misaligned_on_gpu(const Tensor& t) {
-  std::vector<double> v = t.to_vector<double>();
-  v.insert(v.begin(), 0.0);
-  Tensor buf = cast(from_vector(v, Shape{t.numel() + 1}), t.dtype()).to(kGpu);  // exact: v holds t's values
-  auto impl = std::make_shared<TensorImpl>(*buf.impl());
-  impl->offset += dtype_size(t.dtype());
-  impl->meta.shape = t.shape();
-  return Tensor(impl);
-}
-
 // Element-by-element loads put every element in the same register as 128-bit loads: the
 // results of a misaligned x (forward) or g (backward) are the same bits.
 TEST(CudaNorms, MisalignedDataGivesTheSameBits) {
