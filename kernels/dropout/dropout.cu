@@ -4,7 +4,8 @@
 // else 0, scale = 1/(1 - p) rounded to the compute type (f32 for f32/bf16/f16), as on the CPU.
 // first = start + the Philox base (i32[2] {low, high} on the device, read inside the kernel so
 // that a captured CUDA graph draws from whatever base was written before its launch), or start.
-// One thread per Philox block: it computes the block once and writes up to 4 elements.
+// One thread per Philox block: it computes the block once and writes up to 4 elements; a packed
+// block of four +0 inputs is written without drawing (the output is +0 either way).
 #include "core/cuda/check.cuh"
 #include "core/philox.h"
 #include "kernels/common/cuda/dtype.cuh"
@@ -14,6 +15,19 @@
 namespace tessera {
 
 namespace {
+
+// Whether all 4 elements are +0 (all bits clear): then y is +0 whatever the mask (kept:
+// +0·scale = +0; dropped: +0), so the block is not drawn. The upper triangle of causal attention
+// probabilities is such zeros: half the Philox work of their dropout. (−0 is not skipped: kept
+// it stays −0, dropped it becomes +0.)
+template <class T>
+__device__ __forceinline__ bool all_positive_zero(const cuda::Pack<T, 4>& a) {
+  const auto* w = reinterpret_cast<const uint32_t*>(&a);  // the pack's bytes as 32-bit words
+  uint32_t any = 0;
+#pragma unroll
+  for (int k = 0; k < static_cast<int>(sizeof(a) / 4); ++k) any |= w[k];
+  return any == 0;
+}
 
 // base: nullptr (no base input) or the two words of the block offset added to `start`.
 // Packed: x and y aligned for Pack<T, 4> and n a multiple of 4, so block b's elements move as
@@ -25,18 +39,25 @@ __global__ void dropout_kernel(const T* x, T* y, int64_t n, int64_t nblocks, uin
   const uint64_t first =
       start + (base ? philox::join_words(static_cast<uint32_t>(base[0]), static_cast<uint32_t>(base[1])) : 0);
   for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < nblocks; b += int64_t{gridDim.x} * blockDim.x) {
-    const philox::Block blk = philox::block(seed, first + static_cast<uint64_t>(b));
+    philox::Block blk;
+    auto draw = [&] { blk = philox::block(seed, first + static_cast<uint64_t>(b)); };
     auto apply = [&](int k, T v) {
       const bool keep = static_cast<double>(philox::to_unit_f32(blk.w[k])) >= p;
       return keep ? cuda::from_acc<T>(cuda::to_acc(v) * scale) : cuda::from_acc<T>(A(0));
     };
     if constexpr (Packed) {
       const cuda::Pack<T, 4> a = reinterpret_cast<const cuda::Pack<T, 4>*>(x)[b];
+      if (all_positive_zero(a)) {  // +0 kept or dropped is +0: no need to draw the block
+        reinterpret_cast<cuda::Pack<T, 4>*>(y)[b] = a;
+        continue;
+      }
+      draw();
       cuda::Pack<T, 4> r;
 #pragma unroll
       for (int k = 0; k < 4; ++k) r.v[k] = apply(k, a.v[k]);
       reinterpret_cast<cuda::Pack<T, 4>*>(y)[b] = r;
     } else {
+      draw();
       for (int k = 0; k < 4 && 4 * b + k < n; ++k) y[4 * b + k] = apply(k, x[4 * b + k]);
     }
   }

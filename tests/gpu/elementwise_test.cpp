@@ -476,6 +476,26 @@ TEST(CudaElementwise, DropoutDrawsTheCpuMaskForTheSameSeedAndStart) {
   EXPECT_LT(zeros, static_cast<int>(kept.size()));
 }
 
+// Packs of four +0 inputs are written without drawing their Philox block (causal attention
+// probabilities are +0 above the diagonal): the output must still be the CPU's, bit for bit,
+// including −0 inputs (kept: −0, dropped: +0) in packs of zeros.
+TEST(CudaElementwise, DropoutOfZeroBlocksIsTheCpuBitForBit) {
+  REQUIRE_GPU();
+  uint64_t seed = 850;
+  for (DType dt : kFloating) {
+    // [64, 64] lower-triangular values, +0 above the diagonal, −0 at every 5th zero.
+    std::vector<double> v = random_of({64, 64}, DType::f64, ++seed).to_vector<double>();
+    for (int r = 0; r < 64; ++r)
+      for (int c = r + 1; c < 64; ++c) v[r * 64 + c] = (r * 64 + c) % 5 == 0 ? -0.0 : 0.0;
+    const Tensor x = cast(from_vector(v, Shape{64, 64}), dt);
+    for (double p : {0.2, 0.5}) {
+      const std::vector<Tensor> got = run_on_gpu_host<Dropout>({p, 777 + seed, 5 + seed}, {x});
+      const Tensor want = call<Dropout>({p, 777 + seed, 5 + seed}, {x})[0];
+      EXPECT_TRUE(same_bits(got[0], want)) << dtype_name(dt) << " p " << p;
+    }
+  }
+}
+
 // ---- backward: eager autograd on GPU tensors against the CPU ----
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
