@@ -179,7 +179,7 @@ TEST(TransformerBlock, AutocastWritesTheProductOperandsDirectlyBitwise) {
             for (int64_t i = 0; i < p.tensor.numel(); ++i) v[i] += 0.5f * static_cast<float>(r[i]);
           }
         for (size_t i = 0; i < now.named_parameters().size(); ++i) {  // the same values in both
-          const Tensor& a = now.named_parameters()[i].tensor;
+          const Tensor a = now.named_parameters()[i].tensor;  // a copy: the vector is a temporary
           std::memcpy(before.named_parameters()[i].tensor.data_ptr(), a.data_ptr(), a.nbytes());
         }
         const Tensor x0 = test_randn({B * T, C}, 5, DType::f32), w = test_randn({B * T, C}, 6, DType::f32);
