@@ -27,12 +27,6 @@ using testing::test_randn;
 
 double tol_of(DType dt) { return dt == DType::f64 ? 1e-9 : dt == DType::f32 ? 1e-5 : 1e-2; }
 
-double rms(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x * x;
-  return v.empty() ? 0.0 : std::sqrt(s / static_cast<double>(v.size()));
-}
-
 // |got − want| <= tol·(|want| + rms(want)) elementwise (a NaN left by the poison fails), and
 // exact zeros at the masked keys s > t + S − T of [..., T, S]; same meta.
 ::testing::AssertionResult close(const Tensor& got, const Tensor& want, double tol) {
@@ -50,10 +44,6 @@ double rms(const std::vector<double>& v) {
                                            << ", cpu " << w[i] << " (tol " << tol << ", scale " << scale << ")";
   }
   return ::testing::AssertionSuccess();
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.meta() == b.meta() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
 }
 
 const Shape kShapes[] = {

@@ -51,25 +51,6 @@ Tensor randn(const Shape& s, uint64_t seed, DType dt, double scale = 1.0) {
   return cast(mul(test_randn(s, seed), scale), dt);
 }
 
-double rms(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x * x;
-  return v.empty() ? 0.0 : std::sqrt(s / static_cast<double>(v.size()));
-}
-
-// |got − want| <= tol·(|want| + RMS(want)) elementwise; got may be on the GPU.
-::testing::AssertionResult close(const Tensor& got, const Tensor& want, double tol) {
-  if (got.shape() != want.shape() || got.dtype() != want.dtype())
-    return ::testing::AssertionFailure() << "got " << got.meta() << ", want " << want.meta();
-  const std::vector<double> g = got.to(Device::cpu()).to_vector<double>(), w = want.to_vector<double>();
-  const double scale = rms(w);
-  for (size_t i = 0; i < w.size(); ++i)
-    if (!(std::abs(g[i] - w[i]) <= tol * (std::abs(w[i]) + scale)))
-      return ::testing::AssertionFailure() << "element " << i << " of " << want.meta() << ": gpu " << g[i] << ", cpu "
-                                           << w[i] << " (tol " << tol << ", scale " << scale << ")";
-  return ::testing::AssertionSuccess();
-}
-
 struct Problem {
   int64_t steps, batch, in, hidden;
 };
@@ -99,7 +80,7 @@ void expect_matches_cpu(const Problem& p, DType dt, uint64_t seed, double tol) {
   const std::vector<Tensor> want = call<CudnnLstm>({kForgetBias}, in);
   const std::vector<Tensor> got = run_on_gpu<CudnnLstm>({kForgetBias}, in);
   const char* names[] = {"y", "hT", "cT"};
-  for (int k = 0; k < 3; ++k) EXPECT_TRUE(close(got[k], want[k], tol)) << names[k] << ", " << what;
+  for (int k = 0; k < 3; ++k) EXPECT_TRUE(close_rms(got[k], want[k], tol)) << names[k] << ", " << what;
 
   // Backward: each device from its own forward (y, reserve), the same output gradients.
   const Tensor dy = randn(want[0].shape(), seed + 10, dt), dh = randn(want[1].shape(), seed + 11, dt),
@@ -110,7 +91,7 @@ void expect_matches_cpu(const Problem& p, DType dt, uint64_t seed, double tol) {
   const std::vector<Tensor> dgot =
       run_on_gpu<CudnnLstmBackward>({kForgetBias}, {in[0], in[1], in[2], in[3], in[4], in[5], got[0], got[3], dy, dh, dc});
   const char* dnames[] = {"dx", "dh0", "dc0", "dwx", "dwh", "dbias"};
-  for (int k = 0; k < 6; ++k) EXPECT_TRUE(close(dgot[k], dwant[k], tol)) << dnames[k] << ", " << what;
+  for (int k = 0; k < 6; ++k) EXPECT_TRUE(close_rms(dgot[k], dwant[k], tol)) << dnames[k] << ", " << what;
 }
 
 TEST(CudnnLstmGpu, ForwardAndBackwardMatchTheCpu) {
@@ -158,10 +139,11 @@ TEST(CudnnLstmGpu, LayerMatchesTesserasLstmOnTheGpu) {
         for (const auto& np : layers[k]->named_parameters()) grads[k][np.name] = np.tensor.grad();
       }
       const Tensor want_y = outs[0].output.to(Device::cpu()), want_h = outs[0].state.h.to(Device::cpu());
-      EXPECT_TRUE(close(outs[1].output, want_y, tol_of(dt, p.steps))) << "output, " << what;
-      EXPECT_TRUE(close(outs[1].state.h, want_h, tol_of(dt, p.steps))) << "hT, " << what;
+      EXPECT_TRUE(close_rms(outs[1].output, want_y, tol_of(dt, p.steps))) << "output, " << what;
+      EXPECT_TRUE(close_rms(outs[1].state.h, want_h, tol_of(dt, p.steps))) << "hT, " << what;
       for (const auto& [name, g] : grads[0])
-        EXPECT_TRUE(close(grads[1][name], g.to(Device::cpu()), tol_of(dt, p.steps))) << "gradient of " << name << ", " << what;
+        EXPECT_TRUE(close_rms(grads[1][name], g.to(Device::cpu()), tol_of(dt, p.steps)))
+            << "gradient of " << name << ", " << what;
     }
   }
 }
@@ -182,7 +164,7 @@ TEST(CudnnLstmGpu, LayerCompilesLikeEager) {
   for (int run = 0; run < 2; ++run) {  // the capture, then a replay
     EXPECT_NEAR(step.run({{"x", x}}), eager.item<double>(), 1e-6) << "run " << run;
     for (const auto& np : lstm.named_parameters())
-      EXPECT_TRUE(close(step.fetch("grad/" + np.name), np.tensor.grad().to(Device::cpu()), 1e-5))
+      EXPECT_TRUE(close_rms(step.fetch("grad/" + np.name), np.tensor.grad().to(Device::cpu()), 1e-5))
           << np.name << ", run " << run;
   }
 }

@@ -44,7 +44,6 @@ using namespace gpu_test;
 using testing::test_rand;
 using testing::test_randn;
 
-
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 const double kInf = std::numeric_limits<double>::infinity();
 const std::vector<DType> kFloating = {DType::f32, DType::f64, DType::bf16, DType::f16};
@@ -72,15 +71,6 @@ std::string describe(const std::vector<Tensor>& inputs) {
   return s;
 }
 
-// Root mean square of the finite values of v (0 when there are none).
-double rms_of(const std::vector<double>& v) {
-  double s = 0;
-  size_t n = 0;
-  for (double x : v)
-    if (std::isfinite(x)) s += x * x, ++n;
-  return n == 0 ? 0.0 : std::sqrt(s / static_cast<double>(n));
-}
-
 // got (any device) against want (CPU): same dtype and shape, and per element equal, both NaN
 // (only where allowed), or |got - want| <= atol + rtol·(|want| + scale), scale = RMS(want) when
 // tol.rms, else 0. The reference holding NaN where it is not allowed is a failure too: poisoned
@@ -89,7 +79,7 @@ double rms_of(const std::vector<double>& v) {
   if (got.dtype() != want.dtype() || got.shape() != want.shape())
     return ::testing::AssertionFailure() << "got " << got.meta() << ", expected " << want.meta();
   const std::vector<double> a = got.to_vector<double>(), b = want.to_vector<double>();
-  const double scale = tol.rms ? rms_of(b) : 0.0;
+  const double scale = tol.rms ? rms(b) : 0.0;
   for (size_t i = 0; i < a.size(); ++i) {
     if (std::isnan(b[i])) {
       if (!allow_nan) return ::testing::AssertionFailure() << "the CPU reference has NaN at element " << i;
@@ -243,20 +233,6 @@ TEST(CudaElementwise, GeluBackwardMatchesCpu) {
 }
 
 // ---- gelu with a bf16/f16 output of f32 x, gelu_backward with its bf16/f16 gradient ----
-
-// Same dtype, shape and bytes (both copied to the CPU).
-::testing::AssertionResult same_bits(const Tensor& got, const Tensor& want) {
-  const Tensor a = got.to(Device::cpu()), b = want.to(Device::cpu());
-  if (!(a.meta() == b.meta())) return ::testing::AssertionFailure() << a.meta() << " vs " << b.meta();
-  const auto* pa = static_cast<const unsigned char*>(a.data_ptr());
-  const auto* pb = static_cast<const unsigned char*>(b.data_ptr());
-  const size_t es = dtype_size(b.dtype());
-  for (int64_t i = 0; i < b.numel(); ++i)
-    if (std::memcmp(pa + i * es, pb + i * es, es) != 0)
-      return ::testing::AssertionFailure() << "element " << i << " of " << b.meta() << ": " << a.to_vector<double>()[i]
-                                           << " vs " << b.to_vector<double>()[i];
-  return ::testing::AssertionSuccess();
-}
 
 // Op on GPU inputs (as they are: views stay views) into poisoned outputs.
 template <class Op>

@@ -1,12 +1,13 @@
 // What the GPU tests share: skipping visibly without a GPU, the device, the floating dtypes
 // every kernel is checked in, outputs poisoned before a kernel runs, running one op on GPU
-// copies of CPU inputs, and the comparison relative to the result's scale.
+// copies of CPU inputs, and the comparisons: relative to the result's scale, and bit for bit.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -68,6 +69,45 @@ inline ::testing::AssertionResult close_to(const Tensor& got, const Tensor& want
   double scale = 0;
   for (double v : want.to_vector<double>()) scale = std::max(scale, std::abs(v));
   return testing::all_close(got.to(Device::cpu()), want.to(Device::cpu()), 0, tol * scale);
+}
+
+/// Root mean square of the finite values of v (0 when there are none).
+inline double rms(const std::vector<double>& v) {
+  double s = 0;
+  size_t n = 0;
+  for (double x : v)
+    if (std::isfinite(x)) s += x * x, ++n;
+  return n == 0 ? 0.0 : std::sqrt(s / static_cast<double>(n));
+}
+
+/// |got − want| <= tol·(|want| + RMS(want)) elementwise (a relative error that does not blow up
+/// near zero); same shape and dtype; either may live on the GPU.
+inline ::testing::AssertionResult close_rms(const Tensor& got, const Tensor& want, double tol) {
+  if (got.shape() != want.shape() || got.dtype() != want.dtype())
+    return ::testing::AssertionFailure() << "got " << got.meta() << ", want " << want.meta();
+  const std::vector<double> g = got.to(Device::cpu()).to_vector<double>();
+  const std::vector<double> w = want.to(Device::cpu()).to_vector<double>();
+  const double scale = rms(w);
+  for (size_t i = 0; i < w.size(); ++i)
+    if (!(std::abs(g[i] - w[i]) <= tol * (std::abs(w[i]) + scale)))
+      return ::testing::AssertionFailure() << "element " << i << " of " << want.meta() << ": gpu " << g[i]
+                                           << ", cpu " << w[i] << " (tol " << tol << ", scale " << scale << ")";
+  return ::testing::AssertionSuccess();
+}
+
+/// Same dtype, shape and bytes, element by element (either may live on the GPU); the failure
+/// names the first differing element.
+inline ::testing::AssertionResult same_bits(const Tensor& got, const Tensor& want) {
+  const Tensor a = got.to(Device::cpu()), b = want.to(Device::cpu());
+  if (!(a.meta() == b.meta())) return ::testing::AssertionFailure() << "got " << a.meta() << ", want " << b.meta();
+  const auto* pa = static_cast<const unsigned char*>(a.data_ptr());
+  const auto* pb = static_cast<const unsigned char*>(b.data_ptr());
+  const size_t es = dtype_size(b.dtype());
+  for (int64_t i = 0; i < b.numel(); ++i)
+    if (std::memcmp(pa + i * es, pb + i * es, es) != 0)
+      return ::testing::AssertionFailure() << "element " << i << " of " << b.meta() << ": "
+                                           << a.to_vector<double>()[i] << " vs " << b.to_vector<double>()[i];
+  return ::testing::AssertionSuccess();
 }
 
 /// A GPU copy of t whose data starts one element past an aligned address (a view into a buffer

@@ -28,7 +28,6 @@ using namespace gpu_test;
 using testing::test_rand;
 using testing::test_randn;
 
-
 const int64_t kSizes[] = {1, 7, 33, 1000, 4097};
 
 double tol_of(DType dt) { return dt == DType::f64 ? 1e-9 : dt == DType::f32 ? 1e-5 : 1e-2; }
@@ -64,32 +63,6 @@ std::vector<Tensor> run_gpu_in_place(const typename Op::Attrs& attrs, const std:
   return to_cpu(gout);
 }
 
-// Root mean square of the finite values of v (0 when there are none).
-double rms(const std::vector<double>& v) {
-  double s = 0;
-  size_t n = 0;
-  for (double x : v)
-    if (std::isfinite(x)) s += x * x, ++n;
-  return n == 0 ? 0.0 : std::sqrt(s / static_cast<double>(n));
-}
-
-// |got − want| <= tol·(|want| + RMS(want)) elementwise; shapes and dtypes must match.
-::testing::AssertionResult close(const Tensor& got, const Tensor& want, double tol) {
-  if (got.meta().shape != want.shape() || got.dtype() != want.dtype())
-    return ::testing::AssertionFailure() << "got " << got.meta() << ", want " << want.meta();
-  const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
-  const double scale = rms(w);
-  for (size_t i = 0; i < w.size(); ++i)
-    if (!(std::abs(g[i] - w[i]) <= tol * (std::abs(w[i]) + scale)))
-      return ::testing::AssertionFailure() << "element " << i << " of " << want.meta() << ": gpu " << g[i] << ", cpu "
-                                           << w[i] << " (tol " << tol << ", scale " << scale << ")";
-  return ::testing::AssertionSuccess();
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.meta() == b.meta() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
-}
-
 std::string label(DType dt, const Shape& s, const std::string& more = "") {
   std::ostringstream os;
   os << dtype_name(dt) << " " << s << (more.empty() ? "" : " ") << more;
@@ -106,7 +79,7 @@ void expect_op_matches(const typename Op::Attrs& attrs, const std::vector<Tensor
   const double tol = tol_of(in[0].dtype());
   ASSERT_EQ(got.size(), want.size());
   for (size_t k = 0; k < want.size(); ++k)
-    EXPECT_TRUE(close(got[k], want[k], tol)) << Op::kName << " output " << k << ": " << what;
+    EXPECT_TRUE(close_rms(got[k], want[k], tol)) << Op::kName << " output " << k << ": " << what;
   if (in_place.empty()) return;
   const std::vector<Tensor> inplace = run_gpu_in_place<Op>(attrs, in, in_place);
   for (size_t k = 0; k < want.size(); ++k)
@@ -192,7 +165,8 @@ TEST(CudaOptim, TheLearningRateAndStepAreReadOnTheDevice) {
   for (double lr : {1e-3, 3e-2}) {
     for (double t : {1.0, 100.0}) {
       const std::vector<Tensor> in{p, g, m, v, scalar(lr), scalar(t)};
-      EXPECT_TRUE(close(run_on_gpu_host<AdamwUpdate>(a, in)[0], call<AdamwUpdate>(a, in)[0], 1e-5)) << lr << " " << t;
+      EXPECT_TRUE(close_rms(run_on_gpu_host<AdamwUpdate>(a, in)[0], call<AdamwUpdate>(a, in)[0], 1e-5))
+          << lr << " " << t;
     }
   }
 }

@@ -33,22 +33,12 @@ using namespace gpu_test;
 using testing::test_rand;
 using testing::test_randn;
 
-
 const int64_t kRowLengths[] = {1, 7, 33, 1000, 4097};
 
 double tol_of(DType dt) { return dt == DType::f64 ? 1e-9 : dt == DType::f32 ? 1e-5 : 1e-2; }
 
 Tensor randn(const Shape& s, uint64_t seed, DType dt, double scale = 1.0) {
   return cast(mul(test_randn(s, seed, DType::f64), scale), dt);
-}
-
-// Root mean square of the finite values of v (0 when there are none).
-double rms(const std::vector<double>& v) {
-  double s = 0;
-  size_t n = 0;
-  for (double x : v)
-    if (std::isfinite(x)) s += x * x, ++n;
-  return n == 0 ? 0.0 : std::sqrt(s / static_cast<double>(n));
 }
 
 // |got − want| <= tol·(|want| + scale) elementwise (scale < 0: the RMS of want); NaN only where
@@ -65,10 +55,6 @@ double rms(const std::vector<double>& v) {
                                            << w[i] << " (tol " << tol << ", scale " << scale << ")";
   }
   return ::testing::AssertionSuccess();
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.meta() == b.meta() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
 }
 
 std::string label(DType dt, const Shape& s, const std::string& more = "") {

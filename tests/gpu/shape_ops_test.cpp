@@ -31,7 +31,6 @@ using namespace gpu_test;
 using testing::test_rand;
 using testing::test_randn;
 
-
 const std::vector<DType> kFloating = {DType::f32, DType::f64, DType::bf16, DType::f16};
 const std::vector<DType> kAllDtypes = {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::u8};
 
@@ -49,22 +48,6 @@ Tensor indices_of(const std::vector<int32_t>& v) {
 // n random indices in [0, R) (many repeats when n > R).
 Tensor random_indices(int64_t n, int64_t R, uint64_t seed) {
   return cast(test_rand({n}, 0, static_cast<double>(R), seed), DType::i32);
-}
-
-// Same dtype, shape and bytes (all values here are copies or sums in the CPU's order).
-::testing::AssertionResult same_bits(const Tensor& got, const Tensor& want) {
-  if (got.dtype() != want.dtype() || got.shape() != want.shape())
-    return ::testing::AssertionFailure() << "got " << got.meta() << ", expected " << want.meta();
-  const Tensor g = got.to(Device::cpu());
-  const size_t es = dtype_size(want.dtype());
-  const auto* pg = static_cast<const unsigned char*>(g.data_ptr());
-  const auto* pw = static_cast<const unsigned char*>(want.data_ptr());
-  for (int64_t i = 0; i < want.numel(); ++i)
-    if (std::memcmp(pg + i * es, pw + i * es, es) != 0)
-      return ::testing::AssertionFailure()
-             << "element " << i << " of " << want.meta() << " is " << g.to_vector<double>()[i] << " on the GPU, "
-             << want.to_vector<double>()[i] << " on the CPU";
-  return ::testing::AssertionSuccess();
 }
 
 std::string describe(const std::vector<Tensor>& inputs) {
