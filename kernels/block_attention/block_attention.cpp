@@ -8,6 +8,7 @@
 #include "kernels/block_attention_backward/block_attention_backward.h"
 #include "kernels/cast/cast.h"
 #include "kernels/common/dispatch.h"
+#include "kernels/common/eigen_maps.h"
 
 namespace tessera {
 
@@ -59,12 +60,9 @@ std::vector<TensorMeta> BlockAttention::infer(const std::vector<TensorMeta>& in,
 
 namespace {
 
-template <class T>
-using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T>
-using ConstMat = Eigen::Map<const RowMat<T>>;
-template <class T>
-using Mat = Eigen::Map<RowMat<T>>;
+using cpu::RowMap;
+using cpu::ConstRowMap;
+
 // Packet-aligned scratch: Eigen's reductions peel unaligned leading elements, so the summation
 // order (and the rounding) of a row would otherwise depend on where the allocator put it.
 template <class T>
@@ -82,12 +80,12 @@ void attend_block(const AttentionLayout& L, int64_t bh, int64_t h, int64_t i, in
   const int32_t* kb = L.key_blocks().data() + begin;
   const int64_t n = end - begin, width = n * bs;
   scratch.resize(static_cast<size_t>(bs * width));
-  Mat<T> S(scratch.data(), bs, width);
+  RowMap<T> S(scratch.data(), bs, width);
   const int64_t head = bh * T_ * D;  // offset of (b, h) in [B, H, T, D]
-  ConstMat<T> Qi(q + head + i * bs * D, bs, D);
+  ConstRowMap<T> Qi(q + head + i * bs * D, bs, D);
   for (int64_t jj = 0; jj < n; ++jj) {
     const int64_t j = kb[jj];
-    ConstMat<T> Kj(k + head + j * bs * D, bs, D);
+    ConstRowMap<T> Kj(k + head + j * bs * D, bs, D);
     S.middleCols(jj * bs, bs).noalias() = scale * (Qi * Kj.transpose());
     if (j == i)  // intra-block causal mask: key c > query r
       for (int64_t r = 0; r < bs; ++r)
@@ -102,9 +100,9 @@ void attend_block(const AttentionLayout& L, int64_t bh, int64_t h, int64_t i, in
     lse_i[r] = static_cast<T>(static_cast<double>(m) + std::log(l));
     row *= static_cast<T>(1.0 / l);
   }
-  Mat<T> Oi(o + head + i * bs * D, bs, D);
+  RowMap<T> Oi(o + head + i * bs * D, bs, D);
   for (int64_t jj = 0; jj < n; ++jj) {
-    ConstMat<T> Vj(v + head + kb[jj] * bs * D, bs, D);
+    ConstRowMap<T> Vj(v + head + kb[jj] * bs * D, bs, D);
     if (jj == 0)
       Oi.noalias() = S.middleCols(0, bs) * Vj;
     else

@@ -5,6 +5,7 @@
 
 #include "kernels/block_attention/block_attention.h"
 #include "kernels/common/dispatch.h"
+#include "kernels/common/eigen_maps.h"
 
 namespace tessera {
 
@@ -26,12 +27,8 @@ std::vector<TensorMeta> BlockAttentionBackward::infer(const std::vector<TensorMe
 
 namespace {
 
-template <class T>
-using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T>
-using ConstMat = Eigen::Map<const RowMat<T>>;
-template <class T>
-using Mat = Eigen::Map<RowMat<T>>;
+using cpu::RowMap;
+using cpu::ConstRowMap;
 
 // The tensors of one (b, h): [T, D] row-major slices, lse and Δ [T].
 template <class T>
@@ -44,9 +41,9 @@ struct Head {
 //   P  = exp(scale · Q_i·K_jᵀ − lse)          (0 where key > query on the diagonal block)
 //   dS = P ⊙ (dO_i·V_jᵀ − Δ)                  (Δ broadcast along each row)
 template <class T>
-void tile(const Head<T>& x, int64_t i, int64_t j, int64_t bs, int64_t D, T scale, Mat<T>& P, Mat<T>& dS) {
-  ConstMat<T> Qi(x.q + i * bs * D, bs, D), Kj(x.k + j * bs * D, bs, D);
-  ConstMat<T> dOi(x.g + i * bs * D, bs, D), Vj(x.v + j * bs * D, bs, D);
+void tile(const Head<T>& x, int64_t i, int64_t j, int64_t bs, int64_t D, T scale, RowMap<T>& P, RowMap<T>& dS) {
+  ConstRowMap<T> Qi(x.q + i * bs * D, bs, D), Kj(x.k + j * bs * D, bs, D);
+  ConstRowMap<T> dOi(x.g + i * bs * D, bs, D), Vj(x.v + j * bs * D, bs, D);
   P.noalias() = scale * (Qi * Kj.transpose());
   if (i == j)
     for (int64_t r = 0; r < bs; ++r)
@@ -66,7 +63,7 @@ void run_tasks(int64_t tasks, bool parallel, int64_t bs, F f) {
   auto loop = [&](bool omp_for) {
     // Packet-aligned: Eigen's row reductions then sum in the same order wherever buf lands.
     std::vector<T, Eigen::aligned_allocator<T>> buf(static_cast<size_t>(2 * bs * bs));
-    Mat<T> P(buf.data(), bs, bs), dS(buf.data() + bs * bs, bs, bs);
+    RowMap<T> P(buf.data(), bs, bs), dS(buf.data() + bs * bs, bs, bs);
     if (omp_for) {
 #pragma omp for schedule(dynamic)
       for (int64_t t = 0; t < tasks; ++t) f(t, P, dS);
@@ -121,30 +118,30 @@ void BlockAttentionBackward::cpu(const std::vector<Tensor>& in, const std::vecto
     };
     const T sc = static_cast<T>(scale);
     // dq, per (b, h, query block i): dQ_i = scale · sum_j dS_ij · K_j over the row's key blocks.
-    run_tasks<T>(tasks, parallel, bs, [&](int64_t t, Mat<T>& P, Mat<T>& dS) {
+    run_tasks<T>(tasks, parallel, bs, [&](int64_t t, RowMap<T>& P, RowMap<T>& dS) {
       const int64_t bh = t / nb, h = bh % H, i = t % nb;
       const Head<T> x = head(bh);
-      Mat<T> dQi(x.dq + i * bs * D, bs, D);
+      RowMap<T> dQi(x.dq + i * bs * D, bs, D);
       dQi.setZero();
       for (int32_t p = row_ptr[h * nb + i]; p < row_ptr[h * nb + i + 1]; ++p) {
         const int64_t j = key_blocks[p];
         tile<T>(x, i, j, bs, D, sc, P, dS);
-        dQi.noalias() += sc * (dS * ConstMat<T>(x.k + j * bs * D, bs, D));
+        dQi.noalias() += sc * (dS * ConstRowMap<T>(x.k + j * bs * D, bs, D));
       }
     });
     // dk, dv, per (b, h, key block j), over the query blocks i that attend to it:
     //   dK_j = scale · sum_i dS_ijᵀ · Q_i,   dV_j = sum_i P_ijᵀ · dO_i.
-    run_tasks<T>(tasks, parallel, bs, [&](int64_t t, Mat<T>& P, Mat<T>& dS) {
+    run_tasks<T>(tasks, parallel, bs, [&](int64_t t, RowMap<T>& P, RowMap<T>& dS) {
       const int64_t bh = t / nb, h = bh % H, j = t % nb;
       const Head<T> x = head(bh);
-      Mat<T> dKj(x.dk + j * bs * D, bs, D), dVj(x.dv + j * bs * D, bs, D);
+      RowMap<T> dKj(x.dk + j * bs * D, bs, D), dVj(x.dv + j * bs * D, bs, D);
       dKj.setZero();
       dVj.setZero();
       for (int32_t p = col_ptr[h * nb + j]; p < col_ptr[h * nb + j + 1]; ++p) {
         const int64_t i = query_blocks[p];
         tile<T>(x, i, j, bs, D, sc, P, dS);
-        dKj.noalias() += sc * (dS.transpose() * ConstMat<T>(x.q + i * bs * D, bs, D));
-        dVj.noalias() += P.transpose() * ConstMat<T>(x.g + i * bs * D, bs, D);
+        dKj.noalias() += sc * (dS.transpose() * ConstRowMap<T>(x.q + i * bs * D, bs, D));
+        dVj.noalias() += P.transpose() * ConstRowMap<T>(x.g + i * bs * D, bs, D);
       }
     });
   });

@@ -6,6 +6,7 @@
 
 #include "core/autocast.h"
 #include "kernels/common/dispatch.h"
+#include "kernels/common/eigen_maps.h"
 #include "kernels/ops.h"
 
 namespace tessera {
@@ -71,10 +72,9 @@ std::pair<Tensor, Tensor> bsmm_weight_gate_grads(const Tensor& a, const Tensor& 
 
 namespace {
 
-template <class T>
-using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T>
-using StridedMap = Eigen::Map<const RowMat<T>, 0, Eigen::OuterStride<>>;
+using cpu::RowMat;
+using cpu::ConstRowMap;
+using cpu::StridedRowMap;
 
 // y [N, K] = block-sparse x [N, C] · w. One task per (row tile, output block column c): the
 // [rows, bs] output block is summed in a local buffer over the column's blocks (by increasing
@@ -97,8 +97,8 @@ void forward_kernel(const T* x, const T* w, const T* gate, T* y, int64_t n, cons
       a.setZero();
       for (int32_t p = col_ptr[c]; p < col_ptr[c + 1]; ++p) {
         const int64_t k = col_blocks[p], r = block_row[k];
-        StridedMap<T> xr(x + n0 * C + r * bs, rows, bs, Eigen::OuterStride<>(C));  // [rows, bs]
-        Eigen::Map<const RowMat<T>> wk(w + k * bs * bs, bs, bs);                      // [bs, bs]
+        StridedRowMap<T> xr(x + n0 * C + r * bs, rows, bs, Eigen::OuterStride<>(C));  // [rows, bs]
+        ConstRowMap<T> wk(w + k * bs * bs, bs, bs);                      // [bs, bs]
         if (gate) {
           a.noalias() += gate[k] * xr * wk;
         } else {

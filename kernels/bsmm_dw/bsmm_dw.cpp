@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "kernels/common/dispatch.h"
+#include "kernels/common/eigen_maps.h"
 #include "kernels/ops.h"
 
 namespace tessera {
@@ -27,10 +28,8 @@ std::vector<TensorMeta> BsmmDw::infer(const std::vector<TensorMeta>& in, const A
 
 namespace {
 
-template <class T>
-using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T>
-using StridedMap = Eigen::Map<const RowMat<T>, 0, Eigen::OuterStride<>>;
+using cpu::RowMap;
+using cpu::StridedRowMap;
 
 // dw[k] [bs, bs] = X_r [N, bs]ᵀ · dY_c [N, bs], each block owned by one thread. The sum over N
 // runs in chunks of kChunk rows, every block of a chunk before the next chunk: the chunk's rows
@@ -54,9 +53,9 @@ void dw_kernel(const T* x, const T* dy, T* dw, int64_t n, const BlockLayout& l) 
     // Static schedule, same trip count: every chunk gives a thread the same blocks, so no barrier.
 #pragma omp for schedule(static) nowait
     for (int64_t k = 0; k < nnz; ++k) {
-      Eigen::Map<RowMat<T>> out(dw + k * bs * bs, bs, bs);
-      StridedMap<T> xr(x + n0 * C + block_row[k] * bs, rows, bs, Eigen::OuterStride<>(C));   // [rows, bs]
-      StridedMap<T> gc(dy + n0 * K + block_col[k] * bs, rows, bs, Eigen::OuterStride<>(K));  // [rows, bs]
+      RowMap<T> out(dw + k * bs * bs, bs, bs);
+      StridedRowMap<T> xr(x + n0 * C + block_row[k] * bs, rows, bs, Eigen::OuterStride<>(C));   // [rows, bs]
+      StridedRowMap<T> gc(dy + n0 * K + block_col[k] * bs, rows, bs, Eigen::OuterStride<>(K));  // [rows, bs]
       if (n0 == 0) {
         out.noalias() = xr.transpose() * gc;
       } else {

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "kernels/common/dispatch.h"
+#include "kernels/common/eigen_maps.h"
 #include "kernels/ops.h"
 
 namespace tessera {
@@ -25,10 +26,9 @@ std::vector<TensorMeta> BsmmDx::infer(const std::vector<TensorMeta>& in, const A
 
 namespace {
 
-template <class T>
-using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T>
-using StridedMap = Eigen::Map<const RowMat<T>, 0, Eigen::OuterStride<>>;
+using cpu::RowMat;
+using cpu::ConstRowMap;
+using cpu::StridedRowMap;
 
 // dx [N, C] = dy [N, K] · Wᵀ over stored blocks. One task per (row tile, input block row r):
 // the [rows, bs] block of dx sums gate[k]·dY_c·W[k]ᵀ over k in row r, in a local buffer.
@@ -50,8 +50,8 @@ void dx_kernel(const T* dy, const T* w, const T* gate, T* dx, int64_t n, const B
       a.setZero();
       for (int32_t k = row_ptr[r]; k < row_ptr[r + 1]; ++k) {
         const int64_t c = block_col[k];
-        StridedMap<T> gc(dy + n0 * K + c * bs, rows, bs, Eigen::OuterStride<>(K));  // [rows, bs]
-        Eigen::Map<const RowMat<T>> wk(w + k * bs * bs, bs, bs);                       // [bs, bs]
+        StridedRowMap<T> gc(dy + n0 * K + c * bs, rows, bs, Eigen::OuterStride<>(K));  // [rows, bs]
+        ConstRowMap<T> wk(w + k * bs * bs, bs, bs);                       // [bs, bs]
         if (gate) {
           a.noalias() += gate[k] * gc * wk.transpose();
         } else {

@@ -1,3 +1,4 @@
+#include "kernels/common/eigen_maps.h"
 #include "kernels/cudnn_lstm/cudnn_lstm.h"
 
 #include <Eigen/Core>
@@ -73,12 +74,8 @@ std::vector<TensorMeta> CudnnLstm::infer(const std::vector<TensorMeta>& in, cons
 
 namespace {
 
-template <class T>
-using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T>
-using MapM = Eigen::Map<RowMat<T>>;
-template <class T>
-using MapC = Eigen::Map<const RowMat<T>>;
+using cpu::RowMap;
+using cpu::ConstRowMap;
 
 // σ(v) = 1/(1 + e^-v): e^-v overflows to inf for very negative v and gives 0, never NaN.
 template <class T>
@@ -89,9 +86,9 @@ T sigmoid(T v) {
 template <class T>
 void lstm_forward_cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, double forget_bias) {
   const int64_t ts = in[0].size(0), b = in[0].size(1), n = in[0].size(2), hs = in[1].size(1), g4 = 4 * hs;
-  MapC<T> x(in[0].data<T>(), ts * b, n);         // [T*B, In]
-  MapC<T> wx(in[3].data<T>(), n, g4);            // [In, 4H]
-  MapC<T> wh(in[4].data<T>(), hs, g4);           // [H, 4H]
+  ConstRowMap<T> x(in[0].data<T>(), ts * b, n);         // [T*B, In]
+  ConstRowMap<T> wx(in[3].data<T>(), n, g4);            // [In, 4H]
+  ConstRowMap<T> wh(in[4].data<T>(), hs, g4);           // [H, 4H]
   const T* bias = in[5].data<T>();               // [4H]
   T* y = out[0].data<T>();                       // [T, B, H]
   T* gates = static_cast<T*>(out[3].data_ptr());  // reserve: gates [T, B, 4H] (activated i, f, o, u)
@@ -99,14 +96,14 @@ void lstm_forward_cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& 
   const T fb = static_cast<T>(forget_bias);
 
   // Pre-activations of every step's input term at once, bias included: P [T*B, 4H].
-  MapM<T> pre(gates, ts * b, g4);
+  RowMap<T> pre(gates, ts * b, g4);
   pre.noalias() = x * wx;
   pre.rowwise() += Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(bias, g4);
   for (int64_t t = 0; t < ts; ++t) {
     const T* h_prev = t == 0 ? in[1].data<T>() : y + (t - 1) * b * hs;  // [B, H]
     const T* c_prev = t == 0 ? in[2].data<T>() : cells + (t - 1) * b * hs;
-    MapM<T> p(gates + t * b * g4, b, g4);
-    p.noalias() += MapC<T>(h_prev, b, hs) * wh;  // + h·wh
+    RowMap<T> p(gates + t * b * g4, b, g4);
+    p.noalias() += ConstRowMap<T>(h_prev, b, hs) * wh;  // + h·wh
     for (int64_t r = 0; r < b; ++r) {
       T* gr = gates + (t * b + r) * g4;
       for (int64_t j = 0; j < hs; ++j) {

@@ -1,3 +1,4 @@
+#include "kernels/common/eigen_maps.h"
 #include "kernels/cudnn_lstm_backward/cudnn_lstm_backward.h"
 
 #include <Eigen/Core>
@@ -37,20 +38,17 @@ std::vector<TensorMeta> CudnnLstmBackward::infer(const std::vector<TensorMeta>& 
 
 namespace {
 
-template <class T>
-using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T>
-using MapM = Eigen::Map<RowMat<T>>;
-template <class T>
-using MapC = Eigen::Map<const RowMat<T>>;
+using cpu::RowMat;
+using cpu::RowMap;
+using cpu::ConstRowMap;
 
 template <class T>
 void lstm_backward_cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
   const int64_t ts = in[0].size(0), b = in[0].size(1), n = in[0].size(2), hs = in[1].size(1), g4 = 4 * hs;
   const T* h0 = in[1].data<T>();                                 // [B, H]
   const T* c0 = in[2].data<T>();                                 // [B, H]
-  MapC<T> wx(in[3].data<T>(), n, g4);                            // [In, 4H]
-  MapC<T> wh(in[4].data<T>(), hs, g4);                           // [H, 4H]
+  ConstRowMap<T> wx(in[3].data<T>(), n, g4);                            // [In, 4H]
+  ConstRowMap<T> wh(in[4].data<T>(), hs, g4);                           // [H, 4H]
   const T* y = in[6].data<T>();                                  // [T, B, H]
   const T* gates = static_cast<const T*>(in[7].data_ptr());      // [T, B, 4H] activated i, f, o, u
   const T* cells = gates + ts * b * g4;                          // [T, B, H]
@@ -81,14 +79,14 @@ void lstm_backward_cpu(const std::vector<Tensor>& in, const std::vector<Tensor>&
       }
     }
     // dh_{t-1} = dpre_t · whᵀ
-    MapM<T>(dh_next, b, hs).noalias() = dpre.middleRows(t * b, b) * wh.transpose();
+    RowMap<T>(dh_next, b, hs).noalias() = dpre.middleRows(t * b, b) * wh.transpose();
   }
-  MapM<T>(dx, ts * b, n).noalias() = dpre * wx.transpose();                          // dx = dpre·wxᵀ
-  MapM<T>(out[3].data<T>(), n, g4).noalias() = MapC<T>(in[0].data<T>(), ts * b, n).transpose() * dpre;
+  RowMap<T>(dx, ts * b, n).noalias() = dpre * wx.transpose();                          // dx = dpre·wxᵀ
+  RowMap<T>(out[3].data<T>(), n, g4).noalias() = ConstRowMap<T>(in[0].data<T>(), ts * b, n).transpose() * dpre;
   // dwh = Σ_t h_{t-1}ᵀ·dpre_t, h_{-1} = h0 and h_{t-1} = y_{t-1}: h0's rows, then y's first T-1 steps.
-  MapM<T> dwh(out[4].data<T>(), hs, g4);
-  dwh.noalias() = MapC<T>(h0, b, hs).transpose() * dpre.topRows(b);
-  if (ts > 1) dwh.noalias() += MapC<T>(y, (ts - 1) * b, hs).transpose() * dpre.bottomRows((ts - 1) * b);
+  RowMap<T> dwh(out[4].data<T>(), hs, g4);
+  dwh.noalias() = ConstRowMap<T>(h0, b, hs).transpose() * dpre.topRows(b);
+  if (ts > 1) dwh.noalias() += ConstRowMap<T>(y, (ts - 1) * b, hs).transpose() * dpre.bottomRows((ts - 1) * b);
   Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>(out[5].data<T>(), g4) = dpre.colwise().sum();
 }
 

@@ -1,3 +1,4 @@
+#include "kernels/common/eigen_maps.h"
 #include "kernels/linear/linear.h"
 
 #include <Eigen/Core>
@@ -41,8 +42,9 @@ std::vector<TensorMeta> Linear::infer(const std::vector<TensorMeta>& in, const A
 
 namespace {
 
-template <class T>
-using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using cpu::RowMap;
+using cpu::ConstRowMap;
+
 template <class T>
 using RowVec = Eigen::Matrix<T, 1, Eigen::Dynamic>;
 
@@ -54,10 +56,10 @@ void Linear::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, 
   const int64_t n = in[0].size(0), k = in[0].size(1), m = in[1].size(1);
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    Eigen::Map<const RowMat<T>> X(in[0].data<T>(), n, k);
-    Eigen::Map<const RowMat<T>> W(in[1].data<T>(), k, m);
+    ConstRowMap<T> X(in[0].data<T>(), n, k);
+    ConstRowMap<T> W(in[1].data<T>(), k, m);
     Eigen::Map<const RowVec<T>> B(in[2].data<T>(), m);
-    Eigen::Map<RowMat<T>> Y(out[0].data<T>(), n, m);
+    RowMap<T> Y(out[0].data<T>(), n, m);
     if (n == 0 || m == 0) return;
     if (k == 0) Y.setZero();  // empty inner dim: y = b
     else Y.noalias() = X * W;

@@ -1,3 +1,4 @@
+#include "kernels/common/eigen_maps.h"
 #include "kernels/matmul/matmul.h"
 
 #include <Eigen/Core>
@@ -37,15 +38,15 @@ std::vector<TensorMeta> Matmul::infer(const std::vector<TensorMeta>& in, const A
 
 namespace {
 
-template <class T>
-using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using cpu::RowMap;
+using cpu::ConstRowMap;
 
 // One GEMM on row-major buffers: C[m,n] = op(A)·op(B).
 template <class T>
 void gemm(const T* pa, const T* pb, T* pc, int64_t m, int64_t n, int64_t k, bool ta, bool tb) {
-  Eigen::Map<const RowMat<T>> A(pa, ta ? k : m, ta ? m : k);
-  Eigen::Map<const RowMat<T>> B(pb, tb ? n : k, tb ? k : n);
-  Eigen::Map<RowMat<T>> C(pc, m, n);
+  ConstRowMap<T> A(pa, ta ? k : m, ta ? m : k);
+  ConstRowMap<T> B(pb, tb ? n : k, tb ? k : n);
+  RowMap<T> C(pc, m, n);
   if (!ta && !tb) C.noalias() = A * B;
   else if (ta && !tb) C.noalias() = A.transpose() * B;
   else if (!ta && tb) C.noalias() = A * B.transpose();
