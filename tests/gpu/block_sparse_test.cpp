@@ -34,7 +34,6 @@ using testing::all_close;
 using testing::test_rand;
 using testing::test_randn;
 
-
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 double tolerance(DType dt) {

@@ -25,8 +25,6 @@ using namespace gpu_test;
 
 using testing::test_randn;
 
-double tol_of(DType dt) { return dt == DType::f64 ? 1e-9 : dt == DType::f32 ? 1e-5 : 1e-2; }
-
 // |got − want| <= tol·(|want| + rms(want)) elementwise (a NaN left by the poison fails), and
 // exact zeros at the masked keys s > t + S − T of [..., T, S]; same meta.
 ::testing::AssertionResult close(const Tensor& got, const Tensor& want, double tol) {

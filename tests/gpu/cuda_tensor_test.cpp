@@ -21,8 +21,6 @@ using namespace gpu_test;
 using testing::all_close;
 using testing::test_randn;
 
-
-
 TEST(CudaTensor, RoundTripKeepsEveryByteOfEveryDtype) {
   REQUIRE_GPU();
   for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::u8}) {

@@ -28,8 +28,6 @@ using namespace gpu_test;
 using testing::all_close;
 using testing::test_randn;
 
-
-
 double tolerance(DType dt) {
   switch (dt) {
     case DType::f64: return 1e-10;

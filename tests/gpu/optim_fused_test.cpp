@@ -28,7 +28,6 @@ using namespace gpu_test;
 using testing::all_close;
 using testing::test_rand;
 
-double tol_of(DType dt) { return dt == DType::f64 ? 1e-9 : dt == DType::f32 ? 1e-5 : 1e-2; }
 Tensor scalar(double v) { return full({}, v, DType::f64); }
 
 std::vector<Tensor> to_gpu(const std::vector<Tensor>& in) {

@@ -35,8 +35,6 @@ using testing::test_randn;
 
 const int64_t kRowLengths[] = {1, 7, 33, 1000, 4097};
 
-double tol_of(DType dt) { return dt == DType::f64 ? 1e-9 : dt == DType::f32 ? 1e-5 : 1e-2; }
-
 Tensor randn(const Shape& s, uint64_t seed, DType dt, double scale = 1.0) {
   return cast(mul(test_randn(s, seed, DType::f64), scale), dt);
 }
