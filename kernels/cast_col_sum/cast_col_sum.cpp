@@ -2,7 +2,8 @@
 
 #include <vector>
 
-#include "kernels/common/dispatch.h"
+#include "kernels/cast/cast.h"
+#include "kernels/sum/sum.h"
 
 namespace tessera {
 
@@ -18,20 +19,12 @@ std::vector<TensorMeta> CastColSum::infer(const std::vector<TensorMeta>& in, con
   return {TensorMeta{x.shape, attrs.dtype, x.device}, TensorMeta{Shape{x.shape[1]}, x.dtype, x.device}};
 }
 
-// bf16/f16 arrive widened to f32 (and a bf16/f16 y is rounded by the op machinery): y is
-// converted element by element, s summed per column in double, row by row (as sum(x, 0) does).
+// The two ops' own CPU kernels (cast's chunked conversion, sum's column sums in double): the
+// reference is exactly cast(x, dtype) and sum(x, 0). bf16/f16 arrive widened (a bf16/f16 y or s
+// is rounded by the op machinery, as those ops' results are).
 void CastColSum::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
-  const int64_t n = in[0].size(0), m = in[0].size(1);
-  dispatch_float(in[0].dtype(), kName, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* x = in[0].data<T>();
-    T* s = out[1].data<T>();
-    convert_elements(x, in[0].dtype(), out[0].data_ptr(), out[0].dtype(), n * m);
-    std::vector<double> acc(static_cast<size_t>(m), 0.0);
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t c = 0; c < m; ++c) acc[c] += x[r * m + c];
-    for (int64_t c = 0; c < m; ++c) s[c] = static_cast<T>(acc[c]);
-  });
+  Cast::cpu({in[0]}, {out[0]}, Cast::Attrs{out[0].dtype()});
+  Sum::cpu({in[0]}, {out[1]}, Sum::Attrs{0, false});
 }
 
 }  // namespace tessera
