@@ -1,5 +1,7 @@
 // bsmm on the GPU: y [N, K] = x [N, C] · W over the layout's stored blocks (w [nnz, bs, bs]),
-// block k scaled by gate[k] when gated. Correct and simple; not tuned yet.
+// block k scaled by gate[k] when gated. bf16/f16 (and f32 when TF32 is allowed) run on tensor
+// cores (kernels/common/cuda/bsmm_sm80.cu); f32 and f64 otherwise, and operands that are not
+// 16-byte aligned, run the exact scalar kernel below.
 //
 //   y[n, c·bs + j] = sum over the stored blocks k of block column c (block row r = block_row[k],
 //                    increasing r, as on the CPU) of gate[k] · sum_i x[n, r·bs + i] · W[k][i][j]
@@ -8,10 +10,11 @@
 // (j, t) with j < bs, t < kRows = 256 / bs; thread (j, t) computes y[n0 + t, c·bs + j]. For each
 // block k of the column, W[k] [bs, bs] and the tile's x block [kRows, bs] are staged in shared
 // memory (as acc_t), then each thread adds its dot product. A column without stored blocks gives
-// zeros. The CPU kernel in bsmm.cpp is the reference.
+// zeros. The CPU kernel in bsmm.cpp is the reference. Scalar kernel:
 #include "core/cuda/check.cuh"
 #include "kernels/bsmm/bsmm.h"
 #include "kernels/common/cuda/block_sparse.cuh"
+#include "kernels/common/cuda/bsmm_tc.h"
 #include "kernels/common/cuda/dtype.cuh"
 #include "kernels/common/cuda/layout_tables.h"
 
@@ -51,7 +54,16 @@ void Bsmm::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, c
   const BlockLayout& l = *attrs.layout;
   const int64_t n = x.size(0), C = l.in_features(), K = l.out_features(), Q = l.block_cols();
   if (y.numel() == 0) return;
-  const cuda::BlockTables tables = cuda::device_tables(attrs.layout, y.device().index);
+  const int dev = y.device().index;
+  const cuda::BlockTables tables = cuda::device_tables(attrs.layout, dev);
+  {
+    const cuda::GatherProduct p{y.dtype(), y.dtype(), static_cast<int>(l.block_size()), /*transpose_w=*/false,
+                                /*accumulate=*/false, x.data_ptr(), w.data_ptr(),
+                                attrs.gated ? in[2].data_ptr() : nullptr, y.data_ptr(), n, C, K,
+                                static_cast<int32_t>(Q), l.nnz(), tables.col_ptr, tables.col_blocks, tables.block_row,
+                                tables.col_order};
+    if (cuda::run_gather(p, dev, cuda::current_stream(y))) return;
+  }
   cuda::dispatch_cuda_float(y.dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     cuda::dispatch_block_size(l.block_size(), kName, [&](auto bs) {

@@ -1,5 +1,7 @@
 // bsmm_dw on the GPU: dw [nnz, bs, bs] = X_rᵀ·dY_c on the layout's stored blocks only.
-// Correct and simple; not tuned yet.
+// bf16/f16 (and f32 when TF32 is allowed) run on tensor cores (kernels/common/cuda/bsmm_sm80.cu:
+// groups of up to 128/bs blocks of one block row share their X strip); f32 and f64 otherwise, and
+// operands that are not 16-byte aligned, run the exact scalar kernel below.
 //
 //   dw[k][i][j] = sum over n < N of x[n, r·bs + i] · dy[n, c·bs + j]     (r = block_row[k],
 //                                                                          c = block_col[k])
@@ -12,6 +14,7 @@
 #include "core/cuda/check.cuh"
 #include "kernels/bsmm_dw/bsmm_dw.h"
 #include "kernels/common/cuda/block_sparse.cuh"
+#include "kernels/common/cuda/bsmm_tc.h"
 #include "kernels/common/cuda/dtype.cuh"
 #include "kernels/common/cuda/layout_tables.h"
 
@@ -45,7 +48,14 @@ void BsmmDw::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
   const Tensor &x = in[0], &dy = in[1], &dw = out[0];
   const BlockLayout& l = *attrs.layout;
   const int64_t n = x.size(0), C = l.in_features(), K = l.out_features();
-  const cuda::BlockTables tables = cuda::device_tables(attrs.layout, dw.device().index);
+  const int dev = dw.device().index;
+  const cuda::BlockTables tables = cuda::device_tables(attrs.layout, dev);
+  {
+    const cuda::BlockGradient g{dw.dtype(), dw.dtype(), static_cast<int>(l.block_size()), /*accumulate=*/false,
+                                x.data_ptr(), dy.data_ptr(), dw.data_ptr(), n, C, K, tables.dw_groups,
+                                tables.dw_group, tables.block_row, tables.block_col};
+    if (cuda::run_gradient(g, dev, cuda::current_stream(dw))) return;
+  }
   cuda::dispatch_cuda_float(dw.dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     cuda::dispatch_block_size(l.block_size(), kName, [&](auto bs) {

@@ -1,5 +1,7 @@
 // bsmm_dx on the GPU: dx [N, C] = dy [N, K] · Wᵀ over the layout's stored blocks (w [nnz, bs,
-// bs]), block k scaled by gate[k] when gated. Correct and simple; not tuned yet.
+// bs]), block k scaled by gate[k] when gated. bf16/f16 (and f32 when TF32 is allowed) run on
+// tensor cores (kernels/common/cuda/bsmm_sm80.cu, the forward's kernel with W transposed); f32
+// and f64 otherwise, and operands that are not 16-byte aligned, run the exact scalar kernel below.
 //
 //   dx[n, r·bs + i] = sum over the stored blocks k of block row r (k = row_ptr[r] ..
 //                     row_ptr[r+1], increasing block column c = block_col[k], as on the CPU) of
@@ -14,6 +16,7 @@
 #include "core/cuda/check.cuh"
 #include "kernels/bsmm_dx/bsmm_dx.h"
 #include "kernels/common/cuda/block_sparse.cuh"
+#include "kernels/common/cuda/bsmm_tc.h"
 #include "kernels/common/cuda/dtype.cuh"
 #include "kernels/common/cuda/layout_tables.h"
 
@@ -53,7 +56,16 @@ void BsmmDx::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
   const BlockLayout& l = *attrs.layout;
   const int64_t n = dy.size(0), C = l.in_features(), K = l.out_features(), R = l.block_rows();
   if (dx.numel() == 0) return;
-  const cuda::BlockTables tables = cuda::device_tables(attrs.layout, dx.device().index);
+  const int dev = dx.device().index;
+  const cuda::BlockTables tables = cuda::device_tables(attrs.layout, dev);
+  {
+    const cuda::GatherProduct p{dx.dtype(), dx.dtype(), static_cast<int>(l.block_size()), /*transpose_w=*/true,
+                                /*accumulate=*/false, dy.data_ptr(), w.data_ptr(),
+                                attrs.gated ? in[2].data_ptr() : nullptr, dx.data_ptr(), n, K, C,
+                                static_cast<int32_t>(R), l.nnz(), tables.row_ptr, /*list=*/nullptr, tables.block_col,
+                                tables.row_order};
+    if (cuda::run_gather(p, dev, cuda::current_stream(dx))) return;
+  }
   cuda::dispatch_cuda_float(dx.dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     cuda::dispatch_block_size(l.block_size(), kName, [&](auto bs) {

@@ -2,6 +2,7 @@
 // layout's tables back to back; the pointers handed out are offsets into it.
 #include "kernels/common/cuda/layout_tables.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <memory>
@@ -65,6 +66,27 @@ const int32_t* lookup(const std::shared_ptr<const void>& layout, int device,
   return static_cast<const int32_t*>(t.data_ptr());
 }
 
+// Indices 0 .. ptr.size()-2 by decreasing list length ptr[i+1] - ptr[i], ties by index.
+std::vector<int32_t> longest_first(const std::vector<int32_t>& ptr) {
+  std::vector<int32_t> order(ptr.size() - 1);
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return ptr[a + 1] - ptr[a] > ptr[b + 1] - ptr[b]; });
+  return order;
+}
+
+// (first k, count) of runs of at most `group` consecutive blocks of one block row.
+std::vector<int32_t> row_groups(const BlockLayout& l, int32_t group) {
+  std::vector<int32_t> out;
+  const auto& row_ptr = l.row_ptr();
+  for (size_t r = 0; r + 1 < row_ptr.size(); ++r)
+    for (int32_t k = row_ptr[r]; k < row_ptr[r + 1]; k += group) {
+      out.push_back(k);
+      out.push_back(std::min(group, row_ptr[r + 1] - k));
+    }
+  return out;
+}
+
 }  // namespace
 
 BlockTables device_tables(const LayoutPtr& layout, int device) {
@@ -75,11 +97,22 @@ BlockTables device_tables(const LayoutPtr& layout, int device) {
         std::vector<int32_t> all;
         for (const auto* part : {&l.block_row(), &l.block_col(), &l.col_ptr(), &l.col_blocks(), &l.row_ptr()})
           append(all, *part);
+        append(all, longest_first(l.col_ptr()));
+        append(all, longest_first(l.row_ptr()));
+        append(all, row_groups(l, dw_group_size(l.block_size())));
         return all;
       },
       [&] { return l.str(); });
-  const int64_t nnz = l.nnz(), q = l.block_cols();
-  return {base, base + nnz, base + 2 * nnz, base + 2 * nnz + q + 1, base + 3 * nnz + q + 1};
+  const int64_t nnz = l.nnz(), q = l.block_cols(), r = l.block_rows();
+  const int32_t* row_ptr = base + 3 * nnz + q + 1;
+  const int32_t* col_order = row_ptr + r + 1;
+  const int32_t* row_order = col_order + q;
+  const int32_t* dw_group = row_order + r;
+  // The group count is a host figure: count it again (cheap, the same rule).
+  const int32_t group = dw_group_size(l.block_size());
+  int32_t groups = 0;
+  for (int64_t i = 0; i < r; ++i) groups += (l.row_ptr()[i + 1] - l.row_ptr()[i] + group - 1) / group;
+  return {base, base + nnz, base + 2 * nnz, base + 2 * nnz + q + 1, row_ptr, col_order, row_order, dw_group, groups};
 }
 
 AttentionTables device_tables(const AttentionLayoutPtr& layout, int device) {

@@ -27,13 +27,21 @@ namespace tessera {
 namespace cuda {
 
 /// BlockLayout tables on the device (see block_layout.h): block_row/block_col [nnz],
-/// col_ptr [K/bs + 1], col_blocks [nnz], row_ptr [C/bs + 1].
+/// col_ptr [K/bs + 1], col_blocks [nnz], row_ptr [C/bs + 1]; and the work lists of the
+/// tensor-core kernels, built with them: col_order [K/bs] and row_order [C/bs] (block columns /
+/// rows by decreasing block count, ties by index: the longest output tiles start first), and
+/// dw_group [dw_groups, 2] (first block k and count of runs of at most 128/bs consecutive
+/// blocks of one block row: the groups of the dW kernel).
 struct BlockTables {
   const int32_t* block_row;
   const int32_t* block_col;
   const int32_t* col_ptr;
   const int32_t* col_blocks;
   const int32_t* row_ptr;
+  const int32_t* col_order;
+  const int32_t* row_order;
+  const int32_t* dw_group;
+  int32_t dw_groups;
 };
 
 /// AttentionLayout tables on the device (see attention_layout.h): row_ptr [H·nb + 1],
@@ -44,6 +52,9 @@ struct AttentionTables {
   const int32_t* col_ptr;
   const int32_t* query_blocks;
 };
+
+/// Blocks of one block row that one dW work item of the tensor-core kernels takes (128 / bs).
+inline int32_t dw_group_size(int64_t bs) { return static_cast<int32_t>(128 / bs); }
 
 /// The tables of `layout` on `device`, uploaded on first use (valid while the layout lives).
 BlockTables device_tables(const LayoutPtr& layout, int device);

@@ -1,0 +1,519 @@
+// The sm_80 tensor-core kernels of bsmm, bsmm_dx and bsmm_dw (see bsmm_sm80.h).
+//
+// Gather product (fwd and dx). One thread block per (output block column o, tile of kBM rows):
+//
+//   out[m0 .. m0+kBM, o-block] = sum over the list of o of gate[k] · A[rows, in(k)-block] · B(k)
+//
+// is a GEMM whose reduction runs over the list's blocks. Each pipeline stage holds kNB blocks
+// (kKT = kNB·bs reduction columns: one block of 32 or 64, two of 16, four of 8, so that small
+// blocks fill the 16-deep mma steps): the A strips [kBM, bs] of those blocks side by side and
+// their weight blocks stacked, both brought in with 16-byte cp.async into a ring of kStages
+// buffers. Four warps each own a kWTM × kWTN piece of the output tile in f32 registers. The gate
+// scales the weight fragments (one rounding, as T(gate·w)). A list whose length is not a
+// multiple of kNB ends in zero-filled blocks; rows past n are zero-filled and not stored.
+//
+// Block gradient (dW). One thread block per group of up to 128/bs stored blocks of one block row
+// r: the X strip [n, bs] is read once for all of them (the dY strips of their columns side by
+// side make a [n, 128] operand), and the sum runs over n in stages of 32 rows:
+//
+//   dw[k0 + g] = X[:, r-block]ᵀ · dY[:, c_g-block]        (g < count)
+//
+// bs 8 pads the 16-row mma tile with rows that are computed and dropped.
+//
+// tf32 (f32 operands): the same tiles in f32, fragments read with 32-bit shared loads and rounded
+// to tf32, m16n8k8 products.
+#include "kernels/common/cuda/bsmm_sm80.h"
+
+#include <atomic>
+#include <type_traits>
+
+#include "core/cuda/check.cuh"
+#include "core/error.h"
+#include "kernels/common/cuda/blas.h"
+#include "kernels/common/cuda/dtype.cuh"
+#include "kernels/common/cuda/bsmm_store.cuh"
+#include "kernels/common/cuda/mma_sm80.cuh"
+
+namespace tessera {
+namespace cuda {
+namespace sm80 {
+namespace {
+
+constexpr int kThreads = 128;  // four warps
+
+template <class T>
+constexpr bool kIsF32 = std::is_same_v<T, float>;
+
+template <class T>
+__device__ __forceinline__ float to_float(T v) {
+  return to_acc(v);
+}
+
+// ---- gather product (fwd, dx) ----
+
+template <class T, int BS, bool kTrans>
+struct GatherTile {
+  static constexpr int kVec = 16 / sizeof(T);             // elements per 16-byte copy
+  static constexpr int kBM = 128;                         // rows of A per thread block
+  static constexpr int kKT = BS >= 32 ? BS : 32;          // reduction columns per stage
+  static constexpr int kNB = kKT / BS;                    // blocks per stage
+  static constexpr int kWarpsN = BS == 64 ? 2 : 1;
+  static constexpr int kWarpsM = 4 / kWarpsN;
+  static constexpr int kWTM = kBM / kWarpsM;              // 64 or 32
+  static constexpr int kWTN = BS / kWarpsN;               // 32, 32, 16, 8
+  static constexpr int kMT = kWTM / 16, kNT = kWTN / 8;   // mma tiles per warp
+  static constexpr int kPitchA = kKT + kVec;              // As [kBM][kPitchA] (row m, column kk)
+  // Bs: fwd [kKT][kPitchB] (row kk, column j); dx [BS][kPitchB] (row i = output column, column kk)
+  static constexpr int kBRows = kTrans ? BS : kKT;
+  static constexpr int kPitchB = kTrans ? kKT + kVec : (BS == 8 && !kIsF32<T> ? 8 : BS + kVec);
+  static constexpr int kStageElems = kBM * kPitchA + kBRows * kPitchB;
+  static constexpr int kStageBytes = kStageElems * static_cast<int>(sizeof(T));
+  static constexpr int kStages = 3 * kStageBytes <= 100 * 1024 ? 4 : 3;
+  static constexpr int kSmemBytes = kStages * kStageBytes;
+};
+
+template <class T, class TO, int BS, bool kTrans>
+__global__ void __launch_bounds__(kThreads) gather_kernel(GatherProduct p) {
+  using Tile = GatherTile<T, BS, kTrans>;
+  constexpr int kVec = Tile::kVec, kBM = Tile::kBM, kKT = Tile::kKT, kNB = Tile::kNB;
+  constexpr int kPitchA = Tile::kPitchA, kPitchB = Tile::kPitchB, kStages = Tile::kStages;
+  constexpr int kMT = Tile::kMT, kNT = Tile::kNT, kWTM = Tile::kWTM, kWTN = Tile::kWTN;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* smem = reinterpret_cast<T*>(smem_raw);
+
+  const int tiles_m = static_cast<int>((p.n + kBM - 1) / kBM);
+  const int o = p.order[blockIdx.x / tiles_m];
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x % tiles_m) * kBM;
+  const int begin = p.ptr[o], end = p.ptr[o + 1];
+  const int steps = (end - begin + kNB - 1) / kNB;
+  const T* a = static_cast<const T*>(p.a);
+  const T* w = static_cast<const T*>(p.w);
+  const T* gate = static_cast<const T*>(p.gate);
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int wm = warp / Tile::kWarpsN, wn = warp % Tile::kWarpsN;
+
+  // The block index k of list position q.
+  auto block_at = [&](int q) { return p.list ? __ldg(p.list + q) : q; };
+
+  // Issues the copies of stage `s` (list positions begin + s·kNB ..) into buffer s % kStages.
+  auto load_stage = [&](int s) {
+    T* As = smem + (s % kStages) * Tile::kStageElems;
+    T* Bs = As + kBM * kPitchA;
+    const int q0 = begin + s * kNB;
+    constexpr int kChunks = BS / kVec;  // 16-byte copies per block row
+    // A strips: kBM rows × kNB blocks × kChunks.
+    for (int idx = tid; idx < kBM * kNB * kChunks; idx += kThreads) {
+      const int row = idx / (kNB * kChunks), rem = idx % (kNB * kChunks), b = rem / kChunks, ch = rem % kChunks;
+      const int q = q0 + b;
+      const int64_t grow = m0 + row;
+      const bool valid = q < end && grow < p.n;
+      const T* src = a;
+      if (valid) src = a + grow * p.a_cols + static_cast<int64_t>(__ldg(p.in_block + block_at(q))) * BS + ch * kVec;
+      cp_async16(As + row * kPitchA + b * BS + ch * kVec, src, valid);
+    }
+    // Weight blocks: kNB blocks × BS rows × kChunks.
+    for (int idx = tid; idx < kNB * BS * kChunks; idx += kThreads) {
+      const int b = idx / (BS * kChunks), rem = idx % (BS * kChunks), e = rem / kChunks, ch = rem % kChunks;
+      const int q = q0 + b;
+      const bool valid = q < end;
+      const T* src = w;
+      if (valid) src = w + (static_cast<int64_t>(block_at(q)) * BS + e) * BS + ch * kVec;
+      // fwd: row kk = b·BS + e of [kKT][BS]; dx: row i = e, columns b·BS .. of [BS][kKT]
+      T* dst = kTrans ? Bs + e * kPitchB + b * BS + ch * kVec : Bs + (b * BS + e) * kPitchB + ch * kVec;
+      cp_async16(dst, src, valid);
+    }
+  };
+
+  float acc[kMT][kNT][4];
+#pragma unroll
+  for (int i = 0; i < kMT; ++i)
+#pragma unroll
+    for (int j = 0; j < kNT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < steps) load_stage(s);
+    cp_async_commit();
+  }
+
+  const int g = lane / 4, t = lane % 4;
+  for (int s = 0; s < steps; ++s) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // stage s landed for every thread; stage s-1's buffer is free
+    if (s + kStages - 1 < steps) load_stage(s + kStages - 1);
+    cp_async_commit();
+
+    const T* As = smem + (s % kStages) * Tile::kStageElems;
+    const T* Bs = As + kBM * kPitchA;
+    float gv[kNB];
+#pragma unroll
+    for (int b = 0; b < kNB; ++b) {
+      const int q = begin + s * kNB + b;
+      gv[b] = gate && q < end ? to_float(gate[block_at(q)]) : 1.f;
+    }
+
+    if constexpr (!kIsF32<T>) {
+#pragma unroll
+      for (int ks = 0; ks < kKT / 16; ++ks) {
+        uint32_t af[kMT][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+          ldmatrix_x4(af[mt], As + (wm * kWTM + mt * 16 + lane % 16) * kPitchA + ks * 16 + (lane / 16) * 8);
+        uint32_t bf[kNT][2];
+        if constexpr (kNT == 1) {
+          uint32_t r[2];
+          const int l = lane % 16;
+          if constexpr (kTrans) {
+            ldmatrix_x2(r, Bs + (wn * kWTN + l % 8) * kPitchB + ks * 16 + (l / 8) * 8);
+          } else {
+            ldmatrix_x2_trans(r, Bs + (ks * 16 + l) * kPitchB + wn * kWTN);
+          }
+          bf[0][0] = r[0];
+          bf[0][1] = r[1];
+        } else {
+#pragma unroll
+          for (int np = 0; np < kNT / 2; ++np) {
+            uint32_t r[4];
+            const int j = lane / 8;
+            if constexpr (kTrans) {
+              ldmatrix_x4(r, Bs + (wn * kWTN + np * 16 + lane % 8 + 8 * (j / 2)) * kPitchB + ks * 16 + 8 * (j % 2));
+            } else {
+              ldmatrix_x4_trans(r, Bs + (ks * 16 + lane % 8 + 8 * (j % 2)) * kPitchB + wn * kWTN + np * 16 + 8 * (j / 2));
+            }
+            bf[2 * np][0] = r[0];
+            bf[2 * np][1] = r[1];
+            bf[2 * np + 1][0] = r[2];
+            bf[2 * np + 1][1] = r[3];
+          }
+        }
+        if (gate) {
+          const float g0 = gv[(ks * 16) / BS], g1 = gv[(ks * 16 + 8) / BS];
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) {
+            bf[nt][0] = scale_pair<T>(bf[nt][0], g0);
+            bf[nt][1] = scale_pair<T>(bf[nt][1], g1);
+          }
+        }
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) mma_16816<T>(acc[mt][nt], af[mt], bf[nt]);
+      }
+    } else {
+      // tf32: A (m, kk) at As[m][kk]; B (kk, n) at Bs[kk][n] (fwd) or Bs[n][kk] (dx).
+      auto b_at = [&](int kk, int n) -> float {
+        return kTrans ? Bs[n * kPitchB + kk] : Bs[kk * kPitchB + n];
+      };
+#pragma unroll
+      for (int ks = 0; ks < kKT / 8; ++ks) {
+        uint32_t af[kMT][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          const float* ap = As + (wm * kWTM + mt * 16 + g) * kPitchA + ks * 8 + t;
+          af[mt][0] = to_tf32(ap[0]);
+          af[mt][1] = to_tf32(ap[8 * kPitchA]);
+          af[mt][2] = to_tf32(ap[4]);
+          af[mt][3] = to_tf32(ap[8 * kPitchA + 4]);
+        }
+        const float gs = gv[(ks * 8) / BS];
+        uint32_t bf[kNT][2];
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          const int n = wn * kWTN + nt * 8 + g;
+          bf[nt][0] = to_tf32(gs * b_at(ks * 8 + t, n));
+          bf[nt][1] = to_tf32(gs * b_at(ks * 8 + t + 4, n));
+        }
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) mma_1688_tf32(acc[mt][nt], af[mt], bf[nt]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  TO* out = static_cast<TO*>(p.out);
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      const int64_t col = static_cast<int64_t>(o) * BS + wn * kWTN + nt * 8 + 2 * t;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t row = m0 + wm * kWTM + mt * 16 + g + 8 * h;
+        if (row < p.n) store_pair(out + row * p.out_cols + col, acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1], p.accumulate);
+      }
+    }
+}
+
+// ---- block gradient (dW) ----
+
+template <class T, int BS>
+struct GradientTile {
+  static constexpr int kVec = 16 / sizeof(T);
+  static constexpr int kM = BS >= 16 ? BS : 16;         // mma rows (i); bs 8 pads to 16
+  static constexpr int kG = 128 / BS;                   // blocks per thread block (dw_group_size)
+  static constexpr int kN = kG * BS;                    // 128 columns: the group's dY strips
+  static constexpr int kKT = 32;                        // rows of X / dY per stage
+  static constexpr int kWarpsM = BS == 64 ? 2 : 1;
+  static constexpr int kWarpsN = 4 / kWarpsM;
+  static constexpr int kWTM = kM / kWarpsM;             // 32 or kM
+  static constexpr int kWTN = kN / kWarpsN;             // 64 or 32
+  static constexpr int kMT = kWTM / 16, kNT = kWTN / 8;
+  static constexpr int kPitchA = kM + kVec;             // As [kKT][kPitchA]: row = token, column i
+  static constexpr int kPitchB = kN + kVec;             // Bs [kKT][kPitchB]: row = token, column g·BS + j
+  static constexpr int kStageElems = kKT * (kPitchA + kPitchB);
+  static constexpr int kStages = 4;
+  static constexpr int kSmemBytes = kStages * kStageElems * static_cast<int>(sizeof(T));
+};
+
+template <class T, class TO, int BS>
+__global__ void __launch_bounds__(kThreads) gradient_kernel(BlockGradient p) {
+  using Tile = GradientTile<T, BS>;
+  constexpr int kVec = Tile::kVec, kKT = Tile::kKT, kG = Tile::kG, kStages = Tile::kStages;
+  constexpr int kPitchA = Tile::kPitchA, kPitchB = Tile::kPitchB;
+  constexpr int kMT = Tile::kMT, kNT = Tile::kNT, kWTM = Tile::kWTM, kWTN = Tile::kWTN;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* smem = reinterpret_cast<T*>(smem_raw);
+  __shared__ int cols[kG];
+
+  const int k0 = p.group[2 * blockIdx.x], count = p.group[2 * blockIdx.x + 1];
+  const int64_t r = p.block_row[k0];
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int wm = warp / Tile::kWarpsN, wn = warp % Tile::kWarpsN;
+  if (tid < kG) cols[tid] = tid < count ? p.block_col[k0 + tid] : 0;
+  __syncthreads();
+  const T* x = static_cast<const T*>(p.x);
+  const T* dy = static_cast<const T*>(p.dy);
+  const int steps = static_cast<int>((p.n + kKT - 1) / kKT);
+
+  auto load_stage = [&](int s) {
+    T* As = smem + (s % kStages) * Tile::kStageElems;
+    T* Bs = As + kKT * kPitchA;
+    const int64_t t0 = static_cast<int64_t>(s) * kKT;
+    constexpr int kChunks = BS / kVec;
+    for (int idx = tid; idx < kKT * kChunks; idx += kThreads) {
+      const int row = idx / kChunks, ch = idx % kChunks;
+      const bool valid = t0 + row < p.n;
+      const T* src = valid ? x + (t0 + row) * p.C + r * BS + ch * kVec : x;
+      cp_async16(As + row * kPitchA + ch * kVec, src, valid);
+    }
+    for (int idx = tid; idx < kKT * kG * kChunks; idx += kThreads) {
+      const int row = idx / (kG * kChunks), rem = idx % (kG * kChunks), b = rem / kChunks, ch = rem % kChunks;
+      if (b >= count) continue;  // columns of absent blocks are computed from stale data and dropped
+      const bool valid = t0 + row < p.n;
+      const T* src = valid ? dy + (t0 + row) * p.K + static_cast<int64_t>(cols[b]) * BS + ch * kVec : dy;
+      cp_async16(Bs + row * kPitchB + b * BS + ch * kVec, src, valid);
+    }
+  };
+
+  float acc[kMT][kNT][4];
+#pragma unroll
+  for (int i = 0; i < kMT; ++i)
+#pragma unroll
+    for (int j = 0; j < kNT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < steps) load_stage(s);
+    cp_async_commit();
+  }
+  const int g = lane / 4, t = lane % 4;
+  for (int s = 0; s < steps; ++s) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    if (s + kStages - 1 < steps) load_stage(s + kStages - 1);
+    cp_async_commit();
+    const T* As = smem + (s % kStages) * Tile::kStageElems;
+    const T* Bs = As + kKT * kPitchA;
+    if constexpr (!kIsF32<T>) {
+#pragma unroll
+      for (int ks = 0; ks < kKT / 16; ++ks) {
+        const int j = lane / 8;
+        uint32_t af[kMT][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)  // A (i, token) from As[token][i]
+          ldmatrix_x4_trans(af[mt], As + (ks * 16 + lane % 8 + 8 * (j / 2)) * kPitchA + wm * kWTM + mt * 16 + 8 * (j % 2));
+        uint32_t bf[kNT][2];
+#pragma unroll
+        for (int np = 0; np < kNT / 2; ++np) {  // B (token, col) from Bs[token][col]
+          uint32_t rr[4];
+          ldmatrix_x4_trans(rr, Bs + (ks * 16 + lane % 8 + 8 * (j % 2)) * kPitchB + wn * kWTN + np * 16 + 8 * (j / 2));
+          bf[2 * np][0] = rr[0];
+          bf[2 * np][1] = rr[1];
+          bf[2 * np + 1][0] = rr[2];
+          bf[2 * np + 1][1] = rr[3];
+        }
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) mma_16816<T>(acc[mt][nt], af[mt], bf[nt]);
+      }
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < kKT / 8; ++ks) {
+        uint32_t af[kMT][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          const float* ap = As + (ks * 8 + t) * kPitchA + wm * kWTM + mt * 16 + g;
+          af[mt][0] = to_tf32(ap[0]);
+          af[mt][1] = to_tf32(ap[8]);
+          af[mt][2] = to_tf32(ap[4 * kPitchA]);
+          af[mt][3] = to_tf32(ap[4 * kPitchA + 8]);
+        }
+        uint32_t bf[kNT][2];
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          const float* bp = Bs + (ks * 8 + t) * kPitchB + wn * kWTN + nt * 8 + g;
+          bf[nt][0] = to_tf32(bp[0]);
+          bf[nt][1] = to_tf32(bp[4 * kPitchB]);
+        }
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) mma_1688_tf32(acc[mt][nt], af[mt], bf[nt]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  TO* dw = static_cast<TO*>(p.dw);
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      const int col = wn * kWTN + nt * 8 + 2 * t, b = col / BS, j = col % BS;
+      if (b >= count) continue;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = wm * kWTM + mt * 16 + g + 8 * h;
+        if (i < BS)
+          store_pair(dw + ((static_cast<int64_t>(k0) + b) * BS + i) * BS + j, acc[mt][nt][2 * h],
+                     acc[mt][nt][2 * h + 1], p.accumulate);
+      }
+    }
+}
+
+// ---- dispatch ----
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+bool dtype_ok(DType in, DType out) {
+  return (in == DType::bf16 || in == DType::f16 || (in == DType::f32 && allow_tf32())) &&
+         (out == in || out == DType::f32);
+}
+
+bool capability_ok(int device) {
+  int major = 0;
+  TS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return major >= 8;
+}
+
+/// Raises Kernel's dynamic shared-memory limit to `bytes` on the current device, once per device.
+template <auto Kernel>
+void allow_smem(int bytes) {
+  static std::atomic<uint64_t> done{0};
+  int device = 0;
+  TS_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = uint64_t{1} << (device % 64);
+  if (done.load(std::memory_order_acquire) & bit) return;
+  TS_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  done.fetch_or(bit, std::memory_order_release);
+}
+
+template <class F>
+void dispatch_types(DType in, DType out, F&& f) {
+  auto with_out = [&](auto tin) {
+    using T = typename decltype(tin)::type;
+    if (out == DType::f32) return f(tin, TypeTag<float>{});
+    return f(tin, tin);
+  };
+  switch (in) {
+    case DType::bf16: return with_out(TypeTag<__nv_bfloat16>{});
+    case DType::f16: return with_out(TypeTag<__half>{});
+    case DType::f32: return f(TypeTag<float>{}, TypeTag<float>{});
+    default: break;
+  }
+  TS_THROW(DTypeError, "bsmm tensor-core kernels: no kernel for dtype " << in);
+}
+
+template <class F>
+void dispatch_bs(int bs, F&& f) {
+  switch (bs) {
+    case 8: return f(std::integral_constant<int, 8>{});
+    case 16: return f(std::integral_constant<int, 16>{});
+    case 32: return f(std::integral_constant<int, 32>{});
+    case 64: return f(std::integral_constant<int, 64>{});
+    default: break;
+  }
+  TS_THROW(ValueError, "bsmm tensor-core kernels: no kernel for block size " << bs);
+}
+
+std::atomic<uint64_t> g_launches{0};
+
+}  // namespace
+
+uint64_t launch_count() { return g_launches.load(std::memory_order_relaxed); }
+
+bool gather_supported(const GatherProduct& p, int device) {
+  return dtype_ok(p.in_dtype, p.out_dtype) && aligned16(p.a) && aligned16(p.w) && aligned16(p.out) &&
+         capability_ok(device);
+}
+
+bool gradient_supported(const BlockGradient& g, int device) {
+  return dtype_ok(g.in_dtype, g.out_dtype) && aligned16(g.x) && aligned16(g.dy) && aligned16(g.dw) &&
+         capability_ok(device);
+}
+
+void gather_product(const GatherProduct& p, cudaStream_t stream) {
+  if (p.n == 0 || p.outs == 0) return;
+  dispatch_types(p.in_dtype, p.out_dtype, [&](auto tin, auto tout) {
+    using T = typename decltype(tin)::type;
+    using TO = typename decltype(tout)::type;
+    dispatch_bs(p.bs, [&](auto bs) {
+      constexpr int BS = decltype(bs)::value;
+      auto launch = [&](auto trans) {
+        constexpr bool kTrans = decltype(trans)::value;
+        using Tile = GatherTile<T, BS, kTrans>;
+        const int64_t tiles_m = (p.n + Tile::kBM - 1) / Tile::kBM, blocks = tiles_m * p.outs;
+        TS_CHECK(blocks <= INT32_MAX, ShapeError, "bsmm: " << p.n << " rows are too many for one launch");
+        constexpr auto kernel = &gather_kernel<T, TO, BS, kTrans>;
+        allow_smem<kernel>(Tile::kSmemBytes);
+        kernel<<<static_cast<unsigned>(blocks), kThreads, Tile::kSmemBytes, stream>>>(p);
+        TS_CUDA_LAUNCH_CHECK((kTrans ? "bsmm_dx" : "bsmm"));
+        g_launches.fetch_add(1, std::memory_order_relaxed);
+      };
+      if (p.transpose_w) {
+        launch(std::true_type{});
+      } else {
+        launch(std::false_type{});
+      }
+    });
+  });
+}
+
+void block_gradient(const BlockGradient& g, cudaStream_t stream) {
+  if (g.groups == 0) return;
+  dispatch_types(g.in_dtype, g.out_dtype, [&](auto tin, auto tout) {
+    using T = typename decltype(tin)::type;
+    using TO = typename decltype(tout)::type;
+    dispatch_bs(g.bs, [&](auto bs) {
+      constexpr int BS = decltype(bs)::value;
+      using Tile = GradientTile<T, BS>;
+      constexpr auto kernel = &gradient_kernel<T, TO, BS>;
+      allow_smem<kernel>(Tile::kSmemBytes);
+      kernel<<<static_cast<unsigned>(g.groups), kThreads, Tile::kSmemBytes, stream>>>(g);
+      TS_CUDA_LAUNCH_CHECK("bsmm_dw");
+      g_launches.fetch_add(1, std::memory_order_relaxed);
+    });
+  });
+}
+
+}  // namespace sm80
+}  // namespace cuda
+}  // namespace tessera

@@ -1,0 +1,398 @@
+// The Hopper (sm_90a) kernels of bsmm, bsmm_dx and bsmm_dw (see bsmm_sm90.h): wgmma on
+// operands brought into shared memory by the bulk tensor copy engine (TMA), a ring of stages
+// guarded by mbarriers, one producer warp and two consumer warpgroups, a persistent grid.
+//
+// Gather product (fwd and dx), bs 32 and 64. The work list is the (output block column o, tile
+// of 128 rows) pairs, the columns by decreasing list length; thread block b takes items b,
+// b + grid, b + 2·grid, ... Per item the producer walks o's list and copies, per block k, the
+// A strip [128, bs] at column in(k)·bs and the weight block W[k] [bs, bs] into one stage; the
+// two consumer warpgroups each multiply 64 of the rows:
+//
+//   acc [64, bs] += A_strip[rows, :] · W[k]        fwd: W[k] MN-major (rows of W are k)
+//   acc [64, bs] += A_strip[rows, :] · W[k]ᵀ       dx:  W[k] K-major  (rows of W are n)
+//
+// and store acc (f32) in the output dtype straight from registers while the producer already
+// fills the stages of their next item. One wgmma group stays in flight: a stage is released
+// (its empty barrier arrived) once the group after it was issued and the group reading it retired.
+//
+// Block gradient (dW), bs 64. The work list is dw_group (runs of up to two blocks of one block
+// row): per 64-row step of n the producer copies the X strip [64, 64] and the dY strips of the
+// group's block columns; one consumer warpgroup per block computes, with both operands MN-major,
+//
+//   acc [64, 64] += X_strip[t0 .. t0+64, :]ᵀ · dY_strip[t0 .. t0+64, :]
+//
+// Deterministic: each output element is summed by one thread, in list order (and in row order
+// for dW), with no atomics.
+#include "kernels/common/cuda/bsmm_sm90.h"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <algorithm>
+#include <atomic>
+#include <type_traits>
+
+#include "core/cuda/check.cuh"
+#include "core/error.h"
+#include "kernels/common/cuda/bsmm_store.cuh"
+#include "kernels/common/cuda/dtype.cuh"
+#include "kernels/common/cuda/wgmma_sm90.cuh"
+
+namespace tessera {
+namespace cuda {
+namespace sm90 {
+namespace {
+
+constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
+constexpr int kConsumerWarps = 8;
+
+template <int BS>
+struct GatherTile {
+  static constexpr int kBM = 128;                    // rows per work item (64 per consumer warpgroup)
+  static constexpr int kRowBytes = BS * 2;           // one row of a strip or of a weight block
+  static constexpr int kABytes = kBM * kRowBytes;    // A strip
+  static constexpr int kWBytes = BS * kRowBytes;     // weight block
+  static constexpr int kStageBytes = kABytes + kWBytes;
+  static constexpr int kStages = BS == 64 ? 6 : 10;
+  static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + 1024;  // + barriers, alignment
+};
+
+__device__ __forceinline__ uint8_t* align1024(uint8_t* p) {
+  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + 1023) & ~uintptr_t{1023});
+}
+
+template <class T, class TO, int BS, bool kTransW>
+__global__ void __launch_bounds__(kThreads, 1)
+    gather_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w,
+                  GatherProduct p, int items) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Tile = GatherTile<BS>;
+  constexpr int kStages = Tile::kStages, kRowBytes = Tile::kRowBytes;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = align1024(smem_raw);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * Tile::kStageBytes);
+  uint64_t* empty = full + kStages;
+  auto strip = [&](int s) { return smem + s * Tile::kStageBytes; };
+  auto block = [&](int s) { return smem + s * Tile::kStageBytes + Tile::kABytes; };
+
+  const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], kConsumerWarps);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  const int tiles_m = static_cast<int>((p.n + Tile::kBM - 1) / Tile::kBM);
+  if (wg == 0) {
+    // Producer: one thread issues every copy.
+    if (threadIdx.x != 0) return;
+    prefetch_tma_map(&map_a);
+    prefetch_tma_map(&map_w);
+    int it = 0;
+    for (int item = blockIdx.x; item < items; item += gridDim.x) {
+      const int o = p.order[item / tiles_m], m0 = (item % tiles_m) * Tile::kBM;
+      for (int q = p.ptr[o]; q < p.ptr[o + 1]; ++q, ++it) {
+        const int s = it % kStages;
+        mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
+        const int k = p.list ? p.list[q] : q;
+        mbar_arrive_expect_tx(&full[s], Tile::kStageBytes);
+        tma_load_2d(strip(s), &map_a, &full[s], p.in_block[k] * BS, m0);
+        tma_load_2d(block(s), &map_w, &full[s], 0, k * BS);
+      }
+    }
+    return;
+  }
+
+  // Consumers: warpgroup c = wg - 1 multiplies rows 64c .. 64c + 63 of each item.
+  const int c = wg - 1, warp = (threadIdx.x / 32) % 4, g = lane / 4, t = lane % 4;
+  TO* out = static_cast<TO*>(p.out);
+  int it = 0;
+  for (int item = blockIdx.x; item < items; item += gridDim.x) {
+    const int o = p.order[item / tiles_m];
+    const int64_t m0 = static_cast<int64_t>(item % tiles_m) * Tile::kBM;
+    const int steps = p.ptr[o + 1] - p.ptr[o];
+    float acc[BS / 2];
+#pragma unroll
+    for (int i = 0; i < BS / 2; ++i) acc[i] = 0.f;
+    for (int step = 0; step < steps; ++step, ++it) {
+      const int s = it % kStages;
+      mbar_wait(&full[s], (it / kStages) & 1);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BS / 16; ++kk) {
+        const uint64_t da = make_desc(strip(s) + c * 64 * kRowBytes + kk * 32, 16, 8 * kRowBytes, kRowBytes);
+        if constexpr (kTransW) {  // dx: B (k = j, n = i) = W[k][i][j], rows of W are n: K-major
+          const uint64_t db = make_desc(block(s) + kk * 32, 16, 8 * kRowBytes, kRowBytes);
+          Wgmma<T, BS>::template run<0, 0>(acc, da, db, step > 0 || kk > 0);
+        } else {  // fwd: B (k = i, n = j) = W[k][i][j], rows of W are k: MN-major
+          const uint64_t db = make_desc(block(s) + kk * 16 * kRowBytes, Tile::kWBytes, 8 * kRowBytes, kRowBytes);
+          Wgmma<T, BS>::template run<0, 1>(acc, da, db, step > 0 || kk > 0);
+        }
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // the group of the previous step retired: its stage is free
+      fence_operands(acc);
+      if (step > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
+    }
+    wgmma_wait<0>();
+    fence_operands(acc);
+    if (steps > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
+
+#pragma unroll
+    for (int j = 0; j < BS / 8; ++j) {
+      const int64_t col = static_cast<int64_t>(o) * BS + 8 * j + 2 * t;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t row = m0 + c * 64 + warp * 16 + g + 8 * h;
+        if (row < p.n) store_pair(out + row * p.out_cols + col, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], p.accumulate);
+      }
+    }
+  }
+#else
+  __trap();  // compiled for another architecture: the host never launches this
+#endif
+}
+
+// ---- dW (bs 64) ----
+
+struct GradientTile {
+  static constexpr int kKT = 64;                  // rows of n per stage
+  static constexpr int kStripBytes = kKT * 128;   // [64 rows, 64 values]
+  static constexpr int kG = 2;                    // blocks per work item (one consumer warpgroup each)
+  static constexpr int kStageBytes = (1 + kG) * kStripBytes;
+  static constexpr int kStages = 5;
+  static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + 1024;
+};
+
+template <class T, class TO>
+__global__ void __launch_bounds__(kThreads, 1)
+    gradient_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_dy,
+                    BlockGradient p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Tile = GradientTile;
+  constexpr int kStages = Tile::kStages;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = align1024(smem_raw);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * Tile::kStageBytes);
+  uint64_t* empty = full + kStages;
+  auto strip = [&](int s, int i) { return smem + s * Tile::kStageBytes + i * Tile::kStripBytes; };  // 0: X, 1+g: dY
+
+  const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], kConsumerWarps);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+  const int steps = static_cast<int>((p.n + Tile::kKT - 1) / Tile::kKT);
+
+  if (wg == 0) {
+    if (threadIdx.x != 0) return;
+    prefetch_tma_map(&map_x);
+    prefetch_tma_map(&map_dy);
+    int it = 0;
+    for (int item = blockIdx.x; item < p.groups; item += gridDim.x) {
+      const int k0 = p.group[2 * item], count = p.group[2 * item + 1];
+      const int r = p.block_row[k0];
+      for (int step = 0; step < steps; ++step, ++it) {
+        const int s = it % kStages;
+        mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
+        mbar_arrive_expect_tx(&full[s], (1 + count) * Tile::kStripBytes);
+        tma_load_2d(strip(s, 0), &map_x, &full[s], r * 64, step * Tile::kKT);
+        for (int b = 0; b < count; ++b)
+          tma_load_2d(strip(s, 1 + b), &map_dy, &full[s], p.block_col[k0 + b] * 64, step * Tile::kKT);
+      }
+    }
+    return;
+  }
+
+  // Consumer warpgroup c computes block k0 + c of each item (when the item has it).
+  const int c = wg - 1, warp = (threadIdx.x / 32) % 4, g = lane / 4, t = lane % 4;
+  TO* dw = static_cast<TO*>(p.dw);
+  int it = 0;
+  for (int item = blockIdx.x; item < p.groups; item += gridDim.x) {
+    const int k0 = p.group[2 * item], count = p.group[2 * item + 1];
+    const bool mine = c < count;
+    float acc[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[i] = 0.f;
+    for (int step = 0; step < steps; ++step, ++it) {
+      const int s = it % kStages;
+      mbar_wait(&full[s], (it / kStages) & 1);
+      if (mine) {
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < Tile::kKT / 16; ++kk) {
+          // A (m = i, k = row) = X[row][i], B (k = row, n = j) = dY[row][j]: both MN-major, rows are k
+          const uint64_t da = make_desc(strip(s, 0) + kk * 16 * 128, Tile::kStripBytes, 1024, 128);
+          const uint64_t db = make_desc(strip(s, 1 + c) + kk * 16 * 128, Tile::kStripBytes, 1024, 128);
+          Wgmma<T, 64>::template run<1, 1>(acc, da, db, step > 0 || kk > 0);
+        }
+        wgmma_commit();
+        wgmma_wait<1>();
+        fence_operands(acc);
+      }
+      if (step > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
+    }
+    if (mine) {
+      wgmma_wait<0>();
+      fence_operands(acc);
+    }
+    if (steps > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
+    if (!mine) continue;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = warp * 16 + g + 8 * h, col = 8 * j + 2 * t;
+        store_pair(dw + ((static_cast<int64_t>(k0) + c) * 64 + i) * 64 + col, acc[4 * j + 2 * h],
+                   acc[4 * j + 2 * h + 1], p.accumulate);
+      }
+  }
+#else
+  __trap();
+#endif
+}
+
+// ---- host side ----
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    TS_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
+    TS_CHECK(q == cudaDriverEntryPointSuccess && f, DeviceError,
+             "bsmm: the CUDA driver has no cuTensorMapEncodeTiled (TMA)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+/// A 2-D row-major [rows, cols] 16-bit tensor map with boxes of [box_rows, box_cols], swizzled by
+/// the box's row length (128 or 64 bytes).
+CUtensorMap tensor_map(const void* base, DType dt, uint64_t rows, uint64_t cols, uint32_t box_rows, uint32_t box_cols) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {cols, rows};
+  const cuuint64_t strides[1] = {cols * 2};
+  const cuuint32_t box[2] = {box_cols, box_rows};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = encode_tiled()(
+      &map, dt == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
+      const_cast<void*>(base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      box_cols * 2 == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  TS_CHECK(r == CUDA_SUCCESS, DeviceError,
+           "bsmm: cuTensorMapEncodeTiled failed (" << static_cast<int>(r) << ") for a [" << rows << ", " << cols
+                                                   << "] tensor");
+  return map;
+}
+
+/// Thread blocks of `kernel` that fit on one multiprocessor, times the multiprocessors.
+template <auto Kernel>
+int persistent_grid(int smem_bytes) {
+  static std::atomic<int> cached{0};
+  int v = cached.load(std::memory_order_relaxed);
+  if (v > 0) return v;
+  int device = 0, sms = 0, per_sm = 0;
+  TS_CUDA_CHECK(cudaGetDevice(&device));
+  TS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  TS_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  TS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, kThreads, smem_bytes));
+  v = sms * (per_sm > 0 ? per_sm : 1);
+  cached.store(v, std::memory_order_relaxed);
+  return v;
+}
+
+std::atomic<uint64_t> g_launches{0};
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool half_dtype(DType dt) { return dt == DType::bf16 || dt == DType::f16; }
+
+template <class F>
+void dispatch_types(DType in, DType out, F&& f) {
+  auto with_out = [&](auto tin) {
+    if (out == DType::f32) return f(tin, TypeTag<float>{});
+    return f(tin, tin);
+  };
+  if (in == DType::bf16) return with_out(TypeTag<__nv_bfloat16>{});
+  return with_out(TypeTag<__half>{});
+}
+
+}  // namespace
+
+namespace {
+
+bool device_ok(int device) {
+  int major = 0, minor = 0;
+  TS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  TS_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major == 9 && minor == 0;
+}
+
+}  // namespace
+
+bool gather_supported(const GatherProduct& p, int device) {
+  return (p.bs == 32 || p.bs == 64) && p.gate == nullptr && half_dtype(p.in_dtype) &&
+         (p.out_dtype == p.in_dtype || p.out_dtype == DType::f32) && aligned16(p.a) && aligned16(p.w) &&
+         aligned16(p.out) && p.n <= INT32_MAX && device_ok(device);
+}
+
+bool gradient_supported(const BlockGradient& g, int device) {
+  return g.bs == 64 && half_dtype(g.in_dtype) && (g.out_dtype == g.in_dtype || g.out_dtype == DType::f32) &&
+         aligned16(g.x) && aligned16(g.dy) && aligned16(g.dw) && g.n > 0 && g.n <= INT32_MAX && device_ok(device);
+}
+
+uint64_t launch_count() { return g_launches.load(std::memory_order_relaxed); }
+
+void gather_product(const GatherProduct& p, cudaStream_t stream) {
+  if (p.n == 0 || p.outs == 0) return;
+  dispatch_types(p.in_dtype, p.out_dtype, [&](auto tin, auto tout) {
+    using T = typename decltype(tin)::type;
+    using TO = typename decltype(tout)::type;
+    auto run = [&](auto bs, auto trans) {
+      constexpr int BS = decltype(bs)::value;
+      constexpr bool kTrans = decltype(trans)::value;
+      using Tile = GatherTile<BS>;
+      const int64_t tiles_m = (p.n + Tile::kBM - 1) / Tile::kBM, items = tiles_m * p.outs;
+      TS_CHECK(items <= INT32_MAX, ShapeError, "bsmm: " << p.n << " rows are too many for one launch");
+      const CUtensorMap map_a = tensor_map(p.a, p.in_dtype, p.n, p.a_cols, Tile::kBM, BS);
+      const CUtensorMap map_w = tensor_map(p.w, p.in_dtype, static_cast<uint64_t>(p.nnz) * BS, BS, BS, BS);
+      constexpr auto kernel = &gather_kernel<T, TO, BS, kTrans>;
+      const int grid = static_cast<int>(std::min<int64_t>(items, persistent_grid<kernel>(Tile::kSmemBytes)));
+      kernel<<<grid, kThreads, Tile::kSmemBytes, stream>>>(map_a, map_w, p, static_cast<int>(items));
+      TS_CUDA_LAUNCH_CHECK((kTrans ? "bsmm_dx" : "bsmm"));
+      g_launches.fetch_add(1, std::memory_order_relaxed);
+    };
+    auto with_bs = [&](auto trans) {
+      if (p.bs == 64) return run(std::integral_constant<int, 64>{}, trans);
+      return run(std::integral_constant<int, 32>{}, trans);
+    };
+    if (p.transpose_w) return with_bs(std::true_type{});
+    return with_bs(std::false_type{});
+  });
+}
+
+void block_gradient(const BlockGradient& g, cudaStream_t stream) {
+  if (g.groups == 0) return;
+  dispatch_types(g.in_dtype, g.out_dtype, [&](auto tin, auto tout) {
+    using T = typename decltype(tin)::type;
+    using TO = typename decltype(tout)::type;
+    using Tile = GradientTile;
+    const CUtensorMap map_x = tensor_map(g.x, g.in_dtype, g.n, g.C, Tile::kKT, 64);
+    const CUtensorMap map_dy = tensor_map(g.dy, g.in_dtype, g.n, g.K, Tile::kKT, 64);
+    constexpr auto kernel = &gradient_kernel<T, TO>;
+    const int grid = std::min(g.groups, persistent_grid<kernel>(Tile::kSmemBytes));
+    kernel<<<grid, kThreads, Tile::kSmemBytes, stream>>>(map_x, map_dy, g);
+    TS_CUDA_LAUNCH_CHECK("bsmm_dw");
+    g_launches.fetch_add(1, std::memory_order_relaxed);
+  });
+}
+
+}  // namespace sm90
+}  // namespace cuda
+}  // namespace tessera

@@ -1,0 +1,24 @@
+// The Hopper (sm_90a) tensor-core kernels of the block-sparse matmuls (bsmm_sm90.cu), built
+// when the CUDA architectures include 90. Called through bsmm_tc.h, which picks the kernel.
+#pragma once
+
+#include "kernels/common/cuda/bsmm_tc.h"
+
+namespace tessera {
+namespace cuda {
+namespace sm90 {
+
+/// Whether these kernels take the call: bf16/f16 operands (output in their dtype or f32), 16-byte
+/// aligned pointers, a device of compute capability 9.0; fwd/dx: bs 32 or 64, no gate; dW: bs 64.
+bool gather_supported(const GatherProduct& p, int device);
+bool gradient_supported(const BlockGradient& g, int device);
+
+void gather_product(const GatherProduct& p, cudaStream_t stream);
+void block_gradient(const BlockGradient& g, cudaStream_t stream);
+
+/// Launches of these kernels so far in this process (all devices).
+uint64_t launch_count();
+
+}  // namespace sm90
+}  // namespace cuda
+}  // namespace tessera

@@ -1,0 +1,73 @@
+// The choice among the block-sparse matmul kernels (see bsmm_tc.h).
+#include "kernels/common/cuda/bsmm_tc.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/common/cuda/bsmm_sm80.h"
+#ifdef TESSERA_HAVE_SM90A
+#include "kernels/common/cuda/bsmm_sm90.h"
+#endif
+
+namespace tessera {
+namespace cuda {
+namespace {
+
+enum class Path { automatic, sm80, simt };
+
+Path path_override() {
+  const char* e = std::getenv("TESSERA_BSMM_PATH");
+  if (e && std::strcmp(e, "sm80") == 0) return Path::sm80;
+  if (e && std::strcmp(e, "simt") == 0) return Path::simt;
+  return Path::automatic;
+}
+
+}  // namespace
+
+bool have_sm90_kernels() {
+#ifdef TESSERA_HAVE_SM90A
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool run_gather(const GatherProduct& p, int device, cudaStream_t stream) {
+  const Path path = path_override();
+  if (path == Path::simt) return false;
+#ifdef TESSERA_HAVE_SM90A
+  if (path == Path::automatic && sm90::gather_supported(p, device)) {
+    sm90::gather_product(p, stream);
+    return true;
+  }
+#endif
+  if (!sm80::gather_supported(p, device)) return false;
+  sm80::gather_product(p, stream);
+  return true;
+}
+
+bool run_gradient(const BlockGradient& g, int device, cudaStream_t stream) {
+  const Path path = path_override();
+  if (path == Path::simt) return false;
+#ifdef TESSERA_HAVE_SM90A
+  if (path == Path::automatic && sm90::gradient_supported(g, device)) {
+    sm90::block_gradient(g, stream);
+    return true;
+  }
+#endif
+  if (!sm80::gradient_supported(g, device)) return false;
+  sm80::block_gradient(g, stream);
+  return true;
+}
+
+uint64_t bsmm_launches(BsmmKernel kernel) {
+  if (kernel == BsmmKernel::sm80) return sm80::launch_count();
+#ifdef TESSERA_HAVE_SM90A
+  return sm90::launch_count();
+#else
+  return 0;
+#endif
+}
+
+}  // namespace cuda
+}  // namespace tessera

@@ -1,0 +1,87 @@
+// The tensor-core kernels of the block-sparse matmuls (bsmm, bsmm_dx, bsmm_dw) and the rule that
+// picks one (CUDA builds only):
+//
+//   cuda::GatherProduct p{...};                        // fwd (Y = X·W) or dx (dX = dY·Wᵀ)
+//   if (!cuda::run_gather(p, device, stream)) ...      // no tensor-core kernel takes it: scalar kernel
+//
+// The rule is deterministic, by (dtype, block size, gate, architecture, alignment):
+//   - sm_90a kernels (bsmm_sm90.cu: wgmma, TMA, warp-specialized, persistent) on compute
+//     capability 9.0, when the build has them (CUDA architecture 90): bf16/f16 operands,
+//     block sizes 32 and 64 for fwd/dx (ungated) and 64 for dW;
+//   - otherwise sm_80 kernels (bsmm_sm80.cu: mma.sync, ldmatrix, cp.async) on compute
+//     capability 8.0 or higher: bf16/f16 operands, and f32 operands rounded to tf32 when TF32 is
+//     allowed (cuda::allow_tf32(), TESSERA_ALLOW_TF32=1); every block size, gated or not;
+//   - otherwise (f32 without TF32, f64, operands not 16-byte aligned) the op's exact scalar kernel.
+// The environment variable TESSERA_BSMM_PATH overrides it: `sm80` never takes the sm_90a kernels
+// (the A100 path, on any GPU), `simt` never takes a tensor-core kernel. It is read on every call.
+//
+// Deterministic: every output element is summed by one thread, over the stored blocks in the
+// order of the layout's list (increasing block row for fwd, increasing block column for dx; the
+// sum over the N rows for dW in increasing row order), with no atomics: the same inputs give the
+// same bits on every run and in CUDA-graph replay. Different kernels (sm_90a, sm_80) may round
+// differently from each other; the rule gives each call the same kernel every time.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace tessera {
+namespace cuda {
+
+/// out [n, outs·bs] (+)= sum over the list of output block o of gate[k]·A[:, in(k)-block]·B(k),
+/// B(k) = W[k] (fwd) or W[k]ᵀ (dx). A [n, a_cols].
+struct GatherProduct {
+  DType in_dtype;            ///< of a, w, gate: bf16, f16 or f32 (tf32 math)
+  DType out_dtype;           ///< in_dtype or f32
+  int bs;                    ///< block size 8, 16, 32 or 64
+  bool transpose_w;          ///< dx: B(k) = W[k]ᵀ
+  bool accumulate;           ///< out += (β = 1) instead of out =
+  const void* a;             ///< [n, a_cols]
+  const void* w;             ///< [nnz, bs, bs]
+  const void* gate;          ///< [nnz] or nullptr
+  void* out;                 ///< [n, outs·bs]
+  int64_t n, a_cols, out_cols;
+  int32_t outs;              ///< output block columns
+  int64_t nnz;               ///< stored blocks (of w)
+  const int32_t* ptr;        ///< [outs + 1]: output block o's list is ptr[o] .. ptr[o+1]
+  const int32_t* list;       ///< fwd: the list's block indices k (col_blocks); dx: nullptr (k = list position)
+  const int32_t* in_block;   ///< [nnz]: A's block column of block k (block_row for fwd, block_col for dx)
+  const int32_t* order;      ///< [outs]: output blocks, longest list first
+};
+
+/// dw [nnz, bs, bs] (+)= X[:, r-block]ᵀ·dY[:, c-block] per stored block, computed in groups of
+/// blocks of one block row that share the X strip.
+struct BlockGradient {
+  DType in_dtype, out_dtype;
+  int bs;
+  bool accumulate;
+  const void* x;             ///< [n, C]
+  const void* dy;            ///< [n, K]
+  void* dw;                  ///< [nnz, bs, bs]
+  int64_t n, C, K;
+  int32_t groups;            ///< entries of `group`
+  const int32_t* group;      ///< [groups, 2]: (first block k, block count) of one block row
+  const int32_t* block_row;  ///< [nnz]
+  const int32_t* block_col;  ///< [nnz]
+};
+
+/// The kernel families, for launch counts.
+enum class BsmmKernel { sm80, sm90 };
+
+/// Runs p / g on the kernel the rule above picks; false (nothing launched) when no tensor-core
+/// kernel takes it.
+bool run_gather(const GatherProduct& p, int device, cudaStream_t stream);
+bool run_gradient(const BlockGradient& g, int device, cudaStream_t stream);
+
+/// Launches of a kernel family so far in this process (all devices): tests check with it which
+/// kernel a call took.
+uint64_t bsmm_launches(BsmmKernel kernel);
+
+/// Whether this build has the sm_90a kernels.
+bool have_sm90_kernels();
+
+}  // namespace cuda
+}  // namespace tessera

@@ -1,0 +1,297 @@
+// The tensor-core kernels of bsmm, bsmm_dx and bsmm_dw (kernels/common/cuda/bsmm_sm80.cu)
+// against an f64 CPU reference computed from the same (rounded) inputs: every block size ×
+// {bf16, f16, f32, f32 with TF32} × {gated, ungated} × N ∈ {1, 17, 64, 300, 4096} × layouts with
+// empty block rows and columns and with lists long enough to wrap the copy pipeline, outputs
+// poisoned with NaN. Each case runs on every kernel path the GPU has (the default, which takes
+// the sm_90a kernels where they apply, and TESSERA_BSMM_PATH=sm80), and checks which kernel ran. Also: two runs give the same bits; a compiled
+// training step of a block-sparse MLP replayed as a CUDA graph equals its eager steps. Label `gpu`.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#ifdef TESSERA_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/autocast.h"
+#include "core/graph/compile.h"
+#include "core/sparse/generators.h"
+#include "gpu_check.h"
+#include "kernels/ops.h"
+#include "optim/optim.h"
+
+#ifdef TESSERA_WITH_CUDA
+#include "kernels/common/cuda/blas.h"
+#include "kernels/common/cuda/bsmm_tc.h"
+#endif
+
+namespace tessera {
+namespace {
+
+using namespace gpu_test;
+
+// Operand dtype and whether f32 runs on TF32 tensor cores.
+struct Precision {
+  DType dt;
+  bool tf32;
+  double tol;  // relative to the result's largest magnitude
+  const char* name;
+};
+
+const Precision kPrecisions[] = {
+    {DType::bf16, false, 1e-2, "bf16"},
+    {DType::f16, false, 1e-2, "f16"},
+    {DType::f32, false, 1e-5, "f32"},
+    {DType::f32, true, 2e-3, "f32-tf32"},
+};
+
+const int64_t kRowCounts[] = {1, 17, 64, 300, 4096};
+
+// Launches of the sm_80 and sm_90a tensor-core kernels so far ({0, 0} without CUDA).
+struct Launches {
+  uint64_t sm80 = 0, sm90 = 0;
+};
+Launches launches() {
+#ifdef TESSERA_WITH_CUDA
+  return {cuda::bsmm_launches(cuda::BsmmKernel::sm80), cuda::bsmm_launches(cuda::BsmmKernel::sm90)};
+#else
+  return {};
+#endif
+}
+
+// Whether the GPU runs the sm_90a kernels (compute capability 9.0, and the build has them).
+bool sm90_here() {
+#ifdef TESSERA_WITH_CUDA
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+  return cuda::have_sm90_kernels() && major == 9 && minor == 0;
+#else
+  return false;
+#endif
+}
+
+// Whether a call in precision p must have run on tensor cores.
+bool on_tensor_cores(const Precision& p) { return p.dt != DType::f32 || p.tf32; }
+
+// Checks that the call between `before` and now launched the kernel bsmm_tc.h's rule picks:
+// sm_90a for 16-bit operands where it is `sm90_case` (and not forced off by TESSERA_BSMM_PATH=sm80), else sm_80 for
+// tensor-core precisions, else none.
+::testing::AssertionResult took_the_rule(const Launches& before, const Precision& p, bool sm90_case,
+                                         const char* path) {
+  const Launches now = launches();
+  const uint64_t d80 = now.sm80 - before.sm80, d90 = now.sm90 - before.sm90;
+  const bool want90 = p.dt != DType::f32 && sm90_case && sm90_here() && path == nullptr;
+  const bool want80 = on_tensor_cores(p) && !want90;
+  if (d90 == (want90 ? 1u : 0u) && d80 == (want80 ? 1u : 0u)) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "launched sm80 " << d80 << ", sm90 " << d90 << "; want sm80 " << want80
+                                       << ", sm90 " << want90;
+}
+
+// Sets TESSERA_BSMM_PATH (and TF32) for one scope.
+class PathGuard {
+ public:
+  PathGuard(const char* path, bool tf32) {
+    if (path) setenv("TESSERA_BSMM_PATH", path, 1);
+#ifdef TESSERA_WITH_CUDA
+    cuda::set_allow_tf32(tf32);
+#else
+    (void)tf32;
+#endif
+  }
+  ~PathGuard() {
+    unsetenv("TESSERA_BSMM_PATH");
+#ifdef TESSERA_WITH_CUDA
+    cuda::set_allow_tf32(false);
+#endif
+  }
+};
+
+// The kernel paths to check: the default and sm80 forced (the A100 path, also on sm_90).
+std::vector<const char*> paths() { return {nullptr, "sm80"}; }
+
+// Per block size: a tall layout whose block columns hold long lists (beyond the pipeline's
+// depth), a wide one, and a mask with an empty block row and empty block columns.
+std::vector<LayoutPtr> layouts(int64_t bs) {
+  std::vector<uint8_t> mask(4 * 5, 0);
+  for (int c : {0, 2, 3}) mask[0 * 5 + c] = 1;       // row 0
+  for (int c : {0, 3}) mask[1 * 5 + c] = 1;          // row 1; row 2 empty
+  for (int c : {0, 2, 3}) mask[3 * 5 + c] = 1;       // row 3; columns 1 and 4 empty
+  const int64_t tall_rows = bs == 64 ? 24 : 40;
+  return {random_layout(tall_rows * bs, 3 * bs, bs, 0.7, static_cast<uint64_t>(bs) * 7),
+          random_layout(2 * bs, 9 * bs, bs, 0.4, static_cast<uint64_t>(bs) * 7 + 1),
+          BlockLayout::from_mask(4 * bs, 5 * bs, bs, mask)};
+}
+
+std::string describe(const BlockLayout& l, const Precision& p, int64_t n, bool gated, const char* path) {
+  return l.str() + " " + p.name + " n " + std::to_string(n) + (gated ? " gated" : "") + " path " +
+         (path ? path : "default");
+}
+
+// The f64 CPU result of Op on f64 copies of `in`, cast to the operand dtype's precision only
+// through the inputs (the reference keeps f64 sums).
+template <class Op>
+Tensor reference(const typename Op::Attrs& attrs, const std::vector<Tensor>& in) {
+  std::vector<Tensor> in64;
+  for (const Tensor& t : in) in64.push_back(cast(t, DType::f64));
+  return call<Op>(attrs, in64)[0];
+}
+
+template <class Op>
+void check_op(const char* what, int64_t features_of(const BlockLayout&), bool with_gate) {
+  uint64_t seed = 7000;
+  for (int64_t bs : {8, 16, 32, 64})
+    for (const LayoutPtr& l : layouts(bs))
+      for (const Precision& p : kPrecisions)
+        for (bool gated : {false, true}) {
+          if (gated && !with_gate) continue;
+          for (int64_t n : kRowCounts) {
+            const int64_t nnz = l->nnz();
+            std::vector<Tensor> in{random({n, features_of(*l)}, seed += 3, p.dt), random({nnz, bs, bs}, seed + 1, p.dt)};
+            if (gated) in.push_back(cast(testing::test_rand({nnz}, 0.5, 1.5, seed + 2), p.dt));
+            typename Op::Attrs attrs{l, gated};
+            const Tensor want = reference<Op>(attrs, in);
+            for (const char* path : paths()) {
+              PathGuard guard(path, p.tf32);
+              const Launches before = launches();
+              const Tensor got = cast(run_on_gpu_host<Op>(attrs, in)[0], DType::f64);
+              EXPECT_TRUE(close_to(got, want, p.tol)) << what << " " << describe(*l, p, n, gated, path);
+              EXPECT_TRUE(took_the_rule(before, p, (bs == 32 || bs == 64) && !gated, path))
+                  << what << " " << describe(*l, p, n, gated, path);
+            }
+          }
+        }
+}
+
+int64_t in_features(const BlockLayout& l) { return l.in_features(); }
+int64_t out_features(const BlockLayout& l) { return l.out_features(); }
+
+TEST(CudaBsmmTensorCores, ForwardMatchesTheCpuForEveryBlockSizeDtypeGateAndRowCount) {
+  REQUIRE_GPU();
+  check_op<Bsmm>("bsmm", in_features, true);
+}
+
+TEST(CudaBsmmTensorCores, InputGradientMatchesTheCpuForEveryBlockSizeDtypeGateAndRowCount) {
+  REQUIRE_GPU();
+  check_op<BsmmDx>("bsmm_dx", out_features, true);
+}
+
+TEST(CudaBsmmTensorCores, WeightGradientMatchesTheCpuForEveryBlockSizeDtypeAndRowCount) {
+  REQUIRE_GPU();
+  uint64_t seed = 9000;
+  for (int64_t bs : {8, 16, 32, 64})
+    for (const LayoutPtr& l : layouts(bs))
+      for (const Precision& p : kPrecisions)
+        for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{17}, int64_t{64}, int64_t{300}, int64_t{4096}}) {
+          const std::vector<Tensor> in{random({n, l->in_features()}, seed += 2, p.dt),
+                                       random({n, l->out_features()}, seed + 1, p.dt)};
+          const Tensor want = reference<BsmmDw>({l}, in);
+          for (const char* path : paths()) {
+            PathGuard guard(path, p.tf32);
+            const Launches before = launches();
+            const Tensor got = cast(run_on_gpu_host<BsmmDw>({l}, in)[0], DType::f64);
+            EXPECT_TRUE(took_the_rule(before, p, bs == 64 && n > 0, path)) << describe(*l, p, n, false, path);
+            // n = 0: an exact zero result, where a relative tolerance is no test
+            if (n == 0) {
+              EXPECT_EQ(got.to_vector<double>(), std::vector<double>(l->nnz() * bs * bs, 0.0)) << l->str();
+            } else {
+              EXPECT_TRUE(close_to(got, want, p.tol)) << "bsmm_dw " << describe(*l, p, n, false, path);
+            }
+          }
+        }
+}
+
+// Large block counts per list and a feature count past 2^15/bs blocks: C = K = 32768 at bs 64
+// with few rows (the kernels' 64-bit offsets).
+TEST(CudaBsmmTensorCores, WideLayoutsUpTo32768Features) {
+  REQUIRE_GPU();
+  LayoutPtr l = random_layout(32768, 32768, 64, 0.002, 11);
+  const std::vector<Tensor> in{random({5, 32768}, 1, DType::bf16), random({l->nnz(), 64, 64}, 2, DType::bf16)};
+  EXPECT_TRUE(close_to(cast(run_on_gpu_host<Bsmm>({l, false}, in)[0], DType::f64), reference<Bsmm>({l, false}, in),
+                       1e-2));
+  EXPECT_TRUE(close_to(cast(run_on_gpu_host<BsmmDx>({l, false}, in)[0], DType::f64),
+                       reference<BsmmDx>({l, false}, in), 1e-2));
+  const std::vector<Tensor> dw_in{in[0], random({5, 32768}, 3, DType::bf16)};
+  EXPECT_TRUE(close_to(cast(run_on_gpu_host<BsmmDw>({l}, dw_in)[0], DType::f64), reference<BsmmDw>({l}, dw_in),
+                       1e-2));
+}
+
+// Operands that do not start on a 16-byte boundary take the scalar kernels: still correct.
+TEST(CudaBsmmTensorCores, MisalignedOperandsAreStillCorrect) {
+  REQUIRE_GPU();
+  LayoutPtr l = random_layout(128, 96, 16, 0.5, 3);
+  const Tensor x = random({33, 128}, 4, DType::bf16), w = random({l->nnz(), 16, 16}, 5, DType::bf16);
+  const Launches before = launches();
+  const Tensor y = bsmm(misaligned_on_gpu(x), w.to(kGpu), l);
+  EXPECT_EQ(launches().sm80, before.sm80) << "the scalar kernel";
+  EXPECT_EQ(launches().sm90, before.sm90) << "the scalar kernel";
+  EXPECT_TRUE(close_to(cast(y, DType::f64), reference<Bsmm>({l, false}, {x, w}), 1e-2));
+}
+
+TEST(CudaBsmmTensorCores, TwoRunsGiveTheSameBits) {
+  REQUIRE_GPU();
+  for (int64_t bs : {8, 32, 64}) {
+    LayoutPtr l = random_layout(64 * bs, 32 * bs, bs, 0.3, static_cast<uint64_t>(bs));
+    const Tensor x = random({1000, l->in_features()}, 1, DType::bf16).to(kGpu);
+    const Tensor dy = random({1000, l->out_features()}, 2, DType::bf16).to(kGpu);
+    const Tensor w = random({l->nnz(), bs, bs}, 3, DType::bf16).to(kGpu);
+    const Tensor gate = cast(testing::test_rand({l->nnz()}, 0.5, 1.5, 4), DType::bf16).to(kGpu);
+    EXPECT_TRUE(same_bits(bsmm(x, w, l, gate), bsmm(x, w, l, gate))) << l->str();
+    EXPECT_TRUE(same_bits(bsmm(x, w, l), bsmm(x, w, l))) << l->str();
+    EXPECT_TRUE(same_bits(bsmm_dx(dy, w, l), bsmm_dx(dy, w, l))) << l->str();
+    EXPECT_TRUE(same_bits(bsmm_dx(dy, w, l, gate), bsmm_dx(dy, w, l, gate))) << l->str();
+    EXPECT_TRUE(same_bits(bsmm_dw(x, dy, l), bsmm_dw(x, dy, l))) << l->str();
+  }
+}
+
+// A block-sparse two-layer MLP trained under bf16 autocast: the compiled step (a CUDA graph from
+// its second run) and the eager steps give the same losses and weights.
+struct SparseMlp {
+  LayoutPtr l1, l2;
+  Tensor w1, g1, w2;
+  SparseMlp(Device dev) {
+    l1 = random_layout(128, 256, 32, 0.4, 21);
+    l2 = random_layout(256, 64, 16, 0.5, 22);
+    w1 = mul(random({l1->nnz(), 32, 32}, 23, DType::f32), 0.2).to(dev).detach().requires_grad_();
+    g1 = cast(testing::test_rand({l1->nnz()}, 0.5, 1.5, 24), DType::f32).to(dev).detach().requires_grad_();
+    w2 = mul(random({l2->nnz(), 16, 16}, 25, DType::f32), 0.1).to(dev).detach().requires_grad_();
+  }
+  std::vector<graph::NamedParam> params() const { return {{"w1", w1}, {"g1", g1}, {"w2", w2}}; }
+  std::vector<Tensor> tensors() const { return {w1, g1, w2}; }
+  Tensor loss(const std::map<std::string, Tensor>& in) const {
+    autocast::Guard amp(DType::bf16);
+    Tensor h = relu(bsmm(in.at("x"), w1, l1, g1));
+    return sum(mul(bsmm(h, w2, l2), in.at("t")));
+  }
+};
+
+std::map<std::string, Tensor> mlp_batch(int step) {
+  return {{"x", random({300, 128}, 100 + step, DType::f32)}, {"t", random({300, 64}, 200 + step, DType::f32)}};
+}
+
+TEST(CudaBsmmTensorCores, CompiledStepReplayedAsACudaGraphEqualsEagerSteps) {
+  REQUIRE_GPU();
+  SparseMlp eager(kGpu), traced(kGpu);
+  optim::SGD opt_e(eager.tensors(), optim::SGDOptions(1e-3)), opt_t(traced.tensors(), optim::SGDOptions(1e-3));
+  CompiledStep step = compile([&](const std::map<std::string, Tensor>& in) { return traced.loss(in); },
+                              traced.params(), &opt_t, mlp_batch(0));
+  for (int s = 0; s < 5; ++s) {
+    std::map<std::string, Tensor> b = mlp_batch(s), gb;
+    for (const auto& [k, v] : b) gb[k] = v.to(kGpu);
+    Tensor le = eager.loss(gb);
+    le.backward();
+    opt_e.step();
+    opt_e.zero_grad();
+    const double lt = step.run(b);
+    EXPECT_EQ(lt, le.item<double>()) << "step " << s;  // the same kernels on the same bits
+  }
+  EXPECT_TRUE(same_bits(traced.w1, eager.w1));
+  EXPECT_TRUE(same_bits(traced.g1, eager.g1));
+  EXPECT_TRUE(same_bits(traced.w2, eager.w2));
+}
+
+}  // namespace
+}  // namespace tessera
