@@ -60,8 +60,8 @@ void Bsmm::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, c
     const cuda::GatherProduct p{y.dtype(), y.dtype(), static_cast<int>(l.block_size()), /*transpose_w=*/false,
                                 /*accumulate=*/false, x.data_ptr(), w.data_ptr(),
                                 attrs.gated ? in[2].data_ptr() : nullptr, y.data_ptr(), n, C, K,
-                                static_cast<int32_t>(Q), l.nnz(), tables.col_ptr, tables.col_blocks, tables.block_row,
-                                tables.col_order};
+                                static_cast<int32_t>(Q), l.nnz(), tables.col_work, tables.col_blocks, tables.col_rows,
+                                /*row_group=*/0};
     if (cuda::run_gather(p, dev, cuda::current_stream(y))) return;
   }
   cuda::dispatch_cuda_float(y.dtype(), kName, [&](auto tag) {

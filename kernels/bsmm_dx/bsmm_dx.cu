@@ -62,8 +62,8 @@ void BsmmDx::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
     const cuda::GatherProduct p{dx.dtype(), dx.dtype(), static_cast<int>(l.block_size()), /*transpose_w=*/true,
                                 /*accumulate=*/false, dy.data_ptr(), w.data_ptr(),
                                 attrs.gated ? in[2].data_ptr() : nullptr, dx.data_ptr(), n, K, C,
-                                static_cast<int32_t>(R), l.nnz(), tables.row_ptr, /*list=*/nullptr, tables.block_col,
-                                tables.row_order};
+                                static_cast<int32_t>(R), l.nnz(), tables.row_work, /*list=*/nullptr, tables.block_col,
+                                /*row_group=*/0};
     if (cuda::run_gather(p, dev, cuda::current_stream(dx))) return;
   }
   cuda::dispatch_cuda_float(dx.dtype(), kName, [&](auto tag) {

@@ -82,9 +82,10 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(GatherProduct p) {
   T* smem = reinterpret_cast<T*>(smem_raw);
 
   const int tiles_m = static_cast<int>((p.n + kBM - 1) / kBM);
-  const int o = p.order[blockIdx.x / tiles_m];
-  const int64_t m0 = static_cast<int64_t>(blockIdx.x % tiles_m) * kBM;
-  const int begin = p.ptr[o], end = p.ptr[o + 1];
+  int oi, mt;
+  work_item(blockIdx.x, tiles_m, p.outs, p.row_group, oi, mt);
+  const int o = p.work[3 * oi], begin = p.work[3 * oi + 1], end = p.work[3 * oi + 2];
+  const int64_t m0 = static_cast<int64_t>(mt) * kBM;
   const int steps = (end - begin + kNB - 1) / kNB;
   const T* a = static_cast<const T*>(p.a);
   const T* w = static_cast<const T*>(p.w);
@@ -97,31 +98,37 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(GatherProduct p) {
   auto block_at = [&](int q) { return p.list ? __ldg(p.list + q) : q; };
 
   // Issues the copies of stage `s` (list positions begin + s·kNB ..) into buffer s % kStages.
+  // Each thread copies one fixed 16-byte column chunk of the A strips (block b, chunk ch) down
+  // the rows, and at most one weight block's chunks, so it looks up one or two block indices per
+  // stage.
+  constexpr int kChunks = BS / kVec;           // 16-byte copies per block row
+  constexpr int kPerRow = kNB * kChunks;       // per row of the stage's A strips (divides kThreads)
+  constexpr int kWChunks = BS * kChunks;       // per weight block
+  static_assert(kThreads % kPerRow == 0, "A chunks must map to fixed threads");
+  const int a_b = (tid % kPerRow) / kChunks, a_ch = tid % kChunks;
+  const int w_b = (tid / kWChunks) % kNB;      // the weight block this thread copies (if any)
   auto load_stage = [&](int s) {
     T* As = smem + (s % kStages) * Tile::kStageElems;
     T* Bs = As + kBM * kPitchA;
     const int q0 = begin + s * kNB;
-    constexpr int kChunks = BS / kVec;  // 16-byte copies per block row
-    // A strips: kBM rows × kNB blocks × kChunks.
-    for (int idx = tid; idx < kBM * kNB * kChunks; idx += kThreads) {
-      const int row = idx / (kNB * kChunks), rem = idx % (kNB * kChunks), b = rem / kChunks, ch = rem % kChunks;
-      const int q = q0 + b;
-      const int64_t grow = m0 + row;
-      const bool valid = q < end && grow < p.n;
-      const T* src = a;
-      if (valid) src = a + grow * p.a_cols + static_cast<int64_t>(__ldg(p.in_block + block_at(q))) * BS + ch * kVec;
-      cp_async16(As + row * kPitchA + b * BS + ch * kVec, src, valid);
+    {
+      const int q = q0 + a_b;
+      const bool block_valid = q < end;
+      const int64_t col = block_valid ? static_cast<int64_t>(__ldg(p.list_in + q)) * BS + a_ch * kVec : 0;
+      for (int row = tid / kPerRow; row < kBM; row += kThreads / kPerRow) {
+        const int64_t grow = m0 + row;
+        const bool valid = block_valid && grow < p.n;
+        cp_async16(As + row * kPitchA + a_b * BS + a_ch * kVec, valid ? a + grow * p.a_cols + col : a, valid);
+      }
     }
-    // Weight blocks: kNB blocks × BS rows × kChunks.
-    for (int idx = tid; idx < kNB * BS * kChunks; idx += kThreads) {
-      const int b = idx / (BS * kChunks), rem = idx % (BS * kChunks), e = rem / kChunks, ch = rem % kChunks;
-      const int q = q0 + b;
-      const bool valid = q < end;
-      const T* src = w;
-      if (valid) src = w + (static_cast<int64_t>(block_at(q)) * BS + e) * BS + ch * kVec;
+    const int qw = q0 + w_b;
+    const bool w_valid = qw < end;
+    const T* wk = w_valid ? w + static_cast<int64_t>(block_at(qw)) * BS * BS : w;
+    for (int idx = tid; idx < kNB * kWChunks; idx += kThreads) {
+      const int e = (idx % kWChunks) / kChunks, ch = idx % kChunks;  // row e of the block, chunk ch
       // fwd: row kk = b·BS + e of [kKT][BS]; dx: row i = e, columns b·BS .. of [BS][kKT]
-      T* dst = kTrans ? Bs + e * kPitchB + b * BS + ch * kVec : Bs + (b * BS + e) * kPitchB + ch * kVec;
-      cp_async16(dst, src, valid);
+      T* dst = kTrans ? Bs + e * kPitchB + w_b * BS + ch * kVec : Bs + (w_b * BS + e) * kPitchB + ch * kVec;
+      cp_async16(dst, wk + e * BS + ch * kVec, w_valid);
     }
   };
 

@@ -1,4 +1,5 @@
-// The output stores of the block-sparse matmul tensor-core kernels (bsmm_sm80.cu, bsmm_sm90.cu).
+// What the block-sparse matmul tensor-core kernels (bsmm_sm80.cu, bsmm_sm90.cu) share: the order
+// of their work items and the output stores.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -8,6 +9,22 @@
 
 namespace tessera {
 namespace cuda {
+
+/// The (position in the output-block order, row tile) of work item `item` of tiles_m × outs:
+/// row tiles in groups of `group`, each group taking every output block column before the next
+/// group starts (the group's rows of A stay in L2 while all columns read them); group <= 0
+/// takes every row tile of one column before the next column.
+__device__ __forceinline__ void work_item(int item, int tiles_m, int outs, int group, int& oi, int& mt) {
+  if (group <= 0) {
+    oi = item / tiles_m;
+    mt = item % tiles_m;
+    return;
+  }
+  const int span = outs * group, gm = item / span, rem = item % span;
+  const int rows = min(group, tiles_m - gm * group);
+  oi = rem / rows;
+  mt = gm * group + rem % rows;
+}
 
 /// Stores two neighbouring outputs (cols j, j+1 of one row), adding the old values first when
 /// accumulating.

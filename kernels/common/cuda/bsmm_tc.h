@@ -46,10 +46,10 @@ struct GatherProduct {
   int64_t n, a_cols, out_cols;
   int32_t outs;              ///< output block columns
   int64_t nnz;               ///< stored blocks (of w)
-  const int32_t* ptr;        ///< [outs + 1]: output block o's list is ptr[o] .. ptr[o+1]
+  const int32_t* work;       ///< [outs, 3]: (output block o, list begin, list end), longest list first
   const int32_t* list;       ///< fwd: the list's block indices k (col_blocks); dx: nullptr (k = list position)
-  const int32_t* in_block;   ///< [nnz]: A's block column of block k (block_row for fwd, block_col for dx)
-  const int32_t* order;      ///< [outs]: output blocks, longest list first
+  const int32_t* list_in;    ///< [nnz]: A's block column of each list entry (col_rows for fwd, block_col for dx)
+  int32_t row_group;         ///< work order: row tiles per group (see work_item), set by run_gather
 };
 
 /// dw [nnz, bs, bs] (+)= X[:, r-block]ᵀ·dY[:, c-block] per stored block, computed in groups of

@@ -66,13 +66,15 @@ const int32_t* lookup(const std::shared_ptr<const void>& layout, int device,
   return static_cast<const int32_t*>(t.data_ptr());
 }
 
-// Indices 0 .. ptr.size()-2 by decreasing list length ptr[i+1] - ptr[i], ties by index.
+// (i, ptr[i], ptr[i+1]) for i = 0 .. ptr.size()-2, by decreasing list length, ties by index.
 std::vector<int32_t> longest_first(const std::vector<int32_t>& ptr) {
   std::vector<int32_t> order(ptr.size() - 1);
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
   std::stable_sort(order.begin(), order.end(),
                    [&](int32_t a, int32_t b) { return ptr[a + 1] - ptr[a] > ptr[b + 1] - ptr[b]; });
-  return order;
+  std::vector<int32_t> work;
+  for (int32_t i : order) work.insert(work.end(), {i, ptr[i], ptr[i + 1]});
+  return work;
 }
 
 // (first k, count) of runs of at most `group` consecutive blocks of one block row.
@@ -99,20 +101,23 @@ BlockTables device_tables(const LayoutPtr& layout, int device) {
           append(all, *part);
         append(all, longest_first(l.col_ptr()));
         append(all, longest_first(l.row_ptr()));
+        for (int32_t k : l.col_blocks()) all.push_back(l.block_row()[k]);
         append(all, row_groups(l, dw_group_size(l.block_size())));
         return all;
       },
       [&] { return l.str(); });
   const int64_t nnz = l.nnz(), q = l.block_cols(), r = l.block_rows();
   const int32_t* row_ptr = base + 3 * nnz + q + 1;
-  const int32_t* col_order = row_ptr + r + 1;
-  const int32_t* row_order = col_order + q;
-  const int32_t* dw_group = row_order + r;
+  const int32_t* col_work = row_ptr + r + 1;
+  const int32_t* row_work = col_work + 3 * q;
+  const int32_t* col_rows = row_work + 3 * r;
+  const int32_t* dw_group = col_rows + nnz;
   // The group count is a host figure: count it again (cheap, the same rule).
   const int32_t group = dw_group_size(l.block_size());
   int32_t groups = 0;
   for (int64_t i = 0; i < r; ++i) groups += (l.row_ptr()[i + 1] - l.row_ptr()[i] + group - 1) / group;
-  return {base, base + nnz, base + 2 * nnz, base + 2 * nnz + q + 1, row_ptr, col_order, row_order, dw_group, groups};
+  return {base,     base + nnz, base + 2 * nnz, base + 2 * nnz + q + 1, row_ptr, col_work, row_work,
+          col_rows, dw_group, groups};
 }
 
 AttentionTables device_tables(const AttentionLayoutPtr& layout, int device) {

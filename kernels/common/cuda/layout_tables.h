@@ -28,18 +28,21 @@ namespace cuda {
 
 /// BlockLayout tables on the device (see block_layout.h): block_row/block_col [nnz],
 /// col_ptr [K/bs + 1], col_blocks [nnz], row_ptr [C/bs + 1]; and the work lists of the
-/// tensor-core kernels, built with them: col_order [K/bs] and row_order [C/bs] (block columns /
-/// rows by decreasing block count, ties by index: the longest output tiles start first), and
-/// dw_group [dw_groups, 2] (first block k and count of runs of at most 128/bs consecutive
-/// blocks of one block row: the groups of the dW kernel).
+/// tensor-core kernels, built with them: col_work [K/bs, 3] and row_work [C/bs, 3] (per block
+/// column / row, by decreasing block count, ties by index, so that the longest output tiles
+/// start first: its index o and its list's range begin, end in col_blocks / in k), col_rows
+/// [nnz] (block_row[col_blocks[p]]: the input block row of each forward list entry, so that
+/// kernels read it without a dependent load), and dw_group [dw_groups, 2] (first block k and
+/// count of runs of at most 128/bs consecutive blocks of one block row: the dW work items).
 struct BlockTables {
   const int32_t* block_row;
   const int32_t* block_col;
   const int32_t* col_ptr;
   const int32_t* col_blocks;
   const int32_t* row_ptr;
-  const int32_t* col_order;
-  const int32_t* row_order;
+  const int32_t* col_work;
+  const int32_t* row_work;
+  const int32_t* col_rows;
   const int32_t* dw_group;
   int32_t dw_groups;
 };
