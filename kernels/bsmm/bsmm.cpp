@@ -13,18 +13,17 @@ namespace tessera {
 
 namespace {
 
-Tensor call_bsmm(const Tensor& x, const Tensor& w, const LayoutPtr& layout, const Tensor& gate) {
-  if (gate.defined()) return call<Bsmm>({layout, true}, {x, w, gate})[0];
-  return call<Bsmm>({layout, false}, {x, w})[0];
+Tensor call_bsmm(const Tensor& x, const Tensor& w, const LayoutPtr& layout, const Tensor& gate, bool f32_output) {
+  if (gate.defined()) return call<Bsmm>({layout, true, f32_output}, {x, w, gate})[0];
+  return call<Bsmm>({layout, false, f32_output}, {x, w})[0];
 }
 
 }  // namespace
 
 Tensor bsmm(const Tensor& x, const Tensor& w, const LayoutPtr& layout, const Tensor& gate) {
-  if (autocast::applies({&x, &w, &gate}))  // low-precision operands, f32 result
-    return cast(call_bsmm(autocast::operand(x), autocast::operand(w), layout, autocast::operand(gate)),
-                DType::f32);
-  return call_bsmm(x, w, layout, gate);
+  if (autocast::applies({&x, &w, &gate}))  // low-precision operands, f32 result written directly
+    return call_bsmm(autocast::operand(x), autocast::operand(w), layout, autocast::operand(gate), true);
+  return call_bsmm(x, w, layout, gate, false);
 }
 
 namespace detail {
@@ -119,7 +118,10 @@ std::vector<TensorMeta> Bsmm::infer(const std::vector<TensorMeta>& in, const Att
   detail::bsmm_check_2d(kName, in[0], "x", l.in_features(), "in_features", l);
   detail::bsmm_check_weight(kName, in[1], in[0], l);
   if (attrs.gated) detail::bsmm_check_gate(kName, in[2], in[0], l);
-  return {TensorMeta{Shape({in[0].shape[0], l.out_features()}), in[0].dtype, in[0].device}};
+  TS_CHECK(!attrs.f32_output || is_half(in[0].dtype), DTypeError,
+           kName << ": an f32 output needs bf16 or f16 inputs, got x " << in[0]);
+  return {TensorMeta{Shape({in[0].shape[0], l.out_features()}), attrs.f32_output ? DType::f32 : in[0].dtype,
+                     in[0].device}};
 }
 
 void Bsmm::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
@@ -131,7 +133,8 @@ void Bsmm::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, co
 }
 
 std::vector<Tensor> Bsmm::backward(const BackwardContext& ctx, const Attrs& attrs) {
-  const Tensor& g = ctx.grad_output();  // [N, K]
+  // [N, K]; an f32 output of bf16/f16 inputs: the gradients are in the inputs' dtype (one cast of G)
+  const Tensor g = attrs.f32_output ? cast(ctx.grad_output(), ctx.input_meta(0).dtype) : ctx.grad_output();
   const Tensor gate = attrs.gated ? ctx.input(2) : Tensor();
   Tensor dx;
   if (ctx.needs_input_grad(0)) dx = bsmm_dx(g, ctx.input(1), attrs.layout, gate);

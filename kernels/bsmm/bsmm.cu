@@ -11,6 +11,8 @@
 // block k of the column, W[k] [bs, bs] and the tile's x block [kRows, bs] are staged in shared
 // memory (as acc_t), then each thread adds its dot product. A column without stored blocks gives
 // zeros. The CPU kernel in bsmm.cpp is the reference. Scalar kernel:
+#include <type_traits>
+
 #include "core/cuda/check.cuh"
 #include "kernels/bsmm/bsmm.h"
 #include "kernels/common/cuda/block_sparse.cuh"
@@ -22,9 +24,9 @@ namespace tessera {
 
 namespace {
 
-template <class T, int BS>
+template <class T, class TO, int BS>
 __global__ void bsmm_forward(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ gate,
-                             T* __restrict__ y, int64_t n, int64_t C, int64_t K, int64_t Q,
+                             TO* __restrict__ y, int64_t n, int64_t C, int64_t K, int64_t Q,
                              const int32_t* __restrict__ col_ptr, const int32_t* __restrict__ col_blocks,
                              const int32_t* __restrict__ block_row) {
   using A = cuda::acc_t<T>;
@@ -44,7 +46,7 @@ __global__ void bsmm_forward(const T* __restrict__ x, const T* __restrict__ w, c
     acc += gate ? cuda::to_acc(gate[k]) * dot : dot;
     __syncthreads();  // before the next block overwrites ws and xs
   }
-  if (row < n) y[row * K + c * BS + j] = cuda::from_acc<T>(acc);
+  if (row < n) y[row * K + c * BS + j] = cuda::from_acc<TO>(acc);
 }
 
 }  // namespace
@@ -57,24 +59,32 @@ void Bsmm::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, c
   const int dev = y.device().index;
   const cuda::BlockTables tables = cuda::device_tables(attrs.layout, dev);
   {
-    const cuda::GatherProduct p{y.dtype(), y.dtype(), static_cast<int>(l.block_size()), /*transpose_w=*/false,
+    const cuda::GatherProduct p{x.dtype(), y.dtype(), static_cast<int>(l.block_size()), /*transpose_w=*/false,
                                 /*accumulate=*/false, x.data_ptr(), w.data_ptr(),
                                 attrs.gated ? in[2].data_ptr() : nullptr, y.data_ptr(), n, C, K,
                                 static_cast<int32_t>(Q), l.nnz(), tables.col_work, tables.col_blocks, tables.col_rows,
                                 /*row_group=*/0};
     if (cuda::run_gather(p, dev, cuda::current_stream(y))) return;
   }
-  cuda::dispatch_cuda_float(y.dtype(), kName, [&](auto tag) {
+  cuda::dispatch_cuda_float(x.dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     cuda::dispatch_block_size(l.block_size(), kName, [&](auto bs) {
       constexpr int BS = decltype(bs)::value, kRows = 256 / BS;
       const int64_t blocks = (n + kRows - 1) / kRows * Q;
       TS_CHECK(blocks <= INT32_MAX, ShapeError, kName << ": x " << x.shape() << " is too large for one launch");
-      bsmm_forward<T, BS><<<static_cast<unsigned>(blocks), dim3(BS, kRows), 0, cuda::current_stream(y)>>>(
-          static_cast<const T*>(x.data_ptr()), static_cast<const T*>(w.data_ptr()),
-          attrs.gated ? static_cast<const T*>(in[2].data_ptr()) : nullptr, static_cast<T*>(y.data_ptr()), n, C, K,
-          Q, tables.col_ptr, tables.col_blocks, tables.block_row);
-      TS_CUDA_LAUNCH_CHECK(kName);
+      auto launch = [&](auto out_tag) {
+        using TO = typename decltype(out_tag)::type;
+        bsmm_forward<T, TO, BS><<<static_cast<unsigned>(blocks), dim3(BS, kRows), 0, cuda::current_stream(y)>>>(
+            static_cast<const T*>(x.data_ptr()), static_cast<const T*>(w.data_ptr()),
+            attrs.gated ? static_cast<const T*>(in[2].data_ptr()) : nullptr, static_cast<TO*>(y.data_ptr()), n, C,
+            K, Q, tables.col_ptr, tables.col_blocks, tables.block_row);
+        TS_CUDA_LAUNCH_CHECK(kName);
+      };
+      if (attrs.f32_output) {
+        if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, double>) launch(cuda::TypeTag<float>{});
+      } else {
+        launch(tag);
+      }
     });
   });
 }

@@ -19,7 +19,9 @@ namespace tessera {
 Tensor bsmm(const Tensor& x, const Tensor& w, const LayoutPtr& layout, const Tensor& gate = Tensor());
 
 /// Forward of the block-sparse matmul. Inputs x [N, C], w [nnz, bs, bs], then gate [nnz] when
-/// `gated`; output y [N, K]. The CPU kernel runs one thread per (row tile, output block column):
+/// `gated`; output y [N, K] (in x's dtype, or f32 with f32_output). On CUDA: tensor cores for
+/// bf16/f16 (and f32 with TF32 allowed), see kernels/common/cuda/bsmm_tc.h for which kernel runs;
+/// deterministic (the same inputs give the same bits on every run and in CUDA-graph replay). The CPU kernel runs one thread per (row tile, output block column):
 /// each output block is summed in a local buffer in increasing block-row order (deterministic,
 /// no atomics).
 ///
@@ -34,6 +36,9 @@ struct Bsmm : OpBase {
   struct Attrs {
     LayoutPtr layout;
     bool gated = false;
+    /// bf16/f16 operands, an f32 y (autocast's form: the sums are f32 either way; this skips
+    /// rounding y to bf16 and a cast pass back).
+    bool f32_output = false;
   };
   static std::vector<TensorMeta> infer(const std::vector<TensorMeta>& in, const Attrs&);
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);

@@ -13,17 +13,29 @@ Tensor bsmm_dw(const Tensor& x, const Tensor& dy, const LayoutPtr& layout) {
   return call<BsmmDw>({layout}, {x, dy})[0];
 }
 
+Tensor bsmm_dw(const Tensor& x, const Tensor& dy, const LayoutPtr& layout, const Tensor& acc, bool f32_output) {
+  if (acc.defined()) return call<BsmmDw>({layout, f32_output, true}, {x, dy, acc})[0];
+  return call<BsmmDw>({layout, f32_output, false}, {x, dy})[0];
+}
+
 std::vector<TensorMeta> BsmmDw::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   detail::bsmm_check_layout(kName, attrs.layout);
-  check_num_inputs(kName, in, 2);
+  check_num_inputs(kName, in, attrs.accumulate ? 3 : 2);
   const BlockLayout& l = *attrs.layout;
   detail::bsmm_check_2d(kName, in[0], "x", l.in_features(), "in_features", l);
   detail::bsmm_check_2d(kName, in[1], "dy", l.out_features(), "out_features", l);
   check_same_dtype(kName, in[0], in[1]);
   TS_CHECK(in[0].shape[0] == in[1].shape[0], ShapeError,
            kName << ": x " << in[0].shape << " and dy " << in[1].shape << " have different row counts");
+  TS_CHECK(!attrs.f32_output || is_half(in[0].dtype), DTypeError,
+           kName << ": an f32 output needs bf16 or f16 inputs, got x " << in[0]);
   const int64_t bs = l.block_size();
-  return {TensorMeta{Shape({l.nnz(), bs, bs}), in[0].dtype, in[0].device}};
+  const TensorMeta out{Shape({l.nnz(), bs, bs}), attrs.f32_output ? DType::f32 : in[0].dtype, in[0].device};
+  if (attrs.accumulate)
+    TS_CHECK(in[2].shape == out.shape && in[2].dtype == out.dtype && in[2].device == out.device, ShapeError,
+             kName << ": the accumulated gradient " << in[2] << " must be " << out << " (other inputs " << in[0]
+                   << ", " << in[1] << ")");
+  return {out};
 }
 
 namespace {
@@ -70,14 +82,24 @@ void dw_kernel(const T* x, const T* dy, T* dw, int64_t n, const BlockLayout& l) 
 void BsmmDw::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    dw_kernel<T>(in[0].data<T>(), in[1].data<T>(), out[0].data<T>(), in[0].size(0), *attrs.layout);
+    T* dw = out[0].data<T>();
+    dw_kernel<T>(in[0].data<T>(), in[1].data<T>(), dw, in[0].size(0), *attrs.layout);
+    if (!attrs.accumulate) return;
+    const T* acc = in[2].data<T>();
+    const int64_t total = out[0].numel();
+#pragma omp parallel for if (total > (1 << 16))
+    for (int64_t i = 0; i < total; ++i) dw[i] = acc[i] + dw[i];
   });
 }
 
 std::vector<Tensor> BsmmDw::backward(const BackwardContext& ctx, const Attrs& attrs) {
-  const Tensor& g = ctx.grad_output();  // [nnz, bs, bs]
-  return {ctx.needs_input_grad(0) ? bsmm_dx(ctx.input(1), g, attrs.layout) : Tensor(),
-          ctx.needs_input_grad(1) ? bsmm(ctx.input(0), g, attrs.layout) : Tensor()};
+  // [nnz, bs, bs]; an f32 output of bf16/f16 inputs: x and dy get gradients in their dtype
+  const Tensor& g = ctx.grad_output();
+  const Tensor gx = attrs.f32_output ? cast(g, ctx.input_meta(0).dtype) : g;
+  std::vector<Tensor> grads{ctx.needs_input_grad(0) ? bsmm_dx(ctx.input(1), gx, attrs.layout) : Tensor(),
+                            ctx.needs_input_grad(1) ? bsmm(ctx.input(0), gx, attrs.layout) : Tensor()};
+  if (attrs.accumulate) grads.push_back(ctx.needs_input_grad(2) ? g : Tensor());
+  return grads;
 }
 
 }  // namespace tessera

@@ -11,6 +11,8 @@
 // dw[k][i0 + t][j], summing over all N rows in order (acc_t). Within a warp the dy reads are
 // consecutive and the x reads shared, straight from global memory. N = 0 gives zeros. The CPU
 // kernel in bsmm_dw.cpp is the reference.
+#include <type_traits>
+
 #include "core/cuda/check.cuh"
 #include "kernels/bsmm_dw/bsmm_dw.h"
 #include "kernels/common/cuda/block_sparse.cuh"
@@ -27,10 +29,10 @@ constexpr int dw_rows() {
   return BS < 256 / BS ? BS : 256 / BS;  // 8, 16, 8, 4
 }
 
-template <class T, int BS>
-__global__ void bsmm_dw_kernel(const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dw, int64_t n,
+template <class T, class TO, int BS>
+__global__ void bsmm_dw_kernel(const T* __restrict__ x, const T* __restrict__ dy, TO* __restrict__ dw, int64_t n,
                                int64_t C, int64_t K, const int32_t* __restrict__ block_row,
-                               const int32_t* __restrict__ block_col) {
+                               const int32_t* __restrict__ block_col, bool accumulate) {
   using A = cuda::acc_t<T>;
   constexpr int kRows = dw_rows<BS>(), kTiles = BS / kRows;
   const int j = threadIdx.x, t = threadIdx.y;
@@ -39,7 +41,8 @@ __global__ void bsmm_dw_kernel(const T* __restrict__ x, const T* __restrict__ dy
   const T* gc = dy + block_col[k] * int64_t{BS} + j;  // column c·bs + j of dy
   A acc = 0;
   for (int64_t row = 0; row < n; ++row) acc += cuda::to_acc(xr[row * C]) * cuda::to_acc(gc[row * K]);
-  dw[(k * BS + i) * BS + j] = cuda::from_acc<T>(acc);
+  TO* out = dw + (k * BS + i) * BS + j;
+  *out = cuda::from_acc<TO>(accumulate ? cuda::to_acc(*out) + acc : acc);
 }
 
 }  // namespace
@@ -50,22 +53,33 @@ void BsmmDw::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
   const int64_t n = x.size(0), C = l.in_features(), K = l.out_features();
   const int dev = dw.device().index;
   const cuda::BlockTables tables = cuda::device_tables(attrs.layout, dev);
+  if (attrs.accumulate && dw.numel() > 0)  // dw = acc first; the kernels then add their sums to it
+    TS_CUDA_CHECK(cudaMemcpyAsync(dw.data_ptr(), in[2].data_ptr(), dw.nbytes(), cudaMemcpyDeviceToDevice,
+                                  cuda::current_stream(dw)));
   {
-    const cuda::BlockGradient g{dw.dtype(), dw.dtype(), static_cast<int>(l.block_size()), /*accumulate=*/false,
+    const cuda::BlockGradient g{x.dtype(), dw.dtype(), static_cast<int>(l.block_size()), attrs.accumulate,
                                 x.data_ptr(), dy.data_ptr(), dw.data_ptr(), n, C, K, tables.dw_groups,
                                 tables.dw_group, tables.block_row, tables.block_col};
     if (cuda::run_gradient(g, dev, cuda::current_stream(dw))) return;
   }
-  cuda::dispatch_cuda_float(dw.dtype(), kName, [&](auto tag) {
+  cuda::dispatch_cuda_float(x.dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     cuda::dispatch_block_size(l.block_size(), kName, [&](auto bs) {
       constexpr int BS = decltype(bs)::value, kRows = dw_rows<BS>();
       const int64_t blocks = l.nnz() * (BS / kRows);
       TS_CHECK(blocks <= INT32_MAX, ShapeError, kName << ": " << l.str() << " is too large for one launch");
-      bsmm_dw_kernel<T, BS><<<static_cast<unsigned>(blocks), dim3(BS, kRows), 0, cuda::current_stream(dw)>>>(
-          static_cast<const T*>(x.data_ptr()), static_cast<const T*>(dy.data_ptr()), static_cast<T*>(dw.data_ptr()),
-          n, C, K, tables.block_row, tables.block_col);
-      TS_CUDA_LAUNCH_CHECK(kName);
+      auto launch = [&](auto out_tag) {
+        using TO = typename decltype(out_tag)::type;
+        bsmm_dw_kernel<T, TO, BS><<<static_cast<unsigned>(blocks), dim3(BS, kRows), 0, cuda::current_stream(dw)>>>(
+            static_cast<const T*>(x.data_ptr()), static_cast<const T*>(dy.data_ptr()),
+            static_cast<TO*>(dw.data_ptr()), n, C, K, tables.block_row, tables.block_col, attrs.accumulate);
+        TS_CUDA_LAUNCH_CHECK(kName);
+      };
+      if (attrs.f32_output) {
+        if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, double>) launch(cuda::TypeTag<float>{});
+      } else {
+        launch(tag);
+      }
     });
   });
 }

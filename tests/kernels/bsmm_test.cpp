@@ -174,5 +174,45 @@ TEST(Bsmm, ErrorsNameOpAndShapes) {
   expect_error<ShapeError>([&] { bsmm_dw(x, zeros({3, 16}), l); }, {"bsmm_dw", "dy", "[3, 16]"});
 }
 
+// The epilogues: bsmm with an f32 output of bf16 operands (autocast's form) equals the f32
+// product of the bf16 values; bsmm_dw's f32 output and accumulate mode give acc + Xᵀ·dY.
+TEST(Bsmm, F32OutputAndAccumulateEpilogues) {
+  for (int64_t bs : {8, 32}) {
+    LayoutPtr l = random_layout(4 * bs, 3 * bs, bs, 0.5, static_cast<uint64_t>(bs));
+    const Tensor x = cast(test_randn({5, l->in_features()}, 1, DType::f32), DType::bf16);
+    const Tensor w = cast(test_randn({l->nnz(), bs, bs}, 2, DType::f32), DType::bf16);
+    const Tensor dy = cast(test_randn({5, l->out_features()}, 3, DType::f32), DType::bf16);
+    const Tensor y = call<Bsmm>({l, false, true}, {x, w})[0];
+    EXPECT_EQ(y.dtype(), DType::f32);
+    EXPECT_TRUE(all_close(y, bsmm(cast(x, DType::f32), cast(w, DType::f32), l), 1e-6, 1e-6));
+    const Tensor dw32 = bsmm_dw(cast(x, DType::f32), cast(dy, DType::f32), l);
+    const Tensor acc = test_randn({l->nnz(), bs, bs}, 4, DType::f32);
+    const Tensor dw = bsmm_dw(x, dy, l, Tensor(), true);
+    EXPECT_EQ(dw.dtype(), DType::f32);
+    EXPECT_TRUE(all_close(dw, dw32, 1e-6, 1e-6));
+    EXPECT_TRUE(all_close(bsmm_dw(x, dy, l, acc, true), add(acc, dw32), 1e-6, 1e-6));
+    const Tensor acc16 = cast(acc, DType::bf16);
+    EXPECT_TRUE(all_close(bsmm_dw(x, dy, l, acc16, false), cast(add(acc16, bsmm_dw(x, dy, l)), DType::bf16), 2e-2,
+                          2e-2));
+  }
+  LayoutPtr l = grad_layout(8);
+  expect_error<DTypeError>([&] { call<Bsmm>({l, false, true}, {zeros({3, 16}), zeros({4, 8, 8})}); },
+                           {"bsmm", "f32 output"});
+  expect_error<DTypeError>([&] { bsmm_dw(zeros({3, 16}), zeros({3, 24}), l, Tensor(), true); },
+                           {"bsmm_dw", "f32 output"});
+  expect_error<ShapeError>([&] { bsmm_dw(zeros({3, 16}), zeros({3, 24}), l, zeros({3, 8, 8}), false); },
+                           {"bsmm_dw", "accumulated", "[3, 8, 8]"});
+}
+
+TEST(Bsmm, GradientsOfTheAccumulateMode) {
+  for (int64_t bs : {8, 16}) {
+    LayoutPtr l = grad_layout(bs);
+    Tensor x = test_randn({3, l->in_features()}, 1), dy = test_randn({3, l->out_features()}, 2);
+    Tensor acc = test_randn({l->nnz(), bs, bs}, 3);
+    EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& a) { return bsmm_dw(a[0], a[1], l, a[2], false); },
+                          {x, dy, acc}));
+  }
+}
+
 }  // namespace
 }  // namespace tessera

@@ -38,6 +38,7 @@
 #include "core/error.h"
 #include "kernels/common/cuda/bsmm_store.cuh"
 #include "kernels/common/cuda/dtype.cuh"
+#include "kernels/common/cuda/mma_sm80.cuh"
 #include "kernels/common/cuda/wgmma_sm90.cuh"
 
 namespace tessera {
@@ -56,14 +57,31 @@ struct GatherTile {
   static constexpr int kWBytes = BS * kRowBytes;     // weight block
   static constexpr int kStageBytes = kABytes + kWBytes;
   static constexpr int kStages = (200 * 1024) / kStageBytes < 10 ? (200 * 1024) / kStageBytes : 10;
-  static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + 1024;  // + barriers, alignment
+  static constexpr int kSmemBytes = kStages * kStageBytes + 3 * kStages * 8 + 1024;  // + barriers, gates, alignment
 };
 
 __device__ __forceinline__ uint8_t* align1024(uint8_t* p) {
   return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + 1023) & ~uintptr_t{1023});
 }
 
-template <class T, class TO, int BS, bool kTransW, int kMTiles>
+/// Multiplies the weight block of a stage [BS, BS] by its gate in shared memory (the 256
+/// consumer threads together; elementwise, so the swizzle does not matter), then makes the
+/// writes visible to the tensor cores and waits for all consumers.
+template <class T, int kBytes>
+__device__ __forceinline__ void scale_block(uint8_t* block, float gate, int consumer_thread) {
+  for (int off = consumer_thread * 16; off < kBytes; off += 256 * 16) {
+    uint4 v = *reinterpret_cast<uint4*>(block + off);
+    v.x = sm80::scale_pair<T>(v.x, gate);
+    v.y = sm80::scale_pair<T>(v.y, gate);
+    v.z = sm80::scale_pair<T>(v.z, gate);
+    v.w = sm80::scale_pair<T>(v.w, gate);
+    *reinterpret_cast<uint4*>(block + off) = v;
+  }
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+}
+
+template <class T, class TO, int BS, bool kTransW, int kMTiles, bool kGated>
 __global__ void __launch_bounds__(kThreads, 1)
     gather_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w,
                   GatherProduct p, int items) {
@@ -74,6 +92,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* smem = align1024(smem_raw);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * Tile::kStageBytes);
   uint64_t* empty = full + kStages;
+  float* gates = reinterpret_cast<float*>(empty + kStages);  // [kStages]: the gate of each stage's block
   auto strip = [&](int s) { return smem + s * Tile::kStageBytes; };
   auto block = [&](int s) { return smem + s * Tile::kStageBytes + Tile::kABytes; };
 
@@ -116,16 +135,20 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int base = begin; base < end; base += 32) {
         const int q = base + lane;
         int k = 0, in = 0;
+        float gv = 1.f;
         if (q < end) {
           k = p.list ? p.list[q] : q;
           in = p.list_in[q];
+          if constexpr (kGated) gv = to_acc(static_cast<const T*>(p.gate)[k]);
         }
         const int count = min(32, end - base);
         for (int j = 0; j < count; ++j, ++it) {
           const int kj = __shfl_sync(0xffffffffu, k, j), inj = __shfl_sync(0xffffffffu, in, j);
+          const float gj = __shfl_sync(0xffffffffu, gv, j);
           if (lane == 0) {
             const int s = it % kStages;
             mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
+            if constexpr (kGated) gates[s] = gj;  // published by the arrive below
             mbar_arrive_expect_tx(&full[s], Tile::kStageBytes);
             tma_load_2d(strip(s), &map_a, &full[s], inj * BS, mt * Tile::kBM);
             tma_load_2d(block(s), &map_w, &full[s], 0, kj * BS);
@@ -156,6 +179,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int step = 0; step < steps; ++step, ++it) {
       const int s = it % kStages;
       mbar_wait(&full[s], (it / kStages) & 1);
+      if constexpr (kGated) scale_block<T, Tile::kWBytes>(block(s), gates[s], threadIdx.x - 128);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BS / 16; ++kk) {
@@ -355,6 +379,20 @@ int persistent_grid(int smem_bytes) {
 
 std::atomic<uint64_t> g_launches{0};
 
+template <class T, class TO, int BS, bool kTrans, int kMTiles, bool kGated>
+void launch(const GatherProduct& p, cudaStream_t stream) {
+  using Tile = GatherTile<BS, kMTiles>;
+  const int64_t tiles_m = (p.n + Tile::kBM - 1) / Tile::kBM, items = tiles_m * p.outs;
+  TS_CHECK(items <= INT32_MAX, ShapeError, "bsmm: " << p.n << " rows are too many for one launch");
+  const CUtensorMap map_a = tensor_map(p.a, p.in_dtype, p.n, p.a_cols, Tile::kBM, BS);
+  const CUtensorMap map_w = tensor_map(p.w, p.in_dtype, static_cast<uint64_t>(p.nnz) * BS, BS, BS, BS);
+  constexpr auto kernel = &gather_kernel<T, TO, BS, kTrans, kMTiles, kGated>;
+  const int grid = static_cast<int>(std::min<int64_t>(items, persistent_grid<kernel>(Tile::kSmemBytes)));
+  kernel<<<grid, kThreads, Tile::kSmemBytes, stream>>>(map_a, map_w, p, static_cast<int>(items));
+  TS_CUDA_LAUNCH_CHECK((kTrans ? "bsmm_dx" : "bsmm"));
+  g_launches.fetch_add(1, std::memory_order_relaxed);
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 bool half_dtype(DType dt) { return dt == DType::bf16 || dt == DType::f16; }
 
@@ -382,7 +420,7 @@ bool device_ok(int device) {
 }  // namespace
 
 bool gather_supported(const GatherProduct& p, int device) {
-  return (p.bs == 32 || p.bs == 64) && p.gate == nullptr && half_dtype(p.in_dtype) &&
+  return (p.bs == 32 || p.bs == 64) && half_dtype(p.in_dtype) &&
          (p.out_dtype == p.in_dtype || p.out_dtype == DType::f32) && aligned16(p.a) && aligned16(p.w) &&
          aligned16(p.out) && p.n <= INT32_MAX && device_ok(device);
 }
@@ -403,16 +441,8 @@ void gather_product(const GatherProduct& p, cudaStream_t stream) {
       constexpr int BS = decltype(bs)::value;
       constexpr bool kTrans = decltype(trans)::value;
       constexpr int kMTiles = decltype(mtiles)::value;
-      using Tile = GatherTile<BS, kMTiles>;
-      const int64_t tiles_m = (p.n + Tile::kBM - 1) / Tile::kBM, items = tiles_m * p.outs;
-      TS_CHECK(items <= INT32_MAX, ShapeError, "bsmm: " << p.n << " rows are too many for one launch");
-      const CUtensorMap map_a = tensor_map(p.a, p.in_dtype, p.n, p.a_cols, Tile::kBM, BS);
-      const CUtensorMap map_w = tensor_map(p.w, p.in_dtype, static_cast<uint64_t>(p.nnz) * BS, BS, BS, BS);
-      constexpr auto kernel = &gather_kernel<T, TO, BS, kTrans, kMTiles>;
-      const int grid = static_cast<int>(std::min<int64_t>(items, persistent_grid<kernel>(Tile::kSmemBytes)));
-      kernel<<<grid, kThreads, Tile::kSmemBytes, stream>>>(map_a, map_w, p, static_cast<int>(items));
-      TS_CUDA_LAUNCH_CHECK((kTrans ? "bsmm_dx" : "bsmm"));
-      g_launches.fetch_add(1, std::memory_order_relaxed);
+      if (p.gate) return launch<T, TO, BS, kTrans, kMTiles, true>(p, stream);
+      return launch<T, TO, BS, kTrans, kMTiles, false>(p, stream);
     };
     // 256-row work items (two m64 tiles per consumer warpgroup sharing each weight block):
     // measured faster than 128-row ones at bs 32 (x1.1) and bs 64 (x1.1 at density >= 0.25,

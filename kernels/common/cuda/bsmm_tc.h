@@ -7,7 +7,7 @@
 // The rule is deterministic, by (dtype, block size, gate, architecture, alignment):
 //   - sm_90a kernels (bsmm_sm90.cu: wgmma, TMA, warp-specialized, persistent) on compute
 //     capability 9.0, when the build has them (CUDA architecture 90): bf16/f16 operands,
-//     block sizes 32 and 64 for fwd/dx (ungated) and 64 for dW;
+//     block sizes 32 and 64 for fwd/dx (gated or not) and 64 for dW;
 //   - otherwise sm_80 kernels (bsmm_sm80.cu: mma.sync, ldmatrix, cp.async) on compute
 //     capability 8.0 or higher: bf16/f16 operands, and f32 operands rounded to tf32 when TF32 is
 //     allowed (cuda::allow_tf32(), TESSERA_ALLOW_TF32=1); every block size, gated or not;
