@@ -48,7 +48,7 @@ const Precision kPrecisions[] = {
     {DType::f32, true, 2e-3, "f32-tf32"},
 };
 
-const int64_t kRowCounts[] = {1, 17, 64, 300, 4096};
+const int64_t kRowCounts[] = {1, 17, 64, 100, 300, 4096};  // 100: the 128-row sm_90a tiles
 
 // Launches of the sm_80 and sm_90a tensor-core kernels so far ({0, 0} without CUDA).
 struct Launches {
@@ -159,7 +159,7 @@ void check_op(const char* what, int64_t features_of(const BlockLayout&), bool wi
               const Launches before = launches();
               const Tensor got = cast(run_on_gpu_host<Op>(attrs, in)[0], DType::f64);
               EXPECT_TRUE(close_to(got, want, p.tol)) << what << " " << describe(*l, p, n, gated, path);
-              EXPECT_TRUE(took_the_rule(before, p, bs == 32 || bs == 64, path))
+              EXPECT_TRUE(took_the_rule(before, p, bs >= 16, path))
                   << what << " " << describe(*l, p, n, gated, path);
             }
           }
@@ -185,7 +185,7 @@ TEST(CudaBsmmTensorCores, WeightGradientMatchesTheCpuForEveryBlockSizeDtypeAndRo
   for (int64_t bs : {8, 16, 32, 64})
     for (const LayoutPtr& l : layouts(bs))
       for (const Precision& p : kPrecisions)
-        for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{17}, int64_t{64}, int64_t{300}, int64_t{4096}}) {
+        for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{17}, int64_t{64}, int64_t{100}, int64_t{300}, int64_t{4096}}) {
           const std::vector<Tensor> in{random({n, l->in_features()}, seed += 2, p.dt),
                                        random({n, l->out_features()}, seed + 1, p.dt)};
           const Tensor want = reference<BsmmDw>({l}, in);

@@ -9,7 +9,7 @@ namespace cuda {
 namespace sm90 {
 
 /// Whether these kernels take the call: bf16/f16 operands (output in their dtype or f32), 16-byte
-/// aligned pointers, a device of compute capability 9.0; fwd/dx: bs 32 or 64 (gated or not); dW: bs 64.
+/// aligned pointers, a device of compute capability 9.0; fwd/dx: bs 16, 32 or 64 (gated or not); dW: bs 64.
 bool gather_supported(const GatherProduct& p, int device);
 bool gradient_supported(const BlockGradient& g, int device);
 

@@ -7,7 +7,7 @@
 // The rule is deterministic, by (dtype, block size, gate, architecture, alignment):
 //   - sm_90a kernels (bsmm_sm90.cu: wgmma, TMA, warp-specialized, persistent) on compute
 //     capability 9.0, when the build has them (CUDA architecture 90): bf16/f16 operands,
-//     block sizes 32 and 64 for fwd/dx (gated or not) and 64 for dW;
+//     block sizes 16, 32 and 64 for fwd/dx (gated or not) and 64 for dW;
 //   - otherwise sm_80 kernels (bsmm_sm80.cu: mma.sync, ldmatrix, cp.async) on compute
 //     capability 8.0 or higher: bf16/f16 operands, and f32 operands rounded to tf32 when TF32 is
 //     allowed (cuda::allow_tf32(), TESSERA_ALLOW_TF32=1); every block size, gated or not;
@@ -50,6 +50,7 @@ struct GatherProduct {
   const int32_t* list;       ///< fwd: the list's block indices k (col_blocks); dx: nullptr (k = list position)
   const int32_t* list_in;    ///< [nnz]: A's block column of each list entry (col_rows for fwd, block_col for dx)
   int32_t row_group;         ///< work order: row tiles per group (see work_item), set by run_gather
+  int32_t* counter;          ///< 2 device ints, 0 between launches: the sm_90a kernel hands out work items with them
 };
 
 /// dw [nnz, bs, bs] (+)= X[:, r-block]ᵀ·dY[:, c-block] per stored block, computed in groups of
@@ -63,7 +64,9 @@ struct BlockGradient {
   void* dw;                  ///< [nnz, bs, bs]
   int64_t n, C, K;
   int32_t groups;            ///< entries of `group`
-  const int32_t* group;      ///< [groups, 2]: (first block k, block count) of one block row
+  const int32_t* group;      ///< [groups, 2]: (first block k, block count <= 128/bs) of one block row
+  int32_t wide_groups;       ///< entries of `wide_group`
+  const int32_t* wide_group; ///< [wide_groups, 2]: the same with counts <= 4 (the sm_90a kernel's)
   const int32_t* block_row;  ///< [nnz]
   const int32_t* block_col;  ///< [nnz]
 };

@@ -103,6 +103,8 @@ BlockTables device_tables(const LayoutPtr& layout, int device) {
         append(all, longest_first(l.row_ptr()));
         for (int32_t k : l.col_blocks()) all.push_back(l.block_row()[k]);
         append(all, row_groups(l, dw_group_size(l.block_size())));
+        append(all, row_groups(l, kDwWideGroup));
+        all.insert(all.end(), {0, 0});  // the counter and its done count
         return all;
       },
       [&] { return l.str(); });
@@ -113,11 +115,16 @@ BlockTables device_tables(const LayoutPtr& layout, int device) {
   const int32_t* col_rows = row_work + 3 * r;
   const int32_t* dw_group = col_rows + nnz;
   // The group count is a host figure: count it again (cheap, the same rule).
-  const int32_t group = dw_group_size(l.block_size());
-  int32_t groups = 0;
-  for (int64_t i = 0; i < r; ++i) groups += (l.row_ptr()[i + 1] - l.row_ptr()[i] + group - 1) / group;
-  return {base,     base + nnz, base + 2 * nnz, base + 2 * nnz + q + 1, row_ptr, col_work, row_work,
-          col_rows, dw_group, groups};
+  auto count_groups = [&](int32_t group) {
+    int32_t groups = 0;
+    for (int64_t i = 0; i < r; ++i) groups += (l.row_ptr()[i + 1] - l.row_ptr()[i] + group - 1) / group;
+    return groups;
+  };
+  const int32_t groups = count_groups(dw_group_size(l.block_size())), wide_groups = count_groups(kDwWideGroup);
+  const int32_t* dw_wide_group = dw_group + 2 * groups;
+  int32_t* counter = const_cast<int32_t*>(dw_wide_group) + 2 * wide_groups;
+  return {base,     base + nnz, base + 2 * nnz, base + 2 * nnz + q + 1, row_ptr, col_work, row_work, col_rows,
+          dw_group, groups,     dw_wide_group, wide_groups, counter};
 }
 
 AttentionTables device_tables(const AttentionLayoutPtr& layout, int device) {

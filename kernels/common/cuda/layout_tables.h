@@ -45,6 +45,13 @@ struct BlockTables {
   const int32_t* col_rows;
   const int32_t* dw_group;
   int32_t dw_groups;
+  const int32_t* dw_wide_group;  ///< [dw_wide_groups, 2]: runs of at most 4 blocks (the sm_90a dW items)
+  int32_t dw_wide_groups;
+  /// Two device ints of scratch per (layout, device), 0 between launches: the work-item counter
+  /// of the kernels that hand out work dynamically, and the count of their thread blocks done
+  /// (the last one sets both back to 0). Ops on one device's stream run one after another, so
+  /// two launches never share them at once.
+  int32_t* counter;
 };
 
 /// AttentionLayout tables on the device (see attention_layout.h): row_ptr [H·nb + 1],
@@ -56,8 +63,10 @@ struct AttentionTables {
   const int32_t* query_blocks;
 };
 
-/// Blocks of one block row that one dW work item of the tensor-core kernels takes (128 / bs).
+/// Blocks of one block row that one dW work item of the sm_80 tensor-core kernel takes (128 / bs),
+/// and of the sm_90a one (4).
 inline int32_t dw_group_size(int64_t bs) { return static_cast<int32_t>(128 / bs); }
+constexpr int32_t kDwWideGroup = 4;
 
 /// The tables of `layout` on `device`, uploaded on first use (valid while the layout lives).
 BlockTables device_tables(const LayoutPtr& layout, int device);

@@ -7,8 +7,8 @@
 // q = t % 4) holding, for each 8-column chunk j < N/8, d[4j + 0..3] =
 //   (row 16w + g, col 8j + 2q), (16w + g, 8j + 2q + 1), (16w + g + 8, 8j + 2q), (16w + g + 8, 8j + 2q + 1).
 //
-// Shared-memory operands are tiles written by TMA with a 128-byte (bs 64) or 64-byte (bs 32)
-// swizzle: rows of bs 16-bit values, the swizzle atom 8 rows deep. Their descriptors:
+// Shared-memory operands are tiles written by TMA with a 128-byte (bs 64), 64-byte (bs 32) or
+// 32-byte (bs 16) swizzle: rows of bs 16-bit values, the swizzle atom 8 rows deep. Their descriptors:
 //   K-major (the reduction index contiguous in a row): SBO = 8 rows, LBO unused; the k16 step
 //     kk starts 32·kk bytes into the row.
 //   MN-major (the output index contiguous): one atom spans the whole N (or M) of bs, SBO = 8
@@ -67,14 +67,42 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, u
       "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
       : "memory");
 }
+/// Copies `src` (a box of `map` in shared memory) to the global tensor at (c0, c1); rows and
+/// columns outside the tensor are not written. Completes in this thread's bulk group.
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(smem_addr(src)), "r"(c0), "r"(c1)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/// Waits until at most N of this thread's bulk groups still read their shared memory.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+/// Waits until at most N of this thread's bulk groups are still in flight.
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+/// Orders this thread's ordinary shared-memory writes before later async-proxy (TMA, wgmma) reads.
+__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+/// A barrier of `threads` threads (a multiple of 32) with id 1..15 (0 is __syncthreads').
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 __device__ __forceinline__ void prefetch_tma_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
 // ---- descriptors and wgmma ----
 
-/// Swizzle of a tile with rows of `row_bytes` (128 or 64): the descriptor's layout type.
-__host__ __device__ constexpr uint64_t swizzle_code(int row_bytes) { return row_bytes == 128 ? 1 : 2; }
+/// Swizzle of a tile with rows of `row_bytes` (128, 64 or 32): the descriptor's layout type.
+__host__ __device__ constexpr uint64_t swizzle_code(int row_bytes) {
+  return row_bytes == 128 ? 1 : row_bytes == 64 ? 2 : 3;
+}
 
 /// A shared-memory matrix descriptor: start address, leading and stride byte offsets (bytes,
 /// multiples of 16), swizzle of rows of `row_bytes`.
@@ -105,6 +133,32 @@ __device__ __forceinline__ void fence_operands(float (&d)[R]) {
 /// MN-major operands. accumulate = false overwrites d.
 template <class T, int N>
 struct Wgmma;
+
+template <>
+struct Wgmma<__nv_bfloat16, 16> {
+  template <int kTransA, int kTransB>
+  static __device__ __forceinline__ void run(float (&d)[8], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, %12, %11;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransB), "n"(kTransA));
+  }
+};
+
+template <>
+struct Wgmma<__half, 16> {
+  template <int kTransA, int kTransB>
+  static __device__ __forceinline__ void run(float (&d)[8], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, %12, %11;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransB), "n"(kTransA));
+  }
+};
 
 template <>
 struct Wgmma<__nv_bfloat16, 32> {
