@@ -13,6 +13,9 @@ Tensor bsmm_dx(const Tensor& dy, const Tensor& w, const LayoutPtr& layout, const
 /// Inputs dy [N, K], w [nnz, bs, bs], then gate [nnz] when `gated`; output dx [N, C]. The CPU
 /// kernel runs one thread per (row tile, input block row r) and walks the row's blocks
 /// k = row_ptr[r] .. row_ptr[r+1] (contiguous, in increasing block column) into a local buffer.
+/// On CUDA: tensor cores for bf16/f16 (and f32 with TF32 allowed), the forward's kernels with W
+/// transposed, see kernels/common/cuda/bsmm_tc.h; deterministic (the same inputs give the same
+/// bits on every run and in CUDA-graph replay).
 ///
 /// Differentiable (it is linear in dy and in w): with G = d(dx) [N, C],
 ///   d(dy) = bsmm(G, w, layout, gate)                        (G·W over stored blocks)

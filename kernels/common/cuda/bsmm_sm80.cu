@@ -30,6 +30,7 @@
 #include "core/cuda/check.cuh"
 #include "core/error.h"
 #include "kernels/common/cuda/blas.h"
+#include "kernels/common/cuda/block_sparse.cuh"
 #include "kernels/common/cuda/dtype.cuh"
 #include "kernels/common/cuda/bsmm_store.cuh"
 #include "kernels/common/cuda/mma_sm80.cuh"
@@ -47,6 +48,16 @@ constexpr bool kIsF32 = std::is_same_v<T, float>;
 template <class T>
 __device__ __forceinline__ float to_float(T v) {
   return to_acc(v);
+}
+
+template <int M, int N>
+__device__ __forceinline__ void zero(float (&acc)[M][N][4]) {
+#pragma unroll
+  for (int i = 0; i < M; ++i)
+#pragma unroll
+    for (int j = 0; j < N; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 }
 
 // ---- gather product (fwd, dx) ----
@@ -133,12 +144,7 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(GatherProduct p) {
   };
 
   float acc[kMT][kNT][4];
-#pragma unroll
-  for (int i = 0; i < kMT; ++i)
-#pragma unroll
-    for (int j = 0; j < kNT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+  zero(acc);
 
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -318,12 +324,7 @@ __global__ void __launch_bounds__(kThreads) gradient_kernel(BlockGradient p) {
   };
 
   float acc[kMT][kNT][4];
-#pragma unroll
-  for (int i = 0; i < kMT; ++i)
-#pragma unroll
-    for (int j = 0; j < kNT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+  zero(acc);
 
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -449,18 +450,6 @@ void dispatch_types(DType in, DType out, F&& f) {
   TS_THROW(DTypeError, "bsmm tensor-core kernels: no kernel for dtype " << in);
 }
 
-template <class F>
-void dispatch_bs(int bs, F&& f) {
-  switch (bs) {
-    case 8: return f(std::integral_constant<int, 8>{});
-    case 16: return f(std::integral_constant<int, 16>{});
-    case 32: return f(std::integral_constant<int, 32>{});
-    case 64: return f(std::integral_constant<int, 64>{});
-    default: break;
-  }
-  TS_THROW(ValueError, "bsmm tensor-core kernels: no kernel for block size " << bs);
-}
-
 std::atomic<uint64_t> g_launches{0};
 
 }  // namespace
@@ -482,7 +471,7 @@ void gather_product(const GatherProduct& p, cudaStream_t stream) {
   dispatch_types(p.in_dtype, p.out_dtype, [&](auto tin, auto tout) {
     using T = typename decltype(tin)::type;
     using TO = typename decltype(tout)::type;
-    dispatch_bs(p.bs, [&](auto bs) {
+    dispatch_block_size(p.bs, p.transpose_w ? "bsmm_dx" : "bsmm", [&](auto bs) {
       constexpr int BS = decltype(bs)::value;
       auto launch = [&](auto trans) {
         constexpr bool kTrans = decltype(trans)::value;
@@ -509,7 +498,7 @@ void block_gradient(const BlockGradient& g, cudaStream_t stream) {
   dispatch_types(g.in_dtype, g.out_dtype, [&](auto tin, auto tout) {
     using T = typename decltype(tin)::type;
     using TO = typename decltype(tout)::type;
-    dispatch_bs(g.bs, [&](auto bs) {
+    dispatch_block_size(g.bs, "bsmm_dw", [&](auto bs) {
       constexpr int BS = decltype(bs)::value;
       using Tile = GradientTile<T, BS>;
       constexpr auto kernel = &gradient_kernel<T, TO, BS>;

@@ -17,8 +17,9 @@
 // fills the stages of their next item. One wgmma group stays in flight: a stage is released
 // (its empty barrier arrived) once the group after it was issued and the group reading it retired.
 //
-// Block gradient (dW), bs 64. The work list is dw_wide_group (runs of up to four blocks of one
-// block row): per 64-row step of n the producer copies the X strip [64, 64] and the dY strips of
+// Block gradient (dW), bs 64. The work items are dw_wide_group (runs of up to four blocks of one
+// block row, the longest first), handed to the thread blocks that are free through the layout's
+// counter and an mbarrier ring as in the gather kernel: per 64-row step of n the producer copies the X strip [64, 64] and the dY strips of
 // the group's block columns; each consumer warpgroup computes two of the blocks, with both
 // operands MN-major and the X strip's descriptor shared,
 //
@@ -144,7 +145,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
       prefetch_tma_map(&map_a);
       prefetch_tma_map(&map_w);
     }
-    int taken = lane == 0 ? atomicAdd(p.counter, 1) : 0;
+    int taken = blockIdx.x;  // the first item without a round trip; then gridDim.x + the counter
     int it = 0;
     for (int n = 0;; ++n) {
       const int item = __shfl_sync(0xffffffffu, taken, 0);
@@ -155,7 +156,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
         w.x = p.work[3 * oi];
         w.y = p.work[3 * oi + 1];
         w.z = p.work[3 * oi + 2];
-        if (lane == 0) taken = atomicAdd(p.counter, 1);  // the next item, in flight meanwhile
+        if (lane == 0) taken = static_cast<int>(gridDim.x) + atomicAdd(p.counter, 1);  // in flight meanwhile
       }
       if (lane == 0) {
         const int slot = n % kRing;
@@ -308,7 +309,8 @@ struct GradientTile {
   static constexpr int kG = kG_;                  // blocks per work item (kG / 2 per consumer warpgroup)
   static constexpr int kStageBytes = (1 + kG) * kStripBytes;
   static constexpr int kStages = 5;
-  static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + 1024;
+  static constexpr int kItemRing = 4;
+  static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + kItemRing * (16 + 16) + 1024;
 };
 
 template <class T, class TO, int kG>
@@ -321,8 +323,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kStages = Tile::kStages;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = align1024(smem_raw);
+  constexpr int kRing = Tile::kItemRing;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * Tile::kStageBytes);
   uint64_t* empty = full + kStages;
+  uint64_t* item_full = empty + kStages;
+  uint64_t* item_empty = item_full + kRing;
+  int4* ring = reinterpret_cast<int4*>(item_empty + kRing);  // (first block k, count); k < 0: no more
   auto strip = [&](int s, int i) { return smem + s * Tile::kStageBytes + i * Tile::kStripBytes; };  // 0: X, 1+g: dY
 
   const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
@@ -331,19 +337,42 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(&full[s], 1);
       mbar_init(&empty[s], kConsumerWarps);
     }
+    for (int s = 0; s < kRing; ++s) {
+      mbar_init(&item_full[s], 1);
+      mbar_init(&item_empty[s], kConsumerWarps);
+    }
     fence_barrier_init();
   }
   __syncthreads();
   const int steps = static_cast<int>((p.n + Tile::kKT - 1) / Tile::kKT);
 
   if (wg == 0) {
+    // Producer: one thread. Items (runs of blocks, the longest first) go to the thread blocks
+    // that are free: the first is blockIdx.x, then gridDim.x + the launch's counter.
     if (threadIdx.x != 0) return;
     prefetch_tma_map(&map_x);
     prefetch_tma_map(&map_dy);
-    int it = 0;
-    for (int item = blockIdx.x; item < p.groups; item += gridDim.x) {
-      const int k0 = p.group[2 * item], count = p.group[2 * item + 1];
-      const int r = p.block_row[k0];
+    int it = 0, item = blockIdx.x;
+    for (int n = 0;; ++n) {
+      int4 w = make_int4(-1, 0, 0, 0);
+      int next = 0;
+      if (item < p.groups) {
+        w.x = p.group[2 * item];
+        w.y = p.group[2 * item + 1];
+        next = static_cast<int>(gridDim.x) + atomicAdd(p.counter, 1);
+      }
+      const int slot = n % kRing;
+      mbar_wait(&item_empty[slot], ((n / kRing) & 1) ^ 1);
+      ring[slot] = w;
+      mbar_arrive(&item_full[slot]);
+      if (w.x < 0) {  // the last thread block done sets the counter back to 0 (see gather_kernel)
+        if (atomicAdd(p.counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+          p.counter[0] = 0;
+          p.counter[1] = 0;
+        }
+        break;
+      }
+      const int k0 = w.x, count = w.y, r = p.block_row[k0];
       for (int step = 0; step < steps; ++step, ++it) {
         const int s = it % kStages;
         mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
@@ -352,6 +381,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int b = 0; b < count; ++b)
           tma_load_2d(strip(s, 1 + b), &map_dy, &full[s], p.block_col[k0 + b] * 64, step * Tile::kKT);
       }
+      item = next;
     }
     return;
   }
@@ -360,8 +390,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int c = wg - 1, warp = (threadIdx.x / 32) % 4, g = lane / 4, t = lane % 4;
   TO* dw = static_cast<TO*>(p.dw);
   int it = 0;
-  for (int item = blockIdx.x; item < p.groups; item += gridDim.x) {
-    const int k0 = p.group[2 * item], count = p.group[2 * item + 1];
+  for (int n = 0;; ++n) {
+    const int slot = n % kRing;
+    mbar_wait(&item_full[slot], (n / kRing) & 1);
+    const int4 w = ring[slot];
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&item_empty[slot]);
+    if (w.x < 0) break;
+    const int k0 = w.x, count = w.y;
     const int mine = min(kPerWG, max(0, count - kPerWG * c));  // blocks of this warpgroup in the item
     float acc[kPerWG][32];
 #pragma unroll

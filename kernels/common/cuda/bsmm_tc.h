@@ -69,6 +69,7 @@ struct BlockGradient {
   const int32_t* wide_group; ///< [wide_groups, 2]: the same with counts <= 4 (the sm_90a kernel's)
   const int32_t* block_row;  ///< [nnz]
   const int32_t* block_col;  ///< [nnz]
+  int32_t* counter;          ///< as GatherProduct's
 };
 
 /// The kernel families, for launch counts.

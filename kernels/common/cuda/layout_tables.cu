@@ -77,15 +77,18 @@ std::vector<int32_t> longest_first(const std::vector<int32_t>& ptr) {
   return work;
 }
 
-// (first k, count) of runs of at most `group` consecutive blocks of one block row.
-std::vector<int32_t> row_groups(const BlockLayout& l, int32_t group) {
-  std::vector<int32_t> out;
+// (first k, count) of runs of at most `group` consecutive blocks of one block row, by row; with
+// longest_first, the longest runs first (ties by row), so that a kernel handing items out in this
+// order to whichever thread block is free ends with the short ones.
+std::vector<int32_t> row_groups(const BlockLayout& l, int32_t group, bool longest = false) {
+  std::vector<std::pair<int32_t, int32_t>> runs;
   const auto& row_ptr = l.row_ptr();
   for (size_t r = 0; r + 1 < row_ptr.size(); ++r)
-    for (int32_t k = row_ptr[r]; k < row_ptr[r + 1]; k += group) {
-      out.push_back(k);
-      out.push_back(std::min(group, row_ptr[r + 1] - k));
-    }
+    for (int32_t k = row_ptr[r]; k < row_ptr[r + 1]; k += group) runs.emplace_back(k, std::min(group, row_ptr[r + 1] - k));
+  if (longest)
+    std::stable_sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::vector<int32_t> out;
+  for (const auto& [k, count] : runs) out.insert(out.end(), {k, count});
   return out;
 }
 
@@ -103,7 +106,7 @@ BlockTables device_tables(const LayoutPtr& layout, int device) {
         append(all, longest_first(l.row_ptr()));
         for (int32_t k : l.col_blocks()) all.push_back(l.block_row()[k]);
         append(all, row_groups(l, dw_group_size(l.block_size())));
-        append(all, row_groups(l, kDwWideGroup));
+        append(all, row_groups(l, kDwWideGroup, /*longest=*/true));
         all.insert(all.end(), {0, 0});  // the counter and its done count
         return all;
       },
