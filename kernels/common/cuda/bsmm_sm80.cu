@@ -1,6 +1,7 @@
 // The sm_80 tensor-core kernels of bsmm, bsmm_dx and bsmm_dw (see bsmm_sm80.h).
 //
-// Gather product (fwd and dx). One thread block per (output block column o, tile of kBM rows):
+// Gather product (fwd and dx). One thread block per (output block column o, tile of kBM rows), in
+// the order of work_item (bsmm_store.cuh):
 //
 //   out[m0 .. m0+kBM, o-block] = sum over the list of o of gate[k] · A[rows, in(k)-block] · B(k)
 //

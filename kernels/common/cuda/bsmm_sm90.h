@@ -1,5 +1,6 @@
-// The Hopper (sm_90a) tensor-core kernels of the block-sparse matmuls (bsmm_sm90.cu), built
-// when the CUDA architectures include 90. Called through bsmm_tc.h, which picks the kernel.
+// The Hopper (sm_90a) tensor-core kernels of the block-sparse matmuls (bsmm_sm90_gather.cu,
+// bsmm_sm90_gradient.cu), built when the CUDA architectures include 90. Called through
+// bsmm_tc.h, which picks the kernel.
 #pragma once
 
 #include "kernels/common/cuda/bsmm_tc.h"

@@ -1,4 +1,4 @@
-// What the block-sparse matmul tensor-core kernels (bsmm_sm80.cu, bsmm_sm90.cu) share: the order
+// What the block-sparse matmul tensor-core kernels (bsmm_sm80.cu, bsmm_sm90_*.cu) share: the order
 // of their work items and the output stores.
 #pragma once
 

@@ -5,7 +5,7 @@
 //   if (!cuda::run_gather(p, device, stream)) ...      // no tensor-core kernel takes it: scalar kernel
 //
 // The rule is deterministic, by (dtype, block size, gate, architecture, alignment):
-//   - sm_90a kernels (bsmm_sm90.cu: wgmma, TMA, warp-specialized, persistent) on compute
+//   - sm_90a kernels (bsmm_sm90_*.cu: wgmma, TMA, warp-specialized, persistent) on compute
 //     capability 9.0, when the build has them (CUDA architecture 90): bf16/f16 operands,
 //     block sizes 16, 32 and 64 for fwd/dx (gated or not) and 64 for dW;
 //   - otherwise sm_80 kernels (bsmm_sm80.cu: mma.sync, ldmatrix, cp.async) on compute

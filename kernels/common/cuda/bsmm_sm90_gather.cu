@@ -1,56 +1,38 @@
-// The Hopper (sm_90a) kernels of bsmm, bsmm_dx and bsmm_dw (see bsmm_sm90.h): wgmma on
-// operands brought into shared memory by the bulk tensor copy engine (TMA), a ring of stages
-// guarded by mbarriers, one producer warp and two consumer warpgroups, a persistent grid.
+// The Hopper (sm_90a) kernel of bsmm and bsmm_dx (see bsmm_sm90.h): wgmma on operands that the
+// bulk tensor copy engine (TMA) brings into a ring of shared-memory stages guarded by
+// mbarriers, one producer warp and one or two consumer warpgroups, a persistent grid.
 //
-// Gather product (fwd and dx), bs 16, 32 and 64. The work items are the (output block column o,
-// tile of 256 rows) pairs, in groups of two row tiles that visit every column (work_item in
-// bsmm_store.cuh), the columns by decreasing list length; thread block b takes items b,
-// b + grid, b + 2·grid, ... Per item the producer warp walks o's list (its lanes read 32 entries
-// at a time, and the next item's range ahead) and copies, per block k, the A strip [256, bs] at
-// column in(k)·bs and the weight block W[k] [bs, bs] into one stage; the two consumer warpgroups
-// each multiply 128 of the rows, as two m64 tiles sharing the weight block:
+// Work items are (output block column o, tile of rows) pairs: the columns by decreasing list
+// length, row tiles in groups of two that visit every column before the next group (work_item in
+// bsmm_store.cuh). Each thread block takes its first item by its index, later ones from the
+// layout's device counter, so blocks that finish early take more. The producer warp hands each
+// item to the consumers through an mbarrier ring, reads the item's list 32 entries at a time and
+// copies, per block k, the A strip [rows, bs] at column in(k)·bs and the weight block W[k]
+// [bs, bs] into one stage. Each consumer warpgroup multiplies 64·kMTiles of the rows, as m64
+// tiles sharing the weight block:
 //
 //   acc [64, bs] += A_strip[rows, :] · W[k]        fwd: W[k] MN-major (rows of W are k)
 //   acc [64, bs] += A_strip[rows, :] · W[k]ᵀ       dx:  W[k] K-major  (rows of W are n)
 //
-// and store acc (f32) in the output dtype straight from registers while the producer already
-// fills the stages of their next item. One wgmma group stays in flight: a stage is released
-// (its empty barrier arrived) once the group after it was issued and the group reading it retired.
+// scaling the block by its gate in shared memory first when gated. One wgmma group stays in
+// flight: a stage is released once the group after it was issued and the group reading it
+// retired. The tile goes out through shared memory by TMA stores, which run on while the next
+// item's products start (the accumulate mode adds to global memory from the registers).
 //
-// Block gradient (dW), bs 64. The work items are dw_wide_group (runs of up to four blocks of one
-// block row, the longest first), handed to the thread blocks that are free through the layout's
-// counter and an mbarrier ring as in the gather kernel: per 64-row step of n the producer copies the X strip [64, 64] and the dY strips of
-// the group's block columns; each consumer warpgroup computes two of the blocks, with both
-// operands MN-major and the X strip's descriptor shared,
-//
-//   acc [64, 64] += X_strip[t0 .. t0+64, :]ᵀ · dY_strip[t0 .. t0+64, :]
-//
-// Deterministic: each output element is summed by one thread, in list order (and in row order
-// for dW), with no atomics.
+// Deterministic: each output element is summed by one thread in list order, with no atomics on
+// data (the counter only decides which thread block computes an item).
 #include "kernels/common/cuda/bsmm_sm90.h"
 
-#include <cuda.h>
-#include <cudaTypedefs.h>
-
-#include <algorithm>
-#include <atomic>
-#include <type_traits>
-
-#include "core/cuda/check.cuh"
-#include "core/error.h"
-#include "kernels/common/cuda/bsmm_store.cuh"
-#include "kernels/common/cuda/dtype.cuh"
-#include "kernels/common/cuda/layout_tables.h"
+#include "kernels/common/cuda/bsmm_sm90_common.cuh"
 #include "kernels/common/cuda/mma_sm80.cuh"
-#include "kernels/common/cuda/wgmma_sm90.cuh"
 
 namespace tessera {
 namespace cuda {
 namespace sm90 {
-namespace {
 
-constexpr int kThreads = 384;  // dW: producer warpgroup + two consumer warpgroups
-constexpr int kConsumerWarps = 8;
+std::atomic<uint64_t> g_launches{0};
+
+namespace {
 
 /// Tiles of the gather kernel: kWGs consumer warpgroups (1 or 2), each kMTiles m64 tiles; TO the
 /// output type.
@@ -79,9 +61,6 @@ struct GatherTile {
       kStages * kStageBytes + kWGs * kStagingBytes + 3 * kStages * 8 + kItemRing * (16 + 16) + 1024;
 };
 
-__device__ __forceinline__ uint8_t* align1024(uint8_t* p) {
-  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + 1023) & ~uintptr_t{1023});
-}
 
 /// Multiplies the weight block of a stage [BS, BS] by its gate in shared memory (the kConsumers
 /// consumer threads together; elementwise, so the swizzle does not matter), then makes the
@@ -243,11 +222,14 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
       wgmma_wait<1>();  // the group of the previous step retired: its stage is free
 #pragma unroll
       for (int mi = 0; mi < kMTiles; ++mi) fence_operands(acc[mi]);
+      // The whole warp's reads of the previous stage come before lane 0 releases it.
+      __syncwarp();
       if (step > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
     }
     wgmma_wait<0>();
 #pragma unroll
     for (int mi = 0; mi < kMTiles; ++mi) fence_operands(acc[mi]);
+    __syncwarp();
     if (steps > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
 
     if (p.accumulate) {  // out += acc: read-modify-write straight from the registers
@@ -300,212 +282,6 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
 #endif
 }
 
-// ---- dW (bs 64) ----
-
-template <int kG_>
-struct GradientTile {
-  static constexpr int kKT = 64;                  // rows of n per stage
-  static constexpr int kStripBytes = kKT * 128;   // [64 rows, 64 values]
-  static constexpr int kG = kG_;                  // blocks per work item (kG / 2 per consumer warpgroup)
-  static constexpr int kStageBytes = (1 + kG) * kStripBytes;
-  static constexpr int kStages = 5;
-  static constexpr int kItemRing = 4;
-  static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + kItemRing * (16 + 16) + 1024;
-};
-
-template <class T, class TO, int kG>
-__global__ void __launch_bounds__(kThreads, 1)
-    gradient_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_dy,
-                    BlockGradient p) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Tile = GradientTile<kG>;
-  constexpr int kPerWG = kG / 2;
-  constexpr int kStages = Tile::kStages;
-  extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = align1024(smem_raw);
-  constexpr int kRing = Tile::kItemRing;
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * Tile::kStageBytes);
-  uint64_t* empty = full + kStages;
-  uint64_t* item_full = empty + kStages;
-  uint64_t* item_empty = item_full + kRing;
-  int4* ring = reinterpret_cast<int4*>(item_empty + kRing);  // (first block k, count); k < 0: no more
-  auto strip = [&](int s, int i) { return smem + s * Tile::kStageBytes + i * Tile::kStripBytes; };  // 0: X, 1+g: dY
-
-  const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], kConsumerWarps);
-    }
-    for (int s = 0; s < kRing; ++s) {
-      mbar_init(&item_full[s], 1);
-      mbar_init(&item_empty[s], kConsumerWarps);
-    }
-    fence_barrier_init();
-  }
-  __syncthreads();
-  const int steps = static_cast<int>((p.n + Tile::kKT - 1) / Tile::kKT);
-
-  if (wg == 0) {
-    // Producer: one thread. Items (runs of blocks, the longest first) go to the thread blocks
-    // that are free: the first is blockIdx.x, then gridDim.x + the launch's counter.
-    if (threadIdx.x != 0) return;
-    prefetch_tma_map(&map_x);
-    prefetch_tma_map(&map_dy);
-    int it = 0, item = blockIdx.x;
-    for (int n = 0;; ++n) {
-      int4 w = make_int4(-1, 0, 0, 0);
-      int next = 0;
-      if (item < p.groups) {
-        w.x = p.group[2 * item];
-        w.y = p.group[2 * item + 1];
-        next = static_cast<int>(gridDim.x) + atomicAdd(p.counter, 1);
-      }
-      const int slot = n % kRing;
-      mbar_wait(&item_empty[slot], ((n / kRing) & 1) ^ 1);
-      ring[slot] = w;
-      mbar_arrive(&item_full[slot]);
-      if (w.x < 0) {  // the last thread block done sets the counter back to 0 (see gather_kernel)
-        if (atomicAdd(p.counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {
-          p.counter[0] = 0;
-          p.counter[1] = 0;
-        }
-        break;
-      }
-      const int k0 = w.x, count = w.y, r = p.block_row[k0];
-      for (int step = 0; step < steps; ++step, ++it) {
-        const int s = it % kStages;
-        mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
-        mbar_arrive_expect_tx(&full[s], (1 + count) * Tile::kStripBytes);
-        tma_load_2d(strip(s, 0), &map_x, &full[s], r * 64, step * Tile::kKT);
-        for (int b = 0; b < count; ++b)
-          tma_load_2d(strip(s, 1 + b), &map_dy, &full[s], p.block_col[k0 + b] * 64, step * Tile::kKT);
-      }
-      item = next;
-    }
-    return;
-  }
-
-  // Consumer warpgroup c computes blocks k0 + kPerWG·c .. of each item (those it has).
-  const int c = wg - 1, warp = (threadIdx.x / 32) % 4, g = lane / 4, t = lane % 4;
-  TO* dw = static_cast<TO*>(p.dw);
-  int it = 0;
-  for (int n = 0;; ++n) {
-    const int slot = n % kRing;
-    mbar_wait(&item_full[slot], (n / kRing) & 1);
-    const int4 w = ring[slot];
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&item_empty[slot]);
-    if (w.x < 0) break;
-    const int k0 = w.x, count = w.y;
-    const int mine = min(kPerWG, max(0, count - kPerWG * c));  // blocks of this warpgroup in the item
-    float acc[kPerWG][32];
-#pragma unroll
-    for (int b = 0; b < kPerWG; ++b)
-#pragma unroll
-      for (int i = 0; i < 32; ++i) acc[b][i] = 0.f;
-    for (int step = 0; step < steps; ++step, ++it) {
-      const int s = it % kStages;
-      mbar_wait(&full[s], (it / kStages) & 1);
-      if (mine > 0) {
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < Tile::kKT / 16; ++kk) {
-          // A (m = i, k = row) = X[row][i], B (k = row, n = j) = dY[row][j]: both MN-major, rows are k
-          const uint64_t da = make_desc(strip(s, 0) + kk * 16 * 128, Tile::kStripBytes, 1024, 128);
-#pragma unroll
-          for (int b = 0; b < kPerWG; ++b) {
-            if (b >= mine) break;
-            const uint64_t db = make_desc(strip(s, 1 + kPerWG * c + b) + kk * 16 * 128, Tile::kStripBytes, 1024, 128);
-            Wgmma<T, 64>::template run<1, 1>(acc[b], da, db, step > 0 || kk > 0);
-          }
-        }
-        wgmma_commit();
-        wgmma_wait<1>();
-#pragma unroll
-        for (int b = 0; b < kPerWG; ++b) fence_operands(acc[b]);
-      }
-      if (step > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
-    }
-    if (mine > 0) {
-      wgmma_wait<0>();
-#pragma unroll
-      for (int b = 0; b < kPerWG; ++b) fence_operands(acc[b]);
-    }
-    if (steps > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
-#pragma unroll
-    for (int b = 0; b < kPerWG; ++b) {
-      if (b >= mine) break;
-      const int64_t k = static_cast<int64_t>(k0) + kPerWG * c + b;
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int i = warp * 16 + g + 8 * h, col = 8 * j + 2 * t;
-          store_pair(dw + (k * 64 + i) * 64 + col, acc[b][4 * j + 2 * h], acc[b][4 * j + 2 * h + 1], p.accumulate);
-        }
-    }
-  }
-#else
-  __trap();
-#endif
-}
-
-// ---- host side ----
-
-PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    TS_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
-    TS_CHECK(q == cudaDriverEntryPointSuccess && f, DeviceError,
-             "bsmm: the CUDA driver has no cuTensorMapEncodeTiled (TMA)");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
-/// A 2-D row-major [rows, cols] tensor map (bf16, f16 or f32) with boxes of [box_rows, box_cols],
-/// swizzled by the box's row length (128, 64 or 32 bytes).
-CUtensorMap tensor_map(const void* base, DType dt, uint64_t rows, uint64_t cols, uint32_t box_rows, uint32_t box_cols) {
-  CUtensorMap map;
-  const uint64_t elem = dt == DType::f32 ? 4 : 2;
-  const cuuint64_t dims[2] = {cols, rows};
-  const cuuint64_t strides[1] = {cols * elem};
-  const cuuint32_t box[2] = {box_cols, box_rows};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUtensorMapDataType type = dt == DType::f32    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-                                   : dt == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                                       : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  const CUresult r = encode_tiled()(
-      &map, type, 2, const_cast<void*>(base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      box_cols * elem == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
-      : box_cols * elem == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
-                              : CU_TENSOR_MAP_SWIZZLE_32B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  TS_CHECK(r == CUDA_SUCCESS, DeviceError,
-           "bsmm: cuTensorMapEncodeTiled failed (" << static_cast<int>(r) << ") for a [" << rows << ", " << cols
-                                                   << "] tensor");
-  return map;
-}
-
-/// Thread blocks of `kernel` that fit on one multiprocessor, times the multiprocessors.
-template <auto Kernel>
-int persistent_grid(int smem_bytes, int threads = kThreads) {
-  static std::atomic<int> cached{0};
-  int v = cached.load(std::memory_order_relaxed);
-  if (v > 0) return v;
-  int device = 0, sms = 0, per_sm = 0;
-  TS_CUDA_CHECK(cudaGetDevice(&device));
-  TS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  TS_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-  TS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, threads, smem_bytes));
-  v = sms * (per_sm > 0 ? per_sm : 1);
-  cached.store(v, std::memory_order_relaxed);
-  return v;
-}
-
-std::atomic<uint64_t> g_launches{0};
 
 template <class T, class TO, int BS, bool kTrans, int kWGs, int kMTiles, bool kGated>
 void launch(const GatherProduct& p, cudaStream_t stream) {
@@ -523,29 +299,6 @@ void launch(const GatherProduct& p, cudaStream_t stream) {
   g_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-bool half_dtype(DType dt) { return dt == DType::bf16 || dt == DType::f16; }
-
-template <class F>
-void dispatch_types(DType in, DType out, F&& f) {
-  auto with_out = [&](auto tin) {
-    if (out == DType::f32) return f(tin, TypeTag<float>{});
-    return f(tin, tin);
-  };
-  if (in == DType::bf16) return with_out(TypeTag<__nv_bfloat16>{});
-  return with_out(TypeTag<__half>{});
-}
-
-}  // namespace
-
-namespace {
-
-bool device_ok(int device) {
-  int major = 0, minor = 0;
-  TS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  TS_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return major == 9 && minor == 0;
-}
 
 }  // namespace
 
@@ -555,10 +308,6 @@ bool gather_supported(const GatherProduct& p, int device) {
          aligned16(p.out) && p.n <= INT32_MAX && device_ok(device);
 }
 
-bool gradient_supported(const BlockGradient& g, int device) {
-  return g.bs == 64 && half_dtype(g.in_dtype) && (g.out_dtype == g.in_dtype || g.out_dtype == DType::f32) &&
-         aligned16(g.x) && aligned16(g.dy) && aligned16(g.dw) && g.n > 0 && g.n <= INT32_MAX && device_ok(device);
-}
 
 uint64_t launch_count() { return g_launches.load(std::memory_order_relaxed); }
 
@@ -595,28 +344,6 @@ void gather_product(const GatherProduct& p, cudaStream_t stream) {
   });
 }
 
-void block_gradient(const BlockGradient& g, cudaStream_t stream) {
-  if (g.wide_groups == 0) return;
-  dispatch_types(g.in_dtype, g.out_dtype, [&](auto tin, auto tout) {
-    using T = typename decltype(tin)::type;
-    using TO = typename decltype(tout)::type;
-    // Work items: runs of four blocks (two per consumer warpgroup). On the H200 1.25x faster than
-    // runs of two at density 0.1 and 1 (transformer shape), 1.2x slower at 0.25. The kernel's
-    // time comes in whole waves of equally long items (each sums over all N rows), which a split
-    // of N would smooth out.
-    using Tile = GradientTile<kDwWideGroup>;
-    const CUtensorMap map_x = tensor_map(g.x, g.in_dtype, g.n, g.C, Tile::kKT, 64);
-    const CUtensorMap map_dy = tensor_map(g.dy, g.in_dtype, g.n, g.K, Tile::kKT, 64);
-    BlockGradient items = g;
-    items.group = g.wide_group;
-    items.groups = g.wide_groups;
-    constexpr auto kernel = &gradient_kernel<T, TO, kDwWideGroup>;
-    const int grid = std::min(items.groups, persistent_grid<kernel>(Tile::kSmemBytes));
-    kernel<<<grid, kThreads, Tile::kSmemBytes, stream>>>(map_x, map_dy, items);
-    TS_CUDA_LAUNCH_CHECK("bsmm_dw");
-    g_launches.fetch_add(1, std::memory_order_relaxed);
-  });
-}
 
 }  // namespace sm90
 }  // namespace cuda
