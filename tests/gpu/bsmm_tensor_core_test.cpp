@@ -1,10 +1,12 @@
-// The tensor-core kernels of bsmm, bsmm_dx and bsmm_dw (kernels/common/cuda/bsmm_sm80.cu)
-// against an f64 CPU reference computed from the same (rounded) inputs: every block size ×
-// {bf16, f16, f32, f32 with TF32} × {gated, ungated} × N ∈ {1, 17, 64, 300, 4096} × layouts with
-// empty block rows and columns and with lists long enough to wrap the copy pipeline, outputs
-// poisoned with NaN. Each case runs on every kernel path the GPU has (the default, which takes
-// the sm_90a kernels where they apply, and TESSERA_BSMM_PATH=sm80), and checks which kernel ran. Also: two runs give the same bits; a compiled
-// training step of a block-sparse MLP replayed as a CUDA graph equals its eager steps. Label `gpu`.
+// The tensor-core kernels of bsmm, bsmm_dx and bsmm_dw (kernels/common/cuda/bsmm_tc.h) against
+// an f64 CPU reference computed from the same (rounded) inputs: every block size ×
+// {bf16, f16, f32, f32 with TF32} × {gated, ungated} × N ∈ {1, 17, 64, 100, 300, 4096} × layouts
+// with empty block rows and columns and with lists long enough to wrap the copy pipeline,
+// outputs poisoned with NaN. Each case runs on every kernel path the GPU has (the default, which
+// takes the sm_90a kernels where they apply, and TESSERA_BSMM_PATH=sm80), and checks which
+// kernel ran. Also: the f32-output and accumulate epilogues, C = K = 32768, misaligned operands,
+// two runs give the same bits, and a compiled training step of a block-sparse MLP replayed as a
+// CUDA graph equals its eager steps bit for bit. Label `gpu`.
 #include <gtest/gtest.h>
 
 #include <cstdlib>

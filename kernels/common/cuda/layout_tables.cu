@@ -84,7 +84,8 @@ std::vector<int32_t> row_groups(const BlockLayout& l, int32_t group, bool longes
   std::vector<std::pair<int32_t, int32_t>> runs;
   const auto& row_ptr = l.row_ptr();
   for (size_t r = 0; r + 1 < row_ptr.size(); ++r)
-    for (int32_t k = row_ptr[r]; k < row_ptr[r + 1]; k += group) runs.emplace_back(k, std::min(group, row_ptr[r + 1] - k));
+    for (int32_t k = row_ptr[r]; k < row_ptr[r + 1]; k += group)
+      runs.emplace_back(k, std::min(group, row_ptr[r + 1] - k));
   if (longest)
     std::stable_sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   std::vector<int32_t> out;

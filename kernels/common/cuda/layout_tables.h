@@ -45,7 +45,8 @@ struct BlockTables {
   const int32_t* col_rows;
   const int32_t* dw_group;
   int32_t dw_groups;
-  const int32_t* dw_wide_group;  ///< [dw_wide_groups, 2]: runs of at most 4 blocks, longest first (the sm_90a dW items)
+  /// [dw_wide_groups, 2]: runs of at most kDwWideGroup blocks, longest first (the sm_90a dW items)
+  const int32_t* dw_wide_group;
   int32_t dw_wide_groups;
   /// Two device ints of scratch per (layout, device), 0 between launches: the work-item counter
   /// of the kernels that hand out work dynamically, and the count of their thread blocks done
