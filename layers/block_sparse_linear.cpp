@@ -112,6 +112,19 @@ Tensor BlockSparseLinear::effective_weight() const {
   return mul(weight_, bsmm_dw(one, reshape(s, {1, out}), layout_));
 }
 
+void BlockSparseLinear::set_layout(LayoutPtr layout) {
+  TS_CHECK(layout != nullptr, ValueError, "BlockSparseLinear::set_layout: no layout given");
+  const BlockLayout &now = *layout_, &l = *layout;
+  TS_CHECK(l.in_features() == now.in_features() && l.out_features() == now.out_features() &&
+               l.block_size() == now.block_size() && l.nnz() == now.nnz(),
+           ShapeError,
+           "BlockSparseLinear::set_layout: " << l.str() << " must have the sizes, block size and block count of the "
+                                             << "layer's " << now.str());
+  layout_ = std::move(layout);
+  options_.layout(layout_);
+  advance_layout_generation();
+}
+
 Tensor BlockSparseLinear::forward(const Tensor& x) const {
   const int64_t in = layout_->in_features();
   TS_CHECK(x.dim() >= 1 && x.size(x.dim() - 1) == in, ShapeError,

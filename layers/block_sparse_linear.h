@@ -98,6 +98,12 @@ class BlockSparseLinear : public Module {
   Tensor effective_weight() const;
 
   const LayoutPtr& layout() const { return layout_; }
+  /// Switches to another layout of the same sizes, block size and block count (dynamic sparsity:
+  /// prune and regrow at a fixed budget of blocks). Stored block k of the weight, its gate and
+  /// their optimizer state belong to the new layout's block k from now on; set their values as
+  /// the method needs (e.g. zeros for regrown blocks). Compiled steps that ran this layer trace
+  /// again at their next run (layout_generation()). ShapeError naming both layouts otherwise.
+  void set_layout(LayoutPtr layout);
   const Tensor& weight() const { return weight_; }
   /// Undefined when the option is off.
   const Tensor& bias() const { return bias_; }

@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "core/sparse/block_layout.h"
+
 namespace tessera {
 
 CompiledStep::CompiledStep(graph::LossFn loss_fn, std::vector<graph::NamedParam> params, ParamUpdater* updater,
@@ -19,6 +21,12 @@ CompiledStep::CompiledStep(graph::LossFn loss_fn, std::vector<graph::NamedParam>
 }
 
 graph::Executor& CompiledStep::plan_for(const std::map<std::string, Tensor>& inputs) {
+  // A module took another layout since these plans were traced: their ops hold the old one.
+  if (layout_generation() != layout_generation_) {
+    plans_.clear();
+    current_ = nullptr;
+    layout_generation_ = layout_generation();
+  }
   std::ostringstream key;
   std::vector<std::pair<std::string, TensorMeta>> metas;
   for (const auto& [name, dtype] : input_dtypes_) {

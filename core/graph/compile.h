@@ -11,7 +11,10 @@
 //     double loss = step.run({{"x", x}, {"y", y}});  // updates the parameters in place
 //   }
 //
-// Feeding inputs of new shapes traces and plans again; plans are cached per input shapes.
+// Feeding inputs of new shapes traces and plans again; plans are cached per input shapes. When
+// a module took another block layout since the step traced (layout_generation() in
+// core/sparse/block_layout.h moved: BlockSparseLinear::set_layout), every plan is dropped and the
+// next run traces again (on a GPU: a new plan, captured as a new CUDA graph from its second run).
 // Input names and dtypes are fixed by the example inputs. The step runs where the parameters
 // are (CPU or one GPU; on a GPU as a replayed CUDA graph, see executor.h); inputs may be fed
 // from the CPU.
@@ -66,6 +69,7 @@ class CompiledStep {
   std::map<std::string, DType> input_dtypes_;
   std::map<std::string, std::unique_ptr<graph::Executor>> plans_;  // by input shapes
   graph::Executor* current_ = nullptr;
+  uint64_t layout_generation_ = 0;  // layout_generation() when plans_ were traced
 };
 
 /// Compiles a training step over `params` (named "0", "1", ... unless given names); `rng` is

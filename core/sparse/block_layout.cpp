@@ -1,11 +1,19 @@
 #include "core/sparse/block_layout.h"
 
+#include <atomic>
 #include <limits>
 #include <sstream>
 
 #include "core/error.h"
 
 namespace tessera {
+
+namespace {
+std::atomic<uint64_t> g_layout_generation{0};
+}  // namespace
+
+uint64_t layout_generation() { return g_layout_generation.load(std::memory_order_acquire); }
+void advance_layout_generation() { g_layout_generation.fetch_add(1, std::memory_order_acq_rel); }
 
 std::shared_ptr<const BlockLayout> BlockLayout::from_mask(int64_t in_features, int64_t out_features, int64_t bs,
                                                           const std::vector<uint8_t>& mask) {

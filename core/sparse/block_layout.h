@@ -72,4 +72,12 @@ class BlockLayout {
 
 using LayoutPtr = std::shared_ptr<const BlockLayout>;
 
+/// How many times a module has switched to another layout in this process (see
+/// nn::BlockSparseLinear::set_layout). Layouts themselves never change; a module holding a new
+/// one does. Compiled steps trace again when it moved since they traced, since their ops hold the
+/// layouts they were traced with (so a step never keeps multiplying by a module's old layout).
+uint64_t layout_generation();
+/// Moves layout_generation() on; called by modules whenever they take another layout.
+void advance_layout_generation();
+
 }  // namespace tessera

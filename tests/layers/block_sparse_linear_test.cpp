@@ -103,6 +103,42 @@ TEST(BlockSparseLinear, CompiledStepMatchesEager) {
     EXPECT_TRUE(all_close(step.fetch("grad/" + p.name), p.tensor.grad(), 1e-12, 1e-12)) << p.name;
 }
 
+// Dynamic sparsity at a fixed block budget: a layer switched to another layout multiplies by the
+// new one, eagerly and in a compiled step that ran before (it traces again: its plan's ops held
+// the old layout); a layout with another block count or other sizes is refused.
+TEST(BlockSparseLinear, SetLayoutSwitchesEagerAndCompiledSteps) {
+  Generator gen(3);
+  LayoutPtr a = BlockLayout::from_mask(24, 32, 8, {1, 1, 0, 0, 0, 0, 1, 0, 0, 1, 0, 1});  // 5 blocks
+  LayoutPtr b = BlockLayout::from_mask(24, 32, 8, {0, 1, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0});  // 5 other blocks
+  BlockSparseLinear fc(BlockSparseLinearOptions(a).dtype(DType::f64), gen);
+  set_values(fc.bias(), test_randn({32}, 4));
+  Tensor x = test_randn({5, 24}, 1), r = test_randn({5, 32}, 2);
+  auto loss_fn = [&](const std::map<std::string, Tensor>& in) { return sum(mul(fc.forward(in.at("x")), r)); };
+  CompiledStep step(loss_fn, fc.named_parameters(), nullptr, {{"x", x}});
+  const double before = step.run({{"x", x}});
+  EXPECT_NEAR(before, loss_fn({{"x", x}}).item<double>(), 1e-12);
+
+  const uint64_t generation = layout_generation();
+  fc.set_layout(b);
+  EXPECT_EQ(layout_generation(), generation + 1);
+  EXPECT_EQ(fc.layout(), b);
+  const double want = sum(mul(add(bsmm(x, fc.weight(), b), fc.bias()), r)).item<double>();
+  fc.zero_grad();
+  Tensor eager = loss_fn({{"x", x}});
+  eager.backward();
+  EXPECT_NEAR(eager.item<double>(), want, 1e-12);
+  EXPECT_GT(std::abs(want - before), 1e-6) << "the layouts give different products";
+  EXPECT_NEAR(step.run({{"x", x}}), want, 1e-12) << "the compiled step traced again with the new layout";
+  EXPECT_EQ(step.cached_plans(), 1u);
+  for (const auto& p : fc.named_parameters())
+    EXPECT_TRUE(all_close(step.fetch("grad/" + p.name), p.tensor.grad(), 1e-12, 1e-12)) << p.name;
+
+  expect_error<ShapeError>([&] { fc.set_layout(holey_layout()); }, {"set_layout", "block count"});
+  expect_error<ShapeError>([&] { fc.set_layout(random_layout(24, 48, 8, 0.3, 1)); }, {"set_layout", "K=48"});
+  expect_error<ValueError>([&] { fc.set_layout(nullptr); }, {"set_layout", "no layout"});
+  EXPECT_EQ(fc.layout(), b);
+}
+
 TEST(BlockSparseLinear, OrthogonalInitGivesOrthogonalBlocks) {
   Generator gen(4);
   for (int64_t bs : {8, 16, 32, 64}) {
