@@ -20,6 +20,13 @@ void walk_layouts(const nn::Module& m, const std::string& path, std::map<std::st
     walk_layouts<M>(*child, path.empty() ? name : path + "." + name, out, layout_of);
 }
 
+// Every BlockSparseLinear of the model by module path (the paths collect_layouts uses).
+void walk_block_sparse(nn::Module& m, const std::string& path, std::map<std::string, nn::BlockSparseLinear*>& out) {
+  if (auto* b = dynamic_cast<nn::BlockSparseLinear*>(&m)) out[path.empty() ? kRootModulePath : path] = b;
+  for (const auto& [name, child] : m.named_children())
+    walk_block_sparse(*child, path.empty() ? name : path + "." + name, out);
+}
+
 // Path of each optimizer parameter in the model (by tensor identity).
 std::vector<std::string> param_paths(const nn::Module& model, const optim::Optimizer& opt) {
   const std::vector<nn::NamedParam> named = model.named_parameters();
@@ -66,17 +73,24 @@ std::string more_problems(size_t n) {
 }
 
 // The file's layouts (block or attention: `what` is "layout" or "attention layout") against the
-// model's, by module path; `module` names the kind of module that owns one.
-template <class L>
+// model's, by module path; `module` names the kind of module that owns one. With `adopt`, a file
+// layout that differs but `adoptable(file, model)` holds goes into *adopt instead of a problem.
+template <class L, class Adoptable>
 void check_layouts(const std::string& path, const std::map<std::string, L>& file,
-                   const std::map<std::string, L>& model, const std::string& what, const std::string& module) {
+                   const std::map<std::string, L>& model, const std::string& what, const std::string& module,
+                   std::map<std::string, L>* adopt, Adoptable adoptable) {
   std::vector<std::string> problems;
   for (const auto& [name, l] : model) {
     auto it = file.find(name);
     if (it == file.end()) {
       problems.push_back("missing " + what + " /layout/" + name + " (model has " + l->str() + ")");
     } else if (!(*it->second == *l)) {
-      problems.push_back(what + " /layout/" + name + " is " + it->second->str() + ", model has " + l->str());
+      if (adopt && adoptable(*it->second, *l)) {
+        (*adopt)[name] = it->second;
+      } else {
+        problems.push_back(what + " /layout/" + name + " is " + it->second->str() + ", model has " + l->str() +
+                           (adopt ? " (another block count or size: not adoptable)" : ""));
+      }
     }
   }
   for (const auto& kv : file)
@@ -116,7 +130,7 @@ CheckpointData capture(const nn::Module& model, const optim::Optimizer* opt) {
   return d;
 }
 
-CheckpointData restore(const std::string& path, nn::Module& model, optim::Optimizer* opt) {
+CheckpointData restore(const std::string& path, nn::Module& model, optim::Optimizer* opt, bool adopt_layouts) {
   CheckpointData d = load_checkpoint(path);
 
   if (opt) {
@@ -127,11 +141,18 @@ CheckpointData restore(const std::string& path, nn::Module& model, optim::Optimi
              "checkpoint '" << path << "': /optimizer type is '" << d.optimizer.type << "', the optimizer is '"
                             << opt->name() << "'");
   }
-  check_layouts(path, d.layouts, collect_layouts(model), "layout", "block-sparse module");
+  // Layouts the model takes from the file (adopt_layouts), applied once everything is checked.
+  std::map<std::string, LayoutPtr> adopted;
+  check_layouts(path, d.layouts, collect_layouts(model), "layout", "block-sparse module",
+                adopt_layouts ? &adopted : nullptr, [](const BlockLayout& f, const BlockLayout& m) {
+                  return f.in_features() == m.in_features() && f.out_features() == m.out_features() &&
+                         f.block_size() == m.block_size() && f.nnz() == m.nnz();
+                });
   // A file without any attention layout was written before they were saved: not checked.
   if (!d.attention_layouts.empty())
     check_layouts(path, d.attention_layouts, collect_attention_layouts(model), "attention layout",
-                  "attention module");
+                  "attention module", static_cast<std::map<std::string, AttentionLayoutPtr>*>(nullptr),
+                  [](const AttentionLayout&, const AttentionLayout&) { return false; });
 
   // Every tensor the restore fills, and what the file holds (index by dataset path).
   std::vector<RestoreTarget> targets;
@@ -157,6 +178,12 @@ CheckpointData restore(const std::string& path, nn::Module& model, optim::Optimi
     }
   }
   detail::check_targets(path, index, targets, strict);
+
+  if (!adopted.empty()) {
+    std::map<std::string, nn::BlockSparseLinear*> blocks;
+    walk_block_sparse(model, "", blocks);
+    for (const auto& [name, l] : adopted) blocks.at(name)->set_layout(l);
+  }
 
   for (size_t i = 0; i < targets.size(); ++i)
     cuda::copy(targets[i].target.data_ptr(), targets[i].target.device(), sources[i].data_ptr(), Device::cpu(),

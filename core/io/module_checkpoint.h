@@ -47,7 +47,9 @@ CheckpointData capture(const nn::Module& model, const optim::Optimizer* opt = nu
 /// naming the path, with a count of further problems:
 ///   - the optimizer type (IOError when /optimizer is missing or of another type);
 ///   - layouts: every BlockSparseLinear's layout must equal /layout/<module path>, and the file
-///     may hold no others (IOError naming both layouts);
+///     may hold no others (IOError naming both layouts); with `adopt_layouts`, a file layout of
+///     the layer's sizes, block size and block count that differs is taken instead (the layer's
+///     set_layout, once everything is checked): a run whose layers switched layouts resumes;
 ///   - attention layouts: the same for every MultiHeadAttention (same geometry and kept blocks);
 ///     skipped for a file without any attention layout (written before they were saved);
 ///   - tensors: every parameter /model/<path> and optimizer state /optimizer/<path>/<state> with
@@ -55,7 +57,8 @@ CheckpointData capture(const nn::Module& model, const optim::Optimizer* opt = nu
 ///     nothing else under /model or (with `opt`) /optimizer (IOError).
 /// Then parameters and state are copied and the optimizer's step count and lr set. Other
 /// hyperparameters stay as the optimizer was built. Without `opt`, /optimizer is ignored.
-CheckpointData restore(const std::string& path, nn::Module& model, optim::Optimizer* opt = nullptr);
+CheckpointData restore(const std::string& path, nn::Module& model, optim::Optimizer* opt = nullptr,
+                       bool adopt_layouts = false);
 
 }  // namespace io
 }  // namespace tessera

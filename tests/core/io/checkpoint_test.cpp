@@ -3,6 +3,8 @@
 // optimizer type) leaving every tensor untouched.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -113,6 +115,7 @@ class TinyNet : public nn::Module {
     drop_ = register_module("drop", std::make_shared<nn::Dropout>(nn::DropoutOptions(0.25)));
     fc2_ = register_module("fc2", std::make_shared<nn::Linear>(nn::LinearOptions(24, 3), gen));
   }
+  nn::BlockSparseLinear& sparse() { return *sparse_; }
   Tensor forward(const Tensor& x, Generator& gen) const {
     Tensor h = ln_->forward(sparse_->forward(relu(fc1_->forward(x))));
     return fc2_->forward(drop_->forward(h, gen));
@@ -260,6 +263,52 @@ TEST(Checkpoint, RestoreChecksLayoutsAndOptimizerType) {
   io::save_checkpoint(path, io::capture(a));
   optim::AdamW opt_b(b.parameters());
   expect_error<IOError>([&] { io::restore(path, b, &opt_b); }, {"no /optimizer group"});
+}
+
+// A run whose block-sparse layer switched layouts (set_layout: the same block count) resumes into
+// a freshly built model with adopt_layouts; without it the mismatch is refused as before, and a
+// file layout of another block count is not adoptable. Nothing changes before the checks pass.
+TEST(Checkpoint, RestoreAdoptsSwitchedLayoutsWhenAsked) {
+  TempDir dir;
+  const std::string path = dir.file("ck.h5");
+  TinyNet a(1);
+  const LayoutPtr original = a.sparse().layout();
+  std::vector<uint8_t> mask = original->mask();  // 2x3 blocks, 3 stored
+  std::reverse(mask.begin(), mask.end());
+  if (BlockLayout::from_mask(16, 24, 8, mask)->mask() == original->mask())
+    for (uint8_t& m : mask) m = m ? 0 : 1;  // a palindrome: its complement (also 3 blocks)
+  const LayoutPtr switched = BlockLayout::from_mask(16, 24, 8, mask);
+  ASSERT_FALSE(*switched == *original);
+  a.sparse().set_layout(switched);
+  optim::AdamW opt_a(a.parameters());
+  Generator gen_a(5);
+  train_step(a, opt_a, gen_a);
+  io::CheckpointData ck = io::capture(a, &opt_a);
+  ck.rng["data"] = gen_a.state();
+  io::save_checkpoint(path, ck);
+
+  TinyNet b(2);
+  optim::AdamW opt_b(b.parameters());
+  const Tensor before = b.named_parameters()[0].tensor.clone();
+  expect_error<IOError>([&] { io::restore(path, b, &opt_b); }, {"/layout/sparse"});
+  EXPECT_TRUE(*b.sparse().layout() == *original);
+  EXPECT_TRUE(bit_equal(b.named_parameters()[0].tensor, before));
+  const io::CheckpointData back = io::restore(path, b, &opt_b, /*adopt_layouts=*/true);
+  EXPECT_TRUE(*b.sparse().layout() == *switched);
+  expect_same_training_state(a, opt_a, b, opt_b);
+  Generator gen_b(0);
+  gen_b.set_state(back.rng.at("data"));
+  train_step(a, opt_a, gen_a);
+  train_step(b, opt_b, gen_b);
+  expect_same_training_state(a, opt_a, b, opt_b);
+
+  // A file layout of another block count: refused even with adopt_layouts, the model untouched.
+  ck.layouts["sparse"] = BlockLayout::from_mask(16, 24, 8, {1, 1, 1, 1, 0, 0});
+  io::save_checkpoint(path, ck);
+  TinyNet c(3);
+  optim::AdamW opt_c(c.parameters());
+  expect_error<IOError>([&] { io::restore(path, c, &opt_c, true); }, {"/layout/sparse", "not adoptable"});
+  EXPECT_TRUE(*c.sparse().layout() == *original);
 }
 
 }  // namespace
