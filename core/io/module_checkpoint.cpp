@@ -11,20 +11,19 @@ namespace io {
 
 namespace {
 
-// The layout of every module of type M (by module path), as layout_of(module) gives it.
-template <class M, class L, class Get>
-void walk_layouts(const nn::Module& m, const std::string& path, std::map<std::string, L>& out,
-                  Get layout_of) {
-  if (const auto* b = dynamic_cast<const M*>(&m)) out[path.empty() ? kRootModulePath : path] = layout_of(*b);
+// Calls f(path, module) for every module of type M in the tree below `m` (M const when `m` is),
+// by module path: the root is kRootModulePath, children are "a.b".
+template <class M, class Mod, class F>
+void for_each_module(Mod& m, const std::string& path, F&& f) {
+  if (auto* b = dynamic_cast<M*>(&m)) f(path.empty() ? kRootModulePath : path, *b);
   for (const auto& [name, child] : m.named_children())
-    walk_layouts<M>(*child, path.empty() ? name : path + "." + name, out, layout_of);
+    for_each_module<M>(static_cast<Mod&>(*child), path.empty() ? name : path + "." + name, f);
 }
 
-// Every BlockSparseLinear of the model by module path (the paths collect_layouts uses).
-void walk_block_sparse(nn::Module& m, const std::string& path, std::map<std::string, nn::BlockSparseLinear*>& out) {
-  if (auto* b = dynamic_cast<nn::BlockSparseLinear*>(&m)) out[path.empty() ? kRootModulePath : path] = b;
-  for (const auto& [name, child] : m.named_children())
-    walk_block_sparse(*child, path.empty() ? name : path + "." + name, out);
+// The layout of every module of type M (by module path), as layout_of(module) gives it.
+template <class M, class L, class Get>
+void walk_layouts(const nn::Module& m, std::map<std::string, L>& out, Get layout_of) {
+  for_each_module<const M>(m, "", [&](const std::string& path, const M& b) { out[path] = layout_of(b); });
 }
 
 // Path of each optimizer parameter in the model (by tensor identity).
@@ -104,15 +103,13 @@ void check_layouts(const std::string& path, const std::map<std::string, L>& file
 
 std::map<std::string, LayoutPtr> collect_layouts(const nn::Module& model) {
   std::map<std::string, LayoutPtr> out;
-  walk_layouts<nn::BlockSparseLinear>(model, "", out,
-                                      [](const nn::BlockSparseLinear& b) { return b.layout(); });
+  walk_layouts<nn::BlockSparseLinear>(model, out, [](const nn::BlockSparseLinear& b) { return b.layout(); });
   return out;
 }
 
 std::map<std::string, AttentionLayoutPtr> collect_attention_layouts(const nn::Module& model) {
   std::map<std::string, AttentionLayoutPtr> out;
-  walk_layouts<nn::MultiHeadAttention>(model, "", out,
-                                       [](const nn::MultiHeadAttention& a) { return a.layout(); });
+  walk_layouts<nn::MultiHeadAttention>(model, out, [](const nn::MultiHeadAttention& a) { return a.layout(); });
   return out;
 }
 
@@ -179,11 +176,11 @@ CheckpointData restore(const std::string& path, nn::Module& model, optim::Optimi
   }
   detail::check_targets(path, index, targets, strict);
 
-  if (!adopted.empty()) {
-    std::map<std::string, nn::BlockSparseLinear*> blocks;
-    walk_block_sparse(model, "", blocks);
-    for (const auto& [name, l] : adopted) blocks.at(name)->set_layout(l);
-  }
+  if (!adopted.empty())
+    for_each_module<nn::BlockSparseLinear>(model, "", [&](const std::string& path, nn::BlockSparseLinear& b) {
+      auto it = adopted.find(path);
+      if (it != adopted.end()) b.set_layout(it->second);
+    });
 
   for (size_t i = 0; i < targets.size(); ++i)
     cuda::copy(targets[i].target.data_ptr(), targets[i].target.device(), sources[i].data_ptr(), Device::cpu(),

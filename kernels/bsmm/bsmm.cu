@@ -1,7 +1,7 @@
 // bsmm on the GPU: y [N, K] = x [N, C] · W over the layout's stored blocks (w [nnz, bs, bs]),
 // block k scaled by gate[k] when gated. bf16/f16 (and f32 when TF32 is allowed) run on tensor
-// cores (kernels/common/cuda/bsmm_sm80.cu); f32 and f64 otherwise, and operands that are not
-// 16-byte aligned, run the exact scalar kernel below.
+// cores (kernels/common/cuda/bsmm_tc.h picks the kernel); f32 and f64 otherwise, and operands
+// that are not 16-byte aligned, run the exact scalar kernel below.
 //
 //   y[n, c·bs + j] = sum over the stored blocks k of block column c (block row r = block_row[k],
 //                    increasing r, as on the CPU) of gate[k] · sum_i x[n, r·bs + i] · W[k][i][j]

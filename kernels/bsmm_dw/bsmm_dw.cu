@@ -1,6 +1,6 @@
 // bsmm_dw on the GPU: dw [nnz, bs, bs] = X_rᵀ·dY_c on the layout's stored blocks only.
-// bf16/f16 (and f32 when TF32 is allowed) run on tensor cores (kernels/common/cuda/bsmm_sm80.cu:
-// groups of up to 128/bs blocks of one block row share their X strip); f32 and f64 otherwise, and
+// bf16/f16 (and f32 when TF32 is allowed) run on tensor cores (kernels/common/cuda/bsmm_tc.h:
+// runs of blocks of one block row share their X strip); f32 and f64 otherwise, and
 // operands that are not 16-byte aligned, run the exact scalar kernel below.
 //
 //   dw[k][i][j] = sum over n < N of x[n, r·bs + i] · dy[n, c·bs + j]     (r = block_row[k],

@@ -1,6 +1,6 @@
 // bsmm_dx on the GPU: dx [N, C] = dy [N, K] · Wᵀ over the layout's stored blocks (w [nnz, bs,
 // bs]), block k scaled by gate[k] when gated. bf16/f16 (and f32 when TF32 is allowed) run on
-// tensor cores (kernels/common/cuda/bsmm_sm80.cu, the forward's kernel with W transposed); f32
+// tensor cores (kernels/common/cuda/bsmm_tc.h: the forward's kernels with W transposed); f32
 // and f64 otherwise, and operands that are not 16-byte aligned, run the exact scalar kernel below.
 //
 //   dx[n, r·bs + i] = sum over the stored blocks k of block row r (k = row_ptr[r] ..
