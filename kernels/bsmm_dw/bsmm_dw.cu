@@ -58,9 +58,9 @@ void BsmmDw::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
                                   cuda::current_stream(dw)));
   {
     const cuda::BlockGradient g{x.dtype(), dw.dtype(), static_cast<int>(l.block_size()), attrs.accumulate,
-                                x.data_ptr(), dy.data_ptr(), dw.data_ptr(), n, C, K, tables.dw_groups,
-                                tables.dw_group, tables.dw_wide_groups, tables.dw_wide_group, tables.block_row,
-                                tables.block_col, tables.counter};
+                                x.data_ptr(), dy.data_ptr(), dw.data_ptr(), n, C, K, l.nnz(), tables.dw_groups,
+                                tables.dw_group, tables.dw_col_runs, tables.dw_col_run, tables.col_blocks,
+                                tables.col_rows, tables.block_row, tables.block_col, tables.counter};
     if (cuda::run_gradient(g, dev, cuda::current_stream(dw))) return;
   }
   cuda::dispatch_cuda_float(x.dtype(), kName, [&](auto tag) {

@@ -10,12 +10,14 @@ namespace cuda {
 namespace sm90 {
 
 /// Whether these kernels take the call: bf16/f16 operands (output in their dtype or f32), 16-byte
-/// aligned pointers, a device of compute capability 9.0; fwd/dx: bs 16, 32 or 64 (gated or not); dW: bs 64.
+/// aligned pointers, a device of compute capability 9.0; fwd/dx: bs 16, 32 or 64 (gated or not); dW: every
+/// block size (8, 16, 32, 64).
 bool gather_supported(const GatherProduct& p, int device);
 bool gradient_supported(const BlockGradient& g, int device);
 
 void gather_product(const GatherProduct& p, cudaStream_t stream);
-void block_gradient(const BlockGradient& g, cudaStream_t stream);
+/// `device` is the current device (the f32 workspace of a split of N comes from its pool).
+void block_gradient(const BlockGradient& g, int device, cudaStream_t stream);
 
 /// Launches of these kernels so far in this process (all devices).
 uint64_t launch_count();

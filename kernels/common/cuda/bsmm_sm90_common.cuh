@@ -46,7 +46,7 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
 }
 
 /// A 2-D row-major [rows, cols] tensor map (bf16, f16 or f32) with boxes of [box_rows, box_cols],
-/// swizzled by the box's row length (128, 64 or 32 bytes).
+/// swizzled by the box's row length (128, 64 or 32 bytes; 16: not swizzled).
 CUtensorMap tensor_map(const void* base, DType dt, uint64_t rows, uint64_t cols, uint32_t box_rows, uint32_t box_cols) {
   CUtensorMap map;
   const uint64_t elem = dt == DType::f32 ? 4 : 2;
@@ -61,7 +61,8 @@ CUtensorMap tensor_map(const void* base, DType dt, uint64_t rows, uint64_t cols,
       &map, type, 2, const_cast<void*>(base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
       box_cols * elem == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
       : box_cols * elem == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
-                              : CU_TENSOR_MAP_SWIZZLE_32B,
+      : box_cols * elem == 32 ? CU_TENSOR_MAP_SWIZZLE_32B
+                              : CU_TENSOR_MAP_SWIZZLE_NONE,
       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   TS_CHECK(r == CUDA_SUCCESS, DeviceError,
            "bsmm: cuTensorMapEncodeTiled failed (" << static_cast<int>(r) << ") for a [" << rows << ", " << cols

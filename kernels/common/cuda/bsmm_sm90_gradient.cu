@@ -1,17 +1,31 @@
-// The Hopper (sm_90a) kernel of bsmm_dw at bs 64 (see bsmm_sm90.h).
+// The Hopper (sm_90a) kernel of bsmm_dw (see bsmm_sm90.h), every block size 8, 16, 32, 64.
 //
-// Work items are the layout's dw_wide_group runs (up to four blocks of one block row, the
-// longest first), handed to the thread blocks that are free as in the gather kernel (first item
-// by index, then the layout's counter; an mbarrier ring to the consumers). Per 64-row step of N
-// the producer thread copies the X strip [64, 64] and the dY strips of the run's block columns;
-// each consumer warpgroup computes two of the blocks, both operands MN-major and the X strip's
-// descriptor shared:
+// Work items are (run, part of N): a run is up to kG = 256/bs consecutive entries of one block
+// column's list (the layout's dw_col_run table, longest first), whose blocks share the column's
+// dY strip; a part is a range of the N rows (parts = 1 unless the rule below splits N). They go
+// to the thread blocks that are free as in the gather kernel (the first by blockIdx.x, then the
+// layout's counter; an mbarrier ring to the consumers). Per 64-row step of the part the
+// producer warp copies the dY strip [64, bs] of the column and the X strips [64, bs] of the
+// run's block rows into one stage. A product stacks the X strips of kPack = 64/bs blocks along
+// M (MN-major, the strips kStripBytes apart) against the dY strip (MN-major), so that every
+// block size fills the m64 tile:
 //
-//   acc [64, 64] += X_strip[t0 .. t0+64, :]ᵀ · dY_strip[t0 .. t0+64, :]
+//   acc [64, bs] += [X_r0 | X_r1 | ...][t0 .. t0+64, :]ᵀ · dY_c[t0 .. t0+64, :]
+//   (rows i·bs .. i·bs + bs of acc are block r_i's)
 //
-// Deterministic: each element is summed by one thread in row order, with no atomics on data.
+// Each consumer warpgroup computes two products (2·kPack blocks). With one part the tile is
+// stored into dw (the accumulate mode adds to it); with several, each part stores its f32
+// partial sums into a workspace [parts, nnz, bs, bs] and a second kernel adds the parts in
+// order 0, 1, ... and stores dw.
+//
+// Deterministic: each element is summed by one thread in row order within a part, and the parts
+// in a fixed order; no atomics on data. The part count depends only on (layout, N, device).
 #include "kernels/common/cuda/bsmm_sm90.h"
 
+#include <cmath>
+#include <cstdlib>
+
+#include "core/tensor.h"
 #include "kernels/common/cuda/bsmm_sm90_common.cuh"
 
 namespace tessera {
@@ -19,34 +33,43 @@ namespace cuda {
 namespace sm90 {
 namespace {
 
-template <int kG_>
+template <int BS>
 struct GradientTile {
-  static constexpr int kKT = 64;                  // rows of n per stage
-  static constexpr int kStripBytes = kKT * 128;   // [64 rows, 64 values]
-  static constexpr int kG = kG_;                  // blocks per work item (kG / 2 per consumer warpgroup)
-  static constexpr int kStageBytes = (1 + kG) * kStripBytes;
-  static constexpr int kStages = 5;
+  static constexpr int kKT = 64;                       // rows of n per stage
+  static constexpr int kRowBytes = 2 * BS;             // one row of a strip
+  static constexpr int kStripBytes = kKT * kRowBytes;  // a [64, bs] strip of X or dY
+  static constexpr int kPack = 64 / BS;                // blocks per m64 product
+  static constexpr int kG = 4 * kPack;                 // blocks per run: two products per consumer warpgroup
+  static constexpr int kStageBytes = (1 + kG) * kStripBytes;  // dY strip, then the X strips
+  static constexpr int kStages = 210 * 1024 / kStageBytes < 8 ? 210 * 1024 / kStageBytes : 8;
   static constexpr int kItemRing = 4;
   static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + kItemRing * (16 + 16) + 1024;
 };
 
-template <class T, class TO, int kG>
+/// The descriptor of an MN-major operand whose k16 slice starts at `p`, atoms along MN
+/// `atom_stride` bytes apart (see wgmma_sm90.cuh).
+template <int kRowBytes>
+__device__ __forceinline__ uint64_t mn_major(const uint8_t* p, uint32_t atom_stride) {
+  if constexpr (kRowBytes == 16) return make_desc(p, 8 * kRowBytes, atom_stride, kRowBytes);
+  return make_desc(p, atom_stride, 8 * kRowBytes, kRowBytes);
+}
+
+template <class T, class TO, int BS>
 __global__ void __launch_bounds__(kThreads, 1)
     gradient_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_dy,
-                    BlockGradient p) {
+                    BlockGradient p, int parts, int part_steps, float* __restrict__ partial) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Tile = GradientTile<kG>;
-  constexpr int kPerWG = kG / 2;
-  constexpr int kStages = Tile::kStages;
+  using Tile = GradientTile<BS>;
+  constexpr int kStages = Tile::kStages, kRing = Tile::kItemRing, kPack = Tile::kPack;
+  constexpr int kRowBytes = Tile::kRowBytes;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = align1024(smem_raw);
-  constexpr int kRing = Tile::kItemRing;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * Tile::kStageBytes);
   uint64_t* empty = full + kStages;
   uint64_t* item_full = empty + kStages;
   uint64_t* item_empty = item_full + kRing;
-  int4* ring = reinterpret_cast<int4*>(item_empty + kRing);  // (first block k, count); k < 0: no more
-  auto strip = [&](int s, int i) { return smem + s * Tile::kStageBytes + i * Tile::kStripBytes; };  // 0: X, 1+g: dY
+  int4* ring = reinterpret_cast<int4*>(item_empty + kRing);  // (list begin, count, part, column); count 0: no more
+  auto strip = [&](int s, int i) { return smem + s * Tile::kStageBytes + i * Tile::kStripBytes; };  // 0: dY, 1+b: X
 
   const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
@@ -62,48 +85,57 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   const int steps = static_cast<int>((p.n + Tile::kKT - 1) / Tile::kKT);
+  const int items = p.col_runs * parts;
 
   if (wg == 0) {
-    // Producer: one thread. Items (runs of blocks, the longest first) go to the thread blocks
-    // that are free: the first is blockIdx.x, then gridDim.x + the launch's counter.
-    if (threadIdx.x != 0) return;
-    prefetch_tma_map(&map_x);
-    prefetch_tma_map(&map_dy);
-    int it = 0, item = blockIdx.x;
+    // Producer: warp 0. Lane 0 takes items (run-major: all parts of the longest runs first) and
+    // hands them to the consumers; per step lane 0 claims a stage and copies the dY strip, and
+    // lane b < count copies block b's X strip (count <= 32).
+    if (threadIdx.x >= 32) return;
+    if (lane == 0) {
+      prefetch_tma_map(&map_x);
+      prefetch_tma_map(&map_dy);
+    }
+    int it = 0, taken = blockIdx.x;
     for (int n = 0;; ++n) {
-      int4 w = make_int4(-1, 0, 0, 0);
-      int next = 0;
-      if (item < p.groups) {
-        w.x = p.group[2 * item];
-        w.y = p.group[2 * item + 1];
-        next = static_cast<int>(gridDim.x) + atomicAdd(p.counter, 1);
+      const int item = __shfl_sync(0xffffffffu, taken, 0);
+      int4 w = make_int4(0, 0, 0, 0);
+      if (item < items) {
+        const int run = item / parts;
+        w = make_int4(p.col_run[3 * run], p.col_run[3 * run + 1], item % parts, p.col_run[3 * run + 2]);
+        if (lane == 0) taken = static_cast<int>(gridDim.x) + atomicAdd(p.counter, 1);
       }
-      const int slot = n % kRing;
-      mbar_wait(&item_empty[slot], ((n / kRing) & 1) ^ 1);
-      ring[slot] = w;
-      mbar_arrive(&item_full[slot]);
-      if (w.x < 0) {  // the last thread block done sets the counter back to 0 (see gather_kernel)
-        if (atomicAdd(p.counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+      if (lane == 0) {
+        const int slot = n % kRing;
+        mbar_wait(&item_empty[slot], ((n / kRing) & 1) ^ 1);
+        ring[slot] = w;
+        mbar_arrive(&item_full[slot]);
+      }
+      if (w.y == 0) {  // the last thread block done sets the counter back to 0 (see gather_kernel)
+        if (lane == 0 && atomicAdd(p.counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {
           p.counter[0] = 0;
           p.counter[1] = 0;
         }
         break;
       }
-      const int k0 = w.x, count = w.y, r = p.block_row[k0];
-      for (int step = 0; step < steps; ++step, ++it) {
+      const int count = w.y, first = w.z * part_steps, last = min(steps, first + part_steps);
+      const int row = lane < count ? p.col_rows[w.x + lane] : 0;  // the block row of lane's block
+      for (int step = first; step < last; ++step, ++it) {
         const int s = it % kStages;
-        mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
-        mbar_arrive_expect_tx(&full[s], (1 + count) * Tile::kStripBytes);
-        tma_load_2d(strip(s, 0), &map_x, &full[s], r * 64, step * Tile::kKT);
-        for (int b = 0; b < count; ++b)
-          tma_load_2d(strip(s, 1 + b), &map_dy, &full[s], p.block_col[k0 + b] * 64, step * Tile::kKT);
+        if (lane == 0) {
+          mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
+          mbar_arrive_expect_tx(&full[s], (1 + count) * Tile::kStripBytes);
+          tma_load_2d(strip(s, 0), &map_dy, &full[s], w.w * BS, step * Tile::kKT);
+        }
+        __syncwarp();  // the stage is claimed and its byte count set before the copies land
+        if (lane < count) tma_load_2d(strip(s, 1 + lane), &map_x, &full[s], row * BS, step * Tile::kKT);
       }
-      item = next;
     }
     return;
   }
 
-  // Consumer warpgroup c computes blocks k0 + kPerWG·c .. of each item (those it has).
+  // Consumer warpgroup c computes products 2c and 2c + 1 of each item (blocks kPack·(2c + j) ..
+  // of the run, those it has).
   const int c = wg - 1, warp = (threadIdx.x / 32) % 4, g = lane / 4, t = lane % 4;
   TO* dw = static_cast<TO*>(p.dw);
   int it = 0;
@@ -113,57 +145,67 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int4 w = ring[slot];
     __syncwarp();
     if (lane == 0) mbar_arrive(&item_empty[slot]);
-    if (w.x < 0) break;
-    const int k0 = w.x, count = w.y;
-    const int mine = min(kPerWG, max(0, count - kPerWG * c));  // blocks of this warpgroup in the item
-    float acc[kPerWG][32];
+    if (w.y == 0) break;
+    const int q0 = w.x, count = w.y, part = w.z;
+    const int first = part * part_steps, last = min(steps, first + part_steps);
+    const int products = min(2, max(0, (count + kPack - 1) / kPack - 2 * c));  // products of this warpgroup
+    float acc[2][BS / 2];
 #pragma unroll
-    for (int b = 0; b < kPerWG; ++b)
+    for (int j = 0; j < 2; ++j)
 #pragma unroll
-      for (int i = 0; i < 32; ++i) acc[b][i] = 0.f;
-    for (int step = 0; step < steps; ++step, ++it) {
+      for (int i = 0; i < BS / 2; ++i) acc[j][i] = 0.f;
+    for (int step = first; step < last; ++step, ++it) {
       const int s = it % kStages;
       mbar_wait(&full[s], (it / kStages) & 1);
-      if (mine > 0) {
+      if (products > 0) {
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Tile::kKT / 16; ++kk) {
-          // A (m = i, k = row) = X[row][i], B (k = row, n = j) = dY[row][j]: both MN-major, rows are k
-          const uint64_t da = make_desc(strip(s, 0) + kk * 16 * 128, Tile::kStripBytes, 1024, 128);
+          // A (m = i, k = row) = X_strips[row][i], B (k = row, n = j) = dY[row][j]: both MN-major
+          const uint64_t db = mn_major<kRowBytes>(strip(s, 0) + kk * 16 * kRowBytes, Tile::kStripBytes);
 #pragma unroll
-          for (int b = 0; b < kPerWG; ++b) {
-            if (b >= mine) break;
-            const uint64_t db = make_desc(strip(s, 1 + kPerWG * c + b) + kk * 16 * 128, Tile::kStripBytes, 1024, 128);
-            Wgmma<T, 64>::template run<1, 1>(acc[b], da, db, step > 0 || kk > 0);
+          for (int j = 0; j < 2; ++j) {
+            if (j >= products) break;
+            const uint64_t da = mn_major<kRowBytes>(strip(s, 1 + kPack * (2 * c + j)) + kk * 16 * kRowBytes,
+                                                    Tile::kStripBytes);
+            Wgmma<T, BS>::template run<1, 1>(acc[j], da, db, step > first || kk > 0);
           }
         }
         wgmma_commit();
         wgmma_wait<1>();
 #pragma unroll
-        for (int b = 0; b < kPerWG; ++b) fence_operands(acc[b]);
+        for (int j = 0; j < 2; ++j) fence_operands(acc[j]);
       }
       // The whole warp's reads of the previous stage come before lane 0 releases it.
       __syncwarp();
-      if (step > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
+      if (step > first && lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
     }
-    if (mine > 0) {
+    if (products > 0) {
       wgmma_wait<0>();
 #pragma unroll
-      for (int b = 0; b < kPerWG; ++b) fence_operands(acc[b]);
+      for (int j = 0; j < 2; ++j) fence_operands(acc[j]);
     }
     __syncwarp();
-    if (steps > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
+    if (last > first && lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
+    // Row i of product j is row i % bs of block kPack·(2c + j) + i / bs of the run.
 #pragma unroll
-    for (int b = 0; b < kPerWG; ++b) {
-      if (b >= mine) break;
-      const int64_t k = static_cast<int64_t>(k0) + kPerWG * c + b;
+    for (int j = 0; j < 2; ++j) {
+      if (j >= products) break;
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
+      for (int h = 0; h < 2; ++h) {
+        const int i = warp * 16 + g + 8 * h, b = kPack * (2 * c + j) + i / BS;
+        if (b >= count) continue;
+        const int64_t k = p.col_blocks[q0 + b];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int i = warp * 16 + g + 8 * h, col = 8 * j + 2 * t;
-          store_pair(dw + (k * 64 + i) * 64 + col, acc[b][4 * j + 2 * h], acc[b][4 * j + 2 * h + 1], p.accumulate);
+        for (int jj = 0; jj < BS / 8; ++jj) {
+          const int64_t at = (k * BS + i % BS) * BS + 8 * jj + 2 * t;
+          const float v0 = acc[j][4 * jj + 2 * h], v1 = acc[j][4 * jj + 2 * h + 1];
+          if (parts == 1)
+            store_pair(dw + at, v0, v1, p.accumulate);
+          else
+            *reinterpret_cast<float2*>(partial + part * p.nnz * BS * BS + at) = make_float2(v0, v1);
         }
+      }
     }
   }
 #else
@@ -171,35 +213,107 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+/// dw[e] (+)= partial[0][e] + partial[1][e] + ... (in that order), four elements per thread.
+template <class TO>
+__global__ void sum_parts_kernel(const float* __restrict__ partial, TO* __restrict__ dw, int64_t elems, int parts,
+                                 bool accumulate) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * 4;
+  for (int64_t e = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 4; e < elems; e += stride) {
+    float4 s = *reinterpret_cast<const float4*>(partial + e);
+    for (int q = 1; q < parts; ++q) {
+      const float4 v = *reinterpret_cast<const float4*>(partial + q * elems + e);
+      s.x += v.x;
+      s.y += v.y;
+      s.z += v.z;
+      s.w += v.w;
+    }
+    store_pair(dw + e, s.x, s.y, accumulate);
+    store_pair(dw + e + 2, s.z, s.w, accumulate);
+  }
+}
+
+// The parts N is split into: the count (1 to 16, each part at least 8 steps of 64 rows) that
+// minimizes the estimated time
+//   waves(runs·parts over the grid) · (steps per part + 2)
+//   + (parts > 1: the partial sums' traffic, (parts + 1)·nnz·bs²·4 bytes, in steps of the
+//     kernel's per-step traffic over the whole grid, + 2 for the second launch),
+// in units of one step of one item; ties to the fewer parts. TESSERA_BSMM_DW_PARTS=P forces P
+// (for measurements; other bits than the rule's when it differs).
+template <int BS>
+int choose_parts(const BlockGradient& g, int steps, int grid) {
+  using Tile = GradientTile<BS>;
+  if (const char* e = std::getenv("TESSERA_BSMM_DW_PARTS")) {
+    const int forced = std::atoi(e);
+    if (forced >= 1) return std::min(forced, steps);
+  }
+  const double step_bytes = static_cast<double>(grid) * Tile::kStageBytes;
+  const double block_bytes = static_cast<double>(g.nnz) * BS * BS * 4;
+  int best = 1;
+  double best_cost = 0;
+  for (int parts = 1; parts <= 16 && (parts == 1 || steps / parts >= 8); ++parts) {
+    const int per = (steps + parts - 1) / parts, used = (steps + per - 1) / per;
+    if (used != parts) continue;
+    const double waves = std::ceil(static_cast<double>(g.col_runs) * parts / grid);
+    double cost = waves * (per + 2);
+    if (parts > 1) cost += (parts + 1) * block_bytes / step_bytes + 2;
+    if (parts == 1 || cost < best_cost) {
+      best = parts;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+template <class T, class TO, int BS>
+void launch(const BlockGradient& g, int device, cudaStream_t stream) {
+  using Tile = GradientTile<BS>;
+  const CUtensorMap map_x = tensor_map(g.x, g.in_dtype, g.n, g.C, Tile::kKT, BS);
+  const CUtensorMap map_dy = tensor_map(g.dy, g.in_dtype, g.n, g.K, Tile::kKT, BS);
+  constexpr auto kernel = &gradient_kernel<T, TO, BS>;
+  const int persistent = persistent_grid<kernel>(Tile::kSmemBytes);
+  const int steps = static_cast<int>((g.n + Tile::kKT - 1) / Tile::kKT);
+  const int chosen = choose_parts<BS>(g, steps, persistent);
+  const int part_steps = (steps + chosen - 1) / chosen;
+  const int parts = (steps + part_steps - 1) / part_steps;  // every part has rows
+  const int64_t elems = g.nnz * BS * BS;
+  TS_CHECK(static_cast<int64_t>(g.col_runs) * parts < INT32_MAX, ShapeError, "bsmm_dw: too many work items");
+  Tensor partial;  // freed in stream order after the kernels below
+  if (parts > 1)
+    partial = empty({parts * elems}, TensorOptions(DType::f32).device(Device::cuda(device)));
+  const int grid = static_cast<int>(std::min<int64_t>(static_cast<int64_t>(g.col_runs) * parts, persistent));
+  kernel<<<grid, kThreads, Tile::kSmemBytes, stream>>>(map_x, map_dy, g, parts, part_steps,
+                                                       parts > 1 ? static_cast<float*>(partial.data_ptr()) : nullptr);
+  TS_CUDA_LAUNCH_CHECK("bsmm_dw");
+  if (parts > 1) {
+    const int threads = 256;
+    const int blocks = static_cast<int>(std::min<int64_t>((elems / 4 + threads - 1) / threads, 8 * persistent));
+    sum_parts_kernel<TO><<<blocks, threads, 0, stream>>>(static_cast<const float*>(partial.data_ptr()),
+                                                         static_cast<TO*>(g.dw), elems, parts, g.accumulate);
+    TS_CUDA_LAUNCH_CHECK("bsmm_dw (sum of parts)");
+  }
+  g_launches.fetch_add(1, std::memory_order_relaxed);
+}
 
 }  // namespace
 
 bool gradient_supported(const BlockGradient& g, int device) {
-  return g.bs == 64 && half_dtype(g.in_dtype) && (g.out_dtype == g.in_dtype || g.out_dtype == DType::f32) &&
-         aligned16(g.x) && aligned16(g.dy) && aligned16(g.dw) && g.n > 0 && g.n <= INT32_MAX && device_ok(device);
+  return (g.bs == 8 || g.bs == 16 || g.bs == 32 || g.bs == 64) && half_dtype(g.in_dtype) &&
+         (g.out_dtype == g.in_dtype || g.out_dtype == DType::f32) && aligned16(g.x) && aligned16(g.dy) &&
+         aligned16(g.dw) && g.n > 0 && g.n <= INT32_MAX && device_ok(device);
 }
 
 
-void block_gradient(const BlockGradient& g, cudaStream_t stream) {
-  if (g.wide_groups == 0) return;
+void block_gradient(const BlockGradient& g, int device, cudaStream_t stream) {
+  if (g.col_runs == 0) return;
   dispatch_types(g.in_dtype, g.out_dtype, [&](auto tin, auto tout) {
     using T = typename decltype(tin)::type;
     using TO = typename decltype(tout)::type;
-    // Work items: runs of four blocks (two per consumer warpgroup). On the H200 1.25x faster than
-    // runs of two at density 0.1 and 1 (transformer shape), 1.2x slower at 0.25. The kernel's
-    // time comes in whole waves of equally long items (each sums over all N rows), which a split
-    // of N would smooth out.
-    using Tile = GradientTile<kDwWideGroup>;
-    const CUtensorMap map_x = tensor_map(g.x, g.in_dtype, g.n, g.C, Tile::kKT, 64);
-    const CUtensorMap map_dy = tensor_map(g.dy, g.in_dtype, g.n, g.K, Tile::kKT, 64);
-    BlockGradient items = g;
-    items.group = g.wide_group;
-    items.groups = g.wide_groups;
-    constexpr auto kernel = &gradient_kernel<T, TO, kDwWideGroup>;
-    const int grid = std::min(items.groups, persistent_grid<kernel>(Tile::kSmemBytes));
-    kernel<<<grid, kThreads, Tile::kSmemBytes, stream>>>(map_x, map_dy, items);
-    TS_CUDA_LAUNCH_CHECK("bsmm_dw");
-    g_launches.fetch_add(1, std::memory_order_relaxed);
+    switch (g.bs) {
+      case 64: return launch<T, TO, 64>(g, device, stream);
+      case 32: return launch<T, TO, 32>(g, device, stream);
+      case 16: return launch<T, TO, 16>(g, device, stream);
+      default: return launch<T, TO, 8>(g, device, stream);
+    }
   });
 }
 

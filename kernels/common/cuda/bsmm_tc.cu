@@ -58,7 +58,7 @@ bool run_gradient(const BlockGradient& g, int device, cudaStream_t stream) {
   if (path == Path::simt) return false;
 #ifdef TESSERA_HAVE_SM90A
   if (path == Path::automatic && sm90::gradient_supported(g, device)) {
-    sm90::block_gradient(g, stream);
+    sm90::block_gradient(g, device, stream);
     return true;
   }
 #endif

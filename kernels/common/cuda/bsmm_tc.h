@@ -7,7 +7,7 @@
 // The rule is deterministic, by (dtype, block size, gate, architecture, alignment):
 //   - sm_90a kernels (bsmm_sm90_*.cu: wgmma, TMA, warp-specialized, persistent) on compute
 //     capability 9.0, when the build has them (CUDA architecture 90): bf16/f16 operands,
-//     block sizes 16, 32 and 64 for fwd/dx (gated or not) and 64 for dW;
+//     block sizes 16, 32 and 64 for fwd/dx (gated or not), every block size for dW;
 //   - otherwise sm_80 kernels (bsmm_sm80.cu: mma.sync, ldmatrix, cp.async) on compute
 //     capability 8.0 or higher: bf16/f16 operands, and f32 operands rounded to tf32 when TF32 is
 //     allowed (cuda::allow_tf32(), TESSERA_ALLOW_TF32=1); every block size, gated or not;
@@ -18,7 +18,10 @@
 // Deterministic: every output element is summed by one thread, over the stored blocks in the
 // order of the layout's list (increasing block row for fwd, increasing block column for dx; the
 // sum over the N rows for dW in increasing row order), with no atomics: the same inputs give the
-// same bits on every run and in CUDA-graph replay. Different kernels (sm_90a, sm_80) may round
+// same bits on every run and in CUDA-graph replay. The sm_90a dW kernel may split the sum over N
+// into parts (by a rule of the layout, N and the device's multiprocessor count: see
+// bsmm_sm90_gradient.cu; TESSERA_BSMM_DW_PARTS=P forces P) that a second kernel adds in a fixed
+// order, into f32 partial sums from the device's pool. Different kernels (sm_90a, sm_80) may round
 // differently from each other; the rule gives each call the same kernel every time.
 #pragma once
 
@@ -53,8 +56,9 @@ struct GatherProduct {
   int32_t* counter;          ///< 2 device ints, 0 between launches: the sm_90a kernel hands out work items with them
 };
 
-/// dw [nnz, bs, bs] (+)= X[:, r-block]ᵀ·dY[:, c-block] per stored block, computed in groups of
-/// blocks of one block row that share the X strip.
+/// dw [nnz, bs, bs] (+)= X[:, r-block]ᵀ·dY[:, c-block] per stored block, computed in runs of
+/// blocks that share a strip: of one block row (sm_80 kernel: the X strip) or of one block
+/// column (sm_90a kernel: the dY strip).
 struct BlockGradient {
   DType in_dtype, out_dtype;
   int bs;
@@ -63,10 +67,13 @@ struct BlockGradient {
   const void* dy;            ///< [n, K]
   void* dw;                  ///< [nnz, bs, bs]
   int64_t n, C, K;
+  int64_t nnz;               ///< stored blocks
   int32_t groups;            ///< entries of `group`
   const int32_t* group;      ///< [groups, 2]: (first block k, block count <= 128/bs) of one block row
-  int32_t wide_groups;       ///< entries of `wide_group`
-  const int32_t* wide_group; ///< [wide_groups, 2]: the same with counts <= 4 (the sm_90a kernel's)
+  int32_t col_runs;          ///< entries of `col_run`
+  const int32_t* col_run;    ///< [col_runs, 3]: (list begin in col_blocks, count <= 256/bs, block column), longest first
+  const int32_t* col_blocks; ///< [nnz]: the blocks of each block column, by row (block_layout.h)
+  const int32_t* col_rows;   ///< [nnz]: block_row of each col_blocks entry
   const int32_t* block_row;  ///< [nnz]
   const int32_t* block_col;  ///< [nnz]
   int32_t* counter;          ///< as GatherProduct's

@@ -3,6 +3,7 @@
 #include "kernels/common/cuda/layout_tables.h"
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <map>
 #include <memory>
@@ -77,20 +78,33 @@ std::vector<int32_t> longest_first(const std::vector<int32_t>& ptr) {
   return work;
 }
 
-// (first k, count) of runs of at most `group` consecutive blocks of one block row, by row; with
-// longest_first, the longest runs first (ties by row), so that a kernel handing items out in this
-// order to whichever thread block is free ends with the short ones.
-std::vector<int32_t> row_groups(const BlockLayout& l, int32_t group, bool longest = false) {
-  std::vector<std::pair<int32_t, int32_t>> runs;
+// (first k, count) of runs of at most `group` consecutive blocks of one block row, by row.
+std::vector<int32_t> row_groups(const BlockLayout& l, int32_t group) {
+  std::vector<int32_t> out;
   const auto& row_ptr = l.row_ptr();
   for (size_t r = 0; r + 1 < row_ptr.size(); ++r)
-    for (int32_t k = row_ptr[r]; k < row_ptr[r + 1]; k += group)
-      runs.emplace_back(k, std::min(group, row_ptr[r + 1] - k));
-  if (longest)
-    std::stable_sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  std::vector<int32_t> out;
-  for (const auto& [k, count] : runs) out.insert(out.end(), {k, count});
+    for (int32_t k = row_ptr[r]; k < row_ptr[r + 1]; k += group) out.insert(out.end(), {k, std::min(group, row_ptr[r + 1] - k)});
   return out;
+}
+
+// (list begin, count, column) of runs of at most `run` consecutive entries of each block column's
+// list in col_blocks, longest first (ties by column).
+std::vector<int32_t> col_runs(const BlockLayout& l, int32_t run) {
+  std::vector<std::array<int32_t, 3>> runs;
+  const auto& col_ptr = l.col_ptr();
+  for (size_t c = 0; c + 1 < col_ptr.size(); ++c)
+    for (int32_t q = col_ptr[c]; q < col_ptr[c + 1]; q += run)
+      runs.push_back({q, std::min(run, col_ptr[c + 1] - q), static_cast<int32_t>(c)});
+  std::stable_sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a[1] > b[1]; });
+  std::vector<int32_t> out;
+  for (const auto& r : runs) out.insert(out.end(), r.begin(), r.end());
+  return out;
+}
+
+int32_t count_runs(const std::vector<int32_t>& ptr, int32_t run) {
+  int32_t runs = 0;
+  for (size_t i = 0; i + 1 < ptr.size(); ++i) runs += (ptr[i + 1] - ptr[i] + run - 1) / run;
+  return runs;
 }
 
 }  // namespace
@@ -107,7 +121,7 @@ BlockTables device_tables(const LayoutPtr& layout, int device) {
         append(all, longest_first(l.row_ptr()));
         for (int32_t k : l.col_blocks()) all.push_back(l.block_row()[k]);
         append(all, row_groups(l, dw_group_size(l.block_size())));
-        append(all, row_groups(l, kDwWideGroup, /*longest=*/true));
+        append(all, col_runs(l, dw_col_run_size(l.block_size())));
         all.insert(all.end(), {0, 0});  // the counter and its done count
         return all;
       },
@@ -118,17 +132,13 @@ BlockTables device_tables(const LayoutPtr& layout, int device) {
   const int32_t* row_work = col_work + 3 * q;
   const int32_t* col_rows = row_work + 3 * r;
   const int32_t* dw_group = col_rows + nnz;
-  // The group count is a host figure: count it again (cheap, the same rule).
-  auto count_groups = [&](int32_t group) {
-    int32_t groups = 0;
-    for (int64_t i = 0; i < r; ++i) groups += (l.row_ptr()[i + 1] - l.row_ptr()[i] + group - 1) / group;
-    return groups;
-  };
-  const int32_t groups = count_groups(dw_group_size(l.block_size())), wide_groups = count_groups(kDwWideGroup);
-  const int32_t* dw_wide_group = dw_group + 2 * groups;
-  int32_t* counter = const_cast<int32_t*>(dw_wide_group) + 2 * wide_groups;
+  // The run counts are host figures: count them again (cheap, the same rule).
+  const int32_t groups = count_runs(l.row_ptr(), dw_group_size(l.block_size()));
+  const int32_t runs = count_runs(l.col_ptr(), dw_col_run_size(l.block_size()));
+  const int32_t* dw_col_run = dw_group + 2 * groups;
+  int32_t* counter = const_cast<int32_t*>(dw_col_run) + 3 * runs;
   return {base,     base + nnz, base + 2 * nnz, base + 2 * nnz + q + 1, row_ptr, col_work, row_work, col_rows,
-          dw_group, groups,     dw_wide_group, wide_groups, counter};
+          dw_group, groups,     dw_col_run,     runs,                   counter};
 }
 
 AttentionTables device_tables(const AttentionLayoutPtr& layout, int device) {

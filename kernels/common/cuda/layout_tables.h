@@ -33,7 +33,7 @@ namespace cuda {
 /// start first: its index o and its list's range begin, end in col_blocks / in k), col_rows
 /// [nnz] (block_row[col_blocks[p]]: the input block row of each forward list entry, so that
 /// kernels read it without a dependent load), and dw_group [dw_groups, 2] (first block k and
-/// count of runs of at most 128/bs consecutive blocks of one block row: the dW work items).
+/// count of runs of at most 128/bs consecutive blocks of one block row: the sm_80 dW work items).
 struct BlockTables {
   const int32_t* block_row;
   const int32_t* block_col;
@@ -45,9 +45,11 @@ struct BlockTables {
   const int32_t* col_rows;
   const int32_t* dw_group;
   int32_t dw_groups;
-  /// [dw_wide_groups, 2]: runs of at most kDwWideGroup blocks, longest first (the sm_90a dW items)
-  const int32_t* dw_wide_group;
-  int32_t dw_wide_groups;
+  /// [dw_col_runs, 3]: runs of at most dw_col_run_size(bs) consecutive entries of one block
+  /// column's list (list begin in col_blocks, count, block column), longest first: the sm_90a
+  /// dW work items (the blocks of a run share their dY strip)
+  const int32_t* dw_col_run;
+  int32_t dw_col_runs;
   /// Two device ints of scratch per (layout, device), 0 between launches: the work-item counter
   /// of the kernels that hand out work dynamically, and the count of their thread blocks done
   /// (the last one sets both back to 0). Ops on one device's stream run one after another, so
@@ -65,9 +67,10 @@ struct AttentionTables {
 };
 
 /// Blocks of one block row that one dW work item of the sm_80 tensor-core kernel takes (128 / bs),
-/// and of the sm_90a one (4).
+/// and blocks of one block column that one of the sm_90a kernel takes (256 / bs: four m64
+/// products of 64 / bs blocks each).
 inline int32_t dw_group_size(int64_t bs) { return static_cast<int32_t>(128 / bs); }
-constexpr int32_t kDwWideGroup = 4;
+inline int32_t dw_col_run_size(int64_t bs) { return static_cast<int32_t>(256 / bs); }
 
 /// The tables of `layout` on `device`, uploaded on first use (valid while the layout lives).
 BlockTables device_tables(const LayoutPtr& layout, int device);

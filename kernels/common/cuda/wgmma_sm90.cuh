@@ -8,12 +8,14 @@
 //   (row 16w + g, col 8j + 2q), (16w + g, 8j + 2q + 1), (16w + g + 8, 8j + 2q), (16w + g + 8, 8j + 2q + 1).
 //
 // Shared-memory operands are tiles written by TMA with a 128-byte (bs 64), 64-byte (bs 32) or
-// 32-byte (bs 16) swizzle: rows of bs 16-bit values, the swizzle atom 8 rows deep. Their descriptors:
+// 32-byte (bs 16) swizzle, or none (bs 8): rows of bs 16-bit values, the swizzle atom 8 rows
+// deep. Their descriptors:
 //   K-major (the reduction index contiguous in a row): SBO = 8 rows, LBO unused; the k16 step
 //     kk starts 32·kk bytes into the row.
 //   MN-major (the output index contiguous): one atom spans the whole N (or M) of bs, SBO = 8
-//     rows along K, LBO the distance between atoms along N (several blocks side by side); the
-//     k16 step kk starts 16 rows further.
+//     rows along K, LBO the distance between atoms along N or M (several blocks side by side);
+//     the k16 step kk starts 16 rows further. Unswizzled 16-byte rows (bs 8) swap the two: LBO
+//     = 8 rows along K, SBO the distance between atoms.
 #pragma once
 
 #include <cuda.h>
@@ -99,9 +101,9 @@ __device__ __forceinline__ void prefetch_tma_map(const CUtensorMap* map) {
 
 // ---- descriptors and wgmma ----
 
-/// Swizzle of a tile with rows of `row_bytes` (128, 64 or 32): the descriptor's layout type.
+/// Swizzle of a tile with rows of `row_bytes` (128, 64 or 32; 16: none): the descriptor's layout type.
 __host__ __device__ constexpr uint64_t swizzle_code(int row_bytes) {
-  return row_bytes == 128 ? 1 : row_bytes == 64 ? 2 : 3;
+  return row_bytes == 128 ? 1 : row_bytes == 64 ? 2 : row_bytes == 32 ? 3 : 0;
 }
 
 /// A shared-memory matrix descriptor: start address, leading and stride byte offsets (bytes,
@@ -133,6 +135,32 @@ __device__ __forceinline__ void fence_operands(float (&d)[R]) {
 /// MN-major operands. accumulate = false overwrites d.
 template <class T, int N>
 struct Wgmma;
+
+template <>
+struct Wgmma<__nv_bfloat16, 8> {
+  template <int kTransA, int kTransB>
+  static __device__ __forceinline__ void run(float (&d)[4], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3}, %4, %5, p, 1, 1, %8, %7;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransB), "n"(kTransA));
+  }
+};
+
+template <>
+struct Wgmma<__half, 8> {
+  template <int kTransA, int kTransB>
+  static __device__ __forceinline__ void run(float (&d)[4], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
+        "{%0, %1, %2, %3}, %4, %5, p, 1, 1, %8, %7;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransB), "n"(kTransA));
+  }
+};
 
 template <>
 struct Wgmma<__nv_bfloat16, 16> {
