@@ -6,6 +6,7 @@
 #include "core/autocast.h"
 #include "core/op.h"
 #include "kernels/add/add.h"
+#include "kernels/cast/cast.h"
 #include "kernels/copy/copy.h"
 #include "kernels/fill/fill.h"
 
@@ -49,7 +50,26 @@ void accumulate_into_leaf(TensorImpl& leaf, const Tensor& g) {
   detail::run_op_into(add_op, {acc, g}, {acc});
 }
 
-void accumulate(Tensor& slot, const Tensor& g) { slot = slot.defined() ? add(slot, g) : g; }
+// slot += g; a bf16/f16 gradient meeting an f32 one (BackwardContext::input_grad_may_be_f32) is
+// widened first, so the sum is f32.
+void accumulate(Tensor& slot, const Tensor& g) {
+  if (!slot.defined()) {
+    slot = g;
+  } else if (slot.dtype() == g.dtype()) {
+    slot = add(slot, g);
+  } else {
+    slot = add(slot.dtype() == DType::f32 ? slot : cast(slot, DType::f32), g.dtype() == DType::f32 ? g : cast(g, DType::f32));
+  }
+}
+
+// Whether `g`, the gradient that a backward rule returned for input i of `node`, is that input's
+// meta, or the f32 form the rule may return (BackwardContext::input_grad_may_be_f32).
+bool gradient_fits(const Tensor& g, const Node& node, size_t i, const BackwardContext& ctx) {
+  const TensorMeta& want = node.input_metas[i];
+  if (g.meta() == want) return true;
+  return g.dtype() == DType::f32 && g.shape() == want.shape && g.device() == want.device &&
+         ctx.input_grad_may_be_f32(static_cast<int>(i));
+}
 
 }  // namespace
 
@@ -114,13 +134,14 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
       if (auto out = node->outputs[i].lock(); out && out->retains_grad && gouts[i].defined())
         accumulate_into_leaf(*out, gouts[i]);
 
-    std::vector<Tensor> gins = node->op->backward(BackwardContext(*node, gouts));
+    const BackwardContext ctx(*node, gouts);
+    std::vector<Tensor> gins = node->op->backward(ctx);
     TS_CHECK(gins.size() == node->next.size(), ValueError,
              node->op->name() << " backward returned " << gins.size() << " gradients for " << node->next.size() << " inputs");
     for (size_t i = 0; i < gins.size(); ++i) {
       const Edge& e = node->next[i];
       if (!e.defined() || !gins[i].defined()) continue;
-      TS_CHECK(gins[i].meta() == node->input_metas[i], ShapeError,
+      TS_CHECK(gradient_fits(gins[i], *node, i, ctx), ShapeError,
                node->op->name() << " backward: gradient of input " << i << " is " << gins[i].meta()
                                 << ", expected " << node->input_metas[i]);
       if (e.node) {

@@ -1,5 +1,7 @@
 #include "core/op.h"
 
+#include <string_view>
+
 #include "kernels/fill/fill.h"
 
 namespace tessera {
@@ -42,6 +44,12 @@ const Tensor& BackwardContext::output(int i) const {
 const TensorMeta& BackwardContext::input_meta(int i) const { return node_.input_metas.at(i); }
 const TensorMeta& BackwardContext::output_meta(int i) const { return node_.output_metas.at(i); }
 bool BackwardContext::needs_input_grad(int i) const { return node_.next.at(i).defined(); }
+bool BackwardContext::input_grad_may_be_f32(int i) const {
+  const Edge& e = node_.next.at(i);
+  const DType dt = node_.input_metas.at(i).dtype;
+  return e.node && (dt == DType::bf16 || dt == DType::f16) && e.node->op->name() == std::string_view("cast") &&
+         e.node->input_metas.at(0).dtype == DType::f32;
+}
 
 // ---- checks shared by shape rules ----
 

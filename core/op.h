@@ -78,6 +78,11 @@ class BackwardContext {
   int num_inputs() const { return static_cast<int>(node_.input_metas.size()); }
   /// Whether input i needs a gradient (rules may skip work for the others).
   bool needs_input_grad(int i) const;
+  /// Whether the rule may return input i's gradient in f32 although the input is bf16/f16: the
+  /// input is a cast of an f32 tensor (autocast's copy of an f32 parameter), whose own gradient
+  /// is f32. The engine then sums that input's gradients in f32 and hands them to the cast
+  /// unrounded, so a kernel that can write f32 (bsmm_dw) skips a bf16 rounding and a cast pass.
+  bool input_grad_may_be_f32(int i) const;
 
  private:
   const Node& node_;

@@ -56,14 +56,21 @@ void bsmm_check_gate(const char* op, const TensorMeta& gate, const TensorMeta& a
 }
 
 std::pair<Tensor, Tensor> bsmm_weight_gate_grads(const Tensor& a, const Tensor& b, const Tensor& w,
-                                                 const Tensor& gate, const LayoutPtr& layout, bool need_w,
-                                                 bool need_gate) {
+                                                 const Tensor& gate, const LayoutPtr& layout,
+                                                 const BackwardContext& ctx) {
+  const bool need_w = ctx.needs_input_grad(1), need_gate = gate.defined() && ctx.needs_input_grad(2);
   if (!need_w && !need_gate) return {};
   const int64_t nnz = layout->nnz(), bs = layout->block_size();
-  Tensor p = bsmm_dw(a, b, layout);  // [nnz, bs, bs]: P[k] = A_rᵀ·B_c
+  // [nnz, bs, bs]: P[k] = A_rᵀ·B_c, in f32 straight from the kernel when w's gradient may be f32
+  const bool wide = need_w && is_half(a.dtype()) && ctx.input_grad_may_be_f32(1);
+  const Tensor p = wide ? bsmm_dw(a, b, layout, Tensor(), true) : bsmm_dw(a, b, layout);
+  auto as_p = [&](const Tensor& t) { return t.dtype() == p.dtype() ? t : cast(t, p.dtype()); };
   Tensor dw, dgate;
-  if (need_w) dw = gate.defined() ? mul(p, reshape(gate, {nnz, 1, 1})) : p;
-  if (need_gate) dgate = sum(reshape(mul(p, w), {nnz, bs * bs}), 1);
+  if (need_w) dw = gate.defined() ? mul(p, reshape(as_p(gate), {nnz, 1, 1})) : p;
+  if (need_gate) {
+    dgate = sum(reshape(mul(p, as_p(w)), {nnz, bs * bs}), 1);
+    if (dgate.dtype() != gate.dtype() && !ctx.input_grad_may_be_f32(2)) dgate = cast(dgate, gate.dtype());
+  }
   return {dw, dgate};
 }
 
@@ -138,8 +145,7 @@ std::vector<Tensor> Bsmm::backward(const BackwardContext& ctx, const Attrs& attr
   const Tensor gate = attrs.gated ? ctx.input(2) : Tensor();
   Tensor dx;
   if (ctx.needs_input_grad(0)) dx = bsmm_dx(g, ctx.input(1), attrs.layout, gate);
-  auto [dw, dgate] = detail::bsmm_weight_gate_grads(ctx.input(0), g, ctx.input(1), gate, attrs.layout,
-                                                    ctx.needs_input_grad(1), attrs.gated && ctx.needs_input_grad(2));
+  auto [dw, dgate] = detail::bsmm_weight_gate_grads(ctx.input(0), g, ctx.input(1), gate, attrs.layout, ctx);
   if (attrs.gated) return {dx, dw, dgate};
   return {dx, dw};
 }

@@ -62,10 +62,12 @@ void bsmm_check_gate(const char* op, const TensorMeta& gate, const TensorMeta& a
 
 /// The weight and gate gradients shared by bsmm and bsmm_dx (both bilinear in (a, b) and w):
 /// with P = bsmm_dw(a, b, layout), returns {gate·P (or P when ungated), sum over each block of
-/// P ⊙ w (undefined when ungated)}, each computed only when its flag is set.
+/// P ⊙ w (undefined when ungated)}, each computed only when its flag is set. `ctx` tells which
+/// of w (input 1) and gate (input 2) may take an f32 gradient (BackwardContext::
+/// input_grad_may_be_f32): for bf16/f16 operands whose w may, P is summed and kept in f32.
 std::pair<Tensor, Tensor> bsmm_weight_gate_grads(const Tensor& a, const Tensor& b, const Tensor& w,
-                                                 const Tensor& gate, const LayoutPtr& layout, bool need_w,
-                                                 bool need_gate);
+                                                 const Tensor& gate, const LayoutPtr& layout,
+                                                 const BackwardContext& ctx);
 
 }  // namespace detail
 

@@ -1,7 +1,8 @@
 // bsmm_dw on the GPU: dw [nnz, bs, bs] = X_rᵀ·dY_c on the layout's stored blocks only.
 // bf16/f16 (and f32 when TF32 is allowed) run on tensor cores (kernels/common/cuda/bsmm_tc.h:
-// runs of blocks of one block row share their X strip); f32 and f64 otherwise, and
-// operands that are not 16-byte aligned, run the exact scalar kernel below.
+// runs of blocks share a strip of X or dY; where the kernel asks for them, X and dY are
+// transposed here into temporaries first); f32 and f64 otherwise, and operands that are not
+// 16-byte aligned, run the exact scalar kernel below.
 //
 //   dw[k][i][j] = sum over n < N of x[n, r·bs + i] · dy[n, c·bs + j]     (r = block_row[k],
 //                                                                          c = block_col[k])
@@ -19,6 +20,7 @@
 #include "kernels/common/cuda/bsmm_tc.h"
 #include "kernels/common/cuda/dtype.cuh"
 #include "kernels/common/cuda/layout_tables.h"
+#include "kernels/permute/permute.h"
 
 namespace tessera {
 
@@ -57,10 +59,20 @@ void BsmmDw::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
     TS_CUDA_CHECK(cudaMemcpyAsync(dw.data_ptr(), in[2].data_ptr(), dw.nbytes(), cudaMemcpyDeviceToDevice,
                                   cuda::current_stream(dw)));
   {
-    const cuda::BlockGradient g{x.dtype(), dw.dtype(), static_cast<int>(l.block_size()), attrs.accumulate,
+    cuda::BlockGradient g{x.dtype(), dw.dtype(), static_cast<int>(l.block_size()), attrs.accumulate,
                                 x.data_ptr(), dy.data_ptr(), dw.data_ptr(), n, C, K, l.nnz(), tables.dw_groups,
                                 tables.dw_group, tables.dw_col_runs, tables.dw_col_run, tables.col_blocks,
                                 tables.col_rows, tables.block_row, tables.block_col, tables.counter};
+    Tensor xt, dyt;  // Xᵀ [C, n], dYᵀ [K, n] when the kernel takes them (temporaries of the pool)
+    if (cuda::gradient_wants_transposed(g, dev)) {
+      xt = empty({C, n}, TensorOptions(x.dtype()).device(x.device()));
+      dyt = empty({K, n}, TensorOptions(dy.dtype()).device(dy.device()));
+      cuda::permute_copy(x, xt, {1, 0});
+      cuda::permute_copy(dy, dyt, {1, 0});
+      g.x = xt.data_ptr();
+      g.dy = dyt.data_ptr();
+      g.transposed = true;
+    }
     if (cuda::run_gradient(g, dev, cuda::current_stream(dw))) return;
   }
   cuda::dispatch_cuda_float(x.dtype(), kName, [&](auto tag) {

@@ -78,8 +78,7 @@ std::vector<Tensor> BsmmDx::backward(const BackwardContext& ctx, const Attrs& at
   const Tensor gate = attrs.gated ? ctx.input(2) : Tensor();
   Tensor ddy;
   if (ctx.needs_input_grad(0)) ddy = bsmm(g, ctx.input(1), attrs.layout, gate);
-  auto [dw, dgate] = detail::bsmm_weight_gate_grads(g, ctx.input(0), ctx.input(1), gate, attrs.layout,
-                                                    ctx.needs_input_grad(1), attrs.gated && ctx.needs_input_grad(2));
+  auto [dw, dgate] = detail::bsmm_weight_gate_grads(g, ctx.input(0), ctx.input(1), gate, attrs.layout, ctx);
   if (attrs.gated) return {ddy, dw, dgate};
   return {ddy, dw};
 }

@@ -151,6 +151,35 @@ TEST(Autocast, BsmmAndBlockAttentionReturnF32) {
   EXPECT_EQ(w.grad().dtype(), DType::f32);
 }
 
+// The weight and gate gradients of bsmm under autocast are the f32 sums of the bf16 products,
+// never rounded to bf16 (bsmm_dw writes f32 into the gradient): a weight used at three steps, and
+// once more by another op whose bf16 gradient joins the f32 sum.
+TEST(Autocast, BsmmWeightGradientsAreF32SumsOfTheLowPrecisionProducts) {
+  LayoutPtr l = random_layout(32, 48, 16, 0.5, 5);
+  const int64_t nnz = l->nnz();
+  Tensor w = randn32({nnz, 16, 16}, 21).requires_grad_();
+  Tensor gate = cast(testing::test_rand({nnz}, 0.5, 1.5, 22), DType::f32).requires_grad_();
+  std::vector<Tensor> xs{randn32({7, 32}, 23), randn32({7, 32}, 24), randn32({7, 32}, 25)};
+  const Tensor c = cast(randn32({nnz, 16, 16}, 26), DType::bf16);  // exact in f32 as well
+  {
+    autocast::Guard g(DType::bf16);
+    Tensor loss = cast(sum(mul(autocast::operand(w), c)), DType::f32);  // a bf16 gradient for the cast of w
+    for (const Tensor& x : xs) loss = add(loss, sum(bsmm(x, w, l, gate)));
+    loss.backward();
+  }
+  // d loss / d y = 1 (exact in bf16): P_t = x_tᵀ·1 on the blocks, in f32 from bf16-rounded x_t
+  auto round16 = [](const Tensor& t) { return cast(cast(t.detach(), DType::bf16), DType::f32); };
+  const Tensor ones = tessera::ones({7, 48});
+  Tensor p = zeros({nnz, 16, 16});
+  for (const Tensor& x : xs) p = add(p, bsmm_dw(round16(x), ones, l));
+  const Tensor want_w = add(cast(c, DType::f32), mul(p, reshape(round16(gate), {nnz, 1, 1})));
+  const Tensor want_gate = sum(reshape(mul(p, round16(w)), {nnz, 256}), 1);
+  ASSERT_EQ(w.grad().dtype(), DType::f32);
+  // 1e-5: f32 sums in another order; a bf16 rounding of any part would be ~4e-3
+  EXPECT_TRUE(all_close(w.grad(), want_w, 1e-5, 1e-5));
+  EXPECT_TRUE(all_close(gate.grad(), want_gate, 1e-5, 1e-5));
+}
+
 // A compiled step whose loss function autocasts trains bitwise like the eager autocast step:
 // the trace records the casts and the f32-output products, and the backward its gradients.
 TEST(Autocast, CompiledStepMatchesEagerBitwise) {

@@ -15,6 +15,10 @@ namespace sm90 {
 bool gather_supported(const GatherProduct& p, int device);
 bool gradient_supported(const BlockGradient& g, int device);
 
+/// Whether block_gradient wants g's operands transposed (see gradient_wants_transposed in
+/// bsmm_tc.h): bs 8, n a multiple of 8.
+bool gradient_wants_transposed(const BlockGradient& g);
+
 void gather_product(const GatherProduct& p, cudaStream_t stream);
 /// `device` is the current device (the f32 workspace of a split of N comes from its pool).
 void block_gradient(const BlockGradient& g, int device, cudaStream_t stream);

@@ -13,6 +13,10 @@
 //   acc [64, bs] += [X_r0 | X_r1 | ...][t0 .. t0+64, :]ᵀ · dY_c[t0 .. t0+64, :]
 //   (rows i·bs .. i·bs + bs of acc are block r_i's)
 //
+// At bs 8 the strips' rows are 16 bytes, half an L2 sector each: there the op passes Xᵀ [C, n]
+// and dYᵀ [K, n] instead (BlockGradient::transposed), whose strips [bs, 64] are bs rows of 128
+// bytes, K-major for the products.
+//
 // Each consumer warpgroup computes two products (2·kPack blocks). With one part the tile is
 // stored into dw (the accumulate mode adds to it); with several, each part stores its f32
 // partial sums into a workspace [parts, nnz, bs, bs] and a second kernel adds the parts in
@@ -54,7 +58,7 @@ __device__ __forceinline__ uint64_t mn_major(const uint8_t* p, uint32_t atom_str
   return make_desc(p, atom_stride, 8 * kRowBytes, kRowBytes);
 }
 
-template <class T, class TO, int BS>
+template <class T, class TO, int BS, bool kT>
 __global__ void __launch_bounds__(kThreads, 1)
     gradient_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_dy,
                     BlockGradient p, int parts, int part_steps, float* __restrict__ partial) {
@@ -125,10 +129,18 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (lane == 0) {
           mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
           mbar_arrive_expect_tx(&full[s], (1 + count) * Tile::kStripBytes);
-          tma_load_2d(strip(s, 0), &map_dy, &full[s], w.w * BS, step * Tile::kKT);
+          if constexpr (kT)
+            tma_load_2d(strip(s, 0), &map_dy, &full[s], step * Tile::kKT, w.w * BS);
+          else
+            tma_load_2d(strip(s, 0), &map_dy, &full[s], w.w * BS, step * Tile::kKT);
         }
         __syncwarp();  // the stage is claimed and its byte count set before the copies land
-        if (lane < count) tma_load_2d(strip(s, 1 + lane), &map_x, &full[s], row * BS, step * Tile::kKT);
+        if (lane < count) {
+          if constexpr (kT)
+            tma_load_2d(strip(s, 1 + lane), &map_x, &full[s], step * Tile::kKT, row * BS);
+          else
+            tma_load_2d(strip(s, 1 + lane), &map_x, &full[s], row * BS, step * Tile::kKT);
+        }
       }
     }
     return;
@@ -148,7 +160,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (w.y == 0) break;
     const int q0 = w.x, count = w.y, part = w.z;
     const int first = part * part_steps, last = min(steps, first + part_steps);
-    const int products = min(2, max(0, (count + kPack - 1) / kPack - 2 * c));  // products of this warpgroup
+    // Both products run even where the run has fewer blocks (on stale shared memory, whose rows
+    // are never stored): a wgmma under a branch makes ptxas serialize every wgmma of the kernel.
     float acc[2][BS / 2];
 #pragma unroll
     for (int j = 0; j < 2; ++j)
@@ -157,40 +170,38 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int step = first; step < last; ++step, ++it) {
       const int s = it % kStages;
       mbar_wait(&full[s], (it / kStages) & 1);
-      if (products > 0) {
-        wgmma_fence();
+      wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < Tile::kKT / 16; ++kk) {
-          // A (m = i, k = row) = X_strips[row][i], B (k = row, n = j) = dY[row][j]: both MN-major
-          const uint64_t db = mn_major<kRowBytes>(strip(s, 0) + kk * 16 * kRowBytes, Tile::kStripBytes);
+      for (int kk = 0; kk < Tile::kKT / 16; ++kk) {
+        // A (m = i, k = row) = X_strips[row][i], B (k = row, n = j) = dY[row][j]: both MN-major;
+        // transposed: A = Xᵀ_strips[i][row], B = dYᵀ[j][row], both K-major (rows of 128 bytes,
+        // 8-row groups 1024 bytes apart, the k16 slice 32 bytes into the rows)
+        const uint64_t db = kT ? make_desc(strip(s, 0) + kk * 32, 16, 1024, 128)
+                               : mn_major<kRowBytes>(strip(s, 0) + kk * 16 * kRowBytes, Tile::kStripBytes);
 #pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            if (j >= products) break;
-            const uint64_t da = mn_major<kRowBytes>(strip(s, 1 + kPack * (2 * c + j)) + kk * 16 * kRowBytes,
-                                                    Tile::kStripBytes);
-            Wgmma<T, BS>::template run<1, 1>(acc[j], da, db, step > first || kk > 0);
-          }
+        for (int j = 0; j < 2; ++j) {
+          uint8_t* a = strip(s, 1 + kPack * (2 * c + j));
+          const uint64_t da = kT ? make_desc(a + kk * 32, 16, 1024, 128)
+                                 : mn_major<kRowBytes>(a + kk * 16 * kRowBytes, Tile::kStripBytes);
+          Wgmma<T, BS>::template run<kT ? 0 : 1, kT ? 0 : 1>(acc[j], da, db, step > first || kk > 0);
         }
-        wgmma_commit();
-        wgmma_wait<1>();
-#pragma unroll
-        for (int j = 0; j < 2; ++j) fence_operands(acc[j]);
       }
+      wgmma_commit();
+      wgmma_wait<1>();
+#pragma unroll
+      for (int j = 0; j < 2; ++j) fence_operands(acc[j]);
       // The whole warp's reads of the previous stage come before lane 0 releases it.
       __syncwarp();
       if (step > first && lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
     }
-    if (products > 0) {
-      wgmma_wait<0>();
+    wgmma_wait<0>();
 #pragma unroll
-      for (int j = 0; j < 2; ++j) fence_operands(acc[j]);
-    }
+    for (int j = 0; j < 2; ++j) fence_operands(acc[j]);
     __syncwarp();
     if (last > first && lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
     // Row i of product j is row i % bs of block kPack·(2c + j) + i / bs of the run.
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      if (j >= products) break;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int i = warp * 16 + g + 8 * h, b = kPack * (2 * c + j) + i / BS;
@@ -264,12 +275,14 @@ int choose_parts(const BlockGradient& g, int steps, int grid) {
   return best;
 }
 
-template <class T, class TO, int BS>
+template <class T, class TO, int BS, bool kT>
 void launch(const BlockGradient& g, int device, cudaStream_t stream) {
   using Tile = GradientTile<BS>;
-  const CUtensorMap map_x = tensor_map(g.x, g.in_dtype, g.n, g.C, Tile::kKT, BS);
-  const CUtensorMap map_dy = tensor_map(g.dy, g.in_dtype, g.n, g.K, Tile::kKT, BS);
-  constexpr auto kernel = &gradient_kernel<T, TO, BS>;
+  const CUtensorMap map_x = kT ? tensor_map(g.x, g.in_dtype, g.C, g.n, BS, Tile::kKT)
+                               : tensor_map(g.x, g.in_dtype, g.n, g.C, Tile::kKT, BS);
+  const CUtensorMap map_dy = kT ? tensor_map(g.dy, g.in_dtype, g.K, g.n, BS, Tile::kKT)
+                                : tensor_map(g.dy, g.in_dtype, g.n, g.K, Tile::kKT, BS);
+  constexpr auto kernel = &gradient_kernel<T, TO, BS, kT>;
   const int persistent = persistent_grid<kernel>(Tile::kSmemBytes);
   const int steps = static_cast<int>((g.n + Tile::kKT - 1) / Tile::kKT);
   const int chosen = choose_parts<BS>(g, steps, persistent);
@@ -299,8 +312,15 @@ void launch(const BlockGradient& g, int device, cudaStream_t stream) {
 bool gradient_supported(const BlockGradient& g, int device) {
   return (g.bs == 8 || g.bs == 16 || g.bs == 32 || g.bs == 64) && half_dtype(g.in_dtype) &&
          (g.out_dtype == g.in_dtype || g.out_dtype == DType::f32) && aligned16(g.x) && aligned16(g.dy) &&
-         aligned16(g.dw) && g.n > 0 && g.n <= INT32_MAX && device_ok(device);
+         aligned16(g.dw) && g.n > 0 && g.n <= INT32_MAX && (!g.transposed || (g.bs == 8 && g.n % 8 == 0)) &&
+         device_ok(device);
 }
+
+// bs 8 only. On the H200 the transposed kernel is 8% (bs 32) to 25% (bs 16) faster than the
+// direct one at density 1, but the two transposes (permute_copy, ~1.1 TB/s: 0.2 ms for X and dY
+// of the 8192 x 4096 x 4096 shape) cost more than that saves at bs 16 and 32; at bs 8 the whole
+// call is 1.3x faster (transformer shape, every density).
+bool gradient_wants_transposed(const BlockGradient& g) { return g.bs == 8 && g.n % 8 == 0; }
 
 
 void block_gradient(const BlockGradient& g, int device, cudaStream_t stream) {
@@ -309,10 +329,10 @@ void block_gradient(const BlockGradient& g, int device, cudaStream_t stream) {
     using T = typename decltype(tin)::type;
     using TO = typename decltype(tout)::type;
     switch (g.bs) {
-      case 64: return launch<T, TO, 64>(g, device, stream);
-      case 32: return launch<T, TO, 32>(g, device, stream);
-      case 16: return launch<T, TO, 16>(g, device, stream);
-      default: return launch<T, TO, 8>(g, device, stream);
+      case 64: return launch<T, TO, 64, false>(g, device, stream);
+      case 32: return launch<T, TO, 32, false>(g, device, stream);
+      case 16: return launch<T, TO, 16, false>(g, device, stream);
+      default: return g.transposed ? launch<T, TO, 8, true>(g, device, stream) : launch<T, TO, 8, false>(g, device, stream);
     }
   });
 }

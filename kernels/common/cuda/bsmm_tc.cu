@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/error.h"
+
 #include "kernels/common/cuda/bsmm_sm80.h"
 #ifdef TESSERA_HAVE_SM90A
 #include "kernels/common/cuda/bsmm_sm90.h"
@@ -53,6 +55,19 @@ bool run_gather(const GatherProduct& in, int device, cudaStream_t stream) {
   return true;
 }
 
+bool gradient_wants_transposed(const BlockGradient& g, int device) {
+#ifdef TESSERA_HAVE_SM90A
+  BlockGradient t = g;
+  t.transposed = true;
+  return path_override() == Path::automatic && sm90::gradient_wants_transposed(g) &&
+         sm90::gradient_supported(t, device);
+#else
+  (void)g;
+  (void)device;
+  return false;
+#endif
+}
+
 bool run_gradient(const BlockGradient& g, int device, cudaStream_t stream) {
   const Path path = path_override();
   if (path == Path::simt) return false;
@@ -62,6 +77,7 @@ bool run_gradient(const BlockGradient& g, int device, cudaStream_t stream) {
     return true;
   }
 #endif
+  TS_CHECK(!g.transposed, DeviceError, "bsmm_dw: transposed operands reached a kernel that takes none");
   if (!sm80::gradient_supported(g, device)) return false;
   sm80::block_gradient(g, stream);
   return true;

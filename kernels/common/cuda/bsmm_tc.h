@@ -77,7 +77,14 @@ struct BlockGradient {
   const int32_t* block_row;  ///< [nnz]
   const int32_t* block_col;  ///< [nnz]
   int32_t* counter;          ///< as GatherProduct's
+  bool transposed = false;   ///< x is Xᵀ [C, n] and dy is dYᵀ [K, n] (see gradient_wants_transposed)
 };
+
+/// Whether the kernel that run_gradient picks for g takes its operands transposed: Xᵀ [C, n] and
+/// dYᵀ [K, n] in x and dy, with `transposed` set (the sm_90a kernel at bs 8 when n is a multiple
+/// of 8: its strips [n, 8] are rows of 16 bytes, half an L2 sector; Xᵀ's are 128). The caller
+/// transposes, into temporaries.
+bool gradient_wants_transposed(const BlockGradient& g, int device);
 
 /// The kernel families, for launch counts.
 enum class BsmmKernel { sm80, sm90 };
