@@ -92,7 +92,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int items = p.col_runs * parts;
 
   if (wg == 0) {
-    // Producer: warp 0. Lane 0 takes items (run-major: all parts of the longest runs first) and
+    // Producer: warp 0. Lane 0 takes items (part-major: every run of part 0, the longest first,
+    // then part 1, ..., so that the thread blocks at work read the same rows of X and dY) and
     // hands them to the consumers; per step lane 0 claims a stage and copies the dY strip, and
     // lane b < count copies block b's X strip (count <= 32).
     if (threadIdx.x >= 32) return;
@@ -105,8 +106,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int item = __shfl_sync(0xffffffffu, taken, 0);
       int4 w = make_int4(0, 0, 0, 0);
       if (item < items) {
-        const int run = item / parts;
-        w = make_int4(p.col_run[3 * run], p.col_run[3 * run + 1], item % parts, p.col_run[3 * run + 2]);
+        const int run = item % p.col_runs;
+        w = make_int4(p.col_run[3 * run], p.col_run[3 * run + 1], item / p.col_runs, p.col_run[3 * run + 2]);
         if (lane == 0) taken = static_cast<int>(gridDim.x) + atomicAdd(p.counter, 1);
       }
       if (lane == 0) {
