@@ -29,7 +29,10 @@ Tensor bsmm(const Tensor& x, const Tensor& w, const LayoutPtr& layout, const Ten
 ///   dX = bsmm_dx(G, w, layout, gate)                       (dX_r = sum_k gate[k]·G_c·W[k]ᵀ)
 ///   dW[k] = gate[k]·P[k],   P = bsmm_dw(x, G, layout)       (P[k] = X_rᵀ·G_c)
 ///   dgate[k] = sum_ij P[k]_ij·W[k]_ij
-/// all written with ops (mul, reshape, sum), so they run on every device and when traced.
+/// all written with ops (mul, reshape, sum), so they run on every device and when traced. With
+/// bf16/f16 operands whose w is a cast of an f32 tensor (autocast), P is computed and kept in f32
+/// and dW (and dgate, where the gate is such a cast too) come back in f32
+/// (BackwardContext::input_grad_may_be_f32).
 struct Bsmm : OpBase {
   static constexpr const char* kName = "bsmm";
   static constexpr unsigned kSaveInputs = 0b111;  // x, w, gate
