@@ -85,7 +85,7 @@ void BenchReport::print(std::ostream& os) const {
   }
 }
 
-void BenchReport::write_json(const std::string& path) const {
+void BenchReport::write_json(const std::string& path, const nlohmann::json& extra) const {
   nlohmann::json j;
   j["program"] = program_;
   for (const auto& [k, v] : notes_) j["notes"][k] = v;
@@ -95,6 +95,7 @@ void BenchReport::write_json(const std::string& path) const {
                          {"median_ms", r.ms > 0 ? nlohmann::json(r.ms) : nlohmann::json(nullptr)}, {"value", r.value},
                          {"unit", r.unit}, {"baseline", r.baseline}, {"baseline_name", r.baseline_name},
                          {"ratio", r.ratio()}});
+  for (const auto& [k, v] : extra.items()) j[k] = v;
   std::ofstream f(path);
   TS_CHECK(f.good(), IOError, "cannot open '" << path << "' for writing");
   f << std::setw(2) << j << "\n";

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <functional>
 #include <ostream>
 #include <string>
@@ -52,8 +53,9 @@ class BenchReport {
   /// Free-form facts about the run (threads, build type) printed above the table and stored in JSON.
   void note(const std::string& key, const std::string& value) { notes_.push_back({key, value}); }
   void print(std::ostream& os) const;
-  /// Writes {"program", "notes", "rows": [...]}; throws tessera::IOError when the file cannot be written.
-  void write_json(const std::string& path) const;
+  /// Writes {"program", "notes", "rows": [...]} and the keys of `extra` (a JSON object: a
+  /// program's own structured figures); throws tessera::IOError when the file cannot be written.
+  void write_json(const std::string& path, const nlohmann::json& extra = nlohmann::json::object()) const;
 
  private:
   std::string program_;

@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(GatherProduct p) {
 
   const int tiles_m = static_cast<int>((p.n + kBM - 1) / kBM);
   int oi, mt;
-  work_item(blockIdx.x, tiles_m, p.outs, p.row_group, oi, mt);
+  work_item(blockIdx.x, tiles_m, p.outs, oi, mt);
   const int o = p.work[3 * oi], begin = p.work[3 * oi + 1], end = p.work[3 * oi + 2];
   const int64_t m0 = static_cast<int64_t>(mt) * kBM;
   const int steps = (end - begin + kNB - 1) / kNB;

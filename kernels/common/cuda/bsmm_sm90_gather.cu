@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
       int4 w = make_int4(-1, 0, 0, 0);
       if (item < items) {
         int oi;
-        work_item(item, tiles_m, p.outs, p.row_group, oi, w.w);
+        work_item(item, tiles_m, p.outs, oi, w.w);
         w.x = p.work[3 * oi];
         w.y = p.work[3 * oi + 1];
         w.z = p.work[3 * oi + 2];

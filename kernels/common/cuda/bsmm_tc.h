@@ -52,7 +52,6 @@ struct GatherProduct {
   const int32_t* work;       ///< [outs, 3]: (output block o, list begin, list end), longest list first
   const int32_t* list;       ///< fwd: the list's block indices k (col_blocks); dx: nullptr (k = list position)
   const int32_t* list_in;    ///< [nnz]: A's block column of each list entry (col_rows for fwd, block_col for dx)
-  int32_t row_group;         ///< work order: row tiles per group (see work_item), set by run_gather
   int32_t* counter;          ///< 2 device ints, 0 between launches: the sm_90a kernel hands out work items with them
 };
 

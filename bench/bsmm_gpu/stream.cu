@@ -72,7 +72,7 @@ __global__ void spin_kernel(unsigned long long ns) {
 
 }  // namespace
 
-// The functions bsmm_gpu.cpp declares (it includes no header of this file: it is the only user).
+// The functions bsmm_gpu.h declares.
 
 /// CUDA blocks of read_sum per SM: full occupancy (2048 threads per SM on sm_80 and sm_90).
 int stream_blocks_per_sm() { return 2048 / kThreads; }
