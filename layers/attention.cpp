@@ -96,5 +96,52 @@ Tensor MultiHeadAttention::forward(const Tensor& x, int64_t B, Generator& dropou
   return y;
 }
 
+Tensor MultiHeadAttention::decode(const Tensor& x, int64_t B, KVCache& cache) const {
+  const int64_t T = options_.seq_len(), C = options_.width(), H = options_.heads(), D = C / H;
+  TS_CHECK(B > 0 && x.dim() == 2 && x.size(0) % B == 0 && x.size(0) > 0 && x.size(1) == C, ShapeError,
+           "MultiHeadAttention::decode: x " << x.meta() << " must be [B*n, C] with B = " << B << ", C = " << C);
+  TS_CHECK(!is_training() || (options_.dropout() == 0 && options_.attention_dropout() == 0), ValueError,
+           "MultiHeadAttention::decode draws no dropout: call eval() first");
+  const int64_t n = x.size(0) / B, len = cache.len, L = len + n;
+  TS_CHECK(L <= T, ValueError,
+           "MultiHeadAttention::decode: " << len << " cached + " << n << " new positions pass seq_len " << T
+                                          << " (start a new cache)");
+  TS_CHECK(len == 0 || (cache.k.defined() && cache.k.dim() == 4 && cache.k.size(0) == B && cache.k.size(2) == len),
+           ShapeError, "MultiHeadAttention::decode: the cache holds " << (cache.k.defined() ? cache.k.meta().str() : "nothing")
+                                                                     << ", expected [" << B << ", " << H << ", " << len
+                                                                     << ", " << D << "]");
+  // The new positions' q, k, v [B, H, n, D], as forward() makes them.
+  Tensor qkv = permute(reshape(autocast::operand(qkv_.forward(x)), {B, n, 3, H, D}), {2, 0, 3, 1, 4});
+  std::vector<Tensor> parts = split(qkv, {1, 1, 1}, 0);
+  const Tensor q = reshape(parts[0], {B, H, n, D});
+  const Tensor k_new = reshape(parts[1], {B, H, n, D}), v_new = reshape(parts[2], {B, H, n, D});
+  const Tensor k = len == 0 ? k_new : concat({cache.k, k_new}, 2);  // [B, H, L, D]
+  const Tensor v = len == 0 ? v_new : concat({cache.v, v_new}, 2);
+  // Scores [B, H, n, L], -inf where the query's layout row has no block or the key is later.
+  const AttentionLayout& l = *layout_;
+  const int64_t bs = l.block_size();
+  std::vector<float> mask(static_cast<size_t>(H * n * L), 0.f);
+  bool masked = false;  // one token with every earlier key kept (dense causal): no mask to add
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t p = len + i;
+      for (int64_t s = 0; s < L; ++s)
+        if (s > p || !l.has(h, p / bs, s / bs)) {
+          mask[static_cast<size_t>((h * n + i) * L + s)] = -INFINITY;
+          masked = true;
+        }
+    }
+  const double scale = detail::attention_scale(options_.scale(), D);
+  Tensor s = matmul(reshape(q, {B * H, n, D}), reshape(k, {B * H, L, D}), false, true);  // [B*H, n, L]
+  s = reshape(mul(s, scale), {B, H, n, L});
+  if (masked) s = add(s, cast(from_vector(mask, {H, n, L}).to(x.device()), q.dtype()));
+  const Tensor p = reshape(softmax(s), {B * H, n, L});
+  const Tensor o = reshape(matmul(p, reshape(v, {B * H, L, D})), {B, H, n, D});
+  cache.k = k;
+  cache.v = v;
+  cache.len = L;
+  return proj_.forward(reshape(permute(o, {0, 2, 1, 3}), {B * n, C}));
+}
+
 }  // namespace nn
 }  // namespace tessera

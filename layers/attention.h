@@ -107,6 +107,13 @@ struct AttentionOptions {
 /// else the generator of o.layout_kind(). ValueError naming the kind or parameter that is wrong.
 AttentionLayoutPtr make_attention_layout(const AttentionOptions& o);
 
+/// The keys and values a MultiHeadAttention has seen while decoding (MultiHeadAttention::decode):
+/// k, v [B, H, len, D] for positions 0 .. len-1 of B sequences; empty (len 0) to start.
+struct KVCache {
+  Tensor k, v;
+  int64_t len = 0;
+};
+
 /// forward(x [B*T, C], B), rows batch-major (row b*T + t):
 ///   qkv = x·Wqkv + bqkv                       [B*T, 3C] -> [B, T, 3, H, D] -> [3, B, H, T, D]
 ///   q, k, v = split(qkv)                      [B, H, T, D] each
@@ -128,6 +135,16 @@ class MultiHeadAttention : public Module {
   /// x [B*T, C] -> [B*T, C]; ShapeError naming x, B, T and C when they do not fit. Dropout
   /// masks are drawn from `dropout_gen`.
   Tensor forward(const Tensor& x, int64_t batch, Generator& dropout_gen = default_generator()) const;
+
+  /// Incremental decoding: x [B*n, C] holds n new positions cache.len .. cache.len+n-1 of each of
+  /// B sequences (batch-major: row b*n + i); returns their outputs [B*n, C], as forward() gives
+  /// them at those positions, and appends their keys and values to `cache`. A query at position p
+  /// attends to the cached and new keys s <= p whose block (s / bs) its head's layout row (p / bs)
+  /// keeps: scores q·kᵀ for all of them, -inf where the layout has no block, softmax, ·v (dense
+  /// products over the cache: sums in another order than block_attention's, so outputs agree to
+  /// rounding). No dropout: ValueError in training mode with dropout > 0 (call eval()), and when
+  /// len + n passes seq_len; ShapeError when x or the cache does not fit.
+  Tensor decode(const Tensor& x, int64_t batch, KVCache& cache) const;
 
   const AttentionLayoutPtr& layout() const { return layout_; }
   const Projection& qkv() const { return qkv_; }

@@ -70,10 +70,22 @@ TransformerBlock::TransformerBlock(const TransformerBlockOptions& o, Generator& 
 }
 
 Tensor TransformerBlock::forward(const Tensor& x, int64_t B, Generator& dropout_gen) const {
+  return apply(x, [&](const Tensor& a) { return attn_->forward(a, B, dropout_gen); }, dropout_gen);
+}
+
+Tensor TransformerBlock::decode(const Tensor& x, int64_t B, KVCache& cache) const {
+  TS_CHECK(!is_training() || options_.dropout() == 0, ValueError,
+           "TransformerBlock::decode draws no dropout: call eval() first (dropout " << options_.dropout() << ")");
+  Generator unused(0);  // no dropout is drawn (checked above)
+  return apply(x, [&](const Tensor& a) { return attn_->decode(a, B, cache); }, unused);
+}
+
+Tensor TransformerBlock::apply(const Tensor& x, const std::function<Tensor(const Tensor&)>& attention,
+                               Generator& dropout_gen) const {
   // ln1, ln2 and the activation feed only qkv, fc and fc2: under autocast (f32 inputs) each is
   // written in the dtype the product would cast it to (operand_dtype), else in its input's.
   using autocast::operand_dtype;
-  Tensor h = add(x, attn_->forward(ln1_->forward(x, operand_dtype(x)), B, dropout_gen));  // [B*T, C]
+  Tensor h = add(x, attention(ln1_->forward(x, operand_dtype(x))));  // [B*T, C]
   const Tensor u = fc_.forward(ln2_->forward(h, operand_dtype(h)));                       // [B*T, r·C]
   Tensor m = fc2_.forward(apply_activation(options_.activation(), u, operand_dtype(u)));  // [B*T, C]
   if (is_training() && options_.dropout() > 0) m = drop_->forward(m, dropout_gen);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -80,6 +81,9 @@ class TransformerBlock : public Module {
 
   /// x [B*T, C] -> [B*T, C]; dropout masks (p > 0, training) drawn from `dropout_gen`.
   Tensor forward(const Tensor& x, int64_t batch, Generator& dropout_gen = default_generator()) const;
+  /// Incremental decoding: x [B*n, C], n new positions of B sequences (MultiHeadAttention::decode,
+  /// whose keys and values go to `cache`) -> [B*n, C], as forward() at those positions. No dropout.
+  Tensor decode(const Tensor& x, int64_t batch, KVCache& cache) const;
 
   const MultiHeadAttention& attention() const { return *attn_; }
   const Projection& fc() const { return fc_; }
@@ -87,6 +91,9 @@ class TransformerBlock : public Module {
   const TransformerBlockOptions& options() const { return options_; }
 
  private:
+  // The block around `attention` (x -> attention(ln1(x))): forward's and decode's.
+  Tensor apply(const Tensor& x, const std::function<Tensor(const Tensor&)>& attention, Generator& dropout_gen) const;
+
   TransformerBlockOptions options_;
   std::shared_ptr<LayerNorm> ln1_, ln2_;
   std::shared_ptr<MultiHeadAttention> attn_;

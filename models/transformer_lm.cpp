@@ -169,6 +169,33 @@ Tensor TransformerLM::logits(const Tensor& ids, int64_t B, Generator& dropout_ge
   return out_ ? out_->forward(x) : matmul(x, tok_emb_->weight(), false, true);  // [B*T, V]
 }
 
+TransformerLM::DecodeState TransformerLM::start_decoding(int64_t batch) const {
+  TS_CHECK(batch >= 1, ValueError, "TransformerLM::start_decoding: batch must be >= 1, got " << batch);
+  DecodeState s;
+  s.batch = batch;
+  s.layers.resize(static_cast<size_t>(cfg_.layers));
+  return s;
+}
+
+Tensor TransformerLM::decode(const Tensor& ids, int64_t n, DecodeState& state) const {
+  const int64_t B = state.batch, C = cfg_.width, len = state.len;
+  TS_CHECK(B >= 1 && static_cast<int64_t>(state.layers.size()) == cfg_.layers, ValueError,
+           "TransformerLM::decode: the state was not made by start_decoding");
+  TS_CHECK(n >= 1 && ids.dim() == 1 && ids.size(0) == B * n, ShapeError,
+           "TransformerLM::decode: ids " << ids.meta() << " must be [B*n] = [" << B << "*" << n << "]");
+  TS_CHECK(len + n <= cfg_.seq_len, ValueError,
+           "TransformerLM::decode: " << len << " fed + " << n << " new positions pass seq_len " << cfg_.seq_len
+                                     << " (start a new state and feed what should stay)");
+  TS_CHECK(!is_training() || cfg_.dropout == 0, ValueError,
+           "TransformerLM::decode draws no dropout: call eval() first (dropout " << cfg_.dropout << ")");
+  // x = tok_emb[ids] + pos_emb[len .. len+n) as in logits(), for the new positions only.
+  Tensor x = reshape(add(reshape(tok_emb_->forward(ids), {B, n, C}), slice(pos_emb_, 0, len, len + n)), {B * n, C});
+  for (size_t l = 0; l < blocks_->list.size(); ++l) x = blocks_->list[l]->decode(x, B, state.layers[l]);
+  x = ln_f_->forward(x, autocast::operand_dtype(x));
+  state.len = len + n;
+  return out_ ? out_->forward(x) : matmul(x, tok_emb_->weight(), false, true);  // [B*n, V]
+}
+
 Tensor TransformerLM::loss(const Tensor& ids, const Tensor& targets, int64_t B,
                            Generator& dropout_gen) const {
   TS_CHECK(targets.dim() == 1 && targets.size(0) == ids.numel(), ShapeError,

@@ -31,6 +31,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "layers/layers.h"
 
@@ -87,6 +88,23 @@ class TransformerLM : public nn::Module {
   /// Mean next-token cross entropy: a scalar. targets i32 [B*T] like ids.
   Tensor loss(const Tensor& ids, const Tensor& targets, int64_t batch,
               Generator& dropout_gen = default_generator()) const;
+
+  /// Incremental decoding (generation with a key/value cache): the keys and values of every
+  /// layer for the positions fed so far, of `batch` sequences.
+  struct DecodeState {
+    int64_t batch = 0;
+    int64_t len = 0;  ///< positions fed so far (<= seq_len)
+    std::vector<nn::KVCache> layers;
+  };
+  /// An empty state for `batch` sequences (ValueError for batch < 1).
+  DecodeState start_decoding(int64_t batch) const;
+  /// Feeds ids i32 [B*n] (n tokens per sequence, batch-major: row b*n + i) at positions
+  /// state.len .. state.len+n-1 and returns their logits [B*n, V], as logits() gives them at those
+  /// positions (to rounding: the attention sums run in another order); state.len += n. The
+  /// positions are those of one window of seq_len tokens: when len + n would pass seq_len, a
+  /// ValueError says so; start a new state and feed again what should stay (`sample` keeps the
+  /// last half of the window). Needs eval() when dropout > 0.
+  Tensor decode(const Tensor& ids, int64_t n, DecodeState& state) const;
 
   const TransformerLMConfig& config() const { return cfg_; }
   const nn::TransformerBlock& block(int64_t l) const;

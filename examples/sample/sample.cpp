@@ -13,10 +13,14 @@
 // Generation: the prompt is fed to the model, then each next character is drawn from its logits
 // (examples/sample/sampling.h: softmax(logits / T) over the top-k, T = 0 greedy) and fed back.
 //   LSTM: the prompt runs as one sequence, then one character per step with the state carried.
-//   Transformer: the context is the last seq_len characters, run as one sequence of exactly
-//   seq_len tokens (what TransformerLM::logits takes): context at positions 0..n-1, token 0 after
-//   it. Attention is causal, so position n-1 sees only the context and its logits are those of the
-//   context alone; the padding costs time only. No key/value cache: each character is a full pass.
+//   Transformer: the context is one window of at most seq_len characters at positions 0, 1, ...
+//   It grows from the prompt; when the next characters would not fit, the window moves on: it
+//   restarts with the last seq_len/2 characters of the context (re-encoded at positions 0 ..
+//   seq_len/2 - 1) and grows again. By default each step feeds one character to
+//   TransformerLM::decode (a key/value cache; moving on re-encodes the kept half). --no-cache
+//   runs TransformerLM::logits over the whole window for every character instead (the context at
+//   positions 0..n-1, token 0 after it: attention is causal, so position n-1 sees the context
+//   alone): the same contexts, so the same text up to rounding (greedy tests compare them).
 // Stdout gets the prompt followed by the generated text and a newline (with --count > 1, each
 // sample after a line "--- sample k ---"). The same checkpoint, flags and --seed give the same text.
 // Errors (missing or unreadable checkpoint, a prompt character outside the vocabulary) are one line
@@ -71,21 +75,34 @@ class LstmStream : public TokenStream {
 
 class TransformerStream : public TokenStream {
  public:
-  explicit TransformerStream(const models::TransformerLM& model) : model_(model) {}
+  TransformerStream(const models::TransformerLM& model, bool cached)
+      : model_(model), cached_(cached), state_(model.start_decoding(1)) {}
 
   std::vector<float> feed(const std::vector<int32_t>& ids) override {
-    const int64_t T = model_.config().seq_len;
+    const size_t T = static_cast<size_t>(model_.config().seq_len);
+    std::vector<int32_t> fresh = ids;  // what the cache has not seen
     context_.insert(context_.end(), ids.begin(), ids.end());
-    if (static_cast<int64_t>(context_.size()) > T) context_.erase(context_.begin(), context_.end() - T);
+    if (context_.size() > T) {
+      // The window moves on: the last T/2 characters of the context, re-encoded from position 0.
+      context_.erase(context_.begin(), context_.end() - static_cast<std::ptrdiff_t>(T / 2));
+      state_ = model_.start_decoding(1);
+      fresh = context_;
+    }
     const int64_t n = static_cast<int64_t>(context_.size());  // 1 <= n <= T
-    std::vector<int32_t> padded(static_cast<size_t>(T), 0);    // [T]: the context, then 0s
+    if (cached_) {
+      const int64_t k = static_cast<int64_t>(fresh.size());
+      return logits_row(model_.decode(from_vector(fresh, {k}), k, state_), k - 1);  // [k, V]
+    }
+    std::vector<int32_t> padded(T, 0);  // [T]: the context, then 0s
     std::copy(context_.begin(), context_.end(), padded.begin());
-    const Tensor logits = model_.logits(from_vector(padded, {T}), /*batch=*/1);  // [T, V]
+    const Tensor logits = model_.logits(from_vector(padded, {static_cast<int64_t>(T)}), /*batch=*/1);  // [T, V]
     return logits_row(logits, n - 1);  // position n-1 predicts the character after the context
   }
 
  private:
   const models::TransformerLM& model_;
+  bool cached_;
+  models::TransformerLM::DecodeState state_;
   std::vector<int32_t> context_;
 };
 
@@ -96,10 +113,10 @@ struct LoadedModel {
   data::Vocabulary vocab = data::Vocabulary::bytes();
   int64_t step = 0;
 
-  std::unique_ptr<TokenStream> stream() const {
+  std::unique_ptr<TokenStream> stream(bool cached) const {
     if (type == "char_lstm")
       return std::make_unique<LstmStream>(static_cast<const models::CharLSTMLM&>(*module));
-    return std::make_unique<TransformerStream>(static_cast<const models::TransformerLM&>(*module));
+    return std::make_unique<TransformerStream>(static_cast<const models::TransformerLM&>(*module), cached);
   }
 };
 
@@ -178,7 +195,7 @@ int main(int argc, char** argv) {
   int64_t chars = 200, count = 1;
   examples::SamplingOptions sopt{0.8, 0};
   uint64_t seed = 1;
-  bool stats = false;
+  bool stats = false, no_cache = false;
   app.add_option("ckpt,--ckpt", ckpt, "checkpoint file (ckpt.h5 of a run folder)")->required();
   app.add_option("--prompt", prompt, "text the sample continues (default: a newline)");
   app.add_option("--chars", chars, "characters to generate")
@@ -191,6 +208,7 @@ int main(int argc, char** argv) {
   app.add_option("--count", count, "number of samples")->check(CLI::Range(int64_t{1}, int64_t{1000}))
       ->capture_default_str();
   app.add_flag("--stats", stats, "print the model and the speed (chars/s) on stderr");
+  app.add_flag("--no-cache", no_cache, "transformer: a full pass over the window per character (no key/value cache)");
   try {
     app.parse(argc, argv);
     if (prompt.empty())
@@ -215,7 +233,7 @@ int main(int argc, char** argv) {
       if (count > 1) std::cout << "--- sample " << k << " ---\n";
       std::cout << prompt << std::flush;
       const auto t0 = clock::now();
-      std::unique_ptr<TokenStream> s = model.stream();
+      std::unique_ptr<TokenStream> s = model.stream(!no_cache);
       std::vector<float> logits = s->feed(prompt_ids);
       const auto t1 = clock::now();
       for (int64_t i = 0; i < chars; ++i) {

@@ -368,5 +368,58 @@ TEST(TransformerLM, CompiledAutocastStepMatchesEager) {
   }
 }
 
+// Incremental decoding: the logits decode() gives for positions fed in chunks equal those of
+// logits() over the whole window at the same positions (to rounding), for every layout kind,
+// block-sparse weights included, two sequences at once.
+TEST(TransformerLM, DecodeGivesTheLogitsOfTheFullWindow) {
+  const int64_t B = 2;
+  for (const char* layout : {"dense", "local", "strided", "fixed"}) {
+    TransformerLMConfig c = small_config();
+    c.seq_len = 32;
+    c.attn_layout = layout;
+    c.window = 2;
+    c.stride = 2;
+    if (std::string(layout) == "fixed") c.linear_block = 8, c.density = 0.5;
+    TransformerLM model(c);
+    model.eval();
+    NoGradGuard no_grad;
+    const Tensor ids = batch_of(B * c.seq_len, c.vocab).first;  // [B*T], batch-major
+    const std::vector<float> full = model.logits(ids, B).to_vector<float>();  // [B*T, V]
+    const std::vector<int32_t> all = ids.to_vector<int32_t>();
+    TransformerLM::DecodeState state = model.start_decoding(B);
+    int64_t at = 0;
+    for (int64_t n : {5, 1, 1, 9, 16}) {
+      std::vector<int32_t> chunk;  // [B*n]: positions at .. at+n-1 of each sequence
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t i = 0; i < n; ++i) chunk.push_back(all[static_cast<size_t>(b * c.seq_len + at + i)]);
+      const std::vector<float> got = model.decode(from_vector(chunk, {B * n}), n, state).to_vector<float>();
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t v = 0; v < c.vocab; ++v) {
+            const float want = full[static_cast<size_t>((b * c.seq_len + at + i) * c.vocab + v)];
+            const float g = got[static_cast<size_t>((b * n + i) * c.vocab + v)];
+            ASSERT_NEAR(g, want, 1e-4 * (1 + std::abs(want))) << layout << " position " << at + i << " sequence " << b;
+          }
+      at += n;
+      EXPECT_EQ(state.len, at);
+    }
+  }
+}
+
+TEST(TransformerLM, DecodeErrors) {
+  TransformerLMConfig c = small_config();
+  c.dropout = 0.1;
+  TransformerLM model(c);
+  NoGradGuard no_grad;
+  TransformerLM::DecodeState state = model.start_decoding(1);
+  const Tensor one = from_vector(std::vector<int32_t>{3}, {1});
+  expect_error<ValueError>([&] { model.decode(one, 1, state); }, {"eval()"});  // dropout in training mode
+  model.eval();
+  expect_error<ShapeError>([&] { model.decode(one, 2, state); }, {"[B*n]"});
+  expect_error<ValueError>([&] { model.start_decoding(0); }, {"batch"});
+  model.decode(from_vector(std::vector<int32_t>(16, 1), {16}), 16, state);  // the whole window
+  expect_error<ValueError>([&] { model.decode(one, 1, state); }, {"pass seq_len 16"});
+}
+
 }  // namespace
 }  // namespace tessera
