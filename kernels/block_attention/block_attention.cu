@@ -1,5 +1,7 @@
 // block_attention on the GPU: causal self-attention over the layout's (query block, key block)
-// tiles only. Correct and simple; not tuned yet (no tensor cores, scores computed twice).
+// tiles only. bf16/f16 with head dims 32/64/128 and blocks of 32/64 run the tensor-core kernel
+// of flash_sm80.cu; everything else the scalar kernel below (correct and simple, not tuned: no
+// tensor cores, scores computed twice).
 //
 // Per batch·head bh (head h) and query block i, with the listed key blocks j of (h, i) (the
 // layout's row table; the diagonal block j = i last) and t, s the rows of blocks i and j:
@@ -21,6 +23,7 @@
 
 #include "core/cuda/check.cuh"
 #include "kernels/block_attention/block_attention.h"
+#include "kernels/block_attention/flash_sm80.h"
 #include "kernels/common/cuda/block_sparse.cuh"
 #include "kernels/common/cuda/device_math.cuh"
 #include "kernels/common/cuda/dtype.cuh"
@@ -121,6 +124,12 @@ void BlockAttention::cuda(const std::vector<Tensor>& in, const std::vector<Tenso
   if (o.numel() == 0) return;
   const double scale = detail::attention_scale(attrs.scale, D);
   const cuda::AttentionTables tables = cuda::device_tables(attrs.layout, o.device().index);
+  {
+    const cuda::FlashForward f{o.dtype(),   static_cast<int>(L.block_size()), B, H, nb, D, scale, q.data_ptr(),
+                               k.data_ptr(), v.data_ptr(), o.data_ptr(), static_cast<float*>(lse.data_ptr()),
+                               tables.row_ptr, tables.key_blocks};
+    if (cuda::flash_forward(f, o.device().index, cuda::current_stream(o))) return;
+  }
   const int64_t blocks = B * H * nb;
   TS_CHECK(blocks <= INT32_MAX, ShapeError, kName << ": q " << q.shape() << " is too large for one launch");
   cuda::dispatch_cuda_float(o.dtype(), kName, [&](auto tag) {
