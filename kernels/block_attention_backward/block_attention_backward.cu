@@ -1,5 +1,7 @@
-// block_attention_backward on the GPU: dq, dk, dv over the layout's tiles only. Correct and
-// simple; not tuned yet (P and dS are recomputed per use, no tensor cores).
+// block_attention_backward on the GPU: dq, dk, dv over the layout's tiles only. bf16/f16 with
+// head dims 32/64 and blocks of 32/64 run the tensor-core kernels of flash_sm80_backward.cu after
+// Δ; everything else the scalar kernels below (correct and simple, not tuned: P and dS are
+// recomputed per use, no tensor cores).
 //
 // With g = dO, per batch·head bh (head h), tile (query block i, key block j), rows t of block i
 // and s of block j (see block_attention_backward.h):
@@ -25,6 +27,7 @@
 #include "core/cuda/check.cuh"
 #include "kernels/block_attention/block_attention.h"
 #include "kernels/block_attention_backward/block_attention_backward.h"
+#include "kernels/block_attention_backward/flash_sm80_backward.h"
 #include "kernels/common/cuda/block_sparse.cuh"
 #include "kernels/common/cuda/device_math.cuh"
 #include "kernels/common/cuda/dtype.cuh"
@@ -184,6 +187,17 @@ void BlockAttentionBackward::cuda(const std::vector<Tensor>& in, const std::vect
     auto ptr = [](const Tensor& t) { return static_cast<T*>(t.data_ptr()); };
     const DType acc_dtype = std::is_same_v<A, double> ? DType::f64 : DType::f32;
     Tensor delta = empty({rows}, TensorOptions(acc_dtype).device(dq.device()));  // Δ [B·H·T]
+    A* pdelta = static_cast<A*>(delta.data_ptr());
+    const A* plse = static_cast<const A*>(lse.data_ptr());
+    row_dot<T><<<cuda::blocks_for(rows), 256, 0, stream>>>(ptr(g), ptr(o), pdelta, rows, D);
+    TS_CUDA_LAUNCH_CHECK(kName);
+    if constexpr (std::is_same_v<A, float> && !std::is_same_v<T, float>) {  // bf16/f16: tensor cores?
+      const cuda::FlashBackward f{dq.dtype(),     static_cast<int>(L.block_size()), B, H, nb, D, scale,
+                                  g.data_ptr(),   q.data_ptr(),  k.data_ptr(),  v.data_ptr(), plse, pdelta,
+                                  dq.data_ptr(),  dk.data_ptr(), dv.data_ptr(), tables.row_ptr, tables.key_blocks,
+                                  tables.col_ptr, tables.query_blocks};
+      if (cuda::flash_backward_supported(f, dq.device().index)) return cuda::flash_backward(f, stream);
+    }
     // Running sums: in each output itself when T is its own accumulation type, else in one f32
     // scratch that dq's kernel and then dkdv's two sweeps reuse (stream order separates them).
     Tensor scratch;
@@ -194,10 +208,6 @@ void BlockAttentionBackward::cuda(const std::vector<Tensor>& in, const std::vect
       scratch = empty(q.shape(), TensorOptions(DType::f32).device(dq.device()));
       acc_dq = acc_dk = acc_dv = static_cast<A*>(scratch.data_ptr());
     }
-    A* pdelta = static_cast<A*>(delta.data_ptr());
-    const A* plse = static_cast<const A*>(lse.data_ptr());
-    row_dot<T><<<cuda::blocks_for(rows), 256, 0, stream>>>(ptr(g), ptr(o), pdelta, rows, D);
-    TS_CUDA_LAUNCH_CHECK(kName);
     cuda::dispatch_block_size(L.block_size(), kName, [&](auto bs) {
       constexpr int BS = decltype(bs)::value;
       attention_dq<T, BS><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(

@@ -1,8 +1,9 @@
-// block_attention's tensor-core forward (kernels/block_attention/flash_sm80.h) against the CPU:
-// every head dim (32, 64, 128) × block size (32, 64) × 16-bit dtype × layout kind, odd batch·head
-// counts, the kernel that ran checked by its launch count; the scalar kernel forced by
-// TESSERA_ATTENTION_PATH=simt agrees; gradients through autograd (the backward reads the tensor-
-// core forward's o and lse) match the CPU's.
+// block_attention's tensor-core forward and backward (kernels/block_attention/flash_sm80.h,
+// kernels/block_attention_backward/flash_sm80_backward.h) against the f64 CPU reference: every
+// head dim (forward 32/64/128, backward 32/64) × block size (32, 64) × 16-bit dtype × layout
+// kind, odd batch·head counts, the kernel that ran checked by its launch count; the scalar kernel
+// forced by TESSERA_ATTENTION_PATH=simt agrees; the same bits twice; gradients through autograd
+// match the CPU's.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -13,8 +14,10 @@
 #include "gpu_check.h"
 #include "kernels/block_attention/block_attention.h"
 #include "kernels/ops.h"
+#include "kernels/block_attention_backward/block_attention_backward.h"
 #ifdef TESSERA_WITH_CUDA
 #include "kernels/block_attention/flash_sm80.h"
+#include "kernels/block_attention_backward/flash_sm80_backward.h"
 #endif
 
 namespace tessera {
@@ -23,11 +26,20 @@ namespace {
 using gpu_test::kGpu;
 using gpu_test::close_to;
 using gpu_test::random;
+using gpu_test::run_on_gpu;
 using gpu_test::run_on_gpu_host;
 
 uint64_t flash_launches() {
 #ifdef TESSERA_WITH_CUDA
   return cuda::flash_forward_launches();
+#else
+  return 0;
+#endif
+}
+
+uint64_t flash_backward_launches() {
+#ifdef TESSERA_WITH_CUDA
+  return cuda::flash_backward_launches();
 #else
   return 0;
 #endif
@@ -71,6 +83,34 @@ TEST(CudaFlashAttention, ForwardMatchesTheCpuForEveryHeadDimBlockSizeDtypeAndLay
         }
 }
 
+// The backward op from the same inputs on both sides (q, k, v, dO, and the f64 CPU's o and lse
+// rounded as the GPU's forward would store them): dq, dk, dv against the f64 reference.
+TEST(CudaFlashAttention, BackwardMatchesTheCpuForEveryHeadDimBlockSizeDtypeAndLayout) {
+  REQUIRE_GPU();
+  uint64_t seed = 9000;
+  for (int64_t bs : {32, 64})
+    for (int64_t D : {32, 64})
+      for (DType dt : {DType::bf16, DType::f16})
+        for (const AttentionLayoutPtr& l : layouts(bs, 3)) {
+          const Shape s{1, 3, l->seq_len(), D};
+          const std::vector<Tensor> qkv{random(s, seed += 4, dt), random(s, seed + 1, dt), random(s, seed + 2, dt)};
+          const Tensor g = random(s, seed + 3, dt);
+          std::vector<Tensor> in64;
+          for (const Tensor& t : qkv) in64.push_back(cast(t, DType::f64));
+          const std::vector<Tensor> fwd = call<BlockAttention>({l, 0}, in64);  // o, lse in f64
+          const std::vector<Tensor> want =
+              call<BlockAttentionBackward>({l, 0}, {cast(g, DType::f64), in64[0], in64[1], in64[2], fwd[0], fwd[1]});
+          const std::vector<Tensor> in{g, qkv[0], qkv[1], qkv[2], cast(fwd[0], dt), cast(fwd[1], DType::f32)};
+          const std::string what = l->str() + " " + dtype_name(dt) + " D " + std::to_string(D);
+          const uint64_t before = flash_backward_launches();
+          const std::vector<Tensor> got = run_on_gpu_host<BlockAttentionBackward>({l, 0}, in);
+          EXPECT_EQ(flash_backward_launches(), before + 1) << "the tensor-core kernels, " << what;
+          const char* names[] = {"dq", "dk", "dv"};
+          for (int i = 0; i < 3; ++i)
+            EXPECT_TRUE(close_to(cast(got[i], DType::f64), want[i], 3e-2)) << names[i] << ", " << what;
+        }
+}
+
 TEST(CudaFlashAttention, TwoRunsGiveTheSameBits) {
   REQUIRE_GPU();
   const AttentionLayoutPtr l = AttentionLayout::strided(8 * 64, 64, 2, 3);
@@ -78,6 +118,11 @@ TEST(CudaFlashAttention, TwoRunsGiveTheSameBits) {
   const Tensor q = random(s, 1, DType::bf16).to(kGpu), k = random(s, 2, DType::bf16).to(kGpu),
                v = random(s, 3, DType::bf16).to(kGpu);
   EXPECT_TRUE(gpu_test::same_bits(block_attention(q, k, v, l), block_attention(q, k, v, l)));
+  const Tensor g = random(s, 4, DType::bf16).to(kGpu);
+  const std::vector<Tensor> fwd = run_on_gpu<BlockAttention>({l, 0}, {q, k, v});
+  const std::vector<Tensor> in{g, q, k, v, fwd[0], fwd[1]};
+  const std::vector<Tensor> a = run_on_gpu<BlockAttentionBackward>({l, 0}, in), b = run_on_gpu<BlockAttentionBackward>({l, 0}, in);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(gpu_test::same_bits(a[i], b[i])) << "gradient " << i;
 }
 
 TEST(CudaFlashAttention, GradientsThroughAutogradMatchTheCpu) {
@@ -93,8 +138,10 @@ TEST(CudaFlashAttention, GradientsThroughAutogradMatchTheCpu) {
   const Tensor seed = random(s, 99, DType::bf16);
   block_attention(c[0], c[1], c[2], l).backward(cast(seed, DType::f32));
   const uint64_t before = flash_launches();
+  const uint64_t before_backward = flash_backward_launches();
   block_attention(g[0], g[1], g[2], l).backward(seed.to(kGpu));
   EXPECT_EQ(flash_launches(), before + 1);
+  EXPECT_EQ(flash_backward_launches(), before_backward + 1);
   for (int i = 0; i < 3; ++i)
     EXPECT_TRUE(close_to(cast(g[i].grad(), DType::f64), cast(c[i].grad(), DType::f64), 3e-2)) << "input " << i;
 }

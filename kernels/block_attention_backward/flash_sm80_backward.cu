@@ -1,0 +1,254 @@
+// The tensor-core backward of block_attention (see flash_sm80_backward.h): FlashAttention-2's
+// backward on mma.sync.m16n8k16 over the layout's tiles, in two kernels without atomics.
+//
+// With S = scale·Q_i·K_jᵀ (masked above the diagonal of a diagonal tile), P = exp(S − lse),
+// dP = dO_i·V_jᵀ, dS = P ⊙ (dP − Δ) (Δ = rowsum(dO ⊙ O), given):
+//   dq kernel, one thread block per (b·h, query block i), warp w its 16 query rows: over the key
+//     blocks of row (h, i) (K_j, V_j double-buffered by cp.async), S and dP from the Q and dO
+//     fragments in registers, then dQ_i += dS·K_j; finally dQ_i ·= scale.
+//   dkdv kernel, one thread block per (b·h, key block j), warp w its 16 key rows: over the query
+//     blocks of column (h, j) (Q_i, dO_i, lse_i, Δ_i double-buffered), Sᵀ = K_j·Q_iᵀ and
+//     dPᵀ = V_j·dO_iᵀ from the K and V fragments, Pᵀ and dSᵀ in registers, then
+//     dV_j += Pᵀ·dO_i and dK_j += dSᵀ·Q_i; finally dK_j ·= scale.
+// P and dS are rounded to the operands' dtype for the second products (as in the forward).
+// Deterministic: each output is summed by one thread in the layout's table order.
+#include "kernels/block_attention_backward/flash_sm80_backward.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/cuda/check.cuh"
+#include "core/error.h"
+#include "kernels/common/cuda/flash_sm80.cuh"
+
+namespace tessera {
+namespace cuda {
+namespace {
+
+using flash::kStride;
+using flash::load_a;
+using flash::load_tile;
+using flash::product_nn;
+using flash::product_nt;
+using flash::store_rows;
+using sm80::cp_async16;
+using sm80::cp_async_commit;
+using sm80::cp_async_wait;
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+std::atomic<uint64_t> g_launches{0};
+
+template <int BS, int D>
+struct BackwardTile {
+  static constexpr int kThreads = 32 * (BS / 16);
+  static constexpr int kTile = BS * kStride<D>;
+  static constexpr int kSmemBytes = 6 * kTile * 2 + 4 * BS * 4;  // six tiles, and lse/Δ rows twice
+};
+
+template <class T, int BS, int D>
+__global__ void __launch_bounds__(BackwardTile<BS, D>::kThreads)
+    flash_dq_kernel(const T* __restrict__ g, const T* __restrict__ q, const T* __restrict__ k,
+                    const T* __restrict__ v, const float* __restrict__ lse, const float* __restrict__ delta,
+                    T* __restrict__ dq, int64_t H, int64_t nb, float scale_log2, float scale,
+                    const int32_t* __restrict__ row_ptr, const int32_t* __restrict__ key_blocks) {
+  using Tile = BackwardTile<BS, D>;
+  constexpr int kThreads = Tile::kThreads, kTile = Tile::kTile;
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  T* sq = reinterpret_cast<T*>(smem_raw);
+  T* sg = sq + kTile;
+  T* sk = sg + kTile;      // [2][tile]
+  T* sv = sk + 2 * kTile;  // [2][tile]
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gq = lane / 4, t = lane % 4;
+  const int64_t bh = blockIdx.x / nb, i = blockIdx.x % nb, h = bh % H;
+  const int64_t head = bh * nb * BS * D, rows = bh * nb * BS + i * BS;
+  const int32_t begin = row_ptr[h * nb + i], end = row_ptr[h * nb + i + 1];
+  auto load_kv = [&](int buf, int64_t j) {
+    load_tile<T, BS, D, kThreads>(sk + buf * kTile, k + head + j * BS * D);
+    load_tile<T, BS, D, kThreads>(sv + buf * kTile, v + head + j * BS * D);
+  };
+  load_tile<T, BS, D, kThreads>(sq, q + head + i * BS * D);
+  load_tile<T, BS, D, kThreads>(sg, g + head + i * BS * D);
+  load_kv(0, key_blocks[begin]);  // every row lists its diagonal block
+  cp_async_commit();
+  float lse2[2], dl[2];  // rows 16w + gq, + 8: lse in the log2 domain, Δ
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int64_t r = rows + warp * 16 + gq + 8 * hh;
+    lse2[hh] = lse[r] * kLog2e;
+    dl[hh] = delta[r];
+  }
+  float acc[D / 8][4];
+#pragma unroll
+  for (int dn = 0; dn < D / 8; ++dn)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[dn][e] = 0.f;
+  uint32_t qf[D / 16][4], gf[D / 16][4];
+  for (int32_t p = begin; p < end; ++p) {
+    const int buf = (p - begin) & 1;
+    if (p + 1 < end) load_kv(buf ^ 1, key_blocks[p + 1]);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    if (p == begin) {
+      load_a<D>(qf, sq, warp * 16);
+      load_a<D>(gf, sg, warp * 16);
+    }
+    const T* kt = sk + buf * kTile;
+    const T* vt = sv + buf * kTile;
+    float s[BS / 8][4], dp[BS / 8][4];
+    product_nt<T, BS, D>(s, qf, kt);   // S / scale
+    product_nt<T, BS, D>(dp, gf, vt);  // dP
+    const bool diagonal = key_blocks[p] == i;
+#pragma unroll
+    for (int nt = 0; nt < BS / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int hh = e / 2, row = warp * 16 + gq + 8 * hh, col = nt * 8 + 2 * t + (e & 1);
+        const float pr = diagonal && col > row ? 0.f : exp2f(s[nt][e] * scale_log2 - lse2[hh]);
+        s[nt][e] = pr * (dp[nt][e] - dl[hh]);  // dS
+      }
+    product_nn<T, BS, D>(acc, s, kt);  // dQ += dS·K_j
+    __syncthreads();  // every warp is done with this buffer before the next copy fills it
+  }
+  store_rows<T, D>(dq + head + i * BS * D, acc, warp * 16, scale);
+}
+
+template <class T, int BS, int D>
+__global__ void __launch_bounds__(BackwardTile<BS, D>::kThreads)
+    flash_dkdv_kernel(const T* __restrict__ g, const T* __restrict__ q, const T* __restrict__ k,
+                      const T* __restrict__ v, const float* __restrict__ lse, const float* __restrict__ delta,
+                      T* __restrict__ dk, T* __restrict__ dv, int64_t H, int64_t nb, float scale_log2, float scale,
+                      const int32_t* __restrict__ col_ptr, const int32_t* __restrict__ query_blocks) {
+  using Tile = BackwardTile<BS, D>;
+  constexpr int kThreads = Tile::kThreads, kTile = Tile::kTile;
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  T* sk = reinterpret_cast<T*>(smem_raw);
+  T* sv = sk + kTile;
+  T* sq = sv + kTile;      // [2][tile]
+  T* sg = sq + 2 * kTile;  // [2][tile]
+  float* slse = reinterpret_cast<float*>(sg + 2 * kTile);  // [2][BS]
+  float* sdl = slse + 2 * BS;                               // [2][BS]
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gq = lane / 4, t = lane % 4;
+  const int64_t bh = blockIdx.x / nb, j = blockIdx.x % nb, h = bh % H;
+  const int64_t head = bh * nb * BS * D;
+  const int32_t begin = col_ptr[h * nb + j], end = col_ptr[h * nb + j + 1];
+  auto load_q = [&](int buf, int64_t i) {
+    load_tile<T, BS, D, kThreads>(sq + buf * kTile, q + head + i * BS * D);
+    load_tile<T, BS, D, kThreads>(sg + buf * kTile, g + head + i * BS * D);
+    const int64_t rows = bh * nb * BS + i * BS;
+    for (int c = threadIdx.x; c < BS / 4; c += kThreads) {  // lse and Δ rows: 16-byte chunks
+      cp_async16(slse + buf * BS + 4 * c, lse + rows + 4 * c, true);
+      cp_async16(sdl + buf * BS + 4 * c, delta + rows + 4 * c, true);
+    }
+  };
+  load_tile<T, BS, D, kThreads>(sk, k + head + j * BS * D);
+  load_tile<T, BS, D, kThreads>(sv, v + head + j * BS * D);
+  load_q(0, query_blocks[begin]);  // every column lists its diagonal block
+  cp_async_commit();
+  float acc_dk[D / 8][4], acc_dv[D / 8][4];
+#pragma unroll
+  for (int dn = 0; dn < D / 8; ++dn)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc_dk[dn][e] = acc_dv[dn][e] = 0.f;
+  uint32_t kf[D / 16][4], vf[D / 16][4];
+  for (int32_t p = begin; p < end; ++p) {
+    const int buf = (p - begin) & 1;
+    if (p + 1 < end) load_q(buf ^ 1, query_blocks[p + 1]);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    if (p == begin) {
+      load_a<D>(kf, sk, warp * 16);
+      load_a<D>(vf, sv, warp * 16);
+    }
+    const T* qt = sq + buf * kTile;
+    const T* gt = sg + buf * kTile;
+    const float* bl = slse + buf * BS;
+    const float* bd = sdl + buf * BS;
+    float st[BS / 8][4], dpt[BS / 8][4];  // [16 keys of this warp, BS queries]
+    product_nt<T, BS, D>(st, kf, qt);   // Sᵀ / scale
+    product_nt<T, BS, D>(dpt, vf, gt);  // dPᵀ
+    const bool diagonal = query_blocks[p] == j;
+#pragma unroll
+    for (int nt = 0; nt < BS / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = warp * 16 + gq + 8 * (e / 2), query = nt * 8 + 2 * t + (e & 1);
+        const float pr = diagonal && key > query ? 0.f : exp2f(st[nt][e] * scale_log2 - bl[query] * kLog2e);
+        st[nt][e] = pr;                          // Pᵀ
+        dpt[nt][e] = pr * (dpt[nt][e] - bd[query]);  // dSᵀ
+      }
+    product_nn<T, BS, D>(acc_dv, st, gt);   // dV += Pᵀ·dO_i
+    product_nn<T, BS, D>(acc_dk, dpt, qt);  // dK += dSᵀ·Q_i
+    __syncthreads();
+  }
+  store_rows<T, D>(dk + head + j * BS * D, acc_dk, warp * 16, scale);
+  store_rows<T, D>(dv + head + j * BS * D, acc_dv, warp * 16, 1.f);
+}
+
+template <class T, int BS, int D>
+void launch(const FlashBackward& f, cudaStream_t stream) {
+  using Tile = BackwardTile<BS, D>;
+  constexpr auto dq_kernel = &flash_dq_kernel<T, BS, D>;
+  constexpr auto dkdv_kernel = &flash_dkdv_kernel<T, BS, D>;
+  static const bool configured = [] {
+    TS_CUDA_CHECK(cudaFuncSetAttribute(dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
+    TS_CUDA_CHECK(cudaFuncSetAttribute(dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
+    return true;
+  }();
+  (void)configured;
+  const int64_t blocks = f.B * f.H * f.nb;
+  TS_CHECK(blocks <= INT32_MAX, ShapeError, "block_attention_backward: too many blocks for one launch");
+  const float scale = static_cast<float>(f.scale), scale_log2 = scale * kLog2e;
+  auto c = [](const void* p) { return static_cast<const T*>(p); };
+  dq_kernel<<<static_cast<unsigned>(blocks), Tile::kThreads, Tile::kSmemBytes, stream>>>(
+      c(f.g), c(f.q), c(f.k), c(f.v), f.lse, f.delta, static_cast<T*>(f.dq), f.H, f.nb, scale_log2, scale, f.row_ptr,
+      f.key_blocks);
+  TS_CUDA_LAUNCH_CHECK("block_attention_backward (tensor cores, dq)");
+  dkdv_kernel<<<static_cast<unsigned>(blocks), Tile::kThreads, Tile::kSmemBytes, stream>>>(
+      c(f.g), c(f.q), c(f.k), c(f.v), f.lse, f.delta, static_cast<T*>(f.dk), static_cast<T*>(f.dv), f.H, f.nb,
+      scale_log2, scale, f.col_ptr, f.query_blocks);
+  TS_CUDA_LAUNCH_CHECK("block_attention_backward (tensor cores, dk dv)");
+  g_launches.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+bool flash_backward_supported(const FlashBackward& f, int device) {
+  const char* path = std::getenv("TESSERA_ATTENTION_PATH");
+  if (path && std::strcmp(path, "simt") == 0) return false;
+  if (f.dtype != DType::bf16 && f.dtype != DType::f16) return false;
+  if ((f.bs != 32 && f.bs != 64) || (f.D != 32 && f.D != 64)) return false;
+  for (const void* p : {f.g, f.q, f.k, f.v, static_cast<const void*>(f.dq), static_cast<const void*>(f.dk),
+                        static_cast<const void*>(f.dv), static_cast<const void*>(f.lse)})
+    if (!aligned16(p)) return false;
+  int major = 0;
+  TS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return major >= 8;
+}
+
+void flash_backward(const FlashBackward& f, cudaStream_t stream) {
+  auto with_d = [&](auto tag, auto bs) {
+    using T = decltype(tag);
+    constexpr int BS = decltype(bs)::value;
+    if (f.D == 32) return launch<T, BS, 32>(f, stream);
+    return launch<T, BS, 64>(f, stream);
+  };
+  auto with_bs = [&](auto tag) {
+    if (f.bs == 32) return with_d(tag, std::integral_constant<int, 32>{});
+    return with_d(tag, std::integral_constant<int, 64>{});
+  };
+  if (f.dtype == DType::bf16)
+    with_bs(__nv_bfloat16{});
+  else
+    with_bs(__half{});
+}
+
+uint64_t flash_backward_launches() { return g_launches.load(std::memory_order_relaxed); }
+
+}  // namespace cuda
+}  // namespace tessera

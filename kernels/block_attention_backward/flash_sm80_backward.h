@@ -1,0 +1,38 @@
+// The tensor-core backward of block_attention (flash_sm80_backward.cu, CUDA builds only):
+// mma.sync (compute capability 8.0 and later) for bf16/f16 with head dim 32 or 64 and attention
+// blocks of 32 or 64, P and dS recomputed in registers from the saved lse. Other cases run the
+// scalar kernels of block_attention_backward.cu; TESSERA_ATTENTION_PATH=simt forces those.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace tessera {
+namespace cuda {
+
+/// dq, dk, dv [B, H, T, D] from g = dO, q, k, v [B, H, T, D], lse and delta = rowsum(dO ⊙ O)
+/// [B, H, T] (f32): dq per query block over its row's key blocks, dk/dv per key block over its
+/// column's query blocks (row_ptr/key_blocks and col_ptr/query_blocks of the layout tables).
+struct FlashBackward {
+  DType dtype;
+  int bs;
+  int64_t B, H, nb, D;
+  double scale;
+  const void *g, *q, *k, *v;
+  const float *lse, *delta;
+  void *dq, *dk, *dv;
+  const int32_t *row_ptr, *key_blocks, *col_ptr, *query_blocks;
+};
+
+/// Whether flash_backward takes f (then the caller computes delta and calls it).
+bool flash_backward_supported(const FlashBackward& f, int device);
+void flash_backward(const FlashBackward& f, cudaStream_t stream);
+
+/// Launches of the tensor-core backward so far in this process (tests check which kernel ran).
+uint64_t flash_backward_launches();
+
+}  // namespace cuda
+}  // namespace tessera
