@@ -23,6 +23,9 @@ Tensor block_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
 /// scores over its allowed positions (f64 for f64 inputs, else f32), saved for backward.
 /// Forward per (b, h, query block i): S = scale · Q_i·K_jᵀ over the listed key blocks j
 /// (key > query masked on the diagonal block), lse = log sum exp S, P = exp(S − lse), O_i = P·V.
+/// On CUDA, bf16/f16 with head dim 32, 64 or 128 and blocks of 32 or 64 run on tensor cores
+/// (flash_sm80.h: one pass, P rounded to the dtype before P·V); other dtypes, block sizes 8 and
+/// 16 and other head dims run a simpler scalar kernel (the same results to rounding).
 /// Backward through block_attention_backward(do, q, k, v, o, lse) -> dq, dk, dv, which
 /// recomputes P from lse. A gradient arriving at lse is ignored (lse is internal: the public
 /// function returns o only).
