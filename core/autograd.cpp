@@ -58,7 +58,8 @@ void accumulate(Tensor& slot, const Tensor& g) {
   } else if (slot.dtype() == g.dtype()) {
     slot = add(slot, g);
   } else {
-    slot = add(slot.dtype() == DType::f32 ? slot : cast(slot, DType::f32), g.dtype() == DType::f32 ? g : cast(g, DType::f32));
+    auto wide = [](const Tensor& t) { return t.dtype() == DType::f32 ? t : cast(t, DType::f32); };
+    slot = add(wide(slot), wide(g));
   }
 }
 

@@ -106,10 +106,11 @@ Tensor MultiHeadAttention::decode(const Tensor& x, int64_t B, KVCache& cache) co
   TS_CHECK(L <= T, ValueError,
            "MultiHeadAttention::decode: " << len << " cached + " << n << " new positions pass seq_len " << T
                                           << " (start a new cache)");
+  const std::string held = cache.k.defined() ? cache.k.meta().str() : std::string("nothing");
   TS_CHECK(len == 0 || (cache.k.defined() && cache.k.dim() == 4 && cache.k.size(0) == B && cache.k.size(2) == len),
-           ShapeError, "MultiHeadAttention::decode: the cache holds " << (cache.k.defined() ? cache.k.meta().str() : "nothing")
-                                                                     << ", expected [" << B << ", " << H << ", " << len
-                                                                     << ", " << D << "]");
+           ShapeError,
+           "MultiHeadAttention::decode: the cache holds " << held << ", expected [" << B << ", " << H << ", " << len
+                                                          << ", " << D << "]");
   // The new positions' q, k, v [B, H, n, D], as forward() makes them.
   Tensor qkv = permute(reshape(autocast::operand(qkv_.forward(x)), {B, n, 3, H, D}), {2, 0, 3, 1, 4});
   std::vector<Tensor> parts = split(qkv, {1, 1, 1}, 0);

@@ -208,7 +208,8 @@ void launch(const FlashForward& f, cudaStream_t stream) {
   }();
   (void)configured;
   const int64_t blocks = f.B * f.H * f.nb;
-  TS_CHECK(blocks <= INT32_MAX, ShapeError, "block_attention: " << blocks << " query blocks are too many for one launch");
+  TS_CHECK(blocks <= INT32_MAX, ShapeError,
+           "block_attention: " << blocks << " query blocks are too many for one launch");
   kernel<<<static_cast<unsigned>(blocks), Tile::kThreads, Tile::kSmemBytes, stream>>>(
       static_cast<const T*>(f.q), static_cast<const T*>(f.k), static_cast<const T*>(f.v), static_cast<T*>(f.o), f.lse,
       f.H, f.nb, static_cast<float>(f.scale * 1.4426950408889634), f.row_ptr, f.key_blocks);

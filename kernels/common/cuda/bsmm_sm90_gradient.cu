@@ -333,7 +333,9 @@ void block_gradient(const BlockGradient& g, int device, cudaStream_t stream) {
       case 64: return launch<T, TO, 64, false>(g, device, stream);
       case 32: return launch<T, TO, 32, false>(g, device, stream);
       case 16: return launch<T, TO, 16, false>(g, device, stream);
-      default: return g.transposed ? launch<T, TO, 8, true>(g, device, stream) : launch<T, TO, 8, false>(g, device, stream);
+      default:
+        if (g.transposed) return launch<T, TO, 8, true>(g, device, stream);
+        return launch<T, TO, 8, false>(g, device, stream);
     }
   });
 }

@@ -70,7 +70,8 @@ struct BlockGradient {
   int32_t groups;            ///< entries of `group`
   const int32_t* group;      ///< [groups, 2]: (first block k, block count <= 128/bs) of one block row
   int32_t col_runs;          ///< entries of `col_run`
-  const int32_t* col_run;    ///< [col_runs, 3]: (list begin in col_blocks, count <= 256/bs, block column), longest first
+  const int32_t* col_run;    ///< [col_runs, 3]: (list begin in col_blocks, count <= 256/bs, block column),
+                             ///< longest first
   const int32_t* col_blocks; ///< [nnz]: the blocks of each block column, by row (block_layout.h)
   const int32_t* col_rows;   ///< [nnz]: block_row of each col_blocks entry
   const int32_t* block_row;  ///< [nnz]

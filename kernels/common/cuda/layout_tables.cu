@@ -83,7 +83,8 @@ std::vector<int32_t> row_groups(const BlockLayout& l, int32_t group) {
   std::vector<int32_t> out;
   const auto& row_ptr = l.row_ptr();
   for (size_t r = 0; r + 1 < row_ptr.size(); ++r)
-    for (int32_t k = row_ptr[r]; k < row_ptr[r + 1]; k += group) out.insert(out.end(), {k, std::min(group, row_ptr[r + 1] - k)});
+    for (int32_t k = row_ptr[r]; k < row_ptr[r + 1]; k += group)
+      out.insert(out.end(), {k, std::min(group, row_ptr[r + 1] - k)});
   return out;
 }
 
