@@ -1,5 +1,7 @@
 #include "layers/attention.h"
 
+#include <algorithm>
+
 #include "core/autocast.h"
 #include "kernels/ops.h"
 
@@ -66,18 +68,29 @@ bool MultiHeadAttention::uses_dense_path(const Device& device) const {
   return impl == "auto" && dense_causal_ && (device.is_cuda() || options_.attention_dropout() > 0);
 }
 
+std::vector<Tensor> MultiHeadAttention::heads_apart(const Tensor& x, int64_t B, int64_t n) const {
+  const int64_t H = options_.heads(), D = options_.width() / H;
+  // [B*n, 3C] -> [B, n, 3, H, D] -> [3, B, H, n, D] -> q, k, v [B, H, n, D]. Under autocast q, k,
+  // v are cast once, here: the heads are moved, the scores and probabilities made and the
+  // output merged in bf16/f16; proj's product returns f32.
+  Tensor qkv = permute(reshape(autocast::operand(qkv_.forward(x)), {B, n, 3, H, D}), {2, 0, 3, 1, 4});
+  std::vector<Tensor> parts = split(qkv, {1, 1, 1}, 0);
+  for (Tensor& p : parts) p = reshape(p, {B, H, n, D});
+  return parts;
+}
+
+Tensor MultiHeadAttention::merge_heads(const Tensor& o, int64_t B, int64_t n) const {
+  // [B, H, n, D] -> [B, n, H, D] -> [B*n, C]
+  return proj_.forward(reshape(permute(o, {0, 2, 1, 3}), {B * n, options_.width()}));
+}
+
 Tensor MultiHeadAttention::forward(const Tensor& x, int64_t B, Generator& dropout_gen) const {
   const int64_t T = options_.seq_len(), C = options_.width(), H = options_.heads(), D = C / H;
   TS_CHECK(
       B > 0 && x.dim() == 2 && x.size(0) == B * T && x.size(1) == C, ShapeError,
       "MultiHeadAttention: x " << x.meta() << " must be [B*T, C] = [" << B << "*" << T << ", " << C << "]");
-  // Heads apart: [B*T, 3C] -> [B, T, 3, H, D] -> [3, B, H, T, D] -> q, k, v [B, H, T, D].
-  // Under autocast q, k, v are cast once, here: the heads are moved, the scores and
-  // probabilities made and the output merged in bf16/f16; proj's product returns f32.
-  Tensor qkv = permute(reshape(autocast::operand(qkv_.forward(x)), {B, T, 3, H, D}), {2, 0, 3, 1, 4});
-  std::vector<Tensor> parts = split(qkv, {1, 1, 1}, 0);
-  Tensor q = reshape(parts[0], {B, H, T, D}), k = reshape(parts[1], {B, H, T, D}),
-         v = reshape(parts[2], {B, H, T, D});
+  const std::vector<Tensor> qkv = heads_apart(x, B, T);
+  const Tensor &q = qkv[0], &k = qkv[1], &v = qkv[2];
   Tensor o;  // [B, H, T, D]
   if (uses_dense_path(x.device())) {
     // Per (b, h) as a batch of B*H: s = q·kᵀ [B*H, T, T], p = causal softmax of scale·s over
@@ -90,8 +103,7 @@ Tensor MultiHeadAttention::forward(const Tensor& x, int64_t B, Generator& dropou
   } else {
     o = block_attention(q, k, v, layout_, options_.scale());
   }
-  // Heads merged: [B, H, T, D] -> [B, T, H, D] -> [B*T, C].
-  Tensor y = proj_.forward(reshape(permute(o, {0, 2, 1, 3}), {B * T, C}));
+  Tensor y = merge_heads(o, B, T);
   if (is_training() && options_.dropout() > 0) y = drop_->forward(y, dropout_gen);
   return y;
 }
@@ -112,26 +124,27 @@ Tensor MultiHeadAttention::decode(const Tensor& x, int64_t B, KVCache& cache) co
            "MultiHeadAttention::decode: the cache holds " << held << ", expected [" << B << ", " << H << ", " << len
                                                           << ", " << D << "]");
   // The new positions' q, k, v [B, H, n, D], as forward() makes them.
-  Tensor qkv = permute(reshape(autocast::operand(qkv_.forward(x)), {B, n, 3, H, D}), {2, 0, 3, 1, 4});
-  std::vector<Tensor> parts = split(qkv, {1, 1, 1}, 0);
-  const Tensor q = reshape(parts[0], {B, H, n, D});
-  const Tensor k_new = reshape(parts[1], {B, H, n, D}), v_new = reshape(parts[2], {B, H, n, D});
-  const Tensor k = len == 0 ? k_new : concat({cache.k, k_new}, 2);  // [B, H, L, D]
-  const Tensor v = len == 0 ? v_new : concat({cache.v, v_new}, 2);
-  // Scores [B, H, n, L], -inf where the query's layout row has no block or the key is later.
+  const std::vector<Tensor> qkv = heads_apart(x, B, n);
+  const Tensor& q = qkv[0];
+  const Tensor k = len == 0 ? qkv[1] : concat({cache.k, qkv[1]}, 2);  // [B, H, L, D]
+  const Tensor v = len == 0 ? qkv[2] : concat({cache.v, qkv[2]}, 2);
+  // Scores [B, H, n, L]: 0 at the keys s <= p of the blocks that query p's layout row lists,
+  // -inf elsewhere (walking each row's key blocks, not testing every key).
   const AttentionLayout& l = *layout_;
-  const int64_t bs = l.block_size();
-  std::vector<float> mask(static_cast<size_t>(H * n * L), 0.f);
-  bool masked = false;  // one token with every earlier key kept (dense causal): no mask to add
+  const int64_t bs = l.block_size(), nb = l.blocks();
+  std::vector<float> mask(static_cast<size_t>(H * n * L), -INFINITY);
+  int64_t kept = 0;
   for (int64_t h = 0; h < H; ++h)
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t p = len + i;
-      for (int64_t s = 0; s < L; ++s)
-        if (s > p || !l.has(h, p / bs, s / bs)) {
-          mask[static_cast<size_t>((h * n + i) * L + s)] = -INFINITY;
-          masked = true;
-        }
+      const int64_t p = len + i, row = h * nb + p / bs;
+      float* m = mask.data() + (h * n + i) * L;
+      for (int32_t e = l.row_ptr()[row]; e < l.row_ptr()[row + 1]; ++e) {
+        const int64_t s0 = l.key_blocks()[e] * bs, s1 = std::min(s0 + bs, p + 1);
+        std::fill(m + s0, m + s1, 0.f);
+        kept += s1 - s0;
+      }
     }
+  const bool masked = kept < H * n * L;  // false for one token with every earlier key kept (dense causal)
   const double scale = detail::attention_scale(options_.scale(), D);
   Tensor s = matmul(reshape(q, {B * H, n, D}), reshape(k, {B * H, L, D}), false, true);  // [B*H, n, L]
   s = reshape(mul(s, scale), {B, H, n, L});
@@ -141,7 +154,7 @@ Tensor MultiHeadAttention::decode(const Tensor& x, int64_t B, KVCache& cache) co
   cache.k = k;
   cache.v = v;
   cache.len = L;
-  return proj_.forward(reshape(permute(o, {0, 2, 1, 3}), {B * n, C}));
+  return merge_heads(o, B, n);
 }
 
 }  // namespace nn

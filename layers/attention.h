@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/random.h"
 #include "kernels/block_attention/attention_layout.h"
@@ -155,6 +156,12 @@ class MultiHeadAttention : public Module {
   bool uses_dense_path(const Device& device) const;
 
  private:
+  // q, k, v [B, H, n, D] of x [B*n, C]: the qkv projection with the heads apart (forward's and
+  // decode's; under autocast cast once, here).
+  std::vector<Tensor> heads_apart(const Tensor& x, int64_t batch, int64_t n) const;
+  // o [B, H, n, D] with the heads merged, [B*n, C], through the output projection.
+  Tensor merge_heads(const Tensor& o, int64_t batch, int64_t n) const;
+
   AttentionOptions options_;
   AttentionLayoutPtr layout_;
   bool dense_causal_ = false;  // layout_ keeps every causal block

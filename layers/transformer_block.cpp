@@ -76,8 +76,8 @@ Tensor TransformerBlock::forward(const Tensor& x, int64_t B, Generator& dropout_
 Tensor TransformerBlock::decode(const Tensor& x, int64_t B, KVCache& cache) const {
   TS_CHECK(!is_training() || options_.dropout() == 0, ValueError,
            "TransformerBlock::decode draws no dropout: call eval() first (dropout " << options_.dropout() << ")");
-  Generator unused(0);  // no dropout is drawn (checked above)
-  return apply(x, [&](const Tensor& a) { return attn_->decode(a, B, cache); }, unused);
+  // no dropout is drawn (checked above): the generator is never used
+  return apply(x, [&](const Tensor& a) { return attn_->decode(a, B, cache); }, default_generator());
 }
 
 Tensor TransformerBlock::apply(const Tensor& x, const std::function<Tensor(const Tensor&)>& attention,
