@@ -9,7 +9,8 @@
 // Per shape (B, H, T), head dim D and layout (block --block; local: window 8 blocks, fixed and
 // strided: stride 8 blocks, fixed summary 1), bf16 q, k, v ~ N(0, 1) and dO ~ N(0, 1):
 //   fwd      block_attention's op (o and lse), the layout's kernel (kernels/block_attention/)
-//   fwd+bwd  that, then block_attention_backward's op from its o and lse
+//   fwd+bwd  that, then block_attention_backward's op from its o and lse; and both with dropout 0.1
+//            on the probabilities (inside the kernels)
 //   cuBLAS   (dense causal only, T <= 4096) the dense path of MultiHeadAttention: s = q·kᵀ,
 //            causal_softmax, p·v, and its backward by autograd
 // Figures: median ms over --repeats calls (each call synchronized; every call here takes far
@@ -119,7 +120,7 @@ int main(int argc, char** argv) {
   app.add_option("--shapes", o.shapes, "b<B>h<H>t<T> (comma-separated)")->delimiter(',');
   app.add_option("--head-dims", o.head_dims, "head dims (comma-separated)")->delimiter(',');
   app.add_option("--layouts", o.layouts, "dense, local, fixed, strided (comma-separated)")->delimiter(',');
-  app.add_option("--block", o.block, "attention block size")->check(CLI::IsMember({8, 16, 32, 64}));
+  app.add_option("--block", o.block, "attention block size")->check(CLI::IsMember({8, 16, 32, 64, 128}));
   app.add_option("--repeats", o.repeats, "timed calls per figure (median)")->check(CLI::Range(1, 10000));
   app.add_flag("--quick", o.quick, "b2h2t512, head dim 64, dense and strided, 2 repeats (a smoke run)");
   app.add_option("--json", o.json, "also write the figures to this JSON file");
@@ -167,7 +168,19 @@ int main(int argc, char** argv) {
                 block_attention_backward(g, q, k, v, fwd[0], fwd[1], l);
               },
               o.repeats);
+          // With dropout 0.1 on the probabilities, inside the kernels (forward and backward).
+          const BlockAttention::Attrs fa{l, 0, 0.1, 1, 0};
+          const BlockAttentionBackward::Attrs ba{l, 0, 0.1, 1, 0};
+          const double drop_ms = time_ms(
+              [&] {
+                fwd = call<BlockAttention>(fa, {q, k, v});
+                call<BlockAttentionBackward>(ba, {g, q, k, v, fwd[0], fwd[1]});
+              },
+              o.repeats);
           const double fwd_tflops = fwd_flops / fwd_ms * 1e-9, fb_tflops = 3.5 * fwd_flops / fb_ms * 1e-9;
+          const std::string name = kind == "dense" ? "dense causal" : kind;
+          report.add({name + " fwd+bwd, dropout 0.1", label, drop_ms, 3.5 * fwd_flops / drop_ms * 1e-9, "TFLOP/s",
+                      fb_tflops, "the same without dropout (this run)"});
           if (kind == "dense") {
             dense_fwd_tflops = fwd_tflops;
             dense_fb_tflops = fb_tflops;

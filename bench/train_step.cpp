@@ -2,7 +2,8 @@
 // and optionally the time to reach a validation loss with nanoGPT's recipe.
 //
 //   train_step [--device cuda|cpu] [--dtype bf16|f32] [--steps N] [--repeats N] [--warmup N]
-//              [--quick] [--json FILE]
+//              [--attn-impl auto|dense] [--quick] [--json FILE]
+//   train_step --model gpt2 [--batch 64] [--steps N] ...        # GPT-2 small, random tokens
 //   train_step --quality [--data FILE] [--target 1.47] [--max-steps 5000] [--time-limit S] ...
 //
 // The model (models::TransformerLM): 6 layers, 6 heads, width 384, context 256, vocab 65 (the
@@ -20,6 +21,13 @@
 // for reference, not measured here: PyTorch 2.11 on the same H200, 14.8 ms eager and 9.9 ms with
 // torch.compile (bf16 autocast). Before timing, both ways take their first step on the same batch
 // from the same parameters; the losses must agree within 1e-5 relative, or the program exits 1.
+//
+// --model gpt2: a GPT-2-small-shaped step as llm.c's train_gpt2cu times it: 12 layers, 12 heads,
+// width 768, context 1024, vocabulary 50257 padded to 50304 (random tokens below 50257), tanh
+// GELU, tied output, no dropout, 64 sequences per step (--batch), bf16 autocast, AdamW as above.
+// Memory allows one model at a time there: the eager step is timed first (the baseline, fewer
+// steps), freed, then the compiled one; the first losses are compared as above. Reference, not
+// measured here: llm.c's train_gpt2cu (bf16, no cuDNN) on this H200, 330k tokens/s.
 //
 // --quality: nanoGPT's shakespeare-char recipe through the compiled step: warm-up 100 steps,
 // cosine from 1e-3 to 1e-4 over 5000 steps, evaluation every --eval-every (250) steps on
@@ -52,13 +60,39 @@ using Inputs = std::map<std::string, Tensor>;
 namespace {
 
 struct Options {
-  std::string device = "cuda", dtype = "bf16", data = TESSERA_BENCH_DATA, json;
+  std::string device = "cuda", dtype = "bf16", data = TESSERA_BENCH_DATA, json, attn_impl = "auto";
   int steps = 20, repeats = 5, warmup = 5;
   bool quick = false, quality = false;
+  std::string model = "nanogpt";
   double target = 1.47, time_limit = 120;
   int64_t max_steps = 5000, eval_every = 250, eval_batches = 200;
   int64_t batch = 64, seq = 256;
 };
+
+models::TransformerLMConfig gpt2_config(const Options& o) {
+  models::TransformerLMConfig c;
+  c.vocab = 50304;  // 50257 padded to a multiple of 128, as llm.c does
+  c.seq_len = o.seq;
+  c.width = o.quick ? 64 : 768;
+  c.layers = o.quick ? 2 : 12;
+  c.heads = o.quick ? 2 : 12;
+  c.attn_block = o.quick ? 16 : 64;
+  c.activation = "gelu_tanh";
+  c.attn_impl = o.attn_impl;
+  c.seed = 1;
+  return c;
+}
+
+// Random tokens below GPT-2's 50257 (the padded ids are never inputs or targets).
+data::TokenArray random_tokens(int64_t n) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  uint64_t x = 88172645463325252ull;  // xorshift64
+  for (int32_t& id : ids) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    id = static_cast<int32_t>(x % 50257);
+  }
+  return data::make_tokens(std::move(ids));
+}
 
 models::TransformerLMConfig nanogpt_config(const Options& o, int64_t vocab) {
   models::TransformerLMConfig c;
@@ -70,6 +104,7 @@ models::TransformerLMConfig nanogpt_config(const Options& o, int64_t vocab) {
   c.attn_block = o.quick ? 16 : 64;
   c.dropout = 0.2;
   c.attention_dropout = 0.2;
+  c.attn_impl = o.attn_impl;
   c.seed = 1;
   return c;
 }
@@ -145,7 +180,62 @@ std::string fmt(double v, int digits) {
   return s.str();
 }
 
+// --model gpt2: eager then compiled, one model in memory at a time.
+int run_gpt2(const Options& o) {
+  const Device dev = o.device == "cuda" ? Device::cuda(0) : Device::cpu();
+  const DType amp = o.dtype == "bf16" ? DType::bf16 : DType::f32;
+  TS_CHECK(!dev.is_cuda() || cuda_available(), DeviceError, "--device cuda: no GPU is visible to this process");
+  const models::TransformerLMConfig cfg = gpt2_config(o);
+  data::RandomWindowSampler sampler(random_tokens(std::max<int64_t>(1 << 22, 2 * o.batch * (o.seq + 1))), o.batch,
+                                    o.seq, /*seed=*/1, data::Layout::batch_major);
+  const data::Batch first = sampler.next();
+  BenchReport report("train_step");
+  report.note("device", dev.str());
+  report.note("dtype", o.dtype + (amp == DType::bf16 ? " autocast, f32 master weights" : ""));
+  report.note("model", "GPT-2 small shape: " + std::to_string(cfg.layers) + " layers, " +
+                           std::to_string(cfg.heads) + " heads, width " + std::to_string(cfg.width) +
+                           ", context " + std::to_string(o.seq) + ", vocab 50304, batch " + std::to_string(o.batch) +
+                           ", random tokens, no dropout");
+  const std::string shape = std::to_string(o.batch) + "x" + std::to_string(o.seq);
+  auto timed = [&](Trainer& t, int steps) {
+    for (int i = 0; i < o.warmup; ++i) t.step(sampler.next());
+    sync(dev);
+    return bench::time_median_ms(
+               [&] {
+                 for (int i = 0; i < steps; ++i) t.step(sampler.next());
+                 sync(dev);
+               },
+               0, o.repeats) /
+           steps;
+  };
+  double le = 0, eager_ms = 0;
+  {
+    Trainer eager(o, cfg, dev, amp, false, first);
+    report.note("parameters", std::to_string(eager.model_.num_parameters()));
+    le = eager.step(first).item<double>();
+    eager_ms = timed(eager, std::max(1, o.steps / 2));
+  }
+  Trainer graph(o, cfg, dev, amp, true, first);
+  const double lg = graph.step(first).item<double>(), rel = std::abs(le - lg) / std::abs(le);
+  std::cout << "first step: eager loss " << fmt(le, 6) << ", graph loss " << fmt(lg, 6) << " (rel. diff " << rel
+            << ")\n";
+  if (!(rel <= 1e-5)) {
+    std::cerr << "train_step: the compiled step's first loss differs from the eager step's\n";
+    return 1;
+  }
+  const double graph_ms = timed(graph, o.steps), tokens = static_cast<double>(o.batch * o.seq);
+  report.add({"step eager", shape, eager_ms, eager_ms, "ms/step", eager_ms, "eager"});
+  report.add({"step graph", shape, graph_ms, graph_ms, "ms/step", eager_ms, "eager"});
+  report.add({"tokens/s graph", shape, graph_ms, tokens / graph_ms * 1e3, "tok/s", tokens / eager_ms * 1e3, "eager"});
+  report.note("reference (not measured here)", "llm.c train_gpt2cu (bf16, no cuDNN), same H200: 330k tokens/s");
+  if (graph.step_->executor().replays_cuda_graph()) report.note("graph", "replayed as one CUDA graph");
+  report.print(std::cout);
+  if (!o.json.empty()) report.write_json(o.json);
+  return 0;
+}
+
 int run(const Options& o) {
+  if (o.model == "gpt2") return run_gpt2(o);
   const Device dev = o.device == "cuda" ? Device::cuda(0) : Device::cpu();
   const DType amp = o.dtype == "bf16" ? DType::bf16 : DType::f32;
   TS_CHECK(!dev.is_cuda() || cuda_available(), DeviceError, "--device cuda: no GPU is visible to this process");
@@ -162,6 +252,8 @@ int run(const Options& o) {
   report.note("model", std::to_string(cfg.layers) + " layers, " + std::to_string(cfg.heads) + " heads, width " +
                            std::to_string(cfg.width) + ", context " + std::to_string(o.seq) + ", batch " +
                            std::to_string(o.batch) + ", dropout 0.2");
+  report.note("attention", o.attn_impl == "dense" ? "dense path: matmul, causal_softmax, dropout, matmul"
+                                                  : "block_attention (fused, dropout inside)");
 
   Trainer eager(o, cfg, dev, amp, false, first), graph(o, cfg, dev, amp, true, first);
   report.note("parameters", std::to_string(eager.model_.num_parameters()));
@@ -243,6 +335,12 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", o.repeats, "timed rounds (median)")->check(CLI::Range(1, 1000));
   app.add_option("--warmup", o.warmup, "untimed steps of each way first")->check(CLI::Range(0, 100000));
   app.add_flag("--quick", o.quick, "a tiny model, batch 4, context 32 (smoke run)");
+  app.add_option("--model", o.model, "nanogpt (shakespeare-char) | gpt2 (GPT-2 small shape, random tokens)")
+      ->check(CLI::IsMember({"nanogpt", "gpt2"}));
+  app.add_option("--batch", o.batch, "sequences per step")->check(CLI::Range(1, 4096));
+  app.add_option("--seq", o.seq, "context (tokens per sequence)")->check(CLI::Range(1, 1 << 16));
+  app.add_option("--attn-impl", o.attn_impl, "auto (block_attention, fused) | dense (matmul, causal_softmax, matmul)")
+      ->check(CLI::IsMember({"auto", "dense"}));
   app.add_flag("--quality", o.quality, "time to --target validation loss with nanoGPT's recipe");
   app.add_option("--target", o.target, "validation loss to reach with --quality");
   app.add_option("--max-steps", o.max_steps, "step limit of --quality")->check(CLI::Range(1, 1000000));
@@ -251,6 +349,16 @@ int main(int argc, char** argv) {
   app.add_option("--eval-batches", o.eval_batches, "--quality validation batches")->check(CLI::Range(1, 100000));
   app.add_option("--json", o.json, "write the figures to this file");
   if (const int rc = bench::parse_flags(app, argc, argv); rc >= 0) return rc;
+  if (o.model == "gpt2") {
+    if (o.quality) {
+      std::cerr << "train_step: --quality runs the nanoGPT recipe only (not --model gpt2)\n";
+      return 2;
+    }
+    if (!app.count("--seq")) o.seq = 1024;
+    if (!app.count("--steps")) o.steps = 6;
+    if (!app.count("--repeats")) o.repeats = 3;
+    if (!app.count("--warmup")) o.warmup = 2;
+  }
   if (o.quick) o.batch = 4, o.seq = 32, o.steps = std::min(o.steps, 2), o.repeats = std::min(o.repeats, 2),
                o.warmup = std::min(o.warmup, 1), o.eval_batches = std::min<int64_t>(o.eval_batches, 2);
   try {

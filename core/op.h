@@ -58,6 +58,8 @@ struct OpBase {
   /// high 32 bits of a block offset added to `start` (the CUDA kernel reads it on the device).
   /// Compiled steps append it: their nodes keep `start` relative to the step's share of the
   /// stream and the executor writes each run's base into it, so a captured CUDA graph stays valid.
+  /// An op whose drawing depends on its attributes (block attention draws only with dropout > 0)
+  /// also declares `static bool draws_random(const Attrs&)`: false makes it an ordinary op.
   static constexpr bool kRandom = false;
 };
 
@@ -162,6 +164,12 @@ struct has_cuda_kernel : std::false_type {};
 template <class Op>
 struct has_cuda_kernel<Op, std::void_t<decltype(&Op::cuda)>> : std::true_type {};
 
+/// Whether op struct Op declares `static bool draws_random(const Attrs&)` (see OpBase::kRandom).
+template <class Op, class = void>
+struct has_draws_random : std::false_type {};
+template <class Op>
+struct has_draws_random<Op, std::void_t<decltype(&Op::draws_random)>> : std::true_type {};
+
 template <class Op>
 class OpInstanceT final : public OpInstance {
  public:
@@ -200,7 +208,13 @@ class OpInstanceT final : public OpInstance {
   }
   bool differentiable() const override { return Op::kDifferentiable; }
   bool in_place_safe() const override { return Op::kInPlace; }
-  bool random() const override { return Op::kRandom; }
+  bool random() const override {
+    if constexpr (has_draws_random<Op>::value) {
+      return Op::kRandom && Op::draws_random(attrs_);
+    } else {
+      return Op::kRandom;
+    }
+  }
   std::pair<uint64_t, uint64_t> random_stream() const override {
     if constexpr (Op::kRandom) {
       return {attrs_.seed, attrs_.start};

@@ -31,6 +31,9 @@ MultiHeadAttention::MultiHeadAttention(const AttentionOptions& o, Generator& gen
            "MultiHeadAttention: width " << C << ", heads " << H << " and seq_len " << o.seq_len()
                                         << " must be > 0");
   TS_CHECK(C % H == 0, ValueError, "MultiHeadAttention: width " << C << " is not a multiple of heads " << H);
+  const int64_t Hkv = o.kv_heads();
+  TS_CHECK(Hkv >= 1 && H % Hkv == 0, ValueError,
+           "MultiHeadAttention: kv_heads " << Hkv << " must divide heads " << H << " (grouped-query attention)");
   layout_ = make_attention_layout(o);
   // Every causal block of every head kept (heads · nb(nb+1)/2): token-level dense causal attention.
   const int64_t nb = layout_->blocks();
@@ -42,10 +45,7 @@ MultiHeadAttention::MultiHeadAttention(const AttentionOptions& o, Generator& gen
            "MultiHeadAttention: impl \"dense\" needs the dense causal layout, got " << layout_->str());
   const double pa = o.attention_dropout();
   TS_CHECK(pa >= 0 && pa < 1, ValueError, "MultiHeadAttention: attention_dropout must be in [0, 1), got " << pa);
-  TS_CHECK(pa == 0 || (dense_causal_ && impl != "block"), ValueError,
-           "MultiHeadAttention: attention_dropout " << pa << " needs the dense path (the dense causal layout, impl "
-               << "auto or dense), got impl \"" << impl << "\" and layout " << layout_->str());
-  qkv_ = Projection(ProjectionOptions(C, 3 * C)
+  qkv_ = Projection(ProjectionOptions(C, C + 2 * Hkv * (C / H))
                         .block_size(o.linear_block_size())
                         .density(o.density(), o.seed())
                         .bias(o.bias())
@@ -63,13 +63,20 @@ MultiHeadAttention::MultiHeadAttention(const AttentionOptions& o, Generator& gen
 }
 
 bool MultiHeadAttention::uses_dense_path(const Device& device) const {
-  const std::string& impl = options_.impl();
-  if (impl == "dense") return true;
-  return impl == "auto" && dense_causal_ && (device.is_cuda() || options_.attention_dropout() > 0);
+  (void)device;  // block_attention is the faster path on the CPU and on CUDA (bench/attention_gpu)
+  return options_.impl() == "dense";
 }
 
 std::vector<Tensor> MultiHeadAttention::heads_apart(const Tensor& x, int64_t B, int64_t n) const {
-  const int64_t H = options_.heads(), D = options_.width() / H;
+  const int64_t H = options_.heads(), D = options_.width() / H, Hkv = options_.kv_heads();
+  if (Hkv != H) {
+    // [B*n, (H + 2·Hkv)·D], columns q | k | v -> q [B, H, n, D], k, v [B, Hkv, n, D].
+    const Tensor y = autocast::operand(qkv_.forward(x));
+    auto apart = [&](int64_t first, int64_t heads) {
+      return permute(reshape(slice(y, 1, first * D, (first + heads) * D), {B, n, heads, D}), {0, 2, 1, 3});
+    };
+    return {apart(0, H), apart(H, Hkv), apart(H + Hkv, Hkv)};
+  }
   // [B*n, 3C] -> [B, n, 3, H, D] -> [3, B, H, n, D] -> q, k, v [B, H, n, D]. Under autocast q, k,
   // v are cast once, here: the heads are moved, the scores and probabilities made and the
   // output merged in bf16/f16; proj's product returns f32.
@@ -77,6 +84,14 @@ std::vector<Tensor> MultiHeadAttention::heads_apart(const Tensor& x, int64_t B, 
   std::vector<Tensor> parts = split(qkv, {1, 1, 1}, 0);
   for (Tensor& p : parts) p = reshape(p, {B, H, n, D});
   return parts;
+}
+
+Tensor MultiHeadAttention::all_heads(const Tensor& kv) const {
+  const int64_t H = options_.heads(), Hkv = options_.kv_heads();
+  if (Hkv == H) return kv;
+  // [B, Hkv, n, D] -> [B, Hkv, G, n, D] -> [B, H, n, D]: query head h reads key/value head h / G.
+  const int64_t B = kv.size(0), n = kv.size(2), D = kv.size(3);
+  return reshape(expand(reshape(kv, {B, Hkv, 1, n, D}), {B, Hkv, H / Hkv, n, D}), {B, H, n, D});
 }
 
 Tensor MultiHeadAttention::merge_heads(const Tensor& o, int64_t B, int64_t n) const {
@@ -96,12 +111,13 @@ Tensor MultiHeadAttention::forward(const Tensor& x, int64_t B, Generator& dropou
     // Per (b, h) as a batch of B*H: s = q·kᵀ [B*H, T, T], p = causal softmax of scale·s over
     // keys <= query, o = p·v [B*H, T, D]. Only public ops: traced, any device and dtype.
     const double scale = detail::attention_scale(options_.scale(), D);
-    Tensor s = matmul(reshape(q, {B * H, T, D}), reshape(k, {B * H, T, D}), false, true);
+    Tensor s = matmul(reshape(q, {B * H, T, D}), reshape(all_heads(k), {B * H, T, D}), false, true);
     Tensor p = causal_softmax(s, scale);
     if (is_training() && options_.attention_dropout() > 0) p = dropout(p, options_.attention_dropout(), dropout_gen);
-    o = reshape(matmul(p, reshape(v, {B * H, T, D})), {B, H, T, D});
+    o = reshape(matmul(p, reshape(all_heads(v), {B * H, T, D})), {B, H, T, D});
   } else {
-    o = block_attention(q, k, v, layout_, options_.scale());
+    const double pa = is_training() ? options_.attention_dropout() : 0;
+    o = block_attention(q, k, v, layout_, options_.scale(), pa, dropout_gen);
   }
   Tensor y = merge_heads(o, B, T);
   if (is_training() && options_.dropout() > 0) y = drop_->forward(y, dropout_gen);
@@ -146,11 +162,11 @@ Tensor MultiHeadAttention::decode(const Tensor& x, int64_t B, KVCache& cache) co
     }
   const bool masked = kept < H * n * L;  // false for one token with every earlier key kept (dense causal)
   const double scale = detail::attention_scale(options_.scale(), D);
-  Tensor s = matmul(reshape(q, {B * H, n, D}), reshape(k, {B * H, L, D}), false, true);  // [B*H, n, L]
+  Tensor s = matmul(reshape(q, {B * H, n, D}), reshape(all_heads(k), {B * H, L, D}), false, true);  // [B*H, n, L]
   s = reshape(mul(s, scale), {B, H, n, L});
   if (masked) s = add(s, cast(from_vector(mask, {H, n, L}).to(x.device()), q.dtype()));
   const Tensor p = reshape(softmax(s), {B * H, n, L});
-  const Tensor o = reshape(matmul(p, reshape(v, {B * H, L, D})), {B, H, n, D});
+  const Tensor o = reshape(matmul(p, reshape(all_heads(v), {B * H, L, D})), {B, H, n, D});
   cache.k = k;
   cache.v = v;
   cache.len = L;

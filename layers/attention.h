@@ -37,6 +37,9 @@ struct AttentionOptions {
 
   AttentionOptions& width(int64_t c) { width_ = c; return *this; }
   AttentionOptions& heads(int64_t h) { heads_ = h; return *this; }
+  /// Key/value heads (grouped-query attention): 0 (the default) = heads; else a divisor of heads,
+  /// 1 = multi-query attention. Query head h reads key/value head h / (heads / kv_heads).
+  AttentionOptions& kv_heads(int64_t h) { kv_heads_ = h; return *this; }
   AttentionOptions& seq_len(int64_t t) { seq_len_ = t; return *this; }
   /// Attention block size (8, 16, 32 or 64; seq_len must be a multiple).
   AttentionOptions& block_size(int64_t bs) { block_size_ = bs; return *this; }
@@ -58,18 +61,21 @@ struct AttentionOptions {
   /// Dropout on the output while training (0, the default, adds no op).
   AttentionOptions& dropout(double p) { dropout_ = p; return *this; }
   AttentionOptions& dtype(DType t) { dtype_ = t; return *this; }
-  /// How attention is computed: "auto" (the default), "block" (always block_attention) or "dense"
-  /// (scores by matmul, causal_softmax, matmul; needs the dense causal layout). "auto" takes the
-  /// dense path for the dense causal layout on CUDA tensors (or when attention_dropout > 0), else
-  /// block_attention (whose CPU kernel is fast).
+  /// How attention is computed: "auto" (the default) and "block" run block_attention for every
+  /// layout, the dense causal one included (one fused kernel; on CUDA tensor cores for bf16/f16);
+  /// "dense" the unfused path (scores by matmul, causal_softmax, dropout, matmul; needs the dense
+  /// causal layout), kept as a reference and for measurements (bench/attention_gpu).
   AttentionOptions& impl(std::string how) { impl_ = std::move(how); return *this; }
   AttentionOptions& impl(const char* how) { impl_ = how; return *this; }
   /// Dropout on the attention probabilities while training, as GPT-2 / nanoGPT do (0, the
-  /// default, adds no op). Only the dense path has it: the dense causal layout, impl not "block".
+  /// default, adds no op): inside block_attention's kernels for every layout, with the mask the
+  /// `dropout` op would draw on the dense probabilities (so the dense path draws the same one).
   AttentionOptions& attention_dropout(double p) { attention_dropout_ = p; return *this; }
 
   int64_t width() const { return width_; }
   int64_t heads() const { return heads_; }
+  /// The key/value heads in effect (heads when kv_heads is 0).
+  int64_t kv_heads() const { return kv_heads_ == 0 ? heads_ : kv_heads_; }
   int64_t seq_len() const { return seq_len_; }
   int64_t block_size() const { return block_size_; }
   const std::string& layout_kind() const { return kind_; }
@@ -89,6 +95,7 @@ struct AttentionOptions {
 
  private:
   int64_t width_, heads_, seq_len_;
+  int64_t kv_heads_ = 0;
   int64_t block_size_ = 32;
   std::string kind_ = "dense";
   AttentionLayoutPtr layout_;
@@ -109,7 +116,8 @@ struct AttentionOptions {
 AttentionLayoutPtr make_attention_layout(const AttentionOptions& o);
 
 /// The keys and values a MultiHeadAttention has seen while decoding (MultiHeadAttention::decode):
-/// k, v [B, H, len, D] for positions 0 .. len-1 of B sequences; empty (len 0) to start.
+/// k, v [B, Hkv, len, D] for positions 0 .. len-1 of B sequences (Hkv = kv_heads()); empty
+/// (len 0) to start.
 struct KVCache {
   Tensor k, v;
   int64_t len = 0;
@@ -118,7 +126,10 @@ struct KVCache {
 /// forward(x [B*T, C], B), rows batch-major (row b*T + t):
 ///   qkv = x·Wqkv + bqkv                       [B*T, 3C] -> [B, T, 3, H, D] -> [3, B, H, T, D]
 ///   q, k, v = split(qkv)                      [B, H, T, D] each
-///   o = block_attention(q, k, v, layout)      [B, H, T, D] (causal, only the layout's blocks)
+///     (kv_heads Hkv < H: qkv [B*T, C + 2·Hkv·D], columns q | k | v, each head-major; q [B, H, T, D],
+///      k, v [B, Hkv, T, D])
+///   o = block_attention(q, k, v, layout)      [B, H, T, D] (causal, only the layout's blocks;
+///                                             probabilities dropped inside while training)
 ///     or, on the dense path (impl, see AttentionOptions::impl), per (b, h) as [B*H, T, D]:
 ///       s = q·kᵀ                              [B*H, T, T]
 ///       p = causal_softmax(s, scale)          (keys s <= query t), dropout(p) while training
@@ -129,8 +140,7 @@ struct KVCache {
 class MultiHeadAttention : public Module {
  public:
   /// ValueError/ShapeError naming the bad option (sizes, width % heads, layout, projections, impl,
-  /// dropout probabilities; impl "dense" or attention_dropout > 0 with a layout that is not dense
-  /// causal, attention_dropout > 0 with impl "block").
+  /// dropout probabilities; impl "dense" with a layout that is not dense causal).
   explicit MultiHeadAttention(const AttentionOptions& options, Generator& gen = default_generator());
 
   /// x [B*T, C] -> [B*T, C]; ShapeError naming x, B, T and C when they do not fit. Dropout
@@ -152,13 +162,16 @@ class MultiHeadAttention : public Module {
   const Projection& proj() const { return proj_; }
   const AttentionOptions& options() const { return options_; }
   /// Whether forward() on tensors of `device` takes the dense path (matmul, causal_softmax,
-  /// matmul) rather than block_attention.
+  /// matmul) rather than block_attention: only with impl "dense" (the device does not matter).
   bool uses_dense_path(const Device& device) const;
 
  private:
   // q, k, v [B, H, n, D] of x [B*n, C]: the qkv projection with the heads apart (forward's and
   // decode's; under autocast cast once, here).
   std::vector<Tensor> heads_apart(const Tensor& x, int64_t batch, int64_t n) const;
+  // k or v [B, Hkv, n, D] as [B, H, n, D] (each key/value head repeated for its query heads; the
+  // tensor itself without grouped-query attention): the dense path's and decode's products.
+  Tensor all_heads(const Tensor& kv) const;
   // o [B, H, n, D] with the heads merged, [B*n, C], through the output projection.
   Tensor merge_heads(const Tensor& o, int64_t batch, int64_t n) const;
 

@@ -34,6 +34,7 @@ TransformerLMConfig TransformerLMConfig::from_json(const nlohmann::json& j) {
   c.tied = r.get<bool>("tied", c.tied);
   c.dropout = r.get<double>("dropout", c.dropout);
   c.attention_dropout = r.get<double>("attention_dropout", c.attention_dropout);
+  c.attn_impl = r.get<std::string>("attn_impl", c.attn_impl);
   c.recompute = r.get<bool>("recompute", c.recompute);
   c.seed = r.get<int64_t>("seed", c.seed);
   r.finish();
@@ -45,7 +46,7 @@ TransformerLMConfig TransformerLMConfig::from_json(const nlohmann::json& j) {
   for (const auto& [key, value] : sizes) r.check(value > 0, key, "must be positive");
   r.check(c.activation == "gelu" || c.activation == "gelu_tanh" || c.activation == "fast_gelu", "activation",
           "must be \"gelu\", \"gelu_tanh\" or \"fast_gelu\"");
-  r.check(BlockLayout::valid_block_size(c.attn_block), "attn_block", "must be 8, 16, 32 or 64");
+  r.check(AttentionLayout::valid_block_size(c.attn_block), "attn_block", "must be 8, 16, 32, 64 or 128");
   r.check(c.attn_layout == "dense" || c.attn_layout == "local" || c.attn_layout == "fixed" ||
               c.attn_layout == "strided",
           "attn_layout", "must be \"dense\", \"local\", \"fixed\" or \"strided\"");
@@ -59,6 +60,7 @@ TransformerLMConfig TransformerLMConfig::from_json(const nlohmann::json& j) {
   r.check(c.dropout >= 0 && c.dropout < 1, "dropout", "must be in [0, 1)");
   r.check(c.attention_dropout >= 0 && c.attention_dropout < 1, "attention_dropout", "must be in [0, 1)");
   r.check(c.seed >= 0, "seed", "must be >= 0");
+  r.check(c.attn_impl == "auto" || c.attn_impl == "dense", "attn_impl", "must be \"auto\" or \"dense\"");
   // Fields that must agree.
   r.check(c.width % c.heads == 0, "width", "must be a multiple of heads=" + std::to_string(c.heads));
   r.check(c.seq_len % c.attn_block == 0, "seq_len",
@@ -66,8 +68,8 @@ TransformerLMConfig TransformerLMConfig::from_json(const nlohmann::json& j) {
   r.check(c.linear_block == 0 || c.width % c.linear_block == 0, "linear_block",
           "must divide width=" + std::to_string(c.width));
   r.check(c.density == 1 || c.linear_block > 0, "density", "needs block-sparse weights (linear_block > 0)");
-  r.check(c.attention_dropout == 0 || c.attn_layout == "dense", "attention_dropout",
-          "needs attn_layout \"dense\" (got \"" + c.attn_layout + "\")");
+  r.check(c.attn_impl == "auto" || c.attn_layout == "dense", "attn_impl",
+          "\"dense\" needs attn_layout \"dense\" (got \"" + c.attn_layout + "\")");
   return c;
 }
 
@@ -89,6 +91,7 @@ nlohmann::json TransformerLMConfig::to_json() const {
                         {"tied", tied},
                         {"dropout", dropout},
                         {"attention_dropout", attention_dropout},
+                        {"attn_impl", attn_impl},
                         {"recompute", recompute},
                         {"seed", seed}};
 }
@@ -132,7 +135,8 @@ TransformerLM::TransformerLM(const TransformerLMConfig& cfg) : cfg_(cfg) {
                                     .linear_block_size(cfg.linear_block)
                                     .density(cfg.density, s)
                                     .dropout(cfg.dropout)
-                                    .attention_dropout(cfg.attention_dropout);
+                                    .attention_dropout(cfg.attention_dropout)
+                                    .impl(cfg.attn_impl);
     blocks_->add(std::make_shared<nn::TransformerBlock>(nn::TransformerBlockOptions(attn)
                                                             .mlp_ratio(cfg.mlp_ratio)
                                                             .activation(act)

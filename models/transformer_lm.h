@@ -14,7 +14,7 @@
 //   layers, heads    blocks, attention heads                        (4, 4)
 //   mlp_ratio        MLP hidden width / C                           (4)
 //   activation       "gelu" | "gelu_tanh" | "fast_gelu"             ("gelu")
-//   attn_block       attention block size: 8, 16, 32, 64            (32)
+//   attn_block       attention block size: 8, 16, 32, 64, 128       (32)
 //   attn_layout      "dense" | "local" | "fixed" | "strided"        ("dense")
 //   window           local: blocks seen, itself included            (4)
 //   stride, summary  fixed/strided: stride blocks; fixed: summary   (4, 1; 1 <= summary <= stride)
@@ -22,7 +22,9 @@
 //   density          block-sparse weight density in (0, 1]          (1)
 //   tied             output projection = token embedding transposed  (true)
 //   dropout          p in [0, 1) on embeddings, attention and MLP outputs (0; compiled: pass dropout_gen as compile()'s rng)
-//   attention_dropout p in [0, 1) on the attention probabilities (0; > 0 needs attn_layout "dense")
+//   attention_dropout p in [0, 1) on the attention probabilities, any attn_layout (0)
+//   attn_impl        "auto": block_attention (fused) for every layout; "dense": matmul, causal_softmax,
+//                    dropout, matmul (attn_layout "dense" only; a reference for measurements)   ("auto")
 //   recompute        each block a graph::recompute region           (false)
 //   seed             parameter init and sparse-layout seed, >= 0    (0)
 #pragma once
@@ -57,6 +59,7 @@ struct TransformerLMConfig {
   bool tied = true;
   double dropout = 0.0;
   double attention_dropout = 0.0;
+  std::string attn_impl = "auto";
   bool recompute = false;
   int64_t seed = 0;
 

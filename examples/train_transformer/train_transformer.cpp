@@ -215,8 +215,8 @@ int main(int argc, char** argv) {
   m->add_option("--attn-layout", attn_layout, "dense | local | fixed | strided (default dense)")
       ->check(CLI::IsMember({"dense", "local", "fixed", "strided"}));
   m->add_option("--attn-block", attn_block,
-                "attention block size 8/16/32/64, divides --seq (default 32; on CUDA with --dtype bf16/f16, "
-                "32 and 64 run on tensor cores for head dims 32/64/128, 8 and 16 on a scalar kernel)");
+                "attention block size 8/16/32/64/128, divides --seq (default 32; on CUDA with --dtype bf16/f16, "
+                "32, 64 and 128 run on tensor cores for head dims 32/64/128, 8 and 16 on a scalar kernel)");
   m->add_option("--window", window, "local: attention blocks seen, itself included (default 4)");
   m->add_option("--stride", stride, "fixed/strided: stride in attention blocks (default 4)");
   m->add_option("--dropout", dropout, "dropout on embeddings, attention and MLP outputs (default 0)");

@@ -4,7 +4,6 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "core/sparse/block_layout.h"
 
 namespace tessera {
 
@@ -12,8 +11,8 @@ namespace {
 
 // Block size and sequence length, shared by every generator; returns nb = T / bs.
 int64_t check_geometry(const char* who, int64_t T, int64_t bs) {
-  TS_CHECK(BlockLayout::valid_block_size(bs), ValueError,
-           "AttentionLayout::" << who << ": block size bs=" << bs << " is not one of 8, 16, 32, 64");
+  TS_CHECK(AttentionLayout::valid_block_size(bs), ValueError,
+           "AttentionLayout::" << who << ": block size bs=" << bs << " is not one of 8, 16, 32, 64, 128");
   TS_CHECK(T > 0 && T % bs == 0, ShapeError,
            "AttentionLayout::" << who << ": sequence length T=" << T
                                << " must be a positive multiple of the block size bs=" << bs);
@@ -134,6 +133,18 @@ AttentionLayoutPtr AttentionLayout::build(const char* who, std::string kind, int
         if (masks[h][i * nb + j]) l->query_blocks_.push_back(static_cast<int32_t>(i));
       l->col_ptr_[h * nb + j + 1] = static_cast<int32_t>(l->query_blocks_.size());
     }
+  if (bs == 128) {  // the 64-block refinement the CUDA kernels run
+    const int64_t n2 = 2 * nb;
+    std::vector<std::vector<uint8_t>> fine(heads, std::vector<uint8_t>(n2 * n2, 0));
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < nb; ++i)
+        for (int64_t j = 0; j <= i; ++j)
+          if (masks[h][i * nb + j])
+            for (int64_t a = 0; a < 2; ++a)
+              for (int64_t b = 0; b < 2; ++b)
+                if (2 * j + b <= 2 * i + a) fine[h][(2 * i + a) * n2 + 2 * j + b] = 1;
+    l->refined64_ = build(who, l->kind_ + " in 64-blocks", T, 64, fine);
+  }
   return l;
 }
 

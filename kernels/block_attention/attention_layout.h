@@ -31,6 +31,9 @@
 //       within the window (p = 1: the c blocks before those, ...), cycling after floor(s/c)
 //       heads. Needs 1 <= c <= s; c == s gives dense causal.
 //   from_masks: one row-major [nb * nb] block mask per head (non-zero = kept).
+// Block sizes: 8, 16, 32, 64 and 128. A layout of 128-blocks is run by the CUDA kernels as its
+// refinement into 64-blocks (refined64(): each kept 128-block (i, j) is the 64-blocks (2i + a,
+// 2j + b), less (2i, 2i + 1) above the diagonal), the same token-level pattern.
 // Layouts are immutable and shared (std::shared_ptr<const AttentionLayout>): ops keep one in
 // their attributes.
 #pragma once
@@ -85,6 +88,11 @@ class AttentionLayout {
   /// "AttentionLayout(local_window(window_blocks=4), T=1024, bs=32, heads=8, 32x32 blocks,
   ///  1012/4224 causal blocks, density 0.240)".
   std::string str() const;
+  /// Whether bs is an attention block size: 8, 16, 32, 64 or 128.
+  static bool valid_block_size(int64_t bs) { return bs == 8 || bs == 16 || bs == 32 || bs == 64 || bs == 128; }
+  /// For a layout of 128-blocks, the same token-level pattern in 64-blocks (what the CUDA kernels
+  /// run); nullptr for other block sizes.
+  const AttentionLayoutPtr& refined64() const { return refined64_; }
   /// Same geometry and kept blocks (the kind string is not compared).
   bool operator==(const AttentionLayout& o) const {
     return bs_ == o.bs_ && nb_ == o.nb_ && heads_ == o.heads_ && row_ptr_ == o.row_ptr_ &&
@@ -101,6 +109,7 @@ class AttentionLayout {
   int64_t bs_ = 0, nb_ = 0, heads_ = 0;
   std::string kind_;
   std::vector<int32_t> row_ptr_, key_blocks_, col_ptr_, query_blocks_;
+  AttentionLayoutPtr refined64_;  // bs 128 only
 };
 
 }  // namespace tessera

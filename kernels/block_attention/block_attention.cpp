@@ -5,6 +5,8 @@
 #include <limits>
 
 #include "core/autocast.h"
+#include "core/philox.h"
+#include "kernels/block_attention/attention_dropout.h"
 #include "kernels/block_attention_backward/block_attention_backward.h"
 #include "kernels/cast/cast.h"
 #include "kernels/common/dispatch.h"
@@ -13,9 +15,15 @@
 namespace tessera {
 
 Tensor block_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionLayoutPtr& layout,
-                       double scale) {
+                       double scale, double dropout, Generator& gen) {
   const int64_t D = q.shape().ndim() == 4 ? q.size(3) : 0;  // infer reports a bad rank
-  const BlockAttention::Attrs attrs{layout, D > 0 ? detail::attention_scale(scale, D) : scale};
+  BlockAttention::Attrs attrs{layout, D > 0 ? detail::attention_scale(scale, D) : scale};
+  detail::check_attention_dropout("block_attention", dropout, q.meta(), nullptr);
+  if (dropout > 0) {
+    attrs.dropout = dropout;
+    attrs.seed = gen.seed();
+    attrs.start = gen.reserve(q.shape().ndim() == 4 ? detail::attention_dropout_blocks(q.shape()) : 0);
+  }
   if (autocast::applies({&q, &k, &v}))  // low-precision q, k, v; f32 result
     return cast(call<BlockAttention>(attrs, {autocast::operand(q), autocast::operand(k), autocast::operand(v)})[0],
                 DType::f32);
@@ -34,9 +42,11 @@ TensorMeta check_block_attention(const char* op, const TensorMeta& q, const Tens
   check_same_dtype(op, q, k);
   check_same_dtype(op, q, v);
   TS_CHECK(q.shape.ndim() == 4, ShapeError, op << ": q must be [B, H, T, D], got q " << q);
-  TS_CHECK(
-      k.shape == q.shape && v.shape == q.shape, ShapeError,
-      op << ": q, k and v must have the same shape [B, H, T, D], got q " << q << ", k " << k << ", v " << v);
+  TS_CHECK(k.shape == v.shape && k.shape.ndim() == 4 && k.shape[0] == q.shape[0] && k.shape[2] == q.shape[2] &&
+               k.shape[3] == q.shape[3] && k.shape[1] > 0 && q.shape[1] % k.shape[1] == 0,
+           ShapeError,
+           op << ": q must be [B, H, T, D] and k, v [B, Hkv, T, D] with H a multiple of Hkv, got q " << q << ", k "
+              << k << ", v " << v);
   TS_CHECK(q.shape[3] > 0, ShapeError, op << ": head size D must be positive, got q " << q);
   TS_CHECK(layout != nullptr, ValueError, op << ": no attention layout given (q " << q << ")");
   TS_CHECK(layout->heads() == q.shape[1], ShapeError,
@@ -50,13 +60,40 @@ TensorMeta check_block_attention(const char* op, const TensorMeta& q, const Tens
   return TensorMeta{Shape{q.shape[0], q.shape[1], q.shape[2]}, stats, q.device};
 }
 
+void check_attention_dropout(const char* op, double p, const TensorMeta& q, const TensorMeta* base) {
+  TS_CHECK(p >= 0 && p < 1, ValueError, op << ": dropout must be in [0, 1), got " << p);
+  if (!base) return;
+  TS_CHECK(p > 0, ValueError, op << ": a Philox base input was given but dropout is 0 (nothing is drawn)");
+  TS_CHECK(base->dtype == DType::i32 && base->shape == Shape{2}, DTypeError,
+           op << ": the Philox base must be i32[2] (low, high words of a block offset), got " << *base);
+  TS_CHECK(base->device == q.device, DeviceError,
+           op << ": the Philox base " << *base << " is not on q's device (q is " << q << ")");
+}
+
+uint64_t attention_dropout_blocks(const Shape& q) {
+  const uint64_t n = static_cast<uint64_t>(q[0]) * q[1] * q[2] * q[2];
+  return philox::blocks_for_uniform_f32(n);
+}
+
 }  // namespace detail
 
 std::vector<TensorMeta> BlockAttention::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
-  check_num_inputs(kName, in, 3);
+  TS_CHECK(in.size() == 3 || in.size() == 4, ValueError,
+           kName << ": expected 3 or 4 inputs (q, k, v, optional Philox base), got " << in.size());
   TensorMeta lse = detail::check_block_attention(kName, in[0], in[1], in[2], attrs.layout, attrs.scale);
+  detail::check_attention_dropout(kName, attrs.dropout, in[0], in.size() == 4 ? &in[3] : nullptr);
   return {in[0], lse};
 }
+
+namespace detail {
+
+AttentionDropout attention_dropout_on_host(const std::vector<Tensor>& in, size_t base_input, double p,
+                                           uint64_t seed, uint64_t start) {
+  const AttentionDropout d = AttentionDropout::make(p, seed, start);
+  return in.size() > base_input ? d.with_base(in[base_input].data<int32_t>()) : d;  // the base, read on the host
+}
+
+}  // namespace detail
 
 namespace {
 
@@ -68,13 +105,15 @@ using cpu::ConstRowMap;
 template <class T>
 using Scratch = std::vector<T, Eigen::aligned_allocator<T>>;
 
-// One task: batch·head bh (head h), query block i. With n listed key blocks j_0 < ... < j_{n−1} = i:
+// One task: batch·head bh (head h; its key/value head at offset kv_head of k and v), query block
+// i. With n listed key blocks j_0 < ... < j_{n−1} = i:
 //   S [bs, n·bs] = scale · Q_i·[K_j0; ...]ᵀ, −inf where key > query on the diagonal block,
 //   lse_r = m_r + log sum_c exp(S_rc − m_r)   (m_r = row max; the sum in double),
-//   P = exp(S − lse),   O_i [bs, D] = sum_jj P[:, jj·bs:(jj+1)·bs] · V_j.
+//   P = exp(S − lse) (with dropout: P ⊙ z / (1 − p)),   O_i [bs, D] = sum_jj P[:, jj·bs:(jj+1)·bs] · V_j.
 template <class T>
-void attend_block(const AttentionLayout& L, int64_t bh, int64_t h, int64_t i, int64_t T_, int64_t D, T scale,
-                  const T* q, const T* k, const T* v, T* o, T* lse, Scratch<T>& scratch) {
+void attend_block(const AttentionLayout& L, int64_t bh, int64_t h, int64_t kv_head, int64_t i, int64_t T_, int64_t D,
+                  T scale, const AttentionDropout& drop, const T* q, const T* k, const T* v, T* o, T* lse,
+                  Scratch<T>& scratch) {
   const int64_t bs = L.block_size(), nb = L.blocks();
   const int32_t begin = L.row_ptr()[h * nb + i], end = L.row_ptr()[h * nb + i + 1];
   const int32_t* kb = L.key_blocks().data() + begin;
@@ -85,7 +124,7 @@ void attend_block(const AttentionLayout& L, int64_t bh, int64_t h, int64_t i, in
   ConstRowMap<T> Qi(q + head + i * bs * D, bs, D);
   for (int64_t jj = 0; jj < n; ++jj) {
     const int64_t j = kb[jj];
-    ConstRowMap<T> Kj(k + head + j * bs * D, bs, D);
+    ConstRowMap<T> Kj(k + kv_head + j * bs * D, bs, D);
     S.middleCols(jj * bs, bs).noalias() = scale * (Qi * Kj.transpose());
     if (j == i)  // intra-block causal mask: key c > query r
       for (int64_t r = 0; r < bs; ++r)
@@ -99,10 +138,19 @@ void attend_block(const AttentionLayout& L, int64_t bh, int64_t h, int64_t i, in
     const double l = row.template cast<double>().sum();
     lse_i[r] = static_cast<T>(static_cast<double>(m) + std::log(l));
     row *= static_cast<T>(1.0 / l);
+    if (drop.on()) {
+      const uint64_t n0 = static_cast<uint64_t>(bh * T_ + i * bs + r) * T_;  // element (bh, t, 0)
+      AttentionMaskReader mask(drop);
+      for (int64_t jj = 0; jj < n; ++jj)
+        for (int64_t c = 0; c < bs; ++c) {
+          T& x = S(r, jj * bs + c);
+          x = mask.keeps(n0 + kb[jj] * bs + c) ? x * static_cast<T>(drop.scale) : T(0);
+        }
+    }
   }
   RowMap<T> Oi(o + head + i * bs * D, bs, D);
   for (int64_t jj = 0; jj < n; ++jj) {
-    ConstRowMap<T> Vj(v + head + kb[jj] * bs * D, bs, D);
+    ConstRowMap<T> Vj(v + kv_head + kb[jj] * bs * D, bs, D);
     if (jj == 0)
       Oi.noalias() = S.middleCols(0, bs) * Vj;
     else
@@ -114,12 +162,13 @@ void attend_block(const AttentionLayout& L, int64_t bh, int64_t h, int64_t i, in
 
 void BlockAttention::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Shape& s = in[0].shape();
-  const int64_t B = s[0], H = s[1], T_ = s[2], D = s[3];
+  const int64_t B = s[0], H = s[1], T_ = s[2], D = s[3], G = H / in[1].size(1);  // query heads per k/v head
   const AttentionLayout& L = *attrs.layout;
   const int64_t nb = L.blocks(), bs = L.block_size();
   const int64_t tasks = B * H * nb;
   const int64_t work = B * L.nnz() * bs * bs * D;  // multiply-adds of Q·Kᵀ (and of P·V)
   const double scale = detail::attention_scale(attrs.scale, D);
+  const AttentionDropout drop = detail::attention_dropout_on_host(in, 3, attrs.dropout, attrs.seed, attrs.start);
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* q = in[0].data<T>();
@@ -128,8 +177,8 @@ void BlockAttention::cpu(const std::vector<Tensor>& in, const std::vector<Tensor
     T* o = out[0].data<T>();
     T* lse = out[1].data<T>();
     auto task = [&](int64_t t, Scratch<T>& scratch) {
-      const int64_t bh = t / nb, i = t % nb;
-      attend_block<T>(L, bh, bh % H, i, T_, D, static_cast<T>(scale), q, k, v, o, lse, scratch);
+      const int64_t bh = t / nb, i = t % nb, kv_head = bh / G * T_ * D;  // (b, h / G) in [B, H / G, T, D]
+      attend_block<T>(L, bh, bh % H, kv_head, i, T_, D, static_cast<T>(scale), drop, q, k, v, o, lse, scratch);
     };
     if (work > kParallelGrain) {
       // One task per (b, h, query block): each writes its own rows of o and lse only, so the
@@ -149,10 +198,14 @@ void BlockAttention::cpu(const std::vector<Tensor>& in, const std::vector<Tensor
 }
 
 std::vector<Tensor> BlockAttention::backward(const BackwardContext& ctx, const Attrs& attrs) {
-  std::vector<Tensor> d = block_attention_backward(ctx.grad_output(0), ctx.input(0), ctx.input(1), ctx.input(2),
-                                                   ctx.output(0), ctx.output(1), attrs.layout, attrs.scale);
+  std::vector<Tensor> in{ctx.grad_output(0), ctx.input(0), ctx.input(1), ctx.input(2), ctx.output(0),
+                         ctx.output(1)};
+  if (ctx.num_inputs() == 4) in.push_back(ctx.input(3));  // the Philox base: the same mask
+  std::vector<Tensor> d = call<BlockAttentionBackward>(
+      {attrs.layout, attrs.scale, attrs.dropout, attrs.seed, attrs.start}, in);
   for (int i = 0; i < 3; ++i)
     if (!ctx.needs_input_grad(i)) d[i] = Tensor();
+  if (ctx.num_inputs() == 4) d.push_back(Tensor());  // no gradient for the base
   return d;
 }
 

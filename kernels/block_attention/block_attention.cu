@@ -8,8 +8,10 @@
 //   S_ij [bs, bs] = scale · Q_i·K_jᵀ, −inf where key s > query t on the diagonal block;
 //   pass 1: lse_t = log sum over the listed blocks and keys of exp(S_ts), by a running max m_t
 //           and sum l_t of exp(S − m_t) per row (l rescaled by exp(m_old − m_new) as m grows);
-//   pass 2: O_i [bs, D] = sum_j P_ij·V_j with P_ij = exp(S_ij − lse) (S recomputed).
-// q, k, v, o [B, H, T, D]; lse [B, H, T] in acc_t (f32, or f64 for f64).
+//   pass 2: O_i [bs, D] = sum_j P_ij·V_j with P_ij = exp(S_ij − lse) (S recomputed; with dropout,
+//           times c·z, the mask z of attention_dropout.h and c = 1/(1 − p)).
+// q, o [B, H, T, D]; k, v [B, H / G, T, D] (query head h reads k/v head h / G); lse [B, H, T] in
+// acc_t (f32, or f64 for f64).
 //
 // Thread mapping: one CUDA block of kThreads threads per (bh, i). A tile of S (or P) is computed
 // into shared memory by all threads, element e -> (t, s) = (e / bs, e % bs), each a D-long dot
@@ -22,6 +24,7 @@
 #include <type_traits>
 
 #include "core/cuda/check.cuh"
+#include "kernels/block_attention/attention_dropout.h"
 #include "kernels/block_attention/block_attention.h"
 #include "kernels/block_attention/flash_sm80.h"
 #include "kernels/common/cuda/block_sparse.cuh"
@@ -37,10 +40,12 @@ constexpr int kThreads = 128;
 
 // s[t][c] = scale · q_t·k_c of query block rows qi [bs, D] and key block rows kj [bs, D];
 // masked (c > t on the diagonal block) -inf. With `lse` (the rows' log-sum-exp), the
-// probabilities exp(S − lse_t) instead, masked 0.
+// probabilities exp(S − lse_t) instead, masked 0, and dropped by `drop` (element n0 + t·T + c
+// of its stream, n0 that of the tile's (0, 0)) when it is on.
 template <class T, int BS>
 __device__ void score_tile(cuda::acc_t<T> (*s)[BS + 1], const T* qi, const T* kj, int64_t D,
-                           cuda::acc_t<T> scale, bool diagonal, const cuda::acc_t<T>* lse) {
+                           cuda::acc_t<T> scale, bool diagonal, const cuda::acc_t<T>* lse,
+                           const AttentionDropout& drop = {}, uint64_t n0 = 0, int64_t T_ = 0) {
   using A = cuda::acc_t<T>;
   for (int e = threadIdx.x; e < BS * BS; e += blockDim.x) {
     const int t = e / BS, c = e % BS;
@@ -51,7 +56,10 @@ __device__ void score_tile(cuda::acc_t<T> (*s)[BS + 1], const T* qi, const T* kj
       A dot = 0;
       for (int64_t d = 0; d < D; ++d) dot += cuda::to_acc(qi[t * D + d]) * cuda::to_acc(kj[c * D + d]);
       value = scale * dot;
-      if (lse) value = cuda::dev_exp(value - lse[t]);
+      if (lse) {
+        value = cuda::dev_exp(value - lse[t]);
+        if (drop.on()) value = drop.keeps_element(n0 + t * T_ + c) ? value * A(drop.scale) : A(0);
+      }
     }
     s[t][c] = value;
   }
@@ -59,16 +67,18 @@ __device__ void score_tile(cuda::acc_t<T> (*s)[BS + 1], const T* qi, const T* kj
 
 template <class T, int BS>
 __global__ void attention_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                                  T* o, cuda::acc_t<T>* __restrict__ lse, cuda::acc_t<T>* acc, int64_t H,
+                                  T* o, cuda::acc_t<T>* __restrict__ lse, cuda::acc_t<T>* acc, int64_t H, int64_t G,
                                   int64_t nb, int64_t D, cuda::acc_t<T> scale, const int32_t* __restrict__ row_ptr,
-                                  const int32_t* __restrict__ key_blocks) {
+                                  const int32_t* __restrict__ key_blocks, AttentionDropout drop,
+                                  const int32_t* __restrict__ base) {
   using A = cuda::acc_t<T>;
   constexpr A kNegInf = -std::numeric_limits<A>::infinity();
   __shared__ A s[BS][BS + 1];  // one tile of S or P
   __shared__ A row_lse[BS];
   const int tid = threadIdx.x;
   const int64_t bh = blockIdx.x / nb, i = blockIdx.x % nb, h = bh % H;
-  const int64_t head = bh * nb * BS * D;  // (b, h) in [B, H, T, D]
+  const int64_t head = bh * nb * BS * D;          // (b, h) in [B, H, T, D]
+  const int64_t kv_head = bh / G * nb * BS * D;  // (b, h / G) in [B, H / G, T, D]
   const T* qi = q + head + i * BS * D;
   const int32_t begin = row_ptr[h * nb + i], end = row_ptr[h * nb + i + 1];
 
@@ -76,7 +86,7 @@ __global__ void attention_forward(const T* __restrict__ q, const T* __restrict__
   A m = kNegInf, l = 0;
   for (int32_t p = begin; p < end; ++p) {
     const int64_t j = key_blocks[p];
-    score_tile<T, BS>(s, qi, k + head + j * BS * D, D, scale, j == i, nullptr);
+    score_tile<T, BS>(s, qi, k + kv_head + j * BS * D, D, scale, j == i, nullptr);
     __syncthreads();
     if (tid < BS) {
       A m_new = m;
@@ -99,11 +109,14 @@ __global__ void attention_forward(const T* __restrict__ q, const T* __restrict__
   // Pass 2: O_i = sum_j P_ij·V_j, thread-owned outputs summed in memory across key blocks.
   T* oi = o + head + i * BS * D;
   A* ai = acc + head + i * BS * D;
+  drop = drop.with_base(base);
+  const int64_t T_ = nb * BS;
   for (int32_t p = begin; p < end; ++p) {
     const int64_t j = key_blocks[p];
-    score_tile<T, BS>(s, qi, k + head + j * BS * D, D, scale, j == i, row_lse);
+    const uint64_t n0 = static_cast<uint64_t>(bh * T_ + i * BS) * T_ + j * BS;
+    score_tile<T, BS>(s, qi, k + kv_head + j * BS * D, D, scale, j == i, row_lse, drop, n0, T_);
     __syncthreads();
-    const T* vj = v + head + j * BS * D;
+    const T* vj = v + kv_head + j * BS * D;
     for (int64_t e = tid; e < BS * D; e += blockDim.x) {
       const int64_t t = e / D, d = e % D;
       A dot = 0;
@@ -119,15 +132,25 @@ __global__ void attention_forward(const T* __restrict__ q, const T* __restrict__
 void BlockAttention::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Tensor &q = in[0], &k = in[1], &v = in[2], &o = out[0], &lse = out[1];
   const int64_t B = q.size(0), H = q.size(1), D = q.size(3);
-  const AttentionLayout& L = *attrs.layout;
+  // Blocks of 128 run as their refinement into 64-blocks (the same token-level pattern).
+  const AttentionLayoutPtr& layout = attrs.layout->refined64() ? attrs.layout->refined64() : attrs.layout;
+  const AttentionLayout& L = *layout;
   const int64_t nb = L.blocks();
   if (o.numel() == 0) return;
   const double scale = detail::attention_scale(attrs.scale, D);
-  const cuda::AttentionTables tables = cuda::device_tables(attrs.layout, o.device().index);
+  const cuda::AttentionTables tables = cuda::device_tables(layout, o.device().index);
+  const AttentionDropout drop = AttentionDropout::make(attrs.dropout, attrs.seed, attrs.start);
+  const int32_t* base = in.size() == 4 ? static_cast<const int32_t*>(in[3].data_ptr()) : nullptr;
   {
-    const cuda::FlashForward f{o.dtype(),   static_cast<int>(L.block_size()), B, H, nb, D, scale, q.data_ptr(),
-                               k.data_ptr(), v.data_ptr(), o.data_ptr(), static_cast<float*>(lse.data_ptr()),
-                               tables.row_ptr, tables.key_blocks};
+    cuda::FlashForward f{o.dtype(),    static_cast<int>(L.block_size()),
+                               B,            H,
+                               nb,           D,
+                               scale,        q.data_ptr(),
+                               k.data_ptr(), v.data_ptr(),
+                               o.data_ptr(), static_cast<float*>(lse.data_ptr()),
+                               tables.row_ptr, tables.key_blocks,
+                               drop,         base};
+    f.G = H / k.size(1);
     if (cuda::flash_forward(f, o.device().index, cuda::current_stream(o))) return;
   }
   const int64_t blocks = B * H * nb;
@@ -149,7 +172,7 @@ void BlockAttention::cuda(const std::vector<Tensor>& in, const std::vector<Tenso
       attention_forward<T, BS><<<static_cast<unsigned>(blocks), kThreads, 0, cuda::current_stream(o)>>>(
           static_cast<const T*>(q.data_ptr()), static_cast<const T*>(k.data_ptr()),
           static_cast<const T*>(v.data_ptr()), static_cast<T*>(o.data_ptr()), static_cast<A*>(lse.data_ptr()), acc,
-          H, nb, D, static_cast<A>(scale), tables.row_ptr, tables.key_blocks);
+          H, H / k.size(1), nb, D, static_cast<A>(scale), tables.row_ptr, tables.key_blocks, drop, base);
       TS_CUDA_LAUNCH_CHECK(kName);
     });
   });

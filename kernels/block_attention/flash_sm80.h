@@ -10,9 +10,20 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/block_attention/attention_dropout.h"
 
 namespace tessera {
 namespace cuda {
+
+/// Where the rows of one (batch, head) of an operand start and how far apart they are (values):
+/// element (b, h, t, d) at b·batch + h·head + t·token + d. Contiguous [B, heads, T, D] is
+/// {heads·T·D, T·D, D}; the projection's packed rows [B, T, (heads ...), D] are {T·W, D, W} with W
+/// the values per token.
+struct FlashStrides {
+  int64_t batch = 0, head = 0, token = 0;
+  bool empty() const { return token == 0; }
+  static FlashStrides contiguous(int64_t heads, int64_t T, int64_t D) { return {heads * T * D, T * D, D}; }
+};
 
 /// o [B, H, T, D] and lse [B, H, T] (f32, natural log) of block_attention's forward: per
 /// (b·h, query block i) over the key blocks of row (h, i) in row_ptr / key_blocks.
@@ -26,6 +37,12 @@ struct FlashForward {
   float* lse;
   const int32_t* row_ptr;     ///< [H·nb + 1]
   const int32_t* key_blocks;  ///< [nnz]
+  AttentionDropout dropout;   ///< on P (first relative to base)
+  const int32_t* base;        ///< the Philox base on the device, or nullptr
+  int64_t G = 1;              ///< query heads per key/value head (k, v [B, H / G, T, D])
+  /// Rows of q, of k and v, of o: element (b, h, t, d) at b·batch + h·head + t·token + d; all
+  /// zero (the default) means contiguous [B, heads, T, D] (flash_forward fills them in).
+  FlashStrides qs{}, kvs{}, os{};
 };
 
 /// Runs f on the tensor-core kernel; false (nothing launched) when that kernel does not take it.

@@ -1,6 +1,7 @@
 // The tensor-core backward of block_attention (flash_sm80_backward.cu, CUDA builds only):
-// mma.sync (compute capability 8.0 and later) for bf16/f16 with head dim 32 or 64 and attention
-// blocks of 32 or 64, P and dS recomputed in registers from the saved lse. Other cases run the
+// mma.sync (compute capability 8.0 and later) for bf16/f16 with head dim 32, 64 or 128 and
+// attention blocks of 32 or 64, P and dS recomputed in registers from the saved lse (and the
+// dropout mask from its Philox stream). Other cases run the
 // scalar kernels of block_attention_backward.cu; TESSERA_ATTENTION_PATH=simt forces those.
 #pragma once
 
@@ -9,6 +10,8 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/block_attention/attention_dropout.h"
+#include "kernels/block_attention/flash_sm80.h"
 
 namespace tessera {
 namespace cuda {
@@ -25,6 +28,12 @@ struct FlashBackward {
   const float *lse, *delta;
   void *dq, *dk, *dv;
   const int32_t *row_ptr, *key_blocks, *col_ptr, *query_blocks;
+  AttentionDropout dropout;  ///< the forward's (first relative to base)
+  const int32_t* base;       ///< the Philox base on the device, or nullptr
+  int64_t G = 1;             ///< query heads per key/value head (k, v, dk, dv [B, H / G, T, D])
+  /// Rows of q and dq, of k, v, dk and dv, of dO (flash_sm80.h's FlashStrides); all zero (the
+  /// default) means contiguous [B, heads, T, D].
+  FlashStrides qs{}, kvs{}, os{};
 };
 
 /// Whether flash_backward takes f (then the caller computes delta and calls it).

@@ -1,8 +1,9 @@
-// nn::MultiHeadAttention on CUDA (label `gpu`; skipped visibly without a GPU): the "auto" impl
-// takes the dense path there (matmul, causal_softmax, matmul) and equals the CPU's block_attention
-// path (outputs, input and parameter gradients; f32 and f64; bf16/f16 outputs); dropout on the
-// attention probabilities draws the CPU's masks from the same generator state; a compiled step
-// (captured as a CUDA graph) equals the eager GPU steps.
+// nn::MultiHeadAttention on CUDA (label `gpu`; skipped visibly without a GPU): both impls there
+// ("auto": block_attention for the dense causal layout too; "dense": matmul, causal_softmax,
+// matmul) equal the CPU's block_attention path (outputs, input and parameter gradients; f32 and
+// f64; bf16/f16 outputs); dropout on the attention probabilities draws the CPU's masks from the
+// same generator state on both; a compiled step (captured as a CUDA graph, the Philox base fed
+// per run) equals the eager GPU steps, on the scalar kernels (f32) and the tensor-core ones (bf16).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -54,15 +55,16 @@ void expect_same(const Result& gpu, const Result& cpu, const nn::MultiHeadAttent
     EXPECT_TRUE(all_close(gpu.grads[i], cpu.grads[i], rtol, atol)) << names[i].name;
 }
 
-TEST(CudaAttentionDensePath, AutoOnCudaEqualsCpuBlockAttention) {
+TEST(CudaAttentionDensePath, EveryImplOnCudaEqualsCpuBlockAttention) {
   REQUIRE_GPU();
+  for (const char* impl : {"auto", "dense"})
   for (DType dt : {DType::f32, DType::f64}) {
-    SCOPED_TRACE(dtype_name(dt));
+    SCOPED_TRACE(std::string(impl) + " " + dtype_name(dt));
     Generator i1(1), i2(1);  // same parameters
-    nn::MultiHeadAttention cpu(opts(dt), i1), gpu(opts(dt), i2);
+    nn::MultiHeadAttention cpu(opts(dt), i1), gpu(opts(dt).impl(impl), i2);
     gpu.to(kGpu);
     ASSERT_FALSE(cpu.uses_dense_path(Device::cpu()));
-    ASSERT_TRUE(gpu.uses_dense_path(kGpu));
+    ASSERT_EQ(gpu.uses_dense_path(kGpu), std::string(impl) == "dense");
     const Tensor x = test_randn({kB * kT, kC}, 2, dt), R = test_randn({kB * kT, kC}, 3, dt);
     Generator g1(0), g2(0);
     const double rtol = dt == DType::f64 ? 1e-10 : 1e-4, atol = dt == DType::f64 ? 1e-11 : 1e-4;
@@ -72,14 +74,15 @@ TEST(CudaAttentionDensePath, AutoOnCudaEqualsCpuBlockAttention) {
 
 TEST(CudaAttentionDensePath, HalfDtypesTrackTheCpu) {
   REQUIRE_GPU();
+  for (const char* impl : {"auto", "dense"})
   for (DType dt : {DType::bf16, DType::f16}) {
-    SCOPED_TRACE(dtype_name(dt));
+    SCOPED_TRACE(std::string(impl) + " " + dtype_name(dt));
     Generator i1(4), i2(4);
-    nn::MultiHeadAttention cpu(opts(dt), i1), gpu(opts(dt), i2);
+    nn::MultiHeadAttention cpu(opts(dt), i1), gpu(opts(dt).impl(impl), i2);
     gpu.to(kGpu);
     const Tensor x = cast(test_randn({kB * kT, kC}, 5, DType::f32), dt);
     const Tensor want = cast(cpu.forward(x, kB), DType::f64);  // block_attention, f32 inside
-    const Tensor got = cast(gpu.forward(x.to(kGpu), kB).to(Device::cpu()), DType::f64);  // dense, half GEMMs
+    const Tensor got = cast(gpu.forward(x.to(kGpu), kB).to(Device::cpu()), DType::f64);
     // Scores and probabilities are rounded to the half dtype on the dense path: a few 1e-3 relative.
     const std::vector<double> w = want.to_vector<double>();
     double rms = 0;
@@ -91,45 +94,62 @@ TEST(CudaAttentionDensePath, HalfDtypesTrackTheCpu) {
 
 TEST(CudaAttentionDensePath, ProbabilityDropoutMatchesTheCpu) {
   REQUIRE_GPU();
-  // The CPU takes the dense path too (attention_dropout > 0); Philox masks are the same on every
-  // device for one generator state.
-  Generator i1(6), i2(6);
-  nn::MultiHeadAttention cpu(opts(DType::f32).attention_dropout(0.2), i1),
-      gpu(opts(DType::f32).attention_dropout(0.2), i2);
-  gpu.to(kGpu);
-  ASSERT_TRUE(cpu.uses_dense_path(Device::cpu()));
-  const Tensor x = test_randn({kB * kT, kC}, 7, DType::f32), R = test_randn({kB * kT, kC}, 8, DType::f32);
-  Generator g1(9), g2(9);
-  expect_same(run(gpu, kGpu, x, R, g1), run(cpu, Device::cpu(), x, R, g2), gpu, 1e-4, 1e-4);
-  EXPECT_EQ(g1.state(), g2.state());
+  // Philox masks are the same on every device for one generator state, on both paths.
+  for (const char* impl : {"auto", "dense"}) {
+    SCOPED_TRACE(impl);
+    Generator i1(6), i2(6);
+    nn::MultiHeadAttention cpu(opts(DType::f32).attention_dropout(0.2), i1),
+        gpu(opts(DType::f32).attention_dropout(0.2).impl(impl), i2);
+    gpu.to(kGpu);
+    const Tensor x = test_randn({kB * kT, kC}, 7, DType::f32), R = test_randn({kB * kT, kC}, 8, DType::f32);
+    Generator g1(9), g2(9);
+    expect_same(run(gpu, kGpu, x, R, g1), run(cpu, Device::cpu(), x, R, g2), gpu, 1e-4, 1e-4);
+    EXPECT_EQ(g1.state(), g2.state());
+  }
 }
 
-TEST(CudaAttentionDensePath, CompiledStepEqualsEagerGpuSteps) {
-  REQUIRE_GPU();
+// A compiled step of `options` (dropout on the probabilities and the output) against eager steps
+// on the GPU from the same generator state, three steps: the second run captures the CUDA graph,
+// the third replays it with a new Philox base.
+void expect_compiled_equals_eager(const nn::AttentionOptions& options, int64_t B, double rtol) {
   Generator i1(10), i2(10);
-  nn::MultiHeadAttention eager(opts(DType::f32).attention_dropout(0.1), i1),
-      traced(opts(DType::f32).attention_dropout(0.1), i2);
+  nn::MultiHeadAttention eager(options, i1), traced(options, i2);
   eager.to(kGpu);
   traced.to(kGpu);
-  const Tensor R = test_randn({kB * kT, kC}, 11, DType::f32).to(kGpu);
-  const std::map<std::string, Tensor> batch{{"x", test_randn({kB * kT, kC}, 12, DType::f32).to(kGpu)}};
+  const int64_t T = options.seq_len(), C = options.width();
+  const Tensor R = test_randn({B * T, C}, 11, DType::f32).to(kGpu);
+  const std::map<std::string, Tensor> batch{{"x", cast(test_randn({B * T, C}, 12), options.dtype()).to(kGpu)}};
   Generator ge(13), gt(13);
   auto loss = [&](const nn::MultiHeadAttention& m, const Tensor& x, Generator& g) {
-    return sum(mul(m.forward(x, kB, g), R));
+    return sum(mul(cast(m.forward(x, B, g), DType::f32), R));
   };
   auto traced_loss = [&](const std::map<std::string, Tensor>& in) { return loss(traced, in.at("x"), gt); };
   CompiledStep step = compile(traced_loss, traced.named_parameters(), nullptr, batch, &gt);
-  for (int s = 0; s < 3; ++s) {  // the second run captures the CUDA graph, the third replays it
+  for (int s = 0; s < 3; ++s) {
     eager.zero_grad();
     Tensor l = loss(eager, batch.at("x"), ge);
     l.backward();
     const double want = l.item<double>();
-    EXPECT_NEAR(step.run(batch), want, 1e-5 * std::abs(want) + 1e-6) << "step " << s;
-    for (const auto& p : eager.named_parameters())
-      EXPECT_TRUE(
-          all_close(step.fetch("grad/" + p.name).to(Device::cpu()), p.tensor.grad().to(Device::cpu()), 1e-5, 1e-6))
-          << p.name << " step " << s;
+    EXPECT_NEAR(step.run(batch), want, rtol * std::abs(want) + 1e-6) << "step " << s;
+    EXPECT_EQ(gt.state(), ge.state()) << "step " << s;
+    for (const auto& p : eager.named_parameters()) {
+      const Tensor got = cast(step.fetch("grad/" + p.name).to(Device::cpu()), DType::f64);
+      const Tensor ref = cast(p.tensor.grad().to(Device::cpu()), DType::f64);
+      EXPECT_TRUE(close_to(got, ref, rtol)) << p.name << " step " << s;
+    }
   }
+}
+
+TEST(CudaAttentionDensePath, CompiledStepEqualsEagerGpuSteps) {
+  REQUIRE_GPU();
+  for (const char* impl : {"auto", "dense"}) {
+    SCOPED_TRACE(impl);
+    expect_compiled_equals_eager(opts(DType::f32).attention_dropout(0.1).dropout(0.1).impl(impl), kB, 1e-5);
+  }
+  // bf16, head dim 32 and blocks of 32: block_attention's tensor-core kernels with their dropout.
+  SCOPED_TRACE("bf16 tensor cores");
+  expect_compiled_equals_eager(
+      nn::AttentionOptions(96, 3, 96).block_size(32).dtype(DType::bf16).attention_dropout(0.2).dropout(0.1), 2, 1e-2);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "core/autocast.h"
 #include "core/op.h"
@@ -83,16 +84,21 @@ TEST(GpuAutocast, ForwardBackwardMatchesCpu) {
   }
 }
 
-// MultiHeadAttention under bf16 autocast: on the GPU the dense path (bf16 scores and
-// probabilities), on the CPU block_attention; outputs and input gradients agree.
+// MultiHeadAttention under bf16 autocast: on the GPU block_attention (blocks of 16 and 32: the
+// scalar and the tensor-core kernels) and the dense path (bf16 scores and probabilities), on the
+// CPU block_attention; outputs and input gradients agree.
 TEST(GpuAutocast, AttentionLayerMatchesCpu) {
   REQUIRE_GPU();
-  const int64_t B = 3, T = 64, C = 48;
+  for (int64_t bs : {16, 32})
+  for (const char* impl : {"auto", "dense"}) {
+  SCOPED_TRACE(std::string(impl) + " bs " + std::to_string(bs));
+  const int64_t B = 3, T = 64, C = 96;
   auto run = [&](Device dev, Tensor* dx) {
     Generator gen(5);
-    nn::MultiHeadAttention attn(nn::AttentionOptions(C, 3, T).block_size(16), gen);
+    nn::MultiHeadAttention attn(
+        nn::AttentionOptions(C, 3, T).block_size(bs).impl(dev.is_cuda() ? impl : "auto"), gen);
     attn.to(dev);
-    EXPECT_EQ(attn.uses_dense_path(dev), dev.is_cuda());
+    EXPECT_EQ(attn.uses_dense_path(dev), dev.is_cuda() && std::string(impl) == "dense");
     Tensor x = test_randn({B * T, C}, 6, DType::f32).to(dev).requires_grad_();
     Tensor y;
     {
@@ -108,6 +114,7 @@ TEST(GpuAutocast, AttentionLayerMatchesCpu) {
   EXPECT_EQ(yg.dtype(), DType::f32);
   EXPECT_TRUE(close_to(yg, yc, 2e-2));
   EXPECT_TRUE(close_to(dxg, dxc, 3e-2));
+  }
 }
 
 }  // namespace

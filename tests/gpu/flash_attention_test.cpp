@@ -1,9 +1,10 @@
 // block_attention's tensor-core forward and backward (kernels/block_attention/flash_sm80.h,
 // kernels/block_attention_backward/flash_sm80_backward.h) against the f64 CPU reference: every
-// head dim (forward 32/64/128, backward 32/64) × block size (32, 64) × 16-bit dtype × layout
+// head dim (32/64/128, forward and backward) × block size (32, 64, and 128 as its 64-block
+// refinement) × 16-bit dtype × layout
 // kind, odd batch·head counts, the kernel that ran checked by its launch count; the scalar kernel
-// forced by TESSERA_ATTENTION_PATH=simt agrees; the same bits twice; gradients through autograd
-// match the CPU's.
+// forced by TESSERA_ATTENTION_PATH=simt agrees; grouped-query heads on both; the same bits twice;
+// gradients through autograd match the CPU's.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -59,7 +60,7 @@ std::vector<AttentionLayoutPtr> layouts(int64_t bs, int64_t H) {
 TEST(CudaFlashAttention, ForwardMatchesTheCpuForEveryHeadDimBlockSizeDtypeAndLayout) {
   REQUIRE_GPU();
   uint64_t seed = 8000;
-  for (int64_t bs : {32, 64})
+  for (int64_t bs : {32, 64, 128})
     for (int64_t D : {32, 64, 128})
       for (DType dt : {DType::bf16, DType::f16})
         for (const AttentionLayoutPtr& l : layouts(bs, 3)) {
@@ -88,8 +89,8 @@ TEST(CudaFlashAttention, ForwardMatchesTheCpuForEveryHeadDimBlockSizeDtypeAndLay
 TEST(CudaFlashAttention, BackwardMatchesTheCpuForEveryHeadDimBlockSizeDtypeAndLayout) {
   REQUIRE_GPU();
   uint64_t seed = 9000;
-  for (int64_t bs : {32, 64})
-    for (int64_t D : {32, 64})
+  for (int64_t bs : {32, 64, 128})
+    for (int64_t D : {32, 64, 128})
       for (DType dt : {DType::bf16, DType::f16})
         for (const AttentionLayoutPtr& l : layouts(bs, 3)) {
           const Shape s{1, 3, l->seq_len(), D};
@@ -108,6 +109,43 @@ TEST(CudaFlashAttention, BackwardMatchesTheCpuForEveryHeadDimBlockSizeDtypeAndLa
           const char* names[] = {"dq", "dk", "dv"};
           for (int i = 0; i < 3; ++i)
             EXPECT_TRUE(close_to(cast(got[i], DType::f64), want[i], 3e-2)) << names[i] << ", " << what;
+        }
+}
+
+// Grouped-query attention (k, v with Hkv < H heads), with and without dropout, on the tensor-core
+// kernels and the scalar ones: forward and backward against the f64 CPU reference.
+TEST(CudaFlashAttention, GroupedQueryHeadsMatchTheCpu) {
+  REQUIRE_GPU();
+  uint64_t seed = 9500;
+  for (const char* path : {"", "simt"})
+    for (int64_t bs : {32, 64})
+      for (int64_t Hkv : {1, 2})
+        for (double p : {0.0, 0.25}) {
+          const AttentionLayoutPtr l = layouts(bs, 4).back();  // per-head masks
+          const int64_t T = l->seq_len(), D = 64;
+          const Shape sq{2, 4, T, D}, skv{2, Hkv, T, D};
+          const DType dt = DType::bf16;
+          const std::vector<Tensor> qkv{random(sq, seed += 4, dt), random(skv, seed + 1, dt), random(skv, seed + 2, dt)};
+          const Tensor g = random(sq, seed + 3, dt);
+          std::vector<Tensor> in64;
+          for (const Tensor& t : qkv) in64.push_back(cast(t, DType::f64));
+          const BlockAttention::Attrs fa{l, 0, p, 3, 100};
+          const BlockAttentionBackward::Attrs ba{l, 0, p, 3, 100};
+          const std::vector<Tensor> fwd = call<BlockAttention>(fa, in64);
+          const std::vector<Tensor> want =
+              call<BlockAttentionBackward>(ba, {cast(g, DType::f64), in64[0], in64[1], in64[2], fwd[0], fwd[1]});
+          const std::string what = std::string(path) + " bs " + std::to_string(bs) + " Hkv " + std::to_string(Hkv) +
+                                   " p " + std::to_string(p);
+          if (*path) setenv("TESSERA_ATTENTION_PATH", path, 1);
+          const std::vector<Tensor> got = run_on_gpu_host<BlockAttention>(fa, qkv);
+          const std::vector<Tensor> grads = run_on_gpu_host<BlockAttentionBackward>(
+              ba, {g, qkv[0], qkv[1], qkv[2], cast(fwd[0], dt), cast(fwd[1], DType::f32)});
+          unsetenv("TESSERA_ATTENTION_PATH");
+          EXPECT_TRUE(close_to(cast(got[0], DType::f64), fwd[0], 2e-2)) << "o, " << what;
+          ASSERT_EQ(grads[1].shape(), skv) << what;
+          const char* names[] = {"dq", "dk", "dv"};
+          for (int i = 0; i < 3; ++i)
+            EXPECT_TRUE(close_to(cast(grads[i], DType::f64), want[i], 3e-2)) << names[i] << ", " << what;
         }
 }
 

@@ -108,8 +108,27 @@ TEST(AttentionLayout, FromMasksRoundTrip) {
       << l->str();
 }
 
+TEST(AttentionLayout, Blocks128RefineIntoTheSameTokenPatternIn64Blocks) {
+  // Every token pair (t, s): kept by the 128-block layout iff kept by its 64-block refinement.
+  const std::vector<uint8_t> m = mask_of({"1...", "11..", ".11.", "1.11"});
+  for (const AttentionLayoutPtr& l : {AttentionLayout::from_masks(512, 128, {m, mask_of({"1...", ".1..", "..1.", "...1"})}),
+                                      AttentionLayout::strided(512, 128, 2, 2), AttentionLayout::dense_causal(256, 128, 1)}) {
+    ASSERT_NE(l->refined64(), nullptr) << l->str();
+    const AttentionLayout& f = *l->refined64();
+    EXPECT_EQ(f.block_size(), 64);
+    EXPECT_EQ(f.blocks(), 2 * l->blocks());
+    EXPECT_EQ(f.heads(), l->heads());
+    for (int64_t h = 0; h < l->heads(); ++h)
+      for (int64_t t = 0; t < l->seq_len(); t += 32)
+        for (int64_t s = 0; s <= t; s += 32)
+          EXPECT_EQ(l->has(h, t / 128, s / 128), f.has(h, t / 64, s / 64)) << l->str() << " h " << h << " t " << t << " s " << s;
+  }
+  EXPECT_EQ(AttentionLayout::dense_causal(256, 64, 1)->refined64(), nullptr) << "only 128-blocks are refined";
+}
+
 TEST(AttentionLayout, Errors) {
   expect_error<ValueError>([] { AttentionLayout::dense_causal(48, 12, 1); }, {"dense_causal", "bs=12"});
+  expect_error<ValueError>([] { AttentionLayout::dense_causal(512, 256, 1); }, {"dense_causal", "bs=256", "128"});
   expect_error<ShapeError>([] { AttentionLayout::local_window(20, 8, 1, 2); },
                            {"local_window", "T=20", "bs=8"});
   expect_error<ShapeError>([] { AttentionLayout::strided(0, 8, 1, 2); }, {"strided", "T=0"});

@@ -69,7 +69,7 @@ std::vector<Tensor> grads(const std::function<Tensor(const Tensor&, const Tensor
 }
 
 TEST(BlockAttention, DenseCausalLayoutEqualsDenseAttention) {
-  for (int64_t bs : {8, 16, 32, 64})
+  for (int64_t bs : {8, 16, 32, 64, 128})
     for (int64_t nblocks : {2, 3}) {
       const int64_t T = nblocks * bs, D = 5;
       auto layout = AttentionLayout::dense_causal(T, bs, 2);

@@ -1,8 +1,8 @@
 // nn::MultiHeadAttention's dense path (impl "dense": matmul, causal_softmax, matmul) against the
 // block_attention path (impl "block") on the dense causal layout: outputs and gradients of the
-// input and every projection parameter (f64 and f32); impl selection; errors for impl "dense" and
-// attention_dropout on sparse layouts or impl "block"; dropout on the attention probabilities
-// (drawn from the generator, deterministic in eval mode, gradients, compiled steps equal to eager).
+// input and every projection parameter (f64 and f32); impl selection; errors for impl "dense";
+// dropout on the attention probabilities (the same masks on both paths, drawn from the
+// generator, deterministic in eval mode, gradients, compiled steps equal to eager).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -90,21 +90,39 @@ TEST(AttentionDensePath, ImplSelection) {
   const Device gpu = Device::cuda(0);  // a value only: nothing runs there
   nn::MultiHeadAttention dflt(small(DType::f32), gen);
   EXPECT_EQ(dflt.options().impl(), "auto");
-  EXPECT_FALSE(dflt.uses_dense_path(Device::cpu())) << "auto keeps block_attention on the CPU";
-  EXPECT_TRUE(dflt.uses_dense_path(gpu)) << "auto: dense causal layout on CUDA";
-  nn::MultiHeadAttention local(small(DType::f32).layout("local").window(2), gen);
-  EXPECT_FALSE(local.uses_dense_path(gpu));
-  nn::MultiHeadAttention block(small(DType::f32).impl("block"), gen);
-  EXPECT_FALSE(block.uses_dense_path(gpu));
+  EXPECT_FALSE(dflt.uses_dense_path(Device::cpu())) << "auto: block_attention on the CPU";
+  EXPECT_FALSE(dflt.uses_dense_path(gpu)) << "auto: block_attention on CUDA, the dense causal layout too";
   nn::MultiHeadAttention dropped(small(DType::f32).attention_dropout(0.1), gen);
-  EXPECT_TRUE(dropped.uses_dense_path(Device::cpu())) << "attention_dropout needs the dense path";
+  EXPECT_FALSE(dropped.uses_dense_path(gpu)) << "dropout on the probabilities is inside block_attention";
+  nn::MultiHeadAttention local(small(DType::f32).layout("local").window(2).attention_dropout(0.1), gen);
+  EXPECT_FALSE(local.uses_dense_path(gpu));
   // An explicit layout that keeps every causal block is the dense causal one.
   nn::MultiHeadAttention given(small(DType::f32).layout(AttentionLayout::dense_causal(24, 8, 3)).impl("dense"),
                               gen);
   EXPECT_TRUE(given.uses_dense_path(Device::cpu()));
+  EXPECT_TRUE(given.uses_dense_path(gpu));
   // fixed with summary == stride keeps every causal block too.
-  nn::MultiHeadAttention full(small(DType::f32).layout("fixed").stride(2).summary(2), gen);
+  nn::MultiHeadAttention full(small(DType::f32).layout("fixed").stride(2).summary(2).impl("dense"), gen);
   EXPECT_TRUE(full.uses_dense_path(gpu));
+}
+
+TEST(AttentionDensePath, DropoutMasksOfBothPathsAreTheSame) {
+  // block_attention's in-kernel mask is the dropout op's on the dense probabilities: the dense
+  // path and the fused one give the same outputs and gradients from the same generator state.
+  Generator i1(15), i2(15);
+  nn::MultiHeadAttention fused(small(DType::f64).attention_dropout(0.3), i1);
+  nn::MultiHeadAttention dense(small(DType::f64).attention_dropout(0.3).impl("dense"), i2);
+  const int64_t B = 2;
+  const Tensor x = test_randn({B * 24, 12}, 16), w = test_randn({B * 24, 12}, 17);
+  Generator g1(40), g2(40);
+  const Tensor a = fused.forward(x, B, g1), b = dense.forward(x, B, g2);
+  EXPECT_TRUE(all_close(a, b, 1e-12, 1e-12));
+  EXPECT_EQ(g1.offset(), g2.offset());
+  sum(mul(fused.forward(x, B, g1), w)).backward();
+  sum(mul(dense.forward(x, B, g2), w)).backward();
+  const auto pf = fused.named_parameters(), pd = dense.named_parameters();
+  for (size_t i = 0; i < pf.size(); ++i)
+    EXPECT_TRUE(all_close(pf[i].tensor.grad(), pd[i].tensor.grad(), 1e-10, 1e-11)) << pf[i].name;
 }
 
 TEST(AttentionDensePath, Errors) {
@@ -114,9 +132,6 @@ TEST(AttentionDensePath, Errors) {
       {"MultiHeadAttention", "impl \"dense\"", "dense causal", "local_window"});
   expect_error<ValueError>([&] { nn::MultiHeadAttention(small(DType::f32).impl("flash"), gen); },
                            {"MultiHeadAttention", "impl", "flash"});
-  expect_error<ValueError>(
-      [&] { nn::MultiHeadAttention(small(DType::f32).layout("local").window(2).attention_dropout(0.1), gen); },
-      {"MultiHeadAttention", "attention_dropout", "local_window"});
   // strided over 8 blocks leaves blocks out (over 3 blocks of 8 tokens it would keep them all).
   expect_error<ValueError>(
       [&] {
@@ -124,9 +139,6 @@ TEST(AttentionDensePath, Errors) {
                                gen);
       },
       {"MultiHeadAttention", "impl \"dense\"", "strided"});
-  expect_error<ValueError>(
-      [&] { nn::MultiHeadAttention(small(DType::f32).impl("block").attention_dropout(0.1), gen); },
-      {"MultiHeadAttention", "attention_dropout", "impl \"block\"", "dense_causal"});
   expect_error<ValueError>([&] { nn::MultiHeadAttention(small(DType::f32).attention_dropout(1.0), gen); },
                            {"MultiHeadAttention", "attention_dropout", "[0, 1)"});
 }

@@ -49,8 +49,8 @@ TEST(TransformerLMConfig, JsonRoundTrip) {
   const json j =
       json::parse(R"({"vocab": 300, "seq_len": 64, "width": 48, "layers": 3, "heads": 6, "mlp_ratio": 3,
       "activation": "gelu_tanh", "attn_block": 16, "attn_layout": "fixed", "window": 2, "stride": 2, "summary": 1,
-      "linear_block": 16, "density": 0.25, "tied": false, "dropout": 0.1, "attention_dropout": 0.0, "recompute": true,
-      "seed": 9})");
+      "linear_block": 16, "density": 0.25, "tied": false, "dropout": 0.1, "attention_dropout": 0.0, "attn_impl": "auto",
+      "recompute": true, "seed": 9})");
   TransformerLMConfig c = TransformerLMConfig::from_json(j);
   EXPECT_EQ(c.vocab, 300);
   EXPECT_EQ(c.heads, 6);
@@ -93,14 +93,14 @@ TEST(TransformerLMConfig, ErrorsNameTheField) {
   expect_bad({{"widht", 16}}, {"unknown field", "\"widht\""});
   expect_bad({{"activation", "swish"}}, {"\"activation\"", "swish"});
   expect_bad({{"attn_layout", "banded"}}, {"\"attn_layout\"", "banded"});
-  expect_bad({{"attn_block", 12}}, {"\"attn_block\"", "8, 16, 32 or 64"});
+  expect_bad({{"attn_block", 12}}, {"\"attn_block\"", "8, 16, 32, 64 or 128"});
   expect_bad({{"linear_block", 32}}, {"\"linear_block\"", "divide width=16"});
   expect_bad({{"density", 0.5}}, {"\"density\"", "linear_block > 0"});
   expect_bad({{"linear_block", 8}, {"density", 1.5}}, {"\"density\"", "(0, 1]"});
   expect_bad({{"dropout", 1.0}}, {"\"dropout\"", "[0, 1)"});
   expect_bad({{"attention_dropout", -0.1}}, {"\"attention_dropout\"", "[0, 1)"});
-  expect_bad({{"attention_dropout", 0.1}, {"attn_layout", "local"}},
-             {"\"attention_dropout\"", "attn_layout \"dense\"", "local"});
+  expect_bad({{"attn_impl", "flash"}}, {"\"attn_impl\"", "auto", "dense"});
+  expect_bad({{"attn_impl", "dense"}, {"attn_layout", "local"}}, {"\"attn_impl\"", "attn_layout", "local"});
   expect_bad({{"stride", 2}, {"summary", 3}}, {"\"summary\"", "stride=2"});
   expect_bad({{"seed", -1}}, {"\"seed\"", ">= 0"});
   expect_error<ValueError>(
@@ -177,7 +177,7 @@ TEST(TransformerLM, AttentionDropoutReachesEveryBlock) {
   TransformerLM m(c);
   for (int64_t l = 0; l < c.layers; ++l) {
     EXPECT_EQ(m.block(l).attention().options().attention_dropout(), 0.2) << "block " << l;
-    EXPECT_TRUE(m.block(l).attention().uses_dense_path(Device::cpu())) << "block " << l;
+    EXPECT_FALSE(m.block(l).attention().uses_dense_path(Device::cpu())) << "block " << l << ": inside block_attention";
   }
   auto [ids, targets] = batch_of(2 * c.seq_len, c.vocab);
   Generator g1(4), g2(4);
