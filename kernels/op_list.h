@@ -66,6 +66,8 @@
   X(Dropout)                              \
   X(BlockAttention)                       \
   X(BlockAttentionBackward)               \
+  X(BlockAttentionPacked)                 \
+  X(BlockAttentionPackedBackward)         \
   /* optimizer updates */                 \
   X(SgdUpdate)                            \
   X(AdamwUpdate)                          \

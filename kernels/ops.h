@@ -10,6 +10,8 @@
 #include "kernels/block_attention/attention_layout.h"
 #include "kernels/block_attention/block_attention.h"
 #include "kernels/block_attention_backward/block_attention_backward.h"
+#include "kernels/block_attention_packed/block_attention_packed.h"
+#include "kernels/block_attention_packed_backward/block_attention_packed_backward.h"
 #include "kernels/bsmm/bsmm.h"
 #include "kernels/bsmm_dw/bsmm_dw.h"
 #include "kernels/bsmm_dx/bsmm_dx.h"

@@ -104,22 +104,24 @@ Tensor MultiHeadAttention::forward(const Tensor& x, int64_t B, Generator& dropou
   TS_CHECK(
       B > 0 && x.dim() == 2 && x.size(0) == B * T && x.size(1) == C, ShapeError,
       "MultiHeadAttention: x " << x.meta() << " must be [B*T, C] = [" << B << "*" << T << ", " << C << "]");
-  const std::vector<Tensor> qkv = heads_apart(x, B, T);
-  const Tensor &q = qkv[0], &k = qkv[1], &v = qkv[2];
-  Tensor o;  // [B, H, T, D]
+  Tensor y;
   if (uses_dense_path(x.device())) {
     // Per (b, h) as a batch of B*H: s = q·kᵀ [B*H, T, T], p = causal softmax of scale·s over
     // keys <= query, o = p·v [B*H, T, D]. Only public ops: traced, any device and dtype.
+    const std::vector<Tensor> qkv = heads_apart(x, B, T);
+    const Tensor &q = qkv[0], &k = qkv[1], &v = qkv[2];
     const double scale = detail::attention_scale(options_.scale(), D);
     Tensor s = matmul(reshape(q, {B * H, T, D}), reshape(all_heads(k), {B * H, T, D}), false, true);
     Tensor p = causal_softmax(s, scale);
     if (is_training() && options_.attention_dropout() > 0) p = dropout(p, options_.attention_dropout(), dropout_gen);
-    o = reshape(matmul(p, reshape(all_heads(v), {B * H, T, D})), {B, H, T, D});
+    y = merge_heads(reshape(matmul(p, reshape(all_heads(v), {B * H, T, D})), {B, H, T, D}), B, T);
   } else {
+    // block_attention on the projection's rows as they are ([B*T, (H + 2·Hkv)·D] in, [B*T, C]
+    // out): no copies to move the heads apart and back. Under autocast qkv is cast once, here.
     const double pa = is_training() ? options_.attention_dropout() : 0;
-    o = block_attention(q, k, v, layout_, options_.scale(), pa, dropout_gen);
+    const Tensor qkv = autocast::operand(qkv_.forward(x));
+    y = proj_.forward(block_attention_packed(qkv, H, options_.kv_heads(), layout_, options_.scale(), pa, dropout_gen));
   }
-  Tensor y = merge_heads(o, B, T);
   if (is_training() && options_.dropout() > 0) y = drop_->forward(y, dropout_gen);
   return y;
 }

@@ -129,7 +129,9 @@ struct KVCache {
 ///     (kv_heads Hkv < H: qkv [B*T, C + 2·Hkv·D], columns q | k | v, each head-major; q [B, H, T, D],
 ///      k, v [B, Hkv, T, D])
 ///   o = block_attention(q, k, v, layout)      [B, H, T, D] (causal, only the layout's blocks;
-///                                             probabilities dropped inside while training)
+///                                             probabilities dropped inside while training; run
+///                                             as block_attention_packed on qkv's rows, which
+///                                             writes o as [B*T, C] directly)
 ///     or, on the dense path (impl, see AttentionOptions::impl), per (b, h) as [B*H, T, D]:
 ///       s = q·kᵀ                              [B*H, T, T]
 ///       p = causal_softmax(s, scale)          (keys s <= query t), dropout(p) while training

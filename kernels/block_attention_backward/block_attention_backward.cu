@@ -5,7 +5,7 @@
 //
 // With g = dO, per batch·head bh (head h), tile (query block i, key block j), rows t of block i
 // and s of block j (see block_attention_backward.h):
-//   Δ_t = sum_d dO[t, d] · O[t, d]                                         (kernel row_dot)
+//   Δ_t = sum_d dO[t, d] · O[t, d]                               (attention_row_dot.cuh, a warp a row)
 //   P_ts = exp(scale · q_t·k_s − lse_t)   (0 where s > t on the diagonal block)
 //   dS_ts = P_ts · (dO_t·v_s − Δ_t)
 //   dQ_i = scale · sum_j dS_ij·K_j             over the key blocks of row (h, i)   (attention_dq)
@@ -14,7 +14,7 @@
 // g, q, o, dq [B, H, T, D]; k, v, dk, dv [B, H / G, T, D] (query head h reads k/v head h / G;
 // dk/dv sum over the G heads); lse [B, H, T] in acc_t (f32, or f64 for f64).
 //
-// Thread mapping: row_dot: one thread per row of [B·H·T, D]. attention_dq: one CUDA block of
+// Thread mapping: attention_dq: one CUDA block of
 // kThreads threads per (bh, i); attention_dkdv: one per (b·k/v head, j). In both, all threads compute a
 // tile of P or dS into shared memory (element e -> (t, s) = (e / bs, e % bs), D-long dot
 // products), then a thread owns the outputs e = tid, tid + kThreads, ... of its [bs, D] block
@@ -32,6 +32,7 @@
 #include "kernels/block_attention/block_attention.h"
 #include "kernels/block_attention_backward/block_attention_backward.h"
 #include "kernels/block_attention_backward/flash_sm80_backward.h"
+#include "kernels/common/cuda/attention_row_dot.cuh"
 #include "kernels/common/cuda/block_sparse.cuh"
 #include "kernels/common/cuda/device_math.cuh"
 #include "kernels/common/cuda/dtype.cuh"
@@ -42,18 +43,6 @@ namespace tessera {
 namespace {
 
 constexpr int kThreads = 128;
-
-// Δ [rows] = rowsum(g ⊙ o) of [rows, D].
-template <class T>
-__global__ void row_dot(const T* __restrict__ g, const T* __restrict__ o, cuda::acc_t<T>* __restrict__ delta,
-                        int64_t rows, int64_t D) {
-  using A = cuda::acc_t<T>;
-  for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < rows; r += int64_t{gridDim.x} * blockDim.x) {
-    A acc = 0;
-    for (int64_t d = 0; d < D; ++d) acc += cuda::to_acc(g[r * D + d]) * cuda::to_acc(o[r * D + d]);
-    delta[r] = acc;
-  }
-}
 
 // The rows of one (bh) and tile (i, j): [bs, D] blocks and the [bs] statistics of block i;
 // for the dropout mask, the stream index n0 of element (bh, i·bs, j·bs) and seq = T.
@@ -219,8 +208,7 @@ void BlockAttentionBackward::cuda(const std::vector<Tensor>& in, const std::vect
     Tensor delta = empty({rows}, TensorOptions(acc_dtype).device(dq.device()));  // Δ [B·H·T]
     A* pdelta = static_cast<A*>(delta.data_ptr());
     const A* plse = static_cast<const A*>(lse.data_ptr());
-    row_dot<T><<<cuda::blocks_for(rows), 256, 0, stream>>>(ptr(g), ptr(o), pdelta, rows, D);
-    TS_CUDA_LAUNCH_CHECK(kName);
+    cuda::attention_row_dot<T>(ptr(g), ptr(o), cuda::FlashStrides::contiguous(H, T_, D), pdelta, B, H, T_, D, stream);
     if constexpr (std::is_same_v<A, float> && !std::is_same_v<T, float>) {  // bf16/f16: tensor cores?
       cuda::FlashBackward f{dq.dtype(),     static_cast<int>(L.block_size()), B, H, nb, D, scale,
                                   g.data_ptr(),   q.data_ptr(),  k.data_ptr(),  v.data_ptr(), plse, pdelta,

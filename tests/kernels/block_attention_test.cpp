@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "attention_masks.h"
 #include "gradcheck.h"
 #include "kernels/ops.h"
 
@@ -15,21 +16,11 @@ namespace tessera {
 namespace {
 
 using testing::all_close;
+using testing::excluded_mask;
 using testing::expect_error;
 using testing::gradcheck;
 using testing::test_rand;
 using testing::test_randn;
-
-// u8 [H, T, T]: 1 where head h's token t may NOT attend to token s (block not in the layout,
-// or s > t).
-Tensor excluded_mask(const AttentionLayout& l) {
-  const int64_t H = l.heads(), T = l.seq_len(), bs = l.block_size();
-  std::vector<uint8_t> m(H * T * T);
-  for (int64_t h = 0; h < H; ++h)
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t s = 0; s < T; ++s) m[(h * T + t) * T + s] = !(s <= t && l.has(h, t / bs, s / bs));
-  return from_vector(m, {H, T, T}, DType::u8);
-}
 
 // Dense attention from ops: softmax(masked_fill(scale · Q·Kᵀ, excluded, −inf)) · V.
 Tensor dense_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& excluded,

@@ -174,24 +174,30 @@ __device__ __forceinline__ void dropout_rows(float (&z)[BS / 8][4], const Attent
 }
 
 /// The dropout factors of the dK/dV kernel's thread elements: its rows are keys (swizzled rows
-/// key16(g, 0), key16(g, 1) of the warp's 16 from key0, one Philox block), columns the queries
-/// 8nt + 2t + e of the tile from query0: z[nt][e] for key row e / 2, query column e % 2.
-/// col_elem(query) = (bh·T + query)·T.
+/// key16(g, 0), key16(g, 1) of the warp's 16 from key0), columns the queries 8nt + 2t + e of the
+/// tile from query0: z[nt][2·hh + e] for key row hh, query column e. The Philox block of (query,
+/// 4-key group) holds the keys of lanes g and g XOR 1 (lane XOR 4, the same t): each of the two
+/// draws the block of one of the two queries 2t + e (e = g mod 2) and hands the other lane its
+/// words by a shuffle, one block per four elements. bhT = bh·T.
 template <int BS>
 __device__ __forceinline__ void dropout_cols(float (&z)[BS / 8][4], const AttentionDropout& d, uint64_t bhT,
                                              int64_t T, int64_t query0, int64_t key0) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t group = key0 + 4 * (g / 2);  // the 4 keys holding key16(g, 0) and key16(g, 1)
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, own = g & 1;
+  const int64_t group = key0 + 4 * (g / 2);  // the 4 keys holding key16(g, ·) and key16(g ^ 1, ·)
   const float scale = static_cast<float>(d.scale);
 #pragma unroll
-  for (int nt = 0; nt < BS / 8; ++nt)
+  for (int nt = 0; nt < BS / 8; ++nt) {
+    const uint64_t q = static_cast<uint64_t>(query0 + nt * 8 + 2 * t + own);
+    const philox::Block b = d.block_of((bhT + q) * static_cast<uint64_t>(T) + group);
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const uint64_t q = static_cast<uint64_t>(query0 + nt * 8 + 2 * t + e);
-      const philox::Block b = d.block_of((bhT + q) * static_cast<uint64_t>(T) + group);
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) z[nt][2 * hh + e] = d.keeps(word(b, key16(g, hh) % 4)) ? scale : 0.f;
+    for (int hh = 0; hh < 2; ++hh) {
+      const uint32_t mine = word(b, key16(g, hh) % 4), theirs = word(b, key16(g ^ 1, hh) % 4);
+      const uint32_t got = __shfl_xor_sync(0xffffffffu, theirs, 4);  // the partner's block, my keys
+      const float zm = d.keeps(mine) ? scale : 0.f, zg = d.keeps(got) ? scale : 0.f;
+      z[nt][2 * hh] = own ? zg : zm;  // selects, not an index (z stays in registers)
+      z[nt][2 * hh + 1] = own ? zm : zg;
     }
+  }
 }
 
 }  // namespace flash
