@@ -81,7 +81,7 @@ std::vector<Tensor> Linear::backward(const BackwardContext& ctx, const Attrs& at
     g = cast(dy, ctx.input_meta(0).dtype);
   }
   if (ctx.needs_input_grad(0)) dx = matmul(g, ctx.input(1), false, true);    // [N, M]·[K, M]ᵀ
-  if (ctx.needs_input_grad(1)) dw = matmul(ctx.input(0), g, true, false);    // [N, K]ᵀ·[N, M]
+  if (ctx.needs_input_grad(1)) dw = matmul_grad(ctx, 1, ctx.input(0), g, true, false);  // [N, K]ᵀ·[N, M]
   if (ctx.needs_input_grad(2) && !db.defined()) db = sum(dy, 0);             // b's dtype = dy's
   return {dx, dw, db};
 }

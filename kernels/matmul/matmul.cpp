@@ -84,8 +84,18 @@ void Matmul::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, 
   });
 }
 
+Tensor matmul_grad(const BackwardContext& ctx, int input, const Tensor& a, const Tensor& b, bool trans_a,
+                   bool trans_b) {
+  if (is_half(a.dtype()) && ctx.input_grad_may_be_f32(input))  // f32 sums kept, no rounding and no cast back
+    return call<Matmul>({trans_a, trans_b, true}, {a, b})[0];
+  return matmul(a, b, trans_a, trans_b);
+}
+
 std::vector<Tensor> Matmul::backward(const BackwardContext& ctx, const Attrs& attrs) {
-  // An f32 output of bf16/f16 inputs: the gradients are in the inputs' dtype (one cast of G).
+  // An f32 output of bf16/f16 inputs: the gradients are in the inputs' dtype (one cast of G);
+  // b's (the weight side: linear layers, a tied output projection) in f32 when b is a cast of
+  // an f32 tensor (matmul_grad). a's stays in its dtype: activations' gradients are rounded as
+  // the forward rounds them (autocast equals explicit casts bit for bit).
   const Tensor g = attrs.f32_output ? cast(ctx.grad_output(), ctx.input_meta(0).dtype) : ctx.grad_output();
   const bool ta = attrs.trans_a, tb = attrs.trans_b;
   Tensor da, db;
@@ -95,7 +105,7 @@ std::vector<Tensor> Matmul::backward(const BackwardContext& ctx, const Attrs& at
   }
   if (ctx.needs_input_grad(1)) {
     const Tensor& a = ctx.input(0);
-    db = tb ? matmul(g, a, true, ta) : matmul(a, g, !ta, false);
+    db = tb ? matmul_grad(ctx, 1, g, a, true, ta) : matmul_grad(ctx, 1, a, g, !ta, false);
   }
   return {da, db};
 }

@@ -16,6 +16,14 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans
 /// each itself one matmul with transpose flags, so no transposed copies are made.
 /// f32_output: A and B bf16/f16, C f32 (the products are summed in f32 either way; this skips
 /// the rounding of C). Its backward casts G to the inputs' dtype once and gives dA, dB in it.
+/// Under autocast B, when it is the bf16/f16 cast of an f32 tensor (a master weight), gets its
+/// gradient as the GEMM's f32 sums (BackwardContext::input_grad_may_be_f32: no rounding to the
+/// half dtype and no cast back); A's gradient stays in A's dtype.
+/// op(a)·op(b) as the gradient of input `input` of a backward: with f32 output when a is
+/// bf16/f16 and that input may take an f32 gradient (Linear's and Matmul's backward).
+Tensor matmul_grad(const BackwardContext& ctx, int input, const Tensor& a, const Tensor& b, bool trans_a,
+                   bool trans_b);
+
 struct Matmul : OpBase {
   static constexpr const char* kName = "matmul";
   static constexpr unsigned kSaveInputs = 0b11;

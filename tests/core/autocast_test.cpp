@@ -67,10 +67,15 @@ TEST(Autocast, MatmulGradientsAreF32FromLowPrecisionProducts) {
   }
   ASSERT_EQ(a.grad().dtype(), DType::f32);
   ASSERT_EQ(b.grad().dtype(), DType::f32);
-  // dA = f32(bf16(R)·bf16(B)ᵀ rounded to bf16), dB = f32(bf16(A)ᵀ·bf16(R) rounded to bf16).
+  // dA = f32(bf16(R)·bf16(B)ᵀ rounded to bf16), as the activations' gradients are rounded; b,
+  // the weight side, reaches the product as a bf16 cast of an f32 tensor: dB is the f32 sums of
+  // the bf16 products, never rounded to bf16 (Matmul::backward's matmul_grad).
   Tensor r16 = cast(r, DType::bf16), a16 = cast(a.detach(), DType::bf16), b16 = cast(b.detach(), DType::bf16);
-  EXPECT_TRUE(all_close(a.grad(), cast(matmul(r16, b16, false, true), DType::f32), 0, 0));
-  EXPECT_TRUE(all_close(b.grad(), cast(matmul(a16, r16, true, false), DType::f32), 0, 0));
+  const Tensor want_a = cast(matmul(r16, b16, false, true), DType::f32);
+  const Tensor want_b = call<Matmul>({true, false, true}, {a16, r16})[0];
+  EXPECT_TRUE(all_close(a.grad(), want_a, 0, 0));
+  EXPECT_TRUE(all_close(b.grad(), want_b, 0, 0));
+  EXPECT_FALSE(all_close(b.grad(), cast(cast(want_b, DType::bf16), DType::f32), 0, 0)) << "not rounded to bf16";
 }
 
 TEST(Autocast, OnlyF32OperandsAreCast) {
