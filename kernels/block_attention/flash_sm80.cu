@@ -208,26 +208,9 @@ bool flash_forward(const FlashForward& given, int device, cudaStream_t stream) {
   int major = 0;
   TS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   if (major < 8) return false;
-  auto with_d = [&](auto tag, auto bs) {
-    using T = decltype(tag);
-    constexpr int BS = decltype(bs)::value;
-    if (f.dropout.on()) {
-      if (f.D == 32) return launch<T, BS, 32, true>(f, stream);
-      if (f.D == 64) return launch<T, BS, 64, true>(f, stream);
-      return launch<T, BS, 128, true>(f, stream);
-    }
-    if (f.D == 32) return launch<T, BS, 32, false>(f, stream);
-    if (f.D == 64) return launch<T, BS, 64, false>(f, stream);
-    return launch<T, BS, 128, false>(f, stream);
-  };
-  auto with_bs = [&](auto tag) {
-    if (f.bs == 32) return with_d(tag, std::integral_constant<int, 32>{});
-    return with_d(tag, std::integral_constant<int, 64>{});
-  };
-  if (f.dtype == DType::bf16)
-    with_bs(__nv_bfloat16{});
-  else
-    with_bs(__half{});
+  flash::dispatch_flash(f.dtype, f.bs, f.D, f.dropout.on(), [&](auto tag, auto bs, auto d, auto dropout) {
+    launch<decltype(tag), decltype(bs)::value, decltype(d)::value, decltype(dropout)::value>(f, stream);
+  });
   return true;
 }
 

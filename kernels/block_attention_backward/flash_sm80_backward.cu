@@ -300,26 +300,9 @@ bool flash_backward_supported(const FlashBackward& given, int device) {
 
 void flash_backward(const FlashBackward& given, cudaStream_t stream) {
   const FlashBackward f = with_strides(given);
-  auto with_d = [&](auto tag, auto bs) {
-    using T = decltype(tag);
-    constexpr int BS = decltype(bs)::value;
-    if (f.dropout.on()) {
-      if (f.D == 32) return launch<T, BS, 32, true>(f, stream);
-      if (f.D == 64) return launch<T, BS, 64, true>(f, stream);
-      return launch<T, BS, 128, true>(f, stream);
-    }
-    if (f.D == 32) return launch<T, BS, 32, false>(f, stream);
-    if (f.D == 64) return launch<T, BS, 64, false>(f, stream);
-    return launch<T, BS, 128, false>(f, stream);
-  };
-  auto with_bs = [&](auto tag) {
-    if (f.bs == 32) return with_d(tag, std::integral_constant<int, 32>{});
-    return with_d(tag, std::integral_constant<int, 64>{});
-  };
-  if (f.dtype == DType::bf16)
-    with_bs(__nv_bfloat16{});
-  else
-    with_bs(__half{});
+  flash::dispatch_flash(f.dtype, f.bs, f.D, f.dropout.on(), [&](auto tag, auto bs, auto d, auto dropout) {
+    launch<decltype(tag), decltype(bs)::value, decltype(d)::value, decltype(dropout)::value>(f, stream);
+  });
 }
 
 uint64_t flash_backward_launches() { return g_launches.load(std::memory_order_relaxed); }

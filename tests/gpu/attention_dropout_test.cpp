@@ -13,10 +13,6 @@
 #include "kernels/block_attention/block_attention.h"
 #include "kernels/block_attention_backward/block_attention_backward.h"
 #include "kernels/ops.h"
-#ifdef TESSERA_WITH_CUDA
-#include "kernels/block_attention/flash_sm80.h"
-#include "kernels/block_attention_backward/flash_sm80_backward.h"
-#endif
 
 namespace tessera {
 namespace {
@@ -26,14 +22,6 @@ using gpu_test::kGpu;
 using gpu_test::random;
 using gpu_test::run_on_gpu;
 using gpu_test::run_on_gpu_host;
-
-uint64_t launches() {
-#ifdef TESSERA_WITH_CUDA
-  return cuda::flash_forward_launches() + cuda::flash_backward_launches();
-#else
-  return 0;
-#endif
-}
 
 // Forward and backward with dropout p = 0.3 on the GPU and on the CPU in f64, the same attrs and
 // base; `simt` forces the scalar kernels. Returns the number of tensor-core launches (0 or 2).
@@ -50,11 +38,11 @@ uint64_t check(const AttentionLayoutPtr& l, int64_t D, DType dt, bool simt, uint
       ba, {cast(g, DType::f64), in64[0], in64[1], in64[2], fwd[0], fwd[1], base});
   const std::string what = l->str() + " " + dtype_name(dt) + " D " + std::to_string(D) + (simt ? " simt" : "");
   if (simt) setenv("TESSERA_ATTENTION_PATH", "simt", 1);
-  const uint64_t before = launches();
+  const uint64_t before = gpu_test::flash_attention_launches();
   const std::vector<Tensor> got = run_on_gpu_host<BlockAttention>(fa, {qkv[0], qkv[1], qkv[2], base});
   const std::vector<Tensor> grads = run_on_gpu_host<BlockAttentionBackward>(
       ba, {g, qkv[0], qkv[1], qkv[2], cast(fwd[0], dt), cast(fwd[1], DType::f32), base});
-  const uint64_t ran = launches() - before;
+  const uint64_t ran = gpu_test::flash_attention_launches() - before;
   if (simt) unsetenv("TESSERA_ATTENTION_PATH");
   EXPECT_TRUE(close_to(cast(got[0], DType::f64), fwd[0], 2e-2)) << "o, " << what;
   EXPECT_TRUE(close_to(cast(got[1], DType::f64), fwd[1], 1e-4)) << "lse (of the undropped P), " << what;

@@ -8,10 +8,6 @@
 
 #include "gpu_check.h"
 #include "kernels/ops.h"
-#ifdef TESSERA_WITH_CUDA
-#include "kernels/block_attention/flash_sm80.h"
-#include "kernels/block_attention_backward/flash_sm80_backward.h"
-#endif
 
 namespace tessera {
 namespace {
@@ -19,14 +15,6 @@ namespace {
 using gpu_test::close_to;
 using gpu_test::random;
 using gpu_test::run_on_gpu_host;
-
-uint64_t launches() {
-#ifdef TESSERA_WITH_CUDA
-  return cuda::flash_forward_launches() + cuda::flash_backward_launches();
-#else
-  return 0;
-#endif
-}
 
 // Forward and backward of (B 2, H 4, K, D, layout of block bs, T 4·bs) on the GPU against the
 // f64 CPU; returns the tensor-core launches they took (2 or 0).
@@ -39,7 +27,7 @@ uint64_t check(int64_t bs, int64_t D, int64_t K, double p, uint64_t seed) {
   const std::vector<Tensor> want = call<BlockAttentionPacked>(a, {cast(qkv, DType::f64)});
   const Tensor dwant =
       call<BlockAttentionPackedBackward>(a, {cast(g, DType::f64), cast(qkv, DType::f64), want[0], want[1]})[0];
-  const uint64_t before = launches();
+  const uint64_t before = gpu_test::flash_attention_launches();
   const std::vector<Tensor> got = run_on_gpu_host<BlockAttentionPacked>(a, {qkv});
   const Tensor dgot = run_on_gpu_host<BlockAttentionPackedBackward>(
       a, {g, qkv, cast(want[0], DType::bf16), cast(want[1], DType::f32)})[0];
@@ -48,7 +36,7 @@ uint64_t check(int64_t bs, int64_t D, int64_t K, double p, uint64_t seed) {
   EXPECT_TRUE(close_to(cast(got[0], DType::f64), want[0], 2e-2)) << "o, " << what;
   EXPECT_TRUE(close_to(cast(got[1], DType::f64), want[1], 1e-4)) << "lse, " << what;
   EXPECT_TRUE(close_to(cast(dgot, DType::f64), dwant, 3e-2)) << "dqkv, " << what;
-  return launches() - before;
+  return gpu_test::flash_attention_launches() - before;
 }
 
 TEST(CudaAttentionPacked, TensorCoreKernelsOnThePackedRowsMatchTheCpu) {

@@ -1,4 +1,5 @@
-// What the GPU tests share: skipping visibly without a GPU, the device, the floating dtypes
+// What the GPU tests share: skipping visibly without a GPU, the device, the tensor-core attention
+// launch count, the floating dtypes
 // every kernel is checked in, outputs poisoned before a kernel runs, running one op on GPU
 // copies of CPU inputs, and the comparisons: relative to the result's scale, and bit for bit.
 #pragma once
@@ -17,6 +18,10 @@
 #include "core/tensor.h"
 #include "gradcheck.h"
 #include "kernels/cast/cast.h"
+#ifdef TESSERA_WITH_CUDA
+#include "kernels/block_attention/flash_sm80.h"
+#include "kernels/block_attention_backward/flash_sm80_backward.h"
+#endif
 
 /// Skips the test (visibly, as SKIPPED) on machines without a GPU.
 #define REQUIRE_GPU()                                        \
@@ -28,6 +33,16 @@ namespace tessera {
 namespace gpu_test {
 
 inline const Device kGpu = Device::cuda(0);
+
+/// Launches of the tensor-core attention kernels so far, forward plus backward (0 in builds
+/// without CUDA): tests check which kernel family ran.
+inline uint64_t flash_attention_launches() {
+#ifdef TESSERA_WITH_CUDA
+  return cuda::flash_forward_launches() + cuda::flash_backward_launches();
+#else
+  return 0;
+#endif
+}
 inline constexpr DType kFloatTypes[] = {DType::f32, DType::f64, DType::bf16, DType::f16};
 
 /// An output on the GPU that fails every comparison unless the kernel overwrites all of it:

@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/block_attention/attention_dropout.h"
 #include "kernels/block_attention/flash_sm80.h"
@@ -62,6 +63,32 @@ __device__ __forceinline__ void load_tile(T* dst, const T* src, int64_t ld) {
     const int r = c / (D / 8), col = (c % (D / 8)) * 8;
     sm80::cp_async16(dst + r * kStride<D> + col, src + r * ld + col, true);
   }
+}
+
+/// Calls launch(T{}, BS, D, kDropout) for the instantiation the forward and backward kernels are
+/// compiled for: T the 16-bit type of `dtype` (bf16, else f16), BS (bs 32, else 64) and D (32,
+/// 64, else 128) std::integral_constant<int>s, kDropout a std::bool_constant.
+template <class F>
+void dispatch_flash(DType dtype, int bs, int64_t D, bool dropout, F&& launch) {
+  auto with_dropout = [&](auto tag, auto bsc, auto dc) {
+    if (dropout)
+      launch(tag, bsc, dc, std::true_type{});
+    else
+      launch(tag, bsc, dc, std::false_type{});
+  };
+  auto with_d = [&](auto tag, auto bsc) {
+    if (D == 32) return with_dropout(tag, bsc, std::integral_constant<int, 32>{});
+    if (D == 64) return with_dropout(tag, bsc, std::integral_constant<int, 64>{});
+    return with_dropout(tag, bsc, std::integral_constant<int, 128>{});
+  };
+  auto with_bs = [&](auto tag) {
+    if (bs == 32) return with_d(tag, std::integral_constant<int, 32>{});
+    return with_d(tag, std::integral_constant<int, 64>{});
+  };
+  if (dtype == DType::bf16)
+    with_bs(__nv_bfloat16{});
+  else
+    with_bs(__half{});
 }
 
 /// The offset of (batch b, head h, token 0) in an operand of strides s (flash_sm80.h).
