@@ -137,10 +137,11 @@ Tensor MultiHeadAttention::decode(const Tensor& x, int64_t B, KVCache& cache) co
            "MultiHeadAttention::decode: " << len << " cached + " << n << " new positions pass seq_len " << T
                                           << " (start a new cache)");
   const std::string held = cache.k.defined() ? cache.k.meta().str() : std::string("nothing");
-  TS_CHECK(len == 0 || (cache.k.defined() && cache.k.dim() == 4 && cache.k.size(0) == B && cache.k.size(2) == len),
+  TS_CHECK(len == 0 || (cache.k.defined() && cache.k.dim() == 4 && cache.k.size(0) == B &&
+                        cache.k.size(1) == options_.kv_heads() && cache.k.size(2) == len),
            ShapeError,
-           "MultiHeadAttention::decode: the cache holds " << held << ", expected [" << B << ", " << H << ", " << len
-                                                          << ", " << D << "]");
+           "MultiHeadAttention::decode: the cache holds " << held << ", expected [" << B << ", "
+                                                          << options_.kv_heads() << ", " << len << ", " << D << "]");
   // The new positions' q, k, v [B, H, n, D], as forward() makes them.
   const std::vector<Tensor> qkv = heads_apart(x, B, n);
   const Tensor& q = qkv[0];

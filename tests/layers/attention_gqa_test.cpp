@@ -68,6 +68,9 @@ TEST(MultiHeadAttentionGqa, DecodingEqualsForward) {
         EXPECT_NEAR(y[b * 24 + c], want[(b * T + t) * 24 + c], 1e-10) << "b " << b << " t " << t;
   }
   EXPECT_EQ(cache.k.shape(), Shape({B, 1, T, 6})) << "the cache holds the key/value heads only";
+  nn::KVCache wrong{cast(zeros({B, 4, 3, 6}), DType::f64), cast(zeros({B, 4, 3, 6}), DType::f64), 3};
+  expect_error<ShapeError>([&] { attn.decode(test_randn({B, 24}, 10), B, wrong); },
+                           {"MultiHeadAttention::decode", "the cache holds", "expected [2, 1, 3, 6]"});
 }
 
 TEST(MultiHeadAttentionGqa, Errors) {
