@@ -47,6 +47,7 @@
 #include "core/autocast.h"
 #include "core/cuda/runtime.h"
 #include "core/graph/compile.h"
+#include "core/philox.h"
 #include "data/sampler.h"
 #include "data/text_dataset.h"
 #include "kernels/ops.h"
@@ -83,14 +84,12 @@ models::TransformerLMConfig gpt2_config(const Options& o) {
   return c;
 }
 
-// Random tokens below GPT-2's 50257 (the padded ids are never inputs or targets).
+// Random tokens below GPT-2's 50257 (the padded ids are never inputs or targets): token i is
+// word i % 4 of Philox block i / 4 of stream 3, modulo 50257.
 data::TokenArray random_tokens(int64_t n) {
   std::vector<int32_t> ids(static_cast<size_t>(n));
-  uint64_t x = 88172645463325252ull;  // xorshift64
-  for (int32_t& id : ids) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    id = static_cast<int32_t>(x % 50257);
-  }
+  for (int64_t i = 0; i < n; ++i)
+    ids[i] = static_cast<int32_t>(philox::block(3, static_cast<uint64_t>(i) / 4).w[i % 4] % 50257);
   return data::make_tokens(std::move(ids));
 }
 

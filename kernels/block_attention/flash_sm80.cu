@@ -17,8 +17,6 @@
 
 #include <atomic>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
 #include "core/cuda/check.cuh"
 #include "core/error.h"
@@ -187,22 +185,16 @@ void launch(const FlashForward& f, cudaStream_t stream) {
   g_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
-bool aligned16(const FlashStrides& s) { return s.batch % 8 == 0 && s.head % 8 == 0 && s.token % 8 == 0; }
 
 bool flash_forward(const FlashForward& given, int device, cudaStream_t stream) {
-  const char* path = std::getenv("TESSERA_ATTENTION_PATH");
-  if (path && std::strcmp(path, "simt") == 0) return false;
-  FlashForward f = given;
-  const int64_t T = f.nb * f.bs;
-  if (f.qs.empty()) f.qs = FlashStrides::contiguous(f.H, T, f.D);
-  if (f.kvs.empty()) f.kvs = FlashStrides::contiguous(f.H / f.G, T, f.D);
-  if (f.os.empty()) f.os = FlashStrides::contiguous(f.H, T, f.D);
+  if (flash::scalar_path_forced()) return false;
+  const FlashForward f = flash::with_contiguous_strides(given);
   if (f.dtype != DType::bf16 && f.dtype != DType::f16) return false;
   if ((f.bs != 32 && f.bs != 64) || (f.D != 32 && f.D != 64 && f.D != 128)) return false;
+  using flash::aligned16;
   if (!aligned16(f.q) || !aligned16(f.k) || !aligned16(f.v) || !aligned16(f.o)) return false;
   if (!aligned16(f.qs) || !aligned16(f.kvs) || !aligned16(f.os)) return false;
   int major = 0;

@@ -19,8 +19,6 @@
 #include "kernels/block_attention_backward/flash_sm80_backward.h"
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 
 #include "core/cuda/check.cuh"
 #include "core/error.h"
@@ -56,7 +54,8 @@ template <class T, int BS, int D, bool kDropout>
 __global__ void __launch_bounds__(BackwardTile<BS, D>::kThreads)
     flash_dq_kernel(const T* __restrict__ g, const T* __restrict__ q, const T* __restrict__ k,
                     const T* __restrict__ v, const float* __restrict__ lse, const float* __restrict__ delta,
-                    T* __restrict__ dq, FlashStrides qs, FlashStrides kvs, FlashStrides os, int64_t H, int64_t G, int64_t nb, float scale_log2, float scale,
+                    T* __restrict__ dq, FlashStrides qs, FlashStrides kvs, FlashStrides os, int64_t H, int64_t G,
+                    int64_t nb, float scale_log2, float scale,
                     const int32_t* __restrict__ row_ptr, const int32_t* __restrict__ key_blocks,
                     AttentionDropout drop, const int32_t* __restrict__ base) {
   using Tile = BackwardTile<BS, D>;
@@ -266,27 +265,12 @@ void launch(const FlashBackward& f, cudaStream_t stream) {
   g_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-
-// f with empty strides filled in as contiguous [B, heads, T, D].
-FlashBackward with_strides(const FlashBackward& given) {
-  FlashBackward f = given;
-  const int64_t T = f.nb * f.bs;
-  if (f.qs.empty()) f.qs = FlashStrides::contiguous(f.H, T, f.D);
-  if (f.kvs.empty()) f.kvs = FlashStrides::contiguous(f.H / f.G, T, f.D);
-  if (f.os.empty()) f.os = FlashStrides::contiguous(f.H, T, f.D);
-  return f;
-}
-
-bool aligned16(const FlashStrides& s) { return s.batch % 8 == 0 && s.head % 8 == 0 && s.token % 8 == 0; }
-
 }  // namespace
 
 bool flash_backward_supported(const FlashBackward& given, int device) {
-  const char* path = std::getenv("TESSERA_ATTENTION_PATH");
-  if (path && std::strcmp(path, "simt") == 0) return false;
-  const FlashBackward f = with_strides(given);
+  using flash::aligned16;
+  if (flash::scalar_path_forced()) return false;
+  const FlashBackward f = flash::with_contiguous_strides(given);
   if (!aligned16(f.qs) || !aligned16(f.kvs) || !aligned16(f.os)) return false;
   if (f.dtype != DType::bf16 && f.dtype != DType::f16) return false;
   if ((f.bs != 32 && f.bs != 64) || (f.D != 32 && f.D != 64 && f.D != 128)) return false;
@@ -299,7 +283,7 @@ bool flash_backward_supported(const FlashBackward& given, int device) {
 }
 
 void flash_backward(const FlashBackward& given, cudaStream_t stream) {
-  const FlashBackward f = with_strides(given);
+  const FlashBackward f = flash::with_contiguous_strides(given);
   flash::dispatch_flash(f.dtype, f.bs, f.D, f.dropout.on(), [&](auto tag, auto bs, auto d, auto dropout) {
     launch<decltype(tag), decltype(bs)::value, decltype(d)::value, decltype(dropout)::value>(f, stream);
   });

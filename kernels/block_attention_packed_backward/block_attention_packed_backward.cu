@@ -31,21 +31,21 @@ void BlockAttentionPackedBackward::cuda(const std::vector<Tensor>& in, const std
   if (half) {
     const AttentionLayoutPtr& layout = a.layout->refined64() ? a.layout->refined64() : a.layout;
     const cuda::AttentionTables tables = cuda::device_tables(layout, dqkv.device().index);
-    const int64_t rows = B * H * T;
-    Tensor delta = empty({rows}, TensorOptions(DType::f32).device(dqkv.device()));
     const auto* x = static_cast<const char*>(qkv.data_ptr());
     auto* y = static_cast<char*>(dqkv.data_ptr());
     const size_t es = dtype_size(qkv.dtype());
     cuda::FlashBackward f{qkv.dtype(), static_cast<int>(layout->block_size()), B, H, layout->blocks(), D,
                           detail::attention_scale(a.scale, D), g.data_ptr(), x, x + H * D * es,
                           x + (H + K) * D * es, static_cast<const float*>(lse.data_ptr()),
-                          static_cast<const float*>(delta.data_ptr()), y, y + H * D * es, y + (H + K) * D * es,
+                          /*delta: below*/ nullptr, y, y + H * D * es, y + (H + K) * D * es,
                           tables.row_ptr, tables.key_blocks, tables.col_ptr, tables.query_blocks,
                           AttentionDropout::make(a.dropout, a.seed, a.start), base};
     f.G = H / K;
     f.qs = f.kvs = {T * W, D, W};
     f.os = {T * H * D, D, H * D};
     if (cuda::flash_backward_supported(f, dqkv.device().index)) {
+      Tensor delta = empty({B * H * T}, TensorOptions(DType::f32).device(dqkv.device()));  // Δ [B·H·T]
+      f.delta = static_cast<const float*>(delta.data_ptr());
       cuda::dispatch_cuda_float(qkv.dtype(), kName, [&](auto tag) {
         using T_ = typename decltype(tag)::type;
         if constexpr (std::is_same_v<cuda::acc_t<T_>, float>)  // bf16/f16 here (f32 and f64 are not `half`)

@@ -12,7 +12,7 @@
 #include <type_traits>
 
 #include "core/cuda/check.cuh"
-#include "kernels/block_attention/flash_sm80.h"
+#include "kernels/common/cuda/flash_sm80.cuh"
 #include "kernels/common/cuda/dtype.cuh"
 
 namespace tessera {
@@ -69,8 +69,7 @@ void attention_row_dot(const T* g, const T* o, const FlashStrides& s, acc_t<T>* 
   if (rows == 0) return;
   constexpr int kWarps = 8;
   if constexpr (sizeof(T) == 2) {
-    const bool aligned = reinterpret_cast<uintptr_t>(g) % 16 == 0 && reinterpret_cast<uintptr_t>(o) % 16 == 0 &&
-                         s.batch % 8 == 0 && s.head % 8 == 0 && s.token % 8 == 0;
+    const bool aligned = flash::aligned16(g) && flash::aligned16(o) && flash::aligned16(s);
     auto vec = [&](auto d) {
       constexpr int Dc = decltype(d)::value, rows_per_block = 32 * kWarps / (Dc / 8);
       const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;

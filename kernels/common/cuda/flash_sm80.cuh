@@ -18,6 +18,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "kernels/block_attention/attention_dropout.h"
@@ -63,6 +65,28 @@ __device__ __forceinline__ void load_tile(T* dst, const T* src, int64_t ld) {
     const int r = c / (D / 8), col = (c % (D / 8)) * 8;
     sm80::cp_async16(dst + r * kStride<D> + col, src + r * ld + col, true);
   }
+}
+
+/// Whether TESSERA_ATTENTION_PATH=simt forces the scalar kernels (read on every call).
+inline bool scalar_path_forced() {
+  const char* path = std::getenv("TESSERA_ATTENTION_PATH");
+  return path && std::strcmp(path, "simt") == 0;
+}
+
+/// What the tensor-core kernels' 16-byte copies need: the address, and every stride a multiple
+/// of 8 16-bit values.
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+inline bool aligned16(const FlashStrides& s) { return s.batch % 8 == 0 && s.head % 8 == 0 && s.token % 8 == 0; }
+
+/// f (a FlashForward or FlashBackward) with its empty strides filled in as contiguous
+/// [B, heads, T, D]: H heads for q and o (dO), H / G for k and v.
+template <class Work>
+Work with_contiguous_strides(Work f) {
+  const int64_t T = f.nb * f.bs;
+  if (f.qs.empty()) f.qs = FlashStrides::contiguous(f.H, T, f.D);
+  if (f.kvs.empty()) f.kvs = FlashStrides::contiguous(f.H / f.G, T, f.D);
+  if (f.os.empty()) f.os = FlashStrides::contiguous(f.H, T, f.D);
+  return f;
 }
 
 /// Calls launch(T{}, BS, D, kDropout) for the instantiation the forward and backward kernels are
