@@ -72,6 +72,7 @@
   X(SgdUpdate)                            \
   X(AdamwUpdate)                          \
   X(AdamUpdate)                           \
+  X(AdamMultiUpdate)                      \
   X(AdafactorUpdate)                      \
   X(AdafactorFactoredUpdate)              \
   /* shape */                             \

@@ -3,6 +3,7 @@
 
 #include "kernels/adafactor_factored_update/adafactor_factored_update.h"
 #include "kernels/adafactor_update/adafactor_update.h"
+#include "kernels/adam_multi_update/adam_multi_update.h"
 #include "kernels/adam_update/adam_update.h"
 #include "kernels/adamw_update/adamw_update.h"
 #include "kernels/add/add.h"

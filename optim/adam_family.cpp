@@ -1,13 +1,17 @@
 #include "optim/adam_family.h"
 
+#include <algorithm>
+
+#include "kernels/adam_multi_update/adam_multi_update.h"
+
 namespace tessera {
 namespace optim {
 namespace detail {
 
 AdamMoments::AdamMoments(const std::vector<ParamGroup>& groups, double lr, double beta1, double beta2, double eps,
-                         double weight_decay)
+                         double weight_decay, ::tessera::detail::AdamDecay decay)
     : Optimizer(groups, lr, weight_decay), beta1_(beta1), beta2_(beta2), eps_(eps),
-      default_weight_decay_(weight_decay) {
+      default_weight_decay_(weight_decay), decay_(decay) {
   exp_avg_.reserve(params_.size());
   exp_avg_sq_.reserve(params_.size());
   for (const Tensor& p : params_) {
@@ -30,6 +34,42 @@ std::vector<std::pair<std::string, double>> AdamMoments::hyperparameters() const
 void AdamMoments::check_index(const char* name, size_t i) const {
   TS_CHECK(i < params_.size(), ValueError,
            name << ": parameter index " << i << " out of range (" << params_.size() << ")");
+}
+
+std::vector<Write> AdamMoments::update_all(const std::vector<Tensor>& grads, const Tensor& lr, const Tensor& step) {
+  const Tensor factor = step_clip_factor(grads);
+  // Parameters with a gradient, grouped by (dtype, device) in order of first appearance.
+  std::vector<std::vector<size_t>> groups;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    auto same = [&](const std::vector<size_t>& g) {
+      return params_[g[0]].dtype() == params_[i].dtype() && params_[g[0]].device() == params_[i].device();
+    };
+    auto it = std::find_if(groups.begin(), groups.end(), same);
+    if (it == groups.end()) {
+      groups.push_back({i});
+    } else {
+      it->push_back(i);
+    }
+  }
+  std::vector<Write> out;
+  for (const std::vector<size_t>& group : groups) {
+    std::vector<Tensor> p, g, m, v;
+    std::vector<double> wd;
+    for (size_t i : group) {
+      p.push_back(params_[i]), g.push_back(grads[i]), m.push_back(exp_avg_[i]), v.push_back(exp_avg_sq_[i]);
+      wd.push_back(weight_decay(i));
+    }
+    const std::vector<Tensor> r = adam_multi_update(p, g, m, v, lr, step, decay_, beta1_, beta2_, eps_, wd, factor);
+    const size_t n = group.size();
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = group[k];
+      out.push_back({params_[i], r[k]});
+      out.push_back({exp_avg_[i], r[n + k]});
+      out.push_back({exp_avg_sq_[i], r[2 * n + k]});
+    }
+  }
+  return out;
 }
 
 std::vector<Write> AdamMoments::writes(size_t i, const std::vector<Tensor>& out) const {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/common/adam_step.h"
 #include "optim/optimizer.h"
 
 namespace tessera {
@@ -62,15 +63,21 @@ class AdamMoments : public Optimizer {
   std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
   /// lr, beta1, beta2, eps, weight_decay.
   std::vector<std::pair<std::string, double>> hyperparameters() const override;
+  /// The updates of every parameter with a defined gradient (clipped when set_clip_norm() is
+  /// on), as one adam_multi_update op per (dtype, device) of the parameters: a few kernel
+  /// launches per step instead of one per parameter, each element bitwise what update_scaled()
+  /// gives it.
+  std::vector<Write> update_all(const std::vector<Tensor>& grads, const Tensor& lr, const Tensor& step) override;
 
  protected:
   AdamMoments(const std::vector<ParamGroup>& groups, double lr, double beta1, double beta2, double eps,
-              double weight_decay);
+              double weight_decay, ::tessera::detail::AdamDecay decay);
   /// Checks i; the writes {p <- out[0], m <- out[1], v <- out[2]}.
   void check_index(const char* name, size_t i) const;
   std::vector<Write> writes(size_t i, const std::vector<Tensor>& out) const;
 
   double beta1_, beta2_, eps_, default_weight_decay_;
+  ::tessera::detail::AdamDecay decay_;  // where weight decay enters: Adam coupled, AdamW decoupled
   std::vector<Tensor> exp_avg_;     // m, one per parameter
   std::vector<Tensor> exp_avg_sq_;  // v, one per parameter
 };

@@ -52,13 +52,17 @@ void Optimizer::set_clip_norm(double max_norm) {
   clip_norm_ = max_norm;
 }
 
-template <class Fn>
-void Optimizer::for_each_update(const std::vector<Tensor>& grads, const Tensor& lr, const Tensor& step, Fn&& fn) {
+Tensor Optimizer::step_clip_factor(const std::vector<Tensor>& grads) {
   TS_CHECK(grads.size() == params_.size(), ValueError,
            "optimizer: got " << grads.size() << " gradients for " << params_.size() << " parameters");
   // The clip factor comes from every gradient of the step, before any update.
   const bool any = std::any_of(grads.begin(), grads.end(), [](const Tensor& g) { return g.defined(); });
-  const Tensor factor = clip_norm_ > 0 && any ? clip_factor(global_grad_norm(grads), clip_norm_) : Tensor();
+  return clip_norm_ > 0 && any ? clip_factor(global_grad_norm(grads), clip_norm_) : Tensor();
+}
+
+template <class Fn>
+void Optimizer::for_each_update(const std::vector<Tensor>& grads, const Tensor& lr, const Tensor& step, Fn&& fn) {
+  const Tensor factor = step_clip_factor(grads);
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!grads[i].defined()) continue;
     fn(i, update_scaled(i, grads[i], lr, step, factor));

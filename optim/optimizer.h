@@ -40,8 +40,10 @@ class Optimizer : public ParamUpdater {
   Optimizer& operator=(const Optimizer&) = delete;
 
   /// Eager update of every parameter that has a gradient; advances step_count() by one first
-  /// (the update of step t uses t = step_count()). Runs the same ops as update_all() (clipping
-  /// included), so eager and compiled steps give bitwise the same numbers on the CPU.
+  /// (the update of step t uses t = step_count()). Runs update_scaled() one parameter at a time
+  /// (only one parameter's results are held at once), with the clip factor update_all() uses;
+  /// update_all() may batch parameters into one op (Adam, AdamW) that gives bitwise the same
+  /// elements, so eager and compiled steps give bitwise the same numbers on the CPU.
   void step();
   /// Drops every parameter's gradient.
   void zero_grad();
@@ -91,6 +93,11 @@ class Optimizer : public ParamUpdater {
   std::vector<Write> update_all(const std::vector<Tensor>& grads, const Tensor& lr, const Tensor& step) override;
 
  protected:
+  /// The clip factor of a step over `grads` (params() order) as a 0-d f64 tensor, made with
+  /// ops from every gradient; undefined when clipping is off or no gradient is defined.
+  /// ValueError unless there is one entry per parameter.
+  Tensor step_clip_factor(const std::vector<Tensor>& grads);
+
   std::vector<Tensor> params_;
   std::vector<double> weight_decay_;  // per parameter
   double lr_;

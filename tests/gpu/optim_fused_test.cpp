@@ -7,7 +7,8 @@
 // (scale_grad, then the update), in place too; AdamW with set_clip_norm on GPU parameters
 // bitwise equal to the unfused formulation on the GPU and close to the CPU. GPU outputs are
 // NaN-poisoned before the kernels run. (CudaCompiledStep.ReplaysACudaGraph... runs both ops
-// inside a captured CUDA graph.)
+// inside a captured CUDA graph.) adam_multi_update over 100 parameters (3 launches) bitwise
+// equal to the single-tensor kernels, close to the CPU, in place too.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -139,6 +140,61 @@ TEST(CudaGradScale, AdamUpdateMatchesTheCpuAndTheUnfusedPath) {
 TEST(CudaGradScale, AdamwUpdateMatchesTheCpuAndTheUnfusedPath) {
   REQUIRE_GPU();
   expect_grad_scale_matches<AdamwUpdate>();
+}
+
+// ---- adam_multi_update: many parameters per launch ----
+
+// 100 parameters (the 40 mixed shapes, then 60 more; 3 launches of at most 48, empties among
+// them): the multi-tensor kernel bitwise equal to one single-tensor GPU update per parameter
+// and close to the CPU, fresh (NaN-poisoned) and in place, with and without grad_scale.
+TEST(CudaAdamMultiUpdate, EqualsTheSingleTensorKernelBitwise) {
+  REQUIRE_GPU();
+  std::vector<Shape> shapes = mixed_shapes();
+  for (int i = 0; i < 60; ++i) shapes.push_back(Shape{i % 17 == 3 ? 0 : (i * 53) % 9001 + 1});
+  const size_t n = shapes.size();
+  for (DType dt : kFloatTypes) {
+    uint64_t seed = 4000;
+    std::vector<Tensor> in;
+    for (int list = 0; list < 4; ++list) {
+      for (const Shape& s : shapes) {
+        in.push_back(list == 3 ? cast(test_rand(s, 0.0, 0.5, ++seed), dt) : random(s, ++seed, dt));
+      }
+    }
+    std::vector<double> wd;
+    for (size_t i = 0; i < n; ++i) wd.push_back(i % 3 == 0 ? 0.0 : 0.01 * double(i % 7));
+    for (detail::AdamDecay decay : {detail::AdamDecay::coupled, detail::AdamDecay::decoupled}) {
+      for (bool scaled : {false, true}) {
+        std::vector<Tensor> args = in;
+        args.push_back(scalar(1e-2));
+        args.push_back(scalar(10));
+        if (scaled) args.push_back(scalar(1.0 / 3.0));
+        const AdamMultiUpdate::Attrs a{0.8, 0.99, 1e-6, decay, wd};
+        const std::string what = std::string(dtype_name(dt)) +
+                                 (decay == detail::AdamDecay::coupled ? " adam" : " adamw") + (scaled ? " scaled" : "");
+        const std::vector<Tensor> got = run_on_gpu_host<AdamMultiUpdate>(a, args);
+        const std::vector<Tensor> cpu = call<AdamMultiUpdate>(a, args);
+        std::vector<Tensor> gin = to_gpu(args);  // in place: p'_i, m'_i, v'_i into p_i, m_i, v_i
+        std::vector<Tensor> targets;
+        for (size_t k : {size_t{0}, size_t{2}, size_t{3}})
+          for (size_t i = 0; i < n; ++i) targets.push_back(gin[k * n + i]);
+        detail::run_op_into(detail::OpInstanceT<AdamMultiUpdate>(a), gin, targets);
+        for (size_t i = 0; i < n; ++i) {
+          std::vector<Tensor> one{args[i], args[n + i], args[2 * n + i], args[3 * n + i], args[4 * n], args[4 * n + 1]};
+          if (scaled) one.push_back(args[4 * n + 2]);
+          const std::vector<Tensor> single =
+              decay == detail::AdamDecay::coupled
+                  ? run_on_gpu_host<AdamUpdate>({0.8, 0.99, 1e-6, wd[i]}, one)
+                  : run_on_gpu_host<AdamwUpdate>({0.8, 0.99, 1e-6, wd[i]}, one);
+          for (size_t k = 0; k < 3; ++k) {
+            const std::string at = what + " parameter " + std::to_string(i) + " output " + std::to_string(k);
+            EXPECT_TRUE(all_close(got[k * n + i], single[k], 0, 0)) << at;
+            EXPECT_TRUE(close_to(got[k * n + i], cpu[k * n + i], tol_of(dt))) << at << " vs cpu";
+            EXPECT_TRUE(all_close(targets[k * n + i].to(Device::cpu()), single[k], 0, 0)) << at << " in place";
+          }
+        }
+      }
+    }
+  }
 }
 
 // ---- AdamW with clipping on GPU parameters ----

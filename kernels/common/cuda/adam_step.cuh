@@ -54,42 +54,57 @@ struct AdamScalars {
   acc_t<T> step_size, bc2_sqrt, b1, b2, one_minus_b1, one_minus_b2, wd, decay, eps;
 };
 
-// scale_t: the grad_scale tensor, or nullptr (no scaling). Thread 0 of each block computes the
-// scalars once (two f64 pows: costly next to one element's work) and shares them; every thread
-// then takes kAdamPerThread elements, i, i + stride, ... (coalesced, loads in flight).
+/// The scalars of one update from lr, t, the optional scale (nullptr: none) and the
+/// hyperparameters: two f64 pows, costly next to one element's work, so one thread of a
+/// block computes them and shares them.
+template <class T>
+__device__ AdamScalars<T> adam_scalars(const double* lr_t, const double* step_t, const double* scale_t,
+                                       const detail::AdamHyper& h) {
+  using A = acc_t<T>;
+  AdamScalars<T> sc;
+  const double lr = *lr_t, t = *step_t;
+  sc.s = round_scale<T>(scale_t != nullptr ? *scale_t : 1.0);
+  sc.step_size = static_cast<A>(lr / (1.0 - ::pow(h.beta1, t)));
+  sc.bc2_sqrt = static_cast<A>(::sqrt(1.0 - ::pow(h.beta2, t)));
+  sc.b1 = static_cast<A>(h.beta1), sc.b2 = static_cast<A>(h.beta2);
+  sc.one_minus_b1 = static_cast<A>(1.0 - h.beta1), sc.one_minus_b2 = static_cast<A>(1.0 - h.beta2);
+  sc.wd = static_cast<A>(h.weight_decay), sc.decay = static_cast<A>(1.0 - lr * h.weight_decay);
+  sc.eps = static_cast<A>(h.eps);
+  return sc;
+}
+
+/// The update of element i: reads p[i], g[i], m[i], v[i], then writes p_out[i], m_out[i], v_out[i].
+template <class T, detail::AdamDecay kDecay>
+__device__ __forceinline__ void adam_element(const AdamScalars<T>& c, bool scaled, const T* p, const T* g,
+                                             const T* m, const T* v, T* p_out, T* m_out, T* v_out, int64_t i) {
+  using A = acc_t<T>;
+  const A pi = to_acc(p[i]), mi = to_acc(m[i]), vi = to_acc(v[i]);
+  const A g0 = scaled ? scaled_grad(g[i], c.s) : to_acc(g[i]);
+  const A gi = kDecay == detail::AdamDecay::coupled ? g0 + c.wd * pi : g0;
+  const A m_new = c.b1 * mi + c.one_minus_b1 * gi;
+  const A v_new = c.b2 * vi + c.one_minus_b2 * gi * gi;
+  const A denom = dev_sqrt(v_new) / c.bc2_sqrt + c.eps;
+  m_out[i] = from_acc<T>(m_new);
+  v_out[i] = from_acc<T>(v_new);
+  const A p_new = kDecay == detail::AdamDecay::coupled ? pi - c.step_size * m_new / denom
+                                                      : pi * c.decay - c.step_size * m_new / denom;
+  p_out[i] = from_acc<T>(p_new);
+}
+
+// scale_t: the grad_scale tensor, or nullptr (no scaling). Every thread takes kAdamPerThread
+// elements, i, i + stride, ... (coalesced, loads in flight).
 constexpr int kAdamPerThread = 4;
 
 template <class T, detail::AdamDecay kDecay>
 __global__ void adam_kernel(const T* p, const T* g, const T* m, const T* v, const double* lr_t, const double* step_t,
                             const double* scale_t, T* p_out, T* m_out, T* v_out, int64_t n, detail::AdamHyper h) {
-  using A = acc_t<T>;
   __shared__ AdamScalars<T> sc;
-  if (threadIdx.x == 0) {
-    const double lr = *lr_t, t = *step_t;
-    sc.s = round_scale<T>(scale_t != nullptr ? *scale_t : 1.0);
-    sc.step_size = static_cast<A>(lr / (1.0 - ::pow(h.beta1, t)));
-    sc.bc2_sqrt = static_cast<A>(::sqrt(1.0 - ::pow(h.beta2, t)));
-    sc.b1 = static_cast<A>(h.beta1), sc.b2 = static_cast<A>(h.beta2);
-    sc.one_minus_b1 = static_cast<A>(1.0 - h.beta1), sc.one_minus_b2 = static_cast<A>(1.0 - h.beta2);
-    sc.wd = static_cast<A>(h.weight_decay), sc.decay = static_cast<A>(1.0 - lr * h.weight_decay);
-    sc.eps = static_cast<A>(h.eps);
-  }
+  if (threadIdx.x == 0) sc = adam_scalars<T>(lr_t, step_t, scale_t, h);
   __syncthreads();
   const AdamScalars<T> c = sc;
   const bool scaled = scale_t != nullptr;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    const A pi = to_acc(p[i]), mi = to_acc(m[i]), vi = to_acc(v[i]);
-    const A g0 = scaled ? scaled_grad(g[i], c.s) : to_acc(g[i]);
-    const A gi = kDecay == detail::AdamDecay::coupled ? g0 + c.wd * pi : g0;
-    const A m_new = c.b1 * mi + c.one_minus_b1 * gi;
-    const A v_new = c.b2 * vi + c.one_minus_b2 * gi * gi;
-    const A denom = dev_sqrt(v_new) / c.bc2_sqrt + c.eps;
-    m_out[i] = from_acc<T>(m_new);
-    v_out[i] = from_acc<T>(v_new);
-    const A p_new = kDecay == detail::AdamDecay::coupled ? pi - c.step_size * m_new / denom
-                                                        : pi * c.decay - c.step_size * m_new / denom;
-    p_out[i] = from_acc<T>(p_new);
-  }
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    adam_element<T, kDecay>(c, scaled, p, g, m, v, p_out, m_out, v_out, i);
 }
 
 /// Inputs (p, g, m, v, lr, step[, grad_scale]) -> outputs (p', m', v'), all on one GPU.
