@@ -14,6 +14,7 @@
 // are visited in the swizzled order of flash_sm80.cuh (one Philox block per thread per row and 16
 // keys). Deterministic: each output is summed by one thread in the layout's key-block order.
 #include "kernels/block_attention/flash_sm80.h"
+#include "kernels/block_attention/flash_sm90.h"
 
 #include <atomic>
 #include <cmath>
@@ -200,6 +201,12 @@ bool flash_forward(const FlashForward& given, int device, cudaStream_t stream) {
   int major = 0;
   TS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   if (major < 8) return false;
+#ifdef TESSERA_HAVE_SM90A
+  if (sm90::flash_forward_supported(f, device) && sm90::flash_forward(f, stream)) {
+    g_launches.fetch_add(1, std::memory_order_relaxed);  // a tensor-core forward too
+    return true;
+  }
+#endif
   flash::dispatch_flash(f.dtype, f.bs, f.D, f.dropout.on(), [&](auto tag, auto bs, auto d, auto dropout) {
     launch<decltype(tag), decltype(bs)::value, decltype(d)::value, decltype(dropout)::value>(f, stream);
   });
@@ -207,6 +214,14 @@ bool flash_forward(const FlashForward& given, int device, cudaStream_t stream) {
 }
 
 uint64_t flash_forward_launches() { return g_launches.load(std::memory_order_relaxed); }
+
+uint64_t flash_forward_sm90_launches() {
+#ifdef TESSERA_HAVE_SM90A
+  return sm90::flash_forward_launches();
+#else
+  return 0;
+#endif
+}
 
 }  // namespace cuda
 }  // namespace tessera

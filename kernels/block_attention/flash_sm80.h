@@ -45,11 +45,15 @@ struct FlashForward {
   FlashStrides qs{}, kvs{}, os{};
 };
 
-/// Runs f on the tensor-core kernel; false (nothing launched) when that kernel does not take it.
+/// Runs f on a tensor-core kernel: the sm_90a one (flash_sm90.h) where it applies, else this
+/// file's; false (nothing launched) when neither takes it.
 bool flash_forward(const FlashForward& f, int device, cudaStream_t stream);
 
-/// Launches of the tensor-core forward so far in this process (tests check which kernel ran).
+/// Launches of the tensor-core forwards (sm_90a and mma.sync) so far in this process (tests
+/// check which kernel ran).
 uint64_t flash_forward_launches();
+/// Those of them that ran the sm_90a kernel (0 in builds without it).
+uint64_t flash_forward_sm90_launches();
 
 }  // namespace cuda
 }  // namespace tessera

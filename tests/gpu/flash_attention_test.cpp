@@ -4,7 +4,9 @@
 // refinement) × 16-bit dtype × layout
 // kind, odd batch·head counts, the kernel that ran checked by its launch count; the scalar kernel
 // forced by TESSERA_ATTENTION_PATH=simt agrees; grouped-query heads on both; the same bits twice;
-// gradients through autograd match the CPU's.
+// gradients through autograd match the CPU's. The sm_90a forward (flash_sm90.h) where the GPU and
+// the build have it: blocks 64 and 128 × head dims 64 and 128 × dtype × layout kind, grouped-query
+// heads, against the CPU and the mma.sync kernel (TESSERA_ATTENTION_PATH=sm80).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -19,6 +21,7 @@
 #ifdef TESSERA_WITH_CUDA
 #include "kernels/block_attention/flash_sm80.h"
 #include "kernels/block_attention_backward/flash_sm80_backward.h"
+#include "kernels/common/cuda/bsmm_tc.h"
 #endif
 
 namespace tessera {
@@ -82,6 +85,62 @@ TEST(CudaFlashAttention, ForwardMatchesTheCpuForEveryHeadDimBlockSizeDtypeAndLay
           EXPECT_EQ(flash_launches(), before + 1) << "TESSERA_ATTENTION_PATH=simt, " << what;
           EXPECT_TRUE(close_to(cast(simt[0], DType::f64), want[0], 2e-2)) << "o (scalar kernel), " << what;
         }
+}
+
+uint64_t sm90_launches() {
+#ifdef TESSERA_WITH_CUDA
+  return cuda::flash_forward_sm90_launches();
+#else
+  return 0;
+#endif
+}
+
+// Whether the GPU runs the sm_90a kernels (compute capability 9.0, and the build has them).
+bool sm90_here() {
+#ifdef TESSERA_WITH_CUDA
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+  return cuda::have_sm90_kernels() && major == 9 && minor == 0;
+#else
+  return false;
+#endif
+}
+
+TEST(CudaFlashAttention, HopperForwardMatchesTheCpuAndTheMmaSyncKernel) {
+  REQUIRE_GPU();
+  const uint64_t want90 = sm90_here() ? 1 : 0;
+  uint64_t seed = 8500;
+  auto check = [&](const BlockAttention::Attrs& a, const std::vector<Tensor>& qkv, const std::string& what) {
+    std::vector<Tensor> in64;
+    for (const Tensor& t : qkv) in64.push_back(cast(t, DType::f64));
+    const std::vector<Tensor> want = call<BlockAttention>(a, in64);  // f64 reference
+    const uint64_t before = sm90_launches();
+    const std::vector<Tensor> got = run_on_gpu_host<BlockAttention>(a, qkv);
+    EXPECT_EQ(sm90_launches(), before + want90) << "the sm_90a kernel, " << what;
+    EXPECT_TRUE(close_to(cast(got[0], DType::f64), want[0], 2e-2)) << "o, " << what;
+    EXPECT_TRUE(close_to(cast(got[1], DType::f64), want[1], 1e-4)) << "lse, " << what;
+    setenv("TESSERA_ATTENTION_PATH", "sm80", 1);
+    const std::vector<Tensor> mma = run_on_gpu_host<BlockAttention>(a, qkv);
+    unsetenv("TESSERA_ATTENTION_PATH");
+    EXPECT_EQ(sm90_launches(), before + want90) << "TESSERA_ATTENTION_PATH=sm80, " << what;
+    EXPECT_TRUE(close_to(cast(mma[0], DType::f64), want[0], 2e-2)) << "o (mma.sync), " << what;
+    EXPECT_TRUE(close_to(cast(got[0], DType::f64), cast(mma[0], DType::f64), 2e-2)) << "o vs mma.sync, " << what;
+  };
+  for (int64_t bs : {64, 128})
+    for (int64_t D : {64, 128})
+      for (DType dt : {DType::bf16, DType::f16})
+        for (const AttentionLayoutPtr& l : layouts(bs, 3)) {
+          const Shape s{1, 3, l->seq_len(), D};  // batch·heads = 3
+          check({l, 0}, {random(s, seed += 3, dt), random(s, seed + 1, dt), random(s, seed + 2, dt)},
+                l->str() + " " + dtype_name(dt) + " D " + std::to_string(D));
+        }
+  for (int64_t Hkv : {1, 2}) {  // grouped-query heads: 4 query heads, batch 2
+    const AttentionLayoutPtr l = layouts(64, 4).back();
+    const Shape sq{2, 4, l->seq_len(), 64}, skv{2, Hkv, l->seq_len(), 64};
+    check({l, 0}, {random(sq, seed += 3, DType::bf16), random(skv, seed + 1, DType::bf16), random(skv, seed + 2, DType::bf16)},
+          "GQA Hkv " + std::to_string(Hkv));
+  }
 }
 
 // The backward op from the same inputs on both sides (q, k, v, dO, and the f64 CPU's o and lse
