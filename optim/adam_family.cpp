@@ -38,32 +38,46 @@ void AdamMoments::check_index(const char* name, size_t i) const {
 
 std::vector<Write> AdamMoments::update_all(const std::vector<Tensor>& grads, const Tensor& lr, const Tensor& step) {
   const Tensor factor = step_clip_factor(grads);
-  // Parameters with a gradient, grouped by (dtype, device) in order of first appearance.
-  std::vector<std::vector<size_t>> groups;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (!grads[i].defined()) continue;
-    auto same = [&](const std::vector<size_t>& g) {
-      return params_[g[0]].dtype() == params_[i].dtype() && params_[g[0]].device() == params_[i].device();
-    };
-    auto it = std::find_if(groups.begin(), groups.end(), same);
-    if (it == groups.end()) {
-      groups.push_back({i});
-    } else {
-      it->push_back(i);
+  // Buckets of parameters with a gradient, walking params() backwards (the order in which
+  // backward finishes their gradients): one per (dtype, device), closed when the next parameter
+  // would take it past kAdamBucketElements.
+  struct Bucket {
+    std::vector<size_t> index;
+    int64_t elements = 0;
+  };
+  std::vector<Bucket> open, done;
+  for (size_t r = params_.size(); r-- > 0;) {
+    if (!grads[r].defined()) continue;
+    const Tensor& p = params_[r];
+    auto it = std::find_if(open.begin(), open.end(), [&](const Bucket& b) {
+      const Tensor& q = params_[b.index[0]];
+      return q.dtype() == p.dtype() && q.device() == p.device();
+    });
+    if (it != open.end() && it->elements + p.numel() > kAdamBucketElements) {
+      done.push_back(std::move(*it));
+      open.erase(it);
+      it = open.end();
     }
+    if (it == open.end()) {
+      open.push_back({});
+      it = open.end() - 1;
+    }
+    it->index.push_back(r);
+    it->elements += p.numel();
   }
+  done.insert(done.end(), open.begin(), open.end());
   std::vector<Write> out;
-  for (const std::vector<size_t>& group : groups) {
+  for (const Bucket& bucket : done) {
     std::vector<Tensor> p, g, m, v;
     std::vector<double> wd;
-    for (size_t i : group) {
+    for (size_t i : bucket.index) {
       p.push_back(params_[i]), g.push_back(grads[i]), m.push_back(exp_avg_[i]), v.push_back(exp_avg_sq_[i]);
       wd.push_back(weight_decay(i));
     }
     const std::vector<Tensor> r = adam_multi_update(p, g, m, v, lr, step, decay_, beta1_, beta2_, eps_, wd, factor);
-    const size_t n = group.size();
+    const size_t n = bucket.index.size();
     for (size_t k = 0; k < n; ++k) {
-      const size_t i = group[k];
+      const size_t i = bucket.index[k];
       out.push_back({params_[i], r[k]});
       out.push_back({exp_avg_[i], r[n + k]});
       out.push_back({exp_avg_sq_[i], r[2 * n + k]});

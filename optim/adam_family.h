@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,6 +54,9 @@ class AdamFamilyOptions {
   double weight_decay_ = Tag::kWeightDecay;
 };
 
+/// Elements of one bucket of update_all (2^22: 16 MB of f32 gradients).
+constexpr int64_t kAdamBucketElements = int64_t{1} << 22;
+
 /// The moments m and v of every parameter, their state order and names, the hyperparameter
 /// list, and the writes of one update.
 class AdamMoments : public Optimizer {
@@ -64,9 +68,12 @@ class AdamMoments : public Optimizer {
   /// lr, beta1, beta2, eps, weight_decay.
   std::vector<std::pair<std::string, double>> hyperparameters() const override;
   /// The updates of every parameter with a defined gradient (clipped when set_clip_norm() is
-  /// on), as one adam_multi_update op per (dtype, device) of the parameters: a few kernel
-  /// launches per step instead of one per parameter, each element bitwise what update_scaled()
-  /// gives it.
+  /// on), as adam_multi_update ops over buckets of parameters: walking params() backwards (the
+  /// order in which backward finishes their gradients), one bucket per (dtype, device), closed
+  /// at kAdamBucketElements. A few kernel launches per step instead of one per parameter, each
+  /// element bitwise what update_scaled() gives it. A compiled step runs each bucket's op as
+  /// soon as its last gradient is final (core/graph's update scheduling), so a bucket keeps at
+  /// most its own gradients alive past their last use.
   std::vector<Write> update_all(const std::vector<Tensor>& grads, const Tensor& lr, const Tensor& step) override;
 
  protected:

@@ -13,8 +13,12 @@
 //   m' = max(m, max S),  α = 2^(m − m'),  P = 2^(S − m'),  l = α·l + Σ P,  O = α·O
 //   O += P·V_j            wgmma m64nDk16, P from registers (the S accumulators of 16 keys are
 //                         its A fragment, rounded to q's dtype), V MN-major in shared memory
-// then O /= l and lse = ln 2 · (m + log2 l), stored from the registers. Query blocks go out in
-// order of decreasing i (the longest causal rows first), every head of one i together.
+// software-pipelined: S of block n+1 is issued before P·V of block n, and its softmax runs while
+// that product is on the tensor cores (FlashAttention-3's intra-warpgroup overlap),
+// then O /= l and lse = ln 2 · (m + log2 l), stored from the registers. Thread blocks go out head
+// by head (the few heads at work at a time keep their K and V in L2; every head of one i at a
+// time read them from HBM at 66% of its bandwidth, 1.05x slower at T 4096), query blocks of a
+// head by decreasing i (the longest causal rows first).
 // Deterministic: each output is summed by one thread in the layout's key-block order.
 #include "kernels/block_attention/flash_sm90.h"
 
@@ -61,7 +65,7 @@ __global__ void __launch_bounds__(160)
   uint64_t* v_full = k_full + kStages;
   uint64_t* empty = v_full + kStages;
 
-  const int bh = static_cast<int>(blockIdx.x % BH), i = nb - 1 - static_cast<int>(blockIdx.x / BH);
+  const int bh = static_cast<int>(blockIdx.x / nb), i = nb - 1 - static_cast<int>(blockIdx.x % nb);
   const int b = bh / H, h = bh % H;
   const int32_t begin = row_ptr[h * nb + i], end = row_ptr[h * nb + i + 1];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -105,13 +109,14 @@ __global__ void __launch_bounds__(160)
 #pragma unroll
   for (int e = 0; e < D / 2; ++e) acc[e] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // rows g, g + 8 (l: this thread's columns)
-  mbar_wait(q_full, 0);
+  float sacc[32];     // S: key chunk c: sacc[4c + 0, 1] row g keys 8c + 2t, +1; [4c + 2, 3] row g + 8
+  uint32_t pa[4][4];  // P's A fragments, keys 16kk .. 16kk + 15
+  float alpha[2];
+  const int steps = end - begin;
 
-  for (int n = 0; n < end - begin; ++n) {
-    const int s = n % kStages, j = key_blocks[begin + n];
-    const uint32_t phase = (n / kStages) & 1;
-    float sacc[32];  // S: key chunk c: sacc[4c + 0, 1] row g keys 8c + 2t, +1; [4c + 2, 3] row g + 8
-    mbar_wait(&k_full[s], phase);
+  auto issue_s = [&](int n) {  // S = Q·K_n (async)
+    const int s = n % kStages;
+    mbar_wait(&k_full[s], (n / kStages) & 1);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
@@ -120,10 +125,19 @@ __global__ void __launch_bounds__(160)
                                        kk > 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_operands(sacc);
-
-    const bool diagonal = j == i;
+  };
+  auto issue_pv = [&](int n) {  // O += P_n·V_n (async)
+    const int s = n % kStages;
+    mbar_wait(&v_full[s], (n / kStages) & 1);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)  // V rows 16kk ..: MN-major, the D/64 boxes kBoxBytes apart
+      WgmmaRS<T, D>::template run<1>(acc, pa[kk], make_desc(sv(s) + kk * 16 * 128, kBoxBytes, 1024, 128));
+    wgmma_commit();
+  };
+  // The online softmax of S_n in place (S becomes P); alpha = 2^(m_old − m_new) per row; l updated.
+  auto softmax = [&](int n) {
+    const bool diagonal = key_blocks[begin + n] == i;
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int row = warp * 16 + g + 8 * hh;
@@ -138,8 +152,8 @@ __global__ void __launch_bounds__(160)
         }
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[hh], mx);      // finite: key 0 of the block is allowed for every row
-      const float alpha = exp2f(m[hh] - m_new);  // 0 on the first block (m = -inf)
+      const float m_new = fmaxf(m[hh], mx);  // finite: key 0 of the block is allowed for every row
+      alpha[hh] = exp2f(m[hh] - m_new);      // 0 on the first block (m = -inf)
       m[hh] = m_new;
       float sum = 0.f;
 #pragma unroll
@@ -150,30 +164,50 @@ __global__ void __launch_bounds__(160)
           x = exp2f(x - m_new);
           sum += x;
         }
-      l[hh] = alpha * l[hh] + sum;
+      l[hh] = alpha[hh] * l[hh] + sum;
+    }
+  };
+  auto rescale_and_pack = [&] {  // O ·= alpha (no product in flight); P rounded into pa
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
       for (int c = 0; c < D / 8; ++c) {
-        acc[4 * c + 2 * hh] *= alpha;
-        acc[4 * c + 2 * hh + 1] *= alpha;
+        acc[4 * c + 2 * hh] *= alpha[hh];
+        acc[4 * c + 2 * hh + 1] *= alpha[hh];
       }
-    }
-    uint32_t pa[4][4];  // P's A fragments, keys 16kk .. 16kk + 15
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
       for (int r = 0; r < 4; ++r) pa[kk][r] = flash::pack<T>(sacc[8 * kk + 2 * r], sacc[8 * kk + 2 * r + 1]);
+  };
+  auto release = [&](int n) {  // this warp is done with stage n's K and V
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&empty[n % kStages]);
+  };
 
-    mbar_wait(&v_full[s], phase);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)  // V rows 16kk ..: MN-major, the D/64 boxes kBoxBytes apart
-      WgmmaRS<T, D>::template run<1>(acc, pa[kk], make_desc(sv(s) + kk * 16 * 128, kBoxBytes, 1024, 128));
-    wgmma_commit();
+  mbar_wait(q_full, 0);
+  // Software pipeline (FlashAttention-3's intra-warpgroup overlap): S_n = Q·K_n is issued before
+  // O += P_{n−1}·V_{n−1}, and the softmax of S_n runs while that product is on the tensor cores.
+  issue_s(0);
+  wgmma_wait<0>();
+  fence_operands(sacc);
+  softmax(0);
+  rescale_and_pack();
+  for (int n = 1; n < steps; ++n) {
+    issue_s(n);
+    issue_pv(n - 1);
+    wgmma_wait<1>();  // S_n is done (groups retire in order); P_{n−1}·V_{n−1} may still run
+    fence_operands(sacc);
+    softmax(n);
     wgmma_wait<0>();
     fence_operands(acc);
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&empty[s]);  // this warp is done with the stage
+    release(n - 1);
+    rescale_and_pack();
   }
+  issue_pv(steps - 1);
+  wgmma_wait<0>();
+  fence_operands(acc);
+  release(steps - 1);
 
   // O /= l, lse = ln 2 · (m + log2 l); l summed over the row's four threads first.
 #pragma unroll

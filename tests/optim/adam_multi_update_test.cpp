@@ -2,7 +2,8 @@
 // adamw_update per parameter (per-parameter weight decays, with and without grad_scale, empty
 // parameters, the OpenMP path), in place equal to fresh outputs, symbolic, argument errors
 // naming the parameter; and AdamW's update_all (one op per dtype) equal to update_scaled() per
-// parameter on mixed f32/f64 parameters with clipping on.
+// parameter on mixed f32/f64 parameters with clipping on; its buckets (params() backwards, closed
+// at kAdamBucketElements), one op each.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -145,6 +146,27 @@ TEST(AdamMultiUpdate, AdamWUpdateAllEqualsThePerParameterUpdates) {
     }
     EXPECT_EQ(found, 3) << "parameter " << i << ": p, m and v are written";
   }
+}
+
+// Buckets: params() walked backwards, closed at kAdamBucketElements; one op (one kernel run on
+// the CPU) per bucket. Sizes 3M, 2M, 1 elements: {1, 2M} then {3M}.
+TEST(AdamMultiUpdate, UpdateAllBucketsTheParametersBackwards) {
+  NoGradGuard no_grad;
+  std::vector<Tensor> params, grads;
+  for (int64_t n : {int64_t{3} << 20, int64_t{2} << 20, int64_t{1}}) {
+    params.push_back(zeros({n}).requires_grad_());
+    grads.push_back(full({n}, 0.5));
+  }
+  optim::AdamW opt(params, optim::AdamWOptions(1e-2));
+  const Tensor lr = scalar(1e-2), t = scalar(1);
+  const uint64_t before = kernels_run();
+  const std::vector<optim::Write> w = opt.update_all(grads, lr, t);
+  EXPECT_EQ(kernels_run() - before, 2u) << "two buckets";
+  ASSERT_EQ(w.size(), 9u);
+  EXPECT_EQ(w[0].target.impl(), params[2].impl()) << "the last parameter first";
+  EXPECT_EQ(w[3].target.impl(), params[1].impl());
+  EXPECT_EQ(w[6].target.impl(), params[0].impl());
+  EXPECT_NEAR(w[6].value.to_vector<double>()[0], -1e-2, 1e-6) << "p' = -lr·m̂/(sqrt(v̂) + eps)";
 }
 
 }  // namespace
