@@ -22,21 +22,17 @@
 // Deterministic: each output is summed by one thread in the layout's key-block order.
 #include "kernels/block_attention/flash_sm90.h"
 
-#include <cstdlib>
-#include <cstring>
-
-#include "kernels/common/cuda/bsmm_sm90_common.cuh"
-#include "kernels/common/cuda/flash_sm80.cuh"
+#include "kernels/common/cuda/flash_sm90.cuh"
 
 namespace tessera {
 namespace cuda {
 namespace sm90 {
 namespace {
 
-std::atomic<uint64_t> g_flash_launches{0};
+using flash90::kBlock;
+using flash90::kBoxBytes;
 
-constexpr int kBlock = 64;         // attention block (query and key rows per tile)
-constexpr int kBoxBytes = 64 * 128;  // one TMA box: [64 rows, 64 values]
+std::atomic<uint64_t> g_flash_launches{0};
 
 template <int D>
 struct FwdTile {
@@ -229,38 +225,13 @@ __global__ void __launch_bounds__(160)
 #endif
 }
 
-/// A 4-D map over an operand of strides s: (d < D, token < T, head < heads, batch < B), boxes
-/// of [64 tokens, 64 values] swizzled by 128 bytes; false when the driver refuses it.
-bool head_map(CUtensorMap* map, const void* base, DType dt, int64_t D, int64_t T, int64_t heads, int64_t B,
-              const FlashStrides& s) {
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(D), static_cast<cuuint64_t>(T), static_cast<cuuint64_t>(heads),
-                              static_cast<cuuint64_t>(B)};
-  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(s.token) * 2, static_cast<cuuint64_t>(s.head) * 2,
-                                 static_cast<cuuint64_t>(s.batch) * 2};
-  const cuuint32_t box[4] = {64, kBlock, 1, 1};
-  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  const CUresult r = encode_tiled()(map, dt == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                                    4, const_cast<void*>(base), dims, strides, box, element_strides,
-                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS;
-}
-
-bool forced_off() {
-  for (const char* var : {"TESSERA_ATTENTION_PATH", "TESSERA_BSMM_PATH"}) {
-    const char* v = std::getenv(var);
-    if (v && std::strcmp(v, "sm80") == 0) return true;
-  }
-  return false;
-}
-
 template <class T, int D>
 bool launch(const FlashForward& f, cudaStream_t stream) {
   using Tile = FwdTile<D>;
   const int64_t T_ = f.nb * kBlock, Hkv = f.H / f.G;
   CUtensorMap mq, mk, mv;
-  if (!head_map(&mq, f.q, f.dtype, f.D, T_, f.H, f.B, f.qs) || !head_map(&mk, f.k, f.dtype, f.D, T_, Hkv, f.B, f.kvs) ||
-      !head_map(&mv, f.v, f.dtype, f.D, T_, Hkv, f.B, f.kvs))
+  if (!flash90::head_map(&mq, f.q, f.dtype, f.D, T_, f.H, f.B, f.qs) || !flash90::head_map(&mk, f.k, f.dtype, f.D, T_, Hkv, f.B, f.kvs) ||
+      !flash90::head_map(&mv, f.v, f.dtype, f.D, T_, Hkv, f.B, f.kvs))
     return false;
   constexpr auto kernel = &flash_forward_kernel<T, D>;
   static const bool configured = [] {
@@ -281,7 +252,7 @@ bool launch(const FlashForward& f, cudaStream_t stream) {
 }  // namespace
 
 bool flash_forward_supported(const FlashForward& f, int device) {
-  if (forced_off()) return false;
+  if (flash90::forced_off()) return false;
   if (f.dtype != DType::bf16 && f.dtype != DType::f16) return false;
   if (f.bs != kBlock || (f.D != 64 && f.D != 128) || f.dropout.on()) return false;
   if (f.B * f.H * f.nb > INT32_MAX || f.nb * kBlock > INT32_MAX) return false;

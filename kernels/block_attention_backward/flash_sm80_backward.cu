@@ -17,6 +17,7 @@
 // the dq kernel as the n/k index of its products, in the dkdv kernel as its rows.
 // Deterministic: each output is summed by one thread in the layout's table order.
 #include "kernels/block_attention_backward/flash_sm80_backward.h"
+#include "kernels/block_attention_backward/flash_sm90_backward.h"
 
 #include <atomic>
 
@@ -284,12 +285,28 @@ bool flash_backward_supported(const FlashBackward& given, int device) {
 
 void flash_backward(const FlashBackward& given, cudaStream_t stream) {
   const FlashBackward f = flash::with_contiguous_strides(given);
+#ifdef TESSERA_HAVE_SM90A
+  int device = 0;
+  TS_CUDA_CHECK(cudaGetDevice(&device));
+  if (sm90::flash_backward_supported(f, device) && sm90::flash_backward(f, stream)) {
+    g_launches.fetch_add(1, std::memory_order_relaxed);  // a tensor-core backward too
+    return;
+  }
+#endif
   flash::dispatch_flash(f.dtype, f.bs, f.D, f.dropout.on(), [&](auto tag, auto bs, auto d, auto dropout) {
     launch<decltype(tag), decltype(bs)::value, decltype(d)::value, decltype(dropout)::value>(f, stream);
   });
 }
 
 uint64_t flash_backward_launches() { return g_launches.load(std::memory_order_relaxed); }
+
+uint64_t flash_backward_sm90_launches() {
+#ifdef TESSERA_HAVE_SM90A
+  return sm90::flash_backward_launches();
+#else
+  return 0;
+#endif
+}
 
 }  // namespace cuda
 }  // namespace tessera

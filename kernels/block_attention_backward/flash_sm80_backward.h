@@ -40,8 +40,11 @@ struct FlashBackward {
 bool flash_backward_supported(const FlashBackward& f, int device);
 void flash_backward(const FlashBackward& f, cudaStream_t stream);
 
-/// Launches of the tensor-core backward so far in this process (tests check which kernel ran).
+/// Runs the sm_90a kernels (flash_sm90_backward.h) where they apply, else this file's.
+/// Launches of the tensor-core backwards (both) so far in this process (tests check which kernel
+/// ran), and of the sm_90a ones alone (0 in builds without them).
 uint64_t flash_backward_launches();
+uint64_t flash_backward_sm90_launches();
 
 }  // namespace cuda
 }  // namespace tessera

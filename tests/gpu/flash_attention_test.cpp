@@ -6,7 +6,8 @@
 // forced by TESSERA_ATTENTION_PATH=simt agrees; grouped-query heads on both; the same bits twice;
 // gradients through autograd match the CPU's. The sm_90a forward (flash_sm90.h) where the GPU and
 // the build have it: blocks 64 and 128 × head dims 64 and 128 × dtype × layout kind, grouped-query
-// heads, against the CPU and the mma.sync kernel (TESSERA_ATTENTION_PATH=sm80).
+// heads, against the CPU and the mma.sync kernel (TESSERA_ATTENTION_PATH=sm80); the sm_90a
+// backward (head dim 64) likewise.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -95,6 +96,14 @@ uint64_t sm90_launches() {
 #endif
 }
 
+uint64_t sm90_backward_launches() {
+#ifdef TESSERA_WITH_CUDA
+  return cuda::flash_backward_sm90_launches();
+#else
+  return 0;
+#endif
+}
+
 // Whether the GPU runs the sm_90a kernels (compute capability 9.0, and the build has them).
 bool sm90_here() {
 #ifdef TESSERA_WITH_CUDA
@@ -135,6 +144,42 @@ TEST(CudaFlashAttention, HopperForwardMatchesTheCpuAndTheMmaSyncKernel) {
           check({l, 0}, {random(s, seed += 3, dt), random(s, seed + 1, dt), random(s, seed + 2, dt)},
                 l->str() + " " + dtype_name(dt) + " D " + std::to_string(D));
         }
+  // The backward at head dim 64 (the sm_90a kernels' one): dq, dk, dv against the f64 CPU and the
+  // mma.sync kernels, from the same inputs (the f64 CPU's o and lse rounded as the GPU stores them).
+  auto check_backward = [&](const AttentionLayoutPtr& l, const Shape& sq, const Shape& skv, DType dt,
+                            const std::string& what) {
+    const std::vector<Tensor> qkv{random(sq, seed += 4, dt), random(skv, seed + 1, dt), random(skv, seed + 2, dt)};
+    const Tensor g = random(sq, seed + 3, dt);
+    std::vector<Tensor> in64;
+    for (const Tensor& t : qkv) in64.push_back(cast(t, DType::f64));
+    const std::vector<Tensor> fwd = call<BlockAttention>({l, 0}, in64);
+    const std::vector<Tensor> want =
+        call<BlockAttentionBackward>({l, 0}, {cast(g, DType::f64), in64[0], in64[1], in64[2], fwd[0], fwd[1]});
+    const std::vector<Tensor> in{g, qkv[0], qkv[1], qkv[2], cast(fwd[0], dt), cast(fwd[1], DType::f32)};
+    const uint64_t before = sm90_backward_launches();
+    const std::vector<Tensor> got = run_on_gpu_host<BlockAttentionBackward>({l, 0}, in);
+    EXPECT_EQ(sm90_backward_launches(), before + want90) << "the sm_90a backward, " << what;
+    setenv("TESSERA_ATTENTION_PATH", "sm80", 1);
+    const std::vector<Tensor> mma = run_on_gpu_host<BlockAttentionBackward>({l, 0}, in);
+    unsetenv("TESSERA_ATTENTION_PATH");
+    EXPECT_EQ(sm90_backward_launches(), before + want90) << "TESSERA_ATTENTION_PATH=sm80, " << what;
+    const char* names[] = {"dq", "dk", "dv"};
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_TRUE(close_to(cast(got[k], DType::f64), want[k], 3e-2)) << names[k] << ", " << what;
+      EXPECT_TRUE(close_to(cast(mma[k], DType::f64), want[k], 3e-2)) << names[k] << " (mma.sync), " << what;
+    }
+  };
+  for (int64_t bs : {64, 128})
+    for (DType dt : {DType::bf16, DType::f16})
+      for (const AttentionLayoutPtr& l : layouts(bs, 3)) {
+        const Shape s{1, 3, l->seq_len(), 64};
+        check_backward(l, s, s, dt, "backward " + l->str() + " " + dtype_name(dt));
+      }
+  for (int64_t Hkv : {1, 2}) {
+    const AttentionLayoutPtr l = layouts(64, 4).back();
+    check_backward(l, Shape{2, 4, l->seq_len(), 64}, Shape{2, Hkv, l->seq_len(), 64}, DType::bf16,
+                   "backward GQA Hkv " + std::to_string(Hkv));
+  }
   for (int64_t Hkv : {1, 2}) {  // grouped-query heads: 4 query heads, batch 2
     const AttentionLayoutPtr l = layouts(64, 4).back();
     const Shape sq{2, 4, l->seq_len(), 64}, skv{2, Hkv, l->seq_len(), 64};
