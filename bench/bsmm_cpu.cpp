@@ -51,16 +51,13 @@ Summary bench_layout(BenchReport& report, int64_t n, int64_t c, int64_t k, int64
   MapC X(x.data<float>(), n, c), DY(dy.data<float>(), n, k), WD(wd.data<float>(), c, k);
   Map Y(y.data<float>(), n, k), DX(dx.data<float>(), n, c), DWD(dwd.data<float>(), c, k);
 
-  const detail::OpInstanceT<Bsmm> fwd({l, false});
-  const detail::OpInstanceT<BsmmDx> bwd_x({l, false});
-  const detail::OpInstanceT<BsmmDw> bwd_w({l});
   struct Case {
     const char* name;
     std::function<void()> sparse, dense;
   } cases[3] = {
-      {"fwd", [&] { detail::run_op_into(fwd, {x, w}, {y}); }, [&] { Y.noalias() = X * WD; }},
-      {"dx", [&] { detail::run_op_into(bwd_x, {dy, w}, {dx}); }, [&] { DX.noalias() = DY * WD.transpose(); }},
-      {"dw", [&] { detail::run_op_into(bwd_w, {x, dy}, {dw}); }, [&] { DWD.noalias() = X.transpose() * DY; }},
+      {"fwd", [&] { call_out<Bsmm>({l, false}, {x, w}, {y}); }, [&] { Y.noalias() = X * WD; }},
+      {"dx", [&] { call_out<BsmmDx>({l, false}, {dy, w}, {dx}); }, [&] { DX.noalias() = DY * WD.transpose(); }},
+      {"dw", [&] { call_out<BsmmDw>({l}, {x, dy}, {dw}); }, [&] { DWD.noalias() = X.transpose() * DY; }},
   };
   const double dense_flop = 2.0 * n * c * k, sparse_flop = 2.0 * n * l->nnz() * bs * bs;
   Summary s{bs, l->nnz(), l->density()};

@@ -263,6 +263,25 @@ std::vector<Tensor> call(typename Op::Attrs attrs, const std::vector<Tensor>& in
   return detail::run_op(std::make_shared<detail::OpInstanceT<Op>>(std::move(attrs)), inputs);
 }
 
+/// Runs op `Op` with `attrs` on `inputs` into the existing tensors `outputs` (ATen's `*_out`
+/// form), recording no autograd: for in-place updates and accumulation into a buffer one owns.
+/// Each output must have exactly the meta the op's shape rule gives (ValueError for a wrong
+/// count, ShapeError for a wrong meta, naming the op and the output). An output may share the
+/// buffer of an input only where the op allows it: ops with kInPlace (the optimizer updates:
+/// output k over input k), and elementwise ops over their same-meta input (add, mul,
+/// mul_scalar, copy...), which read element i before they write it.
+template <class Op>
+void call_out(typename Op::Attrs attrs, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) {
+  detail::run_op_into(detail::OpInstanceT<Op>(std::move(attrs)), inputs, outputs);
+}
+
+/// The output metas that op `Op` with `attrs` gives for inputs of metas `inputs` (its shape
+/// rule: throws on bad arguments as the op would), e.g. to allocate outputs for call_out.
+template <class Op>
+std::vector<TensorMeta> output_metas(const typename Op::Attrs& attrs, const std::vector<TensorMeta>& inputs) {
+  return Op::infer(inputs, attrs);
+}
+
 /// Shape rule helper: throws DTypeError unless `m` is floating (names op and input).
 void check_floating(const char* op, const TensorMeta& m, const char* what = "input");
 /// Shape rule helper: throws DTypeError unless a and b share a dtype.

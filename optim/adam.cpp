@@ -19,7 +19,7 @@ Adam::Adam(std::vector<Tensor> params, AdamOptions options)
 
 Adam::Adam(const std::vector<ParamGroup>& groups, AdamOptions options)
     : AdamMoments(groups, validated(options).lr(), options.beta1(), options.beta2(), options.eps(),
-                  options.weight_decay(), ::tessera::detail::AdamDecay::coupled),
+                  options.weight_decay(), AdamDecay::coupled),
       options_(options) {}
 
 std::vector<Write> Adam::update(size_t i, const Tensor& grad, const Tensor& lr, const Tensor& step) {

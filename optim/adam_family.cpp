@@ -9,7 +9,7 @@ namespace optim {
 namespace detail {
 
 AdamMoments::AdamMoments(const std::vector<ParamGroup>& groups, double lr, double beta1, double beta2, double eps,
-                         double weight_decay, ::tessera::detail::AdamDecay decay)
+                         double weight_decay, AdamDecay decay)
     : Optimizer(groups, lr, weight_decay), beta1_(beta1), beta2_(beta2), eps_(eps),
       default_weight_decay_(weight_decay), decay_(decay) {
   exp_avg_.reserve(params_.size());

@@ -78,13 +78,13 @@ class AdamMoments : public Optimizer {
 
  protected:
   AdamMoments(const std::vector<ParamGroup>& groups, double lr, double beta1, double beta2, double eps,
-              double weight_decay, ::tessera::detail::AdamDecay decay);
+              double weight_decay, AdamDecay decay);
   /// Checks i; the writes {p <- out[0], m <- out[1], v <- out[2]}.
   void check_index(const char* name, size_t i) const;
   std::vector<Write> writes(size_t i, const std::vector<Tensor>& out) const;
 
   double beta1_, beta2_, eps_, default_weight_decay_;
-  ::tessera::detail::AdamDecay decay_;  // where weight decay enters: Adam coupled, AdamW decoupled
+  AdamDecay decay_;  // where weight decay enters: Adam coupled, AdamW decoupled
   std::vector<Tensor> exp_avg_;     // m, one per parameter
   std::vector<Tensor> exp_avg_sq_;  // v, one per parameter
 };

@@ -19,7 +19,7 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
 
 AdamW::AdamW(const std::vector<ParamGroup>& groups, AdamWOptions options)
     : AdamMoments(groups, validated(options).lr(), options.beta1(), options.beta2(), options.eps(),
-                  options.weight_decay(), ::tessera::detail::AdamDecay::decoupled),
+                  options.weight_decay(), AdamDecay::decoupled),
       options_(options) {}
 
 std::vector<Write> AdamW::update(size_t i, const Tensor& grad, const Tensor& lr, const Tensor& step) {

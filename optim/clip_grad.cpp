@@ -55,11 +55,10 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, bool e
   }
   const Tensor factor = clip_factor(norm_t, max_norm);
   if (factor.item<double>() < 1.0) {  // a factor of exactly 1 would change nothing
-    const detail::OpInstanceT<Mul> mul_op({});
     for (const Tensor& g : grads) {
       if (!g.defined()) continue;
       const Tensor f = g.dtype() == DType::f64 ? factor : cast(factor, g.dtype());
-      detail::run_op_into(mul_op, {g, f}, {g});  // g <- g·f in g's own buffer (mul is in-place safe)
+      call_out<Mul>({}, {g, f}, {g});  // g <- g·f in g's own buffer (mul is in-place safe)
     }
   }
   return norm;

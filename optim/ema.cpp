@@ -12,12 +12,6 @@ void check_decay(double decay) {
   TS_CHECK(decay >= 0 && decay <= 1, ValueError, "EMA: decay must be in [0, 1], got " << decay);
 }
 
-// dst <- src in dst's own buffer.
-void copy_into(const Tensor& src, const Tensor& dst) {
-  static const detail::OpInstanceT<Copy> copy_op({});
-  detail::run_op_into(copy_op, {src}, {dst});
-}
-
 }  // namespace
 
 EMA::EMA(std::vector<Tensor> params, double decay) : params_(std::move(params)), decay_(decay) {
@@ -35,9 +29,8 @@ void EMA::update() { update(decay_); }
 void EMA::update(double decay) {
   check_decay(decay);
   NoGradGuard no_grad;
-  static const detail::OpInstanceT<Add> add_op({});
   for (size_t i = 0; i < params_.size(); ++i)
-    detail::run_op_into(add_op, {mul(shadows_[i], decay), mul(params_[i].detach(), 1.0 - decay)}, {shadows_[i]});
+    call_out<Add>({}, {mul(shadows_[i], decay), mul(params_[i].detach(), 1.0 - decay)}, {shadows_[i]});
   ++updates_;
 }
 

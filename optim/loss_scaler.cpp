@@ -32,12 +32,11 @@ Tensor LossScaler::scale_loss(const Tensor& loss) const { return mul(loss, scale
 
 bool LossScaler::unscale(const std::vector<Tensor>& params) const {
   NoGradGuard no_grad;
-  const detail::OpInstanceT<MulScalar> unscale_op({1.0 / scale_});
   Tensor bad;  // Σ sum(g·0): 0 when every element is finite, NaN when one is inf or NaN
   for (const Tensor& p : params) {
     const Tensor g = p.grad();
     if (!g.defined()) continue;
-    detail::run_op_into(unscale_op, {g}, {g});
+    call_out<MulScalar>({1.0 / scale_}, {g}, {g});
     Tensor s = sum(mul(g, 0.0));
     if (s.dtype() != DType::f64) s = cast(s, DType::f64);
     bad = bad.defined() ? add(bad, s) : s;

@@ -96,7 +96,7 @@ void Optimizer::step() {
     for (const Write& w : writes) {
       TS_CHECK(w.target.meta() == w.value.meta(), ShapeError,
                "optimizer: update of parameter " << i << " wrote " << w.value.meta() << " into " << w.target.meta());
-      detail::run_op_into(detail::OpInstanceT<Copy>({}), {w.value}, {w.target});  // on the tensors' device
+      copy_into(w.value, w.target);  // on the tensors' device
     }
   });
 }

@@ -30,7 +30,7 @@
 // The lstm shape is timed differently, as a recurrent step runs: its inputs fit in L2 on purpose
 // (no rotation), and besides the eager calls (back to back without the busy-wait, as an eager loop
 // runs: host overhead shows where it is longer than the kernel) its forward is captured
-// --graph-calls times (20) into one CUDA graph (run_op_into preallocated outputs, after one eager
+// --graph-calls times (20) into one CUDA graph (call_out into preallocated outputs, after one eager
 // call that uploads the layout's tables and creates the cuBLAS handle); the graph row is the
 // graph's replay time / --graph-calls, and its baseline the dense forward captured the same way.
 //

@@ -122,13 +122,12 @@ void bench_shape_dtype(Run& run, const ShapeSpec& s, const Bases& bases, const s
     std::cerr << "bsmm_gpu: dense " << s.name << " " << op << " " << dtype_name_ << ": " << fixed(d.ms, 4) << " ms, "
               << fixed(d.tflops, 1) << " TFLOP/s" << std::endl;
     if (s.step && op == "fwd") {
-      const detail::OpInstanceT<Matmul> mm({false, false, false});
       const Tensor y = empty({s.n, s.k}, TensorOptions(dt).device(dev));
       std::string failure;
       d.graph_ms = graph_ms(
           run,
           [&] {
-            detail::run_op_into(mm, {sets.x[0], sets.wd[0]}, {y});
+            call_out<Matmul>({false, false, false}, {sets.x[0], sets.wd[0]}, {y});
           },
           failure);
       if (!failure.empty()) {
@@ -202,7 +201,6 @@ void bench_shape_dtype(Run& run, const ShapeSpec& s, const Bases& bases, const s
                     << r.bound_kind << " bound" << std::endl;
 
           if (s.step && op == "fwd" && d.graph_ms > 0) {
-            const detail::OpInstanceT<Bsmm> fwd({l, false});
             const Tensor y = empty({s.n, s.k}, TensorOptions(dt).device(dev));
             std::string failure;
             Result g = r;
@@ -211,7 +209,7 @@ void bench_shape_dtype(Run& run, const ShapeSpec& s, const Bases& bases, const s
             g.ms = graph_ms(
                 run,
                 [&] {
-                  detail::run_op_into(fwd, {sets.x[0], ws[0]}, {y});
+                  call_out<Bsmm>({l, false}, {sets.x[0], ws[0]}, {y});
                 },
                 failure);
             if (!failure.empty()) {

@@ -6,8 +6,8 @@ namespace tessera {
 
 namespace {
 
-const char* decay_op(detail::AdamDecay d) {
-  return d == detail::AdamDecay::coupled ? "adam_multi_update (adam)" : "adam_multi_update (adamw)";
+const char* decay_op(AdamDecay d) {
+  return d == AdamDecay::coupled ? "adam_multi_update (adam)" : "adam_multi_update (adamw)";
 }
 
 // The inputs of parameter i as adam_update takes them: (p_i, g_i, m_i, v_i, lr, step[, grad_scale]).
@@ -22,7 +22,7 @@ std::vector<T> single(const std::vector<T>& in, size_t n, size_t i) {
 
 std::vector<Tensor> adam_multi_update(const std::vector<Tensor>& p, const std::vector<Tensor>& g,
                                       const std::vector<Tensor>& m, const std::vector<Tensor>& v, const Tensor& lr,
-                                      const Tensor& step, detail::AdamDecay decay, double beta1, double beta2,
+                                      const Tensor& step, AdamDecay decay, double beta1, double beta2,
                                       double eps, const std::vector<double>& weight_decay,
                                       const Tensor& grad_scale) {
   const size_t n = p.size();

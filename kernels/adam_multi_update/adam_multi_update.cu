@@ -39,7 +39,7 @@ static_assert(sizeof(Table) < 4096, "the table is a kernel parameter (4 KB at mo
 
 int64_t chunks_of(int64_t n) { return (n + kChunk - 1) / kChunk; }
 
-template <class T, detail::AdamDecay kDecay>
+template <class T, AdamDecay kDecay>
 __global__ void __launch_bounds__(kThreads)
     adam_multi_kernel(const __grid_constant__ Table t, const double* lr_t, const double* step_t,
                       const double* scale_t, detail::AdamHyper h, int64_t blocks) {
@@ -95,10 +95,10 @@ void AdamMultiUpdate::cuda(const std::vector<Tensor>& in, const std::vector<Tens
       const int64_t blocks = t.first_block[t.count];
       if (blocks == 0) continue;  // only empty parameters
       const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks, int64_t{1} << 20));
-      if (a.decay == detail::AdamDecay::coupled) {
-        adam_multi_kernel<T, detail::AdamDecay::coupled><<<grid, kThreads, 0, stream>>>(t, lr, step, scale, h, blocks);
+      if (a.decay == AdamDecay::coupled) {
+        adam_multi_kernel<T, AdamDecay::coupled><<<grid, kThreads, 0, stream>>>(t, lr, step, scale, h, blocks);
       } else {
-        adam_multi_kernel<T, detail::AdamDecay::decoupled><<<grid, kThreads, 0, stream>>>(t, lr, step, scale, h,
+        adam_multi_kernel<T, AdamDecay::decoupled><<<grid, kThreads, 0, stream>>>(t, lr, step, scale, h,
                                                                                          blocks);
       }
       TS_CUDA_LAUNCH_CHECK(kName);

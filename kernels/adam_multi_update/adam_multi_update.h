@@ -14,7 +14,7 @@ namespace tessera {
 /// all of one floating dtype on one device); lr, step, grad_scale as for adamw_update.
 std::vector<Tensor> adam_multi_update(const std::vector<Tensor>& p, const std::vector<Tensor>& g,
                                       const std::vector<Tensor>& m, const std::vector<Tensor>& v, const Tensor& lr,
-                                      const Tensor& step, detail::AdamDecay decay, double beta1, double beta2,
+                                      const Tensor& step, AdamDecay decay, double beta1, double beta2,
                                       double eps, const std::vector<double>& weight_decay,
                                       const Tensor& grad_scale = Tensor());
 
@@ -36,7 +36,7 @@ struct AdamMultiUpdate : OpBase {
     double beta1 = 0.9;
     double beta2 = 0.999;
     double eps = 1e-8;
-    detail::AdamDecay decay = detail::AdamDecay::decoupled;
+    AdamDecay decay = AdamDecay::decoupled;
     std::vector<double> weight_decay;  // one per parameter; its size is n
   };
   static std::vector<TensorMeta> infer(const std::vector<TensorMeta>& in, const Attrs&);

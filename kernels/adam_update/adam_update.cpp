@@ -17,7 +17,7 @@ std::vector<TensorMeta> AdamUpdate::infer(const std::vector<TensorMeta>& in, con
 }
 
 void AdamUpdate::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& a) {
-  detail::adam_update_cpu(kName, in, out, {a.beta1, a.beta2, a.eps, a.weight_decay}, detail::AdamDecay::coupled);
+  detail::adam_update_cpu(kName, in, out, {a.beta1, a.beta2, a.eps, a.weight_decay}, AdamDecay::coupled);
 }
 
 }  // namespace tessera

@@ -17,7 +17,7 @@ std::vector<TensorMeta> AdamwUpdate::infer(const std::vector<TensorMeta>& in, co
 }
 
 void AdamwUpdate::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& a) {
-  detail::adam_update_cpu(kName, in, out, {a.beta1, a.beta2, a.eps, a.weight_decay}, detail::AdamDecay::decoupled);
+  detail::adam_update_cpu(kName, in, out, {a.beta1, a.beta2, a.eps, a.weight_decay}, AdamDecay::decoupled);
 }
 
 }  // namespace tessera

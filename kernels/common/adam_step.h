@@ -7,12 +7,14 @@
 #include "core/tensor.h"
 
 namespace tessera {
-namespace detail {
 
+/// Where weight decay enters an Adam-family update (adam_multi_update takes it as an attribute).
 enum class AdamDecay {
   coupled,    ///< Adam: g' = g + wd·p joins the gradient before the moments
   decoupled,  ///< AdamW: p' = p·(1 - lr·wd) - the Adam step
 };
+
+namespace detail {
 
 struct AdamHyper {
   double beta1, beta2, eps, weight_decay;

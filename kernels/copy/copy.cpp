@@ -6,6 +6,12 @@ namespace tessera {
 
 Tensor copy(const Tensor& x) { return call<Copy>({}, {x})[0]; }
 
+void copy_into(const Tensor& src, const Tensor& dst) {
+  TS_CHECK(src.meta() == dst.meta(), ShapeError, "copy_into: source " << src.meta() << " does not match destination "
+                                                                     << dst.meta());
+  call_out<Copy>({}, {src}, {dst});
+}
+
 Tensor Tensor::clone() const { return copy(*this); }
 
 std::vector<TensorMeta> Copy::infer(const std::vector<TensorMeta>& in, const Attrs&) {

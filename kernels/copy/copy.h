@@ -7,6 +7,10 @@ namespace tessera {
 /// A new tensor with a copy of x's data (any dtype). Differentiable: gradient passes through.
 Tensor copy(const Tensor& x);
 
+/// Copies src's data into the existing tensor dst of the same meta (dtype, shape, device), on
+/// that device; no autograd. ShapeError (naming both metas) unless the metas match.
+void copy_into(const Tensor& src, const Tensor& dst);
+
 struct Copy : OpBase {
   static constexpr const char* kName = "copy";
   static constexpr bool kHalfNative = true;

@@ -264,7 +264,6 @@ void capture_and_replay(const std::function<void()>& f) {
 // Runs op on GPU inputs inside a captured graph, into NaN-poisoned outputs made beforehand.
 template <class Op>
 std::vector<Tensor> run_captured(typename Op::Attrs attrs, const std::vector<Tensor>& cpu_in) {
-  detail::OpInstanceT<Op> op(std::move(attrs));
   std::vector<Tensor> in;
   std::vector<TensorMeta> metas;
   for (const Tensor& t : cpu_in) {
@@ -272,8 +271,8 @@ std::vector<Tensor> run_captured(typename Op::Attrs attrs, const std::vector<Ten
     metas.push_back(in.back().meta());
   }
   std::vector<Tensor> out;
-  for (const TensorMeta& m : op.infer(metas)) out.push_back(full(m.shape, kNaN, TensorOptions(m.dtype).device(kGpu)));
-  capture_and_replay([&] { detail::run_op_into(op, in, out); });
+  for (const TensorMeta& m : output_metas<Op>(attrs, metas)) out.push_back(full(m.shape, kNaN, TensorOptions(m.dtype).device(kGpu)));
+  capture_and_replay([&] { call_out<Op>(attrs, in, out); });
   for (Tensor& t : out) t = t.to(Device::cpu());
   return out;
 }

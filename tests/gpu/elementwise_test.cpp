@@ -107,17 +107,16 @@ Tensor poisoned(const TensorMeta& m, double poison) {
 template <class Op>
 void expect_gpu_matches_cpu(typename Op::Attrs attrs, const std::vector<Tensor>& inputs, Tol tol,
                             const std::string& what, bool allow_nan = false, double poison = kNaN) {
-  const detail::OpInstanceT<Op> op(std::move(attrs));
   std::vector<TensorMeta> metas;
   for (const Tensor& t : inputs) metas.push_back(t.meta());
   std::vector<Tensor> want, got, gpu_inputs;
-  for (const TensorMeta& m : op.infer(metas)) {
+  for (const TensorMeta& m : output_metas<Op>(attrs, metas)) {
     want.push_back(empty(m.shape, TensorOptions(m.dtype)));
     got.push_back(poisoned(m, poison));
   }
-  detail::run_op_into(op, inputs, want);
+  call_out<Op>(attrs, inputs, want);
   for (const Tensor& t : inputs) gpu_inputs.push_back(t.to(kGpu));
-  detail::run_op_into(op, gpu_inputs, got);
+  call_out<Op>(attrs, gpu_inputs, got);
   for (size_t k = 0; k < want.size(); ++k) {
     EXPECT_EQ(got[k].device(), kGpu);
     EXPECT_TRUE(same_values(got[k], want[k], tol, allow_nan))
@@ -237,12 +236,11 @@ TEST(CudaElementwise, GeluBackwardMatchesCpu) {
 // Op on GPU inputs (as they are: views stay views) into poisoned outputs.
 template <class Op>
 std::vector<Tensor> run_into_poisoned(const typename Op::Attrs& attrs, const std::vector<Tensor>& gpu_in) {
-  const detail::OpInstanceT<Op> op(attrs);
   std::vector<TensorMeta> metas;
   for (const Tensor& t : gpu_in) metas.push_back(t.meta());
   std::vector<Tensor> out;
-  for (const TensorMeta& m : op.infer(metas)) out.push_back(poisoned(m, kNaN));
-  detail::run_op_into(op, gpu_in, out);
+  for (const TensorMeta& m : output_metas<Op>(attrs, metas)) out.push_back(poisoned(m, kNaN));
+  call_out<Op>(attrs, gpu_in, out);
   return out;
 }
 

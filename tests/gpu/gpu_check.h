@@ -57,7 +57,6 @@ inline Tensor poisoned(const TensorMeta& m) {
 /// Runs op `Op` with `attrs` on GPU copies of `in` into poisoned outputs; returns them on the GPU.
 template <class Op>
 std::vector<Tensor> run_on_gpu(const typename Op::Attrs& attrs, const std::vector<Tensor>& in) {
-  const detail::OpInstanceT<Op> op(attrs);
   std::vector<Tensor> gin;
   std::vector<TensorMeta> metas;
   for (const Tensor& t : in) {
@@ -65,8 +64,8 @@ std::vector<Tensor> run_on_gpu(const typename Op::Attrs& attrs, const std::vecto
     metas.push_back(gin.back().meta());
   }
   std::vector<Tensor> gout;
-  for (const TensorMeta& m : op.infer(metas)) gout.push_back(poisoned(m));
-  detail::run_op_into(op, gin, gout);
+  for (const TensorMeta& m : output_metas<Op>(attrs, metas)) gout.push_back(poisoned(m));
+  call_out<Op>(attrs, gin, gout);
   return gout;
 }
 

@@ -45,9 +45,9 @@ double tolerance(DType dt, bool f32_output) {
 
 // linear on GPU inputs into a NaN-poisoned output (host copy of the result).
 Tensor gpu_linear(bool f32_output, const std::vector<Tensor>& gpu_in) {
-  detail::OpInstanceT<Linear> op({f32_output});
-  Tensor y = poisoned(op.infer({gpu_in[0].meta(), gpu_in[1].meta(), gpu_in[2].meta()})[0]);
-  detail::run_op_into(op, gpu_in, {y});
+  const Linear::Attrs a{f32_output};
+  Tensor y = poisoned(output_metas<Linear>(a, {gpu_in[0].meta(), gpu_in[1].meta(), gpu_in[2].meta()})[0]);
+  call_out<Linear>(a, gpu_in, {y});
   return y.to(Device::cpu());
 }
 
@@ -169,11 +169,11 @@ TEST(CudaLinear, ReplaysInsideACapturedGraphOnceWarm) {
     Tensor want = call<Linear>({false}, in)[0];
     const std::vector<Tensor> gin{in[0].to(kGpu), in[1].to(kGpu), in[2].to(kGpu)};
     gpu_linear(false, gin);  // warm: handles, workspace, the cached algorithm
-    detail::OpInstanceT<Linear> op({false});
-    Tensor y = poisoned(op.infer({gin[0].meta(), gin[1].meta(), gin[2].meta()})[0]);
+    const Linear::Attrs a{false};
+    Tensor y = poisoned(output_metas<Linear>(a, {gin[0].meta(), gin[1].meta(), gin[2].meta()})[0]);
     auto s = static_cast<cudaStream_t>(cuda::stream(0));
     ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
-    detail::run_op_into(op, gin, {y});
+    call_out<Linear>(a, gin, {y});
     cudaGraph_t graph = nullptr;
     ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
     cudaGraphExec_t exec = nullptr;

@@ -57,7 +57,7 @@ std::vector<Tensor> run_gpu_in_place(const typename Op::Attrs& attrs, const std:
   const std::vector<Tensor> gin = to_gpu(in);
   std::vector<Tensor> gout;
   for (int k : in_place) gout.push_back(gin[k]);
-  detail::run_op_into(detail::OpInstanceT<Op>(attrs), gin, gout);
+  call_out<Op>(attrs, gin, gout);
   return to_cpu(gout);
 }
 

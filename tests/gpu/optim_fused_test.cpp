@@ -118,7 +118,7 @@ void expect_grad_scale_matches() {
           const std::vector<Tensor> unfused = run_on_gpu_host<Op>(a, {p, gs, m, v, scalar(1e-2), scalar(10)});
           // In place on the GPU: p', m', v' into the buffers of p, m, v.
           std::vector<Tensor> gin = to_gpu(in);
-          detail::run_op_into(detail::OpInstanceT<Op>(a), gin, {gin[0], gin[2], gin[3]});
+          call_out<Op>(a, gin, {gin[0], gin[2], gin[3]});
           const Tensor in_place[] = {gin[0], gin[2], gin[3]};
           for (int k = 0; k < 3; ++k) {
             EXPECT_TRUE(close_to(got[k], cpu[k], tol_of(dt))) << what << " output " << k;
@@ -162,7 +162,7 @@ TEST(CudaAdamMultiUpdate, EqualsTheSingleTensorKernelBitwise) {
     }
     std::vector<double> wd;
     for (size_t i = 0; i < n; ++i) wd.push_back(i % 3 == 0 ? 0.0 : 0.01 * double(i % 7));
-    for (detail::AdamDecay decay : {detail::AdamDecay::coupled, detail::AdamDecay::decoupled}) {
+    for (AdamDecay decay : {AdamDecay::coupled, AdamDecay::decoupled}) {
       for (bool scaled : {false, true}) {
         std::vector<Tensor> args = in;
         args.push_back(scalar(1e-2));
@@ -170,19 +170,19 @@ TEST(CudaAdamMultiUpdate, EqualsTheSingleTensorKernelBitwise) {
         if (scaled) args.push_back(scalar(1.0 / 3.0));
         const AdamMultiUpdate::Attrs a{0.8, 0.99, 1e-6, decay, wd};
         const std::string what = std::string(dtype_name(dt)) +
-                                 (decay == detail::AdamDecay::coupled ? " adam" : " adamw") + (scaled ? " scaled" : "");
+                                 (decay == AdamDecay::coupled ? " adam" : " adamw") + (scaled ? " scaled" : "");
         const std::vector<Tensor> got = run_on_gpu_host<AdamMultiUpdate>(a, args);
         const std::vector<Tensor> cpu = call<AdamMultiUpdate>(a, args);
         std::vector<Tensor> gin = to_gpu(args);  // in place: p'_i, m'_i, v'_i into p_i, m_i, v_i
         std::vector<Tensor> targets;
         for (size_t k : {size_t{0}, size_t{2}, size_t{3}})
           for (size_t i = 0; i < n; ++i) targets.push_back(gin[k * n + i]);
-        detail::run_op_into(detail::OpInstanceT<AdamMultiUpdate>(a), gin, targets);
+        call_out<AdamMultiUpdate>(a, gin, targets);
         for (size_t i = 0; i < n; ++i) {
           std::vector<Tensor> one{args[i], args[n + i], args[2 * n + i], args[3 * n + i], args[4 * n], args[4 * n + 1]};
           if (scaled) one.push_back(args[4 * n + 2]);
           const std::vector<Tensor> single =
-              decay == detail::AdamDecay::coupled
+              decay == AdamDecay::coupled
                   ? run_on_gpu_host<AdamUpdate>({0.8, 0.99, 1e-6, wd[i]}, one)
                   : run_on_gpu_host<AdamwUpdate>({0.8, 0.99, 1e-6, wd[i]}, one);
           for (size_t k = 0; k < 3; ++k) {
@@ -216,7 +216,6 @@ TEST(CudaClipInTheUpdate, AdamWEqualsTheUnfusedStepAndTracksTheCpu) {
   optim::AdamW opt(fused, o), opt_cpu(cpu, o);
   opt.set_clip_norm(1.0);
   opt_cpu.set_clip_norm(1.0);
-  const detail::OpInstanceT<Copy> copy({});
   for (int64_t s = 1; s <= 3; ++s) {
     std::vector<Tensor> grads, gpu_grads;
     for (size_t i = 0; i < shapes.size(); ++i) {
@@ -235,9 +234,9 @@ TEST(CudaClipInTheUpdate, AdamWEqualsTheUnfusedStepAndTracksTheCpu) {
     for (size_t i = 0; i < shapes.size(); ++i) {
       const std::vector<Tensor> out = adamw_update(plain[i], optim::scale_grad(gpu_grads[i], factor), m[i], v[i],
                                                    lr, t, o.beta1(), o.beta2(), o.eps(), o.weight_decay());
-      detail::run_op_into(copy, {out[0]}, {plain[i]});
-      detail::run_op_into(copy, {out[1]}, {m[i]});
-      detail::run_op_into(copy, {out[2]}, {v[i]});
+      copy_into(out[0], plain[i]);
+      copy_into(out[1], m[i]);
+      copy_into(out[2], v[i]);
     }
   }
   for (size_t i = 0; i < shapes.size(); ++i) {

@@ -21,9 +21,9 @@ using testing::test_randn;
 
 // Dropout (p, seed, start) with the base on x's device, into an output poisoned first.
 Tensor drop_into_poisoned(const Tensor& x, double p, uint64_t seed, uint64_t start, const Tensor& base) {
-  const detail::OpInstanceT<Dropout> op({p, seed, start});
+  const Dropout::Attrs a{p, seed, start};
   Tensor y = x.device().is_cuda() ? poisoned(x.meta()) : empty(x.shape(), TensorOptions(x.dtype()));
-  detail::run_op_into(op, {x, base}, {y});
+  call_out<Dropout>(a, {x, base}, {y});
   return y;
 }
 
@@ -49,14 +49,14 @@ TEST(CudaPhiloxBase, TheKernelReadsTheBaseOnTheDevice) {
   REQUIRE_GPU();
   const Tensor x = test_randn({257}, 5, DType::f32).to(kGpu);
   const Tensor base = philox_base(0, kGpu);
-  const detail::OpInstanceT<Dropout> op({0.5, 77, 2});
+  const Dropout::Attrs a{0.5, 77, 2};
   std::vector<std::vector<float>> got;
   for (uint64_t b : {uint64_t{10}, uint64_t{1} << 33, uint64_t{10}}) {
     // Overwrite the base's words on the device, ordered before the kernel on the stream.
     const uint32_t words[2] = {static_cast<uint32_t>(b), static_cast<uint32_t>(b >> 32)};
     cuda::copy(base.data_ptr(), kGpu, words, Device::cpu(), sizeof words);
     Tensor y = poisoned(x.meta());
-    detail::run_op_into(op, {x, base}, {y});
+    call_out<Dropout>(a, {x, base}, {y});
     got.push_back(y.to_vector<float>());
     EXPECT_EQ(got.back(), call<Dropout>({0.5, 77, 2 + b}, {x.to(Device::cpu())})[0].to_vector<float>()) << b;
   }

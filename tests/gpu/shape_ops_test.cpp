@@ -60,17 +60,16 @@ std::string describe(const std::vector<Tensor>& inputs) {
 // agree bit for bit. Non-floating inputs (indices, masks) are copied to the GPU as they are.
 template <class Op>
 void expect_gpu_matches_cpu(typename Op::Attrs attrs, const std::vector<Tensor>& inputs, const std::string& what) {
-  const detail::OpInstanceT<Op> op(std::move(attrs));
   std::vector<TensorMeta> metas;
   for (const Tensor& t : inputs) metas.push_back(t.meta());
   std::vector<Tensor> want, got, gpu_inputs;
-  for (const TensorMeta& m : op.infer(metas)) {
+  for (const TensorMeta& m : output_metas<Op>(attrs, metas)) {
     want.push_back(empty(m.shape, TensorOptions(m.dtype)));
     got.push_back(poisoned(m));
   }
-  detail::run_op_into(op, inputs, want);
+  call_out<Op>(attrs, inputs, want);
   for (const Tensor& t : inputs) gpu_inputs.push_back(t.to(kGpu));
-  detail::run_op_into(op, gpu_inputs, got);
+  call_out<Op>(attrs, gpu_inputs, got);
   for (size_t k = 0; k < want.size(); ++k) {
     EXPECT_EQ(got[k].device(), kGpu);
     EXPECT_TRUE(same_bits(got[k], want[k]))

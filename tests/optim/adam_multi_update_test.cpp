@@ -18,7 +18,6 @@
 namespace tessera {
 namespace {
 
-using detail::AdamDecay;
 using testing::all_close;
 using testing::expect_error;
 using testing::test_rand;
@@ -83,7 +82,7 @@ TEST(AdamMultiUpdate, InPlaceMatchesFreshOutputs) {
   for (size_t i = 0; i < 5; ++i) out.push_back(in[i]);
   for (size_t i = 0; i < 5; ++i) out.push_back(in[10 + i]);
   for (size_t i = 0; i < 5; ++i) out.push_back(in[15 + i]);
-  detail::run_op_into(detail::OpInstanceT<AdamMultiUpdate>(a), in, out);
+  call_out<AdamMultiUpdate>(a, in, out);
   for (size_t k = 0; k < 15; ++k) EXPECT_TRUE(all_close(out[k], fresh[k], 0, 0)) << "output " << k;
 }
 

@@ -61,7 +61,7 @@ void expect_grad_scale_is_the_scaled_update() {
         // In place: p', m', v' into the buffers of p, m, v.
         std::vector<Tensor> alias;
         for (const Tensor& t : fused_in) alias.push_back(t.clone());
-        detail::run_op_into(detail::OpInstanceT<Op>(attrs), alias, {alias[0], alias[2], alias[3]});
+        call_out<Op>(attrs, alias, {alias[0], alias[2], alias[3]});
         EXPECT_TRUE(all_close(alias[0], want[0], 0, 0)) << what << " in place";
         EXPECT_TRUE(all_close(alias[2], want[1], 0, 0)) << what << " in place";
         EXPECT_TRUE(all_close(alias[3], want[2], 0, 0)) << what << " in place";
@@ -126,10 +126,9 @@ void unfused_step(const std::vector<Tensor>& params, const std::vector<Tensor>& 
     if (!grads[i].defined()) continue;
     const std::vector<Tensor> out =
         update(params[i], optim::scale_grad(grads[i], factor), m[i], v[i], scalar(lr), scalar(double(step)));
-    const detail::OpInstanceT<Copy> copy({});
-    detail::run_op_into(copy, {out[0]}, {params[i]});
-    detail::run_op_into(copy, {out[1]}, {m[i]});
-    detail::run_op_into(copy, {out[2]}, {v[i]});
+    copy_into(out[0], params[i]);
+    copy_into(out[1], m[i]);
+    copy_into(out[2], v[i]);
   }
 }
 

@@ -88,12 +88,11 @@ TEST(AdamwUpdate, Values) {
 template <class Op>
 void check_in_place(const typename Op::Attrs& attrs, const std::vector<Tensor>& inputs,
                     const std::vector<int>& state) {
-  detail::OpInstanceT<Op> op(attrs);
   std::vector<Tensor> fresh = call<Op>(attrs, inputs);
   std::vector<Tensor> in, out;
   for (const Tensor& t : inputs) in.push_back(t.clone());
   for (int k : state) out.push_back(in[k]);
-  detail::run_op_into(op, in, out);
+  call_out<Op>(attrs, in, out);
   ASSERT_EQ(fresh.size(), out.size());
   for (size_t k = 0; k < out.size(); ++k) {
     EXPECT_TRUE(all_close(out[k], fresh[k], 0, 0)) << Op::kName << " output " << k;

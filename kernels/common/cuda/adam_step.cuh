@@ -74,19 +74,19 @@ __device__ AdamScalars<T> adam_scalars(const double* lr_t, const double* step_t,
 }
 
 /// The update of element i: reads p[i], g[i], m[i], v[i], then writes p_out[i], m_out[i], v_out[i].
-template <class T, detail::AdamDecay kDecay>
+template <class T, AdamDecay kDecay>
 __device__ __forceinline__ void adam_element(const AdamScalars<T>& c, bool scaled, const T* p, const T* g,
                                              const T* m, const T* v, T* p_out, T* m_out, T* v_out, int64_t i) {
   using A = acc_t<T>;
   const A pi = to_acc(p[i]), mi = to_acc(m[i]), vi = to_acc(v[i]);
   const A g0 = scaled ? scaled_grad(g[i], c.s) : to_acc(g[i]);
-  const A gi = kDecay == detail::AdamDecay::coupled ? g0 + c.wd * pi : g0;
+  const A gi = kDecay == AdamDecay::coupled ? g0 + c.wd * pi : g0;
   const A m_new = c.b1 * mi + c.one_minus_b1 * gi;
   const A v_new = c.b2 * vi + c.one_minus_b2 * gi * gi;
   const A denom = dev_sqrt(v_new) / c.bc2_sqrt + c.eps;
   m_out[i] = from_acc<T>(m_new);
   v_out[i] = from_acc<T>(v_new);
-  const A p_new = kDecay == detail::AdamDecay::coupled ? pi - c.step_size * m_new / denom
+  const A p_new = kDecay == AdamDecay::coupled ? pi - c.step_size * m_new / denom
                                                       : pi * c.decay - c.step_size * m_new / denom;
   p_out[i] = from_acc<T>(p_new);
 }
@@ -95,7 +95,7 @@ __device__ __forceinline__ void adam_element(const AdamScalars<T>& c, bool scale
 // elements, i, i + stride, ... (coalesced, loads in flight).
 constexpr int kAdamPerThread = 4;
 
-template <class T, detail::AdamDecay kDecay>
+template <class T, AdamDecay kDecay>
 __global__ void adam_kernel(const T* p, const T* g, const T* m, const T* v, const double* lr_t, const double* step_t,
                             const double* scale_t, T* p_out, T* m_out, T* v_out, int64_t n, detail::AdamHyper h) {
   __shared__ AdamScalars<T> sc;
@@ -109,7 +109,7 @@ __global__ void adam_kernel(const T* p, const T* g, const T* m, const T* v, cons
 
 /// Inputs (p, g, m, v, lr, step[, grad_scale]) -> outputs (p', m', v'), all on one GPU.
 inline void adam_update(const char* op, const std::vector<Tensor>& in, const std::vector<Tensor>& out,
-                        const detail::AdamHyper& h, detail::AdamDecay decay) {
+                        const detail::AdamHyper& h, AdamDecay decay) {
   const int64_t n = out[0].numel();
   if (n == 0) return;
   dispatch_cuda_float(out[0].dtype(), op, [&](auto tag) {
@@ -121,12 +121,12 @@ inline void adam_update(const char* op, const std::vector<Tensor>& in, const std
     const double* scale = in.size() > 6 ? static_cast<const double*>(in[6].data_ptr()) : nullptr;
     const cudaStream_t stream = current_stream(out[0]);
     const unsigned blocks = blocks_for((n + kAdamPerThread - 1) / kAdamPerThread);
-    if (decay == detail::AdamDecay::coupled) {
-      adam_kernel<T, detail::AdamDecay::coupled><<<blocks, 256, 0, stream>>>(
+    if (decay == AdamDecay::coupled) {
+      adam_kernel<T, AdamDecay::coupled><<<blocks, 256, 0, stream>>>(
           src(in[0]), src(in[1]), src(in[2]), src(in[3]), lr, step, scale, dst(out[0]), dst(out[1]), dst(out[2]),
           n, h);
     } else {
-      adam_kernel<T, detail::AdamDecay::decoupled><<<blocks, 256, 0, stream>>>(
+      adam_kernel<T, AdamDecay::decoupled><<<blocks, 256, 0, stream>>>(
           src(in[0]), src(in[1]), src(in[2]), src(in[3]), lr, step, scale, dst(out[0]), dst(out[1]), dst(out[2]),
           n, h);
     }
