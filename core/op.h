@@ -116,7 +116,7 @@ class OpInstance {
   virtual unsigned saved_outputs_mask() const = 0;
 };
 
-/// Receives every op applied while it is installed (the graph tracer, issue-3 style tools).
+/// Receives every op applied while it is installed (the graph tracer; tools that log or count ops).
 class Tracer {
  public:
   virtual ~Tracer() = default;

@@ -84,19 +84,6 @@ __global__ void cast_kernel(const S* x, D* y, int64_t n) {
   for (int64_t i = packs * N + first; i < n; i += stride) y[i] = convert<S, D>(x[i]);
 }
 
-template <class F>
-void dispatch_any_dtype(DType dt, F&& f) {
-  switch (dt) {
-    case DType::f32: return f(cuda::TypeTag<float>{});
-    case DType::f64: return f(cuda::TypeTag<double>{});
-    case DType::bf16: return f(cuda::TypeTag<__nv_bfloat16>{});
-    case DType::f16: return f(cuda::TypeTag<__half>{});
-    case DType::i32: return f(cuda::TypeTag<int32_t>{});
-    case DType::u8: return f(cuda::TypeTag<uint8_t>{});
-  }
-  TS_THROW(DTypeError, "cast: no CUDA kernel for dtype " << dt);
-}
-
 }  // namespace
 
 void Cast::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
@@ -108,9 +95,9 @@ void Cast::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, c
     TS_CUDA_CHECK(cudaMemcpyAsync(y.data_ptr(), x.data_ptr(), y.nbytes(), cudaMemcpyDeviceToDevice, stream));
     return;
   }
-  dispatch_any_dtype(x.dtype(), [&](auto src_tag) {
+  cuda::dispatch_cuda_any(x.dtype(), kName, [&](auto src_tag) {
     using S = typename decltype(src_tag)::type;
-    dispatch_any_dtype(y.dtype(), [&](auto dst_tag) {
+    cuda::dispatch_cuda_any(y.dtype(), kName, [&](auto dst_tag) {
       using D = typename decltype(dst_tag)::type;
       const S* px = static_cast<const S*>(x.data_ptr());
       D* py = static_cast<D*>(y.data_ptr());

@@ -52,19 +52,6 @@ __global__ void compare_scalar(const T* x, uint8_t* y, int64_t n, C s, CompareMo
     y[i] = compare_values(mode, static_cast<C>(cmp_value(x[i])), s);
 }
 
-template <class F>
-void dispatch_any_dtype(DType dt, F&& f) {
-  switch (dt) {
-    case DType::f32: return f(cuda::TypeTag<float>{});
-    case DType::f64: return f(cuda::TypeTag<double>{});
-    case DType::bf16: return f(cuda::TypeTag<__nv_bfloat16>{});
-    case DType::f16: return f(cuda::TypeTag<__half>{});
-    case DType::i32: return f(cuda::TypeTag<int32_t>{});
-    case DType::u8: return f(cuda::TypeTag<uint8_t>{});
-  }
-  TS_THROW(DTypeError, "compare: no CUDA kernel for dtype " << dt);
-}
-
 }  // namespace
 
 void Compare::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
@@ -73,7 +60,7 @@ void Compare::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out
   if (n == 0) return;
   uint8_t* py = static_cast<uint8_t*>(y.data_ptr());
   const cudaStream_t stream = cuda::current_stream(y);
-  dispatch_any_dtype(in[0].dtype(), [&](auto tag) {
+  cuda::dispatch_cuda_any(in[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* pa = static_cast<const T*>(in[0].data_ptr());
     if (attrs.scalar) {

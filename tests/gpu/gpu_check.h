@@ -85,7 +85,7 @@ inline ::testing::AssertionResult close_to(const Tensor& got, const Tensor& want
   return testing::all_close(got.to(Device::cpu()), want.to(Device::cpu()), 0, tol * scale);
 }
 
-/// The tolerance by dtype, relative: f32 1e-5 (no TF32), bf16/f16 1e-2; f64 1e-9.
+/// The GPU tests' tolerance against the CPU by dtype, relative to the result's scale: f32 1e-5 (no TF32), bf16/f16 1e-2; f64 1e-9.
 inline double tol_of(DType dt) { return dt == DType::f64 ? 1e-9 : dt == DType::f32 ? 1e-5 : 1e-2; }
 
 /// Root mean square of the finite values of v (0 when there are none).

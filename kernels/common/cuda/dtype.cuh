@@ -11,6 +11,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
 #include <type_traits>
 
 #include "core/dtype.h"
@@ -41,6 +42,21 @@ __device__ __forceinline__ T from_acc(acc_t<T> v) {
   } else {
     return v;
   }
+}
+
+/// Calls f(TypeTag<T>{}) for every dtype (f32, f64, bf16, f16, i32, u8); DTypeError naming `op`
+/// for any other.
+template <class F>
+void dispatch_cuda_any(DType dt, const char* op, F&& f) {
+  switch (dt) {
+    case DType::f32: return f(TypeTag<float>{});
+    case DType::f64: return f(TypeTag<double>{});
+    case DType::bf16: return f(TypeTag<__nv_bfloat16>{});
+    case DType::f16: return f(TypeTag<__half>{});
+    case DType::i32: return f(TypeTag<int32_t>{});
+    case DType::u8: return f(TypeTag<uint8_t>{});
+  }
+  TS_THROW(DTypeError, op << ": no CUDA kernel for dtype " << dt);
 }
 
 /// Calls f(TypeTag<T>{}) for the floating dtypes; DTypeError naming `op` otherwise.
