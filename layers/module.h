@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/graph/trace.h"  // graph::NamedParam
+#include "core/graph/named_param.h"
 #include "core/tensor.h"
 
 namespace tessera {

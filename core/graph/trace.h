@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/graph/graph.h"
+#include "core/graph/named_param.h"
 #include "core/graph/updater.h"
 #include "core/random.h"
 
@@ -27,12 +28,6 @@ namespace graph {
 
 /// A loss function: symbolic inputs by name -> a one-element floating loss.
 using LossFn = std::function<Tensor(const std::map<std::string, Tensor>&)>;
-
-/// A parameter and the name it has in graphs and outputs ("grad/<name>").
-struct NamedParam {
-  std::string name;
-  Tensor tensor;
-};
 
 /// Traces forward, backward and (when `updater` is given) the update of one step. The graph's
 /// outputs are "loss" and, without an updater, "grad/<name>" for each parameter that got one.

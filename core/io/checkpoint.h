@@ -47,7 +47,7 @@
 #include <string>
 #include <vector>
 
-#include "core/graph/trace.h"  // graph::NamedParam
+#include "core/graph/named_param.h"
 #include "core/io/hdf5_file.h"
 #include "core/random.h"
 #include "core/sparse/block_layout.h"
