@@ -2,7 +2,9 @@
 // kernels/<folder>/<folder>.h). op_list.cpp instantiates every op's machinery from this
 // list, so an op missing its shape rule, CPU kernel or backward rule fails the build.
 //
-// Adding an op: one line here, one folder under kernels/, one test.
+// Adding an op: one line here, its folder under kernels/ (<op>.h, <op>.cpp, <op>.cu), its include
+// in kernels/ops.h, a row in docs/ops.md, and its tests (tests/kernels, and tests/gpu for the
+// CUDA kernel).
 #pragma once
 
 #define TS_OP_LIST(X) \
