@@ -64,18 +64,6 @@ Launches launches() {
 #endif
 }
 
-// Whether the GPU runs the sm_90a kernels (compute capability 9.0, and the build has them).
-bool sm90_here() {
-#ifdef TESSERA_WITH_CUDA
-  int major = 0, minor = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
-  return cuda::have_sm90_kernels() && major == 9 && minor == 0;
-#else
-  return false;
-#endif
-}
-
 // Whether a call in precision p must have run on tensor cores.
 bool on_tensor_cores(const Precision& p) { return p.dt != DType::f32 || p.tf32; }
 
@@ -86,7 +74,7 @@ bool on_tensor_cores(const Precision& p) { return p.dt != DType::f32 || p.tf32; 
                                          const char* path) {
   const Launches now = launches();
   const uint64_t d80 = now.sm80 - before.sm80, d90 = now.sm90 - before.sm90;
-  const bool want90 = p.dt != DType::f32 && sm90_case && sm90_here() && path == nullptr;
+  const bool want90 = p.dt != DType::f32 && sm90_case && gpu_test::sm90_here() && path == nullptr;
   const bool want80 = on_tensor_cores(p) && !want90;
   if (d90 == (want90 ? 1u : 0u) && d80 == (want80 ? 1u : 0u)) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << "launched sm80 " << d80 << ", sm90 " << d90 << "; want sm80 " << want80

@@ -22,7 +22,6 @@
 #ifdef TESSERA_WITH_CUDA
 #include "kernels/block_attention/flash_sm80.h"
 #include "kernels/block_attention_backward/flash_sm80_backward.h"
-#include "kernels/common/cuda/bsmm_tc.h"
 #endif
 
 namespace tessera {
@@ -104,21 +103,9 @@ uint64_t sm90_backward_launches() {
 #endif
 }
 
-// Whether the GPU runs the sm_90a kernels (compute capability 9.0, and the build has them).
-bool sm90_here() {
-#ifdef TESSERA_WITH_CUDA
-  int major = 0, minor = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
-  return cuda::have_sm90_kernels() && major == 9 && minor == 0;
-#else
-  return false;
-#endif
-}
-
 TEST(CudaFlashAttention, HopperForwardMatchesTheCpuAndTheMmaSyncKernel) {
   REQUIRE_GPU();
-  const uint64_t want90 = sm90_here() ? 1 : 0;
+  const uint64_t want90 = gpu_test::sm90_here() ? 1 : 0;
   uint64_t seed = 8500;
   auto check = [&](const BlockAttention::Attrs& a, const std::vector<Tensor>& qkv, const std::string& what) {
     std::vector<Tensor> in64;

@@ -1,5 +1,5 @@
-// What the GPU tests share: skipping visibly without a GPU, the device, the tensor-core attention
-// launch count, the floating dtypes
+// What the GPU tests share: skipping visibly without a GPU, the device, whether it runs the
+// sm_90a kernels, the tensor-core attention launch count, the floating dtypes
 // every kernel is checked in, outputs poisoned before a kernel runs, running one op on GPU
 // copies of CPU inputs, and the comparisons: relative to the result's scale, and bit for bit.
 #pragma once
@@ -21,6 +21,7 @@
 #ifdef TESSERA_WITH_CUDA
 #include "kernels/block_attention/flash_sm80.h"
 #include "kernels/block_attention_backward/flash_sm80_backward.h"
+#include "kernels/common/cuda/bsmm_tc.h"
 #endif
 
 /// Skips the test (visibly, as SKIPPED) on machines without a GPU.
@@ -33,6 +34,19 @@ namespace tessera {
 namespace gpu_test {
 
 inline const Device kGpu = Device::cuda(0);
+
+/// Whether the GPU runs the sm_90a kernels (bsmm, attention): compute capability 9.0, and the
+/// build has them. False without CUDA.
+inline bool sm90_here() {
+#ifdef TESSERA_WITH_CUDA
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+  return cuda::have_sm90_kernels() && major == 9 && minor == 0;
+#else
+  return false;
+#endif
+}
 
 /// Launches of the tensor-core attention kernels so far, forward plus backward (0 in builds
 /// without CUDA): tests check which kernel family ran.
