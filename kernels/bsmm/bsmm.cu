@@ -63,7 +63,11 @@ void Bsmm::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, c
                                 /*accumulate=*/false, x.data_ptr(), w.data_ptr(),
                                 attrs.gated ? in[2].data_ptr() : nullptr, y.data_ptr(), n, C, K,
                                 static_cast<int32_t>(Q), l.nnz(), tables.col_work, tables.col_blocks, tables.col_rows,
-                                tables.counter};
+                                tables.counter,
+                                tables.col_pairs.work,
+                                tables.col_pairs.entries,
+                                tables.col_pairs.pairs,
+                                tables.col_pairs.steps};
     if (cuda::run_gather(p, dev, cuda::current_stream(y))) return;
   }
   cuda::dispatch_cuda_float(x.dtype(), kName, [&](auto tag) {

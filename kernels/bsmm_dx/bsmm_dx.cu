@@ -63,7 +63,11 @@ void BsmmDx::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
                                 /*accumulate=*/false, dy.data_ptr(), w.data_ptr(),
                                 attrs.gated ? in[2].data_ptr() : nullptr, dx.data_ptr(), n, K, C,
                                 static_cast<int32_t>(R), l.nnz(), tables.row_work, /*list=*/nullptr, tables.block_col,
-                                tables.counter};
+                                tables.counter,
+                                tables.row_pairs.work,
+                                tables.row_pairs.entries,
+                                tables.row_pairs.pairs,
+                                tables.row_pairs.steps};
     if (cuda::run_gather(p, dev, cuda::current_stream(dx))) return;
   }
   cuda::dispatch_cuda_float(dx.dtype(), kName, [&](auto tag) {

@@ -294,6 +294,82 @@ TEST(CudaBsmmTensorCores, TwoRunsGiveTheSameBits) {
   }
 }
 
+#ifdef TESSERA_WITH_CUDA
+// Sets TESSERA_BSMM_PAIRS (the sm_90a gather kernel's column pairs: "0" off, "1" wherever they
+// apply, nullptr the rule) for one scope.
+class PairsGuard {
+ public:
+  explicit PairsGuard(const char* v) {
+    if (v) setenv("TESSERA_BSMM_PAIRS", v, 1);
+  }
+  ~PairsGuard() { unsetenv("TESSERA_BSMM_PAIRS"); }
+};
+
+uint64_t pair_launches() { return cuda::bsmm_launches(cuda::BsmmKernel::sm90_pairs); }
+#endif
+
+// The sm_90a gather kernel's column pairs (two output block columns per work item, their lists
+// merged) give the same bits as single columns, fwd and dx, gated or not, on layouts with odd
+// block counts, empty rows and columns and the all-blocks layout, and match the CPU; the rule
+// takes them for the all-blocks layout and not for a 10% random one.
+TEST(CudaBsmmTensorCores, ColumnPairsGiveTheBitsOfSingleColumns) {
+  REQUIRE_GPU();
+#ifdef TESSERA_WITH_CUDA
+  if (!sm90_here()) GTEST_SKIP() << "column pairs are a kernel of sm_90a";
+  uint64_t seed = 300;
+  for (int64_t bs : {32, 64}) {
+    std::vector<LayoutPtr> ls = layouts(bs);
+    ls.push_back(random_layout(5 * bs, 7 * bs, bs, 1.0, 1));  // all blocks, odd block counts
+    for (const LayoutPtr& l : ls)
+      for (DType dt : {DType::bf16, DType::f16})
+        for (bool gated : {false, true})
+          for (int64_t n : {300, 4096}) {
+            const std::vector<Tensor> x{random({n, l->in_features()}, seed += 4, dt),
+                                        random({n, l->out_features()}, seed + 1, dt),
+                                        random({l->nnz(), bs, bs}, seed + 2, dt),
+                                        cast(testing::test_rand({l->nnz()}, 0.5, 1.5, seed + 3), dt)};
+            const std::string what = l->str() + (dt == DType::bf16 ? " bf16" : " f16") + " n " + std::to_string(n) +
+                                     (gated ? " gated" : "");
+            auto in_of = [&](const Tensor& a) {
+              std::vector<Tensor> in{a, x[2]};
+              if (gated) in.push_back(x[3]);
+              return in;
+            };
+            auto both = [&](auto op, const Tensor& a, const char* name) {
+              using Op = decltype(op);
+              const typename Op::Attrs attrs{l, gated};
+              Tensor single, paired;
+              {
+                PairsGuard off("0");
+                const uint64_t before = pair_launches();
+                single = run_on_gpu_host<Op>(attrs, in_of(a))[0];
+                EXPECT_EQ(pair_launches(), before) << name << " " << what;
+              }
+              {
+                PairsGuard on("1");
+                const uint64_t before = pair_launches();
+                paired = run_on_gpu_host<Op>(attrs, in_of(a))[0];
+                EXPECT_EQ(pair_launches(), before + 1) << name << " " << what;
+              }
+              EXPECT_TRUE(same_bits(paired, single)) << name << " " << what;
+              EXPECT_TRUE(close_to(cast(paired, DType::f64), reference<Op>(attrs, in_of(a)), 1e-2))
+                  << name << " " << what;
+            };
+            both(Bsmm{}, x[0], "bsmm");
+            both(BsmmDx{}, x[1], "bsmm_dx");
+          }
+  }
+  // The rule: the all-blocks layout takes pairs, a 10% random layout does not.
+  for (const auto& [l, want] : {std::pair{random_layout(1024, 1024, 64, 1.0, 2), true},
+                                std::pair{random_layout(2048, 2048, 64, 0.1, 3), false}}) {
+    const Tensor x = random({512, l->in_features()}, 5, DType::bf16), w = random({l->nnz(), 64, 64}, 6, DType::bf16);
+    const uint64_t before = pair_launches();
+    run_on_gpu_host<Bsmm>({l, false}, {x, w});
+    EXPECT_EQ(pair_launches() - before, want ? 1u : 0u) << l->str();
+  }
+#endif
+}
+
 // A block-sparse two-layer MLP trained under bf16 autocast: the compiled step (a CUDA graph from
 // its second run) and the eager steps give the same losses and weights.
 struct SparseMlp {

@@ -19,12 +19,20 @@ bool gradient_supported(const BlockGradient& g, int device);
 /// bsmm_tc.h): bs 8, n a multiple of 8.
 bool gradient_wants_transposed(const BlockGradient& g);
 
+/// Whether gather_product runs p as column pairs (bsmm_sm90_gather.cu): bs 32 or 64, N > 128, the
+/// output in the operands' dtype, and pairs copy at most 0.8 of the bytes single columns copy
+/// (the layout's lists overlap: at random layouts from about half density, the all-blocks layout
+/// always). TESSERA_BSMM_PAIRS=0 / 1 turns them off / on wherever they apply (read on every call).
+bool pairs_pay(const GatherProduct& p);
+
 void gather_product(const GatherProduct& p, cudaStream_t stream);
 /// `device` is the current device (the f32 workspace of a split of N comes from its pool).
 void block_gradient(const BlockGradient& g, int device, cudaStream_t stream);
 
 /// Launches of these kernels so far in this process (all devices).
 uint64_t launch_count();
+/// Launches of the gather kernel as column pairs (counted in launch_count too).
+uint64_t pair_launch_count();
 
 }  // namespace sm90
 }  // namespace cuda

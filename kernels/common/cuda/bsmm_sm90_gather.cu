@@ -19,9 +19,21 @@
 // retired. The tile goes out through shared memory by TMA stores, which run on while the next
 // item's products start (the accumulate mode adds to global memory from the registers).
 //
+// Column pairs (kCols = 2, bs 32 and 64, 256-row items): a work item covers output block columns
+// 2j and 2j+1 of one row tile, and its list is the union of their lists by input block
+// (layout_tables.h's PairLists). A step copies one A strip and both columns' weight blocks side
+// by side, [bs, 2·bs] (a block a column does not have is a copy from past the end of W: zeros),
+// and multiplies them with one wgmma.m64n(2·bs)k16: twice the flops per byte of A. It pays where
+// the two lists overlap (the all-blocks layout: every strip serves both columns); the rule is
+// pairs_pay below. A missing block adds 0·A to its column, which leaves the sum's bits unchanged
+// (for finite A), so both forms give the same bits.
+//
 // Deterministic: each output element is summed by one thread in list order, with no atomics on
 // data (the counter only decides which thread block computes an item).
 #include "kernels/common/cuda/bsmm_sm90.h"
+
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/common/cuda/bsmm_sm90_common.cuh"
 #include "kernels/common/cuda/mma_sm80.cuh"
@@ -31,26 +43,32 @@ namespace cuda {
 namespace sm90 {
 
 std::atomic<uint64_t> g_launches{0};
+std::atomic<uint64_t> g_pair_launches{0};
 
 namespace {
 
-/// Tiles of the gather kernel: kWGs consumer warpgroups (1 or 2), each kMTiles m64 tiles; TO the
-/// output type.
-template <int BS, int kWGs, int kMTiles, class TO>
+/// Column pairs take a call when they copy at most this fraction of the bytes that single
+/// columns copy (pairs_pay).
+constexpr double kPairBytes = 0.8;
+
+/// Tiles of the gather kernel: kWGs consumer warpgroups (1 or 2), each kMTiles m64 tiles, kCols
+/// output block columns per item (1, or 2: column pairs); TO the output type.
+template <int BS, int kWGs, int kMTiles, class TO, int kCols>
 struct GatherTile {
   static constexpr int kThreads = 128 * (1 + kWGs);  // a producer warpgroup and the consumers
   static constexpr int kBM = 64 * kWGs * kMTiles;    // rows per work item
+  static constexpr int kBN = BS * kCols;             // output columns per work item
   static constexpr int kRowBytes = BS * 2;           // one row of a strip or of a weight block
   static constexpr int kABytes = kBM * kRowBytes;    // A strip
   static constexpr int kWBytes = BS * kRowBytes;     // weight block
-  static constexpr int kStageBytes = kABytes + kWBytes;
-  // The output staging of each consumer warpgroup: its [64·kMTiles, BS] tile as boxes of rows of
-  // 128 bytes (64 for bf16 at bs 32), swizzled like the TMA store that writes them out.
+  static constexpr int kStageBytes = kABytes + kCols * kWBytes;
+  // The output staging of each consumer warpgroup: its [64·kMTiles, kBN] tile as boxes of rows
+  // of 128 bytes (64 for bf16 at bs 32), swizzled like the TMA store that writes them out.
   static constexpr int kWgRows = 64 * kMTiles;
-  static constexpr int kOutCols = 128 / static_cast<int>(sizeof(TO)) < BS ? 128 / static_cast<int>(sizeof(TO)) : BS;
+  static constexpr int kOutCols = 128 / static_cast<int>(sizeof(TO)) < kBN ? 128 / static_cast<int>(sizeof(TO)) : kBN;
   static constexpr int kOutRowBytes = kOutCols * static_cast<int>(sizeof(TO));
   static constexpr int kOutBoxBytes = kWgRows * kOutRowBytes;
-  static constexpr int kStagingBytes = (BS / kOutCols) * kOutBoxBytes;
+  static constexpr int kStagingBytes = (kBN / kOutCols) * kOutBoxBytes;
   // Up to 224 KB of stages and staging (of the 227 KB a thread block may have: bs 64 with an f32
   // output, autocast's form, gets 4 stages instead of 3 under 200 KB); 100 KB for the small
   // tiles, so that two thread blocks share an SM.
@@ -59,34 +77,35 @@ struct GatherTile {
   static constexpr int kItemRing = 4;                // work items handed from the producer to the consumers
   // + staging, stage barriers and gates, item ring (int4 each) and its barriers, alignment
   static constexpr int kSmemBytes =
-      kStages * kStageBytes + kWGs * kStagingBytes + 3 * kStages * 8 + kItemRing * (16 + 16) + 1024;
+      kStages * kStageBytes + kWGs * kStagingBytes + (2 + kCols) * kStages * 8 + kItemRing * (16 + 16) + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than a thread block may have");
 };
 
 
-/// Multiplies the weight block of a stage [BS, BS] by its gate in shared memory (the kConsumers
-/// consumer threads together; elementwise, so the swizzle does not matter), then makes the
-/// writes visible to the tensor cores and waits for all consumers.
-template <class T, int kBytes, int kConsumers>
-__device__ __forceinline__ void scale_block(uint8_t* block, float gate, int consumer_thread) {
-  for (int off = consumer_thread * 16; off < kBytes; off += kConsumers * 16) {
-    uint4 v = *reinterpret_cast<uint4*>(block + off);
+/// Multiplies the kCols weight blocks of a stage [BS, BS] (kBytes each, side by side) by their
+/// gates in shared memory (the kConsumers consumer threads together; elementwise, so the swizzle
+/// does not matter), then makes the writes visible to the tensor cores and waits for all consumers.
+template <class T, int kBytes, int kCols, int kConsumers>
+__device__ __forceinline__ void scale_blocks(uint8_t* blocks, const float* gates, int consumer_thread) {
+  for (int off = consumer_thread * 16; off < kCols * kBytes; off += kConsumers * 16) {
+    const float gate = gates[off / kBytes];
+    uint4 v = *reinterpret_cast<uint4*>(blocks + off);
     v.x = sm80::scale_pair<T>(v.x, gate);
     v.y = sm80::scale_pair<T>(v.y, gate);
     v.z = sm80::scale_pair<T>(v.z, gate);
     v.w = sm80::scale_pair<T>(v.w, gate);
-    *reinterpret_cast<uint4*>(block + off) = v;
+    *reinterpret_cast<uint4*>(blocks + off) = v;
   }
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers) : "memory");
 }
 
-template <class T, class TO, int BS, bool kTransW, int kWGs, int kMTiles, bool kGated>
+template <class T, class TO, int BS, bool kTransW, int kWGs, int kMTiles, bool kGated, int kCols>
 __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     gather_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w,
                   const __grid_constant__ CUtensorMap map_out, GatherProduct p, int items) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Tile = GatherTile<BS, kWGs, kMTiles, TO>;
+  using Tile = GatherTile<BS, kWGs, kMTiles, TO, kCols>;
   constexpr int kStages = Tile::kStages, kRowBytes = Tile::kRowBytes;
   constexpr int kRing = Tile::kItemRing;
   extern __shared__ uint8_t smem_raw[];
@@ -97,7 +116,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
   uint64_t* item_full = empty + kStages;
   uint64_t* item_empty = item_full + kRing;
   int4* ring = reinterpret_cast<int4*>(item_empty + kRing);  // (o, begin, end, row tile); o < 0: no more
-  float* gates = reinterpret_cast<float*>(ring + kRing);     // [kStages]: the gate of each stage's block
+  float* gates = reinterpret_cast<float*>(ring + kRing);     // [kStages][kCols]: the gates of each stage's blocks
   auto strip = [&](int s) { return smem + s * Tile::kStageBytes; };
   auto block = [&](int s) { return smem + s * Tile::kStageBytes + Tile::kABytes; };
 
@@ -116,11 +135,14 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
   __syncthreads();
 
   const int tiles_m = static_cast<int>((p.n + Tile::kBM - 1) / Tile::kBM);
+  const int outs = kCols == 2 ? p.pairs : p.outs;
+  const int32_t* work = kCols == 2 ? p.pair_work : p.work;
   if (wg == 0) {
     // Producer: warp 0. Lane 0 takes work items from the launch's counter (in order: the
     // longest lists first, so the thread blocks that finish early take the short ones), hands
     // each item to the consumers through the ring, and issues its copies; the lanes read the
     // item's list 32 entries at a time.
+    if constexpr (kWGs == 2 && kCols == 2) setmaxnreg_dec<40>();  // the consumers' accumulators need more
     if (threadIdx.x >= 32) return;
     if (lane == 0) {
       prefetch_tma_map(&map_a);
@@ -133,10 +155,10 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
       int4 w = make_int4(-1, 0, 0, 0);
       if (item < items) {
         int oi;
-        work_item(item, tiles_m, p.outs, oi, w.w);
-        w.x = p.work[3 * oi];
-        w.y = p.work[3 * oi + 1];
-        w.z = p.work[3 * oi + 2];
+        work_item(item, tiles_m, outs, oi, w.w);
+        w.x = work[3 * oi];
+        w.y = work[3 * oi + 1];
+        w.z = work[3 * oi + 2];
         if (lane == 0) taken = static_cast<int>(gridDim.x) + atomicAdd(p.counter, 1);  // in flight meanwhile
       }
       if (lane == 0) {
@@ -157,24 +179,47 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
       const int begin = w.y, end = w.z, mt = w.w;
       for (int base = begin; base < end; base += 32) {
         const int q = base + lane;
-        int k = 0, in = 0;
-        float gv = 1.f;
+        // The entry's input block and its weight blocks (a pair's missing one: -1)
+        int k[kCols], in = 0;
+        float gv[kCols];
+#pragma unroll
+        for (int cc = 0; cc < kCols; ++cc) k[cc] = -1, gv[cc] = 0.f;
         if (q < end) {
-          k = p.list ? p.list[q] : q;
-          in = p.list_in[q];
-          if constexpr (kGated) gv = to_acc(static_cast<const T*>(p.gate)[k]);
+          if constexpr (kCols == 2) {
+            in = p.pair_entries[3 * q];
+            k[0] = p.pair_entries[3 * q + 1];
+            k[1] = p.pair_entries[3 * q + 2];
+          } else {
+            k[0] = p.list ? p.list[q] : q;
+            in = p.list_in[q];
+          }
+#pragma unroll
+          for (int cc = 0; cc < kCols; ++cc)
+            if (kGated && k[cc] >= 0) gv[cc] = to_acc(static_cast<const T*>(p.gate)[k[cc]]);
         }
         const int count = min(32, end - base);
         for (int j = 0; j < count; ++j, ++it) {
-          const int kj = __shfl_sync(0xffffffffu, k, j), inj = __shfl_sync(0xffffffffu, in, j);
-          const float gj = __shfl_sync(0xffffffffu, gv, j);
+          const int inj = __shfl_sync(0xffffffffu, in, j);
+          int kj[kCols];
+          float gj[kCols];
+#pragma unroll
+          for (int cc = 0; cc < kCols; ++cc) {
+            kj[cc] = __shfl_sync(0xffffffffu, k[cc], j);
+            gj[cc] = __shfl_sync(0xffffffffu, gv[cc], j);
+          }
           if (lane == 0) {
             const int s = it % kStages;
             mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
-            if constexpr (kGated) gates[s] = gj;  // published by the arrive below
+            if constexpr (kGated)
+#pragma unroll
+              for (int cc = 0; cc < kCols; ++cc) gates[s * kCols + cc] = gj[cc];  // published by the arrive below
             mbar_arrive_expect_tx(&full[s], Tile::kStageBytes);
             tma_load_2d(strip(s), &map_a, &full[s], inj * BS, mt * Tile::kBM);
-            tma_load_2d(block(s), &map_w, &full[s], 0, kj * BS);
+            // A missing block reads rows past the end of W: the copy fills zeros
+#pragma unroll
+            for (int cc = 0; cc < kCols; ++cc)
+              tma_load_2d(block(s) + cc * Tile::kWBytes, &map_w, &full[s], 0,
+                          (kj[cc] >= 0 ? kj[cc] : static_cast<int>(p.nnz)) * BS);
           }
         }
       }
@@ -182,6 +227,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     return;
   }
 
+  if constexpr (kWGs == 2 && kCols == 2) setmaxnreg_inc<232>();  // [2 m64 tiles][2·bs / 2] accumulators
   // Consumers: warpgroup c = wg - 1 multiplies rows 64·kMTiles·c .. of each item, one m64 tile
   // per kMTiles (they share the weight block's descriptor).
   const int c = wg - 1, warp = (threadIdx.x / 32) % 4, g = lane / 4, t = lane % 4;
@@ -197,27 +243,31 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     const int o = w.x, begin = w.y, end = w.z, mt = w.w;
     const int64_t m0 = static_cast<int64_t>(mt) * Tile::kBM;
     const int steps = end - begin;
-    float acc[kMTiles][BS / 2];
+    constexpr int kBN = Tile::kBN;
+    float acc[kMTiles][kBN / 2];
 #pragma unroll
     for (int mi = 0; mi < kMTiles; ++mi)
 #pragma unroll
-      for (int i = 0; i < BS / 2; ++i) acc[mi][i] = 0.f;
+      for (int i = 0; i < kBN / 2; ++i) acc[mi][i] = 0.f;
     for (int step = 0; step < steps; ++step, ++it) {
       const int s = it % kStages;
       mbar_wait(&full[s], (it / kStages) & 1);
-      if constexpr (kGated) scale_block<T, Tile::kWBytes, 128 * kWGs>(block(s), gates[s], threadIdx.x - 128);
+      if constexpr (kGated)
+        scale_blocks<T, Tile::kWBytes, kCols, 128 * kWGs>(block(s), gates + s * kCols, threadIdx.x - 128);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BS / 16; ++kk) {
-        // dx: B (k = j, n = i) = W[k][i][j], rows of W are n: K-major;
-        // fwd: B (k = i, n = j) = W[k][i][j], rows of W are k: MN-major
+        // dx: B (k = j, n = i) = W[k][i][j], rows of W are n: K-major (a pair's second block
+        //   is rows n = bs .. 2·bs);
+        // fwd: B (k = i, n = j) = W[k][i][j], rows of W are k: MN-major (a pair's second block
+        //   is the next atom along n, kWBytes further)
         const uint64_t db = kTransW ? make_desc(block(s) + kk * 32, 16, 8 * kRowBytes, kRowBytes)
                                     : make_desc(block(s) + kk * 16 * kRowBytes, Tile::kWBytes, 8 * kRowBytes, kRowBytes);
 #pragma unroll
         for (int mi = 0; mi < kMTiles; ++mi) {
           const uint64_t da =
               make_desc(strip(s) + (c * kMTiles + mi) * 64 * kRowBytes + kk * 32, 16, 8 * kRowBytes, kRowBytes);
-          Wgmma<T, BS>::template run<0, kTransW ? 0 : 1>(acc[mi], da, db, step > 0 || kk > 0);
+          Wgmma<T, kBN>::template run<0, kTransW ? 0 : 1>(acc[mi], da, db, step > 0 || kk > 0);
         }
       }
       wgmma_commit();
@@ -238,12 +288,12 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
 #pragma unroll
       for (int mi = 0; mi < kMTiles; ++mi)
 #pragma unroll
-        for (int j = 0; j < BS / 8; ++j) {
-          const int64_t col = static_cast<int64_t>(o) * BS + 8 * j + 2 * t;
+        for (int j = 0; j < kBN / 8; ++j) {
+          const int64_t col = static_cast<int64_t>(o) * kBN + 8 * j + 2 * t;
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int64_t row = m0 + (c * kMTiles + mi) * 64 + warp * 16 + g + 8 * h;
-            if (row < p.n)
+            if (row < p.n && col < p.out_cols)  // a pair of an odd column count: the last has no second
               store_pair(out + row * p.out_cols + col, acc[mi][4 * j + 2 * h], acc[mi][4 * j + 2 * h + 1], true);
           }
         }
@@ -258,7 +308,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
 #pragma unroll
     for (int mi = 0; mi < kMTiles; ++mi)
 #pragma unroll
-      for (int j = 0; j < BS / 8; ++j)
+      for (int j = 0; j < kBN / 8; ++j)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int row = mi * 64 + warp * 16 + g + 8 * h, col = 8 * j + 2 * t;
@@ -272,9 +322,11 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     named_barrier(2 + c, 128);
     if (leader) {
 #pragma unroll
-      for (int box = 0; box < BS / Tile::kOutCols; ++box)
-        tma_store_2d(&map_out, mine + box * Tile::kOutBoxBytes, o * BS + box * Tile::kOutCols,
-                     static_cast<int>(m0) + c * Tile::kWgRows);
+      for (int box = 0; box < kBN / Tile::kOutCols; ++box) {
+        const int col = o * kBN + box * Tile::kOutCols;
+        if (col < p.out_cols)  // a pair of an odd column count: the last has no second
+          tma_store_2d(&map_out, mine + box * Tile::kOutBoxBytes, col, static_cast<int>(m0) + c * Tile::kWgRows);
+      }
       bulk_commit();
     }
   }
@@ -285,20 +337,21 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
 }
 
 
-template <class T, class TO, int BS, bool kTrans, int kWGs, int kMTiles, bool kGated>
+template <class T, class TO, int BS, bool kTrans, int kWGs, int kMTiles, bool kGated, int kCols>
 void launch(const GatherProduct& p, cudaStream_t stream) {
-  using Tile = GatherTile<BS, kWGs, kMTiles, TO>;
-  const int64_t tiles_m = (p.n + Tile::kBM - 1) / Tile::kBM, items = tiles_m * p.outs;
+  using Tile = GatherTile<BS, kWGs, kMTiles, TO, kCols>;
+  const int64_t tiles_m = (p.n + Tile::kBM - 1) / Tile::kBM, items = tiles_m * (kCols == 2 ? p.pairs : p.outs);
   TS_CHECK(items < INT32_MAX, ShapeError, "bsmm: " << p.n << " rows are too many for one launch");
   const CUtensorMap map_a = tensor_map(p.a, p.in_dtype, p.n, p.a_cols, Tile::kBM, BS);
   const CUtensorMap map_w = tensor_map(p.w, p.in_dtype, static_cast<uint64_t>(p.nnz) * BS, BS, BS, BS);
   const CUtensorMap map_out = tensor_map(p.out, p.out_dtype, p.n, p.out_cols, Tile::kWgRows, Tile::kOutCols);
-  constexpr auto kernel = &gather_kernel<T, TO, BS, kTrans, kWGs, kMTiles, kGated>;
+  constexpr auto kernel = &gather_kernel<T, TO, BS, kTrans, kWGs, kMTiles, kGated, kCols>;
   const int grid =
       static_cast<int>(std::min<int64_t>(items, persistent_grid<kernel>(Tile::kSmemBytes, Tile::kThreads)));
   kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(map_a, map_w, map_out, p, static_cast<int>(items));
   TS_CUDA_LAUNCH_CHECK((kTrans ? "bsmm_dx" : "bsmm"));
   g_launches.fetch_add(1, std::memory_order_relaxed);
+  if (kCols == 2) g_pair_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
 
@@ -312,9 +365,23 @@ bool gather_supported(const GatherProduct& p, int device) {
 
 
 uint64_t launch_count() { return g_launches.load(std::memory_order_relaxed); }
+uint64_t pair_launch_count() { return g_pair_launches.load(std::memory_order_relaxed); }
+
+bool pairs_pay(const GatherProduct& p) {
+  if (!(p.bs == 32 || p.bs == 64) || p.n <= 128 || p.out_dtype != p.in_dtype || !p.pair_work || p.pairs == 0)
+    return false;
+  const char* e = std::getenv("TESSERA_BSMM_PAIRS");
+  if (e && std::strcmp(e, "0") == 0) return false;
+  if (e && std::strcmp(e, "1") == 0) return true;
+  // Bytes copied per 256-row tile: single columns nnz · (strip + block), pairs steps · (strip + 2
+  // blocks); pairs when they copy at most kPairBytes of that.
+  const double strip = 256.0 * p.bs * 2, block = 2.0 * p.bs * p.bs;
+  return static_cast<double>(p.pair_steps) * (strip + 2 * block) <= kPairBytes * static_cast<double>(p.nnz) * (strip + block);
+}
 
 void gather_product(const GatherProduct& p, cudaStream_t stream) {
   if (p.n == 0 || p.outs == 0) return;
+  const bool pairs = pairs_pay(p);
   dispatch_types(p.in_dtype, p.out_dtype, [&](auto tin, auto tout) {
     using T = typename decltype(tin)::type;
     using TO = typename decltype(tout)::type;
@@ -322,8 +389,14 @@ void gather_product(const GatherProduct& p, cudaStream_t stream) {
       constexpr int BS = decltype(bs)::value;
       constexpr bool kTrans = decltype(trans)::value;
       constexpr int kWGs = decltype(wgs)::value, kMTiles = decltype(mtiles)::value;
-      if (p.gate) return launch<T, TO, BS, kTrans, kWGs, kMTiles, true>(p, stream);
-      return launch<T, TO, BS, kTrans, kWGs, kMTiles, false>(p, stream);
+      if constexpr (BS >= 32 && kWGs == 2 && kMTiles == 2 && std::is_same_v<T, TO>) {
+        if (pairs) {
+          if (p.gate) return launch<T, TO, BS, kTrans, kWGs, kMTiles, true, 2>(p, stream);
+          return launch<T, TO, BS, kTrans, kWGs, kMTiles, false, 2>(p, stream);
+        }
+      }
+      if (p.gate) return launch<T, TO, BS, kTrans, kWGs, kMTiles, true, 1>(p, stream);
+      return launch<T, TO, BS, kTrans, kWGs, kMTiles, false, 1>(p, stream);
     };
     // Rows per work item by N: 256 (two consumer warpgroups of two m64 tiles sharing each weight
     // block: on the H200 1.35-1.7x faster than 128 with the TMA-store epilogue, bs 32 and 64,

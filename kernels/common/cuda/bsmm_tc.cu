@@ -79,6 +79,7 @@ bool run_gradient(const BlockGradient& g, int device, cudaStream_t stream) {
 uint64_t bsmm_launches(BsmmKernel kernel) {
   if (kernel == BsmmKernel::sm80) return sm80::launch_count();
 #ifdef TESSERA_HAVE_SM90A
+  if (kernel == BsmmKernel::sm90_pairs) return sm90::pair_launch_count();
   return sm90::launch_count();
 #else
   return 0;

@@ -53,6 +53,12 @@ struct GatherProduct {
   const int32_t* list;       ///< fwd: the list's block indices k (col_blocks); dx: nullptr (k = list position)
   const int32_t* list_in;    ///< [nnz]: A's block column of each list entry (col_rows for fwd, block_col for dx)
   int32_t* counter;          ///< 2 device ints, 0 between launches: the sm_90a kernel hands out work items with them
+  /// Output block columns 2j and 2j+1 merged into one list by input block (layout_tables.h's
+  /// PairLists: col_pairs for fwd, row_pairs for dx), for the sm_90a kernel's column pairs.
+  const int32_t* pair_work = nullptr;
+  const int32_t* pair_entries = nullptr;
+  int32_t pairs = 0;
+  int64_t pair_steps = 0;
 };
 
 /// dw [nnz, bs, bs] (+)= X[:, r-block]ᵀ·dY[:, c-block] per stored block, computed in runs of
@@ -86,8 +92,9 @@ struct BlockGradient {
 /// transposes, into temporaries.
 bool gradient_wants_transposed(const BlockGradient& g, int device);
 
-/// The kernel families, for launch counts.
-enum class BsmmKernel { sm80, sm90 };
+/// The kernel families, for launch counts (sm90_pairs: the sm_90a gather kernel's column pairs,
+/// also counted as sm90).
+enum class BsmmKernel { sm80, sm90, sm90_pairs };
 
 /// Runs p / g on the kernel the rule above picks; false (nothing launched) when no tensor-core
 /// kernel takes it.

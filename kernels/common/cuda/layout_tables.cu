@@ -22,6 +22,20 @@ namespace {
 struct Entry {
   std::weak_ptr<const void> owner;  // the layout; expired once it died
   Tensor tables;                    // i32 [total], on the entry's device
+  std::vector<int64_t> host;        // counts that the host needs at launch (see Packed)
+};
+
+// What `pack` builds for one layout: the i32 tables uploaded back to back, and counts kept on the
+// host (list lengths the kernel choice reads, so that a call does not recount them).
+struct Packed {
+  std::vector<int32_t> device;
+  std::vector<int64_t> host;
+};
+
+// The device tables of one entry and its host counts.
+struct Found {
+  const int32_t* base;
+  std::vector<int64_t> host;
 };
 
 using Key = std::pair<const void*, int>;  // (layout address, device)
@@ -37,10 +51,10 @@ void append(std::vector<int32_t>& all, const std::vector<int32_t>& part) {
   all.insert(all.end(), part.begin(), part.end());
 }
 
-// The device pointer of `layout`'s tables on `device`, packed by `pack` and uploaded on a miss.
-// `what` describes the layout in errors.
-const int32_t* lookup(const std::shared_ptr<const void>& layout, int device,
-                      const std::function<std::vector<int32_t>()>& pack, const std::function<std::string()>& what) {
+// The device tables of `layout` on `device`, packed by `pack` and uploaded on a miss. `what`
+// describes the layout in errors.
+Found lookup(const std::shared_ptr<const void>& layout, int device, const std::function<Packed()>& pack,
+             const std::function<std::string()>& what) {
   std::lock_guard<std::mutex> lock(g_mutex);
   auto& c = cache();
   set_device(device);
@@ -54,17 +68,18 @@ const int32_t* lookup(const std::shared_ptr<const void>& layout, int device,
   }
   const Key key{layout.get(), device};
   auto it = c.find(key);
-  if (it != c.end() && !it->second.owner.expired()) return static_cast<const int32_t*>(it->second.tables.data_ptr());
+  if (it != c.end() && !it->second.owner.expired())
+    return {static_cast<const int32_t*>(it->second.tables.data_ptr()), it->second.host};
   TS_CHECK(!capturing, DeviceError,
            "the look-up tables of " << what() << " are uploaded to cuda:" << device
                                     << " on the layout's first use there, which ran during CUDA graph capture; "
                                     << "run one step eagerly first (or call cuda::device_tables ahead)");
-  const std::vector<int32_t> host = pack();
+  const Packed packed = pack();
   const Device dev = Device::cuda(device);
-  Tensor t = empty({static_cast<int64_t>(host.size())}, TensorOptions(DType::i32).device(dev));
-  cuda::copy(t.data_ptr(), dev, host.data(), Device::cpu(), host.size() * sizeof(int32_t));
-  c.insert_or_assign(key, Entry{layout, t});
-  return static_cast<const int32_t*>(t.data_ptr());
+  Tensor t = empty({static_cast<int64_t>(packed.device.size())}, TensorOptions(DType::i32).device(dev));
+  cuda::copy(t.data_ptr(), dev, packed.device.data(), Device::cpu(), packed.device.size() * sizeof(int32_t));
+  c.insert_or_assign(key, Entry{layout, t, packed.host});
+  return {static_cast<const int32_t*>(t.data_ptr()), packed.host};
 }
 
 // (i, ptr[i], ptr[i+1]) for i = 0 .. ptr.size()-2, by decreasing list length, ties by index.
@@ -102,6 +117,48 @@ std::vector<int32_t> col_runs(const BlockLayout& l, int32_t run) {
   return out;
 }
 
+// The column pairs of the sm_90a gather kernel: lists 2j and 2j+1 of `lists` (each (input block,
+// k) by increasing input block) merged by input block into entries (input block, k of list 2j or
+// -1, k of list 2j+1 or -1), and the work list (j, first entry, end entry) longest first.
+struct PairTables {
+  std::vector<int32_t> work, entries;
+};
+PairTables pair_tables(const std::vector<std::vector<std::pair<int32_t, int32_t>>>& lists) {
+  PairTables t;
+  std::vector<int32_t> ptr{0};
+  const std::vector<std::pair<int32_t, int32_t>> none;
+  for (size_t j = 0; 2 * j < lists.size(); ++j) {
+    const auto& a = lists[2 * j];
+    const auto& b = 2 * j + 1 < lists.size() ? lists[2 * j + 1] : none;
+    size_t ia = 0, ib = 0;
+    while (ia < a.size() || ib < b.size()) {
+      const int32_t in = ib == b.size() || (ia < a.size() && a[ia].first <= b[ib].first) ? a[ia].first : b[ib].first;
+      const int32_t ka = ia < a.size() && a[ia].first == in ? a[ia++].second : -1;
+      const int32_t kb = ib < b.size() && b[ib].first == in ? b[ib++].second : -1;
+      t.entries.insert(t.entries.end(), {in, ka, kb});
+    }
+    ptr.push_back(static_cast<int32_t>(t.entries.size() / 3));
+  }
+  t.work = longest_first(ptr);
+  return t;
+}
+
+// The forward lists (per output block column: (block row, k) by row) and the dX lists (per block
+// row: (block column, k) by column).
+std::vector<std::vector<std::pair<int32_t, int32_t>>> column_lists(const BlockLayout& l) {
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> lists(l.block_cols());
+  for (size_t c = 0; c < lists.size(); ++c)
+    for (int32_t q = l.col_ptr()[c]; q < l.col_ptr()[c + 1]; ++q)
+      lists[c].emplace_back(l.block_row()[l.col_blocks()[q]], l.col_blocks()[q]);
+  return lists;
+}
+std::vector<std::vector<std::pair<int32_t, int32_t>>> row_lists(const BlockLayout& l) {
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> lists(l.block_rows());
+  for (size_t r = 0; r < lists.size(); ++r)
+    for (int32_t k = l.row_ptr()[r]; k < l.row_ptr()[r + 1]; ++k) lists[r].emplace_back(l.block_col()[k], k);
+  return lists;
+}
+
 int32_t count_runs(const std::vector<int32_t>& ptr, int32_t run) {
   int32_t runs = 0;
   for (size_t i = 0; i + 1 < ptr.size(); ++i) runs += (ptr[i + 1] - ptr[i] + run - 1) / run;
@@ -112,10 +169,11 @@ int32_t count_runs(const std::vector<int32_t>& ptr, int32_t run) {
 
 BlockTables device_tables(const LayoutPtr& layout, int device) {
   const BlockLayout& l = *layout;
-  const int32_t* base = lookup(
+  const Found found = lookup(
       layout, device,
       [&] {
-        std::vector<int32_t> all;
+        Packed packed;
+        std::vector<int32_t>& all = packed.device;
         for (const auto* part : {&l.block_row(), &l.block_col(), &l.col_ptr(), &l.col_blocks(), &l.row_ptr()})
           append(all, *part);
         append(all, longest_first(l.col_ptr()));
@@ -124,9 +182,18 @@ BlockTables device_tables(const LayoutPtr& layout, int device) {
         append(all, row_groups(l, dw_group_size(l.block_size())));
         append(all, col_runs(l, dw_col_run_size(l.block_size())));
         all.insert(all.end(), {0, 0});  // the counter and its done count
-        return all;
+        // Column pairs last: host = {offset of the column pairs' work, their entries, offset of
+        // the row pairs' work, their entries} (each table's entries follow its work list).
+        for (const PairTables& pt : {pair_tables(column_lists(l)), pair_tables(row_lists(l))}) {
+          packed.host.push_back(static_cast<int64_t>(all.size()));
+          packed.host.push_back(static_cast<int64_t>(pt.entries.size() / 3));
+          append(all, pt.work);
+          append(all, pt.entries);
+        }
+        return packed;
       },
       [&] { return l.str(); });
+  const int32_t* base = found.base;
   const int64_t nnz = l.nnz(), q = l.block_cols(), r = l.block_rows();
   const int32_t* row_ptr = base + 3 * nnz + q + 1;
   const int32_t* col_work = row_ptr + r + 1;
@@ -138,20 +205,26 @@ BlockTables device_tables(const LayoutPtr& layout, int device) {
   const int32_t runs = count_runs(l.col_ptr(), dw_col_run_size(l.block_size()));
   const int32_t* dw_col_run = dw_group + 2 * groups;
   int32_t* counter = const_cast<int32_t*>(dw_col_run) + 3 * runs;
-  return {base,     base + nnz, base + 2 * nnz, base + 2 * nnz + q + 1, row_ptr, col_work, row_work, col_rows,
-          dw_group, groups,     dw_col_run,     runs,                   counter};
+  BlockTables t{base,     base + nnz, base + 2 * nnz, base + 2 * nnz + q + 1, row_ptr, col_work, row_work, col_rows,
+                dw_group, groups,     dw_col_run,     runs,                   counter};
+  const int32_t col_pairs = static_cast<int32_t>((q + 1) / 2), row_pairs = static_cast<int32_t>((r + 1) / 2);
+  t.col_pairs = {base + found.host[0], base + found.host[0] + 3 * col_pairs, col_pairs, found.host[1]};
+  t.row_pairs = {base + found.host[2], base + found.host[2] + 3 * row_pairs, row_pairs, found.host[3]};
+  return t;
 }
 
 AttentionTables device_tables(const AttentionLayoutPtr& layout, int device) {
   const AttentionLayout& l = *layout;
   const int32_t* base = lookup(
-      layout, device,
-      [&] {
-        std::vector<int32_t> all;
-        for (const auto* part : {&l.row_ptr(), &l.key_blocks(), &l.col_ptr(), &l.query_blocks()}) append(all, *part);
-        return all;
-      },
-      [&] { return l.str(); });
+                            layout, device,
+                            [&] {
+                              Packed packed;
+                              for (const auto* part : {&l.row_ptr(), &l.key_blocks(), &l.col_ptr(), &l.query_blocks()})
+                                append(packed.device, *part);
+                              return packed;
+                            },
+                            [&] { return l.str(); })
+                            .base;
   const int64_t rows = l.heads() * l.blocks() + 1, nnz = l.nnz();
   return {base, base + rows, base + rows + nnz, base + 2 * rows + nnz};
 }

@@ -26,6 +26,15 @@
 namespace tessera {
 namespace cuda {
 
+/// The column pairs of the sm_90a gather kernel (bsmm_sm90_gather.cu) over the forward lists (by
+/// output block column) or the dX lists (by block row): lists 2j and 2j+1 merged by input block.
+struct PairLists {
+  const int32_t* work = nullptr;     ///< [pairs, 3]: (pair j, first entry, end entry), longest first
+  const int32_t* entries = nullptr;  ///< [steps, 3]: (input block, k of list 2j or -1, k of list 2j+1 or -1)
+  int32_t pairs = 0;                 ///< ceil(lists / 2)
+  int64_t steps = 0;                 ///< entries: the sum over pairs of |list 2j ∪ list 2j+1|
+};
+
 /// BlockLayout tables on the device (see block_layout.h): block_row/block_col [nnz],
 /// col_ptr [K/bs + 1], col_blocks [nnz], row_ptr [C/bs + 1]; and the work lists of the
 /// tensor-core kernels, built with them: col_work [K/bs, 3] and row_work [C/bs, 3] (per block
@@ -55,6 +64,8 @@ struct BlockTables {
   /// (the last one sets both back to 0). Ops on one device's stream run one after another, so
   /// two launches never share them at once.
   int32_t* counter;
+  PairLists col_pairs;  ///< of the forward lists (bsmm)
+  PairLists row_pairs;  ///< of the dX lists (bsmm_dx)
 };
 
 /// AttentionLayout tables on the device (see attention_layout.h): row_ptr [H·nb + 1],

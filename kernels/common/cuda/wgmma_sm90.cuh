@@ -140,6 +140,17 @@ template <int N>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+/// Gives this warpgroup's threads at most / at least N registers (a multiple of 8, 24..256): the
+/// producer warpgroup hands its registers to the consumers (every thread of the warpgroup runs it).
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
 /// Tells the compiler that the accumulators are in use by in-flight wgmmas (they must not be
 /// moved or read before the wait).
 template <int R>
