@@ -1,9 +1,9 @@
-// Automatic mixed precision ("autocast"), its mode: while an autocast::Guard for bf16 or f16 is alive on
-// a thread, the compute-heavy ops — matmul, bsmm and block_attention — take f32 inputs in the
-// low precision: their f32 operands are cast to bf16/f16, the products are summed in f32 and
-// the result comes back as f32. Operands already in the low dtype are taken as they are (an
-// attention layer casts q, k, v once and keeps its scores and probabilities in bf16). Everything else (layer norm, softmax, losses, optimizer
-// updates) and the parameters stay f32: the parameters are the f32 master weights, cast on use.
+// Automatic mixed precision ("autocast"), its mode: while an autocast::Guard for bf16 or f16 is
+// alive on a thread, the compute-heavy ops — matmul, bsmm and block_attention — take f32 inputs
+// in low precision: their f32 operands are cast to bf16/f16, the products summed in f32, the
+// result is f32. Operands already in the low dtype are taken as they are (an attention layer
+// casts q, k, v once, keeps its scores and probabilities in bf16). All else (layer norm, softmax,
+// losses, optimizer updates) and the parameters (f32 master weights, cast on use) stay f32.
 //
 //   {
 //     autocast::Guard amp(DType::bf16);

@@ -11,10 +11,11 @@
 //
 // Names: parameters by their named_parameters() path; layouts by the path of the module that
 // owns them (nn::Module::layouts(): a BlockSparseLinear's block layout, a MultiHeadAttention's
-// attention layout; "(root)" for a model that is one): one per module, also where modules share one layout object (TransformerLM's blocks
-// all use one attention layout; the file has /layout/blocks.<l>.attn for each l); optimizer state
-// /optimizer/<param path>/<state_names()[k]> holds state()[k * params().size() + i] of the
-// parameter i with that path (see optim::Optimizer::state()).
+// attention layout; "(root)" for a model that is one): one per module, also where modules
+// share one layout object (TransformerLM's blocks all use one attention layout; the file has
+// /layout/blocks.<l>.attn for each l); optimizer state /optimizer/<param path>/<state_names()[k]>
+// holds state()[k * params().size() + i] of the parameter i with that path (see
+// optim::Optimizer::state()).
 //
 // Layering: this is the model-level part of checkpoints, so it sits in models/, which sees
 // layers/ and optim/; the file format itself (CheckpointData, save/load, the checks) is the

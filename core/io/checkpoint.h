@@ -50,9 +50,9 @@
 #include "core/graph/named_param.h"
 #include "core/io/hdf5_file.h"
 #include "core/random.h"
+#include "core/sparse/attention_layout.h"
 #include "core/sparse/block_layout.h"
 #include "core/tensor.h"
-#include "core/sparse/attention_layout.h"
 
 namespace tessera {
 namespace io {

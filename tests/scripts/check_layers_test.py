@@ -93,7 +93,8 @@ class FixtureTree(unittest.TestCase):
         self.assert_fails("core/sparse/block_layout.h", "core/io/checkpoint.h", ["(engine)", "base may include only"])
 
     def test_op_including_the_engine_fails(self):
-        self.assert_fails("kernels/add/add.cpp", "core/graph/graph.h", ["(engine)", "ops may include only ops and the layers below it (base)"])
+        self.assert_fails("kernels/add/add.cpp", "core/graph/graph.h",
+                          ["(engine)", "ops may include only ops and the layers below it (base)"])
 
     def test_engine_including_layers_fails(self):
         self.assert_fails("core/io/checkpoint.h", "layers/module.h", ["(layers)", "engine may include only"])
@@ -154,5 +155,6 @@ class RealTree(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    SOURCE_DIR = os.path.abspath(sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", ".."))
+    default = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    SOURCE_DIR = os.path.abspath(sys.argv.pop(1) if len(sys.argv) > 1 else default)
     unittest.main(verbosity=2)
