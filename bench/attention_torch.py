@@ -2,7 +2,7 @@
 """Same-run PyTorch references for bench/attention_gpu (a script beside the bench, never a dependency).
 
 Times PyTorch SDPA (dense causal) and FlexAttention on exactly tessera's block masks
-(kernels/block_attention/attention_layout.cpp's generators, rebuilt here), bf16, q, k, v, dO ~ N(0, 1),
+(core/sparse/attention_layout.cpp's generators, rebuilt here), bf16, q, k, v, dO ~ N(0, 1),
 median of CUDA-event timings after warm-up.
 
   python3 bench/attention_torch.py [--shapes b8h16t4096] [--head-dims 64] [--block 64]

@@ -3,7 +3,6 @@
 #include <unordered_map>
 
 #include "core/error.h"
-#include "kernels/cast/cast.h"
 
 namespace tessera {
 namespace autocast {
@@ -52,16 +51,16 @@ bool applies(std::initializer_list<const Tensor*> inputs) {
 
 DType operand_dtype(const Tensor& x) { return enabled() && x.dtype() == DType::f32 ? g_state.dtype : x.dtype(); }
 
-Tensor operand(const Tensor& t) {
-  if (!enabled() || !t.defined() || t.dtype() != DType::f32) return t;
-  // Parameters: leaves that require grad. Other tensors (activations) are cast each time.
-  if (!(t.requires_grad() && t.is_leaf())) return cast(t, g_state.dtype);
-  auto it = g_state.cache.find(t.impl());
-  if (it != g_state.cache.end() && it->second.cast.dtype() == g_state.dtype) return it->second.cast;
-  Tensor c = cast(t, g_state.dtype);
-  g_state.cache[t.impl()] = State::Entry{t, c};
-  return c;
+namespace detail {
+
+const Tensor* cached_cast(const Tensor& param) {
+  auto it = g_state.cache.find(param.impl());
+  return it != g_state.cache.end() && it->second.cast.dtype() == g_state.dtype ? &it->second.cast : nullptr;
 }
+
+void cache_cast(const Tensor& param, const Tensor& cast) { g_state.cache[param.impl()] = State::Entry{param, cast}; }
+
+}  // namespace detail
 
 }  // namespace autocast
 }  // namespace tessera

@@ -1,9 +1,9 @@
-// Automatic mixed precision ("autocast"): while an autocast::Guard for bf16 or f16 is alive on
-// a thread, the compute-heavy ops — matmul, bsmm and block_attention — take f32 inputs in the
-// low precision: their f32 operands are cast to bf16/f16, the products are summed in f32 and
-// the result comes back as f32. Operands already in the low dtype are taken as they are (an
-// attention layer casts q, k, v once and keeps its scores and probabilities in bf16). Everything else (layer norm, softmax, losses, optimizer
-// updates) and the parameters stay f32: the parameters are the f32 master weights, cast on use.
+// Automatic mixed precision ("autocast"), its mode: while an autocast::Guard for bf16 or f16 is
+// alive on a thread, the compute-heavy ops — matmul, bsmm and block_attention — take f32 inputs
+// in low precision: their f32 operands are cast to bf16/f16, the products summed in f32, the
+// result is f32. Operands already in the low dtype are taken as they are (an attention layer
+// casts q, k, v once, keeps its scores and probabilities in bf16). All else (layer norm, softmax,
+// losses, optimizer updates) and the parameters (f32 master weights, cast on use) stay f32.
 //
 //   {
 //     autocast::Guard amp(DType::bf16);
@@ -15,6 +15,9 @@
 // computed in the dtypes its forward used. Within the outermost guard, the cast of a parameter
 // (a leaf that requires grad) is made once and reused — an LSTM's recurrent weight is cast once
 // per sequence, not once per step. The cache goes when the outermost guard does.
+//
+// Layering: this is the mode (like grad mode, part of core's base, which runs no op). The cast
+// itself, autocast::operand(x), is the cast op's (kernels/cast/cast.h); the autocast ops call it.
 #pragma once
 
 #include "core/tensor.h"
@@ -39,10 +42,6 @@ class Guard {
   DType prev_;
 };
 
-/// `t` as the operand of an autocast op: t itself unless autocast is on and t is f32; then
-/// cast(t, dtype()), cached for parameters (see the file comment).
-Tensor operand(const Tensor& t);
-
 /// The dtype operand(x) has: dtype() when autocast is on and x is f32, else x's. A producer whose
 /// one consumer is an autocast product can write its output in it directly (no cast).
 DType operand_dtype(const Tensor& x);
@@ -52,6 +51,14 @@ DType operand_dtype(const Tensor& x);
 /// all in the autocast dtype give a result in it, as without autocast; other dtypes (f64) are
 /// left alone.
 bool applies(std::initializer_list<const Tensor*> inputs);
+
+namespace detail {
+/// The cache of parameter casts that autocast::operand (kernels/cast/cast.h) keeps inside the
+/// outermost guard: the cast of `param` to dtype() made before, or nullptr.
+const Tensor* cached_cast(const Tensor& param);
+/// Remembers `cast` as the cast of `param` until the outermost guard ends.
+void cache_cast(const Tensor& param, const Tensor& cast);
+}  // namespace detail
 
 }  // namespace autocast
 }  // namespace tessera

@@ -1,4 +1,4 @@
-// Eager reverse-mode autograd: grad mode, the nodes ops record, and the backward engine.
+// Eager reverse-mode autograd: grad mode and the nodes ops record.
 //
 //   Tensor w = zeros({3}).requires_grad_();
 //   Tensor y = sum(mul(w, w));
@@ -10,6 +10,10 @@
 // inputs and outputs, and only the inputs/outputs the op declares as saved. backward()
 // walks nodes in reverse topological order, calls each op's backward rule (written in ops),
 // and accumulates (+=) gradients into leaves' .grad.
+//
+// This header is core's base (the op machinery records these nodes; nothing here runs an op).
+// The backward pass runs ops (the backward rules, the += accumulation), so it sits above the
+// ops, in core/engine/backward.h.
 #pragma once
 
 #include <memory>
@@ -71,8 +75,5 @@ class Node {
   /// Frees the saved tensors (after backward without retain_graph).
   void release_saved();
 };
-
-/// Runs backward from `root` (see Tensor::backward).
-void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);
 
 }  // namespace tessera

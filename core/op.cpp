@@ -2,8 +2,6 @@
 
 #include <string_view>
 
-#include "kernels/fill/fill.h"
-
 namespace tessera {
 
 namespace {
@@ -22,12 +20,8 @@ uint64_t kernels_run() { return g_kernels_run.load(std::memory_order_relaxed); }
 
 // ---- BackwardContext ----
 
-const Tensor& BackwardContext::grad_output(int i) const {
-  TS_CHECK(i >= 0 && i < static_cast<int>(grad_outputs_.size()), ValueError,
-           node_.op->name() << " backward: no output " << i);
-  if (!grad_outputs_[i].defined()) grad_outputs_[i] = fill(node_.output_metas[i], 0.0);
-  return grad_outputs_[i];
-}
+// BackwardContext::grad_output fills missing gradients with zeros (the fill op): defined with the
+// backward pass, in core/engine/backward.cpp.
 
 const Tensor& BackwardContext::input(int i) const {
   TS_CHECK(i >= 0 && i < static_cast<int>(node_.saved_inputs.size()) && node_.saved_inputs[i].defined(), ValueError,

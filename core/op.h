@@ -25,6 +25,10 @@
 //   = input/output i); the rule cannot see anything else. Ops never capture tensors.
 //
 // The public function runs it: `Tensor add(a, b) { return call<Add>({}, {a, b})[0]; }`.
+//
+// Layering: the op machinery is core's base. Ops (kernels/) include it; it includes no op.
+// BackwardContext::grad_output, whose missing gradients are zeros made by the fill op, is
+// defined above the ops, with the backward pass (core/engine/backward.cpp).
 #pragma once
 
 #include <atomic>

@@ -3,9 +3,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "core/autograd.h"
 #include "core/op.h"
-#include "kernels/fill/fill.h"
 
 namespace tessera {
 
@@ -84,11 +82,8 @@ Tensor Tensor::detach() const {
   return out;
 }
 
-void Tensor::backward(const Tensor& grad, bool retain_graph) const {
-  run_backward(*this, grad, retain_graph);
-}
-
 // ---- creation ----
+// full, zeros and ones fill CUDA tensors with the fill op: defined in core/engine/tensor_ops.cpp.
 
 Tensor empty(const Shape& shape, TensorOptions opts) {
   auto t = std::make_shared<TensorImpl>();
@@ -104,28 +99,6 @@ Tensor symbolic(const Shape& shape, DType dtype, Device device) {
   t->meta = {shape, dtype, device};
   return Tensor(t);
 }
-
-Tensor full(const Shape& shape, double value, TensorOptions opts) {
-  bool rg = opts.requires_grad_;
-  Tensor out = empty(shape, opts.requires_grad(false));
-  if (out.device().is_cuda()) {  // the fill kernel, on the device's stream (no host copy)
-    detail::run_op_into(detail::OpInstanceT<Fill>({out.meta(), value}), {}, {out});
-    if (rg) out.requires_grad_();
-    return out;
-  }
-  // Convert one value, then replicate its bytes.
-  size_t es = dtype_size(out.dtype());
-  unsigned char one[8];
-  convert_elements(&value, DType::f64, one, out.dtype(), 1);
-  auto* p = static_cast<unsigned char*>(out.data_ptr());
-  for (int64_t i = 0; i < out.numel(); ++i)
-    for (size_t b = 0; b < es; ++b) p[i * es + b] = one[b];
-  if (rg) out.requires_grad_();
-  return out;
-}
-
-Tensor zeros(const Shape& shape, TensorOptions opts) { return full(shape, 0.0, opts); }
-Tensor ones(const Shape& shape, TensorOptions opts) { return full(shape, 1.0, opts); }
 
 Tensor arange(double start, double end, double step, TensorOptions opts) {
   TS_CHECK(step != 0 && std::isfinite(step), ValueError, "arange(): step must be finite and non-zero, got " << step);

@@ -10,6 +10,10 @@
 // Copies of a Tensor share the same impl (storage, shape, grad, autograd node).
 // A tensor without storage is *symbolic*: it has shape, dtype and device only, and
 // ops on it run their shape rules but no kernels (used to trace graphs).
+//
+// Layering: this header is core's base, which includes no op. The few functions declared here
+// that run an op are defined above the ops, in core's engine: to(), clone(), full/zeros/ones
+// (core/engine/tensor_ops.cpp) and backward() (core/engine/backward.cpp).
 #pragma once
 
 #include <cstdint>
@@ -124,9 +128,10 @@ class Tensor {
   /// saved tensors are freed afterwards unless `retain_graph`.
   void backward(const Tensor& grad = Tensor(), bool retain_graph = false) const;
 
-  /// A new tensor with a copy of the data (differentiable).
+  /// A new tensor with a copy of the data (differentiable; the copy op).
   Tensor clone() const;
-  /// The data on `device` (this tensor itself when it is there already); differentiable.
+  /// The data on `device` (this tensor itself when it is there already); differentiable (the
+  /// to_device op).
   Tensor to(Device device) const;
 
   /// Shape, dtype, device and (for CPU tensors) values, nested like numpy.
@@ -150,6 +155,7 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 /// Uninitialized tensor.
 Tensor empty(const Shape& shape, TensorOptions opts = {});
+/// Tensors filled with one value (on CUDA by the fill op).
 Tensor zeros(const Shape& shape, TensorOptions opts = {});
 Tensor ones(const Shape& shape, TensorOptions opts = {});
 Tensor full(const Shape& shape, double value, TensorOptions opts = {});

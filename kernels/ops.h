@@ -8,7 +8,7 @@
 #include "kernels/adamw_update/adamw_update.h"
 #include "kernels/add/add.h"
 #include "kernels/add_scalar/add_scalar.h"
-#include "kernels/block_attention/attention_layout.h"
+#include "core/sparse/attention_layout.h"
 #include "kernels/block_attention/block_attention.h"
 #include "kernels/block_attention_backward/block_attention_backward.h"
 #include "kernels/block_attention_packed/block_attention_packed.h"

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "core/random.h"
-#include "kernels/block_attention/attention_layout.h"
+#include "core/sparse/attention_layout.h"
 #include "layers/dropout.h"
 #include "layers/module.h"
 #include "layers/projection.h"
@@ -160,6 +160,8 @@ class MultiHeadAttention : public Module {
   Tensor decode(const Tensor& x, int64_t batch, KVCache& cache) const;
 
   const AttentionLayoutPtr& layout() const { return layout_; }
+  /// {none, layout()}: what checkpoints save as this module's /layout/<path>.
+  ModuleLayouts layouts() const override { return {nullptr, layout_}; }
   const Projection& qkv() const { return qkv_; }
   const Projection& proj() const { return proj_; }
   const AttentionOptions& options() const { return options_; }

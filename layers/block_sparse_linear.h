@@ -104,6 +104,10 @@ class BlockSparseLinear : public Module {
   /// the method needs (e.g. zeros for regrown blocks). Compiled steps that ran this layer trace
   /// again at their next run (layout_generation()). ShapeError naming both layouts otherwise.
   void set_layout(LayoutPtr layout);
+  /// {layout(), none}: what checkpoints save as this module's /layout/<path>.
+  ModuleLayouts layouts() const override { return {layout_, nullptr}; }
+  /// set_layout(layout): how a restore adopts a checkpoint's layout (adopt_layouts).
+  void set_block_layout(LayoutPtr layout) override { set_layout(std::move(layout)); }
   const Tensor& weight() const { return weight_; }
   /// Undefined when the option is off.
   const Tensor& bias() const { return bias_; }

@@ -66,6 +66,11 @@ void Module::zero_grad() {
   for (auto& p : named_parameters()) p.tensor.zero_grad();
 }
 
+void Module::set_block_layout(LayoutPtr layout) {
+  TS_THROW(ValueError, "set_block_layout: this module has no block layout (to switch to "
+                           << (layout ? layout->str() : std::string("none")) << ")");
+}
+
 void Module::to(Device device) {
   for (auto& p : named_parameters()) {
     if (p.tensor.device() == device) continue;

@@ -23,12 +23,21 @@
 #include <vector>
 
 #include "core/graph/named_param.h"
+#include "core/sparse/attention_layout.h"
+#include "core/sparse/block_layout.h"
 #include "core/tensor.h"
 
 namespace tessera {
 namespace nn {
 
 using NamedParam = graph::NamedParam;
+
+/// The layouts a module holds itself (not its submodules'); null where it has none. Checkpoints
+/// save each under /layout/<module path> (models/model_checkpoint.h).
+struct ModuleLayouts {
+  LayoutPtr block;               ///< the layout of its block-sparse weight (BlockSparseLinear)
+  AttentionLayoutPtr attention;  ///< its attention layout (MultiHeadAttention)
+};
 
 class Module {
  public:
@@ -57,6 +66,14 @@ class Module {
   /// objects (so do it before making the optimizer, whose state is made where the parameters
   /// are). Gradients are dropped.
   void to(Device device);
+
+  /// The layouts this module holds itself (none by default). A layer that holds one overrides
+  /// this, so that code above the layers (checkpoints) finds every layout of a model without
+  /// knowing the layer types.
+  virtual ModuleLayouts layouts() const { return {}; }
+  /// Switches this module's block layout (for a module whose layouts().block is set; such a
+  /// module overrides this). ValueError by default: the module has no block layout.
+  virtual void set_block_layout(LayoutPtr layout);
 
  protected:
   /// Registers `t` as parameter `name` (a floating leaf; marked requires_grad) and returns it.

@@ -3,4 +3,5 @@
 
 #include "models/char_lstm_lm.h"
 #include "models/config_reader.h"
+#include "models/model_checkpoint.h"
 #include "models/transformer_lm.h"

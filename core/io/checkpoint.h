@@ -1,7 +1,7 @@
 // Checkpoints: everything needed to resume training, in one HDF5 file (readable by h5dump, h5py).
 //
 //   io::CheckpointData ck = io::capture(model, &opt);   // parameters, layouts, optimizer
-//   ck.config = config_json;                           // (core/io/module_checkpoint.h)
+//   ck.config = config_json;                           // (models/model_checkpoint.h)
 //   ck.trainer.step = step;
 //   ck.rng["data"] = data_gen.state();
 //   io::save_checkpoint("run/ckpt.h5", ck, /*keep_last=*/3);
@@ -50,9 +50,9 @@
 #include "core/graph/named_param.h"
 #include "core/io/hdf5_file.h"
 #include "core/random.h"
+#include "core/sparse/attention_layout.h"
 #include "core/sparse/block_layout.h"
 #include "core/tensor.h"
-#include "kernels/block_attention/attention_layout.h"
 
 namespace tessera {
 namespace io {

@@ -11,8 +11,8 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "core/io/event_writer.h"
-#include "core/io/svg_plot.h"
+#include "core/logging/event_writer.h"
+#include "core/logging/svg_plot.h"
 
 namespace fs = std::filesystem;
 
@@ -238,7 +238,7 @@ struct LossCurves {
     if (row.contains("val_loss") && row["val_loss"].is_number()) val.push_back({s, row["val_loss"].get<double>()});
   }
   void write(const fs::path& path) const {
-    io::write_loss_svg(path.string(), {{"train", train}, {"val", val}}, io::PlotOptions());
+    logging::write_loss_svg(path.string(), {{"train", train}, {"val", val}}, logging::PlotOptions());
   }
 };
 
@@ -295,7 +295,7 @@ void run_training(const TrainerFlags& f, nn::Module& model, optim::Optimizer& op
   write_file_atomic(out / "config.json", config.dump(2) + "\n");
   LossCurves curves;
   if (step > 0) trim_metrics(metrics_path, step, curves);
-  io::EventWriter events(out.string());  // TensorBoard: the same scalars as metrics.jsonl
+  logging::EventWriter events(out.string());  // TensorBoard: the same scalars as metrics.jsonl
   std::ofstream metrics(metrics_path, step > 0 ? std::ios::app : std::ios::trunc);
   TS_CHECK(metrics.good(), IOError, "cannot write '" << metrics_path.string() << "'");
   if (step == 0) write_file_atomic(out / "samples.txt", "");
@@ -358,7 +358,7 @@ void run_training(const TrainerFlags& f, nn::Module& model, optim::Optimizer& op
     }
     metrics << row.dump() << "\n" << std::flush;
     TS_CHECK(metrics.good(), IOError, "cannot write '" << metrics_path.string() << "'");
-    const double wall = io::EventWriter::now();
+    const double wall = logging::EventWriter::now();
     for (const char* key : {"train_loss", "val_loss", "lr", "tokens_per_s"})
       if (row.contains(key)) events.add_scalar(key, row[key].get<double>(), step, wall);
     curves.add(row);

@@ -27,7 +27,7 @@
 
 #include "core/autocast.h"
 #include "core/graph/compile.h"
-#include "core/io/module_checkpoint.h"
+#include "models/model_checkpoint.h"
 #include "data/text_dataset.h"
 #include "optim/optim.h"
 

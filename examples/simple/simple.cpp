@@ -8,7 +8,7 @@
 // same dX, and times forward and backward (dX, dW, db) of both: the median of --runs runs after a
 // warm-up. The block-sparse layer does density × the dense work, so its speedup approaches
 // 1/density for large layers. With --save the layer is written as a checkpoint
-// (core/io/module_checkpoint.h); `inspect FILE.h5` prints it.
+// (models/model_checkpoint.h); `inspect FILE.h5` prints it.
 #include <tessera/tessera.h>
 
 #include <CLI/CLI.hpp>

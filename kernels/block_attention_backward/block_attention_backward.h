@@ -1,7 +1,7 @@
 #pragma once
 
 #include "core/op.h"
-#include "kernels/block_attention/attention_layout.h"
+#include "core/sparse/attention_layout.h"
 
 namespace tessera {
 

@@ -8,7 +8,7 @@
 
 #include "core/op.h"
 #include "core/random.h"
-#include "kernels/block_attention/attention_layout.h"
+#include "core/sparse/attention_layout.h"
 
 namespace tessera {
 

@@ -8,6 +8,16 @@ namespace tessera {
 
 Tensor cast(const Tensor& x, DType dtype) { return call<Cast>({dtype}, {x})[0]; }
 
+Tensor autocast::operand(const Tensor& t) {
+  if (!enabled() || !t.defined() || t.dtype() != DType::f32) return t;
+  // Parameters: leaves that require grad. Other tensors (activations) are cast each time.
+  if (!(t.requires_grad() && t.is_leaf())) return cast(t, dtype());
+  if (const Tensor* c = detail::cached_cast(t)) return *c;
+  Tensor c = cast(t, dtype());
+  detail::cache_cast(t, c);
+  return c;
+}
+
 std::vector<TensorMeta> Cast::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 1);
   TS_CHECK(static_cast<int>(attrs.dtype) <= static_cast<int>(DType::u8), ValueError,

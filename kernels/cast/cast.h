@@ -1,5 +1,6 @@
 #pragma once
 
+#include "core/autocast.h"
 #include "core/op.h"
 
 namespace tessera {
@@ -7,6 +8,13 @@ namespace tessera {
 /// x converted to `dtype` (any dtype to any dtype; a copy even when the dtype is the same).
 /// Float -> integer truncates toward zero; to bf16/f16 rounds to nearest even.
 Tensor cast(const Tensor& x, DType dtype);
+
+namespace autocast {
+/// `t` as the operand of an autocast op (matmul, linear, bsmm, block attention): t itself unless
+/// autocast is on (core/autocast.h) and t is f32; then cast(t, dtype()), made once per outermost
+/// guard for parameters (leaves that require grad) and reused.
+Tensor operand(const Tensor& t);
+}  // namespace autocast
 
 /// y = x converted element by element (any shape). Backward: dx = cast(g, x's dtype) when x
 /// is floating; integer inputs get no gradient (and integer outputs carry none).

@@ -12,8 +12,6 @@ void copy_into(const Tensor& src, const Tensor& dst) {
   call_out<Copy>({}, {src}, {dst});
 }
 
-Tensor Tensor::clone() const { return copy(*this); }
-
 std::vector<TensorMeta> Copy::infer(const std::vector<TensorMeta>& in, const Attrs&) {
   check_num_inputs(kName, in, 1);
   return {in[0]};

@@ -6,8 +6,6 @@
 
 namespace tessera {
 
-Tensor Tensor::to(Device device) const { return to_device(*this, device); }
-
 Tensor to_device(const Tensor& x, Device device) {
   if (x.defined() && x.device() == device) return x;
   return call<ToDevice>({device}, {x})[0];

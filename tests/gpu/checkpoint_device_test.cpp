@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <string>
 
-#include "core/io/module_checkpoint.h"
+#include "models/model_checkpoint.h"
 #include "gradcheck.h"
 #include "kernels/ops.h"
 #include "models/char_lstm_lm.h"

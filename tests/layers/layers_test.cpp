@@ -268,5 +268,35 @@ TEST(Layers, GradientsReachParameters) {
   }
 }
 
+// Modules report the layouts they hold themselves (checkpoints find them by this virtual, not
+// by layer type): a block-sparse linear its block layout, an attention layer its attention
+// layout, others none; only a module with a block layout switches it through the virtual.
+TEST(Module, ReportsItsOwnLayouts) {
+  Generator gen(0);
+  nn::Linear dense(nn::LinearOptions(8, 8), gen);
+  EXPECT_EQ(dense.layouts().block, nullptr);
+  EXPECT_EQ(dense.layouts().attention, nullptr);
+  LayoutPtr a = BlockLayout::from_mask(16, 16, 8, {1, 0, 1, 1});
+  expect_error<ValueError>([&] { dense.set_block_layout(a); }, {"set_block_layout", "no block layout"});
+
+  LayoutPtr b = BlockLayout::from_mask(16, 16, 8, {1, 1, 0, 1});
+  nn::BlockSparseLinear sparse(nn::BlockSparseLinearOptions(a), gen);
+  EXPECT_EQ(sparse.layouts().block, a);
+  EXPECT_EQ(sparse.layouts().attention, nullptr);
+  nn::Module& as_module = sparse;
+  as_module.set_block_layout(b);
+  EXPECT_EQ(sparse.layout(), b);
+  EXPECT_EQ(as_module.layouts().block, b);
+
+  nn::MultiHeadAttention attn(nn::AttentionOptions(16, 2, 32).block_size(8).layout("local").window(2), gen);
+  EXPECT_EQ(attn.layouts().attention, attn.layout());
+  EXPECT_NE(attn.layouts().attention, nullptr);
+  EXPECT_EQ(attn.layouts().block, nullptr);
+  // A container reports none of its submodules' layouts (they report their own).
+  Bag bag;
+  bag.add("sparse", std::make_shared<nn::BlockSparseLinear>(nn::BlockSparseLinearOptions(a), gen));
+  EXPECT_EQ(bag.layouts().block, nullptr);
+}
+
 }  // namespace
 }  // namespace tessera

@@ -21,7 +21,7 @@
 #include <cstdint>
 
 #include "core/sparse/block_layout.h"
-#include "kernels/block_attention/attention_layout.h"
+#include "core/sparse/attention_layout.h"
 
 namespace tessera {
 namespace cuda {

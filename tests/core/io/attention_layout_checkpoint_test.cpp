@@ -14,7 +14,7 @@
 
 #include "core/io/checkpoint.h"
 #include "core/io/hdf5_file.h"
-#include "core/io/module_checkpoint.h"
+#include "models/model_checkpoint.h"
 #include "gradcheck.h"
 #include "io_test_util.h"
 #include "layers/layers.h"

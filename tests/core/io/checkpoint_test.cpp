@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/io/checkpoint.h"
-#include "core/io/module_checkpoint.h"
+#include "models/model_checkpoint.h"
 #include "gradcheck.h"
 #include "io_test_util.h"
 #include "kernels/ops.h"

@@ -1,4 +1,4 @@
-#include "kernels/block_attention/attention_layout.h"
+#include "core/sparse/attention_layout.h"
 
 #include <limits>
 #include <sstream>

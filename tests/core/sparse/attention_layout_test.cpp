@@ -1,5 +1,5 @@
 // AttentionLayout: generators against hand-written block masks, look-up tables, errors.
-#include "kernels/block_attention/attention_layout.h"
+#include "core/sparse/attention_layout.h"
 
 #include <gtest/gtest.h>
 

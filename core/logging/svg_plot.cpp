@@ -1,4 +1,4 @@
-#include "core/io/svg_plot.h"
+#include "core/logging/svg_plot.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include "core/io/atomic_file.h"
 
 namespace tessera {
-namespace io {
+namespace logging {
 
 namespace {
 
@@ -175,8 +175,8 @@ std::string render_loss_svg(const std::vector<PlotSeries>& series, const PlotOpt
 
 void write_loss_svg(const std::string& path, const std::vector<PlotSeries>& series, const PlotOptions& options) {
   const std::string svg = render_loss_svg(series, options);
-  atomic_write(path, [&](const std::string& tmp) { write_file(tmp, svg.data(), svg.size()); });
+  io::atomic_write(path, [&](const std::string& tmp) { io::write_file(tmp, svg.data(), svg.size()); });
 }
 
-}  // namespace io
+}  // namespace logging
 }  // namespace tessera

@@ -1,29 +1,21 @@
-#include "core/io/module_checkpoint.h"
+#include "models/model_checkpoint.h"
 
 #include <vector>
 
 #include "core/cuda/runtime.h"
-#include "layers/attention.h"
-#include "layers/block_sparse_linear.h"
 
 namespace tessera {
 namespace io {
 
 namespace {
 
-// Calls f(path, module) for every module of type M in the tree below `m` (M const when `m` is),
-// by module path: the root is kRootModulePath, children are "a.b".
-template <class M, class Mod, class F>
+// Calls f(path, module) for every module of the tree below `m` (itself included; Mod is
+// nn::Module or const nn::Module), by module path: the root is kRootModulePath, children "a.b".
+template <class Mod, class F>
 void for_each_module(Mod& m, const std::string& path, F&& f) {
-  if (auto* b = dynamic_cast<M*>(&m)) f(path.empty() ? kRootModulePath : path, *b);
+  f(path.empty() ? kRootModulePath : path, m);
   for (const auto& [name, child] : m.named_children())
-    for_each_module<M>(static_cast<Mod&>(*child), path.empty() ? name : path + "." + name, f);
-}
-
-// The layout of every module of type M (by module path), as layout_of(module) gives it.
-template <class M, class L, class Get>
-void walk_layouts(const nn::Module& m, std::map<std::string, L>& out, Get layout_of) {
-  for_each_module<const M>(m, "", [&](const std::string& path, const M& b) { out[path] = layout_of(b); });
+    for_each_module(static_cast<Mod&>(*child), path.empty() ? name : path + "." + name, f);
 }
 
 // Path of each optimizer parameter in the model (by tensor identity).
@@ -103,13 +95,17 @@ void check_layouts(const std::string& path, const std::map<std::string, L>& file
 
 std::map<std::string, LayoutPtr> collect_layouts(const nn::Module& model) {
   std::map<std::string, LayoutPtr> out;
-  walk_layouts<nn::BlockSparseLinear>(model, out, [](const nn::BlockSparseLinear& b) { return b.layout(); });
+  for_each_module(model, "", [&](const std::string& path, const nn::Module& m) {
+    if (LayoutPtr l = m.layouts().block) out[path] = std::move(l);
+  });
   return out;
 }
 
 std::map<std::string, AttentionLayoutPtr> collect_attention_layouts(const nn::Module& model) {
   std::map<std::string, AttentionLayoutPtr> out;
-  walk_layouts<nn::MultiHeadAttention>(model, out, [](const nn::MultiHeadAttention& a) { return a.layout(); });
+  for_each_module(model, "", [&](const std::string& path, const nn::Module& m) {
+    if (AttentionLayoutPtr l = m.layouts().attention) out[path] = std::move(l);
+  });
   return out;
 }
 
@@ -177,9 +173,9 @@ CheckpointData restore(const std::string& path, nn::Module& model, optim::Optimi
   detail::check_targets(path, index, targets, strict);
 
   if (!adopted.empty())
-    for_each_module<nn::BlockSparseLinear>(model, "", [&](const std::string& path, nn::BlockSparseLinear& b) {
+    for_each_module(model, "", [&](const std::string& path, nn::Module& m) {
       auto it = adopted.find(path);
-      if (it != adopted.end()) b.set_layout(it->second);
+      if (it != adopted.end()) m.set_block_layout(it->second);
     });
 
   for (size_t i = 0; i < targets.size(); ++i)

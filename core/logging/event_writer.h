@@ -1,7 +1,7 @@
 // TensorBoard event files without TensorFlow: scalar summaries (loss curves) a stock
 // `tensorboard --logdir runs` shows.
 //
-//   io::EventWriter tb("runs", "tiny-gpt");              // runs/tiny-gpt/events.out.tfevents.<time>.<host>
+//   logging::EventWriter tb("runs", "tiny-gpt");              // runs/tiny-gpt/events.out.tfevents.<time>.<host>
 //   tb.add_scalar("loss/train", loss, step, wall_time);   // wall_time: seconds since the epoch
 //   tb.flush();                                           // now visible to TensorBoard
 //
@@ -19,7 +19,7 @@
 #include <string>
 
 namespace tessera {
-namespace io {
+namespace logging {
 
 /// CRC-32C (Castagnoli; reflected polynomial 0x82F63B78, as in iSCSI, ext4 and TFRecord).
 /// `crc` continues a running checksum: crc32c(b, n2, crc32c(a, n1)) == crc32c(a ++ b).
@@ -64,5 +64,5 @@ class EventWriter {
   std::string buffer_;  // framed records not yet written
 };
 
-}  // namespace io
+}  // namespace logging
 }  // namespace tessera

@@ -1,7 +1,7 @@
 // EventWriter: CRC-32C against published vectors, and the event file parsed back record by record
 // (framing, both CRCs, the hand-encoded protobuf). TensorBoard's own reader is checked by the
 // ctest `tensorboard_reader` (read_events.py).
-#include "core/io/event_writer.h"
+#include "core/logging/event_writer.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "io_test_util.h"
+#include "../io/io_test_util.h"
 
 namespace tessera {
 namespace {
@@ -85,10 +85,10 @@ std::vector<std::string> read_records(const std::string& file) {
   while (pos < file.size()) {
     EXPECT_GE(file.size() - pos, 12u) << "truncated record header at " << pos;
     const uint64_t len = get_le(file, pos, 8);
-    EXPECT_EQ(get_le(file, pos + 8, 4), io::masked_crc32c(file.data() + pos, 8)) << "length CRC at " << pos;
+    EXPECT_EQ(get_le(file, pos + 8, 4), logging::masked_crc32c(file.data() + pos, 8)) << "length CRC at " << pos;
     EXPECT_GE(file.size() - pos - 12, len + 4) << "truncated record at " << pos;
     const std::string payload = file.substr(pos + 12, len);
-    EXPECT_EQ(get_le(file, pos + 12 + len, 4), io::masked_crc32c(payload.data(), payload.size()))
+    EXPECT_EQ(get_le(file, pos + 12 + len, 4), logging::masked_crc32c(payload.data(), payload.size()))
         << "payload CRC at " << pos;
     out.push_back(payload);
     pos += 12 + len + 4;
@@ -98,31 +98,31 @@ std::vector<std::string> read_records(const std::string& file) {
 
 TEST(Crc32c, KnownVectors) {
   const std::string digits = "123456789";
-  EXPECT_EQ(io::crc32c(digits.data(), digits.size()), 0xE3069283u);
+  EXPECT_EQ(logging::crc32c(digits.data(), digits.size()), 0xE3069283u);
   // RFC 3720 (iSCSI) B.4: 32 bytes of zeros, of ones, incrementing and decrementing.
   std::vector<unsigned char> b(32, 0);
-  EXPECT_EQ(io::crc32c(b.data(), b.size()), 0x8A9136AAu);
+  EXPECT_EQ(logging::crc32c(b.data(), b.size()), 0x8A9136AAu);
   std::fill(b.begin(), b.end(), 0xff);
-  EXPECT_EQ(io::crc32c(b.data(), b.size()), 0x62A8AB43u);
+  EXPECT_EQ(logging::crc32c(b.data(), b.size()), 0x62A8AB43u);
   for (int i = 0; i < 32; ++i) b[i] = static_cast<unsigned char>(i);
-  EXPECT_EQ(io::crc32c(b.data(), b.size()), 0x46DD794Eu);
+  EXPECT_EQ(logging::crc32c(b.data(), b.size()), 0x46DD794Eu);
   for (int i = 0; i < 32; ++i) b[i] = static_cast<unsigned char>(31 - i);
-  EXPECT_EQ(io::crc32c(b.data(), b.size()), 0x113FDB5Cu);
-  EXPECT_EQ(io::crc32c(nullptr, 0), 0u);
+  EXPECT_EQ(logging::crc32c(b.data(), b.size()), 0x113FDB5Cu);
+  EXPECT_EQ(logging::crc32c(nullptr, 0), 0u);
 }
 
 TEST(Crc32c, ContinuesAndMasks) {
   const std::string s = "The quick brown fox jumps over the lazy dog";
-  EXPECT_EQ(io::crc32c(s.data() + 10, s.size() - 10, io::crc32c(s.data(), 10)), io::crc32c(s.data(), s.size()));
+  EXPECT_EQ(logging::crc32c(s.data() + 10, s.size() - 10, logging::crc32c(s.data(), 10)), logging::crc32c(s.data(), s.size()));
   const uint32_t c = 0xE3069283u;  // crc32c("123456789")
-  EXPECT_EQ(io::masked_crc32c("123456789", 9), ((c >> 15) | (c << 17)) + 0xa282ead8u);
+  EXPECT_EQ(logging::masked_crc32c("123456789", 9), ((c >> 15) | (c << 17)) + 0xa282ead8u);
 }
 
 TEST(EventWriter, RecordsParseBack) {
   TempDir dir;
   std::string path;
   {
-    io::EventWriter w(dir.path(), "run-a");
+    logging::EventWriter w(dir.path(), "run-a");
     path = w.path();
     w.add_scalar("loss/train", 2.5, 0, 1700000000.25);
     w.add_scalar("loss/train", 0.1, 1234567890123LL, 1700000001.5);  // multi-byte varint step
@@ -141,7 +141,7 @@ TEST(EventWriter, RecordsParseBack) {
   const Message header = decode(records[0]);
   EXPECT_EQ(header.bytes.at(3), "brain.Event:2");
   EXPECT_EQ(header.ints.at(2), 0u);
-  EXPECT_NEAR(as_double(header.ints.at(1)), io::EventWriter::now(), 60.0);
+  EXPECT_NEAR(as_double(header.ints.at(1)), logging::EventWriter::now(), 60.0);
   EXPECT_EQ(header.bytes.count(5), 0u);
 
   struct Expect { const char* tag; float value; int64_t step; double wall_time; };
@@ -165,7 +165,7 @@ TEST(EventWriter, FlushAndDestructorWrite) {
   TempDir dir;
   std::string path;
   {
-    io::EventWriter w(dir.path());
+    logging::EventWriter w(dir.path());
     path = w.path();
     EXPECT_EQ(read_records(read_bytes(path)).size(), 1u);  // header written at once
     w.add_scalar("a", 1.0, 1);
@@ -179,7 +179,7 @@ TEST(EventWriter, FlushAndDestructorWrite) {
 
 TEST(EventWriter, TwoWritersGetTwoFiles) {
   TempDir dir;
-  io::EventWriter a(dir.path()), b(dir.path());
+  logging::EventWriter a(dir.path()), b(dir.path());
   EXPECT_NE(a.path(), b.path());
   EXPECT_EQ(dir.files().size(), 2u);
 }
@@ -188,12 +188,12 @@ TEST(EventWriter, Errors) {
   TempDir dir;
   testing::write_bytes(dir.file("plain"), "x");
   try {
-    io::EventWriter w(dir.file("plain"), "run");
+    logging::EventWriter w(dir.file("plain"), "run");
     FAIL() << "no IOError";
   } catch (const IOError& e) {
     EXPECT_NE(std::string(e.what()).find(dir.file("plain")), std::string::npos) << e.what();
   }
-  io::EventWriter w(dir.path());
+  logging::EventWriter w(dir.path());
   try {
     w.add_scalar("", 1.0, 0, 0.0);
     FAIL() << "no ValueError";

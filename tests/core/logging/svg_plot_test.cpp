@@ -1,6 +1,6 @@
 // write_loss_svg: a well-formed standalone SVG with both curves, labels and a legend, every point
 // inside the plot box, written atomically.
-#include "core/io/svg_plot.h"
+#include "core/logging/svg_plot.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "io_test_util.h"
+#include "../io/io_test_util.h"
 
 namespace tessera {
 namespace {
@@ -45,8 +45,8 @@ bool balanced(const std::string& svg) {
   return stack.empty();
 }
 
-std::vector<io::PlotSeries> sample() {
-  io::PlotSeries train{"train loss", {}}, val{"val <loss> & co", {}};
+std::vector<logging::PlotSeries> sample() {
+  logging::PlotSeries train{"train loss", {}}, val{"val <loss> & co", {}};
   for (int s = 0; s <= 300; s += 10) train.points.push_back({s, 4.0 * std::exp(-s / 80.0) + 0.3});
   for (int s = 0; s <= 300; s += 50) val.points.push_back({s, 4.1 * std::exp(-s / 90.0) + 0.45});
   train.points.push_back({310, NAN});  // a diverged point is left out
@@ -54,7 +54,7 @@ std::vector<io::PlotSeries> sample() {
 }
 
 TEST(SvgPlot, WellFormedWithCurvesLabelsLegend) {
-  const std::string svg = io::render_loss_svg(sample(), {});
+  const std::string svg = logging::render_loss_svg(sample(), {});
   EXPECT_EQ(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0), 0u);
   EXPECT_EQ(svg.substr(svg.size() - 7), "</svg>\n");
   EXPECT_TRUE(balanced(svg));
@@ -68,7 +68,7 @@ TEST(SvgPlot, WellFormedWithCurvesLabelsLegend) {
 
 TEST(SvgPlot, PointsInsidePlotBox) {
   const auto series = sample();
-  const std::string svg = io::render_loss_svg(series, {});
+  const std::string svg = logging::render_loss_svg(series, {});
   std::smatch box_m;
   ASSERT_TRUE(std::regex_search(svg, box_m, std::regex("<rect class=\"plot-box\"[^>]*>")));
   const std::string box = box_m[0];
@@ -99,25 +99,25 @@ TEST(SvgPlot, PointsInsidePlotBox) {
 
 TEST(SvgPlot, DegenerateInputs) {
   // No series, one flat point, an all-NaN series: still a valid chart, no NaN coordinates.
-  for (const auto& s : std::vector<std::vector<io::PlotSeries>>{
+  for (const auto& s : std::vector<std::vector<logging::PlotSeries>>{
            {}, {{"one", {{5, 2.0}}}}, {{"diverged", {{0, NAN}, {1, INFINITY}}}}}) {
-    const std::string svg = io::render_loss_svg(s, {});
+    const std::string svg = logging::render_loss_svg(s, {});
     EXPECT_TRUE(balanced(svg));
     EXPECT_EQ(svg.find("nan"), std::string::npos);
     EXPECT_EQ(svg.find("inf"), std::string::npos);
   }
-  EXPECT_NE(io::render_loss_svg({{"one", {{5, 2.0}}}}, {}).find("<circle"), std::string::npos);
-  io::PlotOptions tiny;
+  EXPECT_NE(logging::render_loss_svg({{"one", {{5, 2.0}}}}, {}).find("<circle"), std::string::npos);
+  logging::PlotOptions tiny;
   tiny.width = 50;
-  EXPECT_THROW(io::render_loss_svg({}, tiny), ValueError);
+  EXPECT_THROW(logging::render_loss_svg({}, tiny), ValueError);
 }
 
 TEST(SvgPlot, WritesAtomically) {
   TempDir dir;
-  io::write_loss_svg(dir.file("loss.svg"), sample());
-  EXPECT_EQ(testing::read_bytes(dir.file("loss.svg")), io::render_loss_svg(sample()));
+  logging::write_loss_svg(dir.file("loss.svg"), sample());
+  EXPECT_EQ(testing::read_bytes(dir.file("loss.svg")), logging::render_loss_svg(sample()));
   EXPECT_EQ(dir.files(), std::vector<std::string>{"loss.svg"});  // no temporary left behind
-  EXPECT_THROW(io::write_loss_svg(dir.file("missing/loss.svg"), sample()), IOError);
+  EXPECT_THROW(logging::write_loss_svg(dir.file("missing/loss.svg"), sample()), IOError);
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // Loss curves as a standalone SVG line chart (opens in any browser; no plotting library).
 //
-//   io::PlotSeries train{"train loss", {{0, 4.2}, {100, 2.9}, {200, 2.1}}};
-//   io::PlotSeries val{"val loss", {{0, 4.3}, {200, 2.4}}};
-//   io::write_loss_svg("runs/tiny/loss.svg", {train, val});
+//   logging::PlotSeries train{"train loss", {{0, 4.2}, {100, 2.9}, {200, 2.1}}};
+//   logging::PlotSeries val{"val loss", {{0, 4.3}, {200, 2.4}}};
+//   logging::write_loss_svg("runs/tiny/loss.svg", {train, val});
 //
 // The chart has a title, x (step) and y (value) axes with "nice" ticks (1, 2 or 5 x 10^k) and
 // grid lines, one polyline per series in its own colour, and a legend. Non-finite values
@@ -16,7 +16,7 @@
 #include <vector>
 
 namespace tessera {
-namespace io {
+namespace logging {
 
 /// One named curve: (step, value) points, drawn in the given order.
 struct PlotSeries {
@@ -41,5 +41,5 @@ std::string render_loss_svg(const std::vector<PlotSeries>& series, const PlotOpt
 void write_loss_svg(const std::string& path, const std::vector<PlotSeries>& series,
                     const PlotOptions& options = {});
 
-}  // namespace io
+}  // namespace logging
 }  // namespace tessera

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <exception>
 
-#include "core/io/event_writer.h"
+#include "core/logging/event_writer.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    tessera::io::EventWriter w(argv[1], "run");
+    tessera::logging::EventWriter w(argv[1], "run");
     const double t0 = 1700000000.125;
     for (int64_t step = 0; step < 60; ++step) {
       const struct { const char* tag; double value; } points[] = {

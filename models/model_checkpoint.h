@@ -9,12 +9,17 @@
 //   io::CheckpointData back = io::restore("run/ckpt.h5", *model2, &opt2);
 //   gen.set_state(back.rng.at("dropout"));
 //
-// Names: parameters by their named_parameters() path; layouts by the path of the
-// BlockSparseLinear or MultiHeadAttention module that owns them ("(root)" for a model that is
-// one): one per module, also where modules share one layout object (TransformerLM's blocks
-// all use one attention layout; the file has /layout/blocks.<l>.attn for each l); optimizer state
-// /optimizer/<param path>/<state_names()[k]> holds state()[k * params().size() + i] of the
-// parameter i with that path (see optim::Optimizer::state()).
+// Names: parameters by their named_parameters() path; layouts by the path of the module that
+// owns them (nn::Module::layouts(): a BlockSparseLinear's block layout, a MultiHeadAttention's
+// attention layout; "(root)" for a model that is one): one per module, also where modules
+// share one layout object (TransformerLM's blocks all use one attention layout; the file has
+// /layout/blocks.<l>.attn for each l); optimizer state /optimizer/<param path>/<state_names()[k]>
+// holds state()[k * params().size() + i] of the parameter i with that path (see
+// optim::Optimizer::state()).
+//
+// Layering: this is the model-level part of checkpoints, so it sits in models/, which sees
+// layers/ and optim/; the file format itself (CheckpointData, save/load, the checks) is the
+// engine's, core/io/checkpoint.h, which knows neither modules nor optimizers.
 #pragma once
 
 #include <map>
@@ -30,10 +35,12 @@ namespace io {
 /// Module path of a root module's layout.
 constexpr const char* kRootModulePath = "(root)";
 
-/// Block layouts of every BlockSparseLinear in `model` (itself included) by module path.
+/// Block layouts of every module in `model` (itself included) that has one (layouts().block:
+/// the BlockSparseLinear layers), by module path.
 std::map<std::string, LayoutPtr> collect_layouts(const nn::Module& model);
 
-/// Attention layouts of every MultiHeadAttention in `model` (itself included) by module path.
+/// Attention layouts of every module in `model` (itself included) that has one
+/// (layouts().attention: the MultiHeadAttention layers), by module path.
 std::map<std::string, AttentionLayoutPtr> collect_attention_layouts(const nn::Module& model);
 
 /// The model's parameters, its block and attention layouts and, with `opt`, the optimizer's name, step count,
@@ -46,11 +53,12 @@ CheckpointData capture(const nn::Module& model, const optim::Optimizer* opt = nu
 /// rng, config). Everything is checked before any tensor changes, each problem as one error
 /// naming the path, with a count of further problems:
 ///   - the optimizer type (IOError when /optimizer is missing or of another type);
-///   - layouts: every BlockSparseLinear's layout must equal /layout/<module path>, and the file
+///   - layouts: every module's block layout must equal /layout/<module path>, and the file
 ///     may hold no others (IOError naming both layouts); with `adopt_layouts`, a file layout of
-///     the layer's sizes, block size and block count that differs is taken instead (the layer's
-///     set_layout, once everything is checked): a run whose layers switched layouts resumes;
-///   - attention layouts: the same for every MultiHeadAttention (same geometry and kept blocks);
+///     the layer's sizes, block size and block count that differs is taken instead (the module's
+///     set_block_layout, once everything is checked): a run whose layers switched layouts resumes;
+///   - attention layouts: the same for every module's attention layout (same geometry and kept
+///     blocks);
 ///     skipped for a file without any attention layout (written before they were saved);
 ///   - tensors: every parameter /model/<path> and optimizer state /optimizer/<path>/<state> with
 ///     the same shape and dtype (ShapeError / DTypeError naming both), none missing (IOError), and

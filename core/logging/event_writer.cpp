@@ -1,4 +1,4 @@
-#include "core/io/event_writer.h"
+#include "core/logging/event_writer.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -14,7 +14,7 @@
 #include "core/error.h"
 
 namespace tessera {
-namespace io {
+namespace logging {
 
 namespace {
 
@@ -178,5 +178,5 @@ void EventWriter::flush() {
   buffer_.clear();
 }
 
-}  // namespace io
+}  // namespace logging
 }  // namespace tessera
