@@ -105,7 +105,7 @@ TEST(TransformerBlock, Gradients) {
     SCOPED_TRACE("dense, gelu_tanh, strided");
     nn::TransformerBlock blk(
         nn::TransformerBlockOptions(
-            nn::AttentionOptions(8, 2, 16).block_size(8).layout("strided").stride(1).dtype(DType::f64))
+            nn::AttentionOptions(8, 2, 16).block_size(8).layout(nn::AttentionLayoutKind::strided).stride(1).dtype(DType::f64))
             .mlp_ratio(2)
             .activation(nn::Activation::gelu_tanh),
         gen);
@@ -117,7 +117,7 @@ TEST(TransformerBlock, Gradients) {
     SCOPED_TRACE("block-sparse, fast_gelu, local");
     nn::TransformerBlock blk(nn::TransformerBlockOptions(nn::AttentionOptions(16, 2, 16)
                                                              .block_size(8)
-                                                             .layout("local")
+                                                             .layout(nn::AttentionLayoutKind::local)
                                                              .window(1)
                                                              .linear_block_size(8)
                                                              .density(0.5, 1)
