@@ -127,7 +127,8 @@ void LSTMCell::check_state(const char* who, const LSTMState& s, int64_t batch) c
 }
 
 std::pair<Tensor, LSTMState> LSTMCell::cudnn_sequence(const Tensor& x, const LSTMState& s) const {
-  auto [y, h, c] = cudnn_lstm(x, s.h, s.c, wx_.dense()->weight(), wh_.dense()->weight(), bias_, options_.forget_bias());
+  auto [y, h, c] =
+      cudnn_lstm(x, s.h, s.c, wx_.dense()->weight(), wh_.dense()->weight(), bias_, options_.forget_bias());
   return {y, LSTMState{h, c}};
 }
 

@@ -144,7 +144,8 @@ TEST(CudaAttentionDensePath, CompiledStepEqualsEagerGpuSteps) {
   REQUIRE_GPU();
   for (const char* impl : {"auto", "dense"}) {
     SCOPED_TRACE(impl);
-    expect_compiled_equals_eager(opts(DType::f32).attention_dropout(0.1).dropout(0.1).impl(nn::attention_impl_from_string(impl)), kB, 1e-5);
+    expect_compiled_equals_eager(
+        opts(DType::f32).attention_dropout(0.1).dropout(0.1).impl(nn::attention_impl_from_string(impl)), kB, 1e-5);
   }
   // bf16, head dim 32 and blocks of 32: block_attention's tensor-core kernels with their dropout.
   SCOPED_TRACE("bf16 tensor cores");

@@ -109,7 +109,8 @@ void expect_grad_scale_matches(AdamDecay decay) {
           const Tensor m = cast(mul(testing::test_randn(s, ++seed), 0.1), dt);
           const Tensor v = cast(test_rand(s, 0.0, 0.5, ++seed), dt);
           const std::vector<Tensor> in{p, g, m, v, scalar(1e-2), scalar(10), scalar(scale)};
-          const std::string what = std::string(decay == AdamDecay::coupled ? "adam " : "adamw ") + dtype_name(dt) + s.str() + " wd " +
+          const std::string what = std::string(decay == AdamDecay::coupled ? "adam " : "adamw ") + dtype_name(dt) +
+                                   s.str() + " wd " +
                                    std::to_string(a.weight_decay) + " scale " + std::to_string(scale);
           const std::vector<Tensor> got = run_on_gpu_host<Op>(a, in);
           const std::vector<Tensor> cpu = call<Op>(a, in);
@@ -232,8 +233,9 @@ TEST(CudaClipInTheUpdate, AdamWEqualsTheUnfusedStepAndTracksTheCpu) {
     EXPECT_LT(factor.item<double>(), 1.0) << "clipping engages";
     const Tensor lr = scalar(1e-2).to(kGpu), t = scalar(double(s)).to(kGpu);
     for (size_t i = 0; i < shapes.size(); ++i) {
-      const std::vector<Tensor> out = adam_update(plain[i], optim::scale_grad(gpu_grads[i], factor), m[i], v[i],
-                                                  lr, t, AdamDecay::decoupled, o.beta1(), o.beta2(), o.eps(), o.weight_decay());
+      const std::vector<Tensor> out =
+          adam_update(plain[i], optim::scale_grad(gpu_grads[i], factor), m[i], v[i], lr, t, AdamDecay::decoupled,
+                      o.beta1(), o.beta2(), o.eps(), o.weight_decay());
       copy_into(out[0], plain[i]);
       copy_into(out[1], m[i]);
       copy_into(out[2], v[i]);

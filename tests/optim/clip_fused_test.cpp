@@ -50,8 +50,8 @@ void expect_grad_scale_is_the_scaled_update(AdamDecay decay) {
         std::vector<Tensor> fused_in = in;
         fused_in.push_back(f);
         const std::vector<Tensor> got = call<Op>(attrs, fused_in);
-        const std::string what = std::string(decay == AdamDecay::coupled ? "adam " : "adamw ") + dtype_name(dt) + s.str() + " scale " +
-                                 std::to_string(scale);
+        const std::string what = std::string(decay == AdamDecay::coupled ? "adam " : "adamw ") + dtype_name(dt) +
+                                 s.str() + " scale " + std::to_string(scale);
         ASSERT_EQ(got.size(), 3u);
         for (int k = 0; k < 3; ++k) EXPECT_TRUE(all_close(got[k], want[k], 0, 0)) << what << " output " << k;
         // The scale does something (the moments see g·s, not g).
