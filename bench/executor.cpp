@@ -1,5 +1,5 @@
-// Eager against compiled training steps on CPU f32: step time and step memory, for the two
-// models of bench/common/bench_models.h (an LSTM LM and a 2-layer transformer LM).
+// Eager against compiled training steps on CPU f32: step time and step memory, for the library's
+// models (models/): a one-layer dense models::CharLSTMLM and a 2-layer models::TransformerLM.
 //
 //   executor [--steps N] [--warmup N] [--quick] [--json FILE] [--dump-dot FILE]
 //
@@ -16,9 +16,10 @@
 //   intermediate in a buffer of its own). Baseline: the eager high-water mark (the target is
 //   a planned arena <= 60% of it). Scratch memory that kernels take from malloc directly (Eigen's GEMM
 //   packing) is not tensor memory and is counted in neither.
-// - each model once more with recompute regions (graph::recompute): the transformer's blocks,
-//   the LSTM's time steps in 8 chunks. Their activations are recomputed during backward
-//   instead of kept: a smaller arena for extra forward work.
+// - each model once more with recompute regions (graph::recompute): the transformer's blocks
+//   (config "recompute"), the LSTM's time steps in 8 chunks (config "recompute_chunk"). Their
+//   activations are recomputed during backward instead of kept: a smaller arena for extra
+//   forward work.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -28,21 +29,21 @@
 #include <sstream>
 #include <thread>
 
-#include "common/bench_models.h"
 #include "common/bench_report.h"
+#include "common/random_tokens.h"
 #include "core/graph/compile.h"
 #include "kernels/ops.h"
+#include "models/char_lstm_lm.h"
+#include "models/transformer_lm.h"
 #include "optim/optim.h"
 
 using namespace tessera;
 using bench::BenchReport;
-using bench::LstmLm;
-using bench::TransformerLm;
 using Inputs = std::map<std::string, Tensor>;
 
 namespace {
 
-constexpr uint64_t kSeed = 1234;
+constexpr int64_t kSeed = 1234;  // the models' config seed: parameters and layouts
 
 struct Options {
   int steps = 20;
@@ -52,14 +53,26 @@ struct Options {
 };
 
 // One copy of a model with its own AdamW. Copies made from the same config start from the
-// same parameters (same seed).
+// same parameters (the config's seed; the recompute settings do not change them).
 template <class Model>
 struct Trainee {
-  explicit Trainee(const typename Model::Config& cfg)
-      : gen(kSeed), model(cfg, gen), opt(model.parameters(), optim::AdamWOptions(1e-3).weight_decay(0.01)) {}
-  Generator gen;
+  template <class Config>
+  explicit Trainee(const Config& cfg)
+      : model(cfg), opt(model.parameters(), optim::AdamWOptions(1e-3).weight_decay(0.01)) {}
   Model model;
   optim::AdamW opt;
+};
+
+// The LSTM benchmark: a dense one-layer CharLSTMLM (embedding width = hidden) and its batch.
+struct LstmBench {
+  int64_t batch = 32, seq = 64;
+  models::CharLSTMLMConfig model;
+};
+
+// The transformer benchmark: a TransformerLM (untied output) and its batch.
+struct TransformerBench {
+  int64_t batch = 16;
+  models::TransformerLMConfig model;
 };
 
 // A compiled way of running the step, and what its figures are compared with.
@@ -150,27 +163,32 @@ bool measure(BenchReport& report, const std::string& model, const std::string& s
   return ok;
 }
 
-std::string lstm_shape(const bench::LstmLmConfig& c) {
-  return "B" + std::to_string(c.batch) + " T" + std::to_string(c.seq) + " H" + std::to_string(c.hidden) + " V" +
-         std::to_string(c.vocab);
+std::string lstm_shape(const LstmBench& b) {
+  return "B" + std::to_string(b.batch) + " T" + std::to_string(b.seq) + " H" + std::to_string(b.model.hidden) +
+         " V" + std::to_string(b.model.vocab);
 }
 
-std::string transformer_shape(const bench::TransformerLmConfig& c) {
-  return "B" + std::to_string(c.batch) + " T" + std::to_string(c.seq) + " C" + std::to_string(c.width) + " h" +
+std::string transformer_shape(const TransformerBench& b) {
+  const models::TransformerLMConfig& c = b.model;
+  return "B" + std::to_string(b.batch) + " T" + std::to_string(c.seq_len) + " C" + std::to_string(c.width) + " h" +
          std::to_string(c.heads) + " L" + std::to_string(c.layers);
 }
 
-bool bench_lstm(BenchReport& report, const bench::LstmLmConfig& cfg, const Options& o) {
-  const int64_t n = cfg.batch * cfg.seq;
-  const Inputs feeds = {{"ids", bench::random_tokens(n, cfg.vocab, 11)},
+bool bench_lstm(BenchReport& report, const LstmBench& b, const Options& o) {
+  const models::CharLSTMLMConfig& cfg = b.model;
+  const int64_t n = b.batch * b.seq;
+  const Inputs feeds = {{"ids", reshape(bench::random_tokens(n, cfg.vocab, 11), {b.seq, b.batch})},  // [T, B]
                         {"targets", bench::random_tokens(n, cfg.vocab, 12)}};
-  Trainee<LstmLm> eager(cfg), graph(cfg), rc(cfg);
-  CompiledStep step = compile([&](const Inputs& in) { return graph.model.loss(in.at("ids"), in.at("targets")); },
+  models::CharLSTMLMConfig rc_cfg = cfg;
+  rc_cfg.recompute_chunk = std::max<int64_t>(1, b.seq / 8);  // 8 recompute regions over time
+  Trainee<models::CharLSTMLM> eager(cfg), graph(cfg), rc(rc_cfg);
+  auto loss_of = [](const models::CharLSTMLM& m, const Inputs& in) {
+    return m.loss(in.at("ids"), in.at("targets")).loss;
+  };
+  CompiledStep step = compile([&](const Inputs& in) { return loss_of(graph.model, in); },
                               graph.model.named_parameters(), &graph.opt, feeds);
-  const int64_t chunk = std::max<int64_t>(1, cfg.seq / 8);  // 8 recompute regions over time
-  CompiledStep rc_step =
-      compile([&](const Inputs& in) { return rc.model.loss(in.at("ids"), in.at("targets"), chunk); },
-              rc.model.named_parameters(), &rc.opt, feeds);
+  CompiledStep rc_step = compile([&](const Inputs& in) { return loss_of(rc.model, in); },
+                                 rc.model.named_parameters(), &rc.opt, feeds);
   if (!o.dump_dot.empty()) {
     std::ofstream f(o.dump_dot);
     f << step.to_dot();
@@ -179,36 +197,41 @@ bool bench_lstm(BenchReport& report, const bench::LstmLmConfig& cfg, const Optio
     std::cout << "wrote the LSTM step's graph to " << o.dump_dot << "\n";
   }
   auto eager_step = [&] {
-    Tensor loss = eager.model.loss(feeds.at("ids"), feeds.at("targets"));
+    Tensor loss = loss_of(eager.model, feeds);
     loss.backward();
     eager.opt.step();
     eager.opt.zero_grad();
     return loss.item<double>();
   };
-  return measure(report, "lstm", lstm_shape(cfg), n, eager_step, eager.model.parameters(),
+  return measure(report, "lstm", lstm_shape(b), n, eager_step, eager.model.parameters(),
                  {{"graph", &step, graph.model.parameters(), 0},
                   {"graph+recompute", &rc_step, rc.model.parameters(), /*baseline: graph*/ 1}},
                  feeds, o);
 }
 
-bool bench_transformer(BenchReport& report, const bench::TransformerLmConfig& cfg, const Options& o) {
-  const int64_t n = cfg.batch * cfg.seq;
-  const Inputs feeds = {{"ids", bench::random_tokens(n, cfg.vocab, 21)},
+bool bench_transformer(BenchReport& report, const TransformerBench& b, const Options& o) {
+  const models::TransformerLMConfig& cfg = b.model;
+  const int64_t n = b.batch * cfg.seq_len, batch = b.batch;
+  const Inputs feeds = {{"ids", bench::random_tokens(n, cfg.vocab, 21)},  // [B*T], batch-major
                         {"targets", bench::random_tokens(n, cfg.vocab, 22)}};
-  Trainee<TransformerLm> eager(cfg), graph(cfg), rc(cfg);
-  CompiledStep step = compile([&](const Inputs& in) { return graph.model.loss(in.at("ids"), in.at("targets")); },
+  models::TransformerLMConfig rc_cfg = cfg;
+  rc_cfg.recompute = true;  // each block a recompute region
+  Trainee<models::TransformerLM> eager(cfg), graph(cfg), rc(rc_cfg);
+  auto loss_of = [batch](const models::TransformerLM& m, const Inputs& in) {
+    return m.loss(in.at("ids"), in.at("targets"), batch);
+  };
+  CompiledStep step = compile([&](const Inputs& in) { return loss_of(graph.model, in); },
                               graph.model.named_parameters(), &graph.opt, feeds);
-  CompiledStep rc_step =
-      compile([&](const Inputs& in) { return rc.model.loss(in.at("ids"), in.at("targets"), /*recompute_blocks=*/true); },
-              rc.model.named_parameters(), &rc.opt, feeds);
+  CompiledStep rc_step = compile([&](const Inputs& in) { return loss_of(rc.model, in); },
+                                 rc.model.named_parameters(), &rc.opt, feeds);
   auto eager_step = [&] {
-    Tensor loss = eager.model.loss(feeds.at("ids"), feeds.at("targets"));
+    Tensor loss = loss_of(eager.model, feeds);
     loss.backward();
     eager.opt.step();
     eager.opt.zero_grad();
     return loss.item<double>();
   };
-  return measure(report, "tfm", transformer_shape(cfg), n, eager_step, eager.model.parameters(),
+  return measure(report, "tfm", transformer_shape(b), n, eager_step, eager.model.parameters(),
                  {{"graph", &step, graph.model.parameters(), 0},
                   {"graph+recompute", &rc_step, rc.model.parameters(), /*baseline: graph*/ 1}},
                  feeds, o);
@@ -231,11 +254,14 @@ int main(int argc, char** argv) {
   }
 
   try {
-    bench::LstmLmConfig lstm;  // batch 32, seq 64, hidden 256, vocab 256
-    bench::TransformerLmConfig tfm;  // batch 16, seq 64, width 256, 4 heads, 2 layers, vocab 256
+    LstmBench lstm;  // batch 32, seq 64, hidden (= embedding width) 256, vocab 256
+    lstm.model.vocab = 256, lstm.model.embed = 256, lstm.model.hidden = 256, lstm.model.seed = kSeed;
+    TransformerBench tfm;  // batch 16, seq 64, width 256, 4 heads, 2 layers, vocab 256, untied output
+    tfm.model.vocab = 256, tfm.model.seq_len = 64, tfm.model.width = 256, tfm.model.heads = 4;
+    tfm.model.layers = 2, tfm.model.tied = false, tfm.model.seed = kSeed;
     if (o.quick) {
-      lstm.batch = 4, lstm.seq = 8, lstm.hidden = 32, lstm.vocab = 64;
-      tfm.batch = 2, tfm.seq = 8, tfm.width = 32, tfm.vocab = 64;
+      lstm.batch = 4, lstm.seq = 8, lstm.model.embed = lstm.model.hidden = 32, lstm.model.vocab = 64;
+      tfm.batch = 2, tfm.model.seq_len = 8, tfm.model.attn_block = 8, tfm.model.width = 32, tfm.model.vocab = 64;
     }
     BenchReport report("executor");
     report.note("hardware threads", std::to_string(std::thread::hardware_concurrency()));

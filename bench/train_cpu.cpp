@@ -39,8 +39,8 @@
 #include <sstream>
 #include <thread>
 
-#include "common/bench_models.h"
 #include "common/bench_report.h"
+#include "common/random_tokens.h"
 #include "core/graph/compile.h"
 #include "kernels/ops.h"
 #include "models/char_lstm_lm.h"

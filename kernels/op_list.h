@@ -72,7 +72,6 @@
   X(BlockAttentionPackedBackward)         \
   /* optimizer updates */                 \
   X(SgdUpdate)                            \
-  X(AdamwUpdate)                          \
   X(AdamUpdate)                           \
   X(AdamMultiUpdate)                      \
   X(AdafactorUpdate)                      \

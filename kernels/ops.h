@@ -5,7 +5,6 @@
 #include "kernels/adafactor_update/adafactor_update.h"
 #include "kernels/adam_multi_update/adam_multi_update.h"
 #include "kernels/adam_update/adam_update.h"
-#include "kernels/adamw_update/adamw_update.h"
 #include "kernels/add/add.h"
 #include "kernels/add_scalar/add_scalar.h"
 #include "core/sparse/attention_layout.h"

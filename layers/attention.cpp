@@ -8,6 +8,38 @@
 namespace tessera {
 namespace nn {
 
+AttentionLayoutKind attention_layout_kind_from_string(const std::string& name) {
+  for (AttentionLayoutKind k : {AttentionLayoutKind::dense, AttentionLayoutKind::local, AttentionLayoutKind::fixed,
+                                AttentionLayoutKind::strided})
+    if (name == attention_layout_kind_name(k)) return k;
+  TS_THROW(ValueError, "attention layout \"" << name << "\" is not one of dense, local, fixed, strided");
+}
+
+const char* attention_layout_kind_name(AttentionLayoutKind kind) {
+  switch (kind) {
+    case AttentionLayoutKind::dense: return "dense";
+    case AttentionLayoutKind::local: return "local";
+    case AttentionLayoutKind::fixed: return "fixed";
+    case AttentionLayoutKind::strided: return "strided";
+  }
+  return "?";
+}
+
+AttentionImpl attention_impl_from_string(const std::string& name) {
+  for (AttentionImpl i : {AttentionImpl::automatic, AttentionImpl::block, AttentionImpl::dense})
+    if (name == attention_impl_name(i)) return i;
+  TS_THROW(ValueError, "attention impl \"" << name << "\" is not one of auto, block, dense");
+}
+
+const char* attention_impl_name(AttentionImpl impl) {
+  switch (impl) {
+    case AttentionImpl::automatic: return "auto";
+    case AttentionImpl::block: return "block";
+    case AttentionImpl::dense: return "dense";
+  }
+  return "?";
+}
+
 AttentionLayoutPtr make_attention_layout(const AttentionOptions& o) {
   const int64_t T = o.seq_len(), bs = o.block_size(), H = o.heads();
   if (o.layout()) {
@@ -16,13 +48,13 @@ AttentionLayoutPtr make_attention_layout(const AttentionOptions& o) {
              "MultiHeadAttention: layout " << l.str() << " does not match heads " << H << ", seq_len " << T);
     return o.layout();
   }
-  const std::string& kind = o.layout_kind();
-  if (kind == "dense") return AttentionLayout::dense_causal(T, bs, H);
-  if (kind == "local") return AttentionLayout::local_window(T, bs, H, o.window());
-  if (kind == "fixed") return AttentionLayout::fixed(T, bs, H, o.stride(), o.summary());
-  if (kind == "strided") return AttentionLayout::strided(T, bs, H, o.stride());
-  TS_THROW(ValueError, "MultiHeadAttention: unknown layout kind \""
-                           << kind << "\" (expected dense, local, fixed or strided)");
+  switch (o.layout_kind()) {
+    case AttentionLayoutKind::dense: return AttentionLayout::dense_causal(T, bs, H);
+    case AttentionLayoutKind::local: return AttentionLayout::local_window(T, bs, H, o.window());
+    case AttentionLayoutKind::fixed: return AttentionLayout::fixed(T, bs, H, o.stride(), o.summary());
+    case AttentionLayoutKind::strided: return AttentionLayout::strided(T, bs, H, o.stride());
+  }
+  TS_THROW(ValueError, "MultiHeadAttention: unknown layout kind " << static_cast<int>(o.layout_kind()));
 }
 
 MultiHeadAttention::MultiHeadAttention(const AttentionOptions& o, Generator& gen) : options_(o) {
@@ -38,10 +70,7 @@ MultiHeadAttention::MultiHeadAttention(const AttentionOptions& o, Generator& gen
   // Every causal block of every head kept (heads · nb(nb+1)/2): token-level dense causal attention.
   const int64_t nb = layout_->blocks();
   dense_causal_ = layout_->nnz() == layout_->heads() * nb * (nb + 1) / 2;
-  const std::string& impl = o.impl();
-  TS_CHECK(impl == "auto" || impl == "block" || impl == "dense", ValueError,
-           "MultiHeadAttention: unknown impl \"" << impl << "\" (expected auto, block or dense)");
-  TS_CHECK(impl != "dense" || dense_causal_, ValueError,
+  TS_CHECK(o.impl() != AttentionImpl::dense || dense_causal_, ValueError,
            "MultiHeadAttention: impl \"dense\" needs the dense causal layout, got " << layout_->str());
   const double pa = o.attention_dropout();
   TS_CHECK(pa >= 0 && pa < 1, ValueError, "MultiHeadAttention: attention_dropout must be in [0, 1), got " << pa);
@@ -64,7 +93,7 @@ MultiHeadAttention::MultiHeadAttention(const AttentionOptions& o, Generator& gen
 
 bool MultiHeadAttention::uses_dense_path(const Device& device) const {
   (void)device;  // block_attention is the faster path on the CPU and on CUDA (bench/attention_gpu)
-  return options_.impl() == "dense";
+  return options_.impl() == AttentionImpl::dense;
 }
 
 std::vector<Tensor> MultiHeadAttention::heads_apart(const Tensor& x, int64_t B, int64_t n) const {

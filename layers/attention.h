@@ -3,7 +3,7 @@
 //
 //   Generator gen(0);
 //   nn::MultiHeadAttention attn(nn::AttentionOptions(/*width=*/256, /*heads=*/4, /*seq_len=*/128)
-//                                   .block_size(32).layout("local").window(2)     // attention layout
+//                                   .block_size(32).layout(nn::AttentionLayoutKind::local).window(2)
 //                                   .linear_block_size(32).density(0.5, /*seed=*/1),  // sparse qkv/proj
 //                               gen);
 //   Tensor y = attn.forward(x, /*batch=*/B);   // x [B*128, 256] (batch-major rows) -> [B*128, 256]
@@ -27,10 +27,32 @@
 namespace tessera {
 namespace nn {
 
+/// The generated attention layouts of AttentionOptions::layout(kind); their names ("dense",
+/// "local", "fixed", "strided") are what configs and command lines say.
+enum class AttentionLayoutKind {
+  dense,    ///< AttentionLayout::dense_causal
+  local,    ///< AttentionLayout::local_window(window)
+  fixed,    ///< AttentionLayout::fixed(stride, summary)
+  strided,  ///< AttentionLayout::strided(stride)
+};
+/// The kind of a name; ValueError naming the bad value and the valid ones.
+AttentionLayoutKind attention_layout_kind_from_string(const std::string& name);
+const char* attention_layout_kind_name(AttentionLayoutKind kind);
+
+/// How MultiHeadAttention computes attention (AttentionOptions::impl); names "auto", "block",
+/// "dense".
+enum class AttentionImpl {
+  automatic,  ///< "auto" (the default): block_attention for every layout, dense causal included
+  block,      ///< "block": block_attention (one fused kernel; on CUDA tensor cores for bf16/f16)
+  dense,      ///< "dense": the unfused path (matmul, causal_softmax, dropout, matmul; dense causal layout only)
+};
+/// The impl of a name; ValueError naming the bad value and the valid ones.
+AttentionImpl attention_impl_from_string(const std::string& name);
+const char* attention_impl_name(AttentionImpl impl);
+
 /// Options of MultiHeadAttention. The attention layout is either given (layout(AttentionLayoutPtr))
-/// or generated from a kind: "dense" (AttentionLayout::dense_causal), "local" (local_window(window)),
-/// "fixed" (fixed(stride, summary)) or "strided" (strided(stride)); window, stride and summary
-/// count attention blocks of block_size() tokens.
+/// or generated from an AttentionLayoutKind (dense, local, fixed or strided; the default dense);
+/// window, stride and summary count attention blocks of block_size() tokens.
 struct AttentionOptions {
   AttentionOptions(int64_t width, int64_t heads, int64_t seq_len)
       : width_(width), heads_(heads), seq_len_(seq_len) {}
@@ -43,9 +65,8 @@ struct AttentionOptions {
   AttentionOptions& seq_len(int64_t t) { seq_len_ = t; return *this; }
   /// Attention block size (8, 16, 32 or 64; seq_len must be a multiple).
   AttentionOptions& block_size(int64_t bs) { block_size_ = bs; return *this; }
-  /// Layout kind: "dense", "local", "fixed" or "strided".
-  AttentionOptions& layout(std::string kind) { kind_ = std::move(kind); return *this; }
-  AttentionOptions& layout(const char* kind) { kind_ = kind; return *this; }
+  /// The kind of the generated layout (AttentionLayoutKind::dense by default).
+  AttentionOptions& layout(AttentionLayoutKind kind) { kind_ = kind; return *this; }
   /// An explicit layout (heads and seq_len must match); takes precedence over the kind.
   AttentionOptions& layout(AttentionLayoutPtr l) { layout_ = std::move(l); return *this; }
   AttentionOptions& window(int64_t blocks) { window_ = blocks; return *this; }
@@ -61,12 +82,11 @@ struct AttentionOptions {
   /// Dropout on the output while training (0, the default, adds no op).
   AttentionOptions& dropout(double p) { dropout_ = p; return *this; }
   AttentionOptions& dtype(DType t) { dtype_ = t; return *this; }
-  /// How attention is computed: "auto" (the default) and "block" run block_attention for every
+  /// How attention is computed: automatic (the default) and block run block_attention for every
   /// layout, the dense causal one included (one fused kernel; on CUDA tensor cores for bf16/f16);
-  /// "dense" the unfused path (scores by matmul, causal_softmax, dropout, matmul; needs the dense
+  /// dense the unfused path (scores by matmul, causal_softmax, dropout, matmul; needs the dense
   /// causal layout), kept as a reference and for measurements (bench/attention_gpu).
-  AttentionOptions& impl(std::string how) { impl_ = std::move(how); return *this; }
-  AttentionOptions& impl(const char* how) { impl_ = how; return *this; }
+  AttentionOptions& impl(AttentionImpl how) { impl_ = how; return *this; }
   /// Dropout on the attention probabilities while training, as GPT-2 / nanoGPT do (0, the
   /// default, adds no op): inside block_attention's kernels for every layout, with the mask the
   /// `dropout` op would draw on the dense probabilities (so the dense path draws the same one).
@@ -78,7 +98,7 @@ struct AttentionOptions {
   int64_t kv_heads() const { return kv_heads_ == 0 ? heads_ : kv_heads_; }
   int64_t seq_len() const { return seq_len_; }
   int64_t block_size() const { return block_size_; }
-  const std::string& layout_kind() const { return kind_; }
+  AttentionLayoutKind layout_kind() const { return kind_; }
   const AttentionLayoutPtr& layout() const { return layout_; }
   int64_t window() const { return window_; }
   int64_t stride() const { return stride_; }
@@ -90,14 +110,14 @@ struct AttentionOptions {
   bool bias() const { return bias_; }
   double dropout() const { return dropout_; }
   DType dtype() const { return dtype_; }
-  const std::string& impl() const { return impl_; }
+  AttentionImpl impl() const { return impl_; }
   double attention_dropout() const { return attention_dropout_; }
 
  private:
   int64_t width_, heads_, seq_len_;
   int64_t kv_heads_ = 0;
   int64_t block_size_ = 32;
-  std::string kind_ = "dense";
+  AttentionLayoutKind kind_ = AttentionLayoutKind::dense;
   AttentionLayoutPtr layout_;
   int64_t window_ = 4, stride_ = 4, summary_ = 1;
   double scale_ = 0;
@@ -107,12 +127,12 @@ struct AttentionOptions {
   bool bias_ = true;
   double dropout_ = 0;
   DType dtype_ = DType::f32;
-  std::string impl_ = "auto";
+  AttentionImpl impl_ = AttentionImpl::automatic;
   double attention_dropout_ = 0;
 };
 
 /// The attention layout `o` describes: o.layout() when given (checked against heads and seq_len),
-/// else the generator of o.layout_kind(). ValueError naming the kind or parameter that is wrong.
+/// else the generator of o.layout_kind(). ValueError naming the parameter that is wrong.
 AttentionLayoutPtr make_attention_layout(const AttentionOptions& o);
 
 /// The keys and values a MultiHeadAttention has seen while decoding (MultiHeadAttention::decode):
@@ -141,8 +161,8 @@ struct KVCache {
 /// Parameters: "qkv.*" and "proj.*" (Linear or BlockSparseLinear parameters).
 class MultiHeadAttention : public Module {
  public:
-  /// ValueError/ShapeError naming the bad option (sizes, width % heads, layout, projections, impl,
-  /// dropout probabilities; impl "dense" with a layout that is not dense causal).
+  /// ValueError/ShapeError naming the bad option (sizes, width % heads, layout, projections,
+  /// dropout probabilities; AttentionImpl::dense with a layout that is not dense causal).
   explicit MultiHeadAttention(const AttentionOptions& options, Generator& gen = default_generator());
 
   /// x [B*T, C] -> [B*T, C]; ShapeError naming x, B, T and C when they do not fit. Dropout
@@ -166,7 +186,7 @@ class MultiHeadAttention : public Module {
   const Projection& proj() const { return proj_; }
   const AttentionOptions& options() const { return options_; }
   /// Whether forward() on tensors of `device` takes the dense path (matmul, causal_softmax,
-  /// matmul) rather than block_attention: only with impl "dense" (the device does not matter).
+  /// matmul) rather than block_attention: only with AttentionImpl::dense (the device does not matter).
   bool uses_dense_path(const Device& device) const;
 
  private:

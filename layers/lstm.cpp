@@ -41,17 +41,10 @@ LayoutPtr per_gate_layout(const LSTMOptions& o, const LayoutPtr& given, int64_t 
 
 }  // namespace
 
-LSTMCell::Weight LSTMCell::make_weight(const std::string& name, int64_t in, int64_t out,
-                                       const LayoutPtr& layout, Generator& gen) {
-  Weight w;
-  if (!layout) {
-    w.dense = register_module(
-        name, std::make_shared<Linear>(LinearOptions(in, out).bias(false).dtype(options_.dtype()), gen));
-  } else {
-    w.sparse =
-        register_module(name, std::make_shared<BlockSparseLinear>(
-                                  BlockSparseLinearOptions(layout).bias(false).dtype(options_.dtype()), gen));
-  }
+Projection LSTMCell::make_weight(const std::string& name, int64_t in, int64_t out, const LayoutPtr& layout,
+                                 Generator& gen) {
+  Projection w(ProjectionOptions(in, out).layout(layout).bias(false).dtype(options_.dtype()), gen);
+  register_module(name, w.module());
   return w;
 }
 
@@ -134,7 +127,8 @@ void LSTMCell::check_state(const char* who, const LSTMState& s, int64_t batch) c
 }
 
 std::pair<Tensor, LSTMState> LSTMCell::cudnn_sequence(const Tensor& x, const LSTMState& s) const {
-  auto [y, h, c] = cudnn_lstm(x, s.h, s.c, wx_.dense->weight(), wh_.dense->weight(), bias_, options_.forget_bias());
+  auto [y, h, c] =
+      cudnn_lstm(x, s.h, s.c, wx_.dense()->weight(), wh_.dense()->weight(), bias_, options_.forget_bias());
   return {y, LSTMState{h, c}};
 }
 

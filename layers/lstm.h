@@ -34,6 +34,7 @@
 #include "layers/block_sparse_linear.h"
 #include "layers/linear.h"
 #include "layers/module.h"
+#include "layers/projection.h"
 
 namespace tessera {
 namespace nn {
@@ -146,18 +147,14 @@ class LSTMCell : public Module {
   std::pair<Tensor, LSTMState> cudnn_sequence(const Tensor& x, const LSTMState& s) const;
 
  private:
-  // A dense or block-sparse linear map without bias (one of the two is set).
-  struct Weight {
-    std::shared_ptr<Linear> dense;
-    std::shared_ptr<BlockSparseLinear> sparse;
-    Tensor forward(const Tensor& x) const { return dense ? dense->forward(x) : sparse->forward(x); }
-  };
-  Weight make_weight(const std::string& name, int64_t in, int64_t out, const LayoutPtr& layout,
-                     Generator& gen);
+  // The weight `name` [in, out] without bias, registered as a submodule: dense (layout null) or
+  // block-sparse with `layout`.
+  Projection make_weight(const std::string& name, int64_t in, int64_t out, const LayoutPtr& layout,
+                         Generator& gen);
 
   LSTMOptions options_;
   LayoutPtr input_layout_, recurrent_layout_;
-  Weight wx_, wh_, wmx_, wmh_;
+  Projection wx_, wh_, wmx_, wmh_;
   Tensor bias_, gamma_x_, gamma_h_;
 };
 

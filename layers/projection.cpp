@@ -8,7 +8,14 @@ namespace nn {
 Projection::Projection(const ProjectionOptions& o, Generator& gen) {
   TS_CHECK(o.block_size() >= 0, ValueError,
            "Projection: block size must be 0 (dense) or a block size, got " << o.block_size());
-  if (o.block_size() == 0) {
+  if (const LayoutPtr& l = o.layout()) {
+    TS_CHECK(l->in_features() == o.in_features() && l->out_features() == o.out_features(), ShapeError,
+             "Projection: layout " << l->str() << " must be [" << o.in_features() << ", " << o.out_features() << "]");
+    TS_CHECK((o.block_size() == 0 || o.block_size() == l->block_size()) && o.density() == 1, ValueError,
+             "Projection: with a given layout " << l->str() << ", block size " << o.block_size() << " and density "
+                                                << o.density() << " must be left unset (or match it)");
+    sparse_ = std::make_shared<BlockSparseLinear>(BlockSparseLinearOptions(l).bias(o.bias()).dtype(o.dtype()), gen);
+  } else if (o.block_size() == 0) {
     dense_ = std::make_shared<Linear>(
         LinearOptions(o.in_features(), o.out_features()).bias(o.bias()).dtype(o.dtype()), gen);
   } else {

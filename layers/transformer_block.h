@@ -2,7 +2,7 @@
 // attention and dense or block-sparse MLP weights.
 //
 //   nn::TransformerBlock blk(nn::TransformerBlockOptions(nn::AttentionOptions(256, 4,
-//   128).layout("strided").stride(2))
+//   128).layout(nn::AttentionLayoutKind::strided).stride(2))
 //                                .mlp_ratio(4).activation(nn::Activation::gelu_tanh)
 //                                .linear_block_size(32).density(0.25, /*seed=*/5),
 //                            gen);

@@ -42,6 +42,7 @@ void check_fields(const CharLSTMLMConfig& c, ConfigReader& r) {
   r.check(one_of(c.final_norm, kNorms), "final_norm", "must be \"none\", \"layer\" or \"sparse\"");
   r.check(c.norm_segments >= 1 && c.hidden % c.norm_segments == 0, "norm_segments",
           "must be >= 1 and divide hidden " + std::to_string(c.hidden));
+  r.check(c.recompute_chunk >= 0, "recompute_chunk", "must be >= 0 (0: off)");
   r.check(c.seed >= 0, "seed", "must be >= 0");
 }
 
@@ -83,6 +84,7 @@ CharLSTMLMConfig CharLSTMLMConfig::from_json(const nlohmann::json& j) {
   c.forget_bias = r.get<double>("forget_bias", c.forget_bias);
   c.final_norm = r.get<std::string>("final_norm", c.final_norm);
   c.norm_segments = r.get<int64_t>("norm_segments", c.norm_segments);
+  c.recompute_chunk = r.get<int64_t>("recompute_chunk", c.recompute_chunk);  // absent in older configs: 0
   c.seed = r.get<int64_t>("seed", c.seed);
   check_fields(c, r);
   r.finish();
@@ -102,6 +104,7 @@ nlohmann::json CharLSTMLMConfig::to_json() const {
           {"forget_bias", forget_bias},
           {"final_norm", final_norm},
           {"norm_segments", norm_segments},
+          {"recompute_chunk", recompute_chunk},
           {"seed", seed}};
 }
 
@@ -135,7 +138,8 @@ CharLSTMLM::CharLSTMLM(const CharLSTMLMConfig& config) : config_(config) {
                             .forget_bias(c.forget_bias)
                             .layer_norm(c.layer_norm)
                             .multiplicative(c.multiplicative)
-                            .block_size(c.block_size);
+                            .block_size(c.block_size)
+                            .recompute_chunk(c.recompute_chunk);
     if (c.block_size > 0) {
       const uint64_t s = 1000 * static_cast<uint64_t>(c.seed) + 2 * static_cast<uint64_t>(l);
       o.input_layout(make_layout(c, in, s)).recurrent_layout(make_layout(c, c.hidden, s + 1));

@@ -26,6 +26,8 @@
 //   forget_bias     added to the forget gate                       (1.0)
 //   final_norm      "none" | "layer" | "sparse"                    ("none")
 //   norm_segments   groups of the "sparse" final norm; divides H   (1)
+//   recompute_chunk > 0: each run of this many time steps a graph::recompute region in
+//                   compiled steps (activation checkpointing; no effect eagerly), >= 0  (0: off)
 //   seed            init and layout seed, >= 0                     (0)
 //
 // Layouts (see nn::LSTMOptions: each is a per-gate [in, H] pattern tiled over the 4 gates; the
@@ -66,6 +68,7 @@ struct CharLSTMLMConfig {
   double forget_bias = 1.0;
   std::string final_norm = "none";
   int64_t norm_segments = 1;
+  int64_t recompute_chunk = 0;
   int64_t seed = 0;
 
   /// Reads and validates every field; ValueError naming the field (unknown fields included).

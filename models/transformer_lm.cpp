@@ -117,7 +117,7 @@ TransformerLM::TransformerLM(const TransformerLMConfig& cfg) : cfg_(cfg) {
   // One attention layout shared by every block (layouts are immutable).
   layout_ = nn::make_attention_layout(nn::AttentionOptions(C, cfg.heads, T)
                                           .block_size(cfg.attn_block)
-                                          .layout(cfg.attn_layout)
+                                          .layout(nn::attention_layout_kind_from_string(cfg.attn_layout))
                                           .window(cfg.window)
                                           .stride(cfg.stride)
                                           .summary(cfg.summary));
@@ -136,7 +136,7 @@ TransformerLM::TransformerLM(const TransformerLMConfig& cfg) : cfg_(cfg) {
                                     .density(cfg.density, s)
                                     .dropout(cfg.dropout)
                                     .attention_dropout(cfg.attention_dropout)
-                                    .impl(cfg.attn_impl);
+                                    .impl(nn::attention_impl_from_string(cfg.attn_impl));
     blocks_->add(std::make_shared<nn::TransformerBlock>(nn::TransformerBlockOptions(attn)
                                                             .mlp_ratio(cfg.mlp_ratio)
                                                             .activation(act)

@@ -29,8 +29,8 @@ std::vector<Write> Adam::update(size_t i, const Tensor& grad, const Tensor& lr, 
 std::vector<Write> Adam::update_scaled(size_t i, const Tensor& grad, const Tensor& lr, const Tensor& step,
                                       const Tensor& grad_scale) {
   check_index("Adam", i);
-  return writes(i, adam_update(params_[i], grad, exp_avg_[i], exp_avg_sq_[i], lr, step, beta1_, beta2_, eps_,
-                               weight_decay(i), grad_scale));
+  return writes(i, adam_update(params_[i], grad, exp_avg_[i], exp_avg_sq_[i], lr, step, AdamDecay::coupled, beta1_,
+                               beta2_, eps_, weight_decay(i), grad_scale));
 }
 
 }  // namespace optim

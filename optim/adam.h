@@ -24,7 +24,7 @@ struct AdamTag {
 /// Adam hyperparameters: lr (1e-3), betas (0.9, 0.999), eps (1e-8), weight_decay (0.0).
 using AdamOptions = detail::AdamFamilyOptions<AdamTag>;
 
-/// Adam over `params`; the update is the fused op adam_update (see kernels/adam_update).
+/// Adam over `params`; the update is the fused op adam_update with coupled decay (see kernels/adam_update).
 /// State: exp_avg (m) and exp_avg_sq (v) per parameter, in the order of detail::AdamMoments.
 class Adam : public detail::AdamMoments {
  public:

@@ -1,6 +1,6 @@
 // What Adam and AdamW share: their options (chainable setters, validation) and their state
 // (first and second moments per parameter). They differ only in where weight decay enters
-// (the ops adam_update / adamw_update, see kernels/common/adam_step.h).
+// (the decay attribute of the op adam_update, see kernels/common/adam_step.h).
 #pragma once
 
 #include <cmath>

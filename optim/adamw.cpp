@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "kernels/adamw_update/adamw_update.h"
+#include "kernels/adam_update/adam_update.h"
 
 namespace tessera {
 namespace optim {
@@ -29,8 +29,8 @@ std::vector<Write> AdamW::update(size_t i, const Tensor& grad, const Tensor& lr,
 std::vector<Write> AdamW::update_scaled(size_t i, const Tensor& grad, const Tensor& lr, const Tensor& step,
                                        const Tensor& grad_scale) {
   check_index("AdamW", i);
-  return writes(i, adamw_update(params_[i], grad, exp_avg_[i], exp_avg_sq_[i], lr, step, beta1_, beta2_, eps_,
-                                weight_decay(i), grad_scale));
+  return writes(i, adam_update(params_[i], grad, exp_avg_[i], exp_avg_sq_[i], lr, step, AdamDecay::decoupled, beta1_,
+                               beta2_, eps_, weight_decay(i), grad_scale));
 }
 
 }  // namespace optim

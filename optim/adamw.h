@@ -23,7 +23,7 @@ struct AdamWTag {
 /// AdamW hyperparameters: lr (1e-3), betas (0.9, 0.999), eps (1e-8), weight_decay (0.01).
 using AdamWOptions = detail::AdamFamilyOptions<AdamWTag>;
 
-/// AdamW over `params`; the update is the fused op adamw_update (see kernels/adamw_update).
+/// AdamW over `params`; the update is the fused op adam_update with decoupled decay (see kernels/adam_update).
 /// State: exp_avg (m) and exp_avg_sq (v) per parameter, in the order of detail::AdamMoments.
 class AdamW : public detail::AdamMoments {
  public:

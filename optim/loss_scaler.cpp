@@ -58,7 +58,11 @@ void LossScaler::update(bool found_inf) {
 
 bool LossScaler::step(Optimizer& opt) {
   const bool found_inf = unscale(opt.params());
-  if (!found_inf) opt.step();
+  if (found_inf) {
+    opt.advance();  // the skipped step counts (the rule of the header), as in a compiled step
+  } else {
+    opt.step();
+  }
   update(found_inf);
   return !found_inf;
 }

@@ -3,11 +3,17 @@
 // update. When a gradient overflows (inf or NaN) the step is skipped and the scale halved;
 // after `growth_interval` clean steps in a row it doubles.
 //
+// The skipped-step rule, the same eagerly and in compiled steps: a skipped step still counts
+// as a step. Its update changes no parameter and no state, but the optimizer's step counter
+// advances (LossScaler::step calls opt.advance(); a compiled step advances after every run,
+// and optim::ScaledUpdater only masks the writes), so the step number t of the bias
+// corrections and schedules stays the training loop's step.
+//
 //   LossScaler scaler;                         // scale 2^16
 //   for (...) {
 //     Tensor loss = ...;
 //     scaler.scale_loss(loss).backward();
-//     scaler.step(opt);                        // unscale, then opt.step() or skip
+//     scaler.step(opt);                        // unscale, then opt.step() or skip (still counted)
 //     opt.zero_grad();
 //   }
 //
@@ -67,8 +73,9 @@ class LossScaler {
   /// otherwise the count grows by one, and on reaching growth_interval the scale is multiplied
   /// by growth_factor and the count reset.
   void update(bool found_inf);
-  /// unscale(opt.params()); then opt.step() unless a gradient is inf or NaN; then update().
-  /// Returns whether the optimizer stepped. Gradients are left (unscaled) for zero_grad().
+  /// unscale(opt.params()); then opt.step() unless a gradient is inf or NaN, in which case
+  /// opt.advance() (the skipped step counts, see the file comment); then update(). Returns
+  /// whether the optimizer updated. Gradients are left (unscaled) for zero_grad().
   bool step(Optimizer& opt);
 
   /// Restores a saved state (checkpoints). ValueError unless scale > 0 and clean_steps >= 0.

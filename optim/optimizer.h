@@ -6,7 +6,7 @@
 //   opt.step();        // eager: updates params in place from their .grad
 //   opt.zero_grad();
 //
-// An optimizer's math lives in fused update ops (kernels/sgd_update, kernels/adamw_update):
+// An optimizer's math lives in fused update ops (kernels/sgd_update, kernels/adam_update):
 // `update()` applies them to one parameter and says which tensors receive which results. The
 // eager step() copies the results into the parameters and state; a traced step records the
 // same ops and the executor writes their outputs straight into the parameter and state

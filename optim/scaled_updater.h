@@ -7,7 +7,8 @@
 // so an overflowing step changes nothing, with no host decision inside the step. The output
 // "grads_finite" (0-d f32: 1 = updated, 0 = skipped) tells the host, which moves the scale
 // (optim::LossScaler::update) and feeds the next step's. A skipped step still counts as a step
-// (the optimizer's step counter advances), as MixedPrecision::eager_update does eagerly.
+// (the optimizer's step counter advances), the rule of optim/loss_scaler.h that
+// LossScaler::step follows eagerly.
 //
 //   optim::LossScaler scaler;
 //   optim::ScaledUpdater scaled(opt);

@@ -89,9 +89,7 @@ bool MixedPrecision::eager_update(const Tensor& loss, optim::Optimizer& opt) {
     return true;
   }
   scaler_->scale_loss(loss).backward();
-  const bool stepped = scaler_->step(opt);
-  // A skipped step still counts (the trainer's step and the optimizer's stay equal).
-  if (!stepped) opt.advance();
+  const bool stepped = scaler_->step(opt);  // a skipped step still counts (optim/loss_scaler.h)
   opt.zero_grad();
   return stepped;
 }

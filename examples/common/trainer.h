@@ -88,7 +88,8 @@ class MixedPrecision {
   /// A guard to hold while computing a loss (switches autocast on for bf16/f16).
   std::unique_ptr<autocast::Guard> guard() const;
   /// backward() of `loss` (scaled for f16), then opt.step() (skipped by the scaler when a
-  /// gradient overflowed), then opt.zero_grad(). Returns whether the optimizer stepped.
+  /// gradient overflowed, the step still counted), then opt.zero_grad(). Returns whether the
+  /// optimizer updated.
   bool eager_update(const Tensor& loss, optim::Optimizer& opt);
   /// The updater a compiled step traces: `opt` itself, or for f16 a ScaledUpdater around it.
   ParamUpdater* updater(optim::Optimizer& opt);

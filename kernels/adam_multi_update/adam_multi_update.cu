@@ -8,7 +8,7 @@
 // to parameter k (an empty one has none). Thread 0 of a block computes parameter k's scalars
 // (adam_scalars, with its weight decay); thread t then updates elements t, t + kThreads, ... of
 // the chunk with adam_element, the single-tensor kernel's code, so every element gets bitwise
-// the value adam_update / adamw_update gives it.
+// the value adam_update gives it.
 #include <algorithm>
 
 #include "kernels/adam_multi_update/adam_multi_update.h"

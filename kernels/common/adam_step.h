@@ -1,5 +1,6 @@
-// The shared body of the Adam-family update ops (adam_update, adamw_update): argument checks
-// and the fused CPU kernel. The two ops differ only in where weight decay enters.
+// The shared body of the Adam-family update ops (adam_update, adam_multi_update): argument
+// checks and the fused CPU kernel of one parameter. The decay mode (Adam or AdamW) is an
+// attribute of both ops.
 #pragma once
 
 #include <vector>
@@ -8,7 +9,7 @@
 
 namespace tessera {
 
-/// Where weight decay enters an Adam-family update (adam_multi_update takes it as an attribute).
+/// Where weight decay enters an Adam-family update (an attribute of adam_update and adam_multi_update).
 enum class AdamDecay {
   coupled,    ///< Adam: g' = g + wd·p joins the gradient before the moments
   decoupled,  ///< AdamW: p' = p·(1 - lr·wd) - the Adam step

@@ -1,5 +1,5 @@
 // Argument checks and scalar reads shared by the fused optimizer update ops (sgd_update,
-// adamw_update): tensors (p, g, state...) of one floating meta, then lr [] and step [] in f64.
+// adam_update): tensors (p, g, state...) of one floating meta, then lr [] and step [] in f64.
 #pragma once
 
 #include <initializer_list>

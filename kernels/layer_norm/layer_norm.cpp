@@ -1,8 +1,7 @@
 #include "kernels/layer_norm/layer_norm.h"
 
-#include <cmath>
-
 #include "kernels/common/normalize.h"
+#include "kernels/common/normalize_checks.h"
 #include "kernels/layer_norm_backward/layer_norm_backward.h"
 
 namespace tessera {
@@ -38,19 +37,9 @@ Shape layer_norm_stats_shape(const Shape& x) {
 std::vector<TensorMeta> LayerNorm::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 1 + attrs.has_gamma + attrs.has_beta);
   const TensorMeta& x = in[0];
-  check_floating(kName, x, "x");
-  TS_CHECK(x.shape.ndim() >= 1 && x.shape[-1] > 0, ShapeError,
-           "layer_norm: x must have a non-empty last dim to normalize over, got " << x);
-  TS_CHECK(std::isfinite(attrs.eps) && attrs.eps >= 0, ValueError,
-           "layer_norm: eps must be >= 0, got " << attrs.eps);
-  const Shape c{x.shape[-1]};
-  for (size_t i = 1; i < in.size(); ++i) {
-    const char* what = (i == 1 && attrs.has_gamma) ? "gamma" : "beta";
-    TS_CHECK(in[i].shape == c, ShapeError,
-             "layer_norm: " << what << " " << in[i] << " must have shape " << c << " for x " << x);
-    TS_CHECK(in[i].dtype == x.dtype, DTypeError,
-             "layer_norm: " << what << " " << in[i] << " and x " << x << " differ in dtype");
-  }
+  detail::check_norm_input(kName, x);
+  detail::check_norm_eps(kName, attrs.eps);
+  detail::check_norm_affine(kName, in, 1, attrs.has_gamma, x);
   const DType out = attrs.out.value_or(x.dtype);
   TS_CHECK(out == x.dtype || (x.dtype == DType::f32 && is_half(out)), DTypeError,
            "layer_norm: output dtype " << out << " for x " << x << " (x's dtype, or bf16/f16 for f32 x)");

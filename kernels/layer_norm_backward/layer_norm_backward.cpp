@@ -1,8 +1,8 @@
 #include "kernels/layer_norm_backward/layer_norm_backward.h"
 
-#include <algorithm>
-
 #include "kernels/common/dispatch.h"
+#include "kernels/common/normalize_checks.h"
+#include "kernels/common/normalize_param_grads.h"
 #include "kernels/layer_norm/layer_norm.h"
 
 namespace tessera {
@@ -17,9 +17,7 @@ std::vector<Tensor> layer_norm_backward(const Tensor& g, const Tensor& x, const 
 std::vector<TensorMeta> LayerNormBackward::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 4 + attrs.has_gamma);
   const TensorMeta& x = in[1];
-  check_floating(kName, x, "x");
-  TS_CHECK(x.shape.ndim() >= 1 && x.shape[-1] > 0, ShapeError,
-           "layer_norm_backward: x must have a non-empty last dim, got " << x);
+  detail::check_norm_input(kName, x);
   const TensorMeta& g = in[0];
   TS_CHECK(g.shape == x.shape && g.device == x.device, ShapeError,
            "layer_norm_backward: g " << g << " must match x " << x);
@@ -27,13 +25,8 @@ std::vector<TensorMeta> LayerNormBackward::infer(const std::vector<TensorMeta>& 
            "layer_norm_backward: g " << g << " for x " << x << " (x's dtype, or bf16/f16 for f32 x)");
   const TensorMeta stats{detail::layer_norm_stats_shape(x.shape), detail::layer_norm_stats_dtype(x.dtype),
                          x.device};
-  TS_CHECK(in[2] == stats && in[3] == stats, ShapeError,
-           "layer_norm_backward: mean " << in[2] << " and rstd " << in[3] << " must be " << stats
-                                        << " for x " << x);
-  const TensorMeta c{Shape{x.shape[-1]}, x.dtype, x.device};
-  if (attrs.has_gamma)
-    TS_CHECK(in[4] == c, ShapeError,
-             "layer_norm_backward: gamma " << in[4] << " must be " << c << " for x " << x);
+  detail::check_norm_stats(kName, in[2], in[3], stats, "x " + x.str());
+  const TensorMeta c = detail::check_norm_backward_gamma(kName, in, 4, attrs.has_gamma, x);
   return {x, c, c};
 }
 
@@ -42,11 +35,6 @@ void LayerNormBackward::cpu(const std::vector<Tensor>& in, const std::vector<Ten
                             const Attrs& attrs) {
   const int64_t c = in[1].shape()[-1];
   const int64_t rows = in[1].numel() / c;
-  // dgamma/dbeta are reduced over rows in a fixed number of row blocks, each with its own
-  // partial sums, then added in block order: the result does not depend on thread count.
-  const int64_t nblocks = std::min<int64_t>(rows, 64);
-  const int64_t per_block = nblocks > 0 ? (rows + nblocks - 1) / nblocks : 0;
-  std::vector<double> partial(static_cast<size_t>(nblocks * 2 * c), 0.0);  // [nblocks, 2, C]
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* g = in[0].data<T>();
@@ -55,11 +43,9 @@ void LayerNormBackward::cpu(const std::vector<Tensor>& in, const std::vector<Ten
     const T* rstd = in[3].data<T>();
     const T* gamma = attrs.has_gamma ? in[4].data<T>() : nullptr;
     T* dx = out[0].data<T>();
-#pragma omp parallel for if (rows * c > kParallelGrain)
-    for (int64_t b = 0; b < nblocks; ++b) {
-      double* dgamma_b = partial.data() + b * 2 * c;
-      double* dbeta_b = dgamma_b + c;
-      for (int64_t r = b * per_block; r < std::min(rows, (b + 1) * per_block); ++r) {
+    // Rows [r0, r1): dx, and their g·xhat and g added into the block's dgamma_b, dbeta_b [C].
+    auto block_rows = [&](int64_t r0, int64_t r1, double* dgamma_b, double* dbeta_b) {
+      for (int64_t r = r0; r < r1; ++r) {
         const T* gr = g + r * c;
         const T* xr = x + r * c;
         const double mu = mean[r], rs = rstd[r];
@@ -81,18 +67,9 @@ void LayerNormBackward::cpu(const std::vector<Tensor>& in, const std::vector<Ten
           dx[r * c + j] = static_cast<T>(rs * (gh - m_gh - xhat * m_gh_xhat));
         }
       }
-    }
-    T* dgamma = out[1].data<T>();
-    T* dbeta = out[2].data<T>();
-    for (int64_t j = 0; j < c; ++j) {
-      double sg = 0, sb = 0;
-      for (int64_t b = 0; b < nblocks; ++b) {
-        sg += partial[b * 2 * c + j];
-        sb += partial[b * 2 * c + c + j];
-      }
-      dgamma[j] = static_cast<T>(sg);
-      dbeta[j] = static_cast<T>(sb);
-    }
+    };
+    // dgamma/dbeta [C]: the deterministic row-block reduction of kernels/common/normalize_param_grads.h.
+    cpu::reduce_norm_param_grads<T>(rows, c, out[1].data<T>(), out[2].data<T>(), block_rows);
   });
 }
 

@@ -1,8 +1,7 @@
 #include "kernels/sparse_layer_norm/sparse_layer_norm.h"
 
-#include <cmath>
-
 #include "kernels/common/normalize.h"
+#include "kernels/common/normalize_checks.h"
 #include "kernels/layer_norm/layer_norm.h"  // detail::layer_norm_stats_dtype
 #include "kernels/sparse_layer_norm_backward/sparse_layer_norm_backward.h"
 
@@ -25,9 +24,8 @@ Shape sparse_layer_norm_stats_shape(const Shape& x, int64_t segments) {
 }
 
 void check_segments(const char* op, const TensorMeta& x, int64_t segments) {
+  check_norm_input(op, x);
   TS_CHECK(segments >= 1, ValueError, op << ": segments must be >= 1, got " << segments << " for x " << x);
-  TS_CHECK(x.shape.ndim() >= 1 && x.shape[-1] > 0, ShapeError,
-           op << ": x must have a non-empty last dim to normalize over, got " << x);
   TS_CHECK(x.shape[-1] % segments == 0, ShapeError,
            op << ": the last dim of x " << x << " (" << x.shape[-1] << ") must be divisible by segments ("
               << segments << ")");
@@ -38,18 +36,9 @@ void check_segments(const char* op, const TensorMeta& x, int64_t segments) {
 std::vector<TensorMeta> SparseLayerNorm::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 1 + attrs.has_gamma + attrs.has_beta);
   const TensorMeta& x = in[0];
-  check_floating(kName, x, "x");
-  detail::check_segments(kName, x, attrs.segments);
-  TS_CHECK(std::isfinite(attrs.eps) && attrs.eps >= 0, ValueError,
-           "sparse_layer_norm: eps must be >= 0, got " << attrs.eps);
-  const Shape c{x.shape[-1]};
-  for (size_t i = 1; i < in.size(); ++i) {
-    const char* what = (i == 1 && attrs.has_gamma) ? "gamma" : "beta";
-    TS_CHECK(in[i].shape == c, ShapeError,
-             "sparse_layer_norm: " << what << " " << in[i] << " must have shape " << c << " for x " << x);
-    TS_CHECK(in[i].dtype == x.dtype, DTypeError,
-             "sparse_layer_norm: " << what << " " << in[i] << " and x " << x << " differ in dtype");
-  }
+  detail::check_segments(kName, x, attrs.segments);  // x floating with a last dim of whole segments
+  detail::check_norm_eps(kName, attrs.eps);
+  detail::check_norm_affine(kName, in, 1, attrs.has_gamma, x);
   const TensorMeta stats{detail::sparse_layer_norm_stats_shape(x.shape, attrs.segments),
                          detail::layer_norm_stats_dtype(x.dtype), x.device};
   return {x, stats, stats};

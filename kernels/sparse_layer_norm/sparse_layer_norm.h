@@ -46,8 +46,9 @@ struct SparseLayerNorm : OpBase {
 namespace detail {
 /// Shape of sparse layer norm's statistics: x's shape with its last dim replaced by `segments`.
 Shape sparse_layer_norm_stats_shape(const Shape& x, int64_t segments);
-/// Shape rule shared by the op and its backward: ValueError unless segments >= 1, ShapeError
-/// unless x has a non-empty last dim divisible by segments (names `op`, x and segments).
+/// Rule on x shared by the op and its backward: x floating with a non-empty last dim
+/// (detail::check_norm_input), ValueError unless segments >= 1, ShapeError unless the last dim is
+/// divisible by segments (names `op`, x and segments).
 void check_segments(const char* op, const TensorMeta& x, int64_t segments);
 }  // namespace detail
 

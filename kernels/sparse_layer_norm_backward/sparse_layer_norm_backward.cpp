@@ -1,8 +1,10 @@
 #include "kernels/sparse_layer_norm_backward/sparse_layer_norm_backward.h"
 
-#include <algorithm>
+#include <string>
 
 #include "kernels/common/array_map.h"
+#include "kernels/common/normalize_checks.h"
+#include "kernels/common/normalize_param_grads.h"
 #include "kernels/layer_norm/layer_norm.h"  // detail::layer_norm_stats_dtype
 #include "kernels/sparse_layer_norm/sparse_layer_norm.h"
 
@@ -20,20 +22,15 @@ std::vector<Tensor> sparse_layer_norm_backward(const Tensor& g, const Tensor& x,
 std::vector<TensorMeta> SparseLayerNormBackward::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 4 + attrs.relu + attrs.has_gamma);
   const TensorMeta& x = in[1];
-  check_floating(kName, x, "x");
-  detail::check_segments(kName, x, attrs.segments);
+  detail::check_segments(kName, x, attrs.segments);  // x floating with a last dim of whole segments
   TS_CHECK(in[0] == x, ShapeError, "sparse_layer_norm_backward: g " << in[0] << " must match x " << x);
   const TensorMeta stats{detail::sparse_layer_norm_stats_shape(x.shape, attrs.segments),
                          detail::layer_norm_stats_dtype(x.dtype), x.device};
-  TS_CHECK(in[2] == stats && in[3] == stats, ShapeError,
-           "sparse_layer_norm_backward: mean " << in[2] << " and rstd " << in[3] << " must be " << stats
-                                               << " for x " << x << " and " << attrs.segments << " segments");
+  detail::check_norm_stats(kName, in[2], in[3], stats,
+                           "x " + x.str() + " and " + std::to_string(attrs.segments) + " segments");
   if (attrs.relu)
     TS_CHECK(in[4] == x, ShapeError, "sparse_layer_norm_backward: y " << in[4] << " must match x " << x);
-  const TensorMeta c{Shape{x.shape[-1]}, x.dtype, x.device};
-  if (attrs.has_gamma)
-    TS_CHECK(in[4 + attrs.relu] == c, ShapeError,
-             "sparse_layer_norm_backward: gamma " << in[4 + attrs.relu] << " must be " << c << " for x " << x);
+  const TensorMeta c = detail::check_norm_backward_gamma(kName, in, 4 + attrs.relu, attrs.has_gamma, x);
   return {x, c, c};
 }
 
@@ -43,11 +40,6 @@ void SparseLayerNormBackward::cpu(const std::vector<Tensor>& in, const std::vect
   const int64_t c = in[1].shape()[-1];
   const int64_t nseg = attrs.segments, gs = c / nseg;  // segments per row, features per segment (G)
   const int64_t rows = in[1].numel() / c;
-  // dgamma/dbeta are reduced over rows in a fixed number of row blocks, each with its own
-  // partial sums, then added in block order: the result does not depend on thread count.
-  const int64_t nblocks = std::min<int64_t>(rows, 64);
-  const int64_t per_block = nblocks > 0 ? (rows + nblocks - 1) / nblocks : 0;
-  std::vector<double> partial(static_cast<size_t>(nblocks * 2 * c), 0.0);  // [nblocks, 2, C]
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* g = in[0].data<T>();
@@ -57,12 +49,10 @@ void SparseLayerNormBackward::cpu(const std::vector<Tensor>& in, const std::vect
     const T* y = attrs.relu ? in[4].data<T>() : nullptr;
     const T* gamma = attrs.has_gamma ? in[4 + attrs.relu].data<T>() : nullptr;
     T* dx = out[0].data<T>();
-#pragma omp parallel for if (rows * c > kParallelGrain)
-    for (int64_t b = 0; b < nblocks; ++b) {
-      double* dgamma_b = partial.data() + b * 2 * c;  // [C]
-      double* dbeta_b = dgamma_b + c;                 // [C]
-      ArrayD xh(gs), gz(gs), gh(gs);                  // one segment's xhat, gz, gh, in double
-      for (int64_t r = b * per_block; r < std::min(rows, (b + 1) * per_block); ++r) {
+    // Rows [r0, r1): dx, and their g·xhat and g added into the block's dgamma_b, dbeta_b [C].
+    auto block_rows = [&](int64_t r0, int64_t r1, double* dgamma_b, double* dbeta_b) {
+      ArrayD xh(gs), gz(gs), gh(gs);  // one segment's xhat, gz, gh, in double
+      for (int64_t r = r0; r < r1; ++r) {
         for (int64_t s = 0; s < nseg; ++s) {
           const int64_t u = r * nseg + s, off = u * gs, p = s * gs;  // statistic, data, parameter offsets
           const double mu = mean[u], rs = rstd[u];
@@ -81,18 +71,9 @@ void SparseLayerNormBackward::cpu(const std::vector<Tensor>& in, const std::vect
           Eigen::Map<ArrayD>(dbeta_b + p, gs) += gz;
         }
       }
-    }
-    T* dgamma = out[1].data<T>();
-    T* dbeta = out[2].data<T>();
-    for (int64_t j = 0; j < c; ++j) {
-      double sg = 0, sb = 0;
-      for (int64_t b = 0; b < nblocks; ++b) {
-        sg += partial[b * 2 * c + j];
-        sb += partial[b * 2 * c + c + j];
-      }
-      dgamma[j] = static_cast<T>(sg);
-      dbeta[j] = static_cast<T>(sb);
-    }
+    };
+    // dgamma/dbeta [C]: the deterministic row-block reduction of kernels/common/normalize_param_grads.h.
+    cpu::reduce_norm_param_grads<T>(rows, c, out[1].data<T>(), out[2].data<T>(), block_rows);
   });
 }
 

@@ -61,7 +61,7 @@ TEST(CudaAttentionDensePath, EveryImplOnCudaEqualsCpuBlockAttention) {
   for (DType dt : {DType::f32, DType::f64}) {
     SCOPED_TRACE(std::string(impl) + " " + dtype_name(dt));
     Generator i1(1), i2(1);  // same parameters
-    nn::MultiHeadAttention cpu(opts(dt), i1), gpu(opts(dt).impl(impl), i2);
+    nn::MultiHeadAttention cpu(opts(dt), i1), gpu(opts(dt).impl(nn::attention_impl_from_string(impl)), i2);
     gpu.to(kGpu);
     ASSERT_FALSE(cpu.uses_dense_path(Device::cpu()));
     ASSERT_EQ(gpu.uses_dense_path(kGpu), std::string(impl) == "dense");
@@ -78,7 +78,7 @@ TEST(CudaAttentionDensePath, HalfDtypesTrackTheCpu) {
   for (DType dt : {DType::bf16, DType::f16}) {
     SCOPED_TRACE(std::string(impl) + " " + dtype_name(dt));
     Generator i1(4), i2(4);
-    nn::MultiHeadAttention cpu(opts(dt), i1), gpu(opts(dt).impl(impl), i2);
+    nn::MultiHeadAttention cpu(opts(dt), i1), gpu(opts(dt).impl(nn::attention_impl_from_string(impl)), i2);
     gpu.to(kGpu);
     const Tensor x = cast(test_randn({kB * kT, kC}, 5, DType::f32), dt);
     const Tensor want = cast(cpu.forward(x, kB), DType::f64);  // block_attention, f32 inside
@@ -99,7 +99,7 @@ TEST(CudaAttentionDensePath, ProbabilityDropoutMatchesTheCpu) {
     SCOPED_TRACE(impl);
     Generator i1(6), i2(6);
     nn::MultiHeadAttention cpu(opts(DType::f32).attention_dropout(0.2), i1),
-        gpu(opts(DType::f32).attention_dropout(0.2).impl(impl), i2);
+        gpu(opts(DType::f32).attention_dropout(0.2).impl(nn::attention_impl_from_string(impl)), i2);
     gpu.to(kGpu);
     const Tensor x = test_randn({kB * kT, kC}, 7, DType::f32), R = test_randn({kB * kT, kC}, 8, DType::f32);
     Generator g1(9), g2(9);
@@ -144,7 +144,8 @@ TEST(CudaAttentionDensePath, CompiledStepEqualsEagerGpuSteps) {
   REQUIRE_GPU();
   for (const char* impl : {"auto", "dense"}) {
     SCOPED_TRACE(impl);
-    expect_compiled_equals_eager(opts(DType::f32).attention_dropout(0.1).dropout(0.1).impl(impl), kB, 1e-5);
+    expect_compiled_equals_eager(
+        opts(DType::f32).attention_dropout(0.1).dropout(0.1).impl(nn::attention_impl_from_string(impl)), kB, 1e-5);
   }
   // bf16, head dim 32 and blocks of 32: block_attention's tensor-core kernels with their dropout.
   SCOPED_TRACE("bf16 tensor cores");

@@ -96,7 +96,8 @@ TEST(GpuAutocast, AttentionLayerMatchesCpu) {
   auto run = [&](Device dev, Tensor* dx) {
     Generator gen(5);
     nn::MultiHeadAttention attn(
-        nn::AttentionOptions(C, 3, T).block_size(bs).impl(dev.is_cuda() ? impl : "auto"), gen);
+        nn::AttentionOptions(C, 3, T).block_size(bs).impl(nn::attention_impl_from_string(dev.is_cuda() ? impl : "auto")),
+        gen);
     attn.to(dev);
     EXPECT_EQ(attn.uses_dense_path(dev), dev.is_cuda() && std::string(impl) == "dense");
     Tensor x = test_randn({B * T, C}, 6, DType::f32).to(dev).requires_grad_();

@@ -1,5 +1,5 @@
 // CUDA kernels of the fused LSTM gates (lstm_gates, lstm_gates_backward) and the fused
-// optimizer updates (sgd_update, adam_update, adamw_update, adafactor_update,
+// optimizer updates (sgd_update, adam_update in both decay modes, adafactor_update,
 // adafactor_factored_update) against their CPU kernels (label `gpu`; skipped visibly without a
 // GPU). lr and step are 0-d f64 tensors on the GPU, as a compiled step feeds them.
 // Inputs are random, sizes odd (1, 7, 33, 1000, 4097), every floating dtype; GPU outputs are
@@ -126,13 +126,13 @@ TEST(CudaOptim, SgdUpdateEveryVariantAndInPlace) {
   }
 }
 
-template <class Op>
-void expect_adam_family_matches() {
-  const typename Op::Attrs variants[] = {{0.9, 0.999, 1e-8, 0.0}, {0.8, 0.99, 1e-6, 0.1}};
+void expect_adam_family_matches(AdamDecay decay) {
+  using Op = AdamUpdate;
+  const Op::Attrs variants[] = {{0.9, 0.999, 1e-8, decay, 0.0}, {0.8, 0.99, 1e-6, decay, 0.1}};
   uint64_t seed = 200;
   for (DType dt : kFloatTypes) {
     for (const Shape& s : {Shape{1}, Shape{7}, Shape{33}, Shape{1000}, Shape{4097}, Shape{7, 33}}) {
-      for (const typename Op::Attrs& a : variants) {
+      for (const Op::Attrs& a : variants) {
         for (double t : {1.0, 10.0}) {
           Tensor p = randn(s, ++seed, dt), g = randn(s, ++seed, dt), m = randn(s, ++seed, dt, 0.1);
           Tensor v = uniform(s, 0.0, 0.5, ++seed, dt);
@@ -144,14 +144,14 @@ void expect_adam_family_matches() {
   }
 }
 
-TEST(CudaOptim, AdamUpdateMatchesTheCpuAndRunsInPlace) {
+TEST(CudaOptim, AdamUpdateCoupledMatchesTheCpuAndRunsInPlace) {
   REQUIRE_GPU();
-  expect_adam_family_matches<AdamUpdate>();
+  expect_adam_family_matches(AdamDecay::coupled);
 }
 
-TEST(CudaOptim, AdamwUpdateMatchesTheCpuAndRunsInPlace) {
+TEST(CudaOptim, AdamUpdateDecoupledMatchesTheCpuAndRunsInPlace) {
   REQUIRE_GPU();
-  expect_adam_family_matches<AdamwUpdate>();
+  expect_adam_family_matches(AdamDecay::decoupled);
 }
 
 TEST(CudaOptim, TheLearningRateAndStepAreReadOnTheDevice) {
@@ -159,11 +159,11 @@ TEST(CudaOptim, TheLearningRateAndStepAreReadOnTheDevice) {
   // The same GPU inputs with two different lr/step tensors give the two CPU results.
   Tensor p = randn({1000}, 300, DType::f32), g = randn({1000}, 301, DType::f32);
   Tensor m = randn({1000}, 302, DType::f32, 0.1), v = uniform({1000}, 0.0, 0.5, 303, DType::f32);
-  const AdamwUpdate::Attrs a{0.9, 0.999, 1e-8, 0.01};
+  const AdamUpdate::Attrs a{0.9, 0.999, 1e-8, AdamDecay::decoupled, 0.01};
   for (double lr : {1e-3, 3e-2}) {
     for (double t : {1.0, 100.0}) {
       const std::vector<Tensor> in{p, g, m, v, scalar(lr), scalar(t)};
-      EXPECT_TRUE(close_rms(run_on_gpu_host<AdamwUpdate>(a, in)[0], call<AdamwUpdate>(a, in)[0], 1e-5))
+      EXPECT_TRUE(close_rms(run_on_gpu_host<AdamUpdate>(a, in)[0], call<AdamUpdate>(a, in)[0], 1e-5))
           << lr << " " << t;
     }
   }

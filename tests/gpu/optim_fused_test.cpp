@@ -2,7 +2,7 @@
 // sum_squares against its CPU kernel on 40 tensors of odd sizes (tiny to > 1M elements, one
 // empty) in every floating dtype, |gpu − cpu| <= 1e-12·cpu (the squares round identically, only
 // the f64 order differs); more than 48 tensors (several launches, one of them all empty); the
-// same bits on every run; adam_update / adamw_update with grad_scale against the CPU (f32 1e-5,
+// same bits on every run; adam_update (both decay modes) with grad_scale against the CPU (f32 1e-5,
 // f64 1e-9, bf16/f16 1e-2 of the result's scale) and bitwise against the unfused GPU path
 // (scale_grad, then the update), in place too; AdamW with set_clip_norm on GPU parameters
 // bitwise equal to the unfused formulation on the GPU and close to the CPU. GPU outputs are
@@ -95,21 +95,22 @@ TEST(CudaSumSquares, SameBitsEveryRunAndZeroForEmptyTensors) {
   EXPECT_EQ(run_on_gpu_host<SumSquares>({}, {zeros({0}), zeros({3, 0})})[0].item<double>(), 0.0);
 }
 
-// ---- adam_update / adamw_update with grad_scale ----
+// ---- adam_update (both decay modes) with grad_scale ----
 
-template <class Op>
-void expect_grad_scale_matches() {
-  const typename Op::Attrs variants[] = {{0.9, 0.999, 1e-8, 0.0}, {0.8, 0.99, 1e-6, 0.1}};
+void expect_grad_scale_matches(AdamDecay decay) {
+  using Op = AdamUpdate;
+  const Op::Attrs variants[] = {{0.9, 0.999, 1e-8, decay, 0.0}, {0.8, 0.99, 1e-6, decay, 0.1}};
   uint64_t seed = 700;
   for (DType dt : kFloatTypes) {
     for (const Shape& s : {Shape{1}, Shape{7}, Shape{33}, Shape{4097}, Shape{7, 33}, Shape{100003}}) {
-      for (const typename Op::Attrs& a : variants) {
+      for (const Op::Attrs& a : variants) {
         for (double scale : {0.3141592653589793, 1.0 / 3.0, 1.0}) {
           const Tensor p = random(s, ++seed, dt), g = random(s, ++seed, dt);
           const Tensor m = cast(mul(testing::test_randn(s, ++seed), 0.1), dt);
           const Tensor v = cast(test_rand(s, 0.0, 0.5, ++seed), dt);
           const std::vector<Tensor> in{p, g, m, v, scalar(1e-2), scalar(10), scalar(scale)};
-          const std::string what = std::string(Op::kName) + " " + dtype_name(dt) + s.str() + " wd " +
+          const std::string what = std::string(decay == AdamDecay::coupled ? "adam " : "adamw ") + dtype_name(dt) +
+                                   s.str() + " wd " +
                                    std::to_string(a.weight_decay) + " scale " + std::to_string(scale);
           const std::vector<Tensor> got = run_on_gpu_host<Op>(a, in);
           const std::vector<Tensor> cpu = call<Op>(a, in);
@@ -132,14 +133,14 @@ void expect_grad_scale_matches() {
   }
 }
 
-TEST(CudaGradScale, AdamUpdateMatchesTheCpuAndTheUnfusedPath) {
+TEST(CudaGradScale, AdamUpdateCoupledMatchesTheCpuAndTheUnfusedPath) {
   REQUIRE_GPU();
-  expect_grad_scale_matches<AdamUpdate>();
+  expect_grad_scale_matches(AdamDecay::coupled);
 }
 
-TEST(CudaGradScale, AdamwUpdateMatchesTheCpuAndTheUnfusedPath) {
+TEST(CudaGradScale, AdamUpdateDecoupledMatchesTheCpuAndTheUnfusedPath) {
   REQUIRE_GPU();
-  expect_grad_scale_matches<AdamwUpdate>();
+  expect_grad_scale_matches(AdamDecay::decoupled);
 }
 
 // ---- adam_multi_update: many parameters per launch ----
@@ -183,8 +184,8 @@ TEST(CudaAdamMultiUpdate, EqualsTheSingleTensorKernelBitwise) {
           if (scaled) one.push_back(args[4 * n + 2]);
           const std::vector<Tensor> single =
               decay == AdamDecay::coupled
-                  ? run_on_gpu_host<AdamUpdate>({0.8, 0.99, 1e-6, wd[i]}, one)
-                  : run_on_gpu_host<AdamwUpdate>({0.8, 0.99, 1e-6, wd[i]}, one);
+                  ? run_on_gpu_host<AdamUpdate>({0.8, 0.99, 1e-6, AdamDecay::coupled, wd[i]}, one)
+                  : run_on_gpu_host<AdamUpdate>({0.8, 0.99, 1e-6, AdamDecay::decoupled, wd[i]}, one);
           for (size_t k = 0; k < 3; ++k) {
             const std::string at = what + " parameter " + std::to_string(i) + " output " + std::to_string(k);
             EXPECT_TRUE(all_close(got[k * n + i], single[k], 0, 0)) << at;
@@ -232,8 +233,9 @@ TEST(CudaClipInTheUpdate, AdamWEqualsTheUnfusedStepAndTracksTheCpu) {
     EXPECT_LT(factor.item<double>(), 1.0) << "clipping engages";
     const Tensor lr = scalar(1e-2).to(kGpu), t = scalar(double(s)).to(kGpu);
     for (size_t i = 0; i < shapes.size(); ++i) {
-      const std::vector<Tensor> out = adamw_update(plain[i], optim::scale_grad(gpu_grads[i], factor), m[i], v[i],
-                                                   lr, t, o.beta1(), o.beta2(), o.eps(), o.weight_decay());
+      const std::vector<Tensor> out =
+          adam_update(plain[i], optim::scale_grad(gpu_grads[i], factor), m[i], v[i], lr, t, AdamDecay::decoupled,
+                      o.beta1(), o.beta2(), o.eps(), o.weight_decay());
       copy_into(out[0], plain[i]);
       copy_into(out[1], m[i]);
       copy_into(out[2], v[i]);

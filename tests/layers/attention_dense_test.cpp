@@ -17,6 +17,9 @@
 namespace tessera {
 namespace {
 
+using Kind = nn::AttentionLayoutKind;
+using Impl = nn::AttentionImpl;
+
 using testing::all_close;
 using testing::expect_error;
 using testing::gradcheck;
@@ -57,8 +60,8 @@ TEST(AttentionDensePath, EqualsBlockAttention) {
             .density(linear_block ? 0.5 : 1.0, 1);
       };
       Generator g1(3), g2(3);  // same parameters
-      nn::MultiHeadAttention dense(opts().impl("dense"), g1);
-      nn::MultiHeadAttention block(opts().impl("block"), g2);
+      nn::MultiHeadAttention dense(opts().impl(Impl::dense), g1);
+      nn::MultiHeadAttention block(opts().impl(Impl::block), g2);
       ASSERT_TRUE(dense.uses_dense_path(Device::cpu()));
       ASSERT_FALSE(block.uses_dense_path(Device::cpu()));
       for (int64_t B : {1, 3}) {
@@ -78,7 +81,7 @@ TEST(AttentionDensePath, EqualsBlockAttention) {
 
 TEST(AttentionDensePath, GradientCheck) {
   Generator gen(6);
-  nn::MultiHeadAttention attn(small(DType::f64).impl("dense"), gen);
+  nn::MultiHeadAttention attn(small(DType::f64).impl(Impl::dense), gen);
   const int64_t B = 2;
   Tensor x = test_randn({B * 24, 12}, 8);
   EXPECT_TRUE(parameters_gradcheck(attn.named_parameters(), [&] { return attn.forward(x, B); }));
@@ -89,20 +92,20 @@ TEST(AttentionDensePath, ImplSelection) {
   Generator gen(7);
   const Device gpu = Device::cuda(0);  // a value only: nothing runs there
   nn::MultiHeadAttention dflt(small(DType::f32), gen);
-  EXPECT_EQ(dflt.options().impl(), "auto");
+  EXPECT_EQ(dflt.options().impl(), Impl::automatic);
   EXPECT_FALSE(dflt.uses_dense_path(Device::cpu())) << "auto: block_attention on the CPU";
   EXPECT_FALSE(dflt.uses_dense_path(gpu)) << "auto: block_attention on CUDA, the dense causal layout too";
   nn::MultiHeadAttention dropped(small(DType::f32).attention_dropout(0.1), gen);
   EXPECT_FALSE(dropped.uses_dense_path(gpu)) << "dropout on the probabilities is inside block_attention";
-  nn::MultiHeadAttention local(small(DType::f32).layout("local").window(2).attention_dropout(0.1), gen);
+  nn::MultiHeadAttention local(small(DType::f32).layout(Kind::local).window(2).attention_dropout(0.1), gen);
   EXPECT_FALSE(local.uses_dense_path(gpu));
   // An explicit layout that keeps every causal block is the dense causal one.
-  nn::MultiHeadAttention given(small(DType::f32).layout(AttentionLayout::dense_causal(24, 8, 3)).impl("dense"),
+  nn::MultiHeadAttention given(small(DType::f32).layout(AttentionLayout::dense_causal(24, 8, 3)).impl(Impl::dense),
                               gen);
   EXPECT_TRUE(given.uses_dense_path(Device::cpu()));
   EXPECT_TRUE(given.uses_dense_path(gpu));
   // fixed with summary == stride keeps every causal block too.
-  nn::MultiHeadAttention full(small(DType::f32).layout("fixed").stride(2).summary(2).impl("dense"), gen);
+  nn::MultiHeadAttention full(small(DType::f32).layout(Kind::fixed).stride(2).summary(2).impl(Impl::dense), gen);
   EXPECT_TRUE(full.uses_dense_path(gpu));
 }
 
@@ -111,7 +114,7 @@ TEST(AttentionDensePath, DropoutMasksOfBothPathsAreTheSame) {
   // path and the fused one give the same outputs and gradients from the same generator state.
   Generator i1(15), i2(15);
   nn::MultiHeadAttention fused(small(DType::f64).attention_dropout(0.3), i1);
-  nn::MultiHeadAttention dense(small(DType::f64).attention_dropout(0.3).impl("dense"), i2);
+  nn::MultiHeadAttention dense(small(DType::f64).attention_dropout(0.3).impl(Impl::dense), i2);
   const int64_t B = 2;
   const Tensor x = test_randn({B * 24, 12}, 16), w = test_randn({B * 24, 12}, 17);
   Generator g1(40), g2(40);
@@ -128,14 +131,15 @@ TEST(AttentionDensePath, DropoutMasksOfBothPathsAreTheSame) {
 TEST(AttentionDensePath, Errors) {
   Generator gen(8);
   expect_error<ValueError>(
-      [&] { nn::MultiHeadAttention(small(DType::f32).layout("local").window(2).impl("dense"), gen); },
+      [&] { nn::MultiHeadAttention(small(DType::f32).layout(Kind::local).window(2).impl(Impl::dense), gen); },
       {"MultiHeadAttention", "impl \"dense\"", "dense causal", "local_window"});
-  expect_error<ValueError>([&] { nn::MultiHeadAttention(small(DType::f32).impl("flash"), gen); },
-                           {"MultiHeadAttention", "impl", "flash"});
+  expect_error<ValueError>([&] { nn::attention_impl_from_string("flash"); },
+                           {"attention impl", "flash", "auto, block, dense"});
   // strided over 8 blocks leaves blocks out (over 3 blocks of 8 tokens it would keep them all).
   expect_error<ValueError>(
       [&] {
-        nn::MultiHeadAttention(nn::AttentionOptions(12, 3, 64).block_size(8).layout("strided").stride(2).impl("dense"),
+        nn::MultiHeadAttention(
+            nn::AttentionOptions(12, 3, 64).block_size(8).layout(Kind::strided).stride(2).impl(Impl::dense),
                                gen);
       },
       {"MultiHeadAttention", "impl \"dense\"", "strided"});
@@ -147,7 +151,7 @@ TEST(AttentionDensePath, ProbabilityDropoutDrawsFromTheGenerator) {
   Generator init(9);
   nn::MultiHeadAttention attn(small(DType::f32).attention_dropout(0.3), init);  // output dropout 0
   Generator ref_init(9);
-  nn::MultiHeadAttention plain(small(DType::f32).impl("block"), ref_init);      // same parameters
+  nn::MultiHeadAttention plain(small(DType::f32).impl(Impl::block), ref_init);      // same parameters
   const int64_t B = 2;
   Tensor x = test_randn({B * 24, 12}, 10, DType::f32);
   Generator g(21);

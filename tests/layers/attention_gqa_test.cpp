@@ -12,6 +12,9 @@
 namespace tessera {
 namespace {
 
+using Kind = nn::AttentionLayoutKind;
+using Impl = nn::AttentionImpl;
+
 using testing::all_close;
 using testing::expect_error;
 using testing::parameters_gradcheck;
@@ -25,7 +28,8 @@ nn::AttentionOptions gqa(int64_t kv_heads) {
 TEST(MultiHeadAttentionGqa, ProjectionWidthAndBothPathsAgree) {
   for (int64_t kv : {1, 2}) {
     Generator i1(3), i2(3);
-    nn::MultiHeadAttention fused(gqa(kv).attention_dropout(0.2), i1), dense(gqa(kv).attention_dropout(0.2).impl("dense"), i2);
+    nn::MultiHeadAttention fused(gqa(kv).attention_dropout(0.2), i1),
+        dense(gqa(kv).attention_dropout(0.2).impl(Impl::dense), i2);
     EXPECT_EQ(fused.options().kv_heads(), kv);
     EXPECT_EQ(fused.qkv().module()->named_parameters()[0].tensor.numel(), 24 * (24 + 2 * kv * 6)) << "q | k | v columns";
     const int64_t B = 2;
@@ -44,7 +48,7 @@ TEST(MultiHeadAttentionGqa, ProjectionWidthAndBothPathsAgree) {
 TEST(MultiHeadAttentionGqa, ParameterGradcheck) {
   Generator init(6);
   nn::MultiHeadAttention attn(nn::AttentionOptions(12, 4, 16).block_size(8).kv_heads(2).dtype(DType::f64)
-                                  .layout("local").window(1),
+                                  .layout(Kind::local).window(1),
                               init);
   const Tensor x = test_randn({2 * 16, 12}, 7);
   EXPECT_TRUE(parameters_gradcheck(attn.named_parameters(), [&] { return attn.forward(x, 2); }));
@@ -52,7 +56,7 @@ TEST(MultiHeadAttentionGqa, ParameterGradcheck) {
 
 TEST(MultiHeadAttentionGqa, DecodingEqualsForward) {
   Generator init(8);
-  nn::MultiHeadAttention attn(gqa(1).layout("strided").stride(2), init);
+  nn::MultiHeadAttention attn(gqa(1).layout(Kind::strided).stride(2), init);
   attn.eval();
   const int64_t B = 2, T = 32;
   const Tensor x = test_randn({B * T, 24}, 9);

@@ -16,6 +16,9 @@
 namespace tessera {
 namespace {
 
+using Kind = nn::AttentionLayoutKind;
+using Impl = nn::AttentionImpl;
+
 using testing::all_close;
 using testing::expect_error;
 using testing::gradcheck;
@@ -74,11 +77,11 @@ TEST(MultiHeadAttention, ParametersAndLayouts) {
   EXPECT_EQ(*dense.layout(), *AttentionLayout::dense_causal(64, 16, 4));
   const int64_t T = 64, bs = 8, H = 2;
   auto opts = [&] { return nn::AttentionOptions(16, H, T).block_size(bs); };
-  EXPECT_EQ(*nn::MultiHeadAttention(opts().layout("local").window(2), gen).layout(),
+  EXPECT_EQ(*nn::MultiHeadAttention(opts().layout(Kind::local).window(2), gen).layout(),
             *AttentionLayout::local_window(T, bs, H, 2));
-  EXPECT_EQ(*nn::MultiHeadAttention(opts().layout("fixed").stride(4).summary(2), gen).layout(),
+  EXPECT_EQ(*nn::MultiHeadAttention(opts().layout(Kind::fixed).stride(4).summary(2), gen).layout(),
             *AttentionLayout::fixed(T, bs, H, 4, 2));
-  EXPECT_EQ(*nn::MultiHeadAttention(opts().layout("strided").stride(3), gen).layout(),
+  EXPECT_EQ(*nn::MultiHeadAttention(opts().layout(Kind::strided).stride(3), gen).layout(),
             *AttentionLayout::strided(T, bs, H, 3));
   AttentionLayoutPtr given = AttentionLayout::local_window(T, bs, H, 3);
   EXPECT_TRUE(nn::MultiHeadAttention(opts().layout(given), gen).layout() == given);
@@ -94,9 +97,8 @@ TEST(MultiHeadAttention, Errors) {
   expect_error<ValueError>(
       [&] { nn::MultiHeadAttention(nn::AttentionOptions(30, 4, 32).block_size(8), gen); },
       {"MultiHeadAttention", "width 30", "heads 4"});
-  expect_error<ValueError>(
-      [&] { nn::MultiHeadAttention(nn::AttentionOptions(16, 2, 32).block_size(8).layout("banded"), gen); },
-      {"MultiHeadAttention", "banded"});
+  expect_error<ValueError>([&] { nn::attention_layout_kind_from_string("banded"); },
+                           {"attention layout", "banded", "dense, local, fixed, strided"});
   expect_error<ValueError>(
       [&] {
         nn::MultiHeadAttention(
@@ -137,11 +139,23 @@ void expect_causal(const nn::MultiHeadAttention& attn, int64_t B, int64_t t0) {
     }
 }
 
+TEST(MultiHeadAttention, LayoutKindAndImplNamesRoundTrip) {
+  // The names configs and command lines use, parsed into the enums at the edge.
+  for (const char* name : {"dense", "local", "fixed", "strided"})
+    EXPECT_STREQ(nn::attention_layout_kind_name(nn::attention_layout_kind_from_string(name)), name);
+  for (const char* name : {"auto", "block", "dense"})
+    EXPECT_STREQ(nn::attention_impl_name(nn::attention_impl_from_string(name)), name);
+  EXPECT_EQ(nn::attention_layout_kind_from_string("local"), Kind::local);
+  EXPECT_EQ(nn::attention_impl_from_string("auto"), Impl::automatic);
+  expect_error<ValueError>([] { nn::attention_impl_from_string("Dense"); }, {"attention impl", "\"Dense\""});
+}
+
 TEST(MultiHeadAttention, Causal) {
   Generator gen(4);
   for (const char* kind : {"dense", "local", "fixed", "strided"}) {
     SCOPED_TRACE(kind);
-    nn::MultiHeadAttention attn(tiny(8, 2, 32).layout(kind).window(2).stride(2).summary(1), gen);
+    nn::MultiHeadAttention attn(
+        tiny(8, 2, 32).layout(nn::attention_layout_kind_from_string(kind)).window(2).stride(2).summary(1), gen);
     expect_causal(attn, 2, 13);  // inside block 1 of 4
     expect_causal(attn, 1, 24);  // at a block boundary
   }
@@ -151,7 +165,7 @@ TEST(MultiHeadAttention, SparseLayoutIgnoresLeftOutBlocks) {
   // local window 1: each query block sees only itself, so block 1's outputs ignore block 0's tokens
   // (with a dense layout they do not).
   Generator gen(5);
-  nn::MultiHeadAttention local(tiny(8, 2, 16).layout("local").window(1), gen);
+  nn::MultiHeadAttention local(tiny(8, 2, 16).layout(Kind::local).window(1), gen);
   Tensor x = test_randn({16, 8}, 7);
   std::vector<double> xv = x.to_vector<double>();
   for (int64_t i = 0; i < 8 * 8; ++i) xv[i] += 1.0;  // tokens 0..7 (block 0)
@@ -172,7 +186,7 @@ TEST(MultiHeadAttention, GradientsDenseAndSparse) {
     SCOPED_TRACE(std::string(c.kind) + " width " + std::to_string(c.width) + " linear block " +
                  std::to_string(c.linear_block));
     nn::MultiHeadAttention attn(tiny(c.width, 2, 16)
-                                    .layout(c.kind)
+                                    .layout(nn::attention_layout_kind_from_string(c.kind))
                                     .window(1)
                                     .stride(2)
                                     .linear_block_size(c.linear_block)

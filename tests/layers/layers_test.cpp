@@ -15,6 +15,8 @@
 namespace tessera {
 namespace {
 
+using Kind = nn::AttentionLayoutKind;
+
 using testing::all_close;
 using testing::expect_error;
 using testing::gradcheck;
@@ -288,7 +290,7 @@ TEST(Module, ReportsItsOwnLayouts) {
   EXPECT_EQ(sparse.layout(), b);
   EXPECT_EQ(as_module.layouts().block, b);
 
-  nn::MultiHeadAttention attn(nn::AttentionOptions(16, 2, 32).block_size(8).layout("local").window(2), gen);
+  nn::MultiHeadAttention attn(nn::AttentionOptions(16, 2, 32).block_size(8).layout(Kind::local).window(2), gen);
   EXPECT_EQ(attn.layouts().attention, attn.layout());
   EXPECT_NE(attn.layouts().attention, nullptr);
   EXPECT_EQ(attn.layouts().block, nullptr);

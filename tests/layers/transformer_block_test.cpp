@@ -17,6 +17,8 @@
 namespace tessera {
 namespace {
 
+using Kind = nn::AttentionLayoutKind;
+
 using testing::all_close;
 using testing::expect_error;
 using testing::gradcheck;
@@ -105,7 +107,7 @@ TEST(TransformerBlock, Gradients) {
     SCOPED_TRACE("dense, gelu_tanh, strided");
     nn::TransformerBlock blk(
         nn::TransformerBlockOptions(
-            nn::AttentionOptions(8, 2, 16).block_size(8).layout("strided").stride(1).dtype(DType::f64))
+            nn::AttentionOptions(8, 2, 16).block_size(8).layout(Kind::strided).stride(1).dtype(DType::f64))
             .mlp_ratio(2)
             .activation(nn::Activation::gelu_tanh),
         gen);
@@ -117,7 +119,7 @@ TEST(TransformerBlock, Gradients) {
     SCOPED_TRACE("block-sparse, fast_gelu, local");
     nn::TransformerBlock blk(nn::TransformerBlockOptions(nn::AttentionOptions(16, 2, 16)
                                                              .block_size(8)
-                                                             .layout("local")
+                                                             .layout(Kind::local)
                                                              .window(1)
                                                              .linear_block_size(8)
                                                              .density(0.5, 1)

@@ -36,6 +36,13 @@ TEST(CharLSTMLM, ConfigJsonRoundTrip) {
   EXPECT_EQ(CharLSTMLMConfig::from_json(nlohmann::json::object()).to_json(), CharLSTMLMConfig().to_json());
 }
 
+TEST(CharLSTMLM, RecomputeChunkReachesTheLayers) {
+  // Optional (configs written before it load with 0: off); passed to every LSTM layer.
+  EXPECT_EQ(parse("{}").recompute_chunk, 0);
+  const CharLSTMLM m(parse(R"({"vocab": 12, "embed": 8, "hidden": 8, "layers": 2, "recompute_chunk": 3})"));
+  for (size_t l = 0; l < 2; ++l) EXPECT_EQ(m.layer(l).options().recompute_chunk(), 3);
+}
+
 TEST(CharLSTMLM, BadFieldsNameTheField) {
   auto bad = [](const std::string& s, const std::string& field) {
     expect_error<ValueError>([&] { parse(s); }, {"CharLSTMLM config", "\"" + field + "\""});
@@ -53,6 +60,7 @@ TEST(CharLSTMLM, BadFieldsNameTheField) {
   bad(R"({"final_norm": "batch"})", "final_norm");
   bad(R"({"final_norm": "sparse", "norm_segments": 3})", "norm_segments");
   bad(R"({"seed": -1})", "seed");
+  bad(R"({"recompute_chunk": -1})", "recompute_chunk");
   CharLSTMLMConfig c;
   c.vocab = 0;
   expect_error<ValueError>([&] { CharLSTMLM m(c); }, {"\"vocab\""});

@@ -1,5 +1,5 @@
-// adam_multi_update, the multi-tensor Adam/AdamW update: bitwise equal to one adam_update /
-// adamw_update per parameter (per-parameter weight decays, with and without grad_scale, empty
+// adam_multi_update, the multi-tensor Adam/AdamW update: bitwise equal to one adam_update
+// (of the same decay) per parameter (per-parameter weight decays, with and without grad_scale, empty
 // parameters, the OpenMP path), in place equal to fresh outputs, symbolic, argument errors
 // naming the parameter; and AdamW's update_all (one op per dtype) equal to update_scaled() per
 // parameter on mixed f32/f64 parameters with clipping on; its buckets (params() backwards, closed
@@ -56,9 +56,7 @@ TEST(AdamMultiUpdate, EqualsOneSingleUpdatePerParameterBitwise) {
         ASSERT_EQ(got.size(), 15u);
         for (size_t i = 0; i < 5; ++i) {
           const std::vector<Tensor> want =
-              decay == AdamDecay::coupled
-                  ? adam_update(s.p[i], s.g[i], s.m[i], s.v[i], lr, t, 0.8, 0.99, 1e-6, s.wd[i], scale)
-                  : adamw_update(s.p[i], s.g[i], s.m[i], s.v[i], lr, t, 0.8, 0.99, 1e-6, s.wd[i], scale);
+              adam_update(s.p[i], s.g[i], s.m[i], s.v[i], lr, t, decay, 0.8, 0.99, 1e-6, s.wd[i], scale);
           const std::string what = std::string(dtype_name(dt)) + (decay == AdamDecay::coupled ? " adam" : " adamw") +
                                    (scale.defined() ? " scaled" : "") + " parameter " + std::to_string(i);
           for (size_t k = 0; k < 3; ++k)

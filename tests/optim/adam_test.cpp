@@ -120,8 +120,9 @@ TEST(AdamUpdate, Values) {
     const double tol = dt == DType::f32 ? 2e-6 : 1e-14;
     Vec pv = {1.0, -2.0, 0.5}, gv = {0.25, 1.0, -3.0}, mv = {0.1, -0.2, 0.3}, vv = {0.5, 0.01, 2.0};
     const double lr = 0.01, b1 = 0.8, b2 = 0.9, eps = 1e-4, wd = 0.5, t = 3;
-    std::vector<Tensor> out = adam_update(from_vector(pv, {3}, dt), from_vector(gv, {3}, dt), from_vector(mv, {3}, dt),
-                                          from_vector(vv, {3}, dt), scalar(lr), scalar(t), b1, b2, eps, wd);
+    std::vector<Tensor> out =
+        adam_update(from_vector(pv, {3}, dt), from_vector(gv, {3}, dt), from_vector(mv, {3}, dt),
+                    from_vector(vv, {3}, dt), scalar(lr), scalar(t), AdamDecay::coupled, b1, b2, eps, wd);
     ASSERT_EQ(out.size(), 3u);
     Vec pe(3), me(3), ve(3);
     for (int i = 0; i < 3; ++i) {
@@ -141,7 +142,7 @@ TEST(AdamUpdate, InPlaceMatchesFreshOutputs) {
     for (DType dt : {DType::f32, DType::f64}) {
       std::vector<Tensor> in = {test_randn({n}, 1, dt), test_randn({n}, 2, dt), test_randn({n}, 3, dt),
                                 test_rand({n}, 0.0, 2.0, 4, dt), scalar(0.01), scalar(7)};
-      const AdamUpdate::Attrs a{0.9, 0.999, 1e-8, 0.1};
+      const AdamUpdate::Attrs a{0.9, 0.999, 1e-8, AdamDecay::coupled, 0.1};
       std::vector<Tensor> fresh = call<AdamUpdate>(a, in);
       std::vector<Tensor> own;
       for (const Tensor& t : in) own.push_back(t.clone());
@@ -179,10 +180,11 @@ TEST(Adam, Errors) {
   expect_error<ValueError>([&] { Adam({p}, AdamOptions().eps(-1)); }, {"Adam", "eps"});
   expect_error<ValueError>([&] { Adam({p}, AdamOptions().weight_decay(-0.1)); }, {"Adam", "weight_decay"});
   Tensor lr = scalar(0.1), t = scalar(1);
-  expect_error<ShapeError>([&] { adam_update(p, zeros({4}), p, p, lr, t); }, {"adam_update", "f32[3]", "f32[4]"});
-  expect_error<DTypeError>([&] { adam_update(p, p, p, p, full({}, 0.1), t); }, {"adam_update", "lr", "f32[]"});
-  expect_error<ValueError>([&] { adam_update(p, p, p, p, lr, scalar(0)); }, {"adam_update", "step"});
-  expect_error<ValueError>([&] { adam_update(p, p, p, p, lr, t, 0.9, 0.999, 1e-8, -1.0); },
+  const AdamDecay l2 = AdamDecay::coupled;
+  expect_error<ShapeError>([&] { adam_update(p, zeros({4}), p, p, lr, t, l2); }, {"adam_update", "f32[3]", "f32[4]"});
+  expect_error<DTypeError>([&] { adam_update(p, p, p, p, full({}, 0.1), t, l2); }, {"adam_update", "lr", "f32[]"});
+  expect_error<ValueError>([&] { adam_update(p, p, p, p, lr, scalar(0), l2); }, {"adam_update", "step"});
+  expect_error<ValueError>([&] { adam_update(p, p, p, p, lr, t, l2, 0.9, 0.999, 1e-8, -1.0); },
                            {"adam_update", "weight_decay"});
 }
 

@@ -162,7 +162,7 @@ TEST(AdamW, Errors) {
   AdamW opt({p});
   expect_error<DTypeError>(
       [&] { opt.update(0, zeros({3}, DType::f64), full({}, 0.1, DType::f64), full({}, 1.0, DType::f64)); },
-      {"adamw_update", "f32[3]", "f64[3]"});
+      {"adam_update (adamw)", "f32[3]", "f64[3]"});
 }
 
 }  // namespace

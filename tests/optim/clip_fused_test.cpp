@@ -1,4 +1,4 @@
-// Global-norm clipping folded into the update: adam_update / adamw_update with grad_scale
+// Global-norm clipping folded into the update: adam_update (both decay modes) with grad_scale
 // equal bitwise to the update on mul(g, cast(s, T)) (every floating dtype, in place too), its
 // argument errors; Adam and AdamW with set_clip_norm equal to the unfused formulation written
 // out (global_grad_norm, clip_factor, scale_grad, update without grad_scale) bitwise, with no
@@ -34,9 +34,9 @@ std::vector<Tensor> adam_inputs(const Shape& s, DType dt, uint64_t seed) {
           cast(test_rand(s, 0.0, 0.5, seed + 3), dt), scalar(1e-2), scalar(7)};
 }
 
-template <class Op>
-void expect_grad_scale_is_the_scaled_update() {
-  const typename Op::Attrs attrs{0.9, 0.99, 1e-8, 0.1};
+void expect_grad_scale_is_the_scaled_update(AdamDecay decay) {
+  using Op = AdamUpdate;
+  const Op::Attrs attrs{0.9, 0.99, 1e-8, decay, 0.1};
   uint64_t seed = 10;
   for (DType dt : kFloats) {
     for (const Shape& s : {Shape{1}, Shape{7, 33}, Shape{40001}}) {
@@ -50,8 +50,8 @@ void expect_grad_scale_is_the_scaled_update() {
         std::vector<Tensor> fused_in = in;
         fused_in.push_back(f);
         const std::vector<Tensor> got = call<Op>(attrs, fused_in);
-        const std::string what = std::string(Op::kName) + " " + dtype_name(dt) + s.str() + " scale " +
-                                 std::to_string(scale);
+        const std::string what = std::string(decay == AdamDecay::coupled ? "adam " : "adamw ") + dtype_name(dt) +
+                                 s.str() + " scale " + std::to_string(scale);
         ASSERT_EQ(got.size(), 3u);
         for (int k = 0; k < 3; ++k) EXPECT_TRUE(all_close(got[k], want[k], 0, 0)) << what << " output " << k;
         // The scale does something (the moments see g·s, not g).
@@ -70,39 +70,42 @@ void expect_grad_scale_is_the_scaled_update() {
   }
 }
 
-TEST(GradScale, AdamwUpdateEqualsTheUpdateOnTheScaledGradientBitwise) {
-  expect_grad_scale_is_the_scaled_update<AdamwUpdate>();
+TEST(GradScale, AdamUpdateDecoupledEqualsTheUpdateOnTheScaledGradientBitwise) {
+  expect_grad_scale_is_the_scaled_update(AdamDecay::decoupled);
 }
 
-TEST(GradScale, AdamUpdateEqualsTheUpdateOnTheScaledGradientBitwise) {
-  expect_grad_scale_is_the_scaled_update<AdamUpdate>();
+TEST(GradScale, AdamUpdateCoupledEqualsTheUpdateOnTheScaledGradientBitwise) {
+  expect_grad_scale_is_the_scaled_update(AdamDecay::coupled);
 }
 
 TEST(GradScale, PublicFunctionsTakeItLast) {
   const std::vector<Tensor> in = adam_inputs({5}, DType::f32, 3);
   const Tensor f = scalar(0.25);
   const Tensor gs = optim::scale_grad(in[1], f);
-  const std::vector<Tensor> a = adamw_update(in[0], in[1], in[2], in[3], in[4], in[5], 0.9, 0.999, 1e-8, 0.01, f);
-  const std::vector<Tensor> b = adamw_update(in[0], gs, in[2], in[3], in[4], in[5], 0.9, 0.999, 1e-8, 0.01);
+  const AdamDecay w = AdamDecay::decoupled;
+  const std::vector<Tensor> a = adam_update(in[0], in[1], in[2], in[3], in[4], in[5], w, 0.9, 0.999, 1e-8, 0.01, f);
+  const std::vector<Tensor> b = adam_update(in[0], gs, in[2], in[3], in[4], in[5], w, 0.9, 0.999, 1e-8, 0.01);
   for (int k = 0; k < 3; ++k) EXPECT_TRUE(all_close(a[k], b[k], 0, 0));
-  const std::vector<Tensor> c = adam_update(in[0], in[1], in[2], in[3], in[4], in[5], 0.9, 0.999, 1e-8, 0.0, f);
-  const std::vector<Tensor> d = adam_update(in[0], gs, in[2], in[3], in[4], in[5]);
+  const AdamDecay l2 = AdamDecay::coupled;
+  const std::vector<Tensor> c = adam_update(in[0], in[1], in[2], in[3], in[4], in[5], l2, 0.9, 0.999, 1e-8, 0.0, f);
+  const std::vector<Tensor> d = adam_update(in[0], gs, in[2], in[3], in[4], in[5], l2);
   for (int k = 0; k < 3; ++k) EXPECT_TRUE(all_close(c[k], d[k], 0, 0));
   // Symbolic.
   const Tensor p = symbolic({3, 5}), s = symbolic({}, DType::f64);
-  for (const Tensor& x : adamw_update(p, p, p, p, s, s, 0.9, 0.999, 1e-8, 0.01, s))
+  for (const Tensor& x : adam_update(p, p, p, p, s, s, w, 0.9, 0.999, 1e-8, 0.01, s))
     EXPECT_TRUE(x.is_symbolic() && x.meta() == p.meta());
 }
 
 TEST(GradScale, Errors) {
   const Tensor p = zeros({3}), lr = scalar(0.1), t = scalar(1);
-  expect_error<DTypeError>([&] { adamw_update(p, p, p, p, lr, t, 0.9, 0.999, 1e-8, 0.0, full({}, 0.5)); },
-                           {"adamw_update", "grad_scale", "f32[]"});
+  const AdamDecay w = AdamDecay::decoupled, l2 = AdamDecay::coupled;
+  expect_error<DTypeError>([&] { adam_update(p, p, p, p, lr, t, w, 0.9, 0.999, 1e-8, 0.0, full({}, 0.5)); },
+                           {"adam_update (adamw)", "grad_scale", "f32[]"});
   const Tensor one_element = full({1}, 0.5, DType::f64);
-  expect_error<ShapeError>([&] { adam_update(p, p, p, p, lr, t, 0.9, 0.999, 1e-8, 0.0, one_element); },
+  expect_error<ShapeError>([&] { adam_update(p, p, p, p, lr, t, l2, 0.9, 0.999, 1e-8, 0.0, one_element); },
                            {"adam_update", "grad_scale", "f64[1]"});
-  expect_error<ValueError>([&] { call<AdamwUpdate>({}, {p, p, p, p, lr, t, lr, lr}); },
-                           {"adamw_update", "expected 6 inputs", "got 8"});
+  expect_error<ValueError>([&] { call<AdamUpdate>({0.9, 0.999, 1e-8, w, 0.0}, {p, p, p, p, lr, t, lr, lr}); },
+                           {"adam_update (adamw)", "expected 6 inputs", "got 8"});
   expect_error<ValueError>([&] { call<AdamUpdate>({}, {p, p, p, p, lr}); }, {"adam_update", "got 5"});
 }
 
@@ -168,14 +171,14 @@ void expect_fused_clipping_is_the_unfused_step(const Options& options, UpdateFn 
 TEST(ClipInTheUpdate, AdamWEqualsTheUnfusedStepBitwise) {
   const auto o = optim::AdamWOptions(0.05).weight_decay(0.1);
   expect_fused_clipping_is_the_unfused_step<optim::AdamW>(o, [&](auto p, auto g, auto m, auto v, auto lr, auto t) {
-    return adamw_update(p, g, m, v, lr, t, o.beta1(), o.beta2(), o.eps(), o.weight_decay());
+    return adam_update(p, g, m, v, lr, t, AdamDecay::decoupled, o.beta1(), o.beta2(), o.eps(), o.weight_decay());
   });
 }
 
 TEST(ClipInTheUpdate, AdamEqualsTheUnfusedStepBitwise) {
   const auto o = optim::AdamOptions(0.05).weight_decay(0.1);
   expect_fused_clipping_is_the_unfused_step<optim::Adam>(o, [&](auto p, auto g, auto m, auto v, auto lr, auto t) {
-    return adam_update(p, g, m, v, lr, t, o.beta1(), o.beta2(), o.eps(), o.weight_decay());
+    return adam_update(p, g, m, v, lr, t, AdamDecay::coupled, o.beta1(), o.beta2(), o.eps(), o.weight_decay());
   });
 }
 

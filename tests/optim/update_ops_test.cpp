@@ -1,4 +1,4 @@
-// The fused update ops sgd_update and adamw_update called directly: values against closed
+// The fused update ops sgd_update and adam_update (decoupled decay, AdamW) called directly: values against closed
 // forms, the first-step and no-momentum rules, in-place runs (outputs aliasing inputs, also
 // on the OpenMP path) equal to fresh outputs, symbolic runs, and argument errors.
 #include <gtest/gtest.h>
@@ -60,15 +60,15 @@ TEST(SgdUpdate, FirstStepAndNoMomentum) {
   EXPECT_TRUE(all_close(out[0], {0.75, 2.75}));
 }
 
-TEST(AdamwUpdate, Values) {
+TEST(AdamUpdateDecoupled, Values) {
   for (DType dt : {DType::f32, DType::f64}) {
     const double tol = dt == DType::f32 ? 2e-6 : 1e-14;
     std::vector<double> pv = {1.0, -2.0, 0.5}, gv = {0.25, 1.0, -3.0}, mv = {0.1, -0.2, 0.3},
                         vv = {0.5, 0.01, 2.0};
     const double lr = 0.01, b1 = 0.8, b2 = 0.9, eps = 1e-4, wd = 0.5, t = 3;
     std::vector<Tensor> out =
-        adamw_update(from_vector(pv, {3}, dt), from_vector(gv, {3}, dt), from_vector(mv, {3}, dt),
-                     from_vector(vv, {3}, dt), scalar(lr), scalar(t), b1, b2, eps, wd);
+        adam_update(from_vector(pv, {3}, dt), from_vector(gv, {3}, dt), from_vector(mv, {3}, dt),
+                    from_vector(vv, {3}, dt), scalar(lr), scalar(t), AdamDecay::decoupled, b1, b2, eps, wd);
     ASSERT_EQ(out.size(), 3u);
     std::vector<double> pe(3), me(3), ve(3);
     for (int i = 0; i < 3; ++i) {
@@ -113,13 +113,13 @@ TEST(SgdUpdate, InPlaceMatchesFreshOutputs) {
   }
 }
 
-TEST(AdamwUpdate, InPlaceMatchesFreshOutputs) {
+TEST(AdamUpdateDecoupled, InPlaceMatchesFreshOutputs) {
   for (int64_t n : {int64_t{7}, int64_t{40001}}) {
     for (DType dt : {DType::f32, DType::f64}) {
       std::vector<Tensor> in = {test_randn({n}, 1, dt), test_randn({n}, 2, dt),
                                 test_randn({n}, 3, dt), test_rand({n}, 0.0, 2.0, 4, dt),
                                 scalar(0.01),           scalar(7)};
-      check_in_place<AdamwUpdate>({0.9, 0.999, 1e-8, 0.01}, in, {0, 2, 3});
+      check_in_place<AdamUpdate>({0.9, 0.999, 1e-8, AdamDecay::decoupled, 0.01}, in, {0, 2, 3});
     }
   }
 }
@@ -129,7 +129,7 @@ TEST(UpdateOps, Symbolic) {
   std::vector<Tensor> s = sgd_update(p, p, p, lr, t, 0.9);
   ASSERT_EQ(s.size(), 2u);
   for (const Tensor& x : s) EXPECT_EQ(x.meta(), p.meta());
-  std::vector<Tensor> a = adamw_update(p, p, p, p, lr, t);
+  std::vector<Tensor> a = adam_update(p, p, p, p, lr, t, AdamDecay::decoupled, 0.9, 0.999, 1e-8, 0.01);
   ASSERT_EQ(a.size(), 3u);
   for (const Tensor& x : a) EXPECT_TRUE(x.is_symbolic() && x.meta() == p.meta());
 }
@@ -160,13 +160,15 @@ TEST(UpdateOps, Errors) {
   expect_error<ValueError>([&] { sgd_update(p, p, p, lr, scalar(0)); }, {"sgd_update", "step", ">= 1"});
   expect_error<ShapeError>(
       [&] {
-        adamw_update(p, p, p, zeros({2, 4}), lr, t);
+        adam_update(p, p, p, zeros({2, 4}), lr, t, AdamDecay::decoupled, 0.9, 0.999, 1e-8, 0.01);
       },
-      {"adamw_update", "exp_avg_sq", "f32[2, 4]", "f32[2, 3]"});
-  expect_error<ValueError>([&] { adamw_update(p, p, p, p, lr, t, 1.0); }, {"adamw_update", "beta1"});
-  expect_error<ValueError>([&] { adamw_update(p, p, p, p, lr, t, 0.9, 0.999, -1.0); },
-                           {"adamw_update", "eps"});
-  expect_error<ValueError>([&] { adamw_update(p, p, p, p, lr, scalar(0.5)); }, {"adamw_update", "step"});
+      {"adam_update (adamw)", "exp_avg_sq", "f32[2, 4]", "f32[2, 3]"});
+  expect_error<ValueError>([&] { adam_update(p, p, p, p, lr, t, AdamDecay::decoupled, 1.0); },
+                           {"adam_update (adamw)", "beta1"});
+  expect_error<ValueError>([&] { adam_update(p, p, p, p, lr, t, AdamDecay::decoupled, 0.9, 0.999, -1.0); },
+                           {"adam_update (adamw)", "eps"});
+  expect_error<ValueError>([&] { adam_update(p, p, p, p, lr, scalar(0.5), AdamDecay::decoupled); },
+                           {"adam_update (adamw)", "step"});
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The fused Adam-family update on the GPU, shared by adam_update and adamw_update (the CPU
+// The fused Adam-family update on the GPU, shared by adam_update and adam_multi_update (the CPU
 // kernel is kernels/common/adam_step.cpp). Elementwise over p [*]:
 //   g' = g + wd·p (coupled) or g (decoupled)
 //   m' = b1·m + (1 − b1)·g',   v' = b2·v + (1 − b2)·g'²

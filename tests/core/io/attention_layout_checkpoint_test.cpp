@@ -23,6 +23,8 @@
 namespace tessera {
 namespace {
 
+using Kind = nn::AttentionLayoutKind;
+
 using testing::bit_equal;
 using testing::expect_error;
 using testing::TempDir;
@@ -173,7 +175,7 @@ TEST(AttentionLayoutCheckpoint, BareAttentionModuleIsTheRoot) {
   const std::string path = dir.file("ck.h5");
   Generator gen(0);
   nn::MultiHeadAttention a(
-      nn::AttentionOptions(16, 4, kT).block_size(kBs).layout("fixed").stride(4).summary(2), gen);
+      nn::AttentionOptions(16, 4, kT).block_size(kBs).layout(Kind::fixed).stride(4).summary(2), gen);
   const io::CheckpointData ck = io::capture(a);
   ASSERT_EQ(ck.attention_layouts.size(), 1u);
   EXPECT_EQ(ck.attention_layouts.at(io::kRootModulePath), a.layout());
@@ -371,7 +373,7 @@ TEST(AttentionLayoutCheckpoint, CorruptGroupsAreClearErrors) {
     words.push_back(path);
     expect_error<IOError>([&] { io::load_checkpoint(path); }, words);
     Generator gen(0);
-    nn::MultiHeadAttention m(nn::AttentionOptions(16, 2, kT).block_size(kBs).layout("local").window(2), gen);
+    nn::MultiHeadAttention m(nn::AttentionOptions(16, 2, kT).block_size(kBs).layout(Kind::local).window(2), gen);
     expect_error<IOError>([&] { io::restore(path, m); }, words);
   }
 }
