@@ -46,7 +46,7 @@ template <class T, int D>
 __global__ void __launch_bounds__(160)
     flash_forward_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
                          const __grid_constant__ CUtensorMap map_v, T* __restrict__ o, FlashStrides os,
-                         float* __restrict__ lse, int H, int G, int nb, int BH, float scale_log2,
+                         float* __restrict__ lse, int H, int G, int nb, float scale_log2,
                          const int32_t* __restrict__ row_ptr, const int32_t* __restrict__ key_blocks) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Tile = FwdTile<D>;
@@ -242,7 +242,7 @@ bool launch(const FlashForward& f, cudaStream_t stream) {
   const int64_t blocks = f.B * f.H * f.nb;
   kernel<<<static_cast<unsigned>(blocks), Tile::kThreads, Tile::kSmemBytes, stream>>>(
       mq, mk, mv, static_cast<T*>(f.o), f.os, f.lse, static_cast<int>(f.H), static_cast<int>(f.G),
-      static_cast<int>(f.nb), static_cast<int>(f.B * f.H), static_cast<float>(f.scale * 1.4426950408889634), f.row_ptr,
+      static_cast<int>(f.nb), static_cast<float>(f.scale * 1.4426950408889634), f.row_ptr,
       f.key_blocks);
   TS_CUDA_LAUNCH_CHECK("block_attention (sm_90a)");
   g_flash_launches.fetch_add(1, std::memory_order_relaxed);
