@@ -3,9 +3,12 @@
 // list, so an op missing its shape rule, CPU kernel or backward rule fails the build.
 //
 // Adding an op: one line here, its folder under kernels/ (<op>.h, <op>.cpp, <op>.cu), its include
-// in kernels/ops.h, a row in docs/ops.md, and its tests (tests/kernels, and tests/gpu for the
-// CUDA kernel).
+// in kernels/ops.h, a row in docs/ops.md (tests/kernels/op_docs_test.cpp checks it), and its
+// tests (tests/kernels, and tests/gpu for the CUDA kernel); docs/architecture.md walks the path.
 #pragma once
+
+#include <string>
+#include <vector>
 
 #define TS_OP_LIST(X) \
   /* elementwise binary (broadcasting) */ \
@@ -90,3 +93,9 @@
   X(SliceBackward)                        \
   X(IndexSelect)                          \
   X(IndexSelectBackward)
+
+namespace tessera {
+/// The `kName` of every op of TS_OP_LIST, in list order (tests check with it that each op has its
+/// row in docs/ops.md).
+const std::vector<std::string>& op_names();
+}  // namespace tessera
