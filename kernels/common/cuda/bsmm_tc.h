@@ -14,6 +14,9 @@
 //   - otherwise (f32 without TF32, f64, operands not 16-byte aligned) the op's exact scalar kernel.
 // The environment variable TESSERA_BSMM_PATH overrides it: `sm80` never takes the sm_90a kernels
 // (the A100 path, on any GPU), `simt` never takes a tensor-core kernel. It is read on every call.
+// Within the sm_90a fwd/dx kernel, column pairs (two output block columns per work item) run
+// where the layout's lists overlap enough (bsmm_sm90.h's pairs_pay; TESSERA_BSMM_PAIRS=0/1
+// forces them off/on); they give the same bits as single columns.
 //
 // Deterministic: every output element is summed by one thread, over the stored blocks in the
 // order of the layout's list (increasing block row for fwd, increasing block column for dx; the
