@@ -42,7 +42,7 @@ Executor::Executor(Graph g) : graph_(std::move(g)), plan_(plan_memory(graph_)) {
   // Roots first (views and bound results refer to them), in id order: a view's base always
   // has a smaller id than the view.
   for (const Value& v : graph_.values) buffers_[v.id] = bind(v.id);
-  for (const Node& n : graph_.nodes) {
+  for (const OpNode& n : graph_.nodes) {
     std::vector<Tensor> ins, outs;
     for (int in : n.inputs) ins.push_back(buffers_[in]);
     for (int out : n.outputs) outs.push_back(buffers_[out]);

@@ -42,7 +42,7 @@ int Graph::add_value(TensorMeta meta, ValueKind kind, std::string name, Tensor t
 
 int Graph::add_node(std::shared_ptr<const OpInstance> op, const std::vector<int>& inputs,
                     const std::vector<TensorMeta>& output_metas, NodePhase phase, int region) {
-  Node n;
+  OpNode n;
   n.op = std::move(op);
   n.inputs = inputs;
   n.phase = phase;
@@ -87,7 +87,7 @@ std::string Graph::to_dot() const {
        << v.name << "\\n" << v.meta.dtype << v.meta.shape << "\"];\n";
   }
   for (size_t i = 0; i < nodes.size(); ++i) {
-    const Node& n = nodes[i];
+    const OpNode& n = nodes[i];
     const char* color = n.phase == NodePhase::forward    ? "lightblue"
                         : n.phase == NodePhase::backward ? "lightpink"
                         : n.phase == NodePhase::update   ? "palegreen"
@@ -113,7 +113,7 @@ std::string Graph::to_dot() const {
 std::string Graph::summary() const {
   std::map<std::string, int> per_op;
   int per_phase[4] = {0, 0, 0, 0};
-  for (const Node& n : nodes) {
+  for (const OpNode& n : nodes) {
     ++per_op[n.op->name()];
     ++per_phase[static_cast<int>(n.phase)];
   }

@@ -44,7 +44,9 @@ inline constexpr const char* kRandomBaseInput = "random_base";
 
 enum class NodePhase { forward, backward, update, recompute };
 
-struct Node {
+/// One recorded op of the graph (not the autograd tessera::Node of core/autograd.h: tracing a
+/// backward walks those and records an OpNode for every rule it runs).
+struct OpNode {
   std::shared_ptr<const OpInstance> op;
   std::vector<int> inputs;   ///< value ids
   std::vector<int> outputs;  ///< value ids
@@ -64,7 +66,7 @@ struct WriteBack {
 class Graph {
  public:
   std::vector<Value> values;
-  std::vector<Node> nodes;
+  std::vector<OpNode> nodes;
   std::vector<WriteBack> writes;
   std::vector<std::pair<std::string, int>> outputs;  ///< named results fetched after a run
   /// Philox blocks one run draws from the step's generator: a run reserves them (base = the

@@ -76,7 +76,7 @@ MemoryPlan plan_memory(const Graph& g) {
   std::vector<int> root(nv);
   for (int v = 0; v < nv; ++v) root[v] = v;
   for (int i = 0; i < nn; ++i) {
-    const Node& n = g.nodes[i];
+    const OpNode& n = g.nodes[i];
     if (n.outputs.size() != 1 || n.inputs.empty()) continue;
     std::vector<TensorMeta> metas;
     for (int in : n.inputs) metas.push_back(g.values[in].meta);
@@ -110,7 +110,7 @@ MemoryPlan plan_memory(const Graph& g) {
     for (int c : g.values[w.target].consumers) later_reader |= c > p;
     bool reads_target = false, in_place_ok = false;
     if (p >= 0) {
-      const Node& n = g.nodes[p];
+      const OpNode& n = g.nodes[p];
       reads_target = std::find(n.inputs.begin(), n.inputs.end(), w.target) != n.inputs.end();
       in_place_ok = n.op->in_place_safe();
     }
@@ -128,12 +128,12 @@ MemoryPlan plan_memory(const Graph& g) {
 
   // 4. Walk the nodes: allocate outputs (in place where safe), free buffers after their last use.
   std::vector<int> readers(nv, 0);  // reads of each root buffer, views included
-  for (const Node& n : g.nodes)
+  for (const OpNode& n : g.nodes)
     for (int in : n.inputs) ++readers[root[in]];
   Arena arena;
   std::vector<bool> owns(nv, false);  // value currently owns an arena block
   for (int i = 0; i < nn; ++i) {
-    const Node& n = g.nodes[i];
+    const OpNode& n = g.nodes[i];
     for (size_t k = 0; k < n.outputs.size(); ++k) {
       const int v = n.outputs[k];
       if (plan.place[v] != MemoryPlan::Place::external || g.values[v].kind != ValueKind::intermediate) continue;

@@ -186,7 +186,7 @@ void renumber(Graph& g) {
 // The originals' results then die within the forward pass.
 void apply_recompute(Graph& g) {
   std::set<int> regions;
-  for (const Node& n : g.nodes)
+  for (const OpNode& n : g.nodes)
     if (n.region >= 0) regions.insert(n.region);
   for (int r : regions) {
     std::vector<int> members;
@@ -205,9 +205,9 @@ void apply_recompute(Graph& g) {
     if (first_reader < 0) continue;
 
     std::unordered_map<int, int> clone_of;  // original value -> recomputed value
-    std::vector<Node> clones;
+    std::vector<OpNode> clones;
     for (int m : members) {
-      Node c = g.nodes[m];
+      OpNode c = g.nodes[m];
       c.phase = NodePhase::recompute;
       c.region = -1;
       for (int& in : c.inputs)
@@ -252,7 +252,7 @@ void schedule_updates(Graph& g) {
         if (g.nodes[c].phase != NodePhase::update) after = std::max(after, c);
     ready_after[u] = after;
   }
-  std::vector<Node> order;
+  std::vector<OpNode> order;
   std::vector<std::vector<int>> due(nn + 1);
   for (int u = 0; u < nn; ++u)
     if (g.nodes[u].phase == NodePhase::update) due[std::max(0, std::min(ready_after[u], nn))].push_back(u);
@@ -372,7 +372,7 @@ Graph trace_step(const LossFn& loss_fn, const std::vector<std::pair<std::string,
   if (rng) {
     g.random_start = rng_restore.state.offset;
     g.random_blocks = rng->offset() - rng_restore.state.offset;
-    for (const Node& n : g.nodes)
+    for (const OpNode& n : g.nodes)
       TS_CHECK(!n.op->random() || n.random_offset <= g.random_blocks, ValueError,
                "compile: " << n.op->name() << " draws from block " << rng_restore.state.offset + n.random_offset
                            << " of the rng, past the " << g.random_blocks << " blocks this step reserved");

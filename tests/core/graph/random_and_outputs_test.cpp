@@ -88,7 +88,7 @@ TEST(CompiledDropout, RandomNodesReadTheBaseInputAndKeepTheirArguments) {
   EXPECT_EQ(g.random_start, 11u);
   std::vector<const OpInstance*> ops;
   int random_nodes = 0, recomputed = 0;
-  for (const graph::Node& n : g.nodes) {
+  for (const graph::OpNode& n : g.nodes) {
     ops.push_back(n.op.get());
     if (!n.op->random()) continue;
     ++random_nodes;
