@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -19,23 +20,29 @@ namespace tessera {
 namespace cuda {
 namespace {
 
+// Host figures of a BlockLayout's tables, by index: the offsets of the column and row pairs' work
+// lists in the tables (their entries follow) and their entry counts (pairs are built for bs 32
+// and 64 only, the sm_90a kernel's), the dW group and run counts.
+enum HostCount { kColPairsAt, kColPairSteps, kRowPairsAt, kRowPairSteps, kDwGroups, kDwRuns, kHostCounts };
+using HostCounts = std::array<int64_t, kHostCounts>;
+
 struct Entry {
   std::weak_ptr<const void> owner;  // the layout; expired once it died
   Tensor tables;                    // i32 [total], on the entry's device
-  std::vector<int64_t> host;        // counts that the host needs at launch (see Packed)
+  HostCounts host;                  // counts that the host needs at launch (see Packed)
 };
 
 // What `pack` builds for one layout: the i32 tables uploaded back to back, and counts kept on the
 // host (list lengths the kernel choice reads, so that a call does not recount them).
 struct Packed {
   std::vector<int32_t> device;
-  std::vector<int64_t> host;
+  HostCounts host{};
 };
 
 // The device tables of one entry and its host counts.
 struct Found {
   const int32_t* base;
-  std::vector<int64_t> host;
+  HostCounts host;
 };
 
 using Key = std::pair<const void*, int>;  // (layout address, device)
@@ -182,13 +189,17 @@ BlockTables device_tables(const LayoutPtr& layout, int device) {
         append(all, row_groups(l, dw_group_size(l.block_size())));
         append(all, col_runs(l, dw_col_run_size(l.block_size())));
         all.insert(all.end(), {0, 0});  // the counter and its done count
-        // Column pairs last: host = {offset of the column pairs' work, their entries, offset of
-        // the row pairs' work, their entries} (each table's entries follow its work list).
-        for (const PairTables& pt : {pair_tables(column_lists(l)), pair_tables(row_lists(l))}) {
-          packed.host.push_back(static_cast<int64_t>(all.size()));
-          packed.host.push_back(static_cast<int64_t>(pt.entries.size() / 3));
-          append(all, pt.work);
-          append(all, pt.entries);
+        packed.host[kDwGroups] = count_runs(l.row_ptr(), dw_group_size(l.block_size()));
+        packed.host[kDwRuns] = count_runs(l.col_ptr(), dw_col_run_size(l.block_size()));
+        // Column pairs last (each table's entries follow its work list).
+        if (l.block_size() >= 32) {
+          const PairTables cols = pair_tables(column_lists(l)), rows = pair_tables(row_lists(l));
+          for (auto [pt, at, steps] : {std::tuple{&cols, kColPairsAt, kColPairSteps}, {&rows, kRowPairsAt, kRowPairSteps}}) {
+            packed.host[at] = static_cast<int64_t>(all.size());
+            packed.host[steps] = static_cast<int64_t>(pt->entries.size() / 3);
+            append(all, pt->work);
+            append(all, pt->entries);
+          }
         }
         return packed;
       },
@@ -200,16 +211,19 @@ BlockTables device_tables(const LayoutPtr& layout, int device) {
   const int32_t* row_work = col_work + 3 * q;
   const int32_t* col_rows = row_work + 3 * r;
   const int32_t* dw_group = col_rows + nnz;
-  // The run counts are host figures: count them again (cheap, the same rule).
-  const int32_t groups = count_runs(l.row_ptr(), dw_group_size(l.block_size()));
-  const int32_t runs = count_runs(l.col_ptr(), dw_col_run_size(l.block_size()));
+  const int32_t groups = static_cast<int32_t>(found.host[kDwGroups]);
+  const int32_t runs = static_cast<int32_t>(found.host[kDwRuns]);
   const int32_t* dw_col_run = dw_group + 2 * groups;
   int32_t* counter = const_cast<int32_t*>(dw_col_run) + 3 * runs;
   BlockTables t{base,     base + nnz, base + 2 * nnz, base + 2 * nnz + q + 1, row_ptr, col_work, row_work, col_rows,
                 dw_group, groups,     dw_col_run,     runs,                   counter};
-  const int32_t col_pairs = static_cast<int32_t>((q + 1) / 2), row_pairs = static_cast<int32_t>((r + 1) / 2);
-  t.col_pairs = {base + found.host[0], base + found.host[0] + 3 * col_pairs, col_pairs, found.host[1]};
-  t.row_pairs = {base + found.host[2], base + found.host[2] + 3 * row_pairs, row_pairs, found.host[3]};
+  if (l.block_size() >= 32) {
+    const int32_t col_pairs = static_cast<int32_t>((q + 1) / 2), row_pairs = static_cast<int32_t>((r + 1) / 2);
+    const int32_t* cp = base + found.host[kColPairsAt];
+    const int32_t* rp = base + found.host[kRowPairsAt];
+    t.col_pairs = {cp, cp + 3 * col_pairs, col_pairs, found.host[kColPairSteps]};
+    t.row_pairs = {rp, rp + 3 * row_pairs, row_pairs, found.host[kRowPairSteps]};
+  }
   return t;
 }
 

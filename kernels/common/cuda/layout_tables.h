@@ -28,6 +28,7 @@ namespace cuda {
 
 /// The column pairs of the sm_90a gather kernel (bsmm_sm90_gather.cu) over the forward lists (by
 /// output block column) or the dX lists (by block row): lists 2j and 2j+1 merged by input block.
+/// Built for bs 32 and 64 only (the kernel's); empty (pairs 0) otherwise.
 struct PairLists {
   const int32_t* work = nullptr;     ///< [pairs, 3]: (pair j, first entry, end entry), longest first
   const int32_t* entries = nullptr;  ///< [steps, 3]: (input block, k of list 2j or -1, k of list 2j+1 or -1)
