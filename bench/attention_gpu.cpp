@@ -161,20 +161,20 @@ int main(int argc, char** argv) {
           const AttentionLayoutPtr l = make_layout(kind, sh.T, o.block, sh.H);
           const double pairs = visited_pairs(*l) * sh.B, fwd_flops = 4.0 * D * pairs;
           std::vector<Tensor> fwd;
-          const double fwd_ms = time_ms([&] { fwd = call<BlockAttention>({l, 0}, {q, k, v}); }, o.repeats);
+          const double fwd_ms = time_ms([&] { fwd = call<op::BlockAttention>({l, 0}, {q, k, v}); }, o.repeats);
           const double fb_ms = time_ms(
               [&] {
-                fwd = call<BlockAttention>({l, 0}, {q, k, v});
+                fwd = call<op::BlockAttention>({l, 0}, {q, k, v});
                 block_attention_backward(g, q, k, v, fwd[0], fwd[1], l);
               },
               o.repeats);
           // With dropout 0.1 on the probabilities, inside the kernels (forward and backward).
-          const BlockAttention::Attrs fa{l, 0, 0.1, 1, 0};
-          const BlockAttentionBackward::Attrs ba{l, 0, 0.1, 1, 0};
+          const op::BlockAttention::Attrs fa{l, 0, 0.1, 1, 0};
+          const op::BlockAttentionBackward::Attrs ba{l, 0, 0.1, 1, 0};
           const double drop_ms = time_ms(
               [&] {
-                fwd = call<BlockAttention>(fa, {q, k, v});
-                call<BlockAttentionBackward>(ba, {g, q, k, v, fwd[0], fwd[1]});
+                fwd = call<op::BlockAttention>(fa, {q, k, v});
+                call<op::BlockAttentionBackward>(ba, {g, q, k, v, fwd[0], fwd[1]});
               },
               o.repeats);
           const double fwd_tflops = fwd_flops / fwd_ms * 1e-9, fb_tflops = 3.5 * fwd_flops / fb_ms * 1e-9;

@@ -55,9 +55,9 @@ Summary bench_layout(BenchReport& report, int64_t n, int64_t c, int64_t k, int64
     const char* name;
     std::function<void()> sparse, dense;
   } cases[3] = {
-      {"fwd", [&] { call_out<Bsmm>({l, false}, {x, w}, {y}); }, [&] { Y.noalias() = X * WD; }},
-      {"dx", [&] { call_out<BsmmDx>({l, false}, {dy, w}, {dx}); }, [&] { DX.noalias() = DY * WD.transpose(); }},
-      {"dw", [&] { call_out<BsmmDw>({l}, {x, dy}, {dw}); }, [&] { DWD.noalias() = X.transpose() * DY; }},
+      {"fwd", [&] { call_out<op::Bsmm>({l, false}, {x, w}, {y}); }, [&] { Y.noalias() = X * WD; }},
+      {"dx", [&] { call_out<op::BsmmDx>({l, false}, {dy, w}, {dx}); }, [&] { DX.noalias() = DY * WD.transpose(); }},
+      {"dw", [&] { call_out<op::BsmmDw>({l}, {x, dy}, {dw}); }, [&] { DWD.noalias() = X.transpose() * DY; }},
   };
   const double dense_flop = 2.0 * n * c * k, sparse_flop = 2.0 * n * l->nnz() * bs * bs;
   Summary s{bs, l->nnz(), l->density()};

@@ -44,7 +44,7 @@ void bench_matmul(BenchReport& report, int64_t m, int64_t n, int64_t k, int warm
   report.add({"matmul f32 eager", shape, t_eager, flop / t_eager * 1e-6, "GFLOP/s", flop / t_eigen * 1e-6, "Eigen direct"});
   // Planned: the op's kernel into an existing output, as the graph executor runs it.
   Tensor out = empty({m, n});
-  auto [t_planned, t_eigen2] = time_pair_median_ms([&] { call_out<Matmul>({false, false}, {a, b}, {out}); },
+  auto [t_planned, t_eigen2] = time_pair_median_ms([&] { call_out<op::Matmul>({false, false}, {a, b}, {out}); },
                                                    [&] { C.noalias() = A * B; }, warmup, repeats);
   report.add({"matmul f32 planned", shape, t_planned, flop / t_planned * 1e-6, "GFLOP/s", flop / t_eigen2 * 1e-6, "Eigen direct"});
 }

@@ -4,6 +4,8 @@
 #include <ostream>
 #include <string>
 
+#include "tessera/build_config.h"  // the build's CUDA switches, for every header that includes this one
+
 namespace tessera {
 
 enum class DeviceType { CPU, CUDA };

@@ -1,7 +1,9 @@
 // The op machinery: how an op is described once and then run eagerly, symbolically
 // (shape rule only), or traced into a graph.
 //
-// An op is a struct in kernels/<op>/ that derives from OpBase and provides
+// An op is a struct in namespace tessera::op, in kernels/<op>/, that derives from OpBase and
+// provides (the op structs have a namespace of their own so that a user's `using namespace
+// tessera;` never makes a bare `Linear` or `LayerNorm` name an op instead of the nn:: layer)
 //
 //   struct Add : OpBase {
 //     static constexpr const char* kName = "add";
@@ -24,7 +26,7 @@
 // - inputs/outputs the backward rule reads are declared in kSaveInputs / kSaveOutputs (bit i
 //   = input/output i); the rule cannot see anything else. Ops never capture tensors.
 //
-// The public function runs it: `Tensor add(a, b) { return call<Add>({}, {a, b})[0]; }`.
+// The public function runs it: `Tensor add(a, b) { return call<op::Add>({}, {a, b})[0]; }`.
 //
 // Layering: the op machinery is core's base. Ops (kernels/) include it; it includes no op.
 // BackwardContext::grad_output, whose missing gradients are zeros made by the fill op, is
@@ -41,6 +43,7 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "tessera/build_config.h"
 #include "core/cuda/runtime.h"
 #include "core/tensor.h"
 

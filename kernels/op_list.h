@@ -1,5 +1,5 @@
-// The op list: every op tessera has, once. Each entry names the op's struct (in
-// kernels/<folder>/<folder>.h). op_list.cpp instantiates every op's machinery from this
+// The op list: every op tessera has, once. Each entry names the op's struct (tessera::op::<Name>,
+// in kernels/<folder>/<folder>.h). op_list.cpp instantiates every op's machinery from this
 // list, so an op missing its shape rule, CPU kernel or backward rule fails the build.
 //
 // Adding an op: one line here, its folder under kernels/ (<op>.h, <op>.cpp, <op>.cu), its include

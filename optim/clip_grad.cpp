@@ -58,7 +58,7 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, bool e
     for (const Tensor& g : grads) {
       if (!g.defined()) continue;
       const Tensor f = g.dtype() == DType::f64 ? factor : cast(factor, g.dtype());
-      call_out<Mul>({}, {g, f}, {g});  // g <- g·f in g's own buffer (mul is in-place safe)
+      call_out<op::Mul>({}, {g, f}, {g});  // g <- g·f in g's own buffer (mul is in-place safe)
     }
   }
   return norm;

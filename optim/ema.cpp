@@ -30,7 +30,7 @@ void EMA::update(double decay) {
   check_decay(decay);
   NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i)
-    call_out<Add>({}, {mul(shadows_[i], decay), mul(params_[i].detach(), 1.0 - decay)}, {shadows_[i]});
+    call_out<op::Add>({}, {mul(shadows_[i], decay), mul(params_[i].detach(), 1.0 - decay)}, {shadows_[i]});
   ++updates_;
 }
 

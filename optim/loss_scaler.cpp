@@ -36,7 +36,7 @@ bool LossScaler::unscale(const std::vector<Tensor>& params) const {
   for (const Tensor& p : params) {
     const Tensor g = p.grad();
     if (!g.defined()) continue;
-    call_out<MulScalar>({1.0 / scale_}, {g}, {g});
+    call_out<op::MulScalar>({1.0 / scale_}, {g}, {g});
     Tensor s = sum(mul(g, 0.0));
     if (s.dtype() != DType::f64) s = cast(s, DType::f64);
     bad = bad.defined() ? add(bad, s) : s;

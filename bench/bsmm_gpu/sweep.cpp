@@ -127,7 +127,7 @@ void bench_shape_dtype(Run& run, const ShapeSpec& s, const Bases& bases, const s
       d.graph_ms = graph_ms(
           run,
           [&] {
-            call_out<Matmul>({false, false, false}, {sets.x[0], sets.wd[0]}, {y});
+            call_out<op::Matmul>({false, false, false}, {sets.x[0], sets.wd[0]}, {y});
           },
           failure);
       if (!failure.empty()) {
@@ -209,7 +209,7 @@ void bench_shape_dtype(Run& run, const ShapeSpec& s, const Bases& bases, const s
             g.ms = graph_ms(
                 run,
                 [&] {
-                  call_out<Bsmm>({l, false}, {sets.x[0], ws[0]}, {y});
+                  call_out<op::Bsmm>({l, false}, {sets.x[0], ws[0]}, {y});
                 },
                 failure);
             if (!failure.empty()) {

@@ -46,7 +46,7 @@ void accumulate_into_leaf(TensorImpl& leaf, const Tensor& g) {
     return;
   }
   Tensor acc(leaf.grad);
-  static const detail::OpInstanceT<Add> add_op({});
+  static const detail::OpInstanceT<op::Add> add_op({});
   detail::run_op_into(add_op, {acc, g}, {acc});
 }
 

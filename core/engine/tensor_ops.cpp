@@ -19,7 +19,7 @@ Tensor full(const Shape& shape, double value, TensorOptions opts) {
   bool rg = opts.requires_grad_;
   Tensor out = empty(shape, opts.requires_grad(false));
   if (out.device().is_cuda()) {  // the fill kernel, on the device's stream (no host copy)
-    detail::run_op_into(detail::OpInstanceT<Fill>({out.meta(), value}), {}, {out});
+    detail::run_op_into(detail::OpInstanceT<op::Fill>({out.meta(), value}), {}, {out});
     if (rg) out.requires_grad_();
     return out;
   }

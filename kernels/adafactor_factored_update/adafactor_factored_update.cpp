@@ -11,10 +11,10 @@ namespace tessera {
 
 std::vector<Tensor> adafactor_factored_update(const Tensor& p, const Tensor& g, const Tensor& s, const Tensor& lr,
                                               const Tensor& step, const AdafactorAttrs& attrs) {
-  return call<AdafactorFactoredUpdate>(attrs, {p, g, s, lr, step});
+  return call<op::AdafactorFactoredUpdate>(attrs, {p, g, s, lr, step});
 }
 
-std::vector<TensorMeta> AdafactorFactoredUpdate::infer(const std::vector<TensorMeta>& in, const Attrs& a) {
+std::vector<TensorMeta> op::AdafactorFactoredUpdate::infer(const std::vector<TensorMeta>& in, const Attrs& a) {
   check_num_inputs(kName, in, 5);
   detail::check_update_args(kName, {in[0], in[1], in[3], in[4]}, {"param", "grad"});
   const TensorMeta& p = in[0];
@@ -30,7 +30,7 @@ std::vector<TensorMeta> AdafactorFactoredUpdate::infer(const std::vector<TensorM
   return {p, state};
 }
 
-void AdafactorFactoredUpdate::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& a) {
+void op::AdafactorFactoredUpdate::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& a) {
   const double lr = detail::read_update_scalar(in[3]), t = detail::read_update_scalar(in[4]);
   TS_CHECK(t >= 1, ValueError, kName << ": step must be >= 1 (1-based), got " << t);
   const Shape& shape = out[0].shape();

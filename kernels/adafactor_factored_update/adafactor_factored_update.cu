@@ -142,7 +142,7 @@ __global__ void apply_update(const T* p, const T* g, const acc_t<T>* s_new, cons
 
 }  // namespace
 
-void AdafactorFactoredUpdate::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& a) {
+void op::AdafactorFactoredUpdate::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& a) {
   const Shape& shape = out[0].shape();
   const int64_t n = shape[-2], m = shape[-1], numel = out[0].numel();
   const Device dev = out[0].device();

@@ -15,6 +15,7 @@ namespace tessera {
 std::vector<Tensor> adafactor_factored_update(const Tensor& p, const Tensor& g, const Tensor& s, const Tensor& lr,
                                               const Tensor& step, const AdafactorAttrs& attrs = {});
 
+namespace op {
 /// Fused factored Adafactor update (Shazeer & Stern 2018, Alg. 4), for p [B..., n, m] taken as
 /// B matrices [n, m], q = g² + eps1, β = 1 - t^decay_rate, and s [B..., n + m] = [row | col]:
 ///   row'[b, i] = β·row[b, i] + (1 - β)·mean_j q[b, i, j]          (s[b, i],      i < n)
@@ -37,5 +38,6 @@ struct AdafactorFactoredUpdate : OpBase {
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

@@ -9,17 +9,17 @@ namespace tessera {
 
 std::vector<Tensor> adafactor_update(const Tensor& p, const Tensor& g, const Tensor& v, const Tensor& lr,
                                      const Tensor& step, const AdafactorAttrs& attrs) {
-  return call<AdafactorUpdate>(attrs, {p, g, v, lr, step});
+  return call<op::AdafactorUpdate>(attrs, {p, g, v, lr, step});
 }
 
-std::vector<TensorMeta> AdafactorUpdate::infer(const std::vector<TensorMeta>& in, const Attrs& a) {
+std::vector<TensorMeta> op::AdafactorUpdate::infer(const std::vector<TensorMeta>& in, const Attrs& a) {
   check_num_inputs(kName, in, 5);
   detail::check_update_args(kName, in, {"param", "grad", "exp_avg_sq"});
   detail::check_adafactor_attrs(kName, a);
   return {in[0], in[0]};
 }
 
-void AdafactorUpdate::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& a) {
+void op::AdafactorUpdate::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& a) {
   const double lr = detail::read_update_scalar(in[3]), t = detail::read_update_scalar(in[4]);
   TS_CHECK(t >= 1, ValueError, kName << ": step must be >= 1 (1-based), got " << t);
   const double beta_d = detail::adafactor_beta2(t, a.decay_rate);

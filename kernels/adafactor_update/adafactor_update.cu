@@ -70,7 +70,7 @@ __global__ void apply_update(const T* p, const T* g, const T* v, const double* s
 
 }  // namespace
 
-void AdafactorUpdate::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& a) {
+void op::AdafactorUpdate::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& a) {
   const int64_t n = out[0].numel();
   if (n == 0) return;
   const int64_t pieces = (n + kChunk - 1) / kChunk;

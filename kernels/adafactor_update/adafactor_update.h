@@ -14,6 +14,7 @@ namespace tessera {
 std::vector<Tensor> adafactor_update(const Tensor& p, const Tensor& g, const Tensor& v, const Tensor& lr,
                                      const Tensor& step, const AdafactorAttrs& attrs = {});
 
+namespace op {
 /// Fused Adafactor update (Shazeer & Stern 2018, Alg. 5 with full v), over p [*] of n elements:
 ///   β  = 1 - t^decay_rate
 ///   v' = β·v + (1 - β)·(g² + eps1)
@@ -34,5 +35,6 @@ struct AdafactorUpdate : OpBase {
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

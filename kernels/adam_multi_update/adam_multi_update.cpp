@@ -36,10 +36,10 @@ std::vector<Tensor> adam_multi_update(const std::vector<Tensor>& p, const std::v
   in.push_back(lr);
   in.push_back(step);
   if (grad_scale.defined()) in.push_back(grad_scale);
-  return call<AdamMultiUpdate>({beta1, beta2, eps, decay, weight_decay}, in);
+  return call<op::AdamMultiUpdate>({beta1, beta2, eps, decay, weight_decay}, in);
 }
 
-std::vector<TensorMeta> AdamMultiUpdate::infer(const std::vector<TensorMeta>& in, const Attrs& a) {
+std::vector<TensorMeta> op::AdamMultiUpdate::infer(const std::vector<TensorMeta>& in, const Attrs& a) {
   const size_t n = a.weight_decay.size();
   const char* op = decay_op(a.decay);
   TS_CHECK(n >= 1, ValueError, op << ": needs at least one parameter (weight_decay is empty)");
@@ -60,7 +60,7 @@ std::vector<TensorMeta> AdamMultiUpdate::infer(const std::vector<TensorMeta>& in
   return out;
 }
 
-void AdamMultiUpdate::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& a) {
+void op::AdamMultiUpdate::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& a) {
   const size_t n = a.weight_decay.size();
   for (size_t i = 0; i < n; ++i)
     detail::adam_update_cpu(decay_op(a.decay), single(in, n, i), {out[i], out[n + i], out[2 * n + i]},

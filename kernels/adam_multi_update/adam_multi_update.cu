@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-void AdamMultiUpdate::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& a) {
+void op::AdamMultiUpdate::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& a) {
   const size_t n = a.weight_decay.size();
   const double* lr = static_cast<const double*>(in[4 * n].data_ptr());
   const double* step = static_cast<const double*>(in[4 * n + 1].data_ptr());

@@ -18,6 +18,7 @@ std::vector<Tensor> adam_multi_update(const std::vector<Tensor>& p, const std::v
                                       double eps, const std::vector<double>& weight_decay,
                                       const Tensor& grad_scale = Tensor());
 
+namespace op {
 /// The multi-tensor form of the fused Adam-family update (kernels/common/adam_step.h has the
 /// math). Inputs (p_0..p_{n-1}, g_0.., m_0.., v_0.., lr [], step [][, grad_scale []]) ->
 /// outputs (p'_0.., m'_0.., v'_0..), n = weight_decay.size() >= 1. Each parameter is checked
@@ -43,5 +44,6 @@ struct AdamMultiUpdate : OpBase {
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

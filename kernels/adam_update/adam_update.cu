@@ -6,7 +6,7 @@
 
 namespace tessera {
 
-void AdamUpdate::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& a) {
+void op::AdamUpdate::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& a) {
   cuda::adam_update(kName, in, out, {a.beta1, a.beta2, a.eps, a.weight_decay}, a.decay);
 }
 

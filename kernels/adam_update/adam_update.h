@@ -20,6 +20,7 @@ std::vector<Tensor> adam_update(const Tensor& p, const Tensor& g, const Tensor& 
                                 double beta2 = 0.999, double eps = 1e-8, double weight_decay = 0.0,
                                 const Tensor& grad_scale = Tensor());
 
+namespace op {
 /// Fused Adam-family update, elementwise over p [*]:
 ///   g' = g + wd·p                 (coupled; decoupled: g' = g)
 ///   m' = b1·m + (1 - b1)·g'
@@ -53,5 +54,6 @@ struct AdamUpdate : OpBase {
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

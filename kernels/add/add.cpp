@@ -5,20 +5,20 @@
 
 namespace tessera {
 
-Tensor add(const Tensor& a, const Tensor& b) { return call<Add>({}, {a, b})[0]; }
+Tensor add(const Tensor& a, const Tensor& b) { return call<op::Add>({}, {a, b})[0]; }
 
-std::vector<TensorMeta> Add::infer(const std::vector<TensorMeta>& in, const Attrs&) {
+std::vector<TensorMeta> op::Add::infer(const std::vector<TensorMeta>& in, const Attrs&) {
   return infer_broadcast_binary(kName, in);
 }
 
-void Add::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::Add::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     cpu::binary_map<T, T>(in[0], in[1], out[0], [](T a, T b) { return a + b; });
   });
 }
 
-std::vector<Tensor> Add::backward(const BackwardContext& ctx, const Attrs&) {
+std::vector<Tensor> op::Add::backward(const BackwardContext& ctx, const Attrs&) {
   const Tensor& g = ctx.grad_output();
   return {ctx.needs_input_grad(0) ? sum_to(g, ctx.input_meta(0).shape) : Tensor(),
           ctx.needs_input_grad(1) ? sum_to(g, ctx.input_meta(1).shape) : Tensor()};

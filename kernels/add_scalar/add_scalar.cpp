@@ -6,15 +6,15 @@
 
 namespace tessera {
 
-Tensor add(const Tensor& x, double s) { return call<AddScalar>({s}, {x})[0]; }
+Tensor add(const Tensor& x, double s) { return call<op::AddScalar>({s}, {x})[0]; }
 Tensor sub(const Tensor& x, double s) { return add(x, -s); }
 Tensor sub(double s, const Tensor& x) { return add(neg(x), s); }
 
-std::vector<TensorMeta> AddScalar::infer(const std::vector<TensorMeta>& in, const Attrs&) {
+std::vector<TensorMeta> op::AddScalar::infer(const std::vector<TensorMeta>& in, const Attrs&) {
   return infer_unary_floating(kName, in);
 }
 
-void AddScalar::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::AddScalar::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T s = static_cast<T>(attrs.scalar);
@@ -22,6 +22,6 @@ void AddScalar::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& ou
   });
 }
 
-std::vector<Tensor> AddScalar::backward(const BackwardContext& ctx, const Attrs&) { return {ctx.grad_output()}; }
+std::vector<Tensor> op::AddScalar::backward(const BackwardContext& ctx, const Attrs&) { return {ctx.grad_output()}; }
 
 }  // namespace tessera

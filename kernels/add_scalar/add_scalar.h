@@ -13,6 +13,7 @@ Tensor sub(double s, const Tensor& x);
 /// s - x, spelled with the tensor first.
 inline Tensor rsub(const Tensor& x, double s) { return sub(s, x); }
 
+namespace op {
 /// y = x + s (any shape, floating); backward: dx = g.
 struct AddScalar : OpBase {
   static constexpr const char* kName = "add_scalar";
@@ -25,5 +26,6 @@ struct AddScalar : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

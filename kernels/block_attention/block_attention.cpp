@@ -17,7 +17,7 @@ namespace tessera {
 Tensor block_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionLayoutPtr& layout,
                        double scale, double dropout, Generator& gen) {
   const int64_t D = q.shape().ndim() == 4 ? q.size(3) : 0;  // infer reports a bad rank
-  BlockAttention::Attrs attrs{layout, D > 0 ? detail::attention_scale(scale, D) : scale};
+  op::BlockAttention::Attrs attrs{layout, D > 0 ? detail::attention_scale(scale, D) : scale};
   detail::check_attention_dropout("block_attention", dropout, q.meta(), nullptr);
   if (dropout > 0) {
     attrs.dropout = dropout;
@@ -25,9 +25,9 @@ Tensor block_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
     attrs.start = gen.reserve(q.shape().ndim() == 4 ? detail::attention_dropout_blocks(q.shape()) : 0);
   }
   if (autocast::applies({&q, &k, &v}))  // low-precision q, k, v; f32 result
-    return cast(call<BlockAttention>(attrs, {autocast::operand(q), autocast::operand(k), autocast::operand(v)})[0],
+    return cast(call<op::BlockAttention>(attrs, {autocast::operand(q), autocast::operand(k), autocast::operand(v)})[0],
                 DType::f32);
-  return call<BlockAttention>(attrs, {q, k, v})[0];
+  return call<op::BlockAttention>(attrs, {q, k, v})[0];
 }
 
 namespace detail {
@@ -77,7 +77,7 @@ uint64_t attention_dropout_blocks(const Shape& q) {
 
 }  // namespace detail
 
-std::vector<TensorMeta> BlockAttention::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::BlockAttention::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   TS_CHECK(in.size() == 3 || in.size() == 4, ValueError,
            kName << ": expected 3 or 4 inputs (q, k, v, optional Philox base), got " << in.size());
   TensorMeta lse = detail::check_block_attention(kName, in[0], in[1], in[2], attrs.layout, attrs.scale);
@@ -160,7 +160,7 @@ void attend_block(const AttentionLayout& L, int64_t bh, int64_t h, int64_t kv_he
 
 }  // namespace
 
-void BlockAttention::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::BlockAttention::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Shape& s = in[0].shape();
   const int64_t B = s[0], H = s[1], T_ = s[2], D = s[3], G = H / in[1].size(1);  // query heads per k/v head
   const AttentionLayout& L = *attrs.layout;
@@ -197,11 +197,11 @@ void BlockAttention::cpu(const std::vector<Tensor>& in, const std::vector<Tensor
   });
 }
 
-std::vector<Tensor> BlockAttention::backward(const BackwardContext& ctx, const Attrs& attrs) {
+std::vector<Tensor> op::BlockAttention::backward(const BackwardContext& ctx, const Attrs& attrs) {
   std::vector<Tensor> in{ctx.grad_output(0), ctx.input(0), ctx.input(1), ctx.input(2), ctx.output(0),
                          ctx.output(1)};
   if (ctx.num_inputs() == 4) in.push_back(ctx.input(3));  // the Philox base: the same mask
-  std::vector<Tensor> d = call<BlockAttentionBackward>(
+  std::vector<Tensor> d = call<op::BlockAttentionBackward>(
       {attrs.layout, attrs.scale, attrs.dropout, attrs.seed, attrs.start}, in);
   for (int i = 0; i < 3; ++i)
     if (!ctx.needs_input_grad(i)) d[i] = Tensor();

@@ -129,7 +129,7 @@ __global__ void attention_forward(const T* __restrict__ q, const T* __restrict__
 
 }  // namespace
 
-void BlockAttention::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::BlockAttention::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Tensor &q = in[0], &k = in[1], &v = in[2], &o = out[0], &lse = out[1];
   const int64_t B = q.size(0), H = q.size(1), D = q.size(3);
   // Blocks of 128 run as their refinement into 64-blocks (the same token-level pattern).

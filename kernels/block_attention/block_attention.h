@@ -27,6 +27,7 @@ struct AttentionDropout;
 Tensor block_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionLayoutPtr& layout,
                        double scale = 0, double dropout = 0, Generator& gen = default_generator());
 
+namespace op {
 /// Inputs q [B, H, T, D], k, v [B, Hkv, T, D] (one floating dtype; H a multiple of Hkv); the
 /// layout has H heads (one per query head) and T = layout T.
 /// Outputs o [B, H, T, D] (q's dtype) and lse [B, H, T], the log-sum-exp of each row's scaled
@@ -61,6 +62,7 @@ struct BlockAttention : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 namespace detail {
 /// The softmax scale block attention uses: `scale`, or 1/sqrt(D) when it is 0.

@@ -13,10 +13,10 @@ namespace tessera {
 std::vector<Tensor> block_attention_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v,
                                              const Tensor& o, const Tensor& lse,
                                              const AttentionLayoutPtr& layout, double scale) {
-  return call<BlockAttentionBackward>({layout, scale}, {g, q, k, v, o, lse});
+  return call<op::BlockAttentionBackward>({layout, scale}, {g, q, k, v, o, lse});
 }
 
-std::vector<TensorMeta> BlockAttentionBackward::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::BlockAttentionBackward::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   TS_CHECK(in.size() == 6 || in.size() == 7, ValueError,
            kName << ": expected 6 or 7 inputs (g, q, k, v, o, lse, optional Philox base), got " << in.size());
   const TensorMeta& q = in[1];
@@ -100,7 +100,7 @@ void run_tasks(int64_t tasks, bool parallel, int64_t bs, F f) {
 
 }  // namespace
 
-void BlockAttentionBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
+void op::BlockAttentionBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
                                  const Attrs& attrs) {
   const Shape& s = in[1].shape();
   const int64_t B = s[0], H = s[1], T_ = s[2], D = s[3], G = H / in[2].size(1);  // query heads per k/v head

@@ -183,7 +183,7 @@ __global__ void attention_dkdv(const T* __restrict__ g, const T* __restrict__ q,
 
 }  // namespace
 
-void BlockAttentionBackward::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
+void op::BlockAttentionBackward::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
                                   const Attrs& attrs) {
   const Tensor &g = in[0], &q = in[1], &k = in[2], &v = in[3], &o = in[4], &lse = in[5];
   const Tensor &dq = out[0], &dk = out[1], &dv = out[2];

@@ -9,12 +9,13 @@ namespace tessera {
 /// q [B, H, T, D], k, v [B, Hkv, T, D], the saved output o [B, H, T, D] and row log-sum-exp lse [B, H, T].
 /// Returns {dq, dk, dv}: dq like q [B, H, T, D], dk and dv like k [B, Hkv, T, D] (grouped-query
 /// attention: each sums over the H / Hkv query heads that read it). scale = 0 means 1/sqrt(D). Without dropout only:
-/// a forward with dropout differentiates through its op (BlockAttention::backward), which passes
+/// a forward with dropout differentiates through its op (op::BlockAttention::backward), which passes
 /// the mask's stream on.
 std::vector<Tensor> block_attention_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v,
                                              const Tensor& o, const Tensor& lse,
                                              const AttentionLayoutPtr& layout, double scale = 0);
 
+namespace op {
 /// Inputs g, q, k, v, o [B, H, T, D] (one floating dtype) and lse [B, H, T] (f64 for f64,
 /// else f32); the layout as in BlockAttention. Per (b, h) and layout tile (i, j), with P
 /// recomputed from lse (P = exp(S − lse), S = scale · Q_i·K_jᵀ masked as in the forward):
@@ -44,5 +45,6 @@ struct BlockAttentionBackward : OpBase {
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

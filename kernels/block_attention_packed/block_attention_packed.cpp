@@ -13,18 +13,18 @@ namespace tessera {
 
 Tensor block_attention_packed(const Tensor& qkv, int64_t heads, int64_t kv_heads, const AttentionLayoutPtr& layout,
                               double scale, double dropout, Generator& gen) {
-  const std::vector<int64_t> sizes = detail::packed_attention_sizes(BlockAttentionPacked::kName, qkv.meta(), layout, heads, kv_heads);
+  const std::vector<int64_t> sizes = detail::packed_attention_sizes(op::BlockAttentionPacked::kName, qkv.meta(), layout, heads, kv_heads);
   const int64_t B = sizes[0], T = sizes[1], D = sizes[2];
-  BlockAttentionPacked::Attrs attrs{layout, heads, kv_heads, detail::attention_scale(scale, D)};
-  detail::check_attention_dropout(BlockAttentionPacked::kName, dropout, qkv.meta(), nullptr);
+  op::BlockAttentionPacked::Attrs attrs{layout, heads, kv_heads, detail::attention_scale(scale, D)};
+  detail::check_attention_dropout(op::BlockAttentionPacked::kName, dropout, qkv.meta(), nullptr);
   if (dropout > 0) {
     attrs.dropout = dropout;
     attrs.seed = gen.seed();
     attrs.start = gen.reserve(detail::attention_dropout_blocks(Shape{B, heads, T, D}));
   }
   if (autocast::applies({&qkv}))  // a low-precision qkv; f32 result
-    return cast(call<BlockAttentionPacked>(attrs, {autocast::operand(qkv)})[0], DType::f32);
-  return call<BlockAttentionPacked>(attrs, {qkv})[0];
+    return cast(call<op::BlockAttentionPacked>(attrs, {autocast::operand(qkv)})[0], DType::f32);
+  return call<op::BlockAttentionPacked>(attrs, {qkv})[0];
 }
 
 namespace detail {
@@ -47,7 +47,7 @@ std::vector<int64_t> packed_attention_sizes(const char* op, const TensorMeta& qk
 
 }  // namespace detail
 
-std::vector<TensorMeta> BlockAttentionPacked::infer(const std::vector<TensorMeta>& in, const Attrs& a) {
+std::vector<TensorMeta> op::BlockAttentionPacked::infer(const std::vector<TensorMeta>& in, const Attrs& a) {
   TS_CHECK(in.size() == 1 || in.size() == 2, ValueError,
            kName << ": expected 1 or 2 inputs (qkv, optional Philox base), got " << in.size());
   const std::vector<int64_t> s = detail::packed_attention_sizes(kName, in[0], a.layout, a.heads, a.kv_heads);
@@ -58,7 +58,7 @@ std::vector<TensorMeta> BlockAttentionPacked::infer(const std::vector<TensorMeta
           TensorMeta{Shape{s[0], a.heads, s[1]}, stats, in[0].device}};
 }
 
-void BlockAttentionPacked::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& a) {
+void op::BlockAttentionPacked::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& a) {
   const std::vector<int64_t> s = detail::packed_attention_sizes(kName, in[0].meta(), a.layout, a.heads, a.kv_heads);
   const int64_t B = s[0], T = s[1], D = s[2], H = a.heads, K = a.kv_heads, W = (H + 2 * K) * D;
   const TensorOptions opts = TensorOptions(in[0].dtype());
@@ -73,17 +73,17 @@ void BlockAttentionPacked::cpu(const std::vector<Tensor>& in, const std::vector<
   });
   std::vector<Tensor> args{q, k, v};
   if (in.size() == 2) args.push_back(in[1]);
-  BlockAttention::cpu(args, {o, out[1]}, {a.layout, a.scale, a.dropout, a.seed, a.start});
+  op::BlockAttention::cpu(args, {o, out[1]}, {a.layout, a.scale, a.dropout, a.seed, a.start});
   dispatch_float(in[0].dtype(), kName, [&](auto tag) {
     using T_ = typename decltype(tag)::type;
     packed::pack(o.data<T_>(), B, H, T, D, out[0].data<T_>(), H * D, 0);
   });
 }
 
-std::vector<Tensor> BlockAttentionPacked::backward(const BackwardContext& ctx, const Attrs& a) {
+std::vector<Tensor> op::BlockAttentionPacked::backward(const BackwardContext& ctx, const Attrs& a) {
   std::vector<Tensor> in{ctx.grad_output(0), ctx.input(0), ctx.output(0), ctx.output(1)};
   if (ctx.num_inputs() == 2) in.push_back(ctx.input(1));  // the Philox base: the same mask
-  std::vector<Tensor> d{call<BlockAttentionPackedBackward>(a, in)[0]};
+  std::vector<Tensor> d{call<op::BlockAttentionPackedBackward>(a, in)[0]};
   if (ctx.num_inputs() == 2) d.push_back(Tensor());  // no gradient for the base
   return d;
 }

@@ -13,7 +13,7 @@
 
 namespace tessera {
 
-void BlockAttentionPacked::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& a) {
+void op::BlockAttentionPacked::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& a) {
   const Tensor &qkv = in[0], &o = out[0], &lse = out[1];
   const std::vector<int64_t> s = detail::packed_attention_sizes(kName, qkv.meta(), a.layout, a.heads, a.kv_heads);
   const int64_t B = s[0], T = s[1], D = s[2], H = a.heads, K = a.kv_heads, W = (H + 2 * K) * D;
@@ -48,7 +48,7 @@ void BlockAttentionPacked::cuda(const std::vector<Tensor>& in, const std::vector
   });
   std::vector<Tensor> args{q, k, v};
   if (in.size() == 2) args.push_back(in[1]);
-  BlockAttention::cuda(args, {o4, lse}, {a.layout, a.scale, a.dropout, a.seed, a.start});
+  op::BlockAttention::cuda(args, {o4, lse}, {a.layout, a.scale, a.dropout, a.seed, a.start});
   cuda::dispatch_cuda_float(qkv.dtype(), kName, [&](auto tag) {
     using T_ = typename decltype(tag)::type;
     packed::copy_heads(static_cast<const T_*>(o4.data_ptr()), static_cast<T_*>(o.data_ptr()), B, H, T, D, H * D, 0,

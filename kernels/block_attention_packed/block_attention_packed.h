@@ -20,6 +20,7 @@ namespace tessera {
 Tensor block_attention_packed(const Tensor& qkv, int64_t heads, int64_t kv_heads, const AttentionLayoutPtr& layout,
                               double scale = 0, double dropout = 0, Generator& gen = default_generator());
 
+namespace op {
 /// Inputs qkv [B·T, (H + 2·Hkv)·D] (floating) and, with dropout, optionally the Philox base (as
 /// BlockAttention). Outputs o [B·T, H·D] (qkv's dtype) and lse [B, H, T] (f64 for f64, else f32).
 /// On CUDA the tensor-core kernels read and write the packed rows directly (bf16/f16, the cases
@@ -43,6 +44,7 @@ struct BlockAttentionPacked : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 namespace detail {
 /// Sizes of a packed qkv for op `op`: {B, T, D}; ShapeError/ValueError naming what is wrong.

@@ -7,7 +7,7 @@
 
 namespace tessera {
 
-std::vector<TensorMeta> BlockAttentionPackedBackward::infer(const std::vector<TensorMeta>& in, const Attrs& a) {
+std::vector<TensorMeta> op::BlockAttentionPackedBackward::infer(const std::vector<TensorMeta>& in, const Attrs& a) {
   TS_CHECK(in.size() == 4 || in.size() == 5, ValueError,
            kName << ": expected 4 or 5 inputs (g, qkv, o, lse, optional Philox base), got " << in.size());
   const TensorMeta& qkv = in[1];
@@ -21,7 +21,7 @@ std::vector<TensorMeta> BlockAttentionPackedBackward::infer(const std::vector<Te
   return {qkv};
 }
 
-void BlockAttentionPackedBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
+void op::BlockAttentionPackedBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
                                        const Attrs& a) {
   const std::vector<int64_t> s = detail::packed_attention_sizes(kName, in[1].meta(), a.layout, a.heads, a.kv_heads);
   const int64_t B = s[0], T = s[1], D = s[2], H = a.heads, K = a.kv_heads, W = (H + 2 * K) * D;
@@ -40,7 +40,7 @@ void BlockAttentionPackedBackward::cpu(const std::vector<Tensor>& in, const std:
   });
   std::vector<Tensor> args{g, q, k, v, o, in[3]};
   if (in.size() == 5) args.push_back(in[4]);
-  BlockAttentionBackward::cpu(args, {dq, dk, dv}, {a.layout, a.scale, a.dropout, a.seed, a.start});
+  op::BlockAttentionBackward::cpu(args, {dq, dk, dv}, {a.layout, a.scale, a.dropout, a.seed, a.start});
   dispatch_float(in[1].dtype(), kName, [&](auto tag) {
     using T_ = typename decltype(tag)::type;
     T_* y = out[0].data<T_>();

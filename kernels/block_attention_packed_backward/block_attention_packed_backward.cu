@@ -19,7 +19,7 @@
 namespace tessera {
 
 
-void BlockAttentionPackedBackward::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
+void op::BlockAttentionPackedBackward::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
                                         const Attrs& a) {
   const Tensor &g = in[0], &qkv = in[1], &o = in[2], &lse = in[3], &dqkv = out[0];
   const std::vector<int64_t> s = detail::packed_attention_sizes(kName, qkv.meta(), a.layout, a.heads, a.kv_heads);
@@ -73,7 +73,7 @@ void BlockAttentionPackedBackward::cuda(const std::vector<Tensor>& in, const std
   });
   std::vector<Tensor> args{g4, q, k, v, o4, lse};
   if (in.size() == 5) args.push_back(in[4]);
-  BlockAttentionBackward::cuda(args, {dq, dk, dv}, {a.layout, a.scale, a.dropout, a.seed, a.start});
+  op::BlockAttentionBackward::cuda(args, {dq, dk, dv}, {a.layout, a.scale, a.dropout, a.seed, a.start});
   cuda::dispatch_cuda_float(qkv.dtype(), kName, [&](auto tag) {
     using T_ = typename decltype(tag)::type;
     auto c = [&](const Tensor& t) { return static_cast<const T_*>(ptr(t)); };

@@ -14,8 +14,8 @@ namespace tessera {
 namespace {
 
 Tensor call_bsmm(const Tensor& x, const Tensor& w, const LayoutPtr& layout, const Tensor& gate, bool f32_output) {
-  if (gate.defined()) return call<Bsmm>({layout, true, f32_output}, {x, w, gate})[0];
-  return call<Bsmm>({layout, false, f32_output}, {x, w})[0];
+  if (gate.defined()) return call<op::Bsmm>({layout, true, f32_output}, {x, w, gate})[0];
+  return call<op::Bsmm>({layout, false, f32_output}, {x, w})[0];
 }
 
 }  // namespace
@@ -118,7 +118,7 @@ void forward_kernel(const T* x, const T* w, const T* gate, T* y, int64_t n, cons
 
 }  // namespace
 
-std::vector<TensorMeta> Bsmm::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::Bsmm::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   detail::bsmm_check_layout(kName, attrs.layout);
   check_num_inputs(kName, in, attrs.gated ? 3 : 2);
   const BlockLayout& l = *attrs.layout;
@@ -131,7 +131,7 @@ std::vector<TensorMeta> Bsmm::infer(const std::vector<TensorMeta>& in, const Att
                      in[0].device}};
 }
 
-void Bsmm::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::Bsmm::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     forward_kernel<T>(in[0].data<T>(), in[1].data<T>(), attrs.gated ? in[2].data<T>() : nullptr, out[0].data<T>(),
@@ -139,7 +139,7 @@ void Bsmm::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, co
   });
 }
 
-std::vector<Tensor> Bsmm::backward(const BackwardContext& ctx, const Attrs& attrs) {
+std::vector<Tensor> op::Bsmm::backward(const BackwardContext& ctx, const Attrs& attrs) {
   // [N, K]; an f32 output of bf16/f16 inputs: the gradients are in the inputs' dtype (one cast of G)
   const Tensor g = attrs.f32_output ? cast(ctx.grad_output(), ctx.input_meta(0).dtype) : ctx.grad_output();
   const Tensor gate = attrs.gated ? ctx.input(2) : Tensor();

@@ -51,7 +51,7 @@ __global__ void bsmm_forward(const T* __restrict__ x, const T* __restrict__ w, c
 
 }  // namespace
 
-void Bsmm::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::Bsmm::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Tensor &x = in[0], &w = in[1], &y = out[0];
   const BlockLayout& l = *attrs.layout;
   const int64_t n = x.size(0), C = l.in_features(), K = l.out_features(), Q = l.block_cols();

@@ -18,6 +18,7 @@ namespace tessera {
 /// [nnz] or undefined; one floating dtype. Output block columns with no stored block are zero.
 Tensor bsmm(const Tensor& x, const Tensor& w, const LayoutPtr& layout, const Tensor& gate = Tensor());
 
+namespace op {
 /// Forward of the block-sparse matmul. Inputs x [N, C], w [nnz, bs, bs], then gate [nnz] when
 /// `gated`; output y [N, K] (in x's dtype, or f32 with f32_output). The CPU kernel runs one
 /// thread per (row tile, output block column): each output block is summed in a local buffer in
@@ -48,6 +49,7 @@ struct Bsmm : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 namespace detail {
 

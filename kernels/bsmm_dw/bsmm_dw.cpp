@@ -10,15 +10,15 @@
 namespace tessera {
 
 Tensor bsmm_dw(const Tensor& x, const Tensor& dy, const LayoutPtr& layout) {
-  return call<BsmmDw>({layout}, {x, dy})[0];
+  return call<op::BsmmDw>({layout}, {x, dy})[0];
 }
 
 Tensor bsmm_dw(const Tensor& x, const Tensor& dy, const LayoutPtr& layout, const Tensor& acc, bool f32_output) {
-  if (acc.defined()) return call<BsmmDw>({layout, f32_output, true}, {x, dy, acc})[0];
-  return call<BsmmDw>({layout, f32_output, false}, {x, dy})[0];
+  if (acc.defined()) return call<op::BsmmDw>({layout, f32_output, true}, {x, dy, acc})[0];
+  return call<op::BsmmDw>({layout, f32_output, false}, {x, dy})[0];
 }
 
-std::vector<TensorMeta> BsmmDw::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::BsmmDw::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   detail::bsmm_check_layout(kName, attrs.layout);
   check_num_inputs(kName, in, attrs.accumulate ? 3 : 2);
   const BlockLayout& l = *attrs.layout;
@@ -79,7 +79,7 @@ void dw_kernel(const T* x, const T* dy, T* dw, int64_t n, const BlockLayout& l) 
 
 }  // namespace
 
-void BsmmDw::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::BsmmDw::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* dw = out[0].data<T>();
@@ -92,7 +92,7 @@ void BsmmDw::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, 
   });
 }
 
-std::vector<Tensor> BsmmDw::backward(const BackwardContext& ctx, const Attrs& attrs) {
+std::vector<Tensor> op::BsmmDw::backward(const BackwardContext& ctx, const Attrs& attrs) {
   // [nnz, bs, bs]; an f32 output of bf16/f16 inputs: x and dy get gradients in their dtype
   const Tensor& g = ctx.grad_output();
   const Tensor gx = attrs.f32_output ? cast(g, ctx.input_meta(0).dtype) : g;

@@ -49,7 +49,7 @@ __global__ void bsmm_dw_kernel(const T* __restrict__ x, const T* __restrict__ dy
 
 }  // namespace
 
-void BsmmDw::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::BsmmDw::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Tensor &x = in[0], &dy = in[1], &dw = out[0];
   const BlockLayout& l = *attrs.layout;
   const int64_t n = x.size(0), C = l.in_features(), K = l.out_features();

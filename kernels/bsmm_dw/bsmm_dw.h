@@ -16,6 +16,7 @@ Tensor bsmm_dw(const Tensor& x, const Tensor& dy, const LayoutPtr& layout);
 /// no rounding to bf16 and cast back). acc has the result's dtype; undefined acc: dW alone.
 Tensor bsmm_dw(const Tensor& x, const Tensor& dy, const LayoutPtr& layout, const Tensor& acc, bool f32_output);
 
+namespace op {
 /// Inputs x [N, C], dy [N, K], then acc [nnz, bs, bs] when `accumulate`; output dw [nnz, bs, bs]
 /// (= acc + Xᵀ·dY on the blocks), in x's dtype or f32 with f32_output. The CPU kernel runs one
 /// thread per stored block, each a [bs, N]·[N, bs] product written straight into its own output
@@ -40,5 +41,6 @@ struct BsmmDw : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

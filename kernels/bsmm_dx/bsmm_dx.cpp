@@ -10,11 +10,11 @@
 namespace tessera {
 
 Tensor bsmm_dx(const Tensor& dy, const Tensor& w, const LayoutPtr& layout, const Tensor& gate) {
-  if (gate.defined()) return call<BsmmDx>({layout, true}, {dy, w, gate})[0];
-  return call<BsmmDx>({layout, false}, {dy, w})[0];
+  if (gate.defined()) return call<op::BsmmDx>({layout, true}, {dy, w, gate})[0];
+  return call<op::BsmmDx>({layout, false}, {dy, w})[0];
 }
 
-std::vector<TensorMeta> BsmmDx::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::BsmmDx::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   detail::bsmm_check_layout(kName, attrs.layout);
   check_num_inputs(kName, in, attrs.gated ? 3 : 2);
   const BlockLayout& l = *attrs.layout;
@@ -65,7 +65,7 @@ void dx_kernel(const T* dy, const T* w, const T* gate, T* dx, int64_t n, const B
 
 }  // namespace
 
-void BsmmDx::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::BsmmDx::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     dx_kernel<T>(in[0].data<T>(), in[1].data<T>(), attrs.gated ? in[2].data<T>() : nullptr, out[0].data<T>(),
@@ -73,7 +73,7 @@ void BsmmDx::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, 
   });
 }
 
-std::vector<Tensor> BsmmDx::backward(const BackwardContext& ctx, const Attrs& attrs) {
+std::vector<Tensor> op::BsmmDx::backward(const BackwardContext& ctx, const Attrs& attrs) {
   const Tensor& g = ctx.grad_output();  // [N, C]
   const Tensor gate = attrs.gated ? ctx.input(2) : Tensor();
   Tensor ddy;

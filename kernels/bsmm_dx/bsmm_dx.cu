@@ -51,7 +51,7 @@ __global__ void bsmm_dx_kernel(const T* __restrict__ dy, const T* __restrict__ w
 
 }  // namespace
 
-void BsmmDx::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::BsmmDx::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Tensor &dy = in[0], &w = in[1], &dx = out[0];
   const BlockLayout& l = *attrs.layout;
   const int64_t n = dy.size(0), C = l.in_features(), K = l.out_features(), R = l.block_rows();

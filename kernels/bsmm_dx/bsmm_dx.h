@@ -10,6 +10,7 @@ namespace tessera {
 /// dy [N, K] (K = layout->out_features()), w [nnz, bs, bs], gate [nnz] or undefined.
 Tensor bsmm_dx(const Tensor& dy, const Tensor& w, const LayoutPtr& layout, const Tensor& gate = Tensor());
 
+namespace op {
 /// Inputs dy [N, K], w [nnz, bs, bs], then gate [nnz] when `gated`; output dx [N, C]. The CPU
 /// kernel runs one thread per (row tile, input block row r) and walks the row's blocks
 /// k = row_ptr[r] .. row_ptr[r+1] (contiguous, in increasing block column) into a local buffer.
@@ -34,5 +35,6 @@ struct BsmmDx : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

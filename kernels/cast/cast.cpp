@@ -6,7 +6,7 @@
 
 namespace tessera {
 
-Tensor cast(const Tensor& x, DType dtype) { return call<Cast>({dtype}, {x})[0]; }
+Tensor cast(const Tensor& x, DType dtype) { return call<op::Cast>({dtype}, {x})[0]; }
 
 Tensor autocast::operand(const Tensor& t) {
   if (!enabled() || !t.defined() || t.dtype() != DType::f32) return t;
@@ -18,14 +18,14 @@ Tensor autocast::operand(const Tensor& t) {
   return c;
 }
 
-std::vector<TensorMeta> Cast::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::Cast::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 1);
   TS_CHECK(static_cast<int>(attrs.dtype) <= static_cast<int>(DType::u8), ValueError,
            "cast: unknown target dtype " << static_cast<int>(attrs.dtype) << " for " << in[0]);
   return {TensorMeta{in[0].shape, attrs.dtype, in[0].device}};
 }
 
-void Cast::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::Cast::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   const DType st = in[0].dtype(), dt = out[0].dtype();
   const size_t ss = dtype_size(st), ds = dtype_size(dt);
   const char* src = static_cast<const char*>(in[0].data_ptr());
@@ -39,7 +39,7 @@ void Cast::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, co
   }
 }
 
-std::vector<Tensor> Cast::backward(const BackwardContext& ctx, const Attrs&) {
+std::vector<Tensor> op::Cast::backward(const BackwardContext& ctx, const Attrs&) {
   const DType in_t = ctx.input_meta(0).dtype;
   if (!is_floating(in_t) || !ctx.needs_input_grad(0)) return {Tensor()};
   return {cast(ctx.grad_output(), in_t)};

@@ -86,7 +86,7 @@ __global__ void cast_kernel(const S* x, D* y, int64_t n) {
 
 }  // namespace
 
-void Cast::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::Cast::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   const Tensor &x = in[0], &y = out[0];
   const int64_t n = y.numel();
   if (n == 0) return;

@@ -16,6 +16,7 @@ namespace autocast {
 Tensor operand(const Tensor& t);
 }  // namespace autocast
 
+namespace op {
 /// y = x converted element by element (any shape). Backward: dx = cast(g, x's dtype) when x
 /// is floating; integer inputs get no gradient (and integer outputs carry none).
 struct Cast : OpBase {
@@ -29,5 +30,6 @@ struct Cast : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

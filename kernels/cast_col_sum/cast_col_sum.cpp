@@ -7,9 +7,9 @@
 
 namespace tessera {
 
-std::vector<Tensor> cast_col_sum(const Tensor& x, DType dtype) { return call<CastColSum>({dtype}, {x}); }
+std::vector<Tensor> cast_col_sum(const Tensor& x, DType dtype) { return call<op::CastColSum>({dtype}, {x}); }
 
-std::vector<TensorMeta> CastColSum::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::CastColSum::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 1);
   const TensorMeta& x = in[0];
   check_floating(kName, x, "x");
@@ -22,9 +22,9 @@ std::vector<TensorMeta> CastColSum::infer(const std::vector<TensorMeta>& in, con
 // The two ops' own CPU kernels (cast's chunked conversion, sum's column sums in double): the
 // reference is exactly cast(x, dtype) and sum(x, 0). bf16/f16 arrive widened (a bf16/f16 y or s
 // is rounded by the op machinery, as those ops' results are).
-void CastColSum::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
-  Cast::cpu({in[0]}, {out[0]}, Cast::Attrs{out[0].dtype()});
-  Sum::cpu({in[0]}, {out[1]}, Sum::Attrs{0, false});
+void op::CastColSum::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+  op::Cast::cpu({in[0]}, {out[0]}, op::Cast::Attrs{out[0].dtype()});
+  op::Sum::cpu({in[0]}, {out[1]}, op::Sum::Attrs{0, false});
 }
 
 }  // namespace tessera

@@ -108,7 +108,7 @@ void fused(const Tensor& x, const Tensor& y, const Tensor& s) {
 
 }  // namespace
 
-void CastColSum::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::CastColSum::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Tensor &x = in[0], &y = out[0], &s = out[1];
   const int64_t n = x.size(0), m = x.size(1);
   if (m == 0) return;
@@ -123,8 +123,8 @@ void CastColSum::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& 
   if (fast && y.dtype() == DType::f32 && cuda::packable<4>(static_cast<const float*>(py)))
     return fused<float>(x, y, s);
   // Any other case: the two ops' own kernels, one after the other.
-  Cast::cuda({x}, {y}, Cast::Attrs{attrs.dtype});
-  Sum::cuda({x}, {s}, Sum::Attrs{0, false});
+  op::Cast::cuda({x}, {y}, op::Cast::Attrs{attrs.dtype});
+  op::Sum::cuda({x}, {s}, op::Sum::Attrs{0, false});
 }
 
 }  // namespace tessera

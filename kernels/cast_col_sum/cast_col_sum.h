@@ -11,6 +11,7 @@ namespace tessera {
 /// reading x once instead of twice.
 std::vector<Tensor> cast_col_sum(const Tensor& x, DType dtype);
 
+namespace op {
 /// Inputs x [N, M] (floating); attrs dtype (floating). Outputs y [N, M] in dtype, y = x
 /// converted element by element (rounded to nearest even), and s [M] in x's dtype,
 /// s[m] = Σ_n x[n, m] summed in acc_t (f64 on the CPU, as sum does; on CUDA f32 for f32 x, in
@@ -25,5 +26,6 @@ struct CastColSum : OpBase {
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

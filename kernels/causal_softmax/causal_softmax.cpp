@@ -8,7 +8,7 @@
 
 namespace tessera {
 
-Tensor causal_softmax(const Tensor& x, double scale) { return call<CausalSoftmax>({scale}, {x})[0]; }
+Tensor causal_softmax(const Tensor& x, double scale) { return call<op::CausalSoftmax>({scale}, {x})[0]; }
 
 namespace detail {
 void check_causal_scores(const char* op, const TensorMeta& x, double scale, const char* what) {
@@ -22,13 +22,13 @@ void check_causal_scores(const char* op, const TensorMeta& x, double scale, cons
 }
 }  // namespace detail
 
-std::vector<TensorMeta> CausalSoftmax::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::CausalSoftmax::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 1);
   detail::check_causal_scores(kName, in[0], attrs.scale);
   return {in[0]};
 }
 
-void CausalSoftmax::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::CausalSoftmax::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   if (in[0].numel() == 0) return;
   const int64_t T = in[0].shape()[-2], S = in[0].shape()[-1], rows = in[0].numel() / S;
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
@@ -57,7 +57,7 @@ void CausalSoftmax::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>
   });
 }
 
-std::vector<Tensor> CausalSoftmax::backward(const BackwardContext& ctx, const Attrs& attrs) {
+std::vector<Tensor> op::CausalSoftmax::backward(const BackwardContext& ctx, const Attrs& attrs) {
   return {causal_softmax_backward(ctx.grad_output(), ctx.output(0), attrs.scale)};
 }
 

@@ -91,7 +91,7 @@ __global__ void causal_softmax_block(const T* x, T* y, int64_t rows, int64_t T_,
 
 }  // namespace
 
-void CausalSoftmax::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::CausalSoftmax::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   if (in[0].numel() == 0) return;
   const int64_t T_ = in[0].shape()[-2], S = in[0].shape()[-1], rows = in[0].numel() / S;
   cudaStream_t stream = cuda::current_stream(out[0]);

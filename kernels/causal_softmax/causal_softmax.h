@@ -14,6 +14,7 @@ namespace tessera {
 ///   Tensor o = matmul(p, v);                              // [B*H, T, D]
 Tensor causal_softmax(const Tensor& x, double scale = 1.0);
 
+namespace op {
 /// x [..., T, S] floating, S >= T, finite scale -> y [..., T, S] like x.
 /// Backward from the saved output, through causal_softmax_backward(g, y, scale):
 ///   dx = scale · y ⊙ (g − Σ_s g ⊙ y)   (row sum over the visible keys; 0 where masked).
@@ -28,6 +29,7 @@ struct CausalSoftmax : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 namespace detail {
 /// Checks x [..., T, S] (>= 2 dims, S >= T, floating) and a finite scale for op `op`

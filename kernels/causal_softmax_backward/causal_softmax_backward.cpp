@@ -6,10 +6,10 @@
 namespace tessera {
 
 Tensor causal_softmax_backward(const Tensor& g, const Tensor& y, double scale) {
-  return call<CausalSoftmaxBackward>({scale}, {g, y})[0];
+  return call<op::CausalSoftmaxBackward>({scale}, {g, y})[0];
 }
 
-std::vector<TensorMeta> CausalSoftmaxBackward::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::CausalSoftmaxBackward::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 2);
   detail::check_causal_scores(kName, in[0], attrs.scale, "g");
   check_same_dtype(kName, in[0], in[1]);
@@ -18,7 +18,7 @@ std::vector<TensorMeta> CausalSoftmaxBackward::infer(const std::vector<TensorMet
   return {in[0]};
 }
 
-void CausalSoftmaxBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
+void op::CausalSoftmaxBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
                                 const Attrs& attrs) {
   if (in[0].numel() == 0) return;
   const int64_t T = in[0].shape()[-2], S = in[0].shape()[-1], rows = in[0].numel() / S;

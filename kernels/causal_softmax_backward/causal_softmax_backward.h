@@ -9,6 +9,7 @@ namespace tessera {
 /// for s <= t + (S − T), 0 above (masked positions never read g there).
 Tensor causal_softmax_backward(const Tensor& g, const Tensor& y, double scale);
 
+namespace op {
 /// Inputs g [..., T, S], y [..., T, S] (same shape and floating dtype, S >= T) -> dx like g.
 /// Not differentiable.
 struct CausalSoftmaxBackward : OpBase {
@@ -21,5 +22,6 @@ struct CausalSoftmaxBackward : OpBase {
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

@@ -9,10 +9,10 @@
 namespace tessera {
 
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
-  return call<Clamp>({lo, hi}, {x})[0];
+  return call<op::Clamp>({lo, hi}, {x})[0];
 }
 
-std::vector<TensorMeta> Clamp::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::Clamp::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 1);
   check_floating(kName, in[0]);
   TS_CHECK(!(attrs.lo && std::isnan(*attrs.lo)) && !(attrs.hi && std::isnan(*attrs.hi)), ValueError,
@@ -22,7 +22,7 @@ std::vector<TensorMeta> Clamp::infer(const std::vector<TensorMeta>& in, const At
   return {in[0]};
 }
 
-void Clamp::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::Clamp::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     // An absent bound is ±inf, which never clamps (and lets NaN through, since NaN < lo is false).
@@ -34,7 +34,7 @@ void Clamp::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, c
 }
 
 // dx = g on [lo, hi], 0 outside: zero g where x < lo, then where x > hi.
-std::vector<Tensor> Clamp::backward(const BackwardContext& ctx, const Attrs& attrs) {
+std::vector<Tensor> op::Clamp::backward(const BackwardContext& ctx, const Attrs& attrs) {
   Tensor dx = ctx.grad_output();
   if (attrs.lo) dx = masked_fill(dx, lt(ctx.input(0), *attrs.lo), 0.0);
   if (attrs.hi) dx = masked_fill(dx, gt(ctx.input(0), *attrs.hi), 0.0);

@@ -8,7 +8,7 @@
 
 namespace tessera {
 
-void Clamp::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::Clamp::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const double inf = std::numeric_limits<double>::infinity();
   const double lo = attrs.lo ? *attrs.lo : -inf, hi = attrs.hi ? *attrs.hi : inf;
   cuda::unary_op(in[0], out[0], kName, [lo, hi] __device__(auto x) {

@@ -10,6 +10,7 @@ namespace tessera {
 ///   clamp(x, 0.0, 6.0);  clamp(x, std::nullopt, 1.0);  clamp(x, -1.0, std::nullopt)
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi);
 
+namespace op {
 /// y = min(max(x, lo), hi) (any shape, floating; NaN stays NaN; bounds rounded to x's dtype).
 /// Backward: dx = g where lo <= x <= hi, else 0 (g passes at the bounds themselves);
 /// reads the saved input.
@@ -25,5 +26,6 @@ struct Clamp : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

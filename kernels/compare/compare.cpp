@@ -8,18 +8,18 @@
 namespace tessera {
 
 // clang-format off
-Tensor eq(const Tensor& a, const Tensor& b) { return call<Compare>({CompareMode::eq, {}}, {a, b})[0]; }
-Tensor ne(const Tensor& a, const Tensor& b) { return call<Compare>({CompareMode::ne, {}}, {a, b})[0]; }
-Tensor lt(const Tensor& a, const Tensor& b) { return call<Compare>({CompareMode::lt, {}}, {a, b})[0]; }
-Tensor le(const Tensor& a, const Tensor& b) { return call<Compare>({CompareMode::le, {}}, {a, b})[0]; }
-Tensor gt(const Tensor& a, const Tensor& b) { return call<Compare>({CompareMode::gt, {}}, {a, b})[0]; }
-Tensor ge(const Tensor& a, const Tensor& b) { return call<Compare>({CompareMode::ge, {}}, {a, b})[0]; }
-Tensor eq(const Tensor& x, double s) { return call<Compare>({CompareMode::eq, s}, {x})[0]; }
-Tensor ne(const Tensor& x, double s) { return call<Compare>({CompareMode::ne, s}, {x})[0]; }
-Tensor lt(const Tensor& x, double s) { return call<Compare>({CompareMode::lt, s}, {x})[0]; }
-Tensor le(const Tensor& x, double s) { return call<Compare>({CompareMode::le, s}, {x})[0]; }
-Tensor gt(const Tensor& x, double s) { return call<Compare>({CompareMode::gt, s}, {x})[0]; }
-Tensor ge(const Tensor& x, double s) { return call<Compare>({CompareMode::ge, s}, {x})[0]; }
+Tensor eq(const Tensor& a, const Tensor& b) { return call<op::Compare>({CompareMode::eq, {}}, {a, b})[0]; }
+Tensor ne(const Tensor& a, const Tensor& b) { return call<op::Compare>({CompareMode::ne, {}}, {a, b})[0]; }
+Tensor lt(const Tensor& a, const Tensor& b) { return call<op::Compare>({CompareMode::lt, {}}, {a, b})[0]; }
+Tensor le(const Tensor& a, const Tensor& b) { return call<op::Compare>({CompareMode::le, {}}, {a, b})[0]; }
+Tensor gt(const Tensor& a, const Tensor& b) { return call<op::Compare>({CompareMode::gt, {}}, {a, b})[0]; }
+Tensor ge(const Tensor& a, const Tensor& b) { return call<op::Compare>({CompareMode::ge, {}}, {a, b})[0]; }
+Tensor eq(const Tensor& x, double s) { return call<op::Compare>({CompareMode::eq, s}, {x})[0]; }
+Tensor ne(const Tensor& x, double s) { return call<op::Compare>({CompareMode::ne, s}, {x})[0]; }
+Tensor lt(const Tensor& x, double s) { return call<op::Compare>({CompareMode::lt, s}, {x})[0]; }
+Tensor le(const Tensor& x, double s) { return call<op::Compare>({CompareMode::le, s}, {x})[0]; }
+Tensor gt(const Tensor& x, double s) { return call<op::Compare>({CompareMode::gt, s}, {x})[0]; }
+Tensor ge(const Tensor& x, double s) { return call<op::Compare>({CompareMode::ge, s}, {x})[0]; }
 // clang-format on
 
 const char* compare_mode_name(CompareMode mode) {
@@ -34,7 +34,7 @@ const char* compare_mode_name(CompareMode mode) {
   return "?";
 }
 
-std::vector<TensorMeta> Compare::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::Compare::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   TS_CHECK(static_cast<int>(attrs.mode) >= 0 && static_cast<int>(attrs.mode) <= static_cast<int>(CompareMode::ge),
            ValueError, "compare: unknown mode " << static_cast<int>(attrs.mode));
   const char* mode = compare_mode_name(attrs.mode);
@@ -67,7 +67,7 @@ void compare_typed(const std::vector<Tensor>& in, const Tensor& out, const std::
 
 }  // namespace
 
-void Compare::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::Compare::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   // bf16/f16 inputs arrive widened to f32 (exact), so the kernel sees f32, f64, i32 or u8.
   dispatch_numeric(in[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -54,7 +54,7 @@ __global__ void compare_scalar(const T* x, uint8_t* y, int64_t n, C s, CompareMo
 
 }  // namespace
 
-void Compare::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::Compare::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Tensor& y = out[0];
   const int64_t n = y.numel();
   if (n == 0) return;

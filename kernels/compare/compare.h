@@ -27,6 +27,7 @@ enum class CompareMode { eq, ne, lt, le, gt, ge };
 /// "eq", "ne", ... (for messages).
 const char* compare_mode_name(CompareMode mode);
 
+namespace op {
 /// out = (a <mode> b) as u8, shape = broadcast(a, b); or out = (x <mode> scalar), shape of x
 /// when the scalar attribute is set (then there is one input). Inputs: any numeric dtype.
 struct Compare : OpBase {
@@ -40,5 +41,6 @@ struct Compare : OpBase {
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

@@ -7,9 +7,9 @@
 
 namespace tessera {
 
-Tensor concat(const std::vector<Tensor>& xs, int dim) { return call<Concat>({dim}, xs)[0]; }
+Tensor concat(const std::vector<Tensor>& xs, int dim) { return call<op::Concat>({dim}, xs)[0]; }
 
-std::vector<TensorMeta> Concat::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::Concat::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   TS_CHECK(!in.empty(), ValueError, "concat: needs at least one input");
   const Shape& s0 = in[0].shape;
   const int nd = s0.ndim();
@@ -31,7 +31,7 @@ std::vector<TensorMeta> Concat::infer(const std::vector<TensorMeta>& in, const A
   return {TensorMeta{Shape(dims), in[0].dtype, in[0].device}};
 }
 
-void Concat::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::Concat::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Shape& os = out[0].shape();
   const int d = os.normalize_dim(attrs.dim);
   const int64_t outer = os.prod(0, d);
@@ -54,7 +54,7 @@ void Concat::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, 
   }
 }
 
-std::vector<Tensor> Concat::backward(const BackwardContext& ctx, const Attrs& attrs) {
+std::vector<Tensor> op::Concat::backward(const BackwardContext& ctx, const Attrs& attrs) {
   const int n = ctx.num_inputs();
   const int d = ctx.input_meta(0).shape.normalize_dim(attrs.dim);
   std::vector<int64_t> sizes(n);

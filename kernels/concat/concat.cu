@@ -6,7 +6,7 @@
 
 namespace tessera {
 
-void Concat::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::Concat::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Shape& os = out[0].shape();
   const int d = os.normalize_dim(attrs.dim);
   const int64_t outer = os.prod(0, d);

@@ -8,6 +8,7 @@ namespace tessera {
 /// and rank (>= 1) and equal sizes outside `dim`: [.., a_k, ..] -> [.., sum_k a_k, ..].
 Tensor concat(const std::vector<Tensor>& xs, int dim = 0);
 
+namespace op {
 /// out[o, off_k + j, i] = x_k[o, j, i] (each input viewed as [outer, a_k, inner]),
 /// off_k = a_0 + ... + a_{k-1}. Backward: split(g, {a_0, a_1, ...}, dim).
 struct Concat : OpBase {
@@ -21,5 +22,6 @@ struct Concat : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

@@ -11,6 +11,7 @@ Tensor copy(const Tensor& x);
 /// that device; no autograd. ShapeError (naming both metas) unless the metas match.
 void copy_into(const Tensor& src, const Tensor& dst);
 
+namespace op {
 struct Copy : OpBase {
   static constexpr const char* kName = "copy";
   static constexpr bool kHalfNative = true;
@@ -20,5 +21,6 @@ struct Copy : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

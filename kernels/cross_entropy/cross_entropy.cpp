@@ -9,7 +9,7 @@
 namespace tessera {
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions opts) {
-  return call<CrossEntropy>({opts.ignore_index_, opts.reduction_}, {logits, targets})[0];
+  return call<op::CrossEntropy>({opts.ignore_index_, opts.reduction_}, {logits, targets})[0];
 }
 
 namespace detail {
@@ -34,14 +34,14 @@ void check_cross_entropy_targets(const char* op, const Tensor& targets, int64_t 
 
 }  // namespace detail
 
-std::vector<TensorMeta> CrossEntropy::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::CrossEntropy::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 2);
   detail::check_cross_entropy_args(kName, in[0], in[1]);
   Shape out = attrs.reduction == Reduction::none ? Shape{in[0].shape[0]} : Shape{};
   return {TensorMeta{out, in[0].dtype, in[0].device}};
 }
 
-void CrossEntropy::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::CrossEntropy::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const int64_t n = in[0].shape()[0], v = in[0].shape()[1];
   detail::check_cross_entropy_targets(kName, in[1], v, attrs.ignore_index);  // before any parallel loop
   const int32_t* t = in[1].data<int32_t>();
@@ -75,7 +75,7 @@ void CrossEntropy::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>&
   });
 }
 
-std::vector<Tensor> CrossEntropy::backward(const BackwardContext& ctx, const Attrs& attrs) {
+std::vector<Tensor> op::CrossEntropy::backward(const BackwardContext& ctx, const Attrs& attrs) {
   if (!ctx.needs_input_grad(0)) return {Tensor(), Tensor()};
   CrossEntropyOptions opts =
       CrossEntropyOptions().ignore_index(attrs.ignore_index).reduction(attrs.reduction);

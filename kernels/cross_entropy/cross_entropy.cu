@@ -51,7 +51,7 @@ __global__ void cross_entropy_total(const cuda::acc_t<T>* loss, const int32_t* t
 
 }  // namespace
 
-void CrossEntropy::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::CrossEntropy::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const int64_t n = in[0].shape()[0], v = in[0].shape()[1];
   const cudaStream_t stream = cuda::current_stream(out[0]);
   const int32_t* t = static_cast<const int32_t*>(in[1].data_ptr());

@@ -30,6 +30,7 @@ struct CrossEntropyOptions {
 ///   loss.backward();
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions opts = {});
 
+namespace op {
 /// Inputs logits [N, V] floating, targets [N] i32 -> loss [] (mean, sum) or [N] (none), in
 /// logits' dtype; log-sum-exp accumulated in double. Backward through the fused op
 /// cross_entropy_backward(logits, targets, g): dlogits = (softmax(logits) − onehot(target))·g_row.
@@ -45,6 +46,7 @@ struct CrossEntropy : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 namespace detail {
 /// Shape rule shared by cross_entropy and cross_entropy_backward: logits [N, V] floating

@@ -9,10 +9,10 @@ namespace tessera {
 
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& g,
                               CrossEntropyOptions opts) {
-  return call<CrossEntropyBackward>({opts.ignore_index_, opts.reduction_}, {logits, targets, g})[0];
+  return call<op::CrossEntropyBackward>({opts.ignore_index_, opts.reduction_}, {logits, targets, g})[0];
 }
 
-std::vector<TensorMeta> CrossEntropyBackward::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::CrossEntropyBackward::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 3);
   detail::check_cross_entropy_args(kName, in[0], in[1]);
   check_same_dtype(kName, in[0], in[2]);
@@ -22,7 +22,7 @@ std::vector<TensorMeta> CrossEntropyBackward::infer(const std::vector<TensorMeta
   return {in[0]};
 }
 
-void CrossEntropyBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
+void op::CrossEntropyBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
                                const Attrs& attrs) {
   const int64_t n = in[0].shape()[0], v = in[0].shape()[1];
   detail::check_cross_entropy_targets(kName, in[1], v, attrs.ignore_index);  // before any parallel loop

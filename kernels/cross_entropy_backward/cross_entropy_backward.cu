@@ -57,7 +57,7 @@ __global__ void cross_entropy_backward_rows(const T* x, const int32_t* t, const 
 
 }  // namespace
 
-void CrossEntropyBackward::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::CrossEntropyBackward::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const int64_t n = in[0].shape()[0], v = in[0].shape()[1];
   if (n == 0) return;
   const cudaStream_t stream = cuda::current_stream(out[0]);

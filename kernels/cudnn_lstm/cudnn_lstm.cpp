@@ -12,7 +12,7 @@ namespace tessera {
 
 std::tuple<Tensor, Tensor, Tensor> cudnn_lstm(const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& wx,
                                               const Tensor& wh, const Tensor& bias, double forget_bias) {
-  std::vector<Tensor> out = call<CudnnLstm>({forget_bias}, {x, h0, c0, wx, wh, bias});
+  std::vector<Tensor> out = call<op::CudnnLstm>({forget_bias}, {x, h0, c0, wx, wh, bias});
   return {out[0], out[1], out[2]};
 }
 
@@ -62,7 +62,7 @@ size_t lstm_reserve_bytes(const char* op, const TensorMeta& x, const LstmDims& d
 
 }  // namespace detail
 
-std::vector<TensorMeta> CudnnLstm::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::CudnnLstm::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 6);
   const detail::LstmDims d = detail::check_lstm_inputs(kName, in, attrs.forget_bias);
   const TensorMeta& x = in[0];
@@ -123,14 +123,14 @@ void lstm_forward_cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& 
 
 }  // namespace
 
-void CudnnLstm::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::CudnnLstm::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     lstm_forward_cpu<T>(in, out, attrs.forget_bias);
   });
 }
 
-std::vector<Tensor> CudnnLstm::backward(const BackwardContext& ctx, const Attrs& attrs) {
+std::vector<Tensor> op::CudnnLstm::backward(const BackwardContext& ctx, const Attrs& attrs) {
   // Output gradients that never arrived (hT, cT unused) read as zeros.
   std::vector<Tensor> d = cudnn_lstm_backward(ctx.input(0), ctx.input(1), ctx.input(2), ctx.input(3), ctx.input(4),
                                               ctx.input(5), ctx.output(0), ctx.output(3), ctx.grad_output(0),

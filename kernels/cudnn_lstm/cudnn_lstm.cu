@@ -24,7 +24,7 @@ size_t cudnn_lstm_reserve_bytes(int device, DType dtype, const LstmDims& d) {
 }
 }  // namespace detail
 
-void CudnnLstm::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::CudnnLstm::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Tensor &x = in[0], &h0 = in[1], &c0 = in[2];
   const detail::LstmDims d{x.size(0), x.size(1), x.size(2), h0.size(1)};
   const int dev = x.device().index;
@@ -44,7 +44,7 @@ void CudnnLstm::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& o
 
 #else
 
-void CudnnLstm::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>&, const Attrs&) {
+void op::CudnnLstm::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>&, const Attrs&) {
   TS_THROW(NotImplementedError,
            kName << ": x " << in[0].meta() << " is on the GPU but tessera was built without cuDNN");
 }

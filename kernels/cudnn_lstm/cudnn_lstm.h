@@ -21,6 +21,7 @@ namespace tessera {
 std::tuple<Tensor, Tensor, Tensor> cudnn_lstm(const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& wx,
                                               const Tensor& wh, const Tensor& bias, double forget_bias = 0.0);
 
+namespace op {
 /// Inputs x [T, B, In], h0, c0 [B, H], wx [In, 4H], wh [H, 4H], bias [4H] (one floating dtype,
 /// all sizes >= 1); attr forget_bias (finite). Outputs y [T, B, H], hT, cT [B, H] and a u8
 /// reserve [R] saved for backward: on CUDA cuDNN's training reserve space (R from
@@ -41,6 +42,7 @@ struct CudnnLstm : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 namespace detail {
 

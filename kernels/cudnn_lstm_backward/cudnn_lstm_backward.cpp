@@ -16,10 +16,10 @@ std::vector<Tensor> cudnn_lstm_backward(const Tensor& x, const Tensor& h0, const
                                         const Tensor& dcT, double forget_bias) {
   const Tensor dh = dhT.defined() ? dhT : fill(h0.meta(), 0.0);
   const Tensor dc = dcT.defined() ? dcT : fill(c0.meta(), 0.0);
-  return call<CudnnLstmBackward>({forget_bias}, {x, h0, c0, wx, wh, bias, y, reserve, dy, dh, dc});
+  return call<op::CudnnLstmBackward>({forget_bias}, {x, h0, c0, wx, wh, bias, y, reserve, dy, dh, dc});
 }
 
-std::vector<TensorMeta> CudnnLstmBackward::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::CudnnLstmBackward::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 11);
   const detail::LstmDims d = detail::check_lstm_inputs(kName, in, attrs.forget_bias);
   const TensorMeta &x = in[0], &h0 = in[1], &y = in[6], &reserve = in[7], &dy = in[8], &dhT = in[9], &dcT = in[10];
@@ -92,7 +92,7 @@ void lstm_backward_cpu(const std::vector<Tensor>& in, const std::vector<Tensor>&
 
 }  // namespace
 
-void CudnnLstmBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::CudnnLstmBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     lstm_backward_cpu<T>(in, out);

@@ -19,7 +19,7 @@ namespace tessera {
 
 #ifdef TESSERA_HAVE_CUDNN
 
-void CudnnLstmBackward::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::CudnnLstmBackward::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Tensor &x = in[0], &h0 = in[1], &c0 = in[2], &y = in[6], &dy = in[8], &dhT = in[9], &dcT = in[10];
   const detail::LstmDims d{x.size(0), x.size(1), x.size(2), h0.size(1)};
   const int dev = x.device().index;
@@ -50,7 +50,7 @@ void CudnnLstmBackward::cuda(const std::vector<Tensor>& in, const std::vector<Te
 
 #else
 
-void CudnnLstmBackward::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>&, const Attrs&) {
+void op::CudnnLstmBackward::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>&, const Attrs&) {
   TS_THROW(NotImplementedError,
            kName << ": x " << in[0].meta() << " is on the GPU but tessera was built without cuDNN");
 }

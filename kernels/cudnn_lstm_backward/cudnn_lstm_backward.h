@@ -14,6 +14,7 @@ std::vector<Tensor> cudnn_lstm_backward(const Tensor& x, const Tensor& h0, const
                                         const Tensor& reserve, const Tensor& dy, const Tensor& dhT,
                                         const Tensor& dcT, double forget_bias = 0.0);
 
+namespace op {
 /// Inputs x, h0, c0, wx, wh, bias (as cudnn_lstm), y [T, B, H], reserve (cudnn_lstm's, same
 /// device and forget_bias), dy [T, B, H], dhT, dcT [B, H]. Backpropagation through time, step
 /// t = T−1 … 0, with dh = dy_t + (dh from step t+1) and g = (i, f, o, u) the activated gates:
@@ -34,5 +35,6 @@ struct CudnnLstmBackward : OpBase {
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

@@ -6,20 +6,20 @@
 
 namespace tessera {
 
-Tensor div(const Tensor& a, const Tensor& b) { return call<Div>({}, {a, b})[0]; }
+Tensor div(const Tensor& a, const Tensor& b) { return call<op::Div>({}, {a, b})[0]; }
 
-std::vector<TensorMeta> Div::infer(const std::vector<TensorMeta>& in, const Attrs&) {
+std::vector<TensorMeta> op::Div::infer(const std::vector<TensorMeta>& in, const Attrs&) {
   return infer_broadcast_binary(kName, in);
 }
 
-void Div::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::Div::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     cpu::binary_map<T, T>(in[0], in[1], out[0], [](T a, T b) { return a / b; });
   });
 }
 
-std::vector<Tensor> Div::backward(const BackwardContext& ctx, const Attrs&) {
+std::vector<Tensor> op::Div::backward(const BackwardContext& ctx, const Attrs&) {
   const Tensor& g = ctx.grad_output();
   return {ctx.needs_input_grad(0) ? sum_to(div(g, ctx.input(1)), ctx.input_meta(0).shape) : Tensor(),
           ctx.needs_input_grad(1) ? sum_to(neg(div(mul(g, ctx.input(0)), mul(ctx.input(1), ctx.input(1)))), ctx.input_meta(1).shape) : Tensor()};

@@ -6,7 +6,7 @@
 
 namespace tessera {
 
-void Div::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::Div::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   cuda::binary_op(in[0], in[1], out[0], kName, [] __device__(auto a, auto b) { return a / b; });
 }
 

@@ -7,6 +7,7 @@ namespace tessera {
 /// a / b with numpy broadcasting.
 Tensor div(const Tensor& a, const Tensor& b);
 
+namespace op {
 /// out = a / b; backward: da = sum_to(g / b), db = -sum_to(g·a / b²).
 struct Div : OpBase {
   static constexpr const char* kName = "div";
@@ -18,5 +19,6 @@ struct Div : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

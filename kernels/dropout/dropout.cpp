@@ -18,7 +18,7 @@ Tensor dropout(const Tensor& x, double p, Generator& gen, bool training) {
   if (!training || p == 0.0) return x;
   const uint64_t seed = gen.seed();
   const uint64_t start = gen.reserve(philox::blocks_for_uniform_f32(static_cast<uint64_t>(x.numel())));
-  return call<Dropout>({p, seed, start}, {x})[0];
+  return call<op::Dropout>({p, seed, start}, {x})[0];
 }
 
 Tensor dropout(const Tensor& x, double p, bool training) {
@@ -31,7 +31,7 @@ Tensor philox_base(uint64_t offset, Device device) {
   return from_vector(words, {2}).to(device);
 }
 
-std::vector<TensorMeta> Dropout::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::Dropout::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   TS_CHECK(in.size() == 1 || in.size() == 2, ValueError,
            kName << ": expected 1 or 2 inputs (x, optional Philox base), got " << in.size());
   check_floating(kName, in[0]);
@@ -48,7 +48,7 @@ std::vector<TensorMeta> Dropout::infer(const std::vector<TensorMeta>& in, const 
   return {in[0]};
 }
 
-void Dropout::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::Dropout::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const int64_t n = in[0].numel();
   const int64_t nblocks = static_cast<int64_t>(philox::blocks_for_uniform_f32(static_cast<uint64_t>(n)));
   uint64_t first = attrs.start;  // + the Philox base, read here on the host
@@ -75,9 +75,9 @@ void Dropout::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
   });
 }
 
-std::vector<Tensor> Dropout::backward(const BackwardContext& ctx, const Attrs& attrs) {
-  if (ctx.num_inputs() == 1) return {call<Dropout>(attrs, {ctx.grad_output()})[0]};
-  return {call<Dropout>(attrs, {ctx.grad_output(), ctx.input(1)})[0], Tensor()};  // no gradient for the base
+std::vector<Tensor> op::Dropout::backward(const BackwardContext& ctx, const Attrs& attrs) {
+  if (ctx.num_inputs() == 1) return {call<op::Dropout>(attrs, {ctx.grad_output()})[0]};
+  return {call<op::Dropout>(attrs, {ctx.grad_output(), ctx.input(1)})[0], Tensor()};  // no gradient for the base
 }
 
 }  // namespace tessera

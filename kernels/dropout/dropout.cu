@@ -65,7 +65,7 @@ __global__ void dropout_kernel(const T* x, T* y, int64_t n, int64_t nblocks, uin
 
 }  // namespace
 
-void Dropout::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::Dropout::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const int64_t n = in[0].numel();
   if (n == 0) return;
   const int64_t nblocks = static_cast<int64_t>(philox::blocks_for_uniform_f32(static_cast<uint64_t>(n)));

@@ -22,6 +22,7 @@ Tensor dropout(const Tensor& x, double p, bool training);
 /// {low 32 bits, high 32 bits} on `device`.
 Tensor philox_base(uint64_t offset, Device device = Device::cpu());
 
+namespace op {
 /// y = x · mask / (1 − p), mask_i = [philox::uniform_f32(seed, first, i) >= p]; x floating, y like x.
 /// Inputs: x, and optionally the Philox base b (i32[2] on x's device: the low and high 32 bits of
 /// a block offset, see OpBase::kRandom); first = start + b (mod 2^64), or start without b. The
@@ -42,5 +43,6 @@ struct Dropout : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

@@ -8,13 +8,13 @@
 
 namespace tessera {
 
-Tensor exp(const Tensor& x) { return call<Exp>({}, {x})[0]; }
+Tensor exp(const Tensor& x) { return call<op::Exp>({}, {x})[0]; }
 
-std::vector<TensorMeta> Exp::infer(const std::vector<TensorMeta>& in, const Attrs&) {
+std::vector<TensorMeta> op::Exp::infer(const std::vector<TensorMeta>& in, const Attrs&) {
   return infer_unary_floating(kName, in);
 }
 
-void Exp::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::Exp::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     cpu::array_map<T>(in[0], out[0], [](const auto& x) { return x.exp(); });
@@ -22,7 +22,7 @@ void Exp::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, con
 }
 
 // d/dx e^x = e^x = y.
-std::vector<Tensor> Exp::backward(const BackwardContext& ctx, const Attrs&) {
+std::vector<Tensor> op::Exp::backward(const BackwardContext& ctx, const Attrs&) {
   return {mul(ctx.grad_output(), ctx.output(0))};
 }
 

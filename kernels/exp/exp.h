@@ -7,6 +7,7 @@ namespace tessera {
 /// e^x, elementwise.
 Tensor exp(const Tensor& x);
 
+namespace op {
 /// y = e^x (any shape, floating); backward: dx = g·y (reads the saved output only).
 struct Exp : OpBase {
   static constexpr const char* kName = "exp";
@@ -18,5 +19,6 @@ struct Exp : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

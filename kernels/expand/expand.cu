@@ -19,7 +19,7 @@ __global__ void expand_kernel(const W* x, W* y, int64_t n, cuda::BroadcastN<1> i
 
 }  // namespace
 
-void Expand::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::Expand::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   const Tensor &x = in[0], &y = out[0];
   const int64_t n = y.numel();
   if (n == 0) return;

@@ -7,6 +7,7 @@ namespace tessera {
 /// Broadcasts x to `shape` (numpy rules), materializing the copy.
 Tensor expand(const Tensor& x, const Shape& shape);
 
+namespace op {
 /// Backward: sum_to(g, x's shape).
 struct Expand : OpBase {
   static constexpr const char* kName = "expand";
@@ -18,5 +19,6 @@ struct Expand : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

@@ -8,13 +8,13 @@
 
 namespace tessera {
 
-Tensor fast_gelu(const Tensor& x) { return call<FastGelu>({}, {x})[0]; }
+Tensor fast_gelu(const Tensor& x) { return call<op::FastGelu>({}, {x})[0]; }
 
-std::vector<TensorMeta> FastGelu::infer(const std::vector<TensorMeta>& in, const Attrs&) {
+std::vector<TensorMeta> op::FastGelu::infer(const std::vector<TensorMeta>& in, const Attrs&) {
   return infer_unary_floating(kName, in);
 }
 
-void FastGelu::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::FastGelu::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T a = static_cast<T>(kAlpha);
@@ -24,7 +24,7 @@ void FastGelu::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out
 }
 
 // d/dx x·σ(a·x) = σ(a·x) + a·x·σ'(a·x) = s + a·x·s·(1 - s).
-std::vector<Tensor> FastGelu::backward(const BackwardContext& ctx, const Attrs&) {
+std::vector<Tensor> op::FastGelu::backward(const BackwardContext& ctx, const Attrs&) {
   const Tensor& x = ctx.input(0);
   Tensor s = sigmoid(mul(x, kAlpha));
   Tensor d = add(s, mul(mul(x, mul(s, sub(1.0, s))), kAlpha));

@@ -6,7 +6,7 @@
 
 namespace tessera {
 
-void FastGelu::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::FastGelu::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   const double alpha = kAlpha;
   cuda::unary_op(in[0], out[0], kName, [alpha] __device__(auto v) {
     using A = decltype(v);

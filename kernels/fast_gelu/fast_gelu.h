@@ -7,6 +7,7 @@ namespace tessera {
 /// The sigmoid approximation of GELU: x·σ(1.702·x), elementwise.
 Tensor fast_gelu(const Tensor& x);
 
+namespace op {
 /// y = x·σ(a·x), a = 1.702 (any shape, floating). The backward rule is written in ops (no
 /// separate backward kernel): with s = σ(a·x), dx = g·(s + a·x·s·(1 - s)); reads the saved input.
 struct FastGelu : OpBase {
@@ -20,5 +21,6 @@ struct FastGelu : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

@@ -4,14 +4,14 @@
 
 namespace tessera {
 
-Tensor fill(const TensorMeta& meta, double value) { return call<Fill>({meta, value}, {})[0]; }
+Tensor fill(const TensorMeta& meta, double value) { return call<op::Fill>({meta, value}, {})[0]; }
 
-std::vector<TensorMeta> Fill::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::Fill::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 0);
   return {attrs.meta};
 }
 
-void Fill::cpu(const std::vector<Tensor>&, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::Fill::cpu(const std::vector<Tensor>&, const std::vector<Tensor>& out, const Attrs& attrs) {
   // Convert the value once, then replicate its bytes.
   const size_t es = dtype_size(out[0].dtype());
   unsigned char one[8];

@@ -25,7 +25,7 @@ void launch(const Tensor& out, const unsigned char* bytes) {
 
 }  // namespace
 
-void Fill::cuda(const std::vector<Tensor>&, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::Fill::cuda(const std::vector<Tensor>&, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Tensor& y = out[0];
   if (y.numel() == 0) return;
   unsigned char one[8] = {};

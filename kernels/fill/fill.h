@@ -8,6 +8,7 @@ namespace tessera {
 /// autograd engine makes gradient seeds and zero gradients with it).
 Tensor fill(const TensorMeta& meta, double value);
 
+namespace op {
 /// No inputs; out = value everywhere (converted to meta's dtype). Not differentiable.
 struct Fill : OpBase {
   static constexpr const char* kName = "fill";
@@ -21,5 +22,6 @@ struct Fill : OpBase {
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

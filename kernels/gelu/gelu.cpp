@@ -15,11 +15,11 @@ const char* gelu_approx_name(GeluApprox approx) {
   return "?";
 }
 
-Tensor gelu(const Tensor& x, GeluApprox approx) { return call<Gelu>({approx, std::nullopt}, {x})[0]; }
+Tensor gelu(const Tensor& x, GeluApprox approx) { return call<op::Gelu>({approx, std::nullopt}, {x})[0]; }
 
-Tensor gelu(const Tensor& x, GeluApprox approx, DType out) { return call<Gelu>({approx, out}, {x})[0]; }
+Tensor gelu(const Tensor& x, GeluApprox approx, DType out) { return call<op::Gelu>({approx, out}, {x})[0]; }
 
-std::vector<TensorMeta> Gelu::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::Gelu::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 1);
   const TensorMeta& x = in[0];
   check_floating(kName, x);
@@ -32,7 +32,7 @@ std::vector<TensorMeta> Gelu::infer(const std::vector<TensorMeta>& in, const Att
 }
 
 // A bf16/f16 y arrives as an f32 buffer (rounded once by the op machinery), like x.
-void Gelu::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::Gelu::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (attrs.approximate == GeluApprox::tanh) {
@@ -47,7 +47,7 @@ void Gelu::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, co
   });
 }
 
-std::vector<Tensor> Gelu::backward(const BackwardContext& ctx, const Attrs& attrs) {
+std::vector<Tensor> op::Gelu::backward(const BackwardContext& ctx, const Attrs& attrs) {
   return {gelu_backward(ctx.grad_output(), ctx.input(0), attrs.approximate)};
 }
 

@@ -9,7 +9,7 @@
 
 namespace tessera {
 
-void Gelu::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::Gelu::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   if (attrs.approximate == GeluApprox::tanh) {
     cuda::unary_op_narrowing(in[0], out[0], kName, [] __device__(auto x) {
       using A = decltype(x);

@@ -22,6 +22,7 @@ Tensor gelu(const Tensor& x, GeluApprox approx = GeluApprox::none);
 /// `out` and is read as it is (a product under autocast consumes y without a cast).
 Tensor gelu(const Tensor& x, GeluApprox approx, DType out);
 
+namespace op {
 /// y = gelu(x) (any shape, floating; y in x's dtype, or bf16/f16 for f32 x when Attrs::out says
 /// so). Backward: dx = gelu_backward(g, x, approximate) (g in y's dtype, dx in x's), an op with
 /// the closed-form derivative (see kernels/gelu_backward/); reads the saved input.
@@ -38,5 +39,6 @@ struct Gelu : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

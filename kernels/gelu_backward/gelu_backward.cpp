@@ -7,10 +7,10 @@
 namespace tessera {
 
 Tensor gelu_backward(const Tensor& g, const Tensor& x, GeluApprox approx) {
-  return call<GeluBackward>({approx}, {g, x})[0];
+  return call<op::GeluBackward>({approx}, {g, x})[0];
 }
 
-std::vector<TensorMeta> GeluBackward::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::GeluBackward::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 2);
   const TensorMeta &g = in[0], &x = in[1];
   check_floating(kName, x, "input");
@@ -24,7 +24,7 @@ std::vector<TensorMeta> GeluBackward::infer(const std::vector<TensorMeta>& in, c
 }
 
 // A bf16/f16 g arrives widened to f32 (exact) by the op machinery: the f32 kernel as for cast(g, f32).
-void GeluBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::GeluBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (attrs.approximate == GeluApprox::tanh) {

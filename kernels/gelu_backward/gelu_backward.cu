@@ -9,7 +9,7 @@
 
 namespace tessera {
 
-void GeluBackward::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::GeluBackward::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   if (attrs.approximate == GeluApprox::tanh) {
     cuda::binary_op_widening(in[0], in[1], out[0], kName, [] __device__(auto g, auto x) {
       using A = decltype(x);

@@ -9,6 +9,7 @@ namespace tessera {
 /// or bf16/f16 for f32 x: the gradient of a narrowed gelu output, read as cast(g, f32)).
 Tensor gelu_backward(const Tensor& g, const Tensor& x, GeluApprox approx = GeluApprox::none);
 
+namespace op {
 /// dx = g·gelu'(x); inputs g, x of one shape, x floating, g in x's dtype or bf16/f16 for f32 x
 /// (widened exactly: the same dx as for cast(g, f32)); output like x.
 ///   exact: gelu'(x) = Φ(x) + x·φ(x),  φ(x) = e^(-x²/2) / √(2π)
@@ -25,5 +26,6 @@ struct GeluBackward : OpBase {
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

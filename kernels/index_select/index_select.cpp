@@ -9,7 +9,7 @@
 namespace tessera {
 
 Tensor index_select(const Tensor& x, const Tensor& indices, int dim) {
-  return call<IndexSelect>({dim}, {x, indices})[0];
+  return call<op::IndexSelect>({dim}, {x, indices})[0];
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
@@ -21,7 +21,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   return reshape(rows, out_shape);
 }
 
-std::vector<TensorMeta> IndexSelect::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::IndexSelect::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 2);
   const Shape& s = in[0].shape;
   const int nd = s.ndim();
@@ -47,7 +47,7 @@ void check_indices(const char* op, const Tensor& indices, int64_t R, const Tenso
 
 }  // namespace cpu
 
-void IndexSelect::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::IndexSelect::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Shape& s = in[0].shape();
   const int d = s.normalize_dim(attrs.dim);
   const int64_t R = s[d], outer = s.prod(0, d), N = in[1].numel();
@@ -64,7 +64,7 @@ void IndexSelect::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& 
   }
 }
 
-std::vector<Tensor> IndexSelect::backward(const BackwardContext& ctx, const Attrs& attrs) {
+std::vector<Tensor> op::IndexSelect::backward(const BackwardContext& ctx, const Attrs& attrs) {
   const Shape& s = ctx.input_meta(0).shape;
   return {index_select_backward(ctx.grad_output(), ctx.input(1), attrs.dim, s[attrs.dim]), Tensor()};
 }

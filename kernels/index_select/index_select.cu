@@ -48,7 +48,7 @@ __global__ void index_select_kernel(const W* x, const int32_t* idx, W* y, int64_
 
 }  // namespace
 
-void IndexSelect::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::IndexSelect::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Tensor &x = in[0], &indices = in[1], &y = out[0];
   const Shape& s = x.shape();
   const int d = s.normalize_dim(attrs.dim);

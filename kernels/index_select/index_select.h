@@ -16,6 +16,7 @@ Tensor index_select(const Tensor& x, const Tensor& indices, int dim = 0);
 /// out[..., :] = weight[ids[...], :]. A composite of reshape and index_select along dim 0.
 Tensor embedding(const Tensor& weight, const Tensor& ids);
 
+namespace op {
 /// out[o, n, i] = x[o, indices[n], i] (x viewed as [outer, R, inner], out [outer, N, inner]).
 /// Backward: dx = index_select_backward(g, indices, dim, R); indices get no gradient.
 struct IndexSelect : OpBase {
@@ -30,6 +31,7 @@ struct IndexSelect : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 namespace cpu {
 /// ValueError naming `op`, the bad index, its position and R unless all indices are in [0, R).

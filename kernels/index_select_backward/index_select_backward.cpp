@@ -10,10 +10,10 @@
 namespace tessera {
 
 Tensor index_select_backward(const Tensor& g, const Tensor& indices, int dim, int64_t size) {
-  return call<IndexSelectBackward>({dim, size}, {g, indices})[0];
+  return call<op::IndexSelectBackward>({dim, size}, {g, indices})[0];
 }
 
-std::vector<TensorMeta> IndexSelectBackward::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::IndexSelectBackward::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 2);
   check_floating(kName, in[0], "gradient");
   const Shape& s = in[0].shape;
@@ -32,7 +32,7 @@ std::vector<TensorMeta> IndexSelectBackward::infer(const std::vector<TensorMeta>
   return {TensorMeta{Shape(dims), in[0].dtype, in[0].device}};
 }
 
-void IndexSelectBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::IndexSelectBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Shape& s = in[0].shape();
   const int d = s.normalize_dim(attrs.dim);
   const int64_t R = attrs.size, N = s[d], outer = s.prod(0, d), inner = s.prod(d + 1, s.ndim());
@@ -76,7 +76,7 @@ void IndexSelectBackward::cpu(const std::vector<Tensor>& in, const std::vector<T
   });
 }
 
-std::vector<Tensor> IndexSelectBackward::backward(const BackwardContext& ctx, const Attrs& attrs) {
+std::vector<Tensor> op::IndexSelectBackward::backward(const BackwardContext& ctx, const Attrs& attrs) {
   return {index_select(ctx.grad_output(), ctx.input(1), attrs.dim), Tensor()};
 }
 

@@ -60,7 +60,7 @@ __global__ void row_starts_kernel(const int32_t* sorted, const int32_t* pos, int
   }
 }
 
-constexpr int64_t kRun = IndexSelectBackward::kRun;
+constexpr int64_t kRun = op::IndexSelectBackward::kRun;
 constexpr int kAhead = 8;  // places whose g values are loaded before any is added
 
 // Step 3: thread (o, q, i) sums its run's places per row into partial[o, q + r, i].
@@ -124,7 +124,7 @@ Tensor scratch(int64_t bytes, Device dev) {
 
 }  // namespace
 
-void IndexSelectBackward::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::IndexSelectBackward::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Tensor &g = in[0], &indices = in[1], &y = out[0];
   const Shape& s = g.shape();
   const int d = s.normalize_dim(attrs.dim);

@@ -9,6 +9,7 @@ namespace tessera {
 /// Deterministic: every output element sums its contributions in index order.
 Tensor index_select_backward(const Tensor& g, const Tensor& indices, int dim, int64_t size);
 
+namespace op {
 /// out[o, r, i] = sum over n with indices[n] == r of g[o, n, i]
 /// (g [outer, N, inner], indices i32 [N] -> out [outer, size, inner]).
 /// Summation order (the same on every device, so CPU and CUDA agree bit for bit): sort the
@@ -31,5 +32,6 @@ struct IndexSelectBackward : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

@@ -13,7 +13,7 @@ Tensor layer_norm_to(const Tensor& x, const Tensor& gamma, const Tensor& beta, d
   std::vector<Tensor> in{x};
   if (gamma.defined()) in.push_back(gamma);
   if (beta.defined()) in.push_back(beta);
-  return call<LayerNorm>({eps, gamma.defined(), beta.defined(), out}, in)[0];
+  return call<op::LayerNorm>({eps, gamma.defined(), beta.defined(), out}, in)[0];
 }
 
 }  // namespace
@@ -34,7 +34,7 @@ Shape layer_norm_stats_shape(const Shape& x) {
 }
 }  // namespace detail
 
-std::vector<TensorMeta> LayerNorm::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::LayerNorm::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 1 + attrs.has_gamma + attrs.has_beta);
   const TensorMeta& x = in[0];
   detail::check_norm_input(kName, x);
@@ -49,7 +49,7 @@ std::vector<TensorMeta> LayerNorm::infer(const std::vector<TensorMeta>& in, cons
 }
 
 // A bf16/f16 y arrives as an f32 buffer (rounded once by the op machinery), like x.
-void LayerNorm::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::LayerNorm::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const int64_t c = in[0].shape()[-1];
   const int64_t rows = in[0].numel() / c;
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
@@ -66,7 +66,7 @@ void LayerNorm::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& ou
   });
 }
 
-std::vector<Tensor> LayerNorm::backward(const BackwardContext& ctx, const Attrs& attrs) {
+std::vector<Tensor> op::LayerNorm::backward(const BackwardContext& ctx, const Attrs& attrs) {
   const Tensor gamma = attrs.has_gamma ? ctx.input(1) : Tensor();
   std::vector<Tensor> d =
       layer_norm_backward(ctx.grad_output(0), ctx.input(0), ctx.output(1), ctx.output(2), gamma);

@@ -13,7 +13,7 @@ namespace {
 // y of element type TY for x, gamma, beta of element type T.
 template <class T, class TY>
 void layer_norm_forward(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
-                        const LayerNorm::Attrs& attrs) {
+                        const op::LayerNorm::Attrs& attrs) {
   using A = cuda::acc_t<T>;
   const int64_t c = in[0].shape()[-1], rows = in[0].numel() / c;
   const T* gamma = attrs.has_gamma ? static_cast<const T*>(in[1].data_ptr()) : nullptr;
@@ -21,12 +21,12 @@ void layer_norm_forward(const std::vector<Tensor>& in, const std::vector<Tensor>
   cuda::normalize_forward<T, TY>(static_cast<const T*>(in[0].data_ptr()), gamma, beta,
                                  static_cast<TY*>(out[0].data_ptr()), static_cast<A*>(out[1].data_ptr()),
                                  static_cast<A*>(out[2].data_ptr()), rows, c, 1, attrs.eps, false,
-                                 cuda::current_stream(out[0]), LayerNorm::kName);
+                                 cuda::current_stream(out[0]), op::LayerNorm::kName);
 }
 
 }  // namespace
 
-void LayerNorm::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::LayerNorm::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   if (out[0].dtype() != in[0].dtype()) {  // f32 x, bf16/f16 y
     cuda::dispatch_f32_with_half(in[0].dtype(), out[0].dtype(), kName, [&](auto tag) {
       layer_norm_forward<float, typename decltype(tag)::type>(in, out, attrs);

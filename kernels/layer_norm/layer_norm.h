@@ -19,6 +19,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma = Tensor(), const Tensor&
 /// gradient arrives in `out` and is read as it is (a product under autocast consumes y uncast).
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, DType out);
 
+namespace op {
 /// Inputs x [..., C] floating, then gamma [C] if has_gamma, then beta [C] if has_beta (x's dtype).
 /// Outputs y [..., C] (x's dtype; Attrs::out may narrow it to bf16/f16 for f32 x), and the
 /// per-row statistics mean [...] and rstd [...]
@@ -41,6 +42,7 @@ struct LayerNorm : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 namespace detail {
 /// Dtype of layer norm's row statistics for input dtype `t`: f64 for f64, else f32.

@@ -11,10 +11,10 @@ std::vector<Tensor> layer_norm_backward(const Tensor& g, const Tensor& x, const 
                                         const Tensor& rstd, const Tensor& gamma) {
   std::vector<Tensor> in{g, x, mean, rstd};
   if (gamma.defined()) in.push_back(gamma);
-  return call<LayerNormBackward>({gamma.defined()}, in);
+  return call<op::LayerNormBackward>({gamma.defined()}, in);
 }
 
-std::vector<TensorMeta> LayerNormBackward::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::LayerNormBackward::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 4 + attrs.has_gamma);
   const TensorMeta& x = in[1];
   detail::check_norm_input(kName, x);
@@ -31,7 +31,7 @@ std::vector<TensorMeta> LayerNormBackward::infer(const std::vector<TensorMeta>& 
 }
 
 // A bf16/f16 g arrives widened to f32 (exact) by the op machinery: the f32 kernel as for cast(g, f32).
-void LayerNormBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
+void op::LayerNormBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
                             const Attrs& attrs) {
   const int64_t c = in[1].shape()[-1];
   const int64_t rows = in[1].numel() / c;

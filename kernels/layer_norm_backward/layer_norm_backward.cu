@@ -14,7 +14,7 @@ namespace {
 // g of element type TG for x, gamma and the outputs of element type T.
 template <class T, class TG>
 void layer_norm_backward_run(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
-                             const LayerNormBackward::Attrs& attrs) {
+                             const op::LayerNormBackward::Attrs& attrs) {
   using A = cuda::acc_t<T>;
   const int64_t c = in[1].shape()[-1], rows = in[1].numel() / c;
   const T* gamma = attrs.has_gamma ? static_cast<const T*>(in[4].data_ptr()) : nullptr;
@@ -22,12 +22,12 @@ void layer_norm_backward_run(const std::vector<Tensor>& in, const std::vector<Te
                                   static_cast<const A*>(in[2].data_ptr()), static_cast<const A*>(in[3].data_ptr()),
                                   nullptr, gamma, static_cast<T*>(out[0].data_ptr()),
                                   static_cast<T*>(out[1].data_ptr()), static_cast<T*>(out[2].data_ptr()), rows, c, 1,
-                                  out[0].device(), cuda::current_stream(out[0]), LayerNormBackward::kName);
+                                  out[0].device(), cuda::current_stream(out[0]), op::LayerNormBackward::kName);
 }
 
 }  // namespace
 
-void LayerNormBackward::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::LayerNormBackward::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   if (in[0].dtype() != in[1].dtype()) {  // bf16/f16 g, f32 x
     cuda::dispatch_f32_with_half(in[1].dtype(), in[0].dtype(), kName, [&](auto tag) {
       layer_norm_backward_run<float, typename decltype(tag)::type>(in, out, attrs);

@@ -11,6 +11,7 @@ namespace tessera {
 std::vector<Tensor> layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean,
                                         const Tensor& rstd, const Tensor& gamma = Tensor());
 
+namespace op {
 /// Inputs g, x [..., C] (g in x's dtype, or bf16/f16 for f32 x: the gradient of a narrowed y,
 /// widened exactly, so the results are those for cast(g, f32)); mean, rstd [...] (f64 for f64 x,
 /// else f32); gamma [C] if has_gamma. Outputs in x's dtype.
@@ -29,5 +30,6 @@ struct LayerNormBackward : OpBase {
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

@@ -16,11 +16,11 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   if (!b.defined()) return matmul(x, w);
   // Autocast as matmul: x, W to the low dtype, f32 sums and y; b is added as it is (f32).
   if (autocast::applies({&x, &w}))
-    return call<Linear>({true}, {autocast::operand(x), autocast::operand(w), b})[0];
-  return call<Linear>({false}, {x, w, b})[0];
+    return call<op::Linear>({true}, {autocast::operand(x), autocast::operand(w), b})[0];
+  return call<op::Linear>({false}, {x, w, b})[0];
 }
 
-std::vector<TensorMeta> Linear::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::Linear::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 3);
   const TensorMeta &x = in[0], &w = in[1], &b = in[2];
   check_floating(kName, x, "x");
@@ -52,7 +52,7 @@ using RowVec = Eigen::Matrix<T, 1, Eigen::Dynamic>;
 
 // Y [N, M] = X [N, K]·W [K, M] (Eigen's multithreaded GEMM), then every row += b.
 // bf16/f16 arrive widened to f32 (the op machinery), so T is float or double.
-void Linear::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::Linear::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   const int64_t n = in[0].size(0), k = in[0].size(1), m = in[1].size(1);
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -67,7 +67,7 @@ void Linear::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, 
   });
 }
 
-std::vector<Tensor> Linear::backward(const BackwardContext& ctx, const Attrs& attrs) {
+std::vector<Tensor> op::Linear::backward(const BackwardContext& ctx, const Attrs& attrs) {
   const Tensor& dy = ctx.grad_output();
   // The GEMMs run in x's dtype: an f32 output of bf16/f16 inputs casts dy once — in the same
   // pass as db's column sums when both are wanted (cast_col_sum reads dy once).

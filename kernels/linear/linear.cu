@@ -182,7 +182,7 @@ bool lt_linear(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& 
 
 }  // namespace
 
-void Linear::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::Linear::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Tensor &x = in[0], &w = in[1], &b = in[2], &y = out[0];
   if (y.numel() == 0) return;
   constexpr int64_t kIntMax = 0x7fffffff;
@@ -191,7 +191,7 @@ void Linear::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
   if (lt_case && lt_linear(x, w, b, y, attrs.f32_output)) return;
 
   // Fallback: y = x·W by matmul's GEMM (zeros when k = 0), then y[r, :] += b.
-  Matmul::cuda({x, w}, {y}, Matmul::Attrs{false, false, attrs.f32_output});
+  op::Matmul::cuda({x, w}, {y}, op::Matmul::Attrs{false, false, attrs.f32_output});
   cuda::dispatch_cuda_float(y.dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     add_bias_rows<T><<<cuda::blocks_for(y.numel()), 256, 0, cuda::current_stream(y)>>>(

@@ -10,6 +10,7 @@ namespace tessera {
 /// f32 and is added in f32, and y comes back f32 (Linear's f32_output).
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b);
 
+namespace op {
 /// y[n, m] = Σ_k x[n, k]·W[k, m] + b[m]. On CUDA one cuBLASLt GEMM whose epilogue adds b
 /// (no extra pass over y); the CPU kernel is Eigen's GEMM followed by the row broadcast.
 /// dtypes: x, W, b and y share one dtype, except f32_output: x, W bf16/f16, b and y f32 (the
@@ -29,5 +30,6 @@ struct Linear : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

@@ -8,13 +8,13 @@
 
 namespace tessera {
 
-Tensor log(const Tensor& x) { return call<Log>({}, {x})[0]; }
+Tensor log(const Tensor& x) { return call<op::Log>({}, {x})[0]; }
 
-std::vector<TensorMeta> Log::infer(const std::vector<TensorMeta>& in, const Attrs&) {
+std::vector<TensorMeta> op::Log::infer(const std::vector<TensorMeta>& in, const Attrs&) {
   return infer_unary_floating(kName, in);
 }
 
-void Log::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::Log::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     cpu::array_map<T>(in[0], out[0], [](const auto& x) { return x.log(); });
@@ -22,7 +22,7 @@ void Log::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, con
 }
 
 // d/dx ln x = 1/x.
-std::vector<Tensor> Log::backward(const BackwardContext& ctx, const Attrs&) {
+std::vector<Tensor> op::Log::backward(const BackwardContext& ctx, const Attrs&) {
   return {div(ctx.grad_output(), ctx.input(0))};
 }
 

@@ -5,7 +5,7 @@
 
 namespace tessera {
 
-void Log::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::Log::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   cuda::unary_op(in[0], out[0], kName, [] __device__(auto v) { return cuda::dev_log(v); });
 }
 

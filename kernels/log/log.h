@@ -7,6 +7,7 @@ namespace tessera {
 /// Natural logarithm, elementwise (NaN below 0, -inf at 0).
 Tensor log(const Tensor& x);
 
+namespace op {
 /// y = ln x (any shape, floating); backward: dx = g / x (reads the saved input).
 struct Log : OpBase {
   static constexpr const char* kName = "log";
@@ -18,5 +19,6 @@ struct Log : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

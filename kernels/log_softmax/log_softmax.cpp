@@ -8,16 +8,16 @@
 
 namespace tessera {
 
-Tensor log_softmax(const Tensor& x) { return call<LogSoftmax>({}, {x})[0]; }
+Tensor log_softmax(const Tensor& x) { return call<op::LogSoftmax>({}, {x})[0]; }
 
-std::vector<TensorMeta> LogSoftmax::infer(const std::vector<TensorMeta>& in, const Attrs&) {
+std::vector<TensorMeta> op::LogSoftmax::infer(const std::vector<TensorMeta>& in, const Attrs&) {
   check_num_inputs(kName, in, 1);
   check_floating(kName, in[0]);
   TS_CHECK(in[0].shape.ndim() >= 1, ShapeError, "log_softmax: input must have at least 1 dim, got " << in[0]);
   return {in[0]};
 }
 
-void LogSoftmax::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::LogSoftmax::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   const int64_t c = in[0].shape()[-1];
   if (in[0].numel() == 0) return;
   const int64_t rows = in[0].numel() / c;
@@ -37,7 +37,7 @@ void LogSoftmax::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& o
   });
 }
 
-std::vector<Tensor> LogSoftmax::backward(const BackwardContext& ctx, const Attrs&) {
+std::vector<Tensor> op::LogSoftmax::backward(const BackwardContext& ctx, const Attrs&) {
   return {log_softmax_backward(ctx.grad_output(), ctx.output(0))};
 }
 

@@ -8,6 +8,7 @@ namespace tessera {
 /// Numerically stable (log-sum-exp with the row max subtracted).
 Tensor log_softmax(const Tensor& x);
 
+namespace op {
 /// y = x − logsumexp(x) over the last dim; x [..., C] floating -> y [..., C].
 /// Backward through the fused op log_softmax_backward(g, y) (its own kernel, so no exp op
 /// is needed):  dx = g − exp(y) · sum(g, −1, keepdim), as dy_j/dx_i = δ_ij − softmax_i.
@@ -20,5 +21,6 @@ struct LogSoftmax : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

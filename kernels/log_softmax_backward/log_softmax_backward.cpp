@@ -7,10 +7,10 @@
 namespace tessera {
 
 Tensor log_softmax_backward(const Tensor& g, const Tensor& y) {
-  return call<LogSoftmaxBackward>({}, {g, y})[0];
+  return call<op::LogSoftmaxBackward>({}, {g, y})[0];
 }
 
-std::vector<TensorMeta> LogSoftmaxBackward::infer(const std::vector<TensorMeta>& in, const Attrs&) {
+std::vector<TensorMeta> op::LogSoftmaxBackward::infer(const std::vector<TensorMeta>& in, const Attrs&) {
   check_num_inputs(kName, in, 2);
   check_floating(kName, in[0], "g");
   check_same_dtype(kName, in[0], in[1]);
@@ -19,7 +19,7 @@ std::vector<TensorMeta> LogSoftmaxBackward::infer(const std::vector<TensorMeta>&
   return {in[0]};
 }
 
-void LogSoftmaxBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::LogSoftmaxBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   const int64_t c = in[0].shape()[-1];
   if (in[0].numel() == 0) return;
   const int64_t rows = in[0].numel() / c;

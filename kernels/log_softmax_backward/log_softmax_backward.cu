@@ -26,7 +26,7 @@ __global__ void log_softmax_backward_rows(const T* g, const T* y, T* dx, int64_t
 
 }  // namespace
 
-void LogSoftmaxBackward::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::LogSoftmaxBackward::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   if (in[0].numel() == 0) return;
   const int64_t c = in[0].shape()[-1], rows = in[0].numel() / c;
   cuda::dispatch_cuda_float(out[0].dtype(), kName, [&](auto tag) {

@@ -8,6 +8,7 @@ namespace tessera {
 /// output y = log_softmax(x): dx = g − exp(y) · sum(g, −1, keepdim).
 Tensor log_softmax_backward(const Tensor& g, const Tensor& y);
 
+namespace op {
 /// Inputs g [..., C], y [..., C] (same meta, floating) -> dx [..., C];
 /// per row: dx_j = g_j − exp(y_j) · sum_k g_k (exp(y) is softmax(x)). Not differentiable.
 struct LogSoftmaxBackward : OpBase {
@@ -18,5 +19,6 @@ struct LogSoftmaxBackward : OpBase {
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

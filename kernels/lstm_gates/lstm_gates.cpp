@@ -8,11 +8,11 @@
 namespace tessera {
 
 std::pair<Tensor, Tensor> lstm_gates(const Tensor& pre, const Tensor& c_prev, double forget_bias) {
-  std::vector<Tensor> out = call<LstmGates>({forget_bias}, {pre, c_prev});
+  std::vector<Tensor> out = call<op::LstmGates>({forget_bias}, {pre, c_prev});
   return {out[0], out[1]};
 }
 
-std::vector<TensorMeta> LstmGates::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::LstmGates::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 2);
   const TensorMeta& pre = in[0];
   const TensorMeta& c_prev = in[1];
@@ -30,7 +30,7 @@ std::vector<TensorMeta> LstmGates::infer(const std::vector<TensorMeta>& in, cons
   return {c_prev, c_prev, pre, c_prev};  // h, c, gates, tanh_c
 }
 
-void LstmGates::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::LstmGates::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const int64_t n = in[0].shape()[0], hs = in[0].shape()[1] / 4;
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -64,7 +64,7 @@ void LstmGates::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& ou
   });
 }
 
-std::vector<Tensor> LstmGates::backward(const BackwardContext& ctx, const Attrs&) {
+std::vector<Tensor> op::LstmGates::backward(const BackwardContext& ctx, const Attrs&) {
   // dc may be the zeros BackwardContext makes when c itself was not used downstream.
   std::vector<Tensor> d = lstm_gates_backward(ctx.grad_output(0), ctx.grad_output(1), ctx.output(2),
                                               ctx.output(3), ctx.input(1));

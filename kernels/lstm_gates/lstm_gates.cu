@@ -44,7 +44,7 @@ __global__ void lstm_gates_kernel(const T* pre, const T* c_prev, T* h, T* c, T* 
 
 }  // namespace
 
-void LstmGates::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::LstmGates::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const int64_t n = in[0].shape()[0], hs = in[0].shape()[1] / 4;
   if (n * hs == 0) return;
   cuda::dispatch_cuda_float(out[0].dtype(), kName, [&](auto tag) {

@@ -15,6 +15,7 @@ namespace tessera {
 ///   auto [h, c] = lstm_gates(add(x_proj, matmul(h_prev, w_h)), c_prev, 1.0);
 std::pair<Tensor, Tensor> lstm_gates(const Tensor& pre, const Tensor& c_prev, double forget_bias = 0.0);
 
+namespace op {
 /// Inputs pre [N, 4H], c_prev [N, H] (same floating dtype); attr forget_bias (finite).
 /// Outputs h [N, H], c [N, H], and, saved for backward (the public function hides them):
 /// gates [N, 4H] = (i, f, o, u) after their activations, and tanh_c [N, H] = tanh(c).
@@ -32,5 +33,6 @@ struct LstmGates : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

@@ -6,10 +6,10 @@ namespace tessera {
 
 std::vector<Tensor> lstm_gates_backward(const Tensor& dh, const Tensor& dc, const Tensor& gates,
                                         const Tensor& tanh_c, const Tensor& c_prev) {
-  return call<LstmGatesBackward>({}, {dh, dc, gates, tanh_c, c_prev});
+  return call<op::LstmGatesBackward>({}, {dh, dc, gates, tanh_c, c_prev});
 }
 
-std::vector<TensorMeta> LstmGatesBackward::infer(const std::vector<TensorMeta>& in, const Attrs&) {
+std::vector<TensorMeta> op::LstmGatesBackward::infer(const std::vector<TensorMeta>& in, const Attrs&) {
   check_num_inputs(kName, in, 5);
   const TensorMeta& gates = in[2];
   check_floating(kName, gates, "gates");
@@ -24,7 +24,7 @@ std::vector<TensorMeta> LstmGatesBackward::infer(const std::vector<TensorMeta>& 
   return {gates, state};  // dpre, dc_prev
 }
 
-void LstmGatesBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::LstmGatesBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   const int64_t n = in[2].shape()[0], hs = in[2].shape()[1] / 4;
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;

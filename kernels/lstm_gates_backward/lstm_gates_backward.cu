@@ -32,7 +32,7 @@ __global__ void lstm_gates_backward_kernel(const T* dh, const T* dc, const T* ga
 
 }  // namespace
 
-void LstmGatesBackward::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::LstmGatesBackward::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   const int64_t n = in[2].shape()[0], hs = in[2].shape()[1] / 4;
   if (n * hs == 0) return;
   cuda::dispatch_cuda_float(out[0].dtype(), kName, [&](auto tag) {

@@ -10,6 +10,7 @@ namespace tessera {
 std::vector<Tensor> lstm_gates_backward(const Tensor& dh, const Tensor& dc, const Tensor& gates,
                                         const Tensor& tanh_c, const Tensor& c_prev);
 
+namespace op {
 /// Inputs dh, dc [N, H], gates [N, 4H], tanh_c, c_prev [N, H] (one floating dtype). With
 /// h = o·tanh(c) and c = f·c_prev + i·u, the total gradient at c is
 ///   dc_t = dc + dh·o·(1 − tanh(c)²)
@@ -26,5 +27,6 @@ struct LstmGatesBackward : OpBase {
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

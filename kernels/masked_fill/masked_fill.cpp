@@ -7,10 +7,10 @@
 namespace tessera {
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
-  return call<MaskedFill>({value}, {x, mask})[0];
+  return call<op::MaskedFill>({value}, {x, mask})[0];
 }
 
-std::vector<TensorMeta> MaskedFill::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::MaskedFill::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 2);
   const TensorMeta &x = in[0], &mask = in[1];
   TS_CHECK(mask.dtype == DType::u8, DTypeError, "masked_fill: mask must be u8, got " << mask << " for x " << x);
@@ -27,7 +27,7 @@ std::vector<TensorMeta> MaskedFill::infer(const std::vector<TensorMeta>& in, con
   return {x};
 }
 
-void MaskedFill::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::MaskedFill::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Tensor &x = in[0], &mask = in[1];
   dispatch_numeric(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -50,7 +50,7 @@ void MaskedFill::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& o
   });
 }
 
-std::vector<Tensor> MaskedFill::backward(const BackwardContext& ctx, const Attrs&) {
+std::vector<Tensor> op::MaskedFill::backward(const BackwardContext& ctx, const Attrs&) {
   return {masked_fill(ctx.grad_output(), ctx.input(1), 0.0), Tensor()};
 }
 

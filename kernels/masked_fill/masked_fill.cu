@@ -29,7 +29,7 @@ __global__ void masked_fill_broadcast(const W* x, const uint8_t* m, W* y, W v, i
 
 }  // namespace
 
-void MaskedFill::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::MaskedFill::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Tensor &x = in[0], &mask = in[1], &y = out[0];
   const int64_t n = y.numel();
   if (n == 0) return;

@@ -8,6 +8,7 @@ namespace tessera {
 ///   scores = masked_fill(scores, causal_mask, -INFINITY);
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 
+namespace op {
 /// out[i] = mask[i] ? value : x[i]; out has x's meta (any numeric dtype), mask broadcasts to
 /// x's shape. Integer x needs a value its dtype holds exactly. Backward (reads the saved
 /// mask only): dx = masked_fill(g, mask, 0); the mask gets no gradient.
@@ -23,5 +24,6 @@ struct MaskedFill : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

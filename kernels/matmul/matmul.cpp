@@ -11,11 +11,11 @@ namespace tessera {
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   if (autocast::applies({&a, &b}))
-    return call<Matmul>({trans_a, trans_b, true}, {autocast::operand(a), autocast::operand(b)})[0];
-  return call<Matmul>({trans_a, trans_b, false}, {a, b})[0];
+    return call<op::Matmul>({trans_a, trans_b, true}, {autocast::operand(a), autocast::operand(b)})[0];
+  return call<op::Matmul>({trans_a, trans_b, false}, {a, b})[0];
 }
 
-std::vector<TensorMeta> Matmul::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::Matmul::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 2);
   check_floating(kName, in[0], "A");
   check_same_dtype(kName, in[0], in[1]);
@@ -55,7 +55,7 @@ void gemm(const T* pa, const T* pb, T* pc, int64_t m, int64_t n, int64_t k, bool
 
 }  // namespace
 
-void Matmul::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::Matmul::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Shape& sc = out[0].shape();
   const int r = sc.ndim();
   const int64_t batch = r == 3 ? sc[0] : 1, m = sc[r - 2], n = sc[r - 1];
@@ -87,11 +87,11 @@ void Matmul::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, 
 Tensor matmul_grad(const BackwardContext& ctx, int input, const Tensor& a, const Tensor& b, bool trans_a,
                    bool trans_b) {
   if (is_half(a.dtype()) && ctx.input_grad_may_be_f32(input))  // f32 sums kept, no rounding and no cast back
-    return call<Matmul>({trans_a, trans_b, true}, {a, b})[0];
+    return call<op::Matmul>({trans_a, trans_b, true}, {a, b})[0];
   return matmul(a, b, trans_a, trans_b);
 }
 
-std::vector<Tensor> Matmul::backward(const BackwardContext& ctx, const Attrs& attrs) {
+std::vector<Tensor> op::Matmul::backward(const BackwardContext& ctx, const Attrs& attrs) {
   // An f32 output of bf16/f16 inputs: the gradients are in the inputs' dtype (one cast of G);
   // b's (the weight side: linear layers, a tied output projection) in f32 when b is a cast of
   // an f32 tensor (matmul_grad). a's stays in its dtype: activations' gradients are rounded as

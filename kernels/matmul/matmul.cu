@@ -40,7 +40,7 @@ GemmTypes gemm_types(DType dt) {
 
 }  // namespace
 
-void Matmul::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::Matmul::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Tensor &a = in[0], &b = in[1], &c = out[0];
   const Shape& sc = c.shape();
   const int r = sc.ndim();

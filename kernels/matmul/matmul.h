@@ -24,6 +24,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans
 Tensor matmul_grad(const BackwardContext& ctx, int input, const Tensor& a, const Tensor& b, bool trans_a,
                    bool trans_b);
 
+namespace op {
 struct Matmul : OpBase {
   static constexpr const char* kName = "matmul";
   static constexpr unsigned kSaveInputs = 0b11;
@@ -37,5 +38,6 @@ struct Matmul : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

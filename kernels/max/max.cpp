@@ -14,11 +14,11 @@ Tensor max(const Tensor& x) {
   return max(reshape(x, std::vector<int64_t>{x.numel()}), 0, false);
 }
 
-Tensor max(const Tensor& x, int dim, bool keepdim) { return call<Max>({dim, keepdim}, {x})[0]; }
+Tensor max(const Tensor& x, int dim, bool keepdim) { return call<op::Max>({dim, keepdim}, {x})[0]; }
 
 Tensor argmax(const Tensor& x, int dim, bool keepdim) {
   NoGradGuard no_grad;  // indices only: no node for the values output
-  return call<Max>({dim, keepdim}, {x})[1];
+  return call<op::Max>({dim, keepdim}, {x})[1];
 }
 
 Tensor argmax(const Tensor& x) {
@@ -114,15 +114,15 @@ void extreme_along_dim(const Tensor& x, const Tensor& values, const Tensor& indi
 
 }  // namespace cpu
 
-std::vector<TensorMeta> Max::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::Max::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   return detail::infer_extreme(kName, in, attrs.dim, attrs.keepdim);
 }
 
-void Max::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::Max::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   cpu::extreme_along_dim(in[0], out[0], out[1], attrs.dim, false);
 }
 
-std::vector<Tensor> Max::backward(const BackwardContext& ctx, const Attrs& attrs) {
+std::vector<Tensor> op::Max::backward(const BackwardContext& ctx, const Attrs& attrs) {
   return {max_backward(ctx.grad_output(0), ctx.output(1), ctx.input_meta(0).shape, attrs.dim)};
 }
 

@@ -144,7 +144,7 @@ void extreme_along_dim(const Tensor& x, const Tensor& values, const Tensor& indi
 
 }  // namespace cuda
 
-void Max::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::Max::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   cuda::extreme_along_dim(in[0], out[0], out[1], attrs.dim, false);
 }
 

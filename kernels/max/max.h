@@ -15,6 +15,7 @@ Tensor argmax(const Tensor& x, int dim, bool keepdim = false);
 /// Flat index (i32, 0-d) of the first maximum of all elements.
 Tensor argmax(const Tensor& x);
 
+namespace op {
 /// With x viewed as [outer, n = size(dim), inner]:
 ///   values[o, i] = max_k x[o, k, i],  indices[o, i] = first k attaining it (i32).
 /// Outputs: values (x's dtype) and indices (i32), both shaped like x without dim (or with
@@ -32,6 +33,7 @@ struct Max : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 namespace detail {
 /// Shape rule shared by max and min: values (x's dtype) and i32 indices of x reduced over dim.

@@ -7,10 +7,10 @@
 namespace tessera {
 
 Tensor max_backward(const Tensor& g, const Tensor& indices, const Shape& shape, int dim) {
-  return call<MaxBackward>({shape, dim}, {g, indices})[0];
+  return call<op::MaxBackward>({shape, dim}, {g, indices})[0];
 }
 
-std::vector<TensorMeta> MaxBackward::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::MaxBackward::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 2);
   check_floating(kName, in[0], "gradient");
   TS_CHECK(in[1].dtype == DType::i32, DTypeError, "max_backward: indices must be i32, got " << in[1]);
@@ -31,7 +31,7 @@ std::vector<TensorMeta> MaxBackward::infer(const std::vector<TensorMeta>& in, co
   return {TensorMeta{s, in[0].dtype, in[0].device}};
 }
 
-void MaxBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::MaxBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Shape& s = attrs.shape;
   const int d = s.normalize_dim(attrs.dim);
   const int64_t outer = s.prod(0, d), n = s[d], inner = s.prod(d + 1, s.ndim());

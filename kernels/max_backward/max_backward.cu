@@ -22,7 +22,7 @@ __global__ void max_backward_kernel(const T* g, const int32_t* idx, T* dx, int64
 
 }  // namespace
 
-void MaxBackward::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::MaxBackward::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Shape& s = attrs.shape;
   const int d = s.normalize_dim(attrs.dim);
   const int64_t n = s[d], inner = s.prod(d + 1, s.ndim()), total = out[0].numel();

@@ -9,6 +9,7 @@ namespace tessera {
 /// shaped like the reduction's output (dim removed, or kept with size 1).
 Tensor max_backward(const Tensor& g, const Tensor& indices, const Shape& shape, int dim);
 
+namespace op {
 /// dx[o, k, i] = g[o, i] if k == indices[o, i] else 0;  g, indices [outer, inner] -> dx `shape`.
 /// Indices outside [0, size(dim)) are a ValueError (checked in the CPU kernel; the GPU kernel,
 /// which does not wait for the indices, drops their gradient). Not differentiable
@@ -24,5 +25,6 @@ struct MaxBackward : OpBase {
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

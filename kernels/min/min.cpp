@@ -11,22 +11,22 @@ Tensor min(const Tensor& x) {
   return min(reshape(x, std::vector<int64_t>{x.numel()}), 0, false);
 }
 
-Tensor min(const Tensor& x, int dim, bool keepdim) { return call<Min>({dim, keepdim}, {x})[0]; }
+Tensor min(const Tensor& x, int dim, bool keepdim) { return call<op::Min>({dim, keepdim}, {x})[0]; }
 
 Tensor argmin(const Tensor& x, int dim, bool keepdim) {
   NoGradGuard no_grad;  // indices only: no node for the values output
-  return call<Min>({dim, keepdim}, {x})[1];
+  return call<op::Min>({dim, keepdim}, {x})[1];
 }
 
-std::vector<TensorMeta> Min::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::Min::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   return detail::infer_extreme(kName, in, attrs.dim, attrs.keepdim);
 }
 
-void Min::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::Min::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   cpu::extreme_along_dim(in[0], out[0], out[1], attrs.dim, true);
 }
 
-std::vector<Tensor> Min::backward(const BackwardContext& ctx, const Attrs& attrs) {
+std::vector<Tensor> op::Min::backward(const BackwardContext& ctx, const Attrs& attrs) {
   return {max_backward(ctx.grad_output(0), ctx.output(1), ctx.input_meta(0).shape, attrs.dim)};
 }
 

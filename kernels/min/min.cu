@@ -4,7 +4,7 @@
 
 namespace tessera {
 
-void Min::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::Min::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   cuda::extreme_along_dim(in[0], out[0], out[1], attrs.dim, true);
 }
 

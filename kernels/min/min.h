@@ -12,6 +12,7 @@ Tensor min(const Tensor& x, int dim, bool keepdim = false);
 /// Index (i32) of the first minimum along `dim`; not differentiable.
 Tensor argmin(const Tensor& x, int dim, bool keepdim = false);
 
+namespace op {
 /// With x viewed as [outer, n = size(dim), inner]:
 ///   values[o, i] = min_k x[o, k, i],  indices[o, i] = first k attaining it (i32).
 /// Outputs and shapes as for max. Backward: max_backward(g, indices, x's shape, dim), the same
@@ -28,5 +29,6 @@ struct Min : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

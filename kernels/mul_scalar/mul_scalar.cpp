@@ -5,17 +5,17 @@
 
 namespace tessera {
 
-Tensor mul(const Tensor& x, double s) { return call<MulScalar>({s}, {x})[0]; }
+Tensor mul(const Tensor& x, double s) { return call<op::MulScalar>({s}, {x})[0]; }
 Tensor div(const Tensor& x, double s) {
   TS_CHECK(s != 0, ValueError, "div: division of " << x.meta() << " by the scalar 0");
   return mul(x, 1.0 / s);
 }
 
-std::vector<TensorMeta> MulScalar::infer(const std::vector<TensorMeta>& in, const Attrs&) {
+std::vector<TensorMeta> op::MulScalar::infer(const std::vector<TensorMeta>& in, const Attrs&) {
   return infer_unary_floating(kName, in);
 }
 
-void MulScalar::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::MulScalar::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T s = static_cast<T>(attrs.scalar);
@@ -23,7 +23,7 @@ void MulScalar::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& ou
   });
 }
 
-std::vector<Tensor> MulScalar::backward(const BackwardContext& ctx, const Attrs& attrs) {
+std::vector<Tensor> op::MulScalar::backward(const BackwardContext& ctx, const Attrs& attrs) {
   return {mul(ctx.grad_output(), attrs.scalar)};
 }
 

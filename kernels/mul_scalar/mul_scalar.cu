@@ -5,7 +5,7 @@
 
 namespace tessera {
 
-void MulScalar::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::MulScalar::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const double s = attrs.scalar;
   cuda::unary_op(in[0], out[0], kName, [s] __device__(auto v) { return v * static_cast<decltype(v)>(s); });
 }

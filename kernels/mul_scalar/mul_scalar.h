@@ -9,6 +9,7 @@ Tensor mul(const Tensor& x, double s);
 /// x / s.
 Tensor div(const Tensor& x, double s);
 
+namespace op {
 /// y = s·x; backward: s·g.
 struct MulScalar : OpBase {
   static constexpr const char* kName = "mul_scalar";
@@ -21,5 +22,6 @@ struct MulScalar : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

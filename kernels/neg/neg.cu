@@ -4,7 +4,7 @@
 
 namespace tessera {
 
-void Neg::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::Neg::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   cuda::unary_op(in[0], out[0], kName, [] __device__(auto v) { return -v; });
 }
 

@@ -7,6 +7,7 @@ namespace tessera {
 /// -x.
 Tensor neg(const Tensor& x);
 
+namespace op {
 /// y = -x; backward: -g.
 struct Neg : OpBase {
   static constexpr const char* kName = "neg";
@@ -17,5 +18,6 @@ struct Neg : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

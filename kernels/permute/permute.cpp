@@ -8,9 +8,9 @@
 
 namespace tessera {
 
-Tensor permute(const Tensor& x, const std::vector<int>& perm) { return call<Permute>({perm}, {x})[0]; }
+Tensor permute(const Tensor& x, const std::vector<int>& perm) { return call<op::Permute>({perm}, {x})[0]; }
 
-std::vector<TensorMeta> Permute::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::Permute::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 1);
   const Shape& s = in[0].shape;
   const int nd = s.ndim();
@@ -28,14 +28,14 @@ std::vector<TensorMeta> Permute::infer(const std::vector<TensorMeta>& in, const 
   return {TensorMeta{Shape(dims), in[0].dtype, in[0].device}};
 }
 
-void Permute::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::Permute::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const int nd = in[0].dim();
   std::vector<int> perm(nd);
   for (int d = 0; d < nd; ++d) perm[d] = (attrs.perm[d] + nd) % nd;
   cpu::permute_copy(in[0], out[0], perm);
 }
 
-std::vector<Tensor> Permute::backward(const BackwardContext& ctx, const Attrs& attrs) {
+std::vector<Tensor> op::Permute::backward(const BackwardContext& ctx, const Attrs& attrs) {
   const int nd = static_cast<int>(attrs.perm.size());
   std::vector<int> inverse(nd);
   for (int d = 0; d < nd; ++d) inverse[(attrs.perm[d] + nd) % nd] = d;

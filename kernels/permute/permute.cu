@@ -134,7 +134,7 @@ void permute_copy(const Tensor& in, const Tensor& out, const std::vector<int>& p
 
 }  // namespace cuda
 
-void Permute::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::Permute::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const int nd = in[0].dim();
   std::vector<int> perm(nd);
   for (int d = 0; d < nd; ++d) perm[d] = (attrs.perm[d] + nd) % nd;

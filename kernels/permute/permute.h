@@ -9,6 +9,7 @@ namespace tessera {
 /// attention heads: permute(x, {0, 2, 1, 3}) turns [B, T, H, D] into [B, H, T, D].
 Tensor permute(const Tensor& x, const std::vector<int>& perm);
 
+namespace op {
 /// out[i_0, ..., i_{n-1}] = x[j] with j[perm[d]] = i_d (a materialized copy).
 /// Backward: permute(g, inverse(perm)), inverse[perm[d]] = d.
 struct Permute : OpBase {
@@ -22,6 +23,7 @@ struct Permute : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 namespace cpu {
 /// out = x with dims reordered by `perm` (already normalized to [0, rank)), any dtype.

@@ -7,17 +7,17 @@
 
 namespace tessera {
 
-Tensor pow(const Tensor& x, double p) { return call<PowScalar>({p}, {x})[0]; }
+Tensor pow(const Tensor& x, double p) { return call<op::PowScalar>({p}, {x})[0]; }
 Tensor div(double s, const Tensor& x) { return mul(pow(x, -1.0), s); }
 
-std::vector<TensorMeta> PowScalar::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::PowScalar::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 1);
   check_floating(kName, in[0]);
   TS_CHECK(!std::isnan(attrs.exponent), ValueError, "pow_scalar: exponent is NaN for " << in[0]);
   return {in[0]};
 }
 
-void PowScalar::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::PowScalar::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const double p = attrs.exponent;
@@ -36,7 +36,7 @@ void PowScalar::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& ou
 }
 
 // d/dx x^p = p·x^(p-1).
-std::vector<Tensor> PowScalar::backward(const BackwardContext& ctx, const Attrs& attrs) {
+std::vector<Tensor> op::PowScalar::backward(const BackwardContext& ctx, const Attrs& attrs) {
   const double p = attrs.exponent;
   const Tensor& g = ctx.grad_output();
   if (p == 0.0) return {mul(g, 0.0)};

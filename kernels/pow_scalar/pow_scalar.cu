@@ -7,7 +7,7 @@
 
 namespace tessera {
 
-void PowScalar::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::PowScalar::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const double p = attrs.exponent;
   if (p == 2.0) {
     cuda::unary_op(in[0], out[0], kName, [] __device__(auto x) { return x * x; });

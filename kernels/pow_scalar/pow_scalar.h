@@ -9,6 +9,7 @@ Tensor pow(const Tensor& x, double p);
 /// s / x (= s·x^-1; a composite of pow_scalar and mul_scalar).
 Tensor div(double s, const Tensor& x);
 
+namespace op {
 /// y = x^p (any shape, floating); backward: dx = g·p·x^(p-1) (reads the saved input;
 /// 0 for p = 0, g for p = 1).
 struct PowScalar : OpBase {
@@ -23,5 +24,6 @@ struct PowScalar : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

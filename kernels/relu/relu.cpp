@@ -6,13 +6,13 @@
 
 namespace tessera {
 
-Tensor relu(const Tensor& x) { return call<Relu>({}, {x})[0]; }
+Tensor relu(const Tensor& x) { return call<op::Relu>({}, {x})[0]; }
 
-std::vector<TensorMeta> Relu::infer(const std::vector<TensorMeta>& in, const Attrs&) {
+std::vector<TensorMeta> op::Relu::infer(const std::vector<TensorMeta>& in, const Attrs&) {
   return infer_unary_floating(kName, in);
 }
 
-void Relu::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::Relu::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     // `x < 0` is false for NaN, so NaN propagates.
@@ -21,7 +21,7 @@ void Relu::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, co
 }
 
 // Gradient 1 where x > 0 (equivalently y > 0), 0 elsewhere (0 at the kink, by convention).
-std::vector<Tensor> Relu::backward(const BackwardContext& ctx, const Attrs&) {
+std::vector<Tensor> op::Relu::backward(const BackwardContext& ctx, const Attrs&) {
   return {masked_fill(ctx.grad_output(), le(ctx.output(0), 0.0), 0.0)};
 }
 

@@ -5,7 +5,7 @@
 
 namespace tessera {
 
-void Relu::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::Relu::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   cuda::unary_op(in[0], out[0], kName, [] __device__(auto v) {
     using A = decltype(v);
     return v < A(0) ? A(0) : v;

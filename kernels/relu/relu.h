@@ -7,6 +7,7 @@ namespace tessera {
 /// max(x, 0), elementwise (NaN stays NaN).
 Tensor relu(const Tensor& x);
 
+namespace op {
 /// y = max(x, 0) (any shape, floating); backward: dx = g where x > 0, else 0. Since y > 0
 /// exactly where x > 0, the rule reads the saved output: masked_fill(g, y <= 0, 0).
 struct Relu : OpBase {
@@ -19,5 +20,6 @@ struct Relu : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

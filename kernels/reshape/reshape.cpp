@@ -5,7 +5,7 @@
 namespace tessera {
 
 Tensor reshape(const Tensor& x, const std::vector<int64_t>& shape) {
-  return call<Reshape>({shape}, {x})[0];
+  return call<op::Reshape>({shape}, {x})[0];
 }
 
 Tensor flatten(const Tensor& x, int start, int end) {
@@ -19,7 +19,7 @@ Tensor flatten(const Tensor& x, int start, int end) {
   return reshape(x, out);
 }
 
-std::vector<TensorMeta> Reshape::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::Reshape::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 1);
   std::vector<int64_t> dims = attrs.shape;
   int infer_at = -1;
@@ -46,11 +46,11 @@ std::vector<TensorMeta> Reshape::infer(const std::vector<TensorMeta>& in, const 
 }
 
 // Only reached when a graph executor materializes a reshape into its own buffer.
-void Reshape::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::Reshape::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   if (out[0].data_ptr() != in[0].data_ptr()) std::memcpy(out[0].data_ptr(), in[0].data_ptr(), in[0].nbytes());
 }
 
-std::vector<Tensor> Reshape::backward(const BackwardContext& ctx, const Attrs&) {
+std::vector<Tensor> op::Reshape::backward(const BackwardContext& ctx, const Attrs&) {
   return {reshape(ctx.grad_output(), ctx.input_meta(0).shape)};
 }
 

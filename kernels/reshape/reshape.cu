@@ -6,7 +6,7 @@
 
 namespace tessera {
 
-void Reshape::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::Reshape::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   if (in[0].nbytes() == 0 || out[0].data_ptr() == in[0].data_ptr()) return;
   TS_CUDA_CHECK(cudaMemcpyAsync(out[0].data_ptr(), in[0].data_ptr(), in[0].nbytes(), cudaMemcpyDeviceToDevice,
                                 cuda::current_stream(out[0])));

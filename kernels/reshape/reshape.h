@@ -16,6 +16,7 @@ inline Tensor view(const Tensor& x, std::initializer_list<int64_t> shape) { retu
 /// Collapses dims [start, end] into one.
 Tensor flatten(const Tensor& x, int start = 0, int end = -1);
 
+namespace op {
 struct Reshape : OpBase {
   static constexpr const char* kName = "reshape";
   static constexpr bool kView = true;
@@ -29,5 +30,6 @@ struct Reshape : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

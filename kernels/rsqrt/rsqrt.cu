@@ -7,7 +7,7 @@
 
 namespace tessera {
 
-void Rsqrt::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::Rsqrt::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   cuda::unary_op(in[0], out[0], kName, [] __device__(auto v) { return decltype(v)(1) / cuda::dev_sqrt(v); });
 }
 

@@ -7,6 +7,7 @@ namespace tessera {
 /// 1 / √x, elementwise.
 Tensor rsqrt(const Tensor& x);
 
+namespace op {
 /// y = x^(-1/2) (any shape, floating); backward: dx = g·(-0.5)·y³ (reads the saved output only).
 struct Rsqrt : OpBase {
   static constexpr const char* kName = "rsqrt";
@@ -18,5 +19,6 @@ struct Rsqrt : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

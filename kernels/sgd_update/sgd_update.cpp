@@ -10,10 +10,10 @@ namespace tessera {
 std::vector<Tensor> sgd_update(const Tensor& p, const Tensor& g, const Tensor& buf, const Tensor& lr,
                                const Tensor& step, double momentum, double dampening, double weight_decay,
                                bool nesterov) {
-  return call<SgdUpdate>({momentum, dampening, weight_decay, nesterov}, {p, g, buf, lr, step});
+  return call<op::SgdUpdate>({momentum, dampening, weight_decay, nesterov}, {p, g, buf, lr, step});
 }
 
-std::vector<TensorMeta> SgdUpdate::infer(const std::vector<TensorMeta>& in, const Attrs& a) {
+std::vector<TensorMeta> op::SgdUpdate::infer(const std::vector<TensorMeta>& in, const Attrs& a) {
   check_num_inputs(kName, in, 5);
   detail::check_update_args(kName, in, {"param", "grad", "momentum_buffer"});
   TS_CHECK(std::isfinite(a.momentum) && a.momentum >= 0, ValueError,
@@ -28,7 +28,7 @@ std::vector<TensorMeta> SgdUpdate::infer(const std::vector<TensorMeta>& in, cons
   return {in[0], in[0]};
 }
 
-void SgdUpdate::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& a) {
+void op::SgdUpdate::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& a) {
   const double lr_d = detail::read_update_scalar(in[3]), t = detail::read_update_scalar(in[4]);
   TS_CHECK(t >= 1, ValueError, kName << ": step must be >= 1 (1-based), got " << t);
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {

@@ -37,7 +37,7 @@ __global__ void sgd_kernel(const T* p, const T* g, const T* buf, const double* l
 
 }  // namespace
 
-void SgdUpdate::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& a) {
+void op::SgdUpdate::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& a) {
   const int64_t n = out[0].numel();
   if (n == 0) return;
   cuda::dispatch_cuda_float(out[0].dtype(), kName, [&](auto tag) {

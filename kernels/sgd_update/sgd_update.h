@@ -13,6 +13,7 @@ std::vector<Tensor> sgd_update(const Tensor& p, const Tensor& g, const Tensor& b
                                const Tensor& step, double momentum = 0.0, double dampening = 0.0,
                                double weight_decay = 0.0, bool nesterov = false);
 
+namespace op {
 /// Fused SGD update, elementwise over p [*]:
 ///   g'   = g + wd·p
 ///   buf' = momentum == 0 ? buf : (t == 1 ? g' : momentum·buf + (1 - dampening)·g')
@@ -36,5 +37,6 @@ struct SgdUpdate : OpBase {
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

@@ -6,7 +6,7 @@
 
 namespace tessera {
 
-void Sigmoid::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::Sigmoid::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   cuda::unary_op(in[0], out[0], kName, [] __device__(auto v) {
     using A = decltype(v);
     return A(1) / (A(1) + cuda::dev_exp(-v));

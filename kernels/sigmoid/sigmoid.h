@@ -7,6 +7,7 @@ namespace tessera {
 /// Logistic sigmoid 1 / (1 + e^-x), elementwise.
 Tensor sigmoid(const Tensor& x);
 
+namespace op {
 /// y = σ(x) (any shape, floating); backward: dx = g·y·(1 - y) (reads the saved output only).
 struct Sigmoid : OpBase {
   static constexpr const char* kName = "sigmoid";
@@ -18,5 +19,6 @@ struct Sigmoid : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

@@ -8,7 +8,7 @@
 
 namespace tessera {
 
-Tensor slice(const Tensor& x, int dim, int64_t start, int64_t end) { return call<Slice>({dim, start, end}, {x})[0]; }
+Tensor slice(const Tensor& x, int dim, int64_t start, int64_t end) { return call<op::Slice>({dim, start, end}, {x})[0]; }
 
 namespace detail {
 
@@ -23,7 +23,7 @@ std::pair<int64_t, int64_t> slice_bounds(int64_t size, int64_t start, int64_t en
 
 }  // namespace detail
 
-std::vector<TensorMeta> Slice::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::Slice::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 1);
   const Shape& s = in[0].shape;
   const int nd = s.ndim();
@@ -37,7 +37,7 @@ std::vector<TensorMeta> Slice::infer(const std::vector<TensorMeta>& in, const At
   return {TensorMeta{Shape(dims), in[0].dtype, in[0].device}};
 }
 
-std::optional<size_t> Slice::view_offset(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::optional<size_t> op::Slice::view_offset(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   const Shape& s = in[0].shape;
   const int d = s.normalize_dim(attrs.dim);
   auto [b, e] = detail::slice_bounds(s[d], attrs.start, attrs.end);
@@ -46,7 +46,7 @@ std::optional<size_t> Slice::view_offset(const std::vector<TensorMeta>& in, cons
   return static_cast<size_t>(b * s.prod(d + 1, s.ndim())) * dtype_size(in[0].dtype);
 }
 
-void Slice::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::Slice::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Shape& s = in[0].shape();
   const int d = s.normalize_dim(attrs.dim);
   auto [b, e] = detail::slice_bounds(s[d], attrs.start, attrs.end);
@@ -61,7 +61,7 @@ void Slice::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, c
   for (int64_t o = 0; o < outer; ++o) std::memcpy(y + o * bytes, x + (o * s[d] + b) * inner_bytes, bytes);
 }
 
-std::vector<Tensor> Slice::backward(const BackwardContext& ctx, const Attrs& attrs) {
+std::vector<Tensor> op::Slice::backward(const BackwardContext& ctx, const Attrs& attrs) {
   const Shape& s = ctx.input_meta(0).shape;
   const int d = s.normalize_dim(attrs.dim);
   return {slice_backward(ctx.grad_output(), s, d, detail::slice_bounds(s[d], attrs.start, attrs.end).first)};

@@ -6,7 +6,7 @@
 
 namespace tessera {
 
-void Slice::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::Slice::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Shape& s = in[0].shape();
   const int d = s.normalize_dim(attrs.dim);
   auto [b, e] = detail::slice_bounds(s[d], attrs.start, attrs.end);

@@ -15,6 +15,7 @@ namespace tessera {
 /// dim 0, or the slice is the whole dim) it is a view sharing x's storage; otherwise a copy.
 Tensor slice(const Tensor& x, int dim, int64_t start, int64_t end = std::numeric_limits<int64_t>::max());
 
+namespace op {
 /// out[o, j, i] = x[o, b + j, i] for j < e - b (x viewed as [outer, size(dim), inner]), where
 /// [b, e) are start/end normalized and clamped as above.
 /// Backward: slice_backward(g, x's shape, dim, b): zeros of x's shape with g at [b, e).
@@ -34,6 +35,7 @@ struct Slice : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 namespace detail {
 /// [start, end) of a dim of `size` after Python-style normalization and clamping; b <= e.

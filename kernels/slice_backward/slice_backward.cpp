@@ -8,10 +8,10 @@
 namespace tessera {
 
 Tensor slice_backward(const Tensor& g, const Shape& shape, int dim, int64_t start) {
-  return call<SliceBackward>({shape, dim, start}, {g})[0];
+  return call<op::SliceBackward>({shape, dim, start}, {g})[0];
 }
 
-std::vector<TensorMeta> SliceBackward::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::SliceBackward::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 1);
   const Shape& s = attrs.shape;
   const Shape& gs = in[0].shape;
@@ -27,7 +27,7 @@ std::vector<TensorMeta> SliceBackward::infer(const std::vector<TensorMeta>& in, 
   return {TensorMeta{s, in[0].dtype, in[0].device}};
 }
 
-void SliceBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::SliceBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Shape& s = attrs.shape;
   const int d = s.normalize_dim(attrs.dim);
   const int64_t es = static_cast<int64_t>(dtype_size(out[0].dtype()));
@@ -47,7 +47,7 @@ void SliceBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>
   }
 }
 
-std::vector<Tensor> SliceBackward::backward(const BackwardContext& ctx, const Attrs& attrs) {
+std::vector<Tensor> op::SliceBackward::backward(const BackwardContext& ctx, const Attrs& attrs) {
   const int64_t n = ctx.input_meta(0).shape[attrs.dim];
   return {slice(ctx.grad_output(), attrs.dim, attrs.start, attrs.start + n)};
 }

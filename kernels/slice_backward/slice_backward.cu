@@ -6,7 +6,7 @@
 
 namespace tessera {
 
-void SliceBackward::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::SliceBackward::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Shape& s = attrs.shape;
   const int d = s.normalize_dim(attrs.dim);
   const int64_t es = static_cast<int64_t>(dtype_size(out[0].dtype()));

@@ -8,6 +8,7 @@ namespace tessera {
 /// `dim` (g has `shape`'s sizes elsewhere; start already normalized, >= 0). Any dtype.
 Tensor slice_backward(const Tensor& g, const Shape& shape, int dim, int64_t start);
 
+namespace op {
 /// out[o, k, i] = g[o, k - start, i] for start <= k < start + n, else 0
 /// (g [outer, n, inner] -> out [outer, shape[dim], inner]).
 /// Backward (it is linear): slice(gg, dim, start, start + n).
@@ -24,5 +25,6 @@ struct SliceBackward : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

@@ -10,16 +10,16 @@
 
 namespace tessera {
 
-Tensor softmax(const Tensor& x) { return call<Softmax>({}, {x})[0]; }
+Tensor softmax(const Tensor& x) { return call<op::Softmax>({}, {x})[0]; }
 
-std::vector<TensorMeta> Softmax::infer(const std::vector<TensorMeta>& in, const Attrs&) {
+std::vector<TensorMeta> op::Softmax::infer(const std::vector<TensorMeta>& in, const Attrs&) {
   check_num_inputs(kName, in, 1);
   check_floating(kName, in[0]);
   TS_CHECK(in[0].shape.ndim() >= 1, ShapeError, "softmax: input must have at least 1 dim, got " << in[0]);
   return {in[0]};
 }
 
-void Softmax::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::Softmax::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   const int64_t c = in[0].shape()[-1];
   if (in[0].numel() == 0) return;
   const int64_t rows = in[0].numel() / c;
@@ -38,7 +38,7 @@ void Softmax::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
   });
 }
 
-std::vector<Tensor> Softmax::backward(const BackwardContext& ctx, const Attrs&) {
+std::vector<Tensor> op::Softmax::backward(const BackwardContext& ctx, const Attrs&) {
   const Tensor& g = ctx.grad_output();
   const Tensor& y = ctx.output(0);
   // dx = y · (g − sum(g·y)) with the row sum [..., 1] broadcast over the last dim.

@@ -24,7 +24,7 @@ __global__ void softmax_rows(const T* x, T* y, int64_t rows, int64_t c) {
 
 }  // namespace
 
-void Softmax::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::Softmax::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   if (in[0].numel() == 0) return;
   const int64_t c = in[0].shape()[-1], rows = in[0].numel() / c;
   cuda::dispatch_cuda_float(out[0].dtype(), kName, [&](auto tag) {

@@ -10,6 +10,7 @@ namespace tessera {
 ///   Tensor p = softmax(logits);   // [N, V] -> [N, V], rows sum to 1
 Tensor softmax(const Tensor& x);
 
+namespace op {
 /// y = softmax(x) over the last dim; x [..., C] floating -> y [..., C].
 /// Backward (from the saved output, no kernel of its own):
 ///   dx = y · (g − sum(g·y, −1, keepdim))
@@ -23,5 +24,6 @@ struct Softmax : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

@@ -12,7 +12,7 @@ Tensor sparse_layer_norm(const Tensor& x, int64_t segments, const Tensor& gamma,
   std::vector<Tensor> in{x};
   if (gamma.defined()) in.push_back(gamma);
   if (beta.defined()) in.push_back(beta);
-  return call<SparseLayerNorm>({segments, eps, relu, gamma.defined(), beta.defined()}, in)[0];
+  return call<op::SparseLayerNorm>({segments, eps, relu, gamma.defined(), beta.defined()}, in)[0];
 }
 
 namespace detail {
@@ -33,7 +33,7 @@ void check_segments(const char* op, const TensorMeta& x, int64_t segments) {
 
 }  // namespace detail
 
-std::vector<TensorMeta> SparseLayerNorm::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::SparseLayerNorm::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 1 + attrs.has_gamma + attrs.has_beta);
   const TensorMeta& x = in[0];
   detail::check_segments(kName, x, attrs.segments);  // x floating with a last dim of whole segments
@@ -44,7 +44,7 @@ std::vector<TensorMeta> SparseLayerNorm::infer(const std::vector<TensorMeta>& in
   return {x, stats, stats};
 }
 
-void SparseLayerNorm::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::SparseLayerNorm::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const int64_t c = in[0].shape()[-1];
   const int64_t nseg = attrs.segments, gs = c / nseg;  // segments per row, features per segment (G)
   const int64_t units = in[0].numel() / gs;            // rows · segments, one statistic each
@@ -72,7 +72,7 @@ void SparseLayerNorm::cpu(const std::vector<Tensor>& in, const std::vector<Tenso
   });
 }
 
-std::vector<Tensor> SparseLayerNorm::backward(const BackwardContext& ctx, const Attrs& attrs) {
+std::vector<Tensor> op::SparseLayerNorm::backward(const BackwardContext& ctx, const Attrs& attrs) {
   const Tensor gamma = attrs.has_gamma ? ctx.input(1) : Tensor();
   const Tensor y = attrs.relu ? ctx.output(0) : Tensor();
   std::vector<Tensor> d = sparse_layer_norm_backward(ctx.grad_output(0), ctx.input(0), ctx.output(1),

@@ -7,7 +7,7 @@
 
 namespace tessera {
 
-void SparseLayerNorm::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::SparseLayerNorm::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const int64_t c = in[0].shape()[-1], nseg = attrs.segments, gs = c / nseg;
   const int64_t units = in[0].numel() / gs;
   cuda::dispatch_cuda_float(out[0].dtype(), kName, [&](auto tag) {

@@ -19,6 +19,7 @@ namespace tessera {
 Tensor sparse_layer_norm(const Tensor& x, int64_t segments, const Tensor& gamma = Tensor(),
                          const Tensor& beta = Tensor(), double eps = 1e-5, bool relu = false);
 
+namespace op {
 /// Inputs x [..., C] floating, then gamma [C] if has_gamma, then beta [C] if has_beta (x's dtype).
 /// Outputs y [..., C] (x's dtype), and the per-row, per-segment statistics mean [..., S] and
 /// rstd [..., S] (S = segments; the shape of x with its last dim replaced by S; f64 for f64 x,
@@ -42,6 +43,7 @@ struct SparseLayerNorm : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 namespace detail {
 /// Shape of sparse layer norm's statistics: x's shape with its last dim replaced by `segments`.

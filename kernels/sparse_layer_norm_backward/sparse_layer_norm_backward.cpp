@@ -16,10 +16,10 @@ std::vector<Tensor> sparse_layer_norm_backward(const Tensor& g, const Tensor& x,
   std::vector<Tensor> in{g, x, mean, rstd};
   if (y.defined()) in.push_back(y);
   if (gamma.defined()) in.push_back(gamma);
-  return call<SparseLayerNormBackward>({segments, y.defined(), gamma.defined()}, in);
+  return call<op::SparseLayerNormBackward>({segments, y.defined(), gamma.defined()}, in);
 }
 
-std::vector<TensorMeta> SparseLayerNormBackward::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::SparseLayerNormBackward::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 4 + attrs.relu + attrs.has_gamma);
   const TensorMeta& x = in[1];
   detail::check_segments(kName, x, attrs.segments);  // x floating with a last dim of whole segments
@@ -34,7 +34,7 @@ std::vector<TensorMeta> SparseLayerNormBackward::infer(const std::vector<TensorM
   return {x, c, c};
 }
 
-void SparseLayerNormBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
+void op::SparseLayerNormBackward::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
                                   const Attrs& attrs) {
   using ArrayD = Eigen::Array<double, Eigen::Dynamic, 1>;
   const int64_t c = in[1].shape()[-1];

@@ -8,7 +8,7 @@
 
 namespace tessera {
 
-void SparseLayerNormBackward::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
+void op::SparseLayerNormBackward::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
                                    const Attrs& attrs) {
   const int64_t c = in[1].shape()[-1], nseg = attrs.segments, gs = c / nseg;
   const int64_t rows = in[1].numel() / c;

@@ -15,6 +15,7 @@ std::vector<Tensor> sparse_layer_norm_backward(const Tensor& g, const Tensor& x,
                                                const Tensor& rstd, int64_t segments, const Tensor& y = Tensor(),
                                                const Tensor& gamma = Tensor());
 
+namespace op {
 /// Inputs g, x [..., C]; mean, rstd [..., S] (f64 for f64 x, else f32); y [..., C] if relu;
 /// gamma [C] if has_gamma. Per row and segment (G = C / S features, xhat = (x − mean)·rstd):
 ///   gz     = relu ? g · [y > 0] : g              (ReLU's gradient: y = max(z, 0), y > 0 ⇔ z > 0)
@@ -35,5 +36,6 @@ struct SparseLayerNormBackward : OpBase {
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

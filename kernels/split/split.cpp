@@ -9,7 +9,7 @@
 namespace tessera {
 
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int dim) {
-  return call<Split>({sizes, dim}, {x});
+  return call<op::Split>({sizes, dim}, {x});
 }
 
 std::vector<Tensor> chunk(const Tensor& x, int64_t n, int dim) {
@@ -23,7 +23,7 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t n, int dim) {
   return split(x, sizes, dim);
 }
 
-std::vector<TensorMeta> Split::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::Split::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 1);
   const Shape& s = in[0].shape;
   const int nd = s.ndim();
@@ -48,7 +48,7 @@ std::vector<TensorMeta> Split::infer(const std::vector<TensorMeta>& in, const At
   return out;
 }
 
-void Split::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::Split::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Shape& s = in[0].shape();
   const int d = s.normalize_dim(attrs.dim);
   const int64_t outer = s.prod(0, d);
@@ -71,7 +71,7 @@ void Split::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, c
   }
 }
 
-std::vector<Tensor> Split::backward(const BackwardContext& ctx, const Attrs& attrs) {
+std::vector<Tensor> op::Split::backward(const BackwardContext& ctx, const Attrs& attrs) {
   std::vector<Tensor> gs;
   for (size_t k = 0; k < attrs.sizes.size(); ++k) gs.push_back(ctx.grad_output(static_cast<int>(k)));
   return {concat(gs, attrs.dim)};

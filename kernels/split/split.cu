@@ -6,7 +6,7 @@
 
 namespace tessera {
 
-void Split::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::Split::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Shape& s = in[0].shape();
   const int d = s.normalize_dim(attrs.dim);
   const int64_t outer = s.prod(0, d);

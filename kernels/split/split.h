@@ -12,6 +12,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
 /// An empty dim gives one empty piece.
 std::vector<Tensor> chunk(const Tensor& x, int64_t n, int dim = 0);
 
+namespace op {
 /// out_k[o, j, i] = x[o, off_k + j, i] (x viewed as [outer, size(dim), inner]),
 /// off_k = sizes[0] + ... + sizes[k-1]; one output per size.
 /// Backward: concat(g_0, g_1, ..., dim), with zeros for outputs that received no gradient.
@@ -27,5 +28,6 @@ struct Split : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

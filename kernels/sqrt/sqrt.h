@@ -7,6 +7,7 @@ namespace tessera {
 /// Square root, elementwise (NaN below 0).
 Tensor sqrt(const Tensor& x);
 
+namespace op {
 /// y = √x (any shape, floating); backward: dx = g·0.5 / y (reads the saved output only).
 struct Sqrt : OpBase {
   static constexpr const char* kName = "sqrt";
@@ -18,5 +19,6 @@ struct Sqrt : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

@@ -11,7 +11,7 @@ namespace tessera {
 
 Tensor sum(const Tensor& x) { return sum(reshape(x, std::vector<int64_t>{x.numel()}), 0, false); }
 
-Tensor sum(const Tensor& x, int dim, bool keepdim) { return call<Sum>({dim, keepdim}, {x})[0]; }
+Tensor sum(const Tensor& x, int dim, bool keepdim) { return call<op::Sum>({dim, keepdim}, {x})[0]; }
 
 Tensor mean(const Tensor& x) {
   TS_CHECK(x.numel() > 0, ShapeError, "mean: tensor of shape " << x.shape() << " is empty");
@@ -24,7 +24,7 @@ Tensor mean(const Tensor& x, int dim, bool keepdim) {
   return mul(sum(x, dim, keepdim), 1.0 / static_cast<double>(n));
 }
 
-std::vector<TensorMeta> Sum::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::Sum::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 1);
   check_floating(kName, in[0]);
   const Shape& s = in[0].shape;
@@ -39,7 +39,7 @@ std::vector<TensorMeta> Sum::infer(const std::vector<TensorMeta>& in, const Attr
   return {TensorMeta{Shape(dims), in[0].dtype, in[0].device}};
 }
 
-void Sum::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::Sum::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Shape& s = in[0].shape();
   const int d = s.normalize_dim(attrs.dim);
   const int64_t outer = s.prod(0, d), n = s[d], inner = s.prod(d + 1, s.ndim());
@@ -73,7 +73,7 @@ void Sum::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, con
   });
 }
 
-std::vector<Tensor> Sum::backward(const BackwardContext& ctx, const Attrs& attrs) {
+std::vector<Tensor> op::Sum::backward(const BackwardContext& ctx, const Attrs& attrs) {
   const Shape& s = ctx.input_meta(0).shape;
   std::vector<int64_t> kept = s.vec();
   kept[s.normalize_dim(attrs.dim)] = 1;

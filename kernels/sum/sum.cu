@@ -65,7 +65,7 @@ void launch_sum(const In* x, Out* y, const DimReducePlan& p, cudaStream_t stream
 
 }  // namespace
 
-void Sum::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+void op::Sum::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Shape& s = in[0].shape();
   const int d = s.normalize_dim(attrs.dim);
   const DimReducePlan plan(s.prod(0, d), s[d], s.prod(d + 1, s.ndim()));

@@ -12,6 +12,7 @@ Tensor sum(const Tensor& x, int dim, bool keepdim = false);
 Tensor mean(const Tensor& x);
 Tensor mean(const Tensor& x, int dim, bool keepdim = false);
 
+namespace op {
 /// out[o, i] = sum_k x[o, k, i] with x viewed as [outer, size(dim), inner].
 /// Backward: g (with dim restored as size 1) expanded back to x's shape.
 struct Sum : OpBase {
@@ -25,5 +26,6 @@ struct Sum : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

@@ -8,9 +8,9 @@
 
 namespace tessera {
 
-Tensor sum_squares(const std::vector<Tensor>& xs) { return call<SumSquares>({}, xs)[0]; }
+Tensor sum_squares(const std::vector<Tensor>& xs) { return call<op::SumSquares>({}, xs)[0]; }
 
-std::vector<TensorMeta> SumSquares::infer(const std::vector<TensorMeta>& in, const Attrs&) {
+std::vector<TensorMeta> op::SumSquares::infer(const std::vector<TensorMeta>& in, const Attrs&) {
   TS_CHECK(!in.empty(), ValueError, "sum_squares: expected at least one input, got none");
   check_floating(kName, in[0], "input 0");
   for (size_t k = 1; k < in.size(); ++k) {
@@ -54,7 +54,7 @@ double chunk_sum(const T* x, int64_t i0, int64_t i1, Sq sq) {
 // Work items (tensor k, chunk c) of kParallelGrain elements each, summed in parallel into
 // partials[item]; the partials are then added in item order, so the result does not depend on
 // the number of threads.
-void SumSquares::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::SumSquares::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   struct Item {
     size_t k;
     int64_t i0, i1;

@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kThreads) sum_partials(const double* partials,
 
 }  // namespace
 
-void SumSquares::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::SumSquares::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   int64_t total = 0;  // pass-1 blocks over all launches
   for (const Tensor& x : in) total += chunks_of(x.numel());
   const Tensor& y = out[0];

@@ -11,6 +11,7 @@ namespace tessera {
 /// floating dtype on one device, any shapes (empty ones add 0).
 Tensor sum_squares(const std::vector<Tensor>& xs);
 
+namespace op {
 /// Inputs x_0 .. x_{N-1} (N >= 1, one floating dtype T, any shapes) -> output [] f64:
 ///   out = Σ_k Σ_i round_T(x_k[i] · x_k[i])
 /// Each square is rounded to T exactly as mul(x, x) stores it (bf16/f16: the product of the
@@ -28,5 +29,6 @@ struct SumSquares : OpBase {
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

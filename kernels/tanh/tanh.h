@@ -7,6 +7,7 @@ namespace tessera {
 /// Hyperbolic tangent, elementwise.
 Tensor tanh(const Tensor& x);
 
+namespace op {
 /// y = tanh x (any shape, floating); backward: dx = g·(1 - y²) (reads the saved output only).
 struct Tanh : OpBase {
   static constexpr const char* kName = "tanh";
@@ -18,5 +19,6 @@ struct Tanh : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

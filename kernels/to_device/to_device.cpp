@@ -8,10 +8,10 @@ namespace tessera {
 
 Tensor to_device(const Tensor& x, Device device) {
   if (x.defined() && x.device() == device) return x;
-  return call<ToDevice>({device}, {x})[0];
+  return call<op::ToDevice>({device}, {x})[0];
 }
 
-std::vector<TensorMeta> ToDevice::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+std::vector<TensorMeta> op::ToDevice::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 1);
   TS_CHECK(attrs.device.index >= 0, DeviceError, kName << ": bad target device " << attrs.device);
   TensorMeta out = in[0];
@@ -20,16 +20,16 @@ std::vector<TensorMeta> ToDevice::infer(const std::vector<TensorMeta>& in, const
 }
 
 // Both on the CPU (only reached through the op machinery directly).
-void ToDevice::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::ToDevice::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   std::memcpy(out[0].data_ptr(), in[0].data_ptr(), in[0].nbytes());
 }
 
 // At least one side on a GPU: a copy ordered on the GPU side's stream (core/cuda/runtime.h).
-void ToDevice::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::ToDevice::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   cuda::copy(out[0].data_ptr(), out[0].device(), in[0].data_ptr(), in[0].device(), in[0].nbytes());
 }
 
-std::vector<Tensor> ToDevice::backward(const BackwardContext& ctx, const Attrs&) {
+std::vector<Tensor> op::ToDevice::backward(const BackwardContext& ctx, const Attrs&) {
   return {to_device(ctx.grad_output(), ctx.input_meta(0).device)};
 }
 

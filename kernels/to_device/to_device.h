@@ -10,6 +10,7 @@ namespace tessera {
 ///   Tensor w = to_device(cpu_w, Device::cuda(0));   // also: cpu_w.to(Device::cuda(0))
 Tensor to_device(const Tensor& x, Device device);
 
+namespace op {
 /// y = x on another device; y's meta is x's with the device replaced. Any dtype.
 /// Backward: dx = to_device(dy, x's device).
 struct ToDevice : OpBase {
@@ -23,5 +24,6 @@ struct ToDevice : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

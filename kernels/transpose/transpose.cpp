@@ -7,9 +7,9 @@
 
 namespace tessera {
 
-Tensor transpose(const Tensor& x) { return call<Transpose>({}, {x})[0]; }
+Tensor transpose(const Tensor& x) { return call<op::Transpose>({}, {x})[0]; }
 
-std::vector<TensorMeta> Transpose::infer(const std::vector<TensorMeta>& in, const Attrs&) {
+std::vector<TensorMeta> op::Transpose::infer(const std::vector<TensorMeta>& in, const Attrs&) {
   check_num_inputs(kName, in, 1);
   const int nd = in[0].shape.ndim();
   TS_CHECK(nd >= 2, ShapeError, "transpose: needs at least 2 dims, got " << in[0]);
@@ -19,7 +19,7 @@ std::vector<TensorMeta> Transpose::infer(const std::vector<TensorMeta>& in, cons
 }
 
 // The permute kernel with perm (0, ..., n-3, n-1, n-2): a batched tiled transpose.
-void Transpose::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::Transpose::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   const int nd = in[0].dim();
   std::vector<int> perm(nd);
   std::iota(perm.begin(), perm.end(), 0);
@@ -27,7 +27,7 @@ void Transpose::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& ou
   cpu::permute_copy(in[0], out[0], perm);
 }
 
-std::vector<Tensor> Transpose::backward(const BackwardContext& ctx, const Attrs&) {
+std::vector<Tensor> op::Transpose::backward(const BackwardContext& ctx, const Attrs&) {
   return {transpose(ctx.grad_output())};
 }
 

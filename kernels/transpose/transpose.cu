@@ -8,7 +8,7 @@
 
 namespace tessera {
 
-void Transpose::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::Transpose::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   const int nd = in[0].dim();
   std::vector<int> perm(nd);
   std::iota(perm.begin(), perm.end(), 0);

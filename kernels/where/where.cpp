@@ -6,9 +6,9 @@
 
 namespace tessera {
 
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) { return call<Where>({}, {cond, a, b})[0]; }
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) { return call<op::Where>({}, {cond, a, b})[0]; }
 
-std::vector<TensorMeta> Where::infer(const std::vector<TensorMeta>& in, const Attrs&) {
+std::vector<TensorMeta> op::Where::infer(const std::vector<TensorMeta>& in, const Attrs&) {
   check_num_inputs(kName, in, 3);
   TS_CHECK(in[0].dtype == DType::u8, DTypeError, "where: cond must be u8, got " << in[0]);
   TS_CHECK(in[1].dtype == in[2].dtype, DTypeError, "where: dtypes of a and b differ: " << in[1] << " and " << in[2]);
@@ -40,14 +40,14 @@ void where_typed(const Tensor& c, const Tensor& a, const Tensor& b, const Tensor
 
 }  // namespace
 
-void Where::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::Where::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   dispatch_numeric(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     where_typed<T>(in[0], in[1], in[2], out[0]);
   });
 }
 
-std::vector<Tensor> Where::backward(const BackwardContext& ctx, const Attrs&) {
+std::vector<Tensor> op::Where::backward(const BackwardContext& ctx, const Attrs&) {
   const Tensor& g = ctx.grad_output();
   const Tensor& cond = ctx.input(0);
   Tensor da, db;

@@ -21,7 +21,7 @@ __global__ void where_kernel(const uint8_t* c, const W* a, const W* b, W* y, int
 
 }  // namespace
 
-void Where::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
+void op::Where::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&) {
   const Tensor &c = in[0], &a = in[1], &b = in[2], &y = out[0];
   const int64_t n = y.numel();
   if (n == 0) return;

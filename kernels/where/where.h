@@ -8,6 +8,7 @@ namespace tessera {
 ///   Tensor y = where(gt(x, 0.0), x, mul(x, 0.01));   // leaky relu
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 
+namespace op {
 /// out[i] = cond[i] ? a[i] : b[i] over the broadcast shape of (cond, a, b); cond is u8, a and b
 /// share any numeric dtype, which out takes. Backward (reads the saved cond only):
 ///   da = sum_to(g with zeros where !cond, a's shape) = sum_to(masked_fill(g, cond == 0, 0))
@@ -22,5 +23,6 @@ struct Where : OpBase {
   static void cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);
   static std::vector<Tensor> backward(const BackwardContext& ctx, const Attrs&);
 };
+}  // namespace op
 
 }  // namespace tessera

@@ -49,7 +49,7 @@ TEST(Autocast, MatmulComputesInLowPrecisionReturnsF32) {
         c = matmul(a, b, false, tb);
       }
       EXPECT_EQ(c.dtype(), DType::f32);
-      Tensor want = call<Matmul>({false, tb, true}, {cast(a, low), cast(b, low)})[0];
+      Tensor want = call<op::Matmul>({false, tb, true}, {cast(a, low), cast(b, low)})[0];
       EXPECT_TRUE(all_close(c, want, 0, 0));
       EXPECT_TRUE(all_close(c, matmul(a, b, false, tb), 2e-2, 5e-2));
       // Rounding the operands is visible: the f32 product differs somewhere.
@@ -69,10 +69,10 @@ TEST(Autocast, MatmulGradientsAreF32FromLowPrecisionProducts) {
   ASSERT_EQ(b.grad().dtype(), DType::f32);
   // dA = f32(bf16(R)·bf16(B)ᵀ rounded to bf16), as the activations' gradients are rounded; b,
   // the weight side, reaches the product as a bf16 cast of an f32 tensor: dB is the f32 sums of
-  // the bf16 products, never rounded to bf16 (Matmul::backward's matmul_grad).
+  // the bf16 products, never rounded to bf16 (op::Matmul::backward's matmul_grad).
   Tensor r16 = cast(r, DType::bf16), a16 = cast(a.detach(), DType::bf16), b16 = cast(b.detach(), DType::bf16);
   const Tensor want_a = cast(matmul(r16, b16, false, true), DType::f32);
-  const Tensor want_b = call<Matmul>({true, false, true}, {a16, r16})[0];
+  const Tensor want_b = call<op::Matmul>({true, false, true}, {a16, r16})[0];
   EXPECT_TRUE(all_close(a.grad(), want_a, 0, 0));
   EXPECT_TRUE(all_close(b.grad(), want_b, 0, 0));
   EXPECT_FALSE(all_close(b.grad(), cast(cast(want_b, DType::bf16), DType::f32), 0, 0)) << "not rounded to bf16";
@@ -88,7 +88,7 @@ TEST(Autocast, OnlyF32OperandsAreCast) {
   Tensor b32 = cast(b64, DType::f32);
   Tensor mixed = matmul(a16, b32);
   EXPECT_EQ(mixed.dtype(), DType::f32);
-  EXPECT_TRUE(all_close(mixed, call<Matmul>({false, false, true}, {a16, cast(b32, DType::bf16)})[0], 0, 0));
+  EXPECT_TRUE(all_close(mixed, call<op::Matmul>({false, false, true}, {a16, cast(b32, DType::bf16)})[0], 0, 0));
   // f16 operands under a bf16 guard are not the guard's dtype: left alone (a dtype error).
   expect_error<DTypeError>([&] { matmul(cast(a64, DType::f16), b32); }, {"matmul"});
 }
@@ -219,7 +219,7 @@ TEST(Autocast, CompiledStepMatchesEagerBitwise) {
 }
 
 TEST(Autocast, F32OutputNeedsLowPrecisionInputs) {
-  expect_error<DTypeError>([] { call<Matmul>({false, false, true}, {randn32({2, 3}, 1), randn32({3, 2}, 2)}); },
+  expect_error<DTypeError>([] { call<op::Matmul>({false, false, true}, {randn32({2, 3}, 1), randn32({3, 2}, 2)}); },
                            {"matmul", "f32 output", "bf16"});
 }
 

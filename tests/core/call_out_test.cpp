@@ -16,26 +16,26 @@ using testing::test_randn;
 
 TEST(CallOut, WritesWhatCallReturnsInPlaceTooWithoutAutograd) {
   const Tensor a = test_randn({3, 4}, 1, DType::f32).requires_grad_(), b = test_randn({3, 4}, 2, DType::f32);
-  const Tensor want = call<Add>({}, {a, b})[0];
-  const std::vector<TensorMeta> metas = output_metas<Add>({}, {a.meta(), b.meta()});
+  const Tensor want = call<op::Add>({}, {a, b})[0];
+  const std::vector<TensorMeta> metas = output_metas<op::Add>({}, {a.meta(), b.meta()});
   ASSERT_EQ(metas.size(), 1u);
   EXPECT_EQ(metas[0], want.meta());
   Tensor out = empty({3, 4});
-  call_out<Add>({}, {a, b}, {out});
+  call_out<op::Add>({}, {a, b}, {out});
   EXPECT_TRUE(all_close(out, want, 0, 0));
   EXPECT_FALSE(out.requires_grad()) << "no autograd is recorded";
   Tensor acc = b.clone();  // acc <- a + acc in acc's own buffer
-  call_out<Add>({}, {a, acc}, {acc});
+  call_out<op::Add>({}, {a, acc}, {acc});
   EXPECT_TRUE(all_close(acc, want, 0, 0));
 }
 
 TEST(CallOut, WrongOutputsGiveOneErrorNamingTheOp) {
   const Tensor a = zeros({2, 3});
-  expect_error<ShapeError>([&] { call_out<Add>({}, {a, a}, {zeros({3, 2})}); },
+  expect_error<ShapeError>([&] { call_out<op::Add>({}, {a, a}, {zeros({3, 2})}); },
                            {"add", "output buffer 0", "f32[3, 2]", "f32[2, 3]"});
-  expect_error<ShapeError>([&] { call_out<Add>({}, {a, a}, {zeros({2, 3}, DType::f64)}); }, {"add", "f64[2, 3]"});
-  expect_error<ValueError>([&] { call_out<Add>({}, {a, a}, {}); }, {"add", "0 output buffers", "1"});
-  expect_error<ShapeError>([&] { output_metas<Add>({}, {a.meta(), zeros({4}).meta()}); }, {"add"});
+  expect_error<ShapeError>([&] { call_out<op::Add>({}, {a, a}, {zeros({2, 3}, DType::f64)}); }, {"add", "f64[2, 3]"});
+  expect_error<ValueError>([&] { call_out<op::Add>({}, {a, a}, {}); }, {"add", "0 output buffers", "1"});
+  expect_error<ShapeError>([&] { output_metas<op::Add>({}, {a.meta(), zeros({4}).meta()}); }, {"add"});
 }
 
 TEST(CopyInto, CopiesAndRefusesAnotherMeta) {

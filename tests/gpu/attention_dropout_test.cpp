@@ -26,21 +26,21 @@ using gpu_test::run_on_gpu_host;
 // Forward and backward with dropout p = 0.3 on the GPU and on the CPU in f64, the same attrs and
 // base; `simt` forces the scalar kernels. Returns the number of tensor-core launches (0 or 2).
 uint64_t check(const AttentionLayoutPtr& l, int64_t D, DType dt, bool simt, uint64_t seed) {
-  const BlockAttention::Attrs fa{l, 0, 0.3, 4242, 1000 + seed};
-  const BlockAttentionBackward::Attrs ba{l, 0, 0.3, 4242, 1000 + seed};
+  const op::BlockAttention::Attrs fa{l, 0, 0.3, 4242, 1000 + seed};
+  const op::BlockAttentionBackward::Attrs ba{l, 0, 0.3, 4242, 1000 + seed};
   const Shape s{1, 3, l->seq_len(), D};  // batch·heads = 3
   const std::vector<Tensor> qkv{random(s, seed, dt), random(s, seed + 1, dt), random(s, seed + 2, dt)};
   const Tensor g = random(s, seed + 3, dt), base = philox_base(77 + seed);
   std::vector<Tensor> in64;
   for (const Tensor& t : qkv) in64.push_back(cast(t, DType::f64));
-  const std::vector<Tensor> fwd = call<BlockAttention>(fa, {in64[0], in64[1], in64[2], base});
-  const std::vector<Tensor> want = call<BlockAttentionBackward>(
+  const std::vector<Tensor> fwd = call<op::BlockAttention>(fa, {in64[0], in64[1], in64[2], base});
+  const std::vector<Tensor> want = call<op::BlockAttentionBackward>(
       ba, {cast(g, DType::f64), in64[0], in64[1], in64[2], fwd[0], fwd[1], base});
   const std::string what = l->str() + " " + dtype_name(dt) + " D " + std::to_string(D) + (simt ? " simt" : "");
   if (simt) setenv("TESSERA_ATTENTION_PATH", "simt", 1);
   const uint64_t before = gpu_test::flash_attention_launches();
-  const std::vector<Tensor> got = run_on_gpu_host<BlockAttention>(fa, {qkv[0], qkv[1], qkv[2], base});
-  const std::vector<Tensor> grads = run_on_gpu_host<BlockAttentionBackward>(
+  const std::vector<Tensor> got = run_on_gpu_host<op::BlockAttention>(fa, {qkv[0], qkv[1], qkv[2], base});
+  const std::vector<Tensor> grads = run_on_gpu_host<op::BlockAttentionBackward>(
       ba, {g, qkv[0], qkv[1], qkv[2], cast(fwd[0], dt), cast(fwd[1], DType::f32), base});
   const uint64_t ran = gpu_test::flash_attention_launches() - before;
   if (simt) unsetenv("TESSERA_ATTENTION_PATH");
@@ -77,12 +77,12 @@ TEST(CudaAttentionDropout, TwoRunsGiveTheSameBits) {
   const Shape s{3, 2, l->seq_len(), 64};
   const Tensor q = random(s, 1, DType::bf16).to(kGpu), k = random(s, 2, DType::bf16).to(kGpu),
                v = random(s, 3, DType::bf16).to(kGpu), g = random(s, 4, DType::bf16).to(kGpu);
-  const BlockAttention::Attrs fa{l, 0, 0.2, 5, 0};
-  const std::vector<Tensor> a = run_on_gpu<BlockAttention>(fa, {q, k, v}), b = run_on_gpu<BlockAttention>(fa, {q, k, v});
+  const op::BlockAttention::Attrs fa{l, 0, 0.2, 5, 0};
+  const std::vector<Tensor> a = run_on_gpu<op::BlockAttention>(fa, {q, k, v}), b = run_on_gpu<op::BlockAttention>(fa, {q, k, v});
   EXPECT_TRUE(gpu_test::same_bits(a[0], b[0]));
-  const BlockAttentionBackward::Attrs ba{l, 0, 0.2, 5, 0};
+  const op::BlockAttentionBackward::Attrs ba{l, 0, 0.2, 5, 0};
   const std::vector<Tensor> in{g, q, k, v, a[0], a[1]};
-  const std::vector<Tensor> x = run_on_gpu<BlockAttentionBackward>(ba, in), y = run_on_gpu<BlockAttentionBackward>(ba, in);
+  const std::vector<Tensor> x = run_on_gpu<op::BlockAttentionBackward>(ba, in), y = run_on_gpu<op::BlockAttentionBackward>(ba, in);
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(gpu_test::same_bits(x[i], y[i])) << "gradient " << i;
 }
 

@@ -21,15 +21,15 @@ using gpu_test::run_on_gpu_host;
 uint64_t check(int64_t bs, int64_t D, int64_t K, double p, uint64_t seed) {
   const int64_t B = 2, H = 4, T = 4 * bs;
   const AttentionLayoutPtr l = AttentionLayout::strided(T, bs, H, 2);
-  const BlockAttentionPacked::Attrs a{l, H, K, 0, p, 7, 300};
+  const op::BlockAttentionPacked::Attrs a{l, H, K, 0, p, 7, 300};
   const Tensor qkv = random({B * T, (H + 2 * K) * D}, seed, DType::bf16);
   const Tensor g = random({B * T, H * D}, seed + 1, DType::bf16);
-  const std::vector<Tensor> want = call<BlockAttentionPacked>(a, {cast(qkv, DType::f64)});
+  const std::vector<Tensor> want = call<op::BlockAttentionPacked>(a, {cast(qkv, DType::f64)});
   const Tensor dwant =
-      call<BlockAttentionPackedBackward>(a, {cast(g, DType::f64), cast(qkv, DType::f64), want[0], want[1]})[0];
+      call<op::BlockAttentionPackedBackward>(a, {cast(g, DType::f64), cast(qkv, DType::f64), want[0], want[1]})[0];
   const uint64_t before = gpu_test::flash_attention_launches();
-  const std::vector<Tensor> got = run_on_gpu_host<BlockAttentionPacked>(a, {qkv});
-  const Tensor dgot = run_on_gpu_host<BlockAttentionPackedBackward>(
+  const std::vector<Tensor> got = run_on_gpu_host<op::BlockAttentionPacked>(a, {qkv});
+  const Tensor dgot = run_on_gpu_host<op::BlockAttentionPackedBackward>(
       a, {g, qkv, cast(want[0], DType::bf16), cast(want[1], DType::f32)})[0];
   const std::string what = "bs " + std::to_string(bs) + " D " + std::to_string(D) + " kv " + std::to_string(K) +
                            " p " + std::to_string(p);

@@ -33,13 +33,13 @@ TEST(GpuAutocast, F32OutputMatmulMatchesCpu) {
           Shape sa = ta ? Shape{k, m} : Shape{m, k}, sb = tb ? Shape{n, k} : Shape{k, n};
           if (batch) sa = Shape{batch, sa[0], sa[1]}, sb = Shape{batch, sb[0], sb[1]};
           Tensor a = cast(test_randn(sa, 1, DType::f32), low), b = cast(test_randn(sb, 2, DType::f32), low);
-          const Matmul::Attrs mm{ta, tb, true};
+          const op::Matmul::Attrs mm{ta, tb, true};
           const std::vector<Tensor> in{a.to(kGpu), b.to(kGpu)};
-          Tensor c = poisoned(output_metas<Matmul>(mm, {in[0].meta(), in[1].meta()})[0]);
+          Tensor c = poisoned(output_metas<op::Matmul>(mm, {in[0].meta(), in[1].meta()})[0]);
           ASSERT_EQ(c.dtype(), DType::f32);
-          call_out<Matmul>(mm, in, {c});
+          call_out<op::Matmul>(mm, in, {c});
           // Products of bf16/f16 numbers are exact in f32: only the order of the sums differs.
-          EXPECT_TRUE(close_to(c, call<Matmul>({ta, tb, true}, {a, b})[0], 1e-5))
+          EXPECT_TRUE(close_to(c, call<op::Matmul>({ta, tb, true}, {a, b})[0], 1e-5))
               << dtype_name(low) << " batch " << batch << " ta " << ta << " tb " << tb;
         }
       }

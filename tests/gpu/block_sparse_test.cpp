@@ -77,8 +77,8 @@ TEST(CudaBlockSparse, BsmmMatchesCpu) {
       for (int64_t n : {37, 1})
         for (bool gated : {false, true}) {
           const std::vector<Tensor> in = bsmm_inputs(*l, n, l->in_features(), gated, dt, seed += 3);
-          Tensor want = call<Bsmm>({l, gated}, in)[0];
-          EXPECT_TRUE(close_to(run_on_gpu_host<Bsmm>({l, gated}, in)[0], want, tolerance(dt)))
+          Tensor want = call<op::Bsmm>({l, gated}, in)[0];
+          EXPECT_TRUE(close_to(run_on_gpu_host<op::Bsmm>({l, gated}, in)[0], want, tolerance(dt)))
               << l->str() << " " << dtype_name(dt) << " n " << n << " gated " << gated;
         }
 }
@@ -91,8 +91,8 @@ TEST(CudaBlockSparse, BsmmDxMatchesCpu) {
       for (int64_t n : {37, 1})
         for (bool gated : {false, true}) {
           const std::vector<Tensor> in = bsmm_inputs(*l, n, l->out_features(), gated, dt, seed += 3);
-          Tensor want = call<BsmmDx>({l, gated}, in)[0];
-          EXPECT_TRUE(close_to(run_on_gpu_host<BsmmDx>({l, gated}, in)[0], want, tolerance(dt)))
+          Tensor want = call<op::BsmmDx>({l, gated}, in)[0];
+          EXPECT_TRUE(close_to(run_on_gpu_host<op::BsmmDx>({l, gated}, in)[0], want, tolerance(dt)))
               << l->str() << " " << dtype_name(dt) << " n " << n << " gated " << gated;
         }
 }
@@ -105,8 +105,8 @@ TEST(CudaBlockSparse, BsmmDwMatchesCpu) {
       for (int64_t n : {37, 1, 300}) {
         const std::vector<Tensor> in{random({n, l->in_features()}, seed += 2, dt),
                                      random({n, l->out_features()}, seed + 1, dt)};
-        Tensor want = call<BsmmDw>({l}, in)[0];
-        EXPECT_TRUE(close_to(run_on_gpu_host<BsmmDw>({l}, in)[0], want, tolerance(dt)))
+        Tensor want = call<op::BsmmDw>({l}, in)[0];
+        EXPECT_TRUE(close_to(run_on_gpu_host<op::BsmmDw>({l}, in)[0], want, tolerance(dt)))
             << l->str() << " " << dtype_name(dt) << " n " << n;
       }
 }
@@ -114,7 +114,7 @@ TEST(CudaBlockSparse, BsmmDwMatchesCpu) {
 TEST(CudaBlockSparse, BsmmDwOfNoRowsIsZero) {
   REQUIRE_GPU();
   LayoutPtr l = random_layout(32, 48, 16, 0.3, 5);
-  Tensor dw = run_on_gpu_host<BsmmDw>({l}, {empty({0, 32}), empty({0, 48})})[0];
+  Tensor dw = run_on_gpu_host<op::BsmmDw>({l}, {empty({0, 32}), empty({0, 48})})[0];
   EXPECT_EQ(dw.to_vector<double>(), std::vector<double>(l->nnz() * 16 * 16, 0.0));
 }
 
@@ -164,14 +164,14 @@ void expect_attention_matches_cpu(const AttentionLayoutPtr& l, DType dt, int64_t
   const Shape s{2, l->heads(), l->seq_len(), D};
   const std::vector<Tensor> qkv{random(s, seed, dt), random(s, seed + 1, dt), random(s, seed + 2, dt)};
   const std::string what = l->str() + " " + dtype_name(dt) + " D " + std::to_string(D);
-  std::vector<Tensor> want = call<BlockAttention>({l, scale}, qkv);  // o, lse
-  std::vector<Tensor> got = run_on_gpu_host<BlockAttention>({l, scale}, qkv);
+  std::vector<Tensor> want = call<op::BlockAttention>({l, scale}, qkv);  // o, lse
+  std::vector<Tensor> got = run_on_gpu_host<op::BlockAttention>({l, scale}, qkv);
   EXPECT_TRUE(close_to(got[0], want[0], tolerance(dt))) << "o, " << what;
   EXPECT_TRUE(close_to(got[1], want[1], lse_tolerance(dt))) << "lse, " << what;
   // Backward from the CPU's o and lse, so both sides see the same inputs.
   const std::vector<Tensor> in{random(s, seed + 3, dt), qkv[0], qkv[1], qkv[2], want[0], want[1]};
-  std::vector<Tensor> dwant = call<BlockAttentionBackward>({l, scale}, in);
-  std::vector<Tensor> dgot = run_on_gpu_host<BlockAttentionBackward>({l, scale}, in);
+  std::vector<Tensor> dwant = call<op::BlockAttentionBackward>({l, scale}, in);
+  std::vector<Tensor> dgot = run_on_gpu_host<op::BlockAttentionBackward>({l, scale}, in);
   const char* names[] = {"dq", "dk", "dv"};
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(close_to(dgot[i], dwant[i], tolerance(dt))) << names[i] << ", " << what;
 }
@@ -216,7 +216,7 @@ TEST(CudaBlockSparse, LayoutTablesAreUploadedOncePerLayoutAndFreedAfterIt) {
   LayoutPtr keep = random_layout(64, 64, 16, 0.3, 80);
   auto run = [](const LayoutPtr& l, uint64_t seed) {
     const std::vector<Tensor> in = bsmm_inputs(*l, 13, l->in_features(), false, DType::f32, seed);
-    EXPECT_TRUE(close_to(run_on_gpu_host<Bsmm>({l, false}, in)[0], call<Bsmm>({l, false}, in)[0], 1e-5)) << l->str();
+    EXPECT_TRUE(close_to(run_on_gpu_host<op::Bsmm>({l, false}, in)[0], call<op::Bsmm>({l, false}, in)[0], 1e-5)) << l->str();
   };
   run(keep, 81);  // frees the tables of layouts other tests let go of
   const size_t base = cuda::cached_layout_tables();
@@ -281,33 +281,33 @@ TEST(CudaGraphCapture, BlockSparseOpsAndMatmulReplayCorrectlyOnceWarm) {
   REQUIRE_GPU();
   LayoutPtr l = random_layout(96, 64, 32, 0.3, 100);
   const std::vector<Tensor> in = bsmm_inputs(*l, 37, l->in_features(), true, DType::bf16, 101);
-  Tensor want = call<Bsmm>({l, true}, in)[0];
-  run_on_gpu_host<Bsmm>({l, true}, in);  // first use uploads the tables, outside capture
-  EXPECT_TRUE(close_to(run_captured<Bsmm>({l, true}, in)[0], want, 1e-2));
+  Tensor want = call<op::Bsmm>({l, true}, in)[0];
+  run_on_gpu_host<op::Bsmm>({l, true}, in);  // first use uploads the tables, outside capture
+  EXPECT_TRUE(close_to(run_captured<op::Bsmm>({l, true}, in)[0], want, 1e-2));
 
   auto al = AttentionLayout::fixed(6 * 16, 16, 2, 3, 1);
   const Shape s{1, 2, 96, 9};
   const std::vector<Tensor> qkv{random(s, 102, DType::bf16), random(s, 103, DType::bf16), random(s, 104, DType::bf16)};
-  std::vector<Tensor> awant = call<BlockAttention>({al, 0}, qkv);
-  run_on_gpu_host<BlockAttention>({al, 0}, qkv);
-  std::vector<Tensor> agot = run_captured<BlockAttention>({al, 0}, qkv);  // allocates scratch in the graph
+  std::vector<Tensor> awant = call<op::BlockAttention>({al, 0}, qkv);
+  run_on_gpu_host<op::BlockAttention>({al, 0}, qkv);
+  std::vector<Tensor> agot = run_captured<op::BlockAttention>({al, 0}, qkv);  // allocates scratch in the graph
   EXPECT_TRUE(close_to(agot[0], awant[0], 1e-2));
   EXPECT_TRUE(close_to(agot[1], awant[1], 1e-5));
 
   const std::vector<Tensor> ab{random({2, 37, 19}, 105, DType::f32), random({2, 23, 19}, 106, DType::f32)};
-  Tensor mwant = call<Matmul>({false, true}, ab)[0];
-  run_on_gpu_host<Matmul>({false, true}, ab);  // creates the cuBLAS handle and its workspace
-  EXPECT_TRUE(close_to(run_captured<Matmul>({false, true}, ab)[0], mwant, 1e-5));
+  Tensor mwant = call<op::Matmul>({false, true}, ab)[0];
+  run_on_gpu_host<op::Matmul>({false, true}, ab);  // creates the cuBLAS handle and its workspace
+  EXPECT_TRUE(close_to(run_captured<op::Matmul>({false, true}, ab)[0], mwant, 1e-5));
 }
 
 TEST(CudaGraphCapture, ALayoutFirstUsedDuringCaptureIsAClearError) {
   REQUIRE_GPU();
   LayoutPtr l = random_layout(48, 48, 16, 0.3, 110);
   const std::vector<Tensor> in = bsmm_inputs(*l, 5, l->in_features(), false, DType::f32, 111);
-  testing::expect_error<DeviceError>([&] { run_captured<Bsmm>({l, false}, in); },
+  testing::expect_error<DeviceError>([&] { run_captured<op::Bsmm>({l, false}, in); },
                                      {"look-up tables", "capture", "eagerly"});
   // Outside capture the same layout works.
-  EXPECT_TRUE(close_to(run_on_gpu_host<Bsmm>({l, false}, in)[0], call<Bsmm>({l, false}, in)[0], 1e-5));
+  EXPECT_TRUE(close_to(run_on_gpu_host<op::Bsmm>({l, false}, in)[0], call<op::Bsmm>({l, false}, in)[0], 1e-5));
 }
 
 #endif  // TESSERA_WITH_CUDA

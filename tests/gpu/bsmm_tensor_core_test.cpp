@@ -161,12 +161,12 @@ int64_t out_features(const BlockLayout& l) { return l.out_features(); }
 
 TEST(CudaBsmmTensorCores, ForwardMatchesTheCpuForEveryBlockSizeDtypeGateAndRowCount) {
   REQUIRE_GPU();
-  check_op<Bsmm>("bsmm", in_features, true);
+  check_op<op::Bsmm>("bsmm", in_features, true);
 }
 
 TEST(CudaBsmmTensorCores, InputGradientMatchesTheCpuForEveryBlockSizeDtypeGateAndRowCount) {
   REQUIRE_GPU();
-  check_op<BsmmDx>("bsmm_dx", out_features, true);
+  check_op<op::BsmmDx>("bsmm_dx", out_features, true);
 }
 
 TEST(CudaBsmmTensorCores, WeightGradientMatchesTheCpuForEveryBlockSizeDtypeAndRowCount) {
@@ -178,11 +178,11 @@ TEST(CudaBsmmTensorCores, WeightGradientMatchesTheCpuForEveryBlockSizeDtypeAndRo
         for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{17}, int64_t{64}, int64_t{100}, int64_t{300}, int64_t{4096}}) {
           const std::vector<Tensor> in{random({n, l->in_features()}, seed += 2, p.dt),
                                        random({n, l->out_features()}, seed + 1, p.dt)};
-          const Tensor want = reference<BsmmDw>({l}, in);
+          const Tensor want = reference<op::BsmmDw>({l}, in);
           for (const char* path : paths()) {
             PathGuard guard(path, p.tf32);
             const Launches before = launches();
-            const Tensor got = cast(run_on_gpu_host<BsmmDw>({l}, in)[0], DType::f64);
+            const Tensor got = cast(run_on_gpu_host<op::BsmmDw>({l}, in)[0], DType::f64);
             EXPECT_TRUE(took_the_rule(before, p, n > 0, path)) << describe(*l, p, n, false, path);
             // n = 0: an exact zero result, where a relative tolerance is no test
             if (n == 0) {
@@ -210,18 +210,18 @@ TEST(CudaBsmmTensorCores, F32OutputAndAccumulateEpilogues) {
                                          cast(testing::test_rand({l->nnz()}, 0.5, 1.5, seed + 2), dt)};
             const std::string what = l->str() + " " + dtype_name(dt) + " n " + std::to_string(n);
             // 1e-2: the kernels round gate·w to the operand dtype (one rounding of 2^-9 in bf16)
-            EXPECT_TRUE(close_to(run_on_gpu_host<Bsmm>({l, true, true}, in)[0], call<Bsmm>({l, true, true}, in)[0],
+            EXPECT_TRUE(close_to(run_on_gpu_host<op::Bsmm>({l, true, true}, in)[0], call<op::Bsmm>({l, true, true}, in)[0],
                                  1e-2))
                 << "bsmm f32 output " << what;
             const Tensor dy = random({n, l->out_features()}, seed + 3, dt);
             const Tensor acc = random({l->nnz(), bs, bs}, seed + 5, DType::f32);
             const std::vector<Tensor> dw_in{in[0], dy, acc};
-            EXPECT_TRUE(close_to(run_on_gpu_host<BsmmDw>({l, true, true}, dw_in)[0],
-                                 call<BsmmDw>({l, true, true}, dw_in)[0], 1e-3))
+            EXPECT_TRUE(close_to(run_on_gpu_host<op::BsmmDw>({l, true, true}, dw_in)[0],
+                                 call<op::BsmmDw>({l, true, true}, dw_in)[0], 1e-3))
                 << "bsmm_dw f32 accumulate " << what;
             const std::vector<Tensor> dw_in16{in[0], dy, cast(acc, dt)};
-            EXPECT_TRUE(close_to(run_on_gpu_host<BsmmDw>({l, false, true}, dw_in16)[0],
-                                 call<BsmmDw>({l, false, true}, dw_in16)[0], 1e-2))
+            EXPECT_TRUE(close_to(run_on_gpu_host<op::BsmmDw>({l, false, true}, dw_in16)[0],
+                                 call<op::BsmmDw>({l, false, true}, dw_in16)[0], 1e-2))
                 << "bsmm_dw accumulate " << what;
           }
 }
@@ -240,11 +240,11 @@ TEST(CudaBsmmTensorCores, WeightGradientSplitOverRowsMatchesTheCpu) {
       const std::vector<Tensor> in{random({1000, l->in_features()}, seed += 3, DType::bf16),
                                    random({1000, l->out_features()}, seed + 1, DType::bf16)};
       const std::string what = l->str() + " parts " + parts;
-      const Tensor got = run_on_gpu_host<BsmmDw>({l}, in)[0];
-      EXPECT_TRUE(close_to(cast(got, DType::f64), reference<BsmmDw>({l}, in), 1e-2)) << what;
-      EXPECT_TRUE(same_bits(got, run_on_gpu_host<BsmmDw>({l}, in)[0])) << what;
+      const Tensor got = run_on_gpu_host<op::BsmmDw>({l}, in)[0];
+      EXPECT_TRUE(close_to(cast(got, DType::f64), reference<op::BsmmDw>({l}, in), 1e-2)) << what;
+      EXPECT_TRUE(same_bits(got, run_on_gpu_host<op::BsmmDw>({l}, in)[0])) << what;
       const std::vector<Tensor> acc_in{in[0], in[1], random({l->nnz(), bs, bs}, seed + 2, DType::f32)};
-      EXPECT_TRUE(close_to(run_on_gpu_host<BsmmDw>({l, true, true}, acc_in)[0], call<BsmmDw>({l, true, true}, acc_in)[0],
+      EXPECT_TRUE(close_to(run_on_gpu_host<op::BsmmDw>({l, true, true}, acc_in)[0], call<op::BsmmDw>({l, true, true}, acc_in)[0],
                            1e-3))
           << "f32 accumulate " << what;
       unsetenv("TESSERA_BSMM_DW_PARTS");
@@ -257,12 +257,12 @@ TEST(CudaBsmmTensorCores, WideLayoutsUpTo32768Features) {
   REQUIRE_GPU();
   LayoutPtr l = random_layout(32768, 32768, 64, 0.002, 11);
   const std::vector<Tensor> in{random({5, 32768}, 1, DType::bf16), random({l->nnz(), 64, 64}, 2, DType::bf16)};
-  EXPECT_TRUE(close_to(cast(run_on_gpu_host<Bsmm>({l, false}, in)[0], DType::f64), reference<Bsmm>({l, false}, in),
+  EXPECT_TRUE(close_to(cast(run_on_gpu_host<op::Bsmm>({l, false}, in)[0], DType::f64), reference<op::Bsmm>({l, false}, in),
                        1e-2));
-  EXPECT_TRUE(close_to(cast(run_on_gpu_host<BsmmDx>({l, false}, in)[0], DType::f64),
-                       reference<BsmmDx>({l, false}, in), 1e-2));
+  EXPECT_TRUE(close_to(cast(run_on_gpu_host<op::BsmmDx>({l, false}, in)[0], DType::f64),
+                       reference<op::BsmmDx>({l, false}, in), 1e-2));
   const std::vector<Tensor> dw_in{in[0], random({5, 32768}, 3, DType::bf16)};
-  EXPECT_TRUE(close_to(cast(run_on_gpu_host<BsmmDw>({l}, dw_in)[0], DType::f64), reference<BsmmDw>({l}, dw_in),
+  EXPECT_TRUE(close_to(cast(run_on_gpu_host<op::BsmmDw>({l}, dw_in)[0], DType::f64), reference<op::BsmmDw>({l}, dw_in),
                        1e-2));
 }
 
@@ -275,7 +275,7 @@ TEST(CudaBsmmTensorCores, MisalignedOperandsAreStillCorrect) {
   const Tensor y = bsmm(misaligned_on_gpu(x), w.to(kGpu), l);
   EXPECT_EQ(launches().sm80, before.sm80) << "the scalar kernel";
   EXPECT_EQ(launches().sm90, before.sm90) << "the scalar kernel";
-  EXPECT_TRUE(close_to(cast(y, DType::f64), reference<Bsmm>({l, false}, {x, w}), 1e-2));
+  EXPECT_TRUE(close_to(cast(y, DType::f64), reference<op::Bsmm>({l, false}, {x, w}), 1e-2));
 }
 
 TEST(CudaBsmmTensorCores, TwoRunsGiveTheSameBits) {
@@ -364,7 +364,7 @@ TEST(CudaBsmmTensorCores, ColumnPairsGiveTheBitsOfSingleColumns) {
                                 std::pair{random_layout(2048, 2048, 64, 0.1, 3), false}}) {
     const Tensor x = random({512, l->in_features()}, 5, DType::bf16), w = random({l->nnz(), 64, 64}, 6, DType::bf16);
     const uint64_t before = pair_launches();
-    run_on_gpu_host<Bsmm>({l, false}, {x, w});
+    run_on_gpu_host<op::Bsmm>({l, false}, {x, w});
     EXPECT_EQ(pair_launches() - before, want ? 1u : 0u) << l->str();
   }
 #endif

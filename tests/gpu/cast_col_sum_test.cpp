@@ -33,7 +33,7 @@ using testing::all_close;
 
 void expect_matches_cpu(const Tensor& x, DType to) {
   const std::vector<Tensor> want = cast_col_sum(x, to);
-  const std::vector<Tensor> got = run_on_gpu_host<CastColSum>({to}, {x});
+  const std::vector<Tensor> got = run_on_gpu_host<op::CastColSum>({to}, {x});
   EXPECT_TRUE(all_close(got[0], want[0], 0, 0)) << x.meta() << " -> " << dtype_name(to);
   const double tol = x.dtype() == DType::f64 ? 1e-12 : is_half(x.dtype()) ? 1e-2 : 1e-5;
   EXPECT_TRUE(sums_close(got[1], want[1], x, tol)) << x.meta() << " -> " << dtype_name(to);
@@ -72,8 +72,8 @@ TEST(CudaCastColSum, MisalignedViewMatchesCpu) {
 TEST(CudaCastColSum, RepeatsBitForBit) {
   REQUIRE_GPU();
   Tensor x = random({9000, 388}, 901, DType::f32);
-  const std::vector<Tensor> a = run_on_gpu_host<CastColSum>({DType::bf16}, {x});
-  const std::vector<Tensor> b = run_on_gpu_host<CastColSum>({DType::bf16}, {x});
+  const std::vector<Tensor> a = run_on_gpu_host<op::CastColSum>({DType::bf16}, {x});
+  const std::vector<Tensor> b = run_on_gpu_host<op::CastColSum>({DType::bf16}, {x});
   EXPECT_TRUE(all_close(a[1], b[1], 0, 0));
 }
 

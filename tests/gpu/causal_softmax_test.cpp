@@ -73,11 +73,11 @@ TEST(CudaCausalSoftmax, ForwardMatchesCpu) {
       for (double scale : {1.0, 0.37}) {
         // Scores of a few units (scaled N(0, 3²)), so rows are neither flat nor one-hot.
         Tensor x = cast(mul(test_randn(s, seed++, DType::f64), 3.0), dt);
-        const CausalSoftmax::Attrs attrs{scale};
-        const Tensor want = call<CausalSoftmax>(attrs, {x})[0];
-        const Tensor got = run_on_gpu_host<CausalSoftmax>(attrs, {x})[0];
+        const op::CausalSoftmax::Attrs attrs{scale};
+        const Tensor want = call<op::CausalSoftmax>(attrs, {x})[0];
+        const Tensor got = run_on_gpu_host<op::CausalSoftmax>(attrs, {x})[0];
         EXPECT_TRUE(close(got, want, tol_of(dt))) << label(dt, s) << " scale " << scale;
-        EXPECT_TRUE(same_bits(got, run_on_gpu_host<CausalSoftmax>(attrs, {x})[0])) << "not reproducible: " << label(dt, s);
+        EXPECT_TRUE(same_bits(got, run_on_gpu_host<op::CausalSoftmax>(attrs, {x})[0])) << "not reproducible: " << label(dt, s);
       }
     }
   }
@@ -91,9 +91,9 @@ TEST(CudaCausalSoftmax, BackwardMatchesCpu) {
       const double scale = 0.37;
       Tensor y = causal_softmax(cast(mul(test_randn(s, seed++, DType::f64), 3.0), dt), scale);  // [..., T, S]
       Tensor g = cast(test_randn(s, seed++, DType::f64), dt);
-      const CausalSoftmaxBackward::Attrs attrs{scale};
-      const Tensor want = call<CausalSoftmaxBackward>(attrs, {g, y})[0];
-      const Tensor got = run_on_gpu_host<CausalSoftmaxBackward>(attrs, {g, y})[0];
+      const op::CausalSoftmaxBackward::Attrs attrs{scale};
+      const Tensor want = call<op::CausalSoftmaxBackward>(attrs, {g, y})[0];
+      const Tensor got = run_on_gpu_host<op::CausalSoftmaxBackward>(attrs, {g, y})[0];
       EXPECT_TRUE(close(got, want, tol_of(dt))) << label(dt, s);
     }
   }

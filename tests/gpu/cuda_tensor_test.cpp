@@ -72,7 +72,7 @@ void expect_add_matches_cpu(const Shape& sa, const Shape& sb, DType dt, uint64_t
   Tensor a = cast(test_randn(sa, seed, DType::f64), dt), b = cast(test_randn(sb, seed + 1, DType::f64), dt);
   Tensor want = add(a, b);
   Tensor got = full(want.shape(), std::numeric_limits<double>::quiet_NaN(), TensorOptions(dt).device(kGpu));
-  call_out<Add>({}, {a.to(kGpu), b.to(kGpu)}, {got});
+  call_out<op::Add>({}, {a.to(kGpu), b.to(kGpu)}, {got});
   // f32/f64: the same single rounding as the CPU. bf16/f16: the CPU adds in f32 and rounds once,
   // as the GPU does, so these agree exactly too; allow one ulp for safety in the half types.
   const double tol = is_half(dt) ? 1e-2 : 0.0;
@@ -127,7 +127,7 @@ struct CpuOnlyNegate : OpBase {
 
 TEST(CudaKernels, AnOpWithoutACudaKernelSaysSo) {
   static_assert(!detail::has_cuda_kernel<CpuOnlyNegate>::value);
-  static_assert(detail::has_cuda_kernel<Add>::value);
+  static_assert(detail::has_cuda_kernel<op::Add>::value);
   EXPECT_EQ(call<CpuOnlyNegate>({}, {ones({2})})[0].to_vector<float>(), std::vector<float>(2, -1.0f));
   REQUIRE_GPU();
   Tensor g = ones({4}, TensorOptions().device(kGpu));

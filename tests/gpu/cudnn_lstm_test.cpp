@@ -77,8 +77,8 @@ constexpr double kForgetBias = 1.0;
 void expect_matches_cpu(const Problem& p, DType dt, uint64_t seed, double tol) {
   const std::string what = label(dt, p);
   const std::vector<Tensor> in = lstm_inputs(p, dt, seed);
-  const std::vector<Tensor> want = call<CudnnLstm>({kForgetBias}, in);
-  const std::vector<Tensor> got = run_on_gpu<CudnnLstm>({kForgetBias}, in);
+  const std::vector<Tensor> want = call<op::CudnnLstm>({kForgetBias}, in);
+  const std::vector<Tensor> got = run_on_gpu<op::CudnnLstm>({kForgetBias}, in);
   const char* names[] = {"y", "hT", "cT"};
   for (int k = 0; k < 3; ++k) EXPECT_TRUE(close_rms(got[k], want[k], tol)) << names[k] << ", " << what;
 
@@ -87,9 +87,9 @@ void expect_matches_cpu(const Problem& p, DType dt, uint64_t seed, double tol) {
                dc = randn(want[2].shape(), seed + 12, dt);
   std::vector<Tensor> bin = in;
   for (const Tensor& t : {want[0], want[3], dy, dh, dc}) bin.push_back(t);
-  const std::vector<Tensor> dwant = call<CudnnLstmBackward>({kForgetBias}, bin);
+  const std::vector<Tensor> dwant = call<op::CudnnLstmBackward>({kForgetBias}, bin);
   const std::vector<Tensor> dgot =
-      run_on_gpu<CudnnLstmBackward>({kForgetBias}, {in[0], in[1], in[2], in[3], in[4], in[5], got[0], got[3], dy, dh, dc});
+      run_on_gpu<op::CudnnLstmBackward>({kForgetBias}, {in[0], in[1], in[2], in[3], in[4], in[5], got[0], got[3], dy, dh, dc});
   const char* dnames[] = {"dx", "dh0", "dc0", "dwx", "dwh", "dbias"};
   for (int k = 0; k < 6; ++k) EXPECT_TRUE(close_rms(dgot[k], dwant[k], tol)) << dnames[k] << ", " << what;
 }

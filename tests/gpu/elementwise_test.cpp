@@ -158,9 +158,9 @@ TEST(CudaElementwise, SubMulDivMatchCpuExactlyWithBroadcasting) {
   for (DType dt : kFloating)
     for (const BinaryCase& c : kBinaryCases) {
       const Tensor a = random_of(c.a, dt, ++seed), b = random_of(c.b, dt, ++seed);
-      expect_gpu_matches_cpu<Sub>({}, {a, b}, kExact, "a - b");
-      expect_gpu_matches_cpu<Mul>({}, {a, b}, kExact, "a * b");
-      expect_gpu_matches_cpu<Div>({}, {a, b}, kExact, "a / b");
+      expect_gpu_matches_cpu<op::Sub>({}, {a, b}, kExact, "a - b");
+      expect_gpu_matches_cpu<op::Mul>({}, {a, b}, kExact, "a * b");
+      expect_gpu_matches_cpu<op::Div>({}, {a, b}, kExact, "a / b");
     }
 }
 
@@ -178,45 +178,45 @@ void check_unary(typename Op::Attrs attrs, const std::function<Tensor(const Shap
 
 TEST(CudaElementwise, ArithmeticUnaryAndScalarOpsMatchCpuExactly) {
   REQUIRE_GPU();
-  check_unary<Neg>({}, random_of, true, "-x");
-  check_unary<Relu>({}, random_of, true, "max(x, 0)");
+  check_unary<op::Neg>({}, random_of, true, "-x");
+  check_unary<op::Relu>({}, random_of, true, "max(x, 0)");
   for (double s : {0.1, -2.5, 1e-3}) {
-    check_unary<AddScalar>({s}, random_of, true, "x + s");
-    check_unary<MulScalar>({s}, random_of, true, "x * s");
+    check_unary<op::AddScalar>({s}, random_of, true, "x + s");
+    check_unary<op::MulScalar>({s}, random_of, true, "x * s");
   }
-  check_unary<PowScalar>({2.0}, random_of, true, "x^2");
-  check_unary<PowScalar>({1.0}, random_of, true, "x^1");
-  check_unary<PowScalar>({-1.0}, random_of, true, "x^-1");
-  check_unary<Clamp>({-0.5, 0.7}, random_of, true, "clamp(-0.5, 0.7)");
-  check_unary<Clamp>({std::nullopt, 0.3}, random_of, true, "clamp(-, 0.3)");
-  check_unary<Clamp>({-1.2, std::nullopt}, random_of, true, "clamp(-1.2, -)");
-  check_unary<Clamp>({0.1, 0.1}, random_of, true, "clamp(0.1, 0.1)");
+  check_unary<op::PowScalar>({2.0}, random_of, true, "x^2");
+  check_unary<op::PowScalar>({1.0}, random_of, true, "x^1");
+  check_unary<op::PowScalar>({-1.0}, random_of, true, "x^-1");
+  check_unary<op::Clamp>({-0.5, 0.7}, random_of, true, "clamp(-0.5, 0.7)");
+  check_unary<op::Clamp>({std::nullopt, 0.3}, random_of, true, "clamp(-, 0.3)");
+  check_unary<op::Clamp>({-1.2, std::nullopt}, random_of, true, "clamp(-1.2, -)");
+  check_unary<op::Clamp>({0.1, 0.1}, random_of, true, "clamp(0.1, 0.1)");
 }
 
 TEST(CudaElementwise, MathFunctionsMatchCpuWithinTolerance) {
   REQUIRE_GPU();
-  check_unary<Exp>({}, random_of, false, "e^x");
-  check_unary<Log>({}, positive, false, "ln x");
-  check_unary<Sqrt>({}, positive, false, "sqrt x");
-  check_unary<Rsqrt>({}, positive, false, "1/sqrt x");
-  check_unary<Tanh>({}, random_of, false, "tanh x");
-  check_unary<Sigmoid>({}, random_of, false, "sigmoid x");
-  check_unary<Gelu>({GeluApprox::none}, random_of, false, "gelu erf");
-  check_unary<Gelu>({GeluApprox::tanh}, random_of, false, "gelu tanh");
-  check_unary<FastGelu>({}, random_of, false, "x sigmoid(1.702 x)");
-  check_unary<PowScalar>({3.0}, random_of, false, "x^3");
-  check_unary<PowScalar>({0.5}, positive, false, "x^0.5");
-  check_unary<PowScalar>({-2.5}, positive, false, "x^-2.5");
+  check_unary<op::Exp>({}, random_of, false, "e^x");
+  check_unary<op::Log>({}, positive, false, "ln x");
+  check_unary<op::Sqrt>({}, positive, false, "sqrt x");
+  check_unary<op::Rsqrt>({}, positive, false, "1/sqrt x");
+  check_unary<op::Tanh>({}, random_of, false, "tanh x");
+  check_unary<op::Sigmoid>({}, random_of, false, "sigmoid x");
+  check_unary<op::Gelu>({GeluApprox::none}, random_of, false, "gelu erf");
+  check_unary<op::Gelu>({GeluApprox::tanh}, random_of, false, "gelu tanh");
+  check_unary<op::FastGelu>({}, random_of, false, "x sigmoid(1.702 x)");
+  check_unary<op::PowScalar>({3.0}, random_of, false, "x^3");
+  check_unary<op::PowScalar>({0.5}, positive, false, "x^0.5");
+  check_unary<op::PowScalar>({-2.5}, positive, false, "x^-2.5");
   // Saturation far out in the tails (|x| up to ~100): no NaN from inf/inf, and the saturated
   // values agree. The absolute floor is scaled to the inputs: where 1 + tanh(u) cancels, CUDA's
   // tanh gives exactly -1 and Eigen's approximation may be an ulp away, times x.
   for (DType dt : kFloating) {
     const Tensor far = cast(mul(test_randn({257}, 300), 30.0), dt);
     const Tol tails{math_tol(dt).rtol, dt == DType::f64 ? 1e-12 : is_half(dt) ? 1e-2 : 1e-5};
-    expect_gpu_matches_cpu<Sigmoid>({}, {far}, tails, "sigmoid, tails");
-    expect_gpu_matches_cpu<FastGelu>({}, {far}, tails, "fast_gelu, tails");
-    expect_gpu_matches_cpu<Gelu>({GeluApprox::tanh}, {far}, tails, "gelu tanh, tails");
-    expect_gpu_matches_cpu<Gelu>({GeluApprox::none}, {far}, tails, "gelu erf, tails");
+    expect_gpu_matches_cpu<op::Sigmoid>({}, {far}, tails, "sigmoid, tails");
+    expect_gpu_matches_cpu<op::FastGelu>({}, {far}, tails, "fast_gelu, tails");
+    expect_gpu_matches_cpu<op::Gelu>({GeluApprox::tanh}, {far}, tails, "gelu tanh, tails");
+    expect_gpu_matches_cpu<op::Gelu>({GeluApprox::none}, {far}, tails, "gelu erf, tails");
   }
 }
 
@@ -227,7 +227,7 @@ TEST(CudaElementwise, GeluBackwardMatchesCpu) {
     for (DType dt : kFloating)
       for (const Shape& s : kOddShapes) {
         const Tensor g = random_of(s, dt, ++seed), x = random_of(s, dt, ++seed);
-        expect_gpu_matches_cpu<GeluBackward>({approx}, {g, x}, math_tol(dt), gelu_approx_name(approx));
+        expect_gpu_matches_cpu<op::GeluBackward>({approx}, {g, x}, math_tol(dt), gelu_approx_name(approx));
       }
 }
 
@@ -257,11 +257,11 @@ TEST(CudaElementwise, GeluWithNarrowedOutputEqualsGeluThenCastBitwise) {
       for (const Shape& s : kNarrowShapes) {
         const std::string what = std::string(gelu_approx_name(approx)) + " -> " + dtype_name(out) + " " + s.str();
         const Tensor x = mul(test_randn(s, ++seed, DType::f32), 3.0);
-        expect_gpu_matches_cpu<Gelu>({approx, out}, {x}, math_tol(out), what);
+        expect_gpu_matches_cpu<op::Gelu>({approx, out}, {x}, math_tol(out), what);
         const Tensor xg = x.to(kGpu);
         const Tensor unfused = cast(gelu(xg, approx), out);
-        EXPECT_TRUE(same_bits(run_into_poisoned<Gelu>({approx, out}, {xg})[0], unfused)) << what;
-        EXPECT_TRUE(same_bits(run_into_poisoned<Gelu>({approx, out}, {misaligned_on_gpu(x)})[0], unfused))
+        EXPECT_TRUE(same_bits(run_into_poisoned<op::Gelu>({approx, out}, {xg})[0], unfused)) << what;
+        EXPECT_TRUE(same_bits(run_into_poisoned<op::Gelu>({approx, out}, {misaligned_on_gpu(x)})[0], unfused))
             << what << ", misaligned x";
       }
 }
@@ -281,11 +281,11 @@ TEST(CudaElementwise, GeluBackwardOfAHalfGradientEqualsTheWidenedGradientBitwise
         // tanh: x spans ±12 here, where tanh saturates and 1 − t² cancels; the CPU's and the
         // GPU's f32 tanh differ by an ulp there, amplified up to x·k·(1 + 3c·x²) ≈ 100 times.
         if (approx == GeluApprox::tanh) tol.rtol = 1e-4;
-        expect_gpu_matches_cpu<GeluBackward>({approx}, {g, x}, tol, what);
+        expect_gpu_matches_cpu<op::GeluBackward>({approx}, {g, x}, tol, what);
         const Tensor xg = x.to(kGpu), gg = g.to(kGpu);
         const Tensor unfused = gelu_backward(cast(gg, DType::f32), xg, approx);
-        EXPECT_TRUE(same_bits(run_into_poisoned<GeluBackward>({approx}, {gg, xg})[0], unfused)) << what;
-        EXPECT_TRUE(same_bits(run_into_poisoned<GeluBackward>({approx}, {misaligned_on_gpu(g), xg})[0], unfused))
+        EXPECT_TRUE(same_bits(run_into_poisoned<op::GeluBackward>({approx}, {gg, xg})[0], unfused)) << what;
+        EXPECT_TRUE(same_bits(run_into_poisoned<op::GeluBackward>({approx}, {misaligned_on_gpu(g), xg})[0], unfused))
             << what << ", misaligned g";
       }
 }
@@ -345,13 +345,13 @@ TEST(CudaElementwise, CompareMatchesCpuForEveryDtypeModeAndBroadcast) {
       for (const BinaryCase& c : cases) {
         // Small integers: many ties, so eq/le/ge see both answers.
         const Tensor a = small_integers(c.a, dt, ++seed), b = small_integers(c.b, dt, ++seed);
-        expect_gpu_matches_cpu<Compare>({mode, std::nullopt}, {a, b}, kExact, name);
+        expect_gpu_matches_cpu<op::Compare>({mode, std::nullopt}, {a, b}, kExact, name);
       }
       const Tensor x = small_integers({1001}, dt, ++seed);
-      for (double s : {2.0, 2.5, -1.0, 0.1}) expect_gpu_matches_cpu<Compare>({mode, s}, {x}, kExact, name + " scalar");
+      for (double s : {2.0, 2.5, -1.0, 0.1}) expect_gpu_matches_cpu<op::Compare>({mode, s}, {x}, kExact, name + " scalar");
       if (is_floating(dt)) {  // continuous values against a scalar rounded to the dtype
         const Tensor r = random_of({33, 65}, dt, ++seed);
-        expect_gpu_matches_cpu<Compare>({mode, 0.1}, {r}, kExact, name + " scalar 0.1");
+        expect_gpu_matches_cpu<op::Compare>({mode, 0.1}, {r}, kExact, name + " scalar 0.1");
       }
     }
 }
@@ -368,7 +368,7 @@ TEST(CudaElementwise, WhereMatchesCpuForEveryDtypeAndBroadcast) {
     for (const Case& k : cases) {
       const Tensor cond = gt(test_randn(k.c, ++seed), 0.0);
       const Tensor a = random_of(k.a, dt, ++seed), b = random_of(k.b, dt, ++seed);
-      expect_gpu_matches_cpu<Where>({}, {cond, a, b}, kExact, "cond ? a : b");
+      expect_gpu_matches_cpu<op::Where>({}, {cond, a, b}, kExact, "cond ? a : b");
     }
 }
 
@@ -381,9 +381,9 @@ TEST(CudaElementwise, MaskedFillMatchesCpuForEveryDtypeAndBroadcast) {
       const Tensor x = random_of(c.a, dt, ++seed), mask = gt(test_randn(c.b, ++seed), 0.3);
       if (is_floating(dt)) {
         for (double v : {-kInf, 0.1, -3.25, 1e30})  // 1e30 overflows f16 to inf, as on the CPU
-          expect_gpu_matches_cpu<MaskedFill>({v}, {x, mask}, kExact, "value " + std::to_string(v));
+          expect_gpu_matches_cpu<op::MaskedFill>({v}, {x, mask}, kExact, "value " + std::to_string(v));
       } else {
-        expect_gpu_matches_cpu<MaskedFill>({7.0}, {x, mask}, kExact, "value 7");
+        expect_gpu_matches_cpu<op::MaskedFill>({7.0}, {x, mask}, kExact, "value 7");
       }
     }
 }
@@ -411,8 +411,8 @@ TEST(CudaElementwise, CastMatchesCpuBitForBitForEveryPairOfDtypes) {
     for (DType to : kAllDtypes) {
       const std::string what = std::string(dtype_name(from)) + " -> " + dtype_name(to);
       // Two poisons, so that an unwritten element shows whatever the expected value is.
-      expect_gpu_matches_cpu<Cast>({to}, {x}, kExact, what, /*allow_nan=*/true, kNaN);
-      expect_gpu_matches_cpu<Cast>({to}, {x}, kExact, what, /*allow_nan=*/true, -77.0);
+      expect_gpu_matches_cpu<op::Cast>({to}, {x}, kExact, what, /*allow_nan=*/true, kNaN);
+      expect_gpu_matches_cpu<op::Cast>({to}, {x}, kExact, what, /*allow_nan=*/true, -77.0);
       // Bitwise, for the non-NaN elements: the same rounding, signed zeros included.
       const Tensor want = cast(x, to), got = cast(x.to(kGpu), to).to(Device::cpu());
       const size_t es = dtype_size(to);
@@ -435,7 +435,7 @@ TEST(CudaElementwise, DropoutDrawsTheCpuMaskForTheSameSeedAndStart) {
     for (const Shape& s : {Shape{1}, Shape{7}, Shape{1001}, Shape{33, 65}, Shape{4099}})
       for (double p : {0.1, 0.5, 0.9}) {
         const Tensor x = random_of(s, dt, ++seed);
-        expect_gpu_matches_cpu<Dropout>({p, 1234567 + seed, 17 + seed}, {x}, kExact, "p " + std::to_string(p));
+        expect_gpu_matches_cpu<op::Dropout>({p, 1234567 + seed, 17 + seed}, {x}, kExact, "p " + std::to_string(p));
       }
   // Through the public function: one generator state, either device, the same result.
   Generator cpu_gen(42, 1000), gpu_gen(42, 1000);
@@ -463,8 +463,8 @@ TEST(CudaElementwise, DropoutOfZeroBlocksIsTheCpuBitForBit) {
       for (int c = r + 1; c < 64; ++c) v[r * 64 + c] = (r * 64 + c) % 5 == 0 ? -0.0 : 0.0;
     const Tensor x = cast(from_vector(v, Shape{64, 64}), dt);
     for (double p : {0.2, 0.5}) {
-      const std::vector<Tensor> got = run_on_gpu_host<Dropout>({p, 777 + seed, 5 + seed}, {x});
-      const Tensor want = call<Dropout>({p, 777 + seed, 5 + seed}, {x})[0];
+      const std::vector<Tensor> got = run_on_gpu_host<op::Dropout>({p, 777 + seed, 5 + seed}, {x});
+      const Tensor want = call<op::Dropout>({p, 777 + seed, 5 + seed}, {x})[0];
       EXPECT_TRUE(same_bits(got[0], want)) << dtype_name(dt) << " p " << p;
     }
   }
@@ -587,7 +587,7 @@ TEST(CudaElementwiseBackward, SelectionOpsCastAndDropout) {
       {a}, kExact, "cast to bf16 and back");
   expect_backward_matches_cpu(
       [](const std::vector<Tensor>& x) {
-        return call<Dropout>({0.3, 77, 5}, {x[0]})[0];
+        return call<op::Dropout>({0.3, 77, 5}, {x[0]})[0];
       },
       {a}, kExact, "dropout (same mask both ways)");
 }

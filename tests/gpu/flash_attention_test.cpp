@@ -72,15 +72,15 @@ TEST(CudaFlashAttention, ForwardMatchesTheCpuForEveryHeadDimBlockSizeDtypeAndLay
           const std::string what = l->str() + " " + dtype_name(dt) + " D " + std::to_string(D);
           std::vector<Tensor> in64;
           for (const Tensor& t : qkv) in64.push_back(cast(t, DType::f64));
-          const std::vector<Tensor> want = call<BlockAttention>({l, 0}, in64);  // f64 reference
+          const std::vector<Tensor> want = call<op::BlockAttention>({l, 0}, in64);  // f64 reference
           const uint64_t before = flash_launches();
-          const std::vector<Tensor> got = run_on_gpu_host<BlockAttention>({l, 0}, qkv);
+          const std::vector<Tensor> got = run_on_gpu_host<op::BlockAttention>({l, 0}, qkv);
           EXPECT_EQ(flash_launches(), before + 1) << "the tensor-core kernel, " << what;
           // 16-bit o (and P rounded to it before P·V); lse from f32 sums of exact products
           EXPECT_TRUE(close_to(cast(got[0], DType::f64), want[0], 2e-2)) << "o, " << what;
           EXPECT_TRUE(close_to(cast(got[1], DType::f64), want[1], 1e-4)) << "lse, " << what;
           setenv("TESSERA_ATTENTION_PATH", "simt", 1);
-          const std::vector<Tensor> simt = run_on_gpu_host<BlockAttention>({l, 0}, qkv);
+          const std::vector<Tensor> simt = run_on_gpu_host<op::BlockAttention>({l, 0}, qkv);
           unsetenv("TESSERA_ATTENTION_PATH");
           EXPECT_EQ(flash_launches(), before + 1) << "TESSERA_ATTENTION_PATH=simt, " << what;
           EXPECT_TRUE(close_to(cast(simt[0], DType::f64), want[0], 2e-2)) << "o (scalar kernel), " << what;
@@ -107,17 +107,17 @@ TEST(CudaFlashAttention, HopperForwardMatchesTheCpuAndTheMmaSyncKernel) {
   REQUIRE_GPU();
   const uint64_t want90 = gpu_test::sm90_here() ? 1 : 0;
   uint64_t seed = 8500;
-  auto check = [&](const BlockAttention::Attrs& a, const std::vector<Tensor>& qkv, const std::string& what) {
+  auto check = [&](const op::BlockAttention::Attrs& a, const std::vector<Tensor>& qkv, const std::string& what) {
     std::vector<Tensor> in64;
     for (const Tensor& t : qkv) in64.push_back(cast(t, DType::f64));
-    const std::vector<Tensor> want = call<BlockAttention>(a, in64);  // f64 reference
+    const std::vector<Tensor> want = call<op::BlockAttention>(a, in64);  // f64 reference
     const uint64_t before = sm90_launches();
-    const std::vector<Tensor> got = run_on_gpu_host<BlockAttention>(a, qkv);
+    const std::vector<Tensor> got = run_on_gpu_host<op::BlockAttention>(a, qkv);
     EXPECT_EQ(sm90_launches(), before + want90) << "the sm_90a kernel, " << what;
     EXPECT_TRUE(close_to(cast(got[0], DType::f64), want[0], 2e-2)) << "o, " << what;
     EXPECT_TRUE(close_to(cast(got[1], DType::f64), want[1], 1e-4)) << "lse, " << what;
     setenv("TESSERA_ATTENTION_PATH", "sm80", 1);
-    const std::vector<Tensor> mma = run_on_gpu_host<BlockAttention>(a, qkv);
+    const std::vector<Tensor> mma = run_on_gpu_host<op::BlockAttention>(a, qkv);
     unsetenv("TESSERA_ATTENTION_PATH");
     EXPECT_EQ(sm90_launches(), before + want90) << "TESSERA_ATTENTION_PATH=sm80, " << what;
     EXPECT_TRUE(close_to(cast(mma[0], DType::f64), want[0], 2e-2)) << "o (mma.sync), " << what;
@@ -139,15 +139,15 @@ TEST(CudaFlashAttention, HopperForwardMatchesTheCpuAndTheMmaSyncKernel) {
     const Tensor g = random(sq, seed + 3, dt);
     std::vector<Tensor> in64;
     for (const Tensor& t : qkv) in64.push_back(cast(t, DType::f64));
-    const std::vector<Tensor> fwd = call<BlockAttention>({l, 0}, in64);
+    const std::vector<Tensor> fwd = call<op::BlockAttention>({l, 0}, in64);
     const std::vector<Tensor> want =
-        call<BlockAttentionBackward>({l, 0}, {cast(g, DType::f64), in64[0], in64[1], in64[2], fwd[0], fwd[1]});
+        call<op::BlockAttentionBackward>({l, 0}, {cast(g, DType::f64), in64[0], in64[1], in64[2], fwd[0], fwd[1]});
     const std::vector<Tensor> in{g, qkv[0], qkv[1], qkv[2], cast(fwd[0], dt), cast(fwd[1], DType::f32)};
     const uint64_t before = sm90_backward_launches();
-    const std::vector<Tensor> got = run_on_gpu_host<BlockAttentionBackward>({l, 0}, in);
+    const std::vector<Tensor> got = run_on_gpu_host<op::BlockAttentionBackward>({l, 0}, in);
     EXPECT_EQ(sm90_backward_launches(), before + want90) << "the sm_90a backward, " << what;
     setenv("TESSERA_ATTENTION_PATH", "sm80", 1);
-    const std::vector<Tensor> mma = run_on_gpu_host<BlockAttentionBackward>({l, 0}, in);
+    const std::vector<Tensor> mma = run_on_gpu_host<op::BlockAttentionBackward>({l, 0}, in);
     unsetenv("TESSERA_ATTENTION_PATH");
     EXPECT_EQ(sm90_backward_launches(), before + want90) << "TESSERA_ATTENTION_PATH=sm80, " << what;
     const char* names[] = {"dq", "dk", "dv"};
@@ -189,13 +189,13 @@ TEST(CudaFlashAttention, BackwardMatchesTheCpuForEveryHeadDimBlockSizeDtypeAndLa
           const Tensor g = random(s, seed + 3, dt);
           std::vector<Tensor> in64;
           for (const Tensor& t : qkv) in64.push_back(cast(t, DType::f64));
-          const std::vector<Tensor> fwd = call<BlockAttention>({l, 0}, in64);  // o, lse in f64
+          const std::vector<Tensor> fwd = call<op::BlockAttention>({l, 0}, in64);  // o, lse in f64
           const std::vector<Tensor> want =
-              call<BlockAttentionBackward>({l, 0}, {cast(g, DType::f64), in64[0], in64[1], in64[2], fwd[0], fwd[1]});
+              call<op::BlockAttentionBackward>({l, 0}, {cast(g, DType::f64), in64[0], in64[1], in64[2], fwd[0], fwd[1]});
           const std::vector<Tensor> in{g, qkv[0], qkv[1], qkv[2], cast(fwd[0], dt), cast(fwd[1], DType::f32)};
           const std::string what = l->str() + " " + dtype_name(dt) + " D " + std::to_string(D);
           const uint64_t before = flash_backward_launches();
-          const std::vector<Tensor> got = run_on_gpu_host<BlockAttentionBackward>({l, 0}, in);
+          const std::vector<Tensor> got = run_on_gpu_host<op::BlockAttentionBackward>({l, 0}, in);
           EXPECT_EQ(flash_backward_launches(), before + 1) << "the tensor-core kernels, " << what;
           const char* names[] = {"dq", "dk", "dv"};
           for (int i = 0; i < 3; ++i)
@@ -220,16 +220,16 @@ TEST(CudaFlashAttention, GroupedQueryHeadsMatchTheCpu) {
           const Tensor g = random(sq, seed + 3, dt);
           std::vector<Tensor> in64;
           for (const Tensor& t : qkv) in64.push_back(cast(t, DType::f64));
-          const BlockAttention::Attrs fa{l, 0, p, 3, 100};
-          const BlockAttentionBackward::Attrs ba{l, 0, p, 3, 100};
-          const std::vector<Tensor> fwd = call<BlockAttention>(fa, in64);
+          const op::BlockAttention::Attrs fa{l, 0, p, 3, 100};
+          const op::BlockAttentionBackward::Attrs ba{l, 0, p, 3, 100};
+          const std::vector<Tensor> fwd = call<op::BlockAttention>(fa, in64);
           const std::vector<Tensor> want =
-              call<BlockAttentionBackward>(ba, {cast(g, DType::f64), in64[0], in64[1], in64[2], fwd[0], fwd[1]});
+              call<op::BlockAttentionBackward>(ba, {cast(g, DType::f64), in64[0], in64[1], in64[2], fwd[0], fwd[1]});
           const std::string what = std::string(path) + " bs " + std::to_string(bs) + " Hkv " + std::to_string(Hkv) +
                                    " p " + std::to_string(p);
           if (*path) setenv("TESSERA_ATTENTION_PATH", path, 1);
-          const std::vector<Tensor> got = run_on_gpu_host<BlockAttention>(fa, qkv);
-          const std::vector<Tensor> grads = run_on_gpu_host<BlockAttentionBackward>(
+          const std::vector<Tensor> got = run_on_gpu_host<op::BlockAttention>(fa, qkv);
+          const std::vector<Tensor> grads = run_on_gpu_host<op::BlockAttentionBackward>(
               ba, {g, qkv[0], qkv[1], qkv[2], cast(fwd[0], dt), cast(fwd[1], DType::f32)});
           unsetenv("TESSERA_ATTENTION_PATH");
           EXPECT_TRUE(close_to(cast(got[0], DType::f64), fwd[0], 2e-2)) << "o, " << what;
@@ -248,9 +248,9 @@ TEST(CudaFlashAttention, TwoRunsGiveTheSameBits) {
                v = random(s, 3, DType::bf16).to(kGpu);
   EXPECT_TRUE(gpu_test::same_bits(block_attention(q, k, v, l), block_attention(q, k, v, l)));
   const Tensor g = random(s, 4, DType::bf16).to(kGpu);
-  const std::vector<Tensor> fwd = run_on_gpu<BlockAttention>({l, 0}, {q, k, v});
+  const std::vector<Tensor> fwd = run_on_gpu<op::BlockAttention>({l, 0}, {q, k, v});
   const std::vector<Tensor> in{g, q, k, v, fwd[0], fwd[1]};
-  const std::vector<Tensor> a = run_on_gpu<BlockAttentionBackward>({l, 0}, in), b = run_on_gpu<BlockAttentionBackward>({l, 0}, in);
+  const std::vector<Tensor> a = run_on_gpu<op::BlockAttentionBackward>({l, 0}, in), b = run_on_gpu<op::BlockAttentionBackward>({l, 0}, in);
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(gpu_test::same_bits(a[i], b[i])) << "gradient " << i;
 }
 

@@ -55,12 +55,12 @@ TEST(CudaIndexErrors, CrossEntropyTargetsForwardAndBackward) {
   expect_error<ValueError>([&] { cross_entropy(logits, bad).item<double>(); },
                            {"cross_entropy", "target 7", "position 1", "[0, 7)"});
   for (Reduction r : {Reduction::none, Reduction::sum}) {
-    CrossEntropy::Attrs attrs;
+    op::CrossEntropy::Attrs attrs;
     attrs.reduction = r;
     const Tensor g = r == Reduction::none ? full({5}, 1.0, TensorOptions(DType::f32).device(kGpu))
                                           : full({}, 1.0, TensorOptions(DType::f32).device(kGpu));
     expect_error<ValueError>(
-        [&] { call<CrossEntropyBackward>(attrs, {logits, ids_on_gpu({1, 2, 3, 4, -2}), g})[0].to_vector<float>(); },
+        [&] { call<op::CrossEntropyBackward>(attrs, {logits, ids_on_gpu({1, 2, 3, 4, -2}), g})[0].to_vector<float>(); },
         {"cross_entropy_backward", "target -2", "position 4", "[0, 7)"});
   }
   // Ignored rows alone are fine.

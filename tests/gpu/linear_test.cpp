@@ -45,9 +45,9 @@ double tolerance(DType dt, bool f32_output) {
 
 // linear on GPU inputs into a NaN-poisoned output (host copy of the result).
 Tensor gpu_linear(bool f32_output, const std::vector<Tensor>& gpu_in) {
-  const Linear::Attrs a{f32_output};
-  Tensor y = poisoned(output_metas<Linear>(a, {gpu_in[0].meta(), gpu_in[1].meta(), gpu_in[2].meta()})[0]);
-  call_out<Linear>(a, gpu_in, {y});
+  const op::Linear::Attrs a{f32_output};
+  Tensor y = poisoned(output_metas<op::Linear>(a, {gpu_in[0].meta(), gpu_in[1].meta(), gpu_in[2].meta()})[0]);
+  call_out<op::Linear>(a, gpu_in, {y});
   return y.to(Device::cpu());
 }
 
@@ -55,7 +55,7 @@ Tensor gpu_linear(bool f32_output, const std::vector<Tensor>& gpu_in) {
 void expect_matches_cpu(int64_t n, int64_t k, int64_t m, DType dt, bool f32_output, uint64_t seed) {
   const std::vector<Tensor> in{random({n, k}, seed, dt), random({k, m}, seed + 1, dt),
                                random({m}, seed + 2, f32_output ? DType::f32 : dt)};
-  Tensor want = call<Linear>({f32_output}, in)[0];
+  Tensor want = call<op::Linear>({f32_output}, in)[0];
   Tensor got = gpu_linear(f32_output, {in[0].to(kGpu), in[1].to(kGpu), in[2].to(kGpu)});
   EXPECT_EQ(got.dtype(), want.dtype());
   EXPECT_TRUE(close_to(got, want, tolerance(dt, f32_output)))
@@ -112,7 +112,7 @@ TEST(CudaLinear, MisalignedViewsMatchCpu) {
       Tensor xf = random({n + 1, k}, seed += 3, dt), w = random({k, m}, seed + 1, dt);
       Tensor bf = random({m + 1}, seed + 2, f32_output ? DType::f32 : dt);
       Tensor x = slice(xf, 0, 1), b = slice(bf, 0, 1);
-      Tensor want = call<Linear>({f32_output}, {x, w, b})[0];
+      Tensor want = call<op::Linear>({f32_output}, {x, w, b})[0];
       Tensor xg = slice(xf.to(kGpu), 0, 1), bg = slice(bf.to(kGpu), 0, 1);
       EXPECT_TRUE(close_to(gpu_linear(f32_output, {xg, w.to(kGpu), bg}), want, tolerance(dt, f32_output)))
           << dtype_name(dt) << (f32_output ? " f32_output" : "");
@@ -166,14 +166,14 @@ TEST(CudaLinear, ReplaysInsideACapturedGraphOnceWarm) {
   REQUIRE_GPU();
   for (DType dt : {DType::f32, DType::bf16, DType::f64}) {
     const std::vector<Tensor> in{random({37, 53}, 700, dt), random({53, 29}, 701, dt), random({29}, 702, dt)};
-    Tensor want = call<Linear>({false}, in)[0];
+    Tensor want = call<op::Linear>({false}, in)[0];
     const std::vector<Tensor> gin{in[0].to(kGpu), in[1].to(kGpu), in[2].to(kGpu)};
     gpu_linear(false, gin);  // warm: handles, workspace, the cached algorithm
-    const Linear::Attrs a{false};
-    Tensor y = poisoned(output_metas<Linear>(a, {gin[0].meta(), gin[1].meta(), gin[2].meta()})[0]);
+    const op::Linear::Attrs a{false};
+    Tensor y = poisoned(output_metas<op::Linear>(a, {gin[0].meta(), gin[1].meta(), gin[2].meta()})[0]);
     auto s = static_cast<cudaStream_t>(cuda::stream(0));
     ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
-    call_out<Linear>(a, gin, {y});
+    call_out<op::Linear>(a, gin, {y});
     cudaGraph_t graph = nullptr;
     ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
     cudaGraphExec_t exec = nullptr;

@@ -95,11 +95,11 @@ TEST(CudaLstm, GatesForwardAndBackwardMatchTheCpu) {
         const int64_t n = 3;
         Tensor pre = randn({n, 4 * h}, ++seed, dt, 2.0), c_prev = randn({n, h}, ++seed, dt);
         const std::string what = label(dt, pre.shape(), "forget_bias " + std::to_string(forget_bias));
-        expect_op_matches<LstmGates>({forget_bias}, {pre, c_prev}, what);
+        expect_op_matches<op::LstmGates>({forget_bias}, {pre, c_prev}, what);
         // Backward from the CPU forward's saved gates and tanh(c).
-        const std::vector<Tensor> fwd = call<LstmGates>({forget_bias}, {pre, c_prev});
+        const std::vector<Tensor> fwd = call<op::LstmGates>({forget_bias}, {pre, c_prev});
         Tensor dh = randn({n, h}, ++seed, dt), dc = randn({n, h}, ++seed, dt);
-        expect_op_matches<LstmGatesBackward>({}, {dh, dc, fwd[2], fwd[3], c_prev}, what);
+        expect_op_matches<op::LstmGatesBackward>({}, {dh, dc, fwd[2], fwd[3], c_prev}, what);
       }
     }
   }
@@ -109,17 +109,17 @@ TEST(CudaLstm, GatesForwardAndBackwardMatchTheCpu) {
 
 TEST(CudaOptim, SgdUpdateEveryVariantAndInPlace) {
   REQUIRE_GPU();
-  const SgdUpdate::Attrs variants[] = {
+  const op::SgdUpdate::Attrs variants[] = {
       {0.0, 0.0, 0.0, false}, {0.9, 0.0, 0.01, false}, {0.9, 0.1, 0.0, false}, {0.9, 0.0, 0.01, true}};
   uint64_t seed = 100;
   for (DType dt : kFloatTypes) {
     for (int64_t n : kSizes) {
-      for (const SgdUpdate::Attrs& a : variants) {
+      for (const op::SgdUpdate::Attrs& a : variants) {
         for (double t : {1.0, 3.0}) {
           Tensor p = randn({n}, ++seed, dt), g = randn({n}, ++seed, dt), buf = randn({n}, ++seed, dt);
           const std::string what = label(dt, p.shape(), "momentum " + std::to_string(a.momentum) + " step " +
                                                             std::to_string(t) + (a.nesterov ? " nesterov" : ""));
-          expect_op_matches<SgdUpdate>(a, {p, g, buf, scalar(0.05), scalar(t)}, what, {0, 2});
+          expect_op_matches<op::SgdUpdate>(a, {p, g, buf, scalar(0.05), scalar(t)}, what, {0, 2});
         }
       }
     }
@@ -159,11 +159,11 @@ TEST(CudaOptim, TheLearningRateAndStepAreReadOnTheDevice) {
   // The same GPU inputs with two different lr/step tensors give the two CPU results.
   Tensor p = randn({1000}, 300, DType::f32), g = randn({1000}, 301, DType::f32);
   Tensor m = randn({1000}, 302, DType::f32, 0.1), v = uniform({1000}, 0.0, 0.5, 303, DType::f32);
-  const AdamUpdate::Attrs a{0.9, 0.999, 1e-8, AdamDecay::decoupled, 0.01};
+  const op::AdamUpdate::Attrs a{0.9, 0.999, 1e-8, AdamDecay::decoupled, 0.01};
   for (double lr : {1e-3, 3e-2}) {
     for (double t : {1.0, 100.0}) {
       const std::vector<Tensor> in{p, g, m, v, scalar(lr), scalar(t)};
-      EXPECT_TRUE(close_rms(run_on_gpu_host<AdamUpdate>(a, in)[0], call<AdamUpdate>(a, in)[0], 1e-5))
+      EXPECT_TRUE(close_rms(run_on_gpu_host<op::AdamUpdate>(a, in)[0], call<op::AdamUpdate>(a, in)[0], 1e-5))
           << lr << " " << t;
     }
   }
@@ -193,8 +193,8 @@ TEST(CudaOptim, AdafactorUpdateMatchesTheCpuAndRunsInPlace) {
           const std::vector<Tensor> in{p, g, v, scalar(1e-2), scalar(t)};
           const std::string what = label(dt, p.shape(), "clip " + std::to_string(a.clip_threshold) + " step " +
                                                             std::to_string(t));
-          expect_op_matches<AdafactorUpdate>(a, in, what, {0, 2});
-          EXPECT_TRUE(same_bits(run_on_gpu_host<AdafactorUpdate>(a, in)[0], run_on_gpu_host<AdafactorUpdate>(a, in)[0])) << what;
+          expect_op_matches<op::AdafactorUpdate>(a, in, what, {0, 2});
+          EXPECT_TRUE(same_bits(run_on_gpu_host<op::AdafactorUpdate>(a, in)[0], run_on_gpu_host<op::AdafactorUpdate>(a, in)[0])) << what;
         }
       }
     }
@@ -214,9 +214,9 @@ TEST(CudaOptim, AdafactorFactoredUpdateMatchesTheCpuAndRunsInPlace) {
           const std::vector<Tensor> in{p, g, st, scalar(1e-2), scalar(t)};
           const std::string what = label(dt, s, "clip " + std::to_string(a.clip_threshold) + " step " +
                                                     std::to_string(t));
-          expect_op_matches<AdafactorFactoredUpdate>(a, in, what, {0, 2});
-          EXPECT_TRUE(same_bits(run_on_gpu_host<AdafactorFactoredUpdate>(a, in)[0],
-                                run_on_gpu_host<AdafactorFactoredUpdate>(a, in)[0]))
+          expect_op_matches<op::AdafactorFactoredUpdate>(a, in, what, {0, 2});
+          EXPECT_TRUE(same_bits(run_on_gpu_host<op::AdafactorFactoredUpdate>(a, in)[0],
+                                run_on_gpu_host<op::AdafactorFactoredUpdate>(a, in)[0]))
               << what;
         }
       }

@@ -38,11 +38,11 @@ double tolerance(DType dt) {
 
 // matmul on the GPU into a NaN-poisoned output (host copy of the result).
 Tensor gpu_matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
-  const Matmul::Attrs mm{ta, tb};
+  const op::Matmul::Attrs mm{ta, tb};
   const std::vector<Tensor> in{a.to(kGpu), b.to(kGpu)};
-  const TensorMeta m = output_metas<Matmul>(mm, {in[0].meta(), in[1].meta()})[0];
+  const TensorMeta m = output_metas<op::Matmul>(mm, {in[0].meta(), in[1].meta()})[0];
   Tensor c = full(m.shape, std::numeric_limits<double>::quiet_NaN(), TensorOptions(m.dtype).device(kGpu));
-  call_out<Matmul>(mm, in, {c});
+  call_out<op::Matmul>(mm, in, {c});
   return c.to(Device::cpu());
 }
 

@@ -55,8 +55,8 @@ std::vector<Tensor> random_tensors(const std::vector<Shape>& shapes, DType dt, u
 }
 
 ::testing::AssertionResult sum_matches_cpu(const std::vector<Tensor>& xs) {
-  const double want = call<SumSquares>({}, xs)[0].item<double>();
-  const double got = run_on_gpu_host<SumSquares>({}, xs)[0].item<double>();  // output NaN-poisoned
+  const double want = call<op::SumSquares>({}, xs)[0].item<double>();
+  const double got = run_on_gpu_host<op::SumSquares>({}, xs)[0].item<double>();  // output NaN-poisoned
   if (std::abs(got - want) <= 1e-12 * std::abs(want)) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << "gpu " << got << " cpu " << want << " rel "
                                        << std::abs(got - want) / std::abs(want);
@@ -92,7 +92,7 @@ TEST(CudaSumSquares, SameBitsEveryRunAndZeroForEmptyTensors) {
   const double first = sum_squares(xs).item<double>();
   for (int r = 0; r < 5; ++r) EXPECT_EQ(sum_squares(xs).item<double>(), first) << "run " << r;
   EXPECT_GT(first, 0.0);
-  EXPECT_EQ(run_on_gpu_host<SumSquares>({}, {zeros({0}), zeros({3, 0})})[0].item<double>(), 0.0);
+  EXPECT_EQ(run_on_gpu_host<op::SumSquares>({}, {zeros({0}), zeros({3, 0})})[0].item<double>(), 0.0);
 }
 
 // ---- adam_update (both decay modes) with grad_scale ----
@@ -169,23 +169,23 @@ TEST(CudaAdamMultiUpdate, EqualsTheSingleTensorKernelBitwise) {
         args.push_back(scalar(1e-2));
         args.push_back(scalar(10));
         if (scaled) args.push_back(scalar(1.0 / 3.0));
-        const AdamMultiUpdate::Attrs a{0.8, 0.99, 1e-6, decay, wd};
+        const op::AdamMultiUpdate::Attrs a{0.8, 0.99, 1e-6, decay, wd};
         const std::string what = std::string(dtype_name(dt)) +
                                  (decay == AdamDecay::coupled ? " adam" : " adamw") + (scaled ? " scaled" : "");
-        const std::vector<Tensor> got = run_on_gpu_host<AdamMultiUpdate>(a, args);
-        const std::vector<Tensor> cpu = call<AdamMultiUpdate>(a, args);
+        const std::vector<Tensor> got = run_on_gpu_host<op::AdamMultiUpdate>(a, args);
+        const std::vector<Tensor> cpu = call<op::AdamMultiUpdate>(a, args);
         std::vector<Tensor> gin = to_gpu(args);  // in place: p'_i, m'_i, v'_i into p_i, m_i, v_i
         std::vector<Tensor> targets;
         for (size_t k : {size_t{0}, size_t{2}, size_t{3}})
           for (size_t i = 0; i < n; ++i) targets.push_back(gin[k * n + i]);
-        call_out<AdamMultiUpdate>(a, gin, targets);
+        call_out<op::AdamMultiUpdate>(a, gin, targets);
         for (size_t i = 0; i < n; ++i) {
           std::vector<Tensor> one{args[i], args[n + i], args[2 * n + i], args[3 * n + i], args[4 * n], args[4 * n + 1]};
           if (scaled) one.push_back(args[4 * n + 2]);
           const std::vector<Tensor> single =
               decay == AdamDecay::coupled
-                  ? run_on_gpu_host<AdamUpdate>({0.8, 0.99, 1e-6, AdamDecay::coupled, wd[i]}, one)
-                  : run_on_gpu_host<AdamUpdate>({0.8, 0.99, 1e-6, AdamDecay::decoupled, wd[i]}, one);
+                  ? run_on_gpu_host<op::AdamUpdate>({0.8, 0.99, 1e-6, AdamDecay::coupled, wd[i]}, one)
+                  : run_on_gpu_host<op::AdamUpdate>({0.8, 0.99, 1e-6, AdamDecay::decoupled, wd[i]}, one);
           for (size_t k = 0; k < 3; ++k) {
             const std::string at = what + " parameter " + std::to_string(i) + " output " + std::to_string(k);
             EXPECT_TRUE(all_close(got[k * n + i], single[k], 0, 0)) << at;

@@ -21,9 +21,9 @@ using testing::test_randn;
 
 // Dropout (p, seed, start) with the base on x's device, into an output poisoned first.
 Tensor drop_into_poisoned(const Tensor& x, double p, uint64_t seed, uint64_t start, const Tensor& base) {
-  const Dropout::Attrs a{p, seed, start};
+  const op::Dropout::Attrs a{p, seed, start};
   Tensor y = x.device().is_cuda() ? poisoned(x.meta()) : empty(x.shape(), TensorOptions(x.dtype()));
-  call_out<Dropout>(a, {x, base}, {y});
+  call_out<op::Dropout>(a, {x, base}, {y});
   return y;
 }
 
@@ -36,7 +36,7 @@ TEST(CudaPhiloxBase, DropoutDrawsTheCpuMaskForStartPlusBase) {
       for (uint64_t base : kBases) {
         const Tensor x = cast(test_randn(s, ++seed), dt);
         const uint64_t start = seed % 5;
-        const Tensor want = call<Dropout>({0.4, seed, start + base}, {x})[0];  // attribute-only form
+        const Tensor want = call<op::Dropout>({0.4, seed, start + base}, {x})[0];  // attribute-only form
         const Tensor cpu = drop_into_poisoned(x, 0.4, seed, start, philox_base(base));
         const Tensor gpu = drop_into_poisoned(x.to(kGpu), 0.4, seed, start, philox_base(base, kGpu));
         const std::string what = std::string(dtype_name(dt)) + s.str() + " base " + std::to_string(base);
@@ -49,16 +49,16 @@ TEST(CudaPhiloxBase, TheKernelReadsTheBaseOnTheDevice) {
   REQUIRE_GPU();
   const Tensor x = test_randn({257}, 5, DType::f32).to(kGpu);
   const Tensor base = philox_base(0, kGpu);
-  const Dropout::Attrs a{0.5, 77, 2};
+  const op::Dropout::Attrs a{0.5, 77, 2};
   std::vector<std::vector<float>> got;
   for (uint64_t b : {uint64_t{10}, uint64_t{1} << 33, uint64_t{10}}) {
     // Overwrite the base's words on the device, ordered before the kernel on the stream.
     const uint32_t words[2] = {static_cast<uint32_t>(b), static_cast<uint32_t>(b >> 32)};
     cuda::copy(base.data_ptr(), kGpu, words, Device::cpu(), sizeof words);
     Tensor y = poisoned(x.meta());
-    call_out<Dropout>(a, {x, base}, {y});
+    call_out<op::Dropout>(a, {x, base}, {y});
     got.push_back(y.to_vector<float>());
-    EXPECT_EQ(got.back(), call<Dropout>({0.5, 77, 2 + b}, {x.to(Device::cpu())})[0].to_vector<float>()) << b;
+    EXPECT_EQ(got.back(), call<op::Dropout>({0.5, 77, 2 + b}, {x.to(Device::cpu())})[0].to_vector<float>()) << b;
   }
   EXPECT_NE(got[0], got[1]);
   EXPECT_EQ(got[0], got[2]);
@@ -69,8 +69,8 @@ TEST(CudaPhiloxBase, BackwardRedrawsTheForwardMask) {
   const uint64_t b = (uint64_t{1} << 32) + 123;
   const Tensor xc = test_randn({9, 31}, 6, DType::f32), gc = test_randn({9, 31}, 7, DType::f32);
   const Tensor xg = xc.to(kGpu).detach().requires_grad_(), xr = xc.detach().requires_grad_();
-  call<Dropout>({0.3, 8, 1}, {xg, philox_base(b, kGpu)})[0].backward(gc.to(kGpu));
-  call<Dropout>({0.3, 8, 1 + b}, {xr})[0].backward(gc);
+  call<op::Dropout>({0.3, 8, 1}, {xg, philox_base(b, kGpu)})[0].backward(gc.to(kGpu));
+  call<op::Dropout>({0.3, 8, 1 + b}, {xr})[0].backward(gc);
   EXPECT_EQ(xg.grad().to_vector<float>(), xr.grad().to_vector<float>());
 }
 

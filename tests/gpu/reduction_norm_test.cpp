@@ -67,12 +67,12 @@ std::string label(DType dt, const Shape& s, const std::string& more = "") {
 // sum of n N(0, 1) terms) and bitwise equal over two runs.
 void expect_sum_matches(const Shape& s, int dim, bool keepdim, DType dt, uint64_t seed) {
   Tensor x = randn(s, seed, dt);
-  const Sum::Attrs attrs{dim, keepdim};
-  const std::vector<Tensor> want = call<Sum>(attrs, {x});
-  const std::vector<Tensor> got = run_on_gpu_host<Sum>(attrs, {x});
+  const op::Sum::Attrs attrs{dim, keepdim};
+  const std::vector<Tensor> want = call<op::Sum>(attrs, {x});
+  const std::vector<Tensor> got = run_on_gpu_host<op::Sum>(attrs, {x});
   const double n = static_cast<double>(s[dim]);
   EXPECT_TRUE(close(got[0], want[0], tol_of(dt), std::sqrt(n))) << label(dt, s, "dim " + std::to_string(dim));
-  EXPECT_TRUE(same_bits(got[0], run_on_gpu_host<Sum>(attrs, {x})[0])) << "sum is not reproducible: " << label(dt, s);
+  EXPECT_TRUE(same_bits(got[0], run_on_gpu_host<op::Sum>(attrs, {x})[0])) << "sum is not reproducible: " << label(dt, s);
 }
 
 TEST(CudaReductions, SumOverRowsColumnsAndMiddleDims) {
@@ -131,10 +131,10 @@ TEST(CudaReductions, MaxAndMinFindTheFirstExtremeLikeTheCpu) {
         for (const Shape& s : {Shape{5, c}, Shape{3, c, 2}}) {
           Tensor r = randn(s, ++seed, dt), t = tied_input(s, ++seed, dt, nans);
           for (const Tensor& x : {r, t}) {
-            expect_extreme_matches<Max>(x, 1, false);
-            expect_extreme_matches<Min>(x, 1, true);
-            expect_extreme_matches<Max>(x, 0, true);
-            expect_extreme_matches<Min>(x, -1, false);
+            expect_extreme_matches<op::Max>(x, 1, false);
+            expect_extreme_matches<op::Min>(x, 1, true);
+            expect_extreme_matches<op::Max>(x, 0, true);
+            expect_extreme_matches<op::Min>(x, -1, false);
           }
         }
       }
@@ -147,10 +147,10 @@ TEST(CudaReductions, MaxAndMinOfLongRowsAndColumns) {
   for (DType dt : kFloatTypes) {
     for (bool nans : {false, true}) {
       Tensor rows = tied_input({2, 40001}, 20, dt, nans), cols = tied_input({3001, 7}, 21, dt, nans);
-      expect_extreme_matches<Max>(rows, 1, false);
-      expect_extreme_matches<Min>(rows, 1, false);
-      expect_extreme_matches<Max>(cols, 0, false);
-      expect_extreme_matches<Min>(cols, 0, true);
+      expect_extreme_matches<op::Max>(rows, 1, false);
+      expect_extreme_matches<op::Min>(rows, 1, false);
+      expect_extreme_matches<op::Max>(cols, 0, false);
+      expect_extreme_matches<op::Min>(cols, 0, true);
     }
   }
 }
@@ -163,11 +163,11 @@ TEST(CudaReductions, MaxBackwardPutsTheGradientAtTheIndices) {
       for (int dim : {0, 1, 2}) {
         for (bool keepdim : {false, true}) {
           const Shape s{4, c, 3};
-          const std::vector<Tensor> mx = call<Max>({dim, keepdim}, {randn(s, ++seed, dt)});
+          const std::vector<Tensor> mx = call<op::Max>({dim, keepdim}, {randn(s, ++seed, dt)});
           Tensor g = randn(mx[0].shape(), ++seed, dt);
-          const MaxBackward::Attrs attrs{s, dim};
-          const std::vector<Tensor> want = call<MaxBackward>(attrs, {g, mx[1]});
-          EXPECT_TRUE(close(run_on_gpu_host<MaxBackward>(attrs, {g, mx[1]})[0], want[0], 0.0)) << label(dt, s);
+          const op::MaxBackward::Attrs attrs{s, dim};
+          const std::vector<Tensor> want = call<op::MaxBackward>(attrs, {g, mx[1]});
+          EXPECT_TRUE(close(run_on_gpu_host<op::MaxBackward>(attrs, {g, mx[1]})[0], want[0], 0.0)) << label(dt, s);
         }
       }
     }
@@ -178,7 +178,7 @@ TEST(CudaReductions, MaxBackwardDropsOutOfRangeIndices) {
   REQUIRE_GPU();  // the CPU throws ValueError; the GPU cannot without waiting for the indices
   Tensor g = tensor({1, 2, 3});
   Tensor idx = from_vector(std::vector<int32_t>{0, 4, -1}, {3});
-  const std::vector<float> dx = run_on_gpu_host<MaxBackward>({Shape{3, 4}, 1}, {g, idx})[0].to_vector<float>();
+  const std::vector<float> dx = run_on_gpu_host<op::MaxBackward>({Shape{3, 4}, 1}, {g, idx})[0].to_vector<float>();
   EXPECT_EQ(dx, (std::vector<float>{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}));
 }
 
@@ -199,10 +199,10 @@ TEST(CudaSoftmax, SoftmaxLogSoftmaxAndItsBackwardMatchTheCpu) {
     for (int64_t c : kRowLengths) {
       for (const Shape& s : {Shape{5, c}, Shape{2, 3, c}, Shape{c}}) {
         Tensor x = randn(s, ++seed, dt, 3.0);
-        expect_rowwise_matches<Softmax>({x}, label(dt, s));
-        expect_rowwise_matches<LogSoftmax>({x}, label(dt, s));
-        Tensor y = call<LogSoftmax>({}, {x})[0];
-        expect_rowwise_matches<LogSoftmaxBackward>({randn(s, ++seed, dt), y}, label(dt, s));
+        expect_rowwise_matches<op::Softmax>({x}, label(dt, s));
+        expect_rowwise_matches<op::LogSoftmax>({x}, label(dt, s));
+        Tensor y = call<op::LogSoftmax>({}, {x})[0];
+        expect_rowwise_matches<op::LogSoftmaxBackward>({randn(s, ++seed, dt), y}, label(dt, s));
       }
     }
   }
@@ -212,8 +212,8 @@ TEST(CudaSoftmax, LargeLogitsStayFinite) {
   REQUIRE_GPU();
   for (DType dt : {DType::f32, DType::f64}) {
     Tensor x = add(randn({4, 33}, 50, dt), 1000.0);  // exp(1000) overflows without the max shift
-    expect_rowwise_matches<Softmax>({x}, "logits around 1e3");
-    expect_rowwise_matches<LogSoftmax>({x}, "logits around 1e3");
+    expect_rowwise_matches<op::Softmax>({x}, "logits around 1e3");
+    expect_rowwise_matches<op::LogSoftmax>({x}, "logits around 1e3");
   }
 }
 
@@ -234,15 +234,15 @@ TEST(CudaSoftmax, CrossEntropyAndItsBackwardForEveryReduction) {
         const int64_t n = 9;
         Tensor x = randn({n, v}, ++seed, dt, 2.0), t = targets(n, v, ++seed, ignore);
         for (Reduction r : {Reduction::none, Reduction::mean, Reduction::sum}) {
-          const CrossEntropy::Attrs attrs{ignore, r};
+          const op::CrossEntropy::Attrs attrs{ignore, r};
           const std::string what = label(dt, x.shape(), "reduction " + std::to_string(static_cast<int>(r)));
-          const std::vector<Tensor> want = call<CrossEntropy>(attrs, {x, t});
-          const std::vector<Tensor> got = run_on_gpu_host<CrossEntropy>(attrs, {x, t});
+          const std::vector<Tensor> want = call<op::CrossEntropy>(attrs, {x, t});
+          const std::vector<Tensor> got = run_on_gpu_host<op::CrossEntropy>(attrs, {x, t});
           EXPECT_TRUE(close(got[0], want[0], tol_of(dt))) << "cross_entropy " << what;
-          EXPECT_TRUE(same_bits(got[0], run_on_gpu_host<CrossEntropy>(attrs, {x, t})[0])) << what;
+          EXPECT_TRUE(same_bits(got[0], run_on_gpu_host<op::CrossEntropy>(attrs, {x, t})[0])) << what;
           Tensor g = randn(want[0].shape(), ++seed, dt);
-          const std::vector<Tensor> dwant = call<CrossEntropyBackward>(attrs, {x, t, g});
-          EXPECT_TRUE(close(run_on_gpu_host<CrossEntropyBackward>(attrs, {x, t, g})[0], dwant[0], tol_of(dt)))
+          const std::vector<Tensor> dwant = call<op::CrossEntropyBackward>(attrs, {x, t, g});
+          EXPECT_TRUE(close(run_on_gpu_host<op::CrossEntropyBackward>(attrs, {x, t, g})[0], dwant[0], tol_of(dt)))
               << "cross_entropy_backward " << what;
         }
       }
@@ -255,20 +255,20 @@ TEST(CudaSoftmax, CrossEntropyWithEveryRowIgnoredIsZero) {
   Tensor x = randn({6, 33}, 70, DType::f32);
   Tensor t = from_vector(std::vector<int32_t>(6, -100), {6});
   for (Reduction r : {Reduction::mean, Reduction::sum}) {
-    const CrossEntropy::Attrs attrs{-100, r};
-    EXPECT_EQ(run_on_gpu_host<CrossEntropy>(attrs, {x, t})[0].item<float>(), 0.0f);
+    const op::CrossEntropy::Attrs attrs{-100, r};
+    EXPECT_EQ(run_on_gpu_host<op::CrossEntropy>(attrs, {x, t})[0].item<float>(), 0.0f);
     Tensor g = full({}, 1.5);
-    EXPECT_TRUE(close(run_on_gpu_host<CrossEntropyBackward>(attrs, {x, t, g})[0], zeros({6, 33}), 0.0));
+    EXPECT_TRUE(close(run_on_gpu_host<op::CrossEntropyBackward>(attrs, {x, t, g})[0], zeros({6, 33}), 0.0));
   }
 }
 
 TEST(CudaSoftmax, CrossEntropyOverManyRowsIsReproducible) {
   REQUIRE_GPU();
   Tensor x = randn({3001, 7}, 80, DType::f32), t = targets(3001, 7, 81, -100);
-  const CrossEntropy::Attrs attrs{-100, Reduction::mean};
-  const std::vector<Tensor> got = run_on_gpu_host<CrossEntropy>(attrs, {x, t});
-  EXPECT_TRUE(close(got[0], call<CrossEntropy>(attrs, {x, t})[0], 1e-5));
-  EXPECT_TRUE(same_bits(got[0], run_on_gpu_host<CrossEntropy>(attrs, {x, t})[0]));
+  const op::CrossEntropy::Attrs attrs{-100, Reduction::mean};
+  const std::vector<Tensor> got = run_on_gpu_host<op::CrossEntropy>(attrs, {x, t});
+  EXPECT_TRUE(close(got[0], call<op::CrossEntropy>(attrs, {x, t})[0], 1e-5));
+  EXPECT_TRUE(same_bits(got[0], run_on_gpu_host<op::CrossEntropy>(attrs, {x, t})[0]));
 }
 
 // The GPU kernels cannot throw the CPU's ValueError without waiting for the targets on the
@@ -281,17 +281,17 @@ TEST(CudaSoftmax, CrossEntropyOutOfRangeTargetGivesNaNRowsAndAnError) {
   Tensor t = from_vector(std::vector<int32_t>{2, 7, -1}, {3});
   const std::vector<std::string> words = {"cross_entropy", "out of range [0, 7)"};
   if (cuda::sync_each_op()) {  // TESSERA_CUDA_SYNC=1: the op itself reports it
-    testing::expect_error<ValueError>([&] { run_on_gpu<CrossEntropy>({-100, Reduction::none}, {x, t}); }, words);
+    testing::expect_error<ValueError>([&] { run_on_gpu<op::CrossEntropy>({-100, Reduction::none}, {x, t}); }, words);
     return;
   }
-  Tensor loss_none = run_on_gpu<CrossEntropy>({-100, Reduction::none}, {x, t})[0];
+  Tensor loss_none = run_on_gpu<op::CrossEntropy>({-100, Reduction::none}, {x, t})[0];
   testing::expect_error<ValueError>([&] { loss_none.to_vector<float>(); }, words);
   const std::vector<float> loss = loss_none.to_vector<float>();  // reported once: the record is clear
   EXPECT_TRUE(std::isfinite(loss[0]) && std::isnan(loss[1]) && std::isnan(loss[2]));
-  Tensor loss_mean = run_on_gpu<CrossEntropy>({-100, Reduction::mean}, {x, t})[0];
+  Tensor loss_mean = run_on_gpu<op::CrossEntropy>({-100, Reduction::mean}, {x, t})[0];
   testing::expect_error<ValueError>([&] { loss_mean.item<float>(); }, words);
   EXPECT_TRUE(std::isnan(loss_mean.item<float>()));
-  Tensor dx_gpu = run_on_gpu<CrossEntropyBackward>({-100, Reduction::sum}, {x, t, full({}, 1.0)})[0];
+  Tensor dx_gpu = run_on_gpu<op::CrossEntropyBackward>({-100, Reduction::sum}, {x, t, full({}, 1.0)})[0];
   testing::expect_error<ValueError>([&] { dx_gpu.to_vector<float>(); }, words);
   const std::vector<float> dx = dx_gpu.to_vector<float>();
   for (int j = 0; j < 7; ++j) EXPECT_TRUE(std::isfinite(dx[j]) && std::isnan(dx[7 + j]) && std::isnan(dx[14 + j]));
@@ -320,26 +320,26 @@ void expect_norm_matches(const Shape& s, int64_t segments, bool relu, bool affin
   const std::vector<Tensor> in = with_params(x, gamma, beta);
   std::vector<Tensor> fwd, fwd_gpu, bwd, bwd_gpu;
   if (segments == 0) {
-    const LayerNorm::Attrs attrs{1e-5, affine, affine};
-    fwd = call<LayerNorm>(attrs, in);
-    fwd_gpu = run_on_gpu_host<LayerNorm>(attrs, in);
+    const op::LayerNorm::Attrs attrs{1e-5, affine, affine};
+    fwd = call<op::LayerNorm>(attrs, in);
+    fwd_gpu = run_on_gpu_host<op::LayerNorm>(attrs, in);
     std::vector<Tensor> bin{g, x, fwd[1], fwd[2]};
     if (affine) bin.push_back(gamma);
-    const LayerNormBackward::Attrs battrs{affine};
-    bwd = call<LayerNormBackward>(battrs, bin);
-    bwd_gpu = run_on_gpu_host<LayerNormBackward>(battrs, bin);
-    EXPECT_TRUE(same_bits(bwd_gpu[1], run_on_gpu_host<LayerNormBackward>(battrs, bin)[1])) << "dgamma: " << what;
+    const op::LayerNormBackward::Attrs battrs{affine};
+    bwd = call<op::LayerNormBackward>(battrs, bin);
+    bwd_gpu = run_on_gpu_host<op::LayerNormBackward>(battrs, bin);
+    EXPECT_TRUE(same_bits(bwd_gpu[1], run_on_gpu_host<op::LayerNormBackward>(battrs, bin)[1])) << "dgamma: " << what;
   } else {
-    const SparseLayerNorm::Attrs attrs{segments, 1e-5, relu, affine, affine};
-    fwd = call<SparseLayerNorm>(attrs, in);
-    fwd_gpu = run_on_gpu_host<SparseLayerNorm>(attrs, in);
+    const op::SparseLayerNorm::Attrs attrs{segments, 1e-5, relu, affine, affine};
+    fwd = call<op::SparseLayerNorm>(attrs, in);
+    fwd_gpu = run_on_gpu_host<op::SparseLayerNorm>(attrs, in);
     std::vector<Tensor> bin{g, x, fwd[1], fwd[2]};
     if (relu) bin.push_back(fwd[0]);
     if (affine) bin.push_back(gamma);
-    const SparseLayerNormBackward::Attrs battrs{segments, relu, affine};
-    bwd = call<SparseLayerNormBackward>(battrs, bin);
-    bwd_gpu = run_on_gpu_host<SparseLayerNormBackward>(battrs, bin);
-    EXPECT_TRUE(same_bits(bwd_gpu[1], run_on_gpu_host<SparseLayerNormBackward>(battrs, bin)[1])) << "dgamma: " << what;
+    const op::SparseLayerNormBackward::Attrs battrs{segments, relu, affine};
+    bwd = call<op::SparseLayerNormBackward>(battrs, bin);
+    bwd_gpu = run_on_gpu_host<op::SparseLayerNormBackward>(battrs, bin);
+    EXPECT_TRUE(same_bits(bwd_gpu[1], run_on_gpu_host<op::SparseLayerNormBackward>(battrs, bin)[1])) << "dgamma: " << what;
   }
   const double tol = tol_of(dt), stats_tol = dt == DType::f64 ? 1e-9 : 1e-5;  // statistics are f32 for bf16/f16
   const char* names[] = {"y", "mean", "rstd", "dx", "dgamma", "dbeta"};
@@ -449,25 +449,25 @@ TEST(CudaNorms, MisalignedDataGivesTheSameBits) {
       Tensor gamma = randn({c}, ++seed, dt), beta = randn({c}, ++seed, dt);
       Tensor x_off = misaligned_on_gpu(x), g_off = misaligned_on_gpu(g);
       const std::string what = label(dt, x.shape());
-      const LayerNorm::Attrs attrs{1e-5, true, true};
-      const std::vector<Tensor> fwd = run_on_gpu_host<LayerNorm>(attrs, {x, gamma, beta});
-      const std::vector<Tensor> fwd_off = run_on_gpu_host<LayerNorm>(attrs, {x_off, gamma, beta});
+      const op::LayerNorm::Attrs attrs{1e-5, true, true};
+      const std::vector<Tensor> fwd = run_on_gpu_host<op::LayerNorm>(attrs, {x, gamma, beta});
+      const std::vector<Tensor> fwd_off = run_on_gpu_host<op::LayerNorm>(attrs, {x_off, gamma, beta});
       for (int k = 0; k < 3; ++k)
         EXPECT_TRUE(same_bits(fwd[k], fwd_off[k])) << "layer_norm output " << k << ": " << what;
-      const std::vector<Tensor> bwd = run_on_gpu_host<LayerNormBackward>({true}, {g, x, fwd[1], fwd[2], gamma});
-      const std::vector<Tensor> bwd_off = run_on_gpu_host<LayerNormBackward>({true}, {g_off, x, fwd[1], fwd[2], gamma});
+      const std::vector<Tensor> bwd = run_on_gpu_host<op::LayerNormBackward>({true}, {g, x, fwd[1], fwd[2], gamma});
+      const std::vector<Tensor> bwd_off = run_on_gpu_host<op::LayerNormBackward>({true}, {g_off, x, fwd[1], fwd[2], gamma});
       for (int k = 0; k < 3; ++k)
         EXPECT_TRUE(same_bits(bwd[k], bwd_off[k])) << "layer_norm_backward output " << k << ": " << what;
-      const SparseLayerNorm::Attrs sattrs{4, 1e-5, true, true, true};
-      const std::vector<Tensor> sfwd = run_on_gpu_host<SparseLayerNorm>(sattrs, {x, gamma, beta});
-      const std::vector<Tensor> sfwd_off = run_on_gpu_host<SparseLayerNorm>(sattrs, {x_off, gamma, beta});
+      const op::SparseLayerNorm::Attrs sattrs{4, 1e-5, true, true, true};
+      const std::vector<Tensor> sfwd = run_on_gpu_host<op::SparseLayerNorm>(sattrs, {x, gamma, beta});
+      const std::vector<Tensor> sfwd_off = run_on_gpu_host<op::SparseLayerNorm>(sattrs, {x_off, gamma, beta});
       for (int k = 0; k < 3; ++k)
         EXPECT_TRUE(same_bits(sfwd[k], sfwd_off[k])) << "sparse_layer_norm output " << k << ": " << what;
-      const SparseLayerNormBackward::Attrs sbattrs{4, true, true};
+      const op::SparseLayerNormBackward::Attrs sbattrs{4, true, true};
       const std::vector<Tensor> sbwd =
-          run_on_gpu_host<SparseLayerNormBackward>(sbattrs, {g, x, sfwd[1], sfwd[2], sfwd[0], gamma});
+          run_on_gpu_host<op::SparseLayerNormBackward>(sbattrs, {g, x, sfwd[1], sfwd[2], sfwd[0], gamma});
       const std::vector<Tensor> sbwd_off =
-          run_on_gpu_host<SparseLayerNormBackward>(sbattrs, {g_off, x, sfwd[1], sfwd[2], sfwd[0], gamma});
+          run_on_gpu_host<op::SparseLayerNormBackward>(sbattrs, {g_off, x, sfwd[1], sfwd[2], sfwd[0], gamma});
       for (int k = 0; k < 3; ++k)
         EXPECT_TRUE(same_bits(sbwd[k], sbwd_off[k])) << "sparse_layer_norm_backward output " << k << ": " << what;
     }
@@ -489,19 +489,19 @@ void expect_narrowed_norm_matches(int64_t rows, int64_t c, bool affine, DType ou
   const Tensor g = randn(s, seed + 3, out);
   const std::string what = label(DType::f32, s, std::string("-> ") + dtype_name(out) + (affine ? " affine" : ""));
   const std::vector<Tensor> in = with_params(x, gamma, beta);
-  const LayerNorm::Attrs plain{1e-5, affine, affine}, narrowed{1e-5, affine, affine, out};
+  const op::LayerNorm::Attrs plain{1e-5, affine, affine}, narrowed{1e-5, affine, affine, out};
   // Forward: fused against the f32 kernel followed by the GPU cast.
-  const std::vector<Tensor> f32 = run_on_gpu<LayerNorm>(plain, in);
-  const std::vector<Tensor> fwd = run_on_gpu_host<LayerNorm>(narrowed, in);
+  const std::vector<Tensor> f32 = run_on_gpu<op::LayerNorm>(plain, in);
+  const std::vector<Tensor> fwd = run_on_gpu_host<op::LayerNorm>(narrowed, in);
   ASSERT_EQ(fwd[0].dtype(), out) << what;
   EXPECT_TRUE(same_bits(fwd[0], cast(f32[0], out).to(Device::cpu()))) << "y: " << what;
   for (int k = 1; k < 3; ++k)
     EXPECT_TRUE(same_bits(fwd[k], f32[k].to(Device::cpu()))) << "stats " << k << ": " << what;
-  const std::vector<Tensor> cpu = call<LayerNorm>(narrowed, in);
+  const std::vector<Tensor> cpu = call<op::LayerNorm>(narrowed, in);
   EXPECT_TRUE(close(fwd[0], cpu[0], 1e-2)) << "y against the CPU: " << what;
   std::vector<Tensor> in_off = in;
   in_off[0] = misaligned_on_gpu(x);
-  const std::vector<Tensor> fwd_off = run_on_gpu_host<LayerNorm>(narrowed, in_off);
+  const std::vector<Tensor> fwd_off = run_on_gpu_host<op::LayerNorm>(narrowed, in_off);
   for (int k = 0; k < 3; ++k)
     EXPECT_TRUE(same_bits(fwd_off[k], fwd[k])) << "misaligned x, output " << k << ": " << what;
   // Backward, from the CPU forward's statistics.
@@ -510,13 +510,13 @@ void expect_narrowed_norm_matches(int64_t rows, int64_t c, bool affine, DType ou
     bin.push_back(gamma);
     bin32.push_back(gamma);
   }
-  const LayerNormBackward::Attrs battrs{affine};
-  const std::vector<Tensor> bwd = run_on_gpu_host<LayerNormBackward>(battrs, bin);
-  const std::vector<Tensor> bwd32 = run_on_gpu_host<LayerNormBackward>(battrs, bin32);
-  const std::vector<Tensor> bcpu = call<LayerNormBackward>(battrs, bin);
+  const op::LayerNormBackward::Attrs battrs{affine};
+  const std::vector<Tensor> bwd = run_on_gpu_host<op::LayerNormBackward>(battrs, bin);
+  const std::vector<Tensor> bwd32 = run_on_gpu_host<op::LayerNormBackward>(battrs, bin32);
+  const std::vector<Tensor> bcpu = call<op::LayerNormBackward>(battrs, bin);
   std::vector<Tensor> bin_off = bin;
   bin_off[0] = misaligned_on_gpu(g);
-  const std::vector<Tensor> bwd_off = run_on_gpu_host<LayerNormBackward>(battrs, bin_off);
+  const std::vector<Tensor> bwd_off = run_on_gpu_host<op::LayerNormBackward>(battrs, bin_off);
   // dx's scale as in expect_norm_matches: RMS(dx), at least 1e-3·RMS(rstd)·RMS(g)·RMS(γ).
   const double s_terms = rms(cpu[2].to_vector<double>()) * rms(g.to_vector<double>()) *
                          (affine ? rms(gamma.to_vector<double>()) : 1.0);

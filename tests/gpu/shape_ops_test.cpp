@@ -85,9 +85,9 @@ TEST(CudaShapeOps, CopyAndReshapeMoveEveryByte) {
   for (DType dt : kAllDtypes)
     for (const Shape& s : {Shape{1}, Shape{7}, Shape{1001}, Shape{33, 65}}) {
       const Tensor x = random_of(s, dt, ++seed);
-      expect_gpu_matches_cpu<Copy>({}, {x}, "copy");
+      expect_gpu_matches_cpu<op::Copy>({}, {x}, "copy");
       // A reshape's kernel runs only where an executor gives it its own buffer, as here.
-      expect_gpu_matches_cpu<Reshape>({{-1}}, {x}, "reshape to [-1]");
+      expect_gpu_matches_cpu<op::Reshape>({{-1}}, {x}, "reshape to [-1]");
     }
 }
 
@@ -100,7 +100,7 @@ TEST(CudaShapeOps, ExpandBroadcastsLikeTheCpu) {
       {{1, 33}, {7, 33}}, {{}, {5, 3}}, {{5, 1, 3}, {2, 5, 4, 3}}, {{65, 1}, {65, 33}}, {{1}, {1001}}};
   uint64_t seed = 20;
   for (DType dt : kFloating)
-    for (const Case& c : cases) expect_gpu_matches_cpu<Expand>({c.to}, {random_of(c.from, dt, ++seed)}, c.to.str());
+    for (const Case& c : cases) expect_gpu_matches_cpu<op::Expand>({c.to}, {random_of(c.from, dt, ++seed)}, c.to.str());
 }
 
 TEST(CudaShapeOps, TransposeOddShapesAndEveryDtype) {
@@ -109,7 +109,7 @@ TEST(CudaShapeOps, TransposeOddShapesAndEveryDtype) {
   for (DType dt : kAllDtypes)
     for (const Shape& s : {Shape{1, 7}, Shape{7, 1}, Shape{33, 65}, Shape{3, 37, 129}, Shape{2, 70, 2}, Shape{64, 32},
                            Shape{2, 1, 1001}})
-      expect_gpu_matches_cpu<Transpose>({}, {random_of(s, dt, ++seed)}, "transpose");
+      expect_gpu_matches_cpu<op::Transpose>({}, {random_of(s, dt, ++seed)}, "transpose");
 }
 
 TEST(CudaShapeOps, PermuteEveryOrderOfFourDims) {
@@ -122,14 +122,14 @@ TEST(CudaShapeOps, PermuteEveryOrderOfFourDims) {
       do {
         std::string name = "perm";
         for (int p : perm) name += " " + std::to_string(p);
-        expect_gpu_matches_cpu<Permute>({perm}, {x}, name);
+        expect_gpu_matches_cpu<op::Permute>({perm}, {x}, name);
       } while (std::next_permutation(perm.begin(), perm.end()));
     }
   // Five dims, negative entries, and the attention head split [B, T, H, D] -> [B, H, T, D].
   for (DType dt : {DType::f32, DType::bf16}) {
-    expect_gpu_matches_cpu<Permute>({{4, 0, -2, 1, 2}}, {random_of({2, 3, 1, 4, 5}, dt, 50)}, "5-d");
-    expect_gpu_matches_cpu<Permute>({{0, 2, 1, 3}}, {random_of({2, 17, 3, 64}, dt, 51)}, "heads");
-    expect_gpu_matches_cpu<Permute>({{0, 2, 1, 3}}, {random_of({2, 17, 3, 5}, dt, 52)}, "heads, odd D");
+    expect_gpu_matches_cpu<op::Permute>({{4, 0, -2, 1, 2}}, {random_of({2, 3, 1, 4, 5}, dt, 50)}, "5-d");
+    expect_gpu_matches_cpu<op::Permute>({{0, 2, 1, 3}}, {random_of({2, 17, 3, 64}, dt, 51)}, "heads");
+    expect_gpu_matches_cpu<op::Permute>({{0, 2, 1, 3}}, {random_of({2, 17, 3, 5}, dt, 52)}, "heads, odd D");
   }
 }
 
@@ -140,19 +140,19 @@ TEST(CudaShapeOps, ConcatAndSplitAlongEveryDim) {
     // Pieces of sizes 5, 2, 0, 9 along dim 1 of [3, ., 7]; then along dims 0 and -1.
     const std::vector<Tensor> mid = {random_of({3, 5, 7}, dt, ++seed), random_of({3, 2, 7}, dt, ++seed),
                                      random_of({3, 0, 7}, dt, ++seed), random_of({3, 9, 7}, dt, ++seed)};
-    expect_gpu_matches_cpu<Concat>({1}, mid, "dim 1");
+    expect_gpu_matches_cpu<op::Concat>({1}, mid, "dim 1");
     const std::vector<Tensor> first = {random_of({1, 33}, dt, ++seed), random_of({4, 33}, dt, ++seed)};
-    expect_gpu_matches_cpu<Concat>({0}, first, "dim 0");
+    expect_gpu_matches_cpu<op::Concat>({0}, first, "dim 0");
     const std::vector<Tensor> last = {random_of({7, 3}, dt, ++seed), random_of({7, 1}, dt, ++seed),
                                       random_of({7, 65}, dt, ++seed)};
-    expect_gpu_matches_cpu<Concat>({-1}, last, "dim -1");
-    expect_gpu_matches_cpu<Concat>({0}, {random_of({1001}, dt, ++seed)}, "one input");
+    expect_gpu_matches_cpu<op::Concat>({-1}, last, "dim -1");
+    expect_gpu_matches_cpu<op::Concat>({0}, {random_of({1001}, dt, ++seed)}, "one input");
 
     const Tensor x = random_of({3, 16, 7}, dt, ++seed);
-    expect_gpu_matches_cpu<Split>({{5, 2, 0, 9}, 1}, {x}, "dim 1");
-    expect_gpu_matches_cpu<Split>({{1, 2}, 0}, {x}, "dim 0");
-    expect_gpu_matches_cpu<Split>({{3, 1, 3}, -1}, {x}, "dim -1");
-    expect_gpu_matches_cpu<Split>({{1001}, 0}, {random_of({1001}, dt, ++seed)}, "one piece");
+    expect_gpu_matches_cpu<op::Split>({{5, 2, 0, 9}, 1}, {x}, "dim 1");
+    expect_gpu_matches_cpu<op::Split>({{1, 2}, 0}, {x}, "dim 0");
+    expect_gpu_matches_cpu<op::Split>({{3, 1, 3}, -1}, {x}, "dim -1");
+    expect_gpu_matches_cpu<op::Split>({{1001}, 0}, {random_of({1001}, dt, ++seed)}, "one piece");
   }
 }
 
@@ -171,12 +171,12 @@ TEST(CudaShapeOps, SliceAndSliceBackward) {
     for (const Case& c : cases) {
       const std::string what =
           "dim " + std::to_string(c.dim) + " [" + std::to_string(c.start) + ", " + std::to_string(c.end) + ")";
-      expect_gpu_matches_cpu<Slice>({c.dim, c.start, c.end}, {x}, what);
+      expect_gpu_matches_cpu<op::Slice>({c.dim, c.start, c.end}, {x}, what);
       const int d = x.shape().normalize_dim(c.dim);
       const auto [b, e] = detail::slice_bounds(x.shape()[d], c.start, c.end);
       std::vector<int64_t> gs = x.shape().vec();
       gs[d] = e - b;
-      expect_gpu_matches_cpu<SliceBackward>({x.shape(), c.dim, b}, {random_of(Shape(gs), dt, ++seed)}, what);
+      expect_gpu_matches_cpu<op::SliceBackward>({x.shape(), c.dim, b}, {random_of(Shape(gs), dt, ++seed)}, what);
     }
   }
 }
@@ -186,12 +186,12 @@ TEST(CudaShapeOps, IndexSelectWithRepeatsAlongEveryDim) {
   uint64_t seed = 80;
   for (DType dt : kAllDtypes) {
     const Tensor x = random_of({11, 5, 33}, dt, ++seed);
-    expect_gpu_matches_cpu<IndexSelect>({0}, {x, indices_of({3, 0, 10, 3, 3, 7})}, "dim 0");
-    expect_gpu_matches_cpu<IndexSelect>({1}, {x, indices_of({4, 4, 1})}, "dim 1");
-    expect_gpu_matches_cpu<IndexSelect>({-1}, {x, random_indices(100, 33, ++seed)}, "dim -1");
-    expect_gpu_matches_cpu<IndexSelect>({0}, {x, indices_of({})}, "no indices");
+    expect_gpu_matches_cpu<op::IndexSelect>({0}, {x, indices_of({3, 0, 10, 3, 3, 7})}, "dim 0");
+    expect_gpu_matches_cpu<op::IndexSelect>({1}, {x, indices_of({4, 4, 1})}, "dim 1");
+    expect_gpu_matches_cpu<op::IndexSelect>({-1}, {x, random_indices(100, 33, ++seed)}, "dim -1");
+    expect_gpu_matches_cpu<op::IndexSelect>({0}, {x, indices_of({})}, "no indices");
     // An embedding-sized lookup: rows of 1001 elements (not a multiple of a wide word).
-    expect_gpu_matches_cpu<IndexSelect>({0}, {random_of({37, 1001}, dt, ++seed), random_indices(257, 37, ++seed)},
+    expect_gpu_matches_cpu<op::IndexSelect>({0}, {random_of({37, 1001}, dt, ++seed), random_indices(257, 37, ++seed)},
                                         "rows");
   }
 }
@@ -201,20 +201,20 @@ TEST(CudaShapeOps, IndexSelectBackwardEqualsTheCpuAndIsDeterministic) {
   uint64_t seed = 90;
   for (DType dt : kFloating) {
     // Many repeats (the embedding gradient of a batch of tokens), R larger and smaller than N.
-    expect_gpu_matches_cpu<IndexSelectBackward>(
+    expect_gpu_matches_cpu<op::IndexSelectBackward>(
         {0, 37}, {random_of({5000, 33}, dt, ++seed), random_indices(5000, 37, ++seed)}, "5000 tokens, vocabulary 37");
-    expect_gpu_matches_cpu<IndexSelectBackward>(
+    expect_gpu_matches_cpu<op::IndexSelectBackward>(
         {0, 1001}, {random_of({7, 65}, dt, ++seed), random_indices(7, 1001, ++seed)}, "7 tokens, vocabulary 1001");
-    expect_gpu_matches_cpu<IndexSelectBackward>(
+    expect_gpu_matches_cpu<op::IndexSelectBackward>(
         {1, 11}, {random_of({3, 64, 5}, dt, ++seed), random_indices(64, 11, ++seed)}, "dim 1");
-    expect_gpu_matches_cpu<IndexSelectBackward>(
+    expect_gpu_matches_cpu<op::IndexSelectBackward>(
         {-1, 9}, {random_of({4, 6}, dt, ++seed), indices_of({8, 0, 8, 8, 2, 0})}, "dim -1");
-    expect_gpu_matches_cpu<IndexSelectBackward>({0, 5}, {random_of({0, 3}, dt, ++seed), indices_of({})}, "no indices");
+    expect_gpu_matches_cpu<op::IndexSelectBackward>({0, 5}, {random_of({0, 3}, dt, ++seed), indices_of({})}, "no indices");
     // Skewed, as characters are: index 0 at every third position (thousands of places, many
     // runs of kRun), the rest spread over 65.
     std::vector<int32_t> skewed = random_indices(20000, 65, ++seed).to_vector<int32_t>();
     for (size_t n = 0; n < skewed.size(); n += 3) skewed[n] = 0;
-    expect_gpu_matches_cpu<IndexSelectBackward>({0, 65}, {random_of({20000, 390}, dt, ++seed), indices_of(skewed)},
+    expect_gpu_matches_cpu<op::IndexSelectBackward>({0, 65}, {random_of({20000, 390}, dt, ++seed), indices_of(skewed)},
                                                 "20000 tokens, one index at a third of them");
   }
   // The same bits on every run.

@@ -70,9 +70,9 @@ TEST(BlockAttentionDropout, MaskIsTheDropoutOpsOnTheDenseProbabilities) {
 TEST(BlockAttentionDropout, Gradcheck) {
   // A fixed stream (attributes): the function gradcheck differentiates is deterministic.
   for (const AttentionLayoutPtr& l : {AttentionLayout::dense_causal(32, 8, 2), AttentionLayout::strided(32, 8, 2, 2)}) {
-    const BlockAttention::Attrs attrs{l, 0, 0.3, 5, 40};
+    const op::BlockAttention::Attrs attrs{l, 0, 0.3, 5, 40};
     const Shape s{2, 2, 32, 4};
-    EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& t) { return call<BlockAttention>(attrs, t)[0]; },
+    EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& t) { return call<op::BlockAttention>(attrs, t)[0]; },
                           {test_randn(s, 1), test_randn(s, 2), test_randn(s, 3)}))
         << l->str();
   }
@@ -82,16 +82,16 @@ TEST(BlockAttentionDropout, PhiloxBaseShiftsTheStream) {
   const AttentionLayoutPtr l = AttentionLayout::local_window(32, 8, 2, 2);
   const Shape s{1, 2, 32, 4};
   const std::vector<Tensor> in{test_randn(s, 1), test_randn(s, 2), test_randn(s, 3)};
-  const Tensor shifted = call<BlockAttention>({l, 0, 0.25, 9, 7 + 1000}, in)[0];
-  const Tensor based = call<BlockAttention>({l, 0, 0.25, 9, 7}, {in[0], in[1], in[2], philox_base(1000)})[0];
+  const Tensor shifted = call<op::BlockAttention>({l, 0, 0.25, 9, 7 + 1000}, in)[0];
+  const Tensor based = call<op::BlockAttention>({l, 0, 0.25, 9, 7}, {in[0], in[1], in[2], philox_base(1000)})[0];
   EXPECT_EQ(shifted.to_vector<double>(), based.to_vector<double>());
-  EXPECT_NE(call<BlockAttention>({l, 0, 0.25, 9, 7}, in)[0].to_vector<double>(), based.to_vector<double>());
+  EXPECT_NE(call<op::BlockAttention>({l, 0, 0.25, 9, 7}, in)[0].to_vector<double>(), based.to_vector<double>());
   // Backward reads the same base: gradients of the based and the shifted forms agree.
   auto grad_q = [&](bool with_base) {
     Tensor q = in[0].clone().requires_grad_();
     std::vector<Tensor> args{q, in[1], in[2]};
     if (with_base) args.push_back(philox_base(1000));
-    call<BlockAttention>({l, 0, 0.25, 9, with_base ? 7u : 1007u}, args)[0].backward(test_randn(s, 4));
+    call<op::BlockAttention>({l, 0, 0.25, 9, with_base ? 7u : 1007u}, args)[0].backward(test_randn(s, 4));
     return q.grad().to_vector<double>();
   };
   EXPECT_EQ(grad_q(true), grad_q(false));
@@ -141,11 +141,11 @@ TEST(BlockAttentionDropout, Errors) {
   const Tensor x = test_randn({1, 1, 16, 4}, 1);
   expect_error<ValueError>([&] { block_attention(x, x, x, l, 0, 1.0); }, {"block_attention", "dropout", "[0, 1)"});
   expect_error<ValueError>([&] { block_attention(x, x, x, l, 0, -0.1); }, {"block_attention", "dropout"});
-  expect_error<ValueError>([&] { call<BlockAttention>({l, 0, 0, 1, 0}, {x, x, x, philox_base(0)}); },
+  expect_error<ValueError>([&] { call<op::BlockAttention>({l, 0, 0, 1, 0}, {x, x, x, philox_base(0)}); },
                            {"block_attention", "Philox base", "dropout is 0"});
-  expect_error<DTypeError>([&] { call<BlockAttention>({l, 0, 0.1, 1, 0}, {x, x, x, zeros({2}, DType::f32)}); },
+  expect_error<DTypeError>([&] { call<op::BlockAttention>({l, 0, 0.1, 1, 0}, {x, x, x, zeros({2}, DType::f32)}); },
                            {"block_attention", "i32[2]"});
-  expect_error<ValueError>([&] { call<BlockAttention>({l, 0, 0.1, 1, 0}, {x, x}); },
+  expect_error<ValueError>([&] { call<op::BlockAttention>({l, 0, 0.1, 1, 0}, {x, x}); },
                            {"block_attention", "3 or 4 inputs"});
 }
 

@@ -133,7 +133,7 @@ TEST(BlockAttention, GradcheckEveryLayoutKind) {
 TEST(BlockAttention, LogSumExpOutput) {
   auto layout = AttentionLayout::strided(24, 8, 2, 2);
   Tensor q = test_randn({1, 2, 24, 3}, 1), k = test_randn({1, 2, 24, 3}, 2), v = test_randn({1, 2, 24, 3}, 3);
-  std::vector<Tensor> out = call<BlockAttention>({layout, 0.5}, {q, k, v});
+  std::vector<Tensor> out = call<op::BlockAttention>({layout, 0.5}, {q, k, v});
   ASSERT_EQ(out[1].shape(), Shape({1, 2, 24}));
   std::vector<double> qv = q.to_vector<double>(), kv = k.to_vector<double>(), ref;
   for (int64_t h = 0; h < 2; ++h)

@@ -182,7 +182,7 @@ TEST(Bsmm, F32OutputAndAccumulateEpilogues) {
     const Tensor x = cast(test_randn({5, l->in_features()}, 1, DType::f32), DType::bf16);
     const Tensor w = cast(test_randn({l->nnz(), bs, bs}, 2, DType::f32), DType::bf16);
     const Tensor dy = cast(test_randn({5, l->out_features()}, 3, DType::f32), DType::bf16);
-    const Tensor y = call<Bsmm>({l, false, true}, {x, w})[0];
+    const Tensor y = call<op::Bsmm>({l, false, true}, {x, w})[0];
     EXPECT_EQ(y.dtype(), DType::f32);
     EXPECT_TRUE(all_close(y, bsmm(cast(x, DType::f32), cast(w, DType::f32), l), 1e-6, 1e-6));
     const Tensor dw32 = bsmm_dw(cast(x, DType::f32), cast(dy, DType::f32), l);
@@ -196,7 +196,7 @@ TEST(Bsmm, F32OutputAndAccumulateEpilogues) {
                           2e-2));
   }
   LayoutPtr l = grad_layout(8);
-  expect_error<DTypeError>([&] { call<Bsmm>({l, false, true}, {zeros({3, 16}), zeros({4, 8, 8})}); },
+  expect_error<DTypeError>([&] { call<op::Bsmm>({l, false, true}, {zeros({3, 16}), zeros({4, 8, 8})}); },
                            {"bsmm", "f32 output"});
   expect_error<DTypeError>([&] { bsmm_dw(zeros({3, 16}), zeros({3, 24}), l, Tensor(), true); },
                            {"bsmm_dw", "f32 output"});

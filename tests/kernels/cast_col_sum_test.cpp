@@ -53,7 +53,7 @@ TEST(CastColSum, LinearBackwardUsesIt) {
   Tensor w = test_randn({20, 12}, 4, DType::bf16).requires_grad_();
   Tensor b = test_randn({12}, 5, DType::f32).requires_grad_();
   Tensor dy = test_randn({33, 12}, 6, DType::f32);
-  call<Linear>({true}, {x, w, b})[0].backward(dy);
+  call<op::Linear>({true}, {x, w, b})[0].backward(dy);
   Tensor g = cast(dy, DType::bf16);
   EXPECT_TRUE(all_close(b.grad(), sum(dy, 0), 0, 0));
   EXPECT_TRUE(all_close(x.grad(), matmul(g, w, false, true), 0, 0));

@@ -95,7 +95,7 @@ TEST(Dropout, Backward) {
 // ---- the optional Philox-base input (compiled steps feed it; see OpBase::kRandom) ----
 
 Tensor drop(const Tensor& x, double p, uint64_t seed, uint64_t start, const Tensor& base = Tensor()) {
-  return base.defined() ? call<Dropout>({p, seed, start}, {x, base})[0] : call<Dropout>({p, seed, start}, {x})[0];
+  return base.defined() ? call<op::Dropout>({p, seed, start}, {x, base})[0] : call<op::Dropout>({p, seed, start}, {x})[0];
 }
 
 TEST(Dropout, PhiloxBaseAddsToStart) {
@@ -146,13 +146,13 @@ TEST(Dropout, PhiloxBaseErrors) {
   testing::expect_error<ShapeError>([&] { drop(x, 0.5, 1, 0, zeros({1}, DType::i32)); },
                                     {"dropout", "Philox base", "i32[1]"});
   testing::expect_error<ShapeError>([&] { drop(x, 0.5, 1, 0, zeros({1, 2}, DType::i32)); }, {"dropout", "i32[1, 2]"});
-  testing::expect_error<ValueError>([&] { call<Dropout>({0.5, 1, 0}, {x, philox_base(0), philox_base(0)}); },
+  testing::expect_error<ValueError>([&] { call<op::Dropout>({0.5, 1, 0}, {x, philox_base(0), philox_base(0)}); },
                                     {"dropout", "1 or 2 inputs", "got 3"});
   // On another device than x: refused by the op machinery, and by the shape rule itself.
   const TensorMeta on_gpu{Shape{2}, DType::i32, Device::cuda(0)};
   testing::expect_error<DeviceError>([&] { drop(x, 0.5, 1, 0, symbolic({2}, DType::i32, Device::cuda(0))); },
                                      {"dropout", "cuda:0"});
-  testing::expect_error<DeviceError>([&] { Dropout::infer({x.meta(), on_gpu}, {0.5, 1, 0}); },
+  testing::expect_error<DeviceError>([&] { op::Dropout::infer({x.meta(), on_gpu}, {0.5, 1, 0}); },
                                      {"dropout", "Philox base", "cuda:0", "x's device"});
 }
 

@@ -81,7 +81,7 @@ TEST(Embedding, BackwardIsDeterministic) {
   EXPECT_EQ(a, b);
   // And it matches the documented order, written out: row r's positions n (increasing), at
   // sorted places start_r + k, summed in runs of places [j·kRun, (j+1)·kRun), run sums in order.
-  const int64_t kRun = IndexSelectBackward::kRun;
+  const int64_t kRun = op::IndexSelectBackward::kRun;
   std::vector<float> ref(50 * 37, 0.f), seq(50 * 37, 0.f), gv = g.to_vector<float>();
   int64_t start_r = 0;
   for (int32_t r = 0; r < 50; ++r) {

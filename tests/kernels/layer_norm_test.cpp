@@ -44,7 +44,7 @@ TEST(LayerNorm, HandValues) {
                          3 + 1.5 / std::sqrt(1.25), -1, 0, 3, 4},
                         1e-12));
   // The op's extra outputs: per-row mean and rstd, shaped like x without its last dim.
-  std::vector<Tensor> out = call<LayerNorm>({eps, false, false}, {reshape(x, std::vector<int64_t>{2, 1, 4})});
+  std::vector<Tensor> out = call<op::LayerNorm>({eps, false, false}, {reshape(x, std::vector<int64_t>{2, 1, 4})});
   EXPECT_EQ(out[1].shape(), Shape({2, 1}));
   EXPECT_TRUE(all_close(out[1], {2.5, 4}, 1e-12));
   EXPECT_TRUE(all_close(out[2], {r0, r1}, 1e-12));
@@ -68,7 +68,7 @@ TEST(LayerNorm, HalfInputsComputeInF32) {
   // bf16 x/gamma/beta: y in bf16, statistics in f32, values within bf16 rounding of the f32 result.
   Tensor x = test_randn({3, 33}, 16, DType::f32), g = test_randn({33}, 17, DType::f32);
   auto bf = [](const Tensor& t) { return from_vector(t.to_vector<float>(), t.shape(), DType::bf16); };
-  std::vector<Tensor> out = call<LayerNorm>({1e-5, true, false}, {bf(x), bf(g)});
+  std::vector<Tensor> out = call<op::LayerNorm>({1e-5, true, false}, {bf(x), bf(g)});
   EXPECT_EQ(out[0].dtype(), DType::bf16);
   EXPECT_EQ(out[1].dtype(), DType::f32);
   auto f32 = [](const Tensor& t) { return from_vector(t.to_vector<float>(), t.shape()); };
@@ -93,7 +93,7 @@ TEST(LayerNorm, BackwardParameterGradients) {
   // dgamma = sum_rows g·xhat, dbeta = sum_rows g; parallel-sized so the row blocks are exercised.
   Tensor x = test_randn({200, 257}, 13), g = test_randn({200, 257}, 14),
          gamma = test_rand({257}, 0.5, 1.5, 15);
-  std::vector<Tensor> st = call<LayerNorm>({1e-5, false, false}, {x});
+  std::vector<Tensor> st = call<op::LayerNorm>({1e-5, false, false}, {x});
   std::vector<Tensor> d = layer_norm_backward(g, x, st[1], st[2], gamma);
   Tensor xhat = layer_norm(x);
   EXPECT_TRUE(all_close(d[1], sum(mul(g, xhat), 0), 1e-10, 1e-10));
@@ -130,7 +130,7 @@ TEST(LayerNorm, Errors) {
   EXPECT_THROW(layer_norm(full({}, 1.0)), ShapeError);
   EXPECT_THROW(layer_norm(zeros({3, 0})), ShapeError);
   EXPECT_THROW(layer_norm(x, Tensor(), Tensor(), -1.0), ValueError);
-  std::vector<Tensor> st = call<LayerNorm>({1e-5, false, false}, {x});
+  std::vector<Tensor> st = call<op::LayerNorm>({1e-5, false, false}, {x});
   EXPECT_THROW(layer_norm_backward(zeros({2, 4}), x, st[1], st[2]), ShapeError);
   EXPECT_THROW(layer_norm_backward(x, x, zeros({5}), st[2]), ShapeError);
 }
@@ -164,9 +164,9 @@ TEST(LayerNorm, NarrowedOutputIsTheCastOfTheF32Output) {
         if (p.beta.defined()) v.push_back(p.beta);
         return v;
       }();
-      const std::vector<Tensor> ref = call<LayerNorm>({1e-5, p.gamma.defined(), p.beta.defined()}, in);
+      const std::vector<Tensor> ref = call<op::LayerNorm>({1e-5, p.gamma.defined(), p.beta.defined()}, in);
       for (DType out : {DType::bf16, DType::f16}) {
-        const std::vector<Tensor> got = call<LayerNorm>({1e-5, p.gamma.defined(), p.beta.defined(), out}, in);
+        const std::vector<Tensor> got = call<op::LayerNorm>({1e-5, p.gamma.defined(), p.beta.defined(), out}, in);
         EXPECT_TRUE(same_bits(got[0], cast(ref[0], out))) << p.name << " " << out << " " << s;
         EXPECT_TRUE(same_bits(got[1], ref[1])) << "mean: " << p.name;  // statistics: f32 as before
         EXPECT_TRUE(same_bits(got[2], ref[2])) << "rstd: " << p.name;
@@ -181,7 +181,7 @@ TEST(LayerNorm, BackwardReadsAHalfGradientOfF32InputAsItsWidening) {
   uint64_t seed = 60;
   for (const Shape& s : {Shape{1, 1}, Shape{5, 7}, Shape{2, 3, 33}, Shape{200, 257}}) {
     const Tensor x = test_randn(s, ++seed, DType::f32);
-    const std::vector<Tensor> st = call<LayerNorm>({1e-5, false, false}, {x});
+    const std::vector<Tensor> st = call<op::LayerNorm>({1e-5, false, false}, {x});
     const Tensor gamma = test_rand({s[-1]}, 0.5, 1.5, ++seed, DType::f32);
     for (DType gt : {DType::bf16, DType::f16})
       for (bool with_gamma : {false, true}) {
@@ -231,11 +231,11 @@ TEST(LayerNorm, OutputAndGradientDtypeErrors) {
   // gamma and beta stay in x's dtype, whatever y's is.
   expect_error<DTypeError>([&] { layer_norm(x, zeros({5}, DType::bf16), Tensor(), 1e-5, DType::bf16); },
                            {"layer_norm", "gamma", "bf16[5]"});
-  const std::vector<Tensor> st = call<LayerNorm>({1e-5, false, false}, {x});
+  const std::vector<Tensor> st = call<op::LayerNorm>({1e-5, false, false}, {x});
   expect_error<DTypeError>([&] { layer_norm_backward(cast(x, DType::f64), x, st[1], st[2]); },
                            {"layer_norm_backward", "f64[2, 5]", "f32[2, 5]"});
   const Tensor xb = cast(x, DType::bf16);
-  const std::vector<Tensor> sb = call<LayerNorm>({1e-5, false, false}, {xb});
+  const std::vector<Tensor> sb = call<op::LayerNorm>({1e-5, false, false}, {xb});
   expect_error<DTypeError>([&] { layer_norm_backward(x, xb, sb[1], sb[2]); },
                            {"layer_norm_backward", "f32[2, 5]", "bf16[2, 5]"});
   expect_error<ShapeError>([&] { layer_norm_backward(zeros({2, 4}, DType::bf16), x, st[1], st[2]); },

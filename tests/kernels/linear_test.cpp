@@ -47,9 +47,9 @@ TEST(Linear, HalfInputsRoundOnce) {
 TEST(Linear, F32OutputEqualsMatmulF32OutputPlusBias) {
   for (DType dt : {DType::bf16, DType::f16}) {
     Tensor x = test_randn({11, 23}, 7, dt), w = test_randn({23, 13}, 8, dt), b = test_randn({13}, 9, DType::f32);
-    Tensor y = call<Linear>({true}, {x, w, b})[0];
+    Tensor y = call<op::Linear>({true}, {x, w, b})[0];
     EXPECT_EQ(y.dtype(), DType::f32);
-    Tensor want = add(call<Matmul>({false, false, true}, {x, w})[0], b);
+    Tensor want = add(call<op::Matmul>({false, false, true}, {x, w})[0], b);
     EXPECT_TRUE(all_close(y, want, 1e-6, 1e-6)) << dtype_name(dt);
   }
 }
@@ -75,7 +75,7 @@ TEST(Linear, F32OutputGradientsAreInTheInputsDtypes) {
   Tensor w = test_randn({5, 4}, 16, DType::bf16).requires_grad_();
   Tensor b = test_randn({4}, 17, DType::f32).requires_grad_();
   Tensor g = test_randn({6, 4}, 18, DType::f32);
-  call<Linear>({true}, {x, w, b})[0].backward(g);
+  call<op::Linear>({true}, {x, w, b})[0].backward(g);
   EXPECT_EQ(x.grad().dtype(), DType::bf16);
   EXPECT_EQ(w.grad().dtype(), DType::bf16);
   EXPECT_EQ(b.grad().dtype(), DType::f32);
@@ -92,7 +92,7 @@ TEST(Linear, AutocastMultipliesInTheLowDtypeAndAddsTheF32Bias) {
     autocast::Guard amp(low);
     Tensor y = linear(x, w, b);
     EXPECT_EQ(y.dtype(), DType::f32);
-    Tensor want = call<Linear>({true}, {cast(x, low), cast(w, low), b})[0];
+    Tensor want = call<op::Linear>({true}, {cast(x, low), cast(w, low), b})[0];
     EXPECT_TRUE(all_close(y, want, 0, 0)) << dtype_name(low);
   }
   // f64 is left alone.
@@ -109,10 +109,10 @@ TEST(Linear, ErrorsNameTheOpAndTheShapes) {
   expect_error<DTypeError>([] { linear(zeros({2, 3}), zeros({3, 5}, DType::f64), zeros({5})); }, {"linear", "f64"});
   expect_error<DTypeError>([] { linear(zeros({2, 3}), zeros({3, 5}), zeros({5}, DType::f64)); }, {"linear", "b"});
   // f32_output needs bf16/f16 x and W, and then an f32 b.
-  expect_error<DTypeError>([] { call<Linear>({true}, {zeros({2, 3}), zeros({3, 5}), zeros({5})}); },
+  expect_error<DTypeError>([] { call<op::Linear>({true}, {zeros({2, 3}), zeros({3, 5}), zeros({5})}); },
                            {"linear", "f32 output"});
   expect_error<DTypeError>(
-      [] { call<Linear>({true}, {zeros({2, 3}, DType::bf16), zeros({3, 5}, DType::bf16), zeros({5}, DType::bf16)}); },
+      [] { call<op::Linear>({true}, {zeros({2, 3}, DType::bf16), zeros({3, 5}, DType::bf16), zeros({5}, DType::bf16)}); },
       {"linear", "b", "f32"});
   expect_error<DTypeError>([] { linear(zeros({2, 3}, DType::i32), zeros({3, 5}, DType::i32), zeros({5}, DType::i32)); },
                            {"linear"});

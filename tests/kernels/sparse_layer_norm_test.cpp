@@ -58,7 +58,7 @@ TEST(SparseLayerNorm, HandValues) {
                         {0, 2 * a + 1, a + 2, 0, 0, 2 * b + 1, c + 2, 0}, 1e-12));
   EXPECT_TRUE(all_close(sparse_layer_norm(x, 2, Tensor(), beta, 0.0, true), {0, 2, 1, 0, 0, 2, 1, 0}, 1e-12));
   // Statistics: [rows, segments] = x's shape with the last dim replaced by segments.
-  std::vector<Tensor> out = call<SparseLayerNorm>({2, eps, false, false, false}, {x});
+  std::vector<Tensor> out = call<op::SparseLayerNorm>({2, eps, false, false, false}, {x});
   EXPECT_EQ(out[1].shape(), Shape({2, 2}));
   EXPECT_EQ(out[1].dtype(), DType::f64);
   EXPECT_TRUE(all_close(out[1], {1.5, 3.5, 4, 2}, 1e-12));
@@ -86,8 +86,8 @@ TEST(SparseLayerNorm, MatchesReferenceOnRandomData) {
 TEST(SparseLayerNorm, OneSegmentEqualsLayerNormExactly) {
   for (DType t : {DType::f32, DType::f64}) {
     Tensor x = test_randn({3, 5, 37}, 40, t), gamma = test_randn({37}, 41, t), beta = test_randn({37}, 42, t);
-    std::vector<Tensor> a = call<SparseLayerNorm>({1, 1e-5, false, true, true}, {x, gamma, beta});
-    std::vector<Tensor> b = call<LayerNorm>({1e-5, true, true}, {x, gamma, beta});
+    std::vector<Tensor> a = call<op::SparseLayerNorm>({1, 1e-5, false, true, true}, {x, gamma, beta});
+    std::vector<Tensor> b = call<op::LayerNorm>({1e-5, true, true}, {x, gamma, beta});
     // y bit for bit; the statistics too, shaped [..., 1] (segments) where layer_norm's are [...].
     EXPECT_EQ(a[0].shape(), b[0].shape());
     EXPECT_EQ(a[1].shape(), Shape({3, 5, 1}));
@@ -136,7 +136,7 @@ TEST(SparseLayerNorm, HalfInputsComputeInF32) {
   auto bf = [](const Tensor& t) { return from_vector(t.to_vector<float>(), t.shape(), DType::bf16); };
   auto f32 = [](const Tensor& t) { return from_vector(t.to_vector<float>(), t.shape()); };
   Tensor x = bf(test_randn({3, 32}, 63, DType::f32)), g = bf(test_randn({32}, 64, DType::f32));
-  std::vector<Tensor> out = call<SparseLayerNorm>({4, 1e-5, true, true, false}, {x, g});
+  std::vector<Tensor> out = call<op::SparseLayerNorm>({4, 1e-5, true, true, false}, {x, g});
   EXPECT_EQ(out[0].dtype(), DType::bf16);
   EXPECT_EQ(out[1].dtype(), DType::f32);
   EXPECT_TRUE(all_close(out[0], sparse_layer_norm(f32(x), 4, f32(g), Tensor(), 1e-5, true), 1e-2, 1e-2));
@@ -188,7 +188,7 @@ TEST(SparseLayerNorm, BackwardParameterGradients) {
   const int64_t rows = 200, c = 256, segments = 8, gs = c / segments;
   Tensor x = test_randn({rows, c}, 80), g = test_randn({rows, c}, 81), gamma = test_rand({c}, 0.5, 1.5, 82),
          beta = test_randn({c}, 83);
-  std::vector<Tensor> fw = call<SparseLayerNorm>({segments, 1e-5, true, true, true}, {x, gamma, beta});
+  std::vector<Tensor> fw = call<op::SparseLayerNorm>({segments, 1e-5, true, true, true}, {x, gamma, beta});
   std::vector<Tensor> d = sparse_layer_norm_backward(g, x, fw[1], fw[2], segments, fw[0], gamma);
   const std::vector<double> xv = x.to_vector<double>(), gv = g.to_vector<double>();
   const std::vector<double> yv = fw[0].to_vector<double>(), mv = fw[1].to_vector<double>(),
@@ -214,7 +214,7 @@ TEST(SparseLayerNorm, BackwardParameterGradients) {
 
 TEST(SparseLayerNorm, SymbolicShapes) {
   std::vector<Tensor> out =
-      call<SparseLayerNorm>({4, 1e-5, true, true, false}, {symbolic({2, 3, 16}), symbolic({16})});
+      call<op::SparseLayerNorm>({4, 1e-5, true, true, false}, {symbolic({2, 3, 16}), symbolic({16})});
   EXPECT_TRUE(out[0].is_symbolic());
   EXPECT_EQ(out[0].shape(), Shape({2, 3, 16}));
   EXPECT_EQ(out[1].shape(), Shape({2, 3, 4}));
@@ -237,7 +237,7 @@ TEST(SparseLayerNorm, Errors) {
   expect_error<ShapeError>([&] { sparse_layer_norm(full({}, 1.0), 1); }, {"sparse_layer_norm", "[]"});
   EXPECT_THROW(sparse_layer_norm(zeros({3, 0}), 1), ShapeError);
   EXPECT_THROW(sparse_layer_norm(x, 2, Tensor(), Tensor(), -1.0), ValueError);
-  std::vector<Tensor> st = call<SparseLayerNorm>({2, 1e-5, false, false, false}, {x});
+  std::vector<Tensor> st = call<op::SparseLayerNorm>({2, 1e-5, false, false, false}, {x});
   expect_error<ShapeError>([&] { sparse_layer_norm_backward(x, x, zeros({2}), st[2], 2); },
                            {"sparse_layer_norm_backward", "mean", "[2]", "[2, 2]"});
   expect_error<ShapeError>([&] { sparse_layer_norm_backward(x, x, st[1], st[2], 3); },

@@ -97,13 +97,13 @@ TEST(Unary, ReluGradientIsMaskOfPositiveInputs) {
 }
 
 TEST(Unary, SavesOnlyWhatTheRuleReads) {
-  static_assert(Exp::kSaveOutputs == 1 && Exp::kSaveInputs == 0, "exp reads y");
-  static_assert(Log::kSaveInputs == 1 && Log::kSaveOutputs == 0, "log reads x");
-  static_assert(Sqrt::kSaveOutputs == 1 && Sqrt::kSaveInputs == 0, "sqrt reads y");
-  static_assert(Rsqrt::kSaveOutputs == 1 && Rsqrt::kSaveInputs == 0, "rsqrt reads y");
-  static_assert(Tanh::kSaveOutputs == 1 && Tanh::kSaveInputs == 0, "tanh reads y");
-  static_assert(Sigmoid::kSaveOutputs == 1 && Sigmoid::kSaveInputs == 0, "sigmoid reads y");
-  static_assert(Relu::kSaveOutputs == 1 && Relu::kSaveInputs == 0, "relu reads y");
+  static_assert(op::Exp::kSaveOutputs == 1 && op::Exp::kSaveInputs == 0, "exp reads y");
+  static_assert(op::Log::kSaveInputs == 1 && op::Log::kSaveOutputs == 0, "log reads x");
+  static_assert(op::Sqrt::kSaveOutputs == 1 && op::Sqrt::kSaveInputs == 0, "sqrt reads y");
+  static_assert(op::Rsqrt::kSaveOutputs == 1 && op::Rsqrt::kSaveInputs == 0, "rsqrt reads y");
+  static_assert(op::Tanh::kSaveOutputs == 1 && op::Tanh::kSaveInputs == 0, "tanh reads y");
+  static_assert(op::Sigmoid::kSaveOutputs == 1 && op::Sigmoid::kSaveInputs == 0, "sigmoid reads y");
+  static_assert(op::Relu::kSaveOutputs == 1 && op::Relu::kSaveInputs == 0, "relu reads y");
   // And the rules work with only those saved: a chain of every op, differentiated.
   auto chain = [](const std::vector<Tensor>& x) {
     return relu(sigmoid(tanh(rsqrt(sqrt(log(exp(x[0])))))));

@@ -193,12 +193,12 @@ TEST(AdafactorUpdate, InPlaceMatchesFreshOutputs) {
   a.scale_parameter = true;
   for (DType dt : {DType::f32, DType::f64}) {
     for (int64_t n : {int64_t{7}, int64_t{40001}}) {  // 40001: the OpenMP path
-      check_in_place<AdafactorUpdate>(
+      check_in_place<op::AdafactorUpdate>(
           a, {test_randn({n}, 1, dt), test_randn({n}, 2, dt), test_rand({n}, 0.1, 2.0, 3, dt), scalar(0.01), scalar(5)},
           {0, 2});
     }
     for (Shape s : {Shape{5, 3}, Shape{301, 211}, Shape{2, 3, 130}}) {
-      check_in_place<AdafactorFactoredUpdate>(a,
+      check_in_place<op::AdafactorFactoredUpdate>(a,
                                               {test_randn(s, 1, dt), test_randn(s, 2, dt),
                                                test_rand(factored_shape(s), 0.1, 2.0, 3, dt), scalar(0.01), scalar(5)},
                                               {0, 2});

@@ -69,18 +69,18 @@ TEST(AdamMultiUpdate, EqualsOneSingleUpdatePerParameterBitwise) {
 
 TEST(AdamMultiUpdate, InPlaceMatchesFreshOutputs) {
   const Params s = make_params(DType::f32, 100);
-  const AdamMultiUpdate::Attrs a{0.9, 0.999, 1e-8, AdamDecay::decoupled, s.wd};
+  const op::AdamMultiUpdate::Attrs a{0.9, 0.999, 1e-8, AdamDecay::decoupled, s.wd};
   std::vector<Tensor> in;
   for (const auto* list : {&s.p, &s.g, &s.m, &s.v})
     for (const Tensor& x : *list) in.push_back(x.clone());
   in.push_back(scalar(0.01));
   in.push_back(scalar(3));
-  const std::vector<Tensor> fresh = call<AdamMultiUpdate>(a, in);
+  const std::vector<Tensor> fresh = call<op::AdamMultiUpdate>(a, in);
   std::vector<Tensor> out;  // p'_i into p_i, m'_i into m_i, v'_i into v_i
   for (size_t i = 0; i < 5; ++i) out.push_back(in[i]);
   for (size_t i = 0; i < 5; ++i) out.push_back(in[10 + i]);
   for (size_t i = 0; i < 5; ++i) out.push_back(in[15 + i]);
-  call_out<AdamMultiUpdate>(a, in, out);
+  call_out<op::AdamMultiUpdate>(a, in, out);
   for (size_t k = 0; k < 15; ++k) EXPECT_TRUE(all_close(out[k], fresh[k], 0, 0)) << "output " << k;
 }
 

@@ -142,11 +142,11 @@ TEST(AdamUpdate, InPlaceMatchesFreshOutputs) {
     for (DType dt : {DType::f32, DType::f64}) {
       std::vector<Tensor> in = {test_randn({n}, 1, dt), test_randn({n}, 2, dt), test_randn({n}, 3, dt),
                                 test_rand({n}, 0.0, 2.0, 4, dt), scalar(0.01), scalar(7)};
-      const AdamUpdate::Attrs a{0.9, 0.999, 1e-8, AdamDecay::coupled, 0.1};
-      std::vector<Tensor> fresh = call<AdamUpdate>(a, in);
+      const op::AdamUpdate::Attrs a{0.9, 0.999, 1e-8, AdamDecay::coupled, 0.1};
+      std::vector<Tensor> fresh = call<op::AdamUpdate>(a, in);
       std::vector<Tensor> own;
       for (const Tensor& t : in) own.push_back(t.clone());
-      call_out<AdamUpdate>(a, own, {own[0], own[2], own[3]});
+      call_out<op::AdamUpdate>(a, own, {own[0], own[2], own[3]});
       EXPECT_TRUE(all_close(own[0], fresh[0], 0, 0));
       EXPECT_TRUE(all_close(own[2], fresh[1], 0, 0));
       EXPECT_TRUE(all_close(own[3], fresh[2], 0, 0));

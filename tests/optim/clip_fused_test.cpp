@@ -104,9 +104,9 @@ TEST(GradScale, Errors) {
   const Tensor one_element = full({1}, 0.5, DType::f64);
   expect_error<ShapeError>([&] { adam_update(p, p, p, p, lr, t, l2, 0.9, 0.999, 1e-8, 0.0, one_element); },
                            {"adam_update", "grad_scale", "f64[1]"});
-  expect_error<ValueError>([&] { call<AdamUpdate>({0.9, 0.999, 1e-8, w, 0.0}, {p, p, p, p, lr, t, lr, lr}); },
+  expect_error<ValueError>([&] { call<op::AdamUpdate>({0.9, 0.999, 1e-8, w, 0.0}, {p, p, p, p, lr, t, lr, lr}); },
                            {"adam_update (adamw)", "expected 6 inputs", "got 8"});
-  expect_error<ValueError>([&] { call<AdamUpdate>({}, {p, p, p, p, lr}); }, {"adam_update", "got 5"});
+  expect_error<ValueError>([&] { call<op::AdamUpdate>({}, {p, p, p, p, lr}); }, {"adam_update", "got 5"});
 }
 
 // ---- optimizers ----

@@ -106,9 +106,9 @@ TEST(SgdUpdate, InPlaceMatchesFreshOutputs) {
     for (DType dt : {DType::f32, DType::f64}) {
       std::vector<Tensor> in = {test_randn({n}, 1, dt), test_randn({n}, 2, dt), test_randn({n}, 3, dt),
                                 scalar(0.05), scalar(5)};
-      check_in_place<SgdUpdate>({0.9, 0.1, 0.01, false}, in, {0, 2});
-      check_in_place<SgdUpdate>({0.9, 0.0, 0.01, true}, in, {0, 2});
-      check_in_place<SgdUpdate>({0.0, 0.0, 0.0, false}, in, {0, 2});
+      check_in_place<op::SgdUpdate>({0.9, 0.1, 0.01, false}, in, {0, 2});
+      check_in_place<op::SgdUpdate>({0.9, 0.0, 0.01, true}, in, {0, 2});
+      check_in_place<op::SgdUpdate>({0.0, 0.0, 0.0, false}, in, {0, 2});
     }
   }
 }
@@ -119,7 +119,7 @@ TEST(AdamUpdateDecoupled, InPlaceMatchesFreshOutputs) {
       std::vector<Tensor> in = {test_randn({n}, 1, dt), test_randn({n}, 2, dt),
                                 test_randn({n}, 3, dt), test_rand({n}, 0.0, 2.0, 4, dt),
                                 scalar(0.01),           scalar(7)};
-      check_in_place<AdamUpdate>({0.9, 0.999, 1e-8, AdamDecay::decoupled, 0.01}, in, {0, 2, 3});
+      check_in_place<op::AdamUpdate>({0.9, 0.999, 1e-8, AdamDecay::decoupled, 0.01}, in, {0, 2, 3});
     }
   }
 }

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "tessera/build_config.h"
 
 namespace tessera {
 namespace cuda {

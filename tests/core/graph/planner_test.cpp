@@ -22,7 +22,7 @@ Graph unary_chain(bool in_place_ops) {
   Graph g;
   int v = g.add_value(f32({1024}), ValueKind::input, "x");
   for (int i = 0; i < 3; ++i) {
-    auto o = in_place_ops ? (i == 0 ? op<Exp>() : i == 1 ? op<Tanh>() : op<Sigmoid>()) : op<Copy>();
+    auto o = in_place_ops ? (i == 0 ? op<op::Exp>() : i == 1 ? op<op::Tanh>() : op<op::Sigmoid>()) : op<op::Copy>();
     v = g.nodes[g.add_node(o, {v}, {f32({1024})}, NodePhase::forward, -1)].outputs[0];
   }
   g.outputs.push_back({"out", v});
@@ -51,9 +51,9 @@ TEST(Planner, ShrinkingChainPeakIsTheLargestAdjacentPair) {
   // Sums that halve the size: [64,64] -> [64] -> []: peak = 16 KiB + 256 B live together.
   Graph g;
   int x = g.add_value(f32({64, 64}), ValueKind::input, "x");
-  int a = g.nodes[g.add_node(op<Exp>(), {x}, {f32({64, 64})}, NodePhase::forward, -1)].outputs[0];
-  int b = g.nodes[g.add_node(op<Sum>({1, false}), {a}, {f32({64})}, NodePhase::forward, -1)].outputs[0];
-  int c = g.nodes[g.add_node(op<Sum>({0, false}), {b}, {f32({})}, NodePhase::forward, -1)].outputs[0];
+  int a = g.nodes[g.add_node(op<op::Exp>(), {x}, {f32({64, 64})}, NodePhase::forward, -1)].outputs[0];
+  int b = g.nodes[g.add_node(op<op::Sum>({1, false}), {a}, {f32({64})}, NodePhase::forward, -1)].outputs[0];
+  int c = g.nodes[g.add_node(op<op::Sum>({0, false}), {b}, {f32({})}, NodePhase::forward, -1)].outputs[0];
   g.outputs.push_back({"out", c});
   MemoryPlan p = plan_memory(g);
   EXPECT_EQ(p.arena_bytes, 16384u + 256u);
@@ -69,13 +69,13 @@ TEST(Planner, NoInPlaceIntoAnInputOfAnotherMeta) {
   Graph g;
   int x = g.add_value(f32({1}), ValueKind::input, "x");
   int b = g.add_value(f32({7}), ValueKind::input, "b");
-  int a = g.nodes[g.add_node(op<Exp>(), {x}, {f32({1})}, NodePhase::forward, -1)].outputs[0];
-  int y = g.nodes[g.add_node(op<Add>(), {a, b}, {f32({7})}, NodePhase::forward, -1)].outputs[0];
-  int e = g.nodes[g.add_node(op<Exp>(), {y}, {f32({7})}, NodePhase::forward, -1)].outputs[0];
+  int a = g.nodes[g.add_node(op<op::Exp>(), {x}, {f32({1})}, NodePhase::forward, -1)].outputs[0];
+  int y = g.nodes[g.add_node(op<op::Add>(), {a, b}, {f32({7})}, NodePhase::forward, -1)].outputs[0];
+  int e = g.nodes[g.add_node(op<op::Exp>(), {y}, {f32({7})}, NodePhase::forward, -1)].outputs[0];
   const TensorMeta bf16_7{Shape{7}, DType::bf16, Device::cpu()};
-  int h = g.nodes[g.add_node(op<Gelu>({GeluApprox::none, DType::bf16}), {e}, {bf16_7}, NodePhase::forward, -1)]
+  int h = g.nodes[g.add_node(op<op::Gelu>({GeluApprox::none, DType::bf16}), {e}, {bf16_7}, NodePhase::forward, -1)]
               .outputs[0];
-  int z = g.nodes[g.add_node(op<Cast>({DType::f32}), {h}, {f32({7})}, NodePhase::forward, -1)].outputs[0];
+  int z = g.nodes[g.add_node(op<op::Cast>({DType::f32}), {h}, {f32({7})}, NodePhase::forward, -1)].outputs[0];
   g.outputs.push_back({"z", z});
   MemoryPlan p = plan_memory(g);
   EXPECT_NE(p.offset[y], p.offset[a]);
@@ -94,9 +94,9 @@ TEST(Planner, NoInPlaceWhenTheInputHasAnotherReader) {
   // y = exp(x); z = tanh(y); w = y + z: tanh must not overwrite y, which add still reads.
   Graph g;
   int x = g.add_value(f32({256}), ValueKind::input, "x");
-  int y = g.nodes[g.add_node(op<Exp>(), {x}, {f32({256})}, NodePhase::forward, -1)].outputs[0];
-  int z = g.nodes[g.add_node(op<Tanh>(), {y}, {f32({256})}, NodePhase::forward, -1)].outputs[0];
-  int w = g.nodes[g.add_node(op<Add>(), {y, z}, {f32({256})}, NodePhase::forward, -1)].outputs[0];
+  int y = g.nodes[g.add_node(op<op::Exp>(), {x}, {f32({256})}, NodePhase::forward, -1)].outputs[0];
+  int z = g.nodes[g.add_node(op<op::Tanh>(), {y}, {f32({256})}, NodePhase::forward, -1)].outputs[0];
+  int w = g.nodes[g.add_node(op<op::Add>(), {y, z}, {f32({256})}, NodePhase::forward, -1)].outputs[0];
   g.outputs.push_back({"w", w});
   MemoryPlan p = plan_memory(g);
   EXPECT_NE(p.offset[z], p.offset[y]);
@@ -116,10 +116,10 @@ TEST(Planner, InPlaceOnlyWithASingleConsumer) {
   // neg must not overwrite a: a has a second reader (mul).
   Graph g;
   int x = g.add_value(f32({256}), ValueKind::input, "x");
-  int y = g.nodes[g.add_node(op<Exp>(), {x}, {f32({256})}, NodePhase::forward, -1)].outputs[0];
-  int a = g.nodes[g.add_node(op<Tanh>(), {y}, {f32({256})}, NodePhase::forward, -1)].outputs[0];
-  int b = g.nodes[g.add_node(op<Neg>(), {a}, {f32({256})}, NodePhase::forward, -1)].outputs[0];
-  int c = g.nodes[g.add_node(op<Mul>(), {a, b}, {f32({256})}, NodePhase::forward, -1)].outputs[0];
+  int y = g.nodes[g.add_node(op<op::Exp>(), {x}, {f32({256})}, NodePhase::forward, -1)].outputs[0];
+  int a = g.nodes[g.add_node(op<op::Tanh>(), {y}, {f32({256})}, NodePhase::forward, -1)].outputs[0];
+  int b = g.nodes[g.add_node(op<op::Neg>(), {a}, {f32({256})}, NodePhase::forward, -1)].outputs[0];
+  int c = g.nodes[g.add_node(op<op::Mul>(), {a, b}, {f32({256})}, NodePhase::forward, -1)].outputs[0];
   g.outputs.push_back({"c", c});
   MemoryPlan p = plan_memory(g);
   EXPECT_EQ(p.offset[a], p.offset[y]);
@@ -136,11 +136,11 @@ TEST(Planner, ViewsShareTheirSourceAndExtendItsLife) {
   // y = exp(x) [4,8]; r = reshape(y) [32]; s = sum(r); y's block must stay until sum has read r.
   Graph g;
   int x = g.add_value(f32({4, 8}), ValueKind::input, "x");
-  int y = g.nodes[g.add_node(op<Exp>(), {x}, {f32({4, 8})}, NodePhase::forward, -1)].outputs[0];
-  int r = g.nodes[g.add_node(op<Reshape>({{32}}), {y}, {f32({32})}, NodePhase::forward, -1)].outputs[0];
-  int t = g.nodes[g.add_node(op<Neg>(), {x}, {f32({4, 8})}, NodePhase::forward, -1)].outputs[0];
-  int s = g.nodes[g.add_node(op<Sum>({0, false}), {r}, {f32({})}, NodePhase::forward, -1)].outputs[0];
-  int u = g.nodes[g.add_node(op<Sum>({1, false}), {t}, {f32({4})}, NodePhase::forward, -1)].outputs[0];
+  int y = g.nodes[g.add_node(op<op::Exp>(), {x}, {f32({4, 8})}, NodePhase::forward, -1)].outputs[0];
+  int r = g.nodes[g.add_node(op<op::Reshape>({{32}}), {y}, {f32({32})}, NodePhase::forward, -1)].outputs[0];
+  int t = g.nodes[g.add_node(op<op::Neg>(), {x}, {f32({4, 8})}, NodePhase::forward, -1)].outputs[0];
+  int s = g.nodes[g.add_node(op<op::Sum>({0, false}), {r}, {f32({})}, NodePhase::forward, -1)].outputs[0];
+  int u = g.nodes[g.add_node(op<op::Sum>({1, false}), {t}, {f32({4})}, NodePhase::forward, -1)].outputs[0];
   g.outputs.push_back({"s", s});
   g.outputs.push_back({"u", u});
   MemoryPlan p = plan_memory(g);
