@@ -76,6 +76,7 @@ class RandomWindowSampler {
   Layout layout() const { return layout_; }
   int64_t steps() const { return steps_; }
   int64_t num_tokens() const { return static_cast<int64_t>(tokens_->size()); }
+  const TokenArray& tokens() const { return tokens_; }
 
  private:
   std::vector<int64_t> starts_at(uint64_t offset) const;

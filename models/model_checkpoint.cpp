@@ -124,7 +124,13 @@ CheckpointData capture(const nn::Module& model, const optim::Optimizer* opt) {
 }
 
 CheckpointData restore(const std::string& path, nn::Module& model, optim::Optimizer* opt, bool adopt_layouts) {
-  CheckpointData d = load_checkpoint(path);
+  CheckpointParts parts;
+  parts.optimizer = opt != nullptr;
+  return restore(load_checkpoint(path, parts), path, model, opt, adopt_layouts);
+}
+
+CheckpointData restore(CheckpointData d, const std::string& path, nn::Module& model, optim::Optimizer* opt,
+                       bool adopt_layouts) {
 
   if (opt) {
     TS_CHECK(!d.optimizer.type.empty(), IOError,

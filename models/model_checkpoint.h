@@ -65,8 +65,14 @@ CheckpointData capture(const nn::Module& model, const optim::Optimizer* opt = nu
 ///     nothing else under /model or (with `opt`) /optimizer (IOError).
 /// Then parameters and state are copied and the optimizer's step count and lr set. Other
 /// hyperparameters stay as the optimizer was built. Without `opt`, /optimizer is ignored.
+/// The file is read once, without the optimizer part when `opt` is null.
 CheckpointData restore(const std::string& path, nn::Module& model, optim::Optimizer* opt = nullptr,
                        bool adopt_layouts = false);
+
+/// restore() from a checkpoint already read (load_checkpoint(path, parts) with the optimizer part
+/// when `opt` is given); `path` names it in errors. The same checks, then the copies.
+CheckpointData restore(CheckpointData loaded, const std::string& path, nn::Module& model,
+                       optim::Optimizer* opt = nullptr, bool adopt_layouts = false);
 
 }  // namespace io
 }  // namespace tessera

@@ -4,4 +4,6 @@
 #include "models/char_lstm_lm.h"
 #include "models/config_reader.h"
 #include "models/model_checkpoint.h"
+#include "models/model_registry.h"
+#include "models/train/train.h"
 #include "models/transformer_lm.h"

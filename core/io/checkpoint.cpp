@@ -310,7 +310,7 @@ void read_layouts(const H5File& f, CheckpointData& d) {
   }
 }
 
-void read_trainer(const H5File& f, TrainerState& tr) {
+void read_trainer(const H5File& f, TrainerState& tr, bool tensors) {
   tr.step = f.attr_int("/trainer", "step");
   tr.tokens_seen = f.attr_int("/trainer", "tokens_seen");
   tr.loss_scale = f.attr_double("/trainer", "loss_scale");
@@ -324,6 +324,7 @@ void read_trainer(const H5File& f, TrainerState& tr) {
     }
   }
   for (const std::string& n : members(f, "/trainer", true)) {
+    if (n != "vocabulary" && !tensors) continue;
     Tensor t = f.read_tensor("/trainer/" + n);
     if (n != "vocabulary") {
       tr.tensors[n] = t;
@@ -336,12 +337,12 @@ void read_trainer(const H5File& f, TrainerState& tr) {
   }
 }
 
-void read_all(const H5File& f, CheckpointData& d) {
+void read_all(const H5File& f, CheckpointData& d, const CheckpointParts& parts) {
   d.config = f.attr_string("/", "config");
   d.framework_version = f.attr_string("/", "framework_version");
   for (const std::string& n : members(f, "/model", true)) d.model[n] = f.read_tensor("/model/" + n);
   read_layouts(f, d);
-  if (f.exists("/optimizer")) {
+  if (parts.optimizer && f.exists("/optimizer")) {
     OptimizerState& o = d.optimizer;
     o.type = f.attr_string("/optimizer", "type");
     o.step = f.attr_int("/optimizer", "step");
@@ -353,7 +354,7 @@ void read_all(const H5File& f, CheckpointData& d) {
         states[s] = f.read_tensor("/optimizer/" + p + "/" + s);
     }
   }
-  read_trainer(f, d.trainer);
+  read_trainer(f, d.trainer, parts.trainer_tensors);
   for (const std::string& n : members(f, "/rng", false))
     d.rng[n] = Generator::State{f.attr_uint("/rng/" + n, "seed"), f.attr_uint("/rng/" + n, "offset")};
 }
@@ -454,11 +455,11 @@ void save_checkpoint(const std::string& path, const CheckpointData& data, int ke
   if (keep_last > 0) prune_numbered(path, keep_last);
 }
 
-CheckpointData load_checkpoint(const std::string& path) {
+CheckpointData load_checkpoint(const std::string& path, const CheckpointParts& parts) {
   std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
   H5File f = open_checkpoint(path);
   CheckpointData d;
-  read_all(f, d);
+  read_all(f, d, parts);
   return d;
 }
 

@@ -108,10 +108,17 @@ struct CheckpointData {
 /// path with both a block and an attention layout. CUDA tensors are written from host copies.
 void save_checkpoint(const std::string& path, const CheckpointData& data, int keep_last = 0);
 
-/// Reads a whole checkpoint. IOError for a missing, non-HDF5, truncated or corrupt file, a file
-/// that is not a tessera checkpoint or has another format_version, and any missing or malformed
-/// part (naming the dataset or attribute path).
-CheckpointData load_checkpoint(const std::string& path);
+/// Which parts of a checkpoint load_checkpoint reads besides the root attributes, the layouts,
+/// /model, the /trainer attributes with the vocabulary, and /rng (always read).
+struct CheckpointParts {
+  bool optimizer = true;        ///< /optimizer: type, step, hyperparameters and state tensors
+  bool trainer_tensors = true;  ///< the /trainer datasets other than the vocabulary (TrainerState::tensors)
+};
+
+/// Reads a checkpoint (the parts asked for; all by default). IOError for a missing, non-HDF5,
+/// truncated or corrupt file, a file that is not a tessera checkpoint or has another
+/// format_version, and any missing or malformed part (naming the dataset or attribute path).
+CheckpointData load_checkpoint(const std::string& path, const CheckpointParts& parts = {});
 
 /// Names, shapes and dtypes of every tensor under /model, /layout, /optimizer and /trainer
 /// ("/model/fc.weight", ...), read without loading data (after load_checkpoint's format checks).

@@ -1,18 +1,15 @@
 #include "examples/common/trainer.h"
 
-#include <unistd.h>
-
-#include <chrono>
-#include <cmath>
-#include <cstdio>
+#include <algorithm>
+#include <cctype>
+#include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "core/error.h"
-#include "core/logging/event_writer.h"
-#include "core/logging/svg_plot.h"
+#include "models/model_registry.h"
 
 namespace fs = std::filesystem;
 
@@ -56,6 +53,13 @@ void add_trainer_flags(CLI::App& app, TrainerFlags& f) {
   g->add_option("--config", f.config, "JSON model config file");
   g->add_flag("--eager", f.eager, "eager autograd instead of the compiled step");
   g->add_option("--dump-graph", f.dump_graph, "write the compiled step as Graphviz (.dot)");
+  g->add_option("--micro-batches", f.micro_batches, "batches per optimizer update (gradient accumulation)")
+      ->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  g->add_flag("--keep-best", f.keep_best, "also keep best.h5, the checkpoint of the lowest val loss");
+  // Test hooks (no help line): raise a signal right after a step, as one arriving then would.
+  app.add_option("--test-signal-at", f.test_signal_at)->group("")->check(CLI::NonNegativeNumber);
+  app.add_option("--test-signal", f.test_signal)->group("")->check(CLI::IsMember({"TERM", "INT"}));
+  app.add_option("--test-signal-count", f.test_signal_count)->group("")->check(CLI::Range(1, 2));
 }
 
 int parse_flags(CLI::App& app, int argc, char** argv, const std::string& prog) {
@@ -73,59 +77,11 @@ void check_supported(const TrainerFlags& f) {
   if (f.device == "cuda") TS_CHECK(cuda_available(), DeviceError, "--device cuda: no GPU is visible to this process");
 }
 
-MixedPrecision::MixedPrecision(const TrainerFlags& f) : dtype_(dtype_from_name(f.dtype)) {
-  TS_CHECK(dtype_ == DType::f32 || dtype_ == DType::bf16 || dtype_ == DType::f16, ValueError,
+DType train_dtype(const TrainerFlags& f) {
+  const DType d = dtype_from_name(f.dtype);
+  TS_CHECK(d == DType::f32 || d == DType::bf16 || d == DType::f16, ValueError,
            "--dtype must be f32, bf16 or f16, got " << f.dtype);
-  if (dtype_ == DType::f16) scaler_.emplace();
-}
-
-std::unique_ptr<autocast::Guard> MixedPrecision::guard() const { return std::make_unique<autocast::Guard>(dtype_); }
-
-bool MixedPrecision::eager_update(const Tensor& loss, optim::Optimizer& opt) {
-  if (!scaler_) {
-    loss.backward();
-    opt.step();
-    opt.zero_grad();
-    return true;
-  }
-  scaler_->scale_loss(loss).backward();
-  const bool stepped = scaler_->step(opt);  // a skipped step still counts (optim/loss_scaler.h)
-  opt.zero_grad();
-  return stepped;
-}
-
-ParamUpdater* MixedPrecision::updater(optim::Optimizer& opt) {
-  if (!scaler_) return &opt;
-  scaled_ = std::make_unique<optim::ScaledUpdater>(opt);
-  return scaled_.get();
-}
-
-Tensor MixedPrecision::traced_loss(const Tensor& loss, const std::map<std::string, Tensor>& inputs) {
-  if (!scaler_) return loss;
-  TS_CHECK(scaled_, ValueError, "MixedPrecision: updater() must make the compiled step's updater first");
-  return scaled_->scale_loss(loss, inputs.at(optim::ScaledUpdater::kScaleInput));
-}
-
-void MixedPrecision::add_feeds(std::map<std::string, Tensor>& feeds) const {
-  if (scaler_) feeds.insert(optim::ScaledUpdater::feed(*scaler_));
-}
-
-double MixedPrecision::after_run(const CompiledStep& step, double loss) {
-  if (!scaler_) return loss;
-  const double unscaled = loss / scaler_->scale();  // a power of two: exact
-  scaler_->update(step.fetch("grads_finite").item<float>() == 0);
-  return unscaled;
-}
-
-void MixedPrecision::save(io::CheckpointData& ck) const {
-  ck.trainer.loss_scale = scaler_ ? scaler_->scale() : 1.0;
-  if (scaler_) ck.trainer.ints["loss_scaler.clean_steps"] = scaler_->clean_steps();
-}
-
-void MixedPrecision::restore(const io::CheckpointData& ck) {
-  // A run that was not f16 saved no scaler state: an f16 resume of it starts from the default.
-  auto it = ck.trainer.ints.find("loss_scaler.clean_steps");
-  if (scaler_ && it != ck.trainer.ints.end()) scaler_->set_state(ck.trainer.loss_scale, it->second);
+  return d;
 }
 
 Device train_device(const TrainerFlags& f) { return f.device == "cuda" ? Device::cuda(0) : Device::cpu(); }
@@ -165,17 +121,20 @@ nlohmann::json base_model_config(const TrainerFlags& f, const nlohmann::json& de
 
 data::TextDataset load_text(const TrainerFlags& f, const io::CheckpointData* ck) {
   data::TextDatasetOptions opt = data::TextDatasetOptions().level(data::Level::character);
-  if (ck && !ck->trainer.vocabulary.empty())
+  TS_CHECK(!ck || !ck->trainer.vocabulary.empty(), IOError,
+           "checkpoint '" << f.resume << "' has no /trainer/vocabulary, so its token ids cannot be matched to the "
+                          << "characters of '" << f.data << "'; a character-level run resumes only with its vocabulary");
+  if (ck)
     opt.vocab(data::Vocabulary::from_bytes({ck->trainer.vocabulary.begin(), ck->trainer.vocabulary.end()}));
   return data::TextDataset::load(f.data, opt);
 }
 
 nlohmann::json run_config(const TrainerFlags& f, const std::string& model_type, const nlohmann::json& model) {
-  return {{"model_type", model_type},
-          {"model", model},
-          {"train", {{"data", f.data}, {"steps", f.steps}, {"batch", f.batch}, {"seq", f.seq}, {"lr", f.lr},
-                     {"warmup", f.warmup}, {"schedule", f.schedule}, {"clip", f.clip}, {"optimizer", f.optimizer},
-                     {"weight_decay", f.weight_decay}, {"seed", f.seed}, {"eager", f.eager}}}};
+  return models::checkpoint_config(
+      model_type, model,
+      {{"data", f.data}, {"steps", f.steps}, {"batch", f.batch}, {"seq", f.seq}, {"lr", f.lr}, {"warmup", f.warmup},
+       {"schedule", f.schedule}, {"clip", f.clip}, {"optimizer", f.optimizer}, {"weight_decay", f.weight_decay},
+       {"seed", f.seed}, {"eager", f.eager}, {"micro_batches", f.micro_batches}, {"dtype", f.dtype}});
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerFlags& f, std::vector<Tensor> params) {
@@ -204,180 +163,49 @@ std::unique_ptr<optim::LRSchedule> make_schedule(const TrainerFlags& f) {
 
 namespace {
 
-// Creates the run folder and proves it writable with a probe file, before any real file is written.
-void prepare_out_dir(const std::string& out) {
-  std::error_code ec;
-  fs::create_directories(out, ec);
-  TS_CHECK(!ec, IOError, "cannot create run folder '" << out << "': " << ec.message());
-  const fs::path probe = fs::path(out) / ".write_probe";
-  { std::ofstream f(probe); TS_CHECK(f.good(), IOError, "run folder '" << out << "' is not writable"); }
-  fs::remove(probe, ec);
-}
-
-// Writes `text` to `path` through a temporary file and a rename (no half-written file).
-void write_file_atomic(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    f << text;
-    TS_CHECK(f.good(), IOError, "cannot write '" << tmp.string() << "'");
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  TS_CHECK(!ec, IOError, "cannot write '" << path.string() << "': " << ec.message());
-}
-
-// The loss curves drawn in loss.svg: every logged train loss and every val loss.
-struct LossCurves {
-  std::vector<std::pair<int64_t, double>> train, val;
-  void add(const nlohmann::json& row) {
-    const int64_t s = row["step"].get<int64_t>();
-    if (row.contains("train_loss") && row["train_loss"].is_number()) train.push_back({s, row["train_loss"].get<double>()});
-    if (row.contains("val_loss") && row["val_loss"].is_number()) val.push_back({s, row["val_loss"].get<double>()});
-  }
-  void write(const fs::path& path) const {
-    logging::write_loss_svg(path.string(), {{"train", train}, {"val", val}}, logging::PlotOptions());
-  }
-};
-
-// metrics.jsonl of a resumed run: rows after the checkpoint's step are dropped (they will be
-// redone); the rows kept go back into the loss curves.
-void trim_metrics(const fs::path& path, int64_t step, LossCurves& curves) {
-  std::ifstream in(path);
-  if (!in) return;
-  std::string line, kept;
-  while (std::getline(in, line)) {
-    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() <= step) {
-      kept += line + "\n";
-      curves.add(j);
-    }
-  }
-  in.close();
-  write_file_atomic(path, kept);
-}
-
-std::string fmt_duration(double s) {
-  const auto t = static_cast<int64_t>(std::max(0.0, s) + 0.5);
-  std::ostringstream o;
-  if (t >= 3600) o << t / 3600 << "h";
-  if (t >= 60) o << (t / 60) % 60 << "m";
-  o << t % 60 << "s";
-  return o.str();
-}
-
-std::string fmt(double v, int prec) {
-  std::ostringstream o;
-  o.setf(std::ios::fixed);
-  o.precision(prec);
-  o << v;
-  return o.str();
+// A word of a command line as a POSIX shell reads it back: as it is when it is plain, else quoted.
+std::string shell_word(const std::string& w) {
+  const bool plain = !w.empty() && std::all_of(w.begin(), w.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("-_./=:,+@%", c) != nullptr;
+  });
+  if (plain) return w;
+  std::string q = "'";
+  for (char c : w) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
 }
 
 }  // namespace
 
-void run_training(const TrainerFlags& f, nn::Module& model, optim::Optimizer& opt, const nlohmann::json& config,
-                  TrainTask& task) {
-  int64_t step = 0, tokens_seen = 0;
-  if (!f.resume.empty()) {  // validates everything before changing a tensor; reads only
-    io::CheckpointData ck = io::restore(f.resume, model, &opt);
-    task.restore_state(ck);
-    step = ck.trainer.step;
-    tokens_seen = ck.trainer.tokens_seen;
-    TS_CHECK(opt.step_count() == step, IOError,
-             "checkpoint '" << f.resume << "' is inconsistent: optimizer step " << opt.step_count()
-                            << " but trainer step " << step);
+train::TrainOptions train_options(const TrainerFlags& f, const std::string& prog, int argc, char** argv) {
+  train::TrainOptions o;
+  o.out = f.out;
+  o.steps = f.steps;
+  o.eval_every = f.eval_every;
+  o.eval_batches = f.eval_batches;
+  o.ckpt_every = f.ckpt_every;
+  o.keep = f.keep;
+  o.keep_best = f.keep_best;
+  o.log_every = f.log_every;
+  o.resume = f.resume;
+  o.schedule = make_schedule(f);
+  o.program = prog;
+  // The resume command: this command line, then --resume <ckpt> (a repeated flag takes the last value).
+  std::string cmd;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--test-signal", 0) == 0) {  // the test hooks are not part of the run
+      if (a.find('=') == std::string::npos) ++i;
+      continue;
+    }
+    cmd += (cmd.empty() ? "" : " ") + shell_word(a);
   }
-  prepare_out_dir(f.out);
-  const fs::path out(f.out), metrics_path = out / "metrics.jsonl", ckpt_path = out / "ckpt.h5";
-  write_file_atomic(out / "config.json", config.dump(2) + "\n");
-  LossCurves curves;
-  if (step > 0) trim_metrics(metrics_path, step, curves);
-  logging::EventWriter events(out.string());  // TensorBoard: the same scalars as metrics.jsonl
-  std::ofstream metrics(metrics_path, step > 0 ? std::ios::app : std::ios::trunc);
-  TS_CHECK(metrics.good(), IOError, "cannot write '" << metrics_path.string() << "'");
-  if (step == 0) write_file_atomic(out / "samples.txt", "");
-
-  const std::unique_ptr<optim::LRSchedule> schedule = make_schedule(f);
-  const bool tty = isatty(fileno(stdout));
-  const int64_t first = step;
-  auto save = [&] {
-    io::CheckpointData ck = io::capture(model, &opt);
-    ck.config = config.dump();
-    ck.trainer.step = step;
-    ck.trainer.tokens_seen = tokens_seen;
-    task.save_state(ck);
-    io::save_checkpoint(ckpt_path.string(), ck, f.keep);
-  };
-  if (step >= f.steps)
-    std::cout << "checkpoint is at step " << step << " >= --steps " << f.steps << ": nothing to do\n";
-
-  const auto t0 = std::chrono::steady_clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  double train_loss = NAN, val_loss = NAN, smooth = NAN, last_log_t = 0.0;
-  int64_t last_log_step = step;
-  while (step < f.steps) {
-    schedule->apply(opt);
-    const double lr = opt.lr();
-    train_loss = task.train_step();
-    TS_CHECK(std::isfinite(train_loss), ValueError, "training loss became " << train_loss << " at step " << step + 1
-                                                    << " (try a lower --lr or --clip)");
-    ++step;
-    tokens_seen += task.tokens_per_step();
-    smooth = std::isnan(smooth) ? train_loss : 0.9 * smooth + 0.1 * train_loss;
-
-    const bool last = step == f.steps;
-    const bool eval = last || (f.eval_every > 0 && step % f.eval_every == 0);
-    const bool log = eval || step % f.log_every == 0 || step == first + 1;
-    const double now = elapsed();
-    const double tok_s = tokens_seen > 0 && now > 0 ? (step - first) * task.tokens_per_step() / now : 0.0;
-    if (tty) {
-      const double eta = (f.steps - step) * now / static_cast<double>(step - first);
-      std::cout << "\rstep " << step << "/" << f.steps << "  loss " << fmt(smooth, 3) << "  " << fmt(tok_s, 0)
-                << " tok/s  ETA " << fmt_duration(eta) << "    " << std::flush;
-    }
-    if (!last && f.ckpt_every > 0 && step % f.ckpt_every == 0) save();
-    if (!log) continue;
-    nlohmann::json row = {{"step", step}, {"train_loss", train_loss}, {"lr", lr},
-                          {"tokens_per_s", (step - last_log_step) * task.tokens_per_step() /
-                                               std::max(1e-9, now - last_log_t)},
-                          {"elapsed_s", now}};
-    last_log_step = step;
-    last_log_t = now;
-    if (eval) {
-      val_loss = task.evaluate(f.eval_batches);
-      row["val_loss"] = val_loss;
-      const std::string text = task.sample();
-      if (!text.empty()) {
-        std::ofstream s(out / "samples.txt", std::ios::app);
-        s << "=== step " << step << " (val_loss " << fmt(val_loss, 4) << ") ===\n" << text << "\n\n";
-        TS_CHECK(s.good(), IOError, "cannot write '" << (out / "samples.txt").string() << "'");
-      }
-    }
-    metrics << row.dump() << "\n" << std::flush;
-    TS_CHECK(metrics.good(), IOError, "cannot write '" << metrics_path.string() << "'");
-    const double wall = logging::EventWriter::now();
-    for (const char* key : {"train_loss", "val_loss", "lr", "tokens_per_s"})
-      if (row.contains(key)) events.add_scalar(key, row[key].get<double>(), step, wall);
-    curves.add(row);
-    if (eval) {
-      events.flush();
-      curves.write(out / "loss.svg");
-    }
-    if (eval && tty) std::cout << "\n" << "step " << step << "  val_loss " << fmt(val_loss, 4) << "\n";
-    if (!tty) {
-      std::cout << "step " << step << "/" << f.steps << "  loss " << fmt(train_loss, 4) << "  lr " << lr << "  "
-                << fmt(tok_s, 0) << " tok/s  " << fmt(now, 1) << "s";
-      if (eval) std::cout << "  val_loss " << fmt(val_loss, 4);
-      std::cout << "\n" << std::flush;
-    }
+  o.resume_command = cmd + " --resume " + shell_word((fs::path(f.out) / "ckpt.h5").string());
+  if (f.test_signal_at > 0) {
+    o.test_signal_step = f.test_signal_at;
+    o.test_signal = f.test_signal == "INT" ? SIGINT : SIGTERM;
+    o.test_signal_count = f.test_signal_count;
   }
-  if (step > first || !fs::exists(ckpt_path)) save();
-  if (tty && step > first) std::cout << "\n";
-  if (std::isnan(val_loss)) val_loss = task.evaluate(f.eval_batches);
-  std::cout << "done: step " << step << "  train_loss " << (std::isnan(train_loss) ? "-" : fmt(train_loss, 4))
-            << "  val_loss " << fmt(val_loss, 4)
-            << "  (" << fmt_duration(elapsed()) << ", run folder " << f.out << ")\n";
+  return o;
 }
 
 }  // namespace examples

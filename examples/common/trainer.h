@@ -1,18 +1,15 @@
-// The shared part of the example trainers (train_lstm now, a transformer trainer later): the common
-// flags, the run folder, metrics.jsonl, config.json, the progress line, evaluation, checkpoints,
-// resume and the summary line. A program supplies the model-specific part as a TrainTask.
+// The command-line part of the example trainers (train_lstm, train_transformer): the flags they
+// share and what they make from them. The loop itself (run folder, metrics, TensorBoard, loss.svg,
+// evaluation, checkpoints, resume, signals) is the library's, models/train/trainer.h.
 //
 //   TrainerFlags flags;  flags.out = "runs/lstm";
 //   CLI::App app{"..."};
 //   add_trainer_flags(app, flags);
 //   if (int rc = parse_flags(app, argc, argv, "train_lstm"); rc >= 0) return rc;
-//   ... build the model, optimizer (make_optimizer) and a TrainTask ...
-//   return run_training(flags, "train_lstm", model, *opt, config_json, task);
-//
-// Run folder (--out): config.json (the model and training configuration), metrics.jsonl (one
-// object per logged step: step, train_loss, lr, tokens_per_s, elapsed_s, val_loss on eval steps),
-// ckpt.h5 (latest; with --keep K also ckpt.<step>.h5, the K newest), samples.txt, a TensorBoard
-// event file (events.out.tfevents.*: the metrics' scalars) and loss.svg (train and val loss).
+//   ... build the model, optimizer (make_optimizer) and a train::TrainTask ...
+//   train::TrainResult r = train::run_training(train_options(flags, "train_lstm", argc, argv), model, *opt,
+//                                              run_config(flags, "char_lstm", model_json), task);
+//   return r.exit_code();
 #pragma once
 
 #include <cstdint>
@@ -25,10 +22,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "core/autocast.h"
-#include "core/graph/compile.h"
-#include "models/model_checkpoint.h"
+#include "core/io/checkpoint.h"
 #include "data/text_dataset.h"
+#include "models/train/trainer.h"
 #include "optim/optim.h"
 
 namespace tessera {
@@ -59,6 +55,11 @@ struct TrainerFlags {
   std::string config;       ///< JSON model config file
   bool eager = false;       ///< eager autograd instead of the compiled step
   std::string dump_graph;   ///< the compiled step as Graphviz
+  int64_t micro_batches = 1;  ///< batches per optimizer update (gradient accumulation)
+  bool keep_best = false;   ///< also best.h5, the checkpoint of the lowest val loss
+  int64_t test_signal_at = 0;        ///< test hook: raise --test-signal after this step (hidden flag)
+  std::string test_signal = "TERM";  ///< TERM | INT
+  int test_signal_count = 1;          ///< 2: the signal twice (the second exits at once)
 };
 
 /// Adds the shared flags to `app` as the option group "Training"; every option of `app` added from
@@ -73,43 +74,6 @@ int parse_flags(CLI::App& app, int argc, char** argv, const std::string& prog);
 /// usable GPU.
 void check_supported(const TrainerFlags& flags);
 
-/// Mixed precision of a run (--dtype). f32: everything in f32. bf16 / f16: the model's
-/// matmuls, block-sparse products and attention run under autocast (core/autocast.h) with the
-/// f32 parameters as master weights; f16 also scales the loss (optim::LossScaler): eagerly in
-/// eager_update(), in compiled steps through an optim::ScaledUpdater (an overflowing step leaves
-/// parameters and state unchanged). A task computes its losses inside guard(); eager tasks update
-/// through eager_update(); compiled ones trace traced_loss() with updater(), feed add_feeds() and
-/// read each run's loss through after_run().
-class MixedPrecision {
- public:
-  explicit MixedPrecision(const TrainerFlags& flags);
-  /// The autocast dtype: f32 (off), bf16 or f16.
-  DType autocast_dtype() const { return dtype_; }
-  /// A guard to hold while computing a loss (switches autocast on for bf16/f16).
-  std::unique_ptr<autocast::Guard> guard() const;
-  /// backward() of `loss` (scaled for f16), then opt.step() (skipped by the scaler when a
-  /// gradient overflowed, the step still counted), then opt.zero_grad(). Returns whether the
-  /// optimizer updated.
-  bool eager_update(const Tensor& loss, optim::Optimizer& opt);
-  /// The updater a compiled step traces: `opt` itself, or for f16 a ScaledUpdater around it.
-  ParamUpdater* updater(optim::Optimizer& opt);
-  /// Inside a compiled step's loss function: the loss to differentiate (f16: times the fed scale).
-  Tensor traced_loss(const Tensor& loss, const std::map<std::string, Tensor>& inputs);
-  /// Adds what a compiled step needs fed besides the batch (f16: the loss scale).
-  void add_feeds(std::map<std::string, Tensor>& feeds) const;
-  /// After a compiled run that returned `loss`: the unscaled loss. f16: moves the scale (backoff
-  /// when the step was skipped for an overflow, growth after enough clean steps).
-  double after_run(const CompiledStep& step, double loss);
-  /// The loss scale (1 unless f16) into / out of a checkpoint's trainer state.
-  void save(io::CheckpointData& ck) const;
-  void restore(const io::CheckpointData& ck);
-
- private:
-  DType dtype_;
-  std::optional<optim::LossScaler> scaler_;  // f16 only
-  std::unique_ptr<optim::ScaledUpdater> scaled_;  // f16 compiled steps
-};
-
 /// The device named by --device ("cpu" or "cuda" = cuda:0).
 Device train_device(const TrainerFlags& flags);
 
@@ -120,10 +84,12 @@ Device train_device(const TrainerFlags& flags);
 nlohmann::json base_model_config(const TrainerFlags& flags, const nlohmann::json& defaults,
                                  const std::string& model_type, const io::CheckpointData* ck);
 
-/// The character-level text at --data, with the vocabulary of checkpoint `ck` when resuming.
+/// The character-level text at --data, with the vocabulary of checkpoint `ck` when resuming (an
+/// IOError naming the checkpoint and --data when the checkpoint has none).
 data::TextDataset load_text(const TrainerFlags& flags, const io::CheckpointData* ck);
 
-/// config.json of a run: {"model_type", "model": `model`, "train": the training flags}.
+/// config.json of a run: models::checkpoint_config(model_type, model, the training flags):
+/// {"model_type", "model", "constants", "train"}.
 nlohmann::json run_config(const TrainerFlags& flags, const std::string& model_type, const nlohmann::json& model);
 
 /// The optimizer named by --optimizer with --lr, --weight-decay and --clip.
@@ -132,31 +98,13 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerFlags& flags, std:
 /// The schedule named by --schedule (warm-up --warmup, decay to lr/10 at --steps).
 std::unique_ptr<optim::LRSchedule> make_schedule(const TrainerFlags& flags);
 
-/// The model-specific part of a training run.
-class TrainTask {
- public:
-  virtual ~TrainTask() = default;
-  /// One optimizer update (the learning rate is already set); returns the training loss.
-  virtual double train_step() = 0;
-  /// Tokens consumed by one train_step().
-  virtual int64_t tokens_per_step() const = 0;
-  /// Mean validation loss over `batches` batches (no parameter changes).
-  virtual double evaluate(int64_t batches) = 0;
-  /// A text sample from the model (appended to samples.txt at each evaluation); empty: none.
-  virtual std::string sample() { return {}; }
-  /// Adds the task's resumable state (sampler positions, generators, vocabulary) to `ck`.
-  virtual void save_state(io::CheckpointData& ck) const = 0;
-  /// Takes it back from a checkpoint being resumed.
-  virtual void restore_state(const io::CheckpointData& ck) = 0;
-};
+/// The loop's options from the flags: run folder, steps, evaluation, checkpoints, resume, the
+/// schedule (make_schedule), the program's name, and the command that resumes the run (this
+/// command line with --resume <out>/ckpt.h5 appended), printed when a signal stops it.
+train::TrainOptions train_options(const TrainerFlags& flags, const std::string& prog, int argc, char** argv);
 
-/// Runs the loop from the checkpoint's step (--resume) or 0 up to --steps: checks that --out is
-/// writable before anything is written, restores model, optimizer and task state, writes
-/// config.json, trains with progress output, evaluates every --eval-every steps and at the end,
-/// checkpoints every --ckpt-every steps and at the end, and prints one summary line. Throws
-/// tessera errors (the caller prints them and exits 1).
-void run_training(const TrainerFlags& flags, nn::Module& model, optim::Optimizer& opt,
-                  const nlohmann::json& config, TrainTask& task);
+/// The autocast dtype of --dtype.
+DType train_dtype(const TrainerFlags& flags);
 
 }  // namespace examples
 }  // namespace tessera

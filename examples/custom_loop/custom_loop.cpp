@@ -1,7 +1,9 @@
 // custom_loop: a whole training program written only against tessera's public API, to copy and
-// change. It trains a small block-sparse character model on a text file and shows each piece:
-// data, a model of your own, AdamW with parameter groups and clipping, an LR schedule, a compiled
-// step, validation, checkpoints and resuming. (examples/train_lstm is the same with every flag.)
+// change. It trains a small block-sparse character model of its own on a text file and shows each
+// piece: data, a model of your own (registered by name so that models::load_model can rebuild it
+// from a checkpoint), AdamW with parameter groups and clipping, an LR schedule, and the library's
+// training loop (train::run_training: a compiled step, validation, metrics, TensorBoard, loss.svg,
+// checkpoints, resuming, and a checkpoint on SIGINT / SIGTERM).
 //
 //   custom_loop --data input.txt --steps 300 --out runs/custom     # trains, saves runs/custom/ckpt.h5
 //   custom_loop --data input.txt --steps 500 --out runs/custom     # resumes at step 300, goes on to 500
@@ -19,7 +21,6 @@ using namespace tessera;
 
 constexpr int64_t kBatch = 16, kSeq = 64;   // each step: 16 windows of 64 characters
 constexpr int64_t kWidth = 128, kBlock = 32;  // model width; weights stored as 32x32 blocks
-constexpr int64_t kEvalEvery = 50, kEvalBatches = 4;
 
 // A model is an nn::Module that registers its layers; their parameters get dotted paths
 // ("lstm.wx.weight"), which name them in optimizers and checkpoints.
@@ -71,9 +72,23 @@ int main(int argc, char** argv) {
   }
 
   try {
+    // The model type, by name: its checkpoints' config says {"model_type": "custom_char_model",
+    // "model": {"vocab": V}}, and models::load_model rebuilds it from there.
+    // The constants are recorded in the checkpoint for readers outside tessera (docs/checkpoints.md).
+    models::register_model_type(
+        "custom_char_model",
+        {[](const nlohmann::json& m) {
+           Generator gen(0);
+           return std::make_shared<CharModel>(m.at("vocab").get<int64_t>(), gen);
+         },
+         [](const nlohmann::json&) {
+           return nlohmann::json{{"weight_orientation", "[in, out]: y = x·W + b"},
+                                 {"width", kWidth}, {"block_size", kBlock}, {"input", "ids [T*B] time-major"}};
+         }});
+
     // Data: characters -> ids (vocabulary = the distinct bytes of the first 90%; the last 10% validates).
     const auto ds = data::TextDataset::load(data, data::TextDatasetOptions().level(data::Level::character));
-    data::RandomWindowSampler train(ds.tokens(data::Part::train), kBatch, kSeq, /*seed=*/1);
+    data::RandomWindowSampler windows(ds.tokens(data::Part::train), kBatch, kSeq, /*seed=*/1);
 
     Generator gen(0);  // parameter init (and layouts) from a fixed seed
     CharModel model(ds.vocab().size(), gen);
@@ -82,76 +97,42 @@ int main(int argc, char** argv) {
     // embeddings undecayed), gradients clipped to global norm 1 inside the update.
     optim::AdamW opt(optim::param_groups_default(model.named_parameters(), /*weight_decay=*/0.1),
                      optim::AdamWOptions(3e-3).betas(0.9, 0.99));
-    opt.set_clip_norm(1.0);  // before compile(): the traced step keeps the setting
-    // Warm up to 3e-3 over 20 steps, then a cosine down to 3e-4 at the last step.
-    const optim::WarmupCosine schedule(3e-3, std::min<int64_t>(20, steps), steps, 3e-4);
+    opt.set_clip_norm(1.0);  // before the task compiles its step: the traced step keeps the setting
 
-    // Resume: io::restore checks every name, shape and layout, then fills the parameters and the
-    // optimizer (moments, step count). The data sampler continues from its saved position.
+    // The task: what a step is. WindowTask runs the loss over random windows as one compiled step
+    // (forward, backward, clipping and the AdamW update traced once, replayed every step);
+    // options.micro_batches = k would accumulate the gradients of k batches per update, and
+    // options.compiled = false runs eager autograd (slower, but any C++ in the loop).
+    train::WindowTaskOptions task_options;
+    task_options.data_name = data;  // named in errors (e.g. a checkpoint of another vocabulary)
+    train::WindowTask task(
+        model, opt, [&](const Tensor& x, const Tensor& y) { return model.loss(x, y); }, windows,
+        ds.tokens(data::Part::val), ds.vocab(), task_options);
+
+    // The loop: warm up to 3e-3 over 20 steps, then a cosine down to 3e-4 at the last step;
+    // validation (4 fixed batches) at the start and every 50 steps; ckpt.h5 every 50 steps and at
+    // the end; metrics.jsonl, TensorBoard events and loss.svg in the run folder. A run folder that
+    // holds ckpt.h5 resumes from it: model, optimizer, sampler position and vocabulary (checked).
+    train::TrainOptions o;
+    o.out = out;
+    o.steps = steps;
+    o.schedule = std::make_shared<optim::WarmupCosine>(3e-3, std::min<int64_t>(20, steps), steps, 3e-4);
+    o.eval_every = 50;
+    o.eval_batches = 4;
+    o.eval_first = true;
+    o.ckpt_every = 50;
+    o.program = "custom_loop";
     const std::string ckpt = (std::filesystem::path(out) / "ckpt.h5").string();
-    if (std::filesystem::exists(ckpt)) {
-      io::CheckpointData back = io::restore(ckpt, model, &opt);
-      TS_CHECK(back.rng.count("data") && back.trainer.ints.count("data.steps"), IOError,
-               ckpt << " lacks the data sampler's position (rng/data, trainer data.steps)");
-      const auto& symbols = ds.vocab().symbols();
-      TS_CHECK(back.trainer.vocabulary == std::string(symbols.begin(), symbols.end()), ValueError,
-               ckpt << " was trained on a text with another character set than " << data);
-      const Generator::State data_rng = back.rng.at("data");
-      train.set_state({data_rng.seed, data_rng.offset, back.trainer.ints.at("data.steps")});
-      std::cout << "resumed from " << ckpt << " at step " << opt.step_count() << "\n";
-    }
+    if (std::filesystem::exists(ckpt)) o.resume = ckpt;
+    o.resume_command = std::string(argv[0]) + " --data " + data + " --steps " + std::to_string(steps) + " --out " + out;
+    const nlohmann::json config = models::checkpoint_config("custom_char_model", {{"vocab", ds.vocab().size()}});
+    const train::TrainResult r = train::run_training(o, model, opt, config, task);
+    if (r.signal) return r.exit_code();  // stopped by SIGINT / SIGTERM: ckpt.h5 holds the last step
 
-    // The compiled step: forward, backward, clipping and the AdamW update traced once into a graph
-    // with planned memory; run() replays it and updates the parameters in place. Inputs are named;
-    // the example batch fixes their names, dtypes and shapes. (A model with dropout also passes its
-    // Generator as compile()'s last argument; graph::mark_output adds outputs besides the loss.)
-    auto loss_fn = [&](const std::map<std::string, Tensor>& in) {
-      return model.loss(in.at("x"), in.at("y"));
-    };
-    data::RandomWindowSampler peek = train;  // a copy, so the real sampler does not advance
-    const data::Batch ex = peek.next();
-    CompiledStep step =
-        compile(loss_fn, model.named_parameters(), &opt, {{"x", ex.inputs}, {"y", ex.targets}});
-    // The eager alternative (slower, but any C++ in the loop, e.g. for debugging):
-    //   Tensor loss = model.loss(b.inputs, b.targets);  loss.backward();  opt.step();  opt.zero_grad();
-
-    // Validation: mean loss over the same fixed windows each time, without autograd.
-    auto validate = [&] {
-      NoGradGuard no_grad;
-      data::RandomWindowSampler val(ds.tokens(data::Part::val), kBatch, kSeq, /*seed=*/12345);
-      double sum = 0;
-      for (int64_t i = 0; i < kEvalBatches; ++i) {
-        const data::Batch b = val.next();
-        sum += model.loss(b.inputs, b.targets).item<float>();
-      }
-      return sum / kEvalBatches;
-    };
-    // A checkpoint: parameters, layouts and optimizer state (io::capture), plus what resuming needs.
-    auto save = [&] {
-      io::CheckpointData ck = io::capture(model, &opt);
-      ck.trainer.step = opt.step_count();
-      const auto& v = ds.vocab().symbols();
-      ck.trainer.vocabulary.assign(v.begin(), v.end());
-      const auto s = train.state();
-      ck.rng["data"] = Generator::State{s.seed, s.offset};
-      ck.trainer.ints["data.steps"] = s.steps;
-      ck.config = R"({"model_type": "custom_loop"})";  // describe your model here (JSON)
-      std::filesystem::create_directories(out);
-      io::save_checkpoint(ckpt, ck);  // atomic: a crash never leaves a half-written ckpt.h5
-    };
-
-    if (opt.step_count() == 0) std::cout << "step 0  val_loss " << validate() << "\n";
-    for (int64_t t = opt.step_count() + 1; t <= steps; ++t) {
-      schedule.apply(opt);  // lr of step t, fed to the compiled step: no re-trace
-      const data::Batch b = train.next();
-      const double loss = step.run({{"x", b.inputs}, {"y", b.targets}});
-      if (t % 10 == 0) std::cout << "step " << t << "  loss " << loss << "  lr " << opt.lr() << "\n";
-      if (t % kEvalEvery == 0 || t == steps) {
-        std::cout << "step " << t << "  val_loss " << validate() << "\n";
-        save();
-      }
-    }
-    std::cout << "done: step " << opt.step_count() << ", checkpoint " << ckpt << "\n";
+    // The model back from its checkpoint, as another program would get it: one call.
+    const models::LoadedModel back = models::load_model(ckpt);
+    std::cout << "reloaded " << back.type << " from " << ckpt << " (step " << back.step << ", "
+              << back.module->num_parameters() << " parameters, " << back.vocab.size() << " characters)\n";
   } catch (const std::exception& e) {
     std::cerr << "custom_loop: " << e.what() << "\n";
     return 1;

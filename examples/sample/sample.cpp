@@ -5,10 +5,9 @@
 //   sample --ckpt runs/transformer/ckpt.h5 --temperature 0       # greedy, after a newline
 //   sample runs/lstm/ckpt.h5 --count 3 --stats                    # three samples, speed on stderr
 //
-// The checkpoint's root attribute `config` ({"model_type": "char_lstm" | "transformer", "model":
-// {...}, "train": {...}}) rebuilds the model (older files without model_type are recognized by their
-// model fields: "hidden" is a CharLSTMLM, "width" a TransformerLM); io::restore then fills its
-// parameters (the optimizer state is not read). The character vocabulary is /trainer/vocabulary.
+// models::load_model rebuilds the model from the checkpoint (its config's model_type, "char_lstm" or
+// "transformer", and model config; the parameters, not the optimizer state) with its character
+// vocabulary (/trainer/vocabulary).
 //
 // Generation: the prompt is fed to the model, then each next character is drawn from its logits
 // (examples/sample/sampling.h: softmax(logits / T) over the top-k, T = 0 greedy) and fed back.
@@ -106,63 +105,12 @@ class TransformerStream : public TokenStream {
   std::vector<int32_t> context_;
 };
 
-// The model of a checkpoint, ready to make streams.
-struct LoadedModel {
-  std::string type;  // "char_lstm" | "transformer"
-  std::unique_ptr<nn::Module> module;
-  data::Vocabulary vocab = data::Vocabulary::bytes();
-  int64_t step = 0;
-
-  std::unique_ptr<TokenStream> stream(bool cached) const {
-    if (type == "char_lstm")
-      return std::make_unique<LstmStream>(static_cast<const models::CharLSTMLM&>(*module));
-    return std::make_unique<TransformerStream>(static_cast<const models::TransformerLM&>(*module), cached);
-  }
-};
-
-// "char_lstm" or "transformer": the config's model_type, else guessed from the model's fields.
-std::string model_type(const json& cfg, const std::string& path) {
-  if (cfg.contains("model_type")) {
-    const json& t = cfg["model_type"];
-    TS_CHECK(t == "char_lstm" || t == "transformer", ValueError,
-             "checkpoint '" << path << "' has model_type " << t.dump()
-                            << "; expected \"char_lstm\" or \"transformer\"");
-    return t.get<std::string>();
-  }
-  const json& m = cfg.contains("model") ? cfg["model"] : json();
-  if (m.is_object() && m.contains("hidden")) return "char_lstm";
-  if (m.is_object() && m.contains("width")) return "transformer";
-  TS_THROW(ValueError, "checkpoint '" << path << "' has no model_type, and its model config has neither "
-                                      << "\"hidden\" (CharLSTMLM) nor \"width\" (TransformerLM)");
-}
-
-LoadedModel load_model(const std::string& path) {
-  const io::CheckpointData ck = io::load_checkpoint(path);  // IOError: missing, not HDF5, not a checkpoint
-  const json cfg = json::parse(ck.config, nullptr, /*allow_exceptions=*/false);
-  TS_CHECK(cfg.is_object(), IOError, "checkpoint '" << path << "': its config is not a JSON object");
-  LoadedModel m;
-  m.type = model_type(cfg, path);
-  TS_CHECK(cfg.contains("model") && cfg["model"].is_object(), IOError,
-           "checkpoint '" << path << "' has no model config (root attribute config: {\"model\": {...}})");
-  TS_CHECK(!ck.trainer.vocabulary.empty(), IOError, "checkpoint '" << path << "' has no /trainer/vocabulary");
-  m.vocab = data::Vocabulary::from_bytes({ck.trainer.vocabulary.begin(), ck.trainer.vocabulary.end()});
-  m.step = ck.trainer.step;
-  int64_t model_vocab = 0;
-  if (m.type == "char_lstm") {
-    const auto mc = models::CharLSTMLMConfig::from_json(cfg["model"]);
-    model_vocab = mc.vocab;
-    m.module = std::make_unique<models::CharLSTMLM>(mc);
-  } else {
-    const auto mc = models::TransformerLMConfig::from_json(cfg["model"]);
-    model_vocab = mc.vocab;
-    m.module = std::make_unique<models::TransformerLM>(mc);
-  }
-  TS_CHECK(model_vocab == m.vocab.size(), ValueError,
-           "checkpoint '" << path << "': the model has " << model_vocab << " tokens but the vocabulary "
-                          << m.vocab.size());
-  io::restore(path, *m.module);  // validates names, shapes, dtypes and layouts, then copies
-  m.module->eval();              // no dropout
-  return m;
+// A token stream of a model from models::load_model: the LSTM and transformer language models.
+std::unique_ptr<TokenStream> make_stream(const models::LoadedModel& m, bool cached, const std::string& path) {
+  if (m.type == "char_lstm") return std::make_unique<LstmStream>(m.as<models::CharLSTMLM>());
+  if (m.type == "transformer") return std::make_unique<TransformerStream>(m.as<models::TransformerLM>(), cached);
+  TS_THROW(ValueError, "checkpoint '" << path << "' holds a model of model_type \"" << m.type
+                                      << "\"; sample generates from \"char_lstm\" and \"transformer\" models");
 }
 
 // 'a', '\n' or 0xe2: a byte as an error message shows it.
@@ -221,7 +169,9 @@ int main(int argc, char** argv) {
 
   try {
     using clock = std::chrono::steady_clock;
-    const LoadedModel model = load_model(ckpt);
+    const models::LoadedModel model = models::load_model(ckpt);  // the model type, config, vocabulary, weights
+    TS_CHECK(model.has_vocab, IOError, "checkpoint '" << ckpt << "' has no /trainer/vocabulary");
+    make_stream(model, false, ckpt);  // a model sample cannot run fails here, before any output
     const std::vector<int32_t> prompt_ids = encode_prompt(prompt, model.vocab);
     if (stats)
       std::cerr << "sample: " << model.type << " from " << ckpt << " (step " << model.step << "), "
@@ -233,7 +183,7 @@ int main(int argc, char** argv) {
       if (count > 1) std::cout << "--- sample " << k << " ---\n";
       std::cout << prompt << std::flush;
       const auto t0 = clock::now();
-      std::unique_ptr<TokenStream> s = model.stream(!no_cache);
+      std::unique_ptr<TokenStream> s = make_stream(model, !no_cache, ckpt);
       std::vector<float> logits = s->feed(prompt_ids);
       const auto t1 = clock::now();
       for (int64_t i = 0; i < chars; ++i) {

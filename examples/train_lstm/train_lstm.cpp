@@ -1,6 +1,7 @@
 // train_lstm: a character-level language model (models::CharLSTMLM, a block-sparse (m)LSTM) on a
-// text file, by default tinyshakespeare beside the checkout. The shared flags, the run folder and
-// checkpoints are examples/common/trainer.h; `train_lstm --help` lists every flag.
+// text file, by default tinyshakespeare beside the checkout. The shared flags are
+// examples/common/trainer.h, the loop (run folder, checkpoints, resume, SIGINT/SIGTERM) the
+// library's models/train/trainer.h; `train_lstm --help` lists every flag.
 //
 //   train_lstm --steps 600 --out runs/lstm                  # compiled step (default)
 //   train_lstm --steps 900 --resume runs/lstm/ckpt.h5 --out runs/lstm
@@ -23,6 +24,7 @@
 #include "data/sampler.h"
 #include "data/text_dataset.h"
 #include "examples/common/trainer.h"
+#include "models/train/train.h"
 #include "examples/sample/sampling.h"
 #include "models/char_lstm_lm.h"
 
@@ -38,13 +40,13 @@ nlohmann::json default_model() {
           {"layout", "random"}, {"seed", 0}};
 }
 
-class LstmTask : public examples::TrainTask {
+class LstmTask : public train::TrainTask {
  public:
   LstmTask(const examples::TrainerFlags& f, CharLSTMLM& model, optim::Optimizer& opt, const data::TextDataset& ds,
            int64_t sample_chars, double temperature)
       : f_(f), model_(model), opt_(opt), ds_(ds), sample_chars_(sample_chars), temperature_(temperature),
         sample_gen_(f.seed + 7), lanes_(ds.tokens(data::Part::train), f.batch, f.seq), dev_(examples::train_device(f)),
-        precision_(f) {
+        precision_(examples::train_dtype(f)) {
     if (f.eager) return;
     // The compiled step: inputs x, y [T, B] and the carried state h<l>, c<l> [B, H] of each
     // layer; outputs the loss and the final state (read back with fetch after each run).
@@ -135,7 +137,8 @@ class LstmTask : public examples::TrainTask {
     precision_.save(ck);
   }
 
-  void restore_state(const io::CheckpointData& ck) override {
+  void restore_state(const io::CheckpointData& ck, const std::string& path) override {
+    train::check_vocabulary(ck, path, ds_.vocab(), f_.data);
     const auto& t = ck.trainer;
     auto it = t.strings.find("data.sampler");
     TS_CHECK(it != t.strings.end(), IOError, "checkpoint lacks /trainer attribute data.sampler");
@@ -192,7 +195,7 @@ class LstmTask : public examples::TrainTask {
   Generator sample_gen_;
   data::SequentialSampler lanes_;
   Device dev_;                        // --device: where the model, batches and state live
-  examples::MixedPrecision precision_;  // --dtype
+  train::MixedPrecision precision_;  // --dtype
   std::optional<CompiledStep> step_;  // unset with --eager
   CharLSTMLM::State state_;           // carried between batches; empty: zeros at the next step
 };
@@ -228,6 +231,9 @@ int main(int argc, char** argv) {
 
   try {
     examples::check_supported(f);
+    TS_CHECK(f.micro_batches == 1, ValueError,
+             "--micro-batches " << f.micro_batches << ": train_lstm carries the LSTM state from batch to batch, "
+                                << "so it takes one batch per update (use a larger --batch)");
     // The model config: defaults < checkpoint (resume) or --config < explicit flags.
     std::optional<io::CheckpointData> ck;
     if (!f.resume.empty()) ck = io::load_checkpoint(f.resume);
@@ -252,7 +258,8 @@ int main(int argc, char** argv) {
     LstmTask task(f, model, *opt, ds, sample_chars, temperature);
 
     const nlohmann::json config = examples::run_config(f, "char_lstm", mc.to_json());
-    examples::run_training(f, model, *opt, config, task);
+    return train::run_training(examples::train_options(f, "train_lstm", argc, argv), model, *opt, config, task)
+        .exit_code();  // 130 / 143 after SIGINT / SIGTERM (a checkpoint was written)
   } catch (const std::exception& e) {
     std::cerr << "train_lstm: " << e.what() << "\n";
     return 1;

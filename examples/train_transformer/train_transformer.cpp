@@ -1,7 +1,8 @@
 // train_transformer: a character-level language model (models::TransformerLM, a GPT-style transformer
 // with block-sparse weights and/or block-sparse attention layouts) on a text file, by default
-// tinyshakespeare beside the checkout. The shared flags, the run folder and checkpoints are
-// examples/common/trainer.h; `train_transformer --help` lists every flag.
+// tinyshakespeare beside the checkout. The shared flags are examples/common/trainer.h, the loop and
+// the step (models/train: run_training, WindowTask) the library's; `train_transformer --help`
+// lists every flag.
 //
 //   train_transformer --steps 600 --out runs/transformer             # compiled step (default)
 //   train_transformer --steps 900 --resume runs/transformer/ckpt.h5 --out runs/transformer
@@ -31,6 +32,7 @@
 #include "data/text_dataset.h"
 #include "examples/common/trainer.h"
 #include "examples/sample/sampling.h"
+#include "models/train/train.h"
 #include "models/transformer_lm.h"
 
 using namespace tessera;
@@ -58,64 +60,23 @@ void check_batch_major(const data::Batch& b) {
                "train_transformer: window " << w << " has targets that are not its inputs shifted by one");
 }
 
-class TransformerTask : public examples::TrainTask {
+// The library's window task (compiled or eager steps, micro-batches, mixed precision, the sampler
+// and dropout state in checkpoints) with this trainer's text samples.
+class TransformerTask : public train::WindowTask {
  public:
   TransformerTask(const examples::TrainerFlags& f, TransformerLM& model, optim::Optimizer& opt,
-                  const data::TextDataset& ds, int64_t sample_chars, double temperature)
-      : f_(f), model_(model), opt_(opt), ds_(ds), sample_chars_(sample_chars), temperature_(temperature),
-        sampler_(ds.tokens(data::Part::train), f.batch, f.seq, f.seed, data::Layout::batch_major),
-        dropout_gen_(f.seed + 13), sample_gen_(f.seed + 7), dev_(examples::train_device(f)), precision_(f) {
-    data::RandomWindowSampler peek = sampler_;  // a copy: the real sampler does not advance
-    const data::Batch example = peek.next();
-    check_batch_major(example);
-    if (f.eager) return;
-    // loss(x [B*T], y [B*T]) -> scalar; the dropout masks come from dropout_gen_ (reserved per run).
-    auto loss_fn = [this](const std::map<std::string, Tensor>& in) {
-      const auto amp = precision_.guard();
-      return precision_.traced_loss(model_.loss(in.at("x"), in.at("y"), f_.batch, dropout_gen_), in);
-    };
-    std::map<std::string, Tensor> feeds = {{"x", example.inputs}, {"y", example.targets}};
-    precision_.add_feeds(feeds);
-    step_.emplace(compile(loss_fn, model.named_parameters(), precision_.updater(opt), feeds, &dropout_gen_));
-    if (!f.dump_graph.empty()) {
-      std::ofstream d(f.dump_graph);
-      d << step_->to_dot();
-      TS_CHECK(d.good(), IOError, "cannot write '" << f.dump_graph << "'");
-    }
-  }
-
-  double train_step() override {
-    data::Batch b = sampler_.next();
-    if (step_) {
-      std::map<std::string, Tensor> feeds = {{"x", b.inputs}, {"y", b.targets}};
-      precision_.add_feeds(feeds);
-      return precision_.after_run(*step_, step_->run(feeds));
-    }
-    Tensor loss;
-    {
-      const auto amp = precision_.guard();
-      loss = model_.loss(b.inputs.to(dev_), b.targets.to(dev_), b.batch, dropout_gen_);
-    }
-    precision_.eager_update(loss, opt_);
-    return loss.item<float>();
-  }
-
-  int64_t tokens_per_step() const override { return f_.batch * f_.seq; }
-
-  // Random validation windows from a fixed seed (the same windows at every evaluation), no dropout.
-  double evaluate(int64_t batches) override {
-    const data::TokenArray& val = ds_.size(data::Part::val) > f_.seq ? ds_.tokens(data::Part::val)
-                                                                       : ds_.tokens(data::Part::train);
-    data::RandomWindowSampler s(val, f_.batch, f_.seq, /*seed=*/12345, data::Layout::batch_major);
-    EvalMode em(model_);
-    NoGradGuard ng;
-    const auto amp = precision_.guard();
-    double sum = 0;
-    for (int64_t i = 0; i < batches; ++i) {
-      data::Batch b = s.next();
-      sum += model_.loss(b.inputs.to(dev_), b.targets.to(dev_), b.batch).item<float>();
-    }
-    return sum / static_cast<double>(batches);
+                  const data::TextDataset& ds, Generator& dropout_gen, int64_t sample_chars, double temperature)
+      : train::WindowTask(
+            model, opt,
+            [&model, &dropout_gen, B = f.batch](const Tensor& x, const Tensor& y) {
+              return model.loss(x, y, B, dropout_gen);  // the dropout masks come from dropout_gen
+            },
+            data::RandomWindowSampler(ds.tokens(data::Part::train), f.batch, f.seq, f.seed, data::Layout::batch_major),
+            ds.tokens(data::Part::val), ds.vocab(), options(f, dropout_gen)),
+        model_(model), ds_(ds), sample_chars_(sample_chars), temperature_(temperature), sample_gen_(f.seed + 7),
+        dev_(examples::train_device(f)) {
+    data::RandomWindowSampler peek = sampler();  // a copy: the real sampler does not advance
+    check_batch_major(peek.next());
   }
 
   // sample_chars characters after a newline, drawn at `temperature` (0: greedy). The model reads
@@ -124,7 +85,7 @@ class TransformerTask : public examples::TrainTask {
   std::string sample() override {
     const data::Vocabulary& v = ds_.vocab();
     const int64_t T = model_.config().seq_len;
-    EvalMode em(model_);
+    model_.eval();
     NoGradGuard ng;
     std::vector<int32_t> context{v.contains('\n') ? v.id('\n') : 0}, ids;
     for (int64_t i = 0; i < sample_chars_; ++i) {
@@ -139,53 +100,39 @@ class TransformerTask : public examples::TrainTask {
       context.push_back(id);
       ids.push_back(id);
     }
+    model_.train();
     return v.decode(ids);
   }
 
   void save_state(io::CheckpointData& ck) const override {
-    const std::vector<uint8_t> voc = ds_.vocab().to_bytes();
-    ck.trainer.vocabulary.assign(voc.begin(), voc.end());
-    ck.trainer.strings["data.sampler"] = "random";
-    const auto s = sampler_.state();
-    ck.rng["data"] = Generator::State{s.seed, s.offset};
-    ck.trainer.ints["data.steps"] = s.steps;
-    ck.rng["dropout"] = dropout_gen_.state();
+    train::WindowTask::save_state(ck);
     ck.rng["sample"] = sample_gen_.state();
-    precision_.save(ck);
   }
 
-  void restore_state(const io::CheckpointData& ck) override {
-    const auto& t = ck.trainer;
-    auto it = t.strings.find("data.sampler");
-    TS_CHECK(it != t.strings.end() && it->second == "random" && ck.rng.count("data") && t.ints.count("data.steps"),
-             IOError, "checkpoint '" << f_.resume << "' lacks the random-window sampler state");
-    const Generator::State g = ck.rng.at("data");
-    sampler_.set_state({g.seed, g.offset, t.ints.at("data.steps")});
-    if (ck.rng.count("dropout")) dropout_gen_.set_state(ck.rng.at("dropout"));
+  void restore_state(const io::CheckpointData& ck, const std::string& path) override {
+    train::WindowTask::restore_state(ck, path);
     if (ck.rng.count("sample")) sample_gen_.set_state(ck.rng.at("sample"));
-    precision_.restore(ck);
   }
 
  private:
-  // Eval mode (no dropout) for a scope; training mode again after it.
-  struct EvalMode {
-    explicit EvalMode(nn::Module& m) : m_(m) { m_.eval(); }
-    ~EvalMode() { m_.train(); }
-    nn::Module& m_;
-  };
+  static train::WindowTaskOptions options(const examples::TrainerFlags& f, Generator& dropout_gen) {
+    train::WindowTaskOptions o;
+    o.compiled = !f.eager;
+    o.micro_batches = f.micro_batches;
+    o.autocast = examples::train_dtype(f);
+    o.device = examples::train_device(f);
+    o.dropout_gen = &dropout_gen;
+    o.data_name = f.data;
+    o.dump_graph = f.dump_graph;
+    return o;
+  }
 
-  const examples::TrainerFlags& f_;
   TransformerLM& model_;
-  optim::Optimizer& opt_;
   const data::TextDataset& ds_;
   int64_t sample_chars_;
   double temperature_;
-  data::RandomWindowSampler sampler_;
-  Generator dropout_gen_;
   Generator sample_gen_;
   Device dev_;  // --device: where the model and batches live
-  examples::MixedPrecision precision_;  // --dtype
-  std::optional<CompiledStep> step_;
 };
 
 }  // namespace
@@ -261,10 +208,13 @@ int main(int argc, char** argv) {
               << model.num_parameters() << " parameters, attention " << mc.attn_layout << ", weights "
               << (mc.linear_block ? "block " + std::to_string(mc.linear_block) : std::string("dense")) << ", "
               << (f.eager ? "eager" : "compiled") << " step\n";
-    TransformerTask task(f, model, *opt, ds, sample_chars, temperature);
+    Generator dropout_gen(f.seed + 13);  // the dropout masks (kept in checkpoints as rng "dropout")
+    TransformerTask task(f, model, *opt, ds, dropout_gen, sample_chars, temperature);
 
     const nlohmann::json config = examples::run_config(f, kModelType, mc.to_json());
-    examples::run_training(f, model, *opt, config, task);
+    return train::run_training(examples::train_options(f, "train_transformer", argc, argv), model, *opt, config,
+                               task)
+        .exit_code();  // 130 / 143 after SIGINT / SIGTERM (a checkpoint was written)
   } catch (const std::exception& e) {
     std::cerr << "train_transformer: " << e.what() << "\n";
     return 1;

@@ -1,0 +1,221 @@
+#include "models/train/trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <sstream>
+
+#include "core/error.h"
+#include "models/model_checkpoint.h"
+#include "models/train/run_folder.h"
+#include "models/train/stop_signal.h"
+
+namespace fs = std::filesystem;
+
+namespace tessera {
+namespace train {
+
+void TrainOptions::validate() const {
+  TS_CHECK(!out.empty(), ValueError, "TrainOptions: out (the run folder) must not be empty");
+  TS_CHECK(steps >= 1, ValueError, "TrainOptions: steps must be >= 1, got " << steps);
+  TS_CHECK(eval_every >= 0, ValueError, "TrainOptions: eval_every must be >= 0, got " << eval_every);
+  TS_CHECK(eval_batches >= 1, ValueError, "TrainOptions: eval_batches must be >= 1, got " << eval_batches);
+  TS_CHECK(ckpt_every >= 0, ValueError, "TrainOptions: ckpt_every must be >= 0, got " << ckpt_every);
+  TS_CHECK(keep >= 0, ValueError, "TrainOptions: keep must be >= 0, got " << keep);
+  TS_CHECK(log_every >= 1, ValueError, "TrainOptions: log_every must be >= 1, got " << log_every);
+}
+
+namespace {
+
+std::string fmt_duration(double s) {
+  const auto t = static_cast<int64_t>(std::max(0.0, s) + 0.5);
+  std::ostringstream o;
+  if (t >= 3600) o << t / 3600 << "h";
+  if (t >= 60) o << (t / 60) % 60 << "m";
+  o << t % 60 << "s";
+  return o.str();
+}
+
+std::string fmt(double v, int prec) {
+  std::ostringstream o;
+  o.setf(std::ios::fixed);
+  o.precision(prec);
+  o << v;
+  return o.str();
+}
+
+constexpr const char* kBestValLoss = "best_val_loss";  // /trainer attribute: keep_best across a resume
+
+// The loop's state and its pieces, one run.
+class Loop {
+ public:
+  Loop(const TrainOptions& o, nn::Module& model, optim::Optimizer& opt, const nlohmann::json& config, TrainTask& task)
+      : o_(o), model_(model), opt_(opt), config_(config.dump()), task_(task) {
+    o_.validate();
+    if (!o_.resume.empty()) resume();  // validates everything before changing a tensor; reads only
+    folder_.emplace(o_.out, config, step_);
+    ckpt_ = folder_->path("ckpt.h5");
+    res_.checkpoint = ckpt_;
+  }
+
+  TrainResult run() {
+    std::optional<StopSignals> stop;
+    if (o_.handle_signals) stop.emplace();
+    const bool tty = !o_.quiet && isatty(fileno(stdout));
+    if (step_ >= o_.steps && !o_.quiet)
+      std::cout << "checkpoint is at step " << step_ << " >= --steps " << o_.steps << ": nothing to do\n";
+    if (!o_.resume.empty() && !o_.quiet)
+      std::cout << o_.program << ": resumed from " << o_.resume << " at step " << step_ << "\n";
+    const int64_t first = step_;
+    if (o_.eval_first && first == 0 && o_.steps > 0) {
+      const double v = evaluate();
+      folder_->log({{"step", 0}, {"val_loss", v}});
+      folder_->flush();
+      if (!o_.quiet) std::cout << "step 0  val_loss " << fmt(v, 4) << "\n" << std::flush;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+    double smooth = NAN, last_log_t = 0.0;
+    int64_t last_log_step = step_;
+    while (step_ < o_.steps) {
+      if (o_.schedule) o_.schedule->apply(opt_);
+      const double lr = opt_.lr();
+      const double loss = task_.train_step();
+      TS_CHECK(std::isfinite(loss), ValueError,
+               "training loss became " << loss << " at step " << step_ + 1 << " (try a lower --lr or --clip); "
+                                       << last_good());
+      res_.train_loss = loss;
+      ++step_;
+      tokens_seen_ += task_.tokens_per_step();
+      if (o_.test_signal_step > 0 && step_ == o_.test_signal_step)
+        for (int i = 0; i < o_.test_signal_count; ++i) std::raise(o_.test_signal);
+      smooth = std::isnan(smooth) ? loss : 0.9 * smooth + 0.1 * loss;
+
+      const bool last = step_ == o_.steps;
+      const bool eval = last || (o_.eval_every > 0 && step_ % o_.eval_every == 0);
+      const bool log = eval || step_ % o_.log_every == 0 || step_ == first + 1;
+      const double now = elapsed();
+      const double tok_s = now > 0 ? (step_ - first) * task_.tokens_per_step() / now : 0.0;
+      if (tty) {
+        const double eta = (o_.steps - step_) * now / static_cast<double>(step_ - first);
+        std::cout << "\rstep " << step_ << "/" << o_.steps << "  loss " << fmt(smooth, 3) << "  " << fmt(tok_s, 0)
+                  << " tok/s  ETA " << fmt_duration(eta) << "    " << std::flush;
+      }
+      if (!last && o_.ckpt_every > 0 && step_ % o_.ckpt_every == 0) save(ckpt_, o_.keep);
+      if (o_.on_step) o_.on_step({step_, loss, lr, now});
+      if (log) {
+        nlohmann::json row = {{"step", step_}, {"train_loss", loss}, {"lr", lr},
+                              {"tokens_per_s", (step_ - last_log_step) * task_.tokens_per_step() /
+                                                   std::max(1e-9, now - last_log_t)},
+                              {"elapsed_s", now}};
+        last_log_step = step_;
+        last_log_t = now;
+        if (eval) row["val_loss"] = evaluate();
+        folder_->log(row);
+        if (eval) folder_->flush();
+        if (eval && tty) std::cout << "\n" << "step " << step_ << "  val_loss " << fmt(res_.val_loss, 4) << "\n";
+        if (!tty && !o_.quiet) {
+          std::cout << "step " << step_ << "/" << o_.steps << "  loss " << fmt(loss, 4) << "  lr " << lr << "  "
+                    << fmt(tok_s, 0) << " tok/s  " << fmt(now, 1) << "s";
+          if (eval) std::cout << "  val_loss " << fmt(res_.val_loss, 4);
+          std::cout << "\n" << std::flush;
+        }
+      }
+      if (stop && stop->requested()) {
+        save(ckpt_, o_.keep);
+        if (tty) std::cout << "\n";
+        res_.step = step_;
+        res_.signal = stop->signal();
+        std::cout << o_.program << ": stopped by " << StopSignals::name(res_.signal) << " after step " << step_
+                  << "; checkpoint " << ckpt_ << "; resume with: " << resume_command() << "\n"
+                  << std::flush;
+        return res_;
+      }
+    }
+    if (step_ > first || !fs::exists(ckpt_)) save(ckpt_, o_.keep);
+    if (tty && step_ > first) std::cout << "\n";
+    if (std::isnan(res_.val_loss)) evaluate();
+    res_.step = step_;
+    if (!o_.quiet)
+      std::cout << "done: step " << step_ << "  train_loss "
+                << (std::isnan(res_.train_loss) ? "-" : fmt(res_.train_loss, 4)) << "  val_loss "
+                << fmt(res_.val_loss, 4) << "  (" << fmt_duration(elapsed()) << ", run folder " << o_.out << ")\n";
+    return res_;
+  }
+
+ private:
+  void resume() {
+    io::CheckpointData ck = io::restore(o_.resume, model_, &opt_);
+    task_.restore_state(ck, o_.resume);
+    step_ = ck.trainer.step;
+    tokens_seen_ = ck.trainer.tokens_seen;
+    TS_CHECK(opt_.step_count() == step_, IOError,
+             "checkpoint '" << o_.resume << "' is inconsistent: optimizer step " << opt_.step_count()
+                            << " but trainer step " << step_);
+    auto best = ck.trainer.reals.find(kBestValLoss);
+    if (best != ck.trainer.reals.end()) res_.best_val_loss = best->second;
+    last_saved_step_ = step_;
+    last_saved_path_ = o_.resume;
+  }
+
+  // Evaluates, appends the sample, and keeps best.h5 when asked. Returns the val loss.
+  double evaluate() {
+    res_.val_loss = task_.evaluate(o_.eval_batches);
+    const std::string text = task_.sample();
+    if (!text.empty()) folder_->add_sample(step_, res_.val_loss, text);
+    if (std::isnan(res_.best_val_loss) || res_.val_loss < res_.best_val_loss) {
+      res_.best_val_loss = res_.val_loss;
+      if (o_.keep_best) save(folder_->path("best.h5"), 0);
+    }
+    if (o_.on_eval) o_.on_eval(step_, res_.val_loss);
+    return res_.val_loss;
+  }
+
+  void save(const std::string& path, int keep) {
+    io::CheckpointData ck = io::capture(model_, &opt_);
+    ck.config = config_;
+    ck.trainer.step = step_;
+    ck.trainer.tokens_seen = tokens_seen_;
+    if (!std::isnan(res_.best_val_loss)) ck.trainer.reals[kBestValLoss] = res_.best_val_loss;
+    task_.save_state(ck);
+    io::save_checkpoint(path, ck, keep);
+    if (path == ckpt_) last_saved_step_ = step_, last_saved_path_ = ckpt_;
+  }
+
+  std::string last_good() const {
+    if (last_saved_step_ < 0) return "no checkpoint was written in this run";
+    return "the last good checkpoint is " + last_saved_path_ + " at step " + std::to_string(last_saved_step_);
+  }
+
+  std::string resume_command() const {
+    if (!o_.resume_command.empty()) return o_.resume_command;
+    return o_.program + " ... --resume " + ckpt_;
+  }
+
+  TrainOptions o_;
+  nn::Module& model_;
+  optim::Optimizer& opt_;
+  std::string config_;
+  TrainTask& task_;
+  std::optional<RunFolder> folder_;
+  std::string ckpt_, last_saved_path_;
+  int64_t step_ = 0, tokens_seen_ = 0, last_saved_step_ = -1;
+  TrainResult res_{0, NAN, NAN, NAN, 0, {}};
+};
+
+}  // namespace
+
+TrainResult run_training(const TrainOptions& options, nn::Module& model, optim::Optimizer& opt,
+                         const nlohmann::json& config, TrainTask& task) {
+  Loop loop(options, model, opt, config, task);
+  return loop.run();
+}
+
+}  // namespace train
+}  // namespace tessera

@@ -1,0 +1,156 @@
+#include "models/train/window_task.h"
+
+#include <fstream>
+
+#include "core/error.h"
+#include "kernels/ops.h"
+
+namespace tessera {
+namespace train {
+
+void check_vocabulary(const io::CheckpointData& ck, const std::string& path, const data::Vocabulary& vocab,
+                      const std::string& data_name) {
+  const std::string data = data_name.empty() ? std::string("the training data") : "'" + data_name + "'";
+  TS_CHECK(!ck.trainer.vocabulary.empty(), IOError,
+           "checkpoint '" << path << "' has no /trainer/vocabulary, so its token ids cannot be matched to the "
+                          << "characters of " << data << "; a character-level run resumes only with its vocabulary");
+  const std::vector<uint8_t> mine = vocab.to_bytes();
+  TS_CHECK(ck.trainer.vocabulary == std::string(mine.begin(), mine.end()), ValueError,
+           "checkpoint '" << path << "' was trained with a " << ck.trainer.vocabulary.size()
+                          << "-character vocabulary that differs from the " << mine.size() << " characters of "
+                          << data);
+}
+
+namespace {
+
+// Eval mode (no dropout) for a scope; training mode again after it.
+struct EvalMode {
+  explicit EvalMode(nn::Module& m) : m_(m) { m_.eval(); }
+  ~EvalMode() { m_.train(); }
+  nn::Module& m_;
+};
+
+}  // namespace
+
+WindowTask::WindowTask(nn::Module& model, optim::Optimizer& opt, LossFn loss, data::RandomWindowSampler train,
+                       data::TokenArray val, data::Vocabulary vocab, WindowTaskOptions options)
+    : model_(model), opt_(opt), loss_(std::move(loss)), sampler_(std::move(train)), val_(std::move(val)),
+      vocab_(std::move(vocab)), options_(std::move(options)), precision_(options_.autocast) {
+  TS_CHECK(loss_, ValueError, "WindowTask: the loss function is empty");
+  TS_CHECK(options_.micro_batches >= 1, ValueError,
+           "WindowTask: micro_batches must be >= 1, got " << options_.micro_batches);
+  if (!options_.compiled) return;
+  const bool accumulate = options_.micro_batches > 1;
+  const double k = static_cast<double>(options_.micro_batches);
+  // The traced step: the loss of one batch (over k micro-batches: loss / k, gradients only).
+  auto loss_fn = [this, accumulate, k](const std::map<std::string, Tensor>& in) {
+    const auto amp = precision_.guard();
+    Tensor l = loss_(in.at("x"), in.at("y"));
+    if (accumulate) l = div(l, k);
+    return precision_.traced_loss(l, in, /*own_scale=*/accumulate);
+  };
+  data::RandomWindowSampler peek = sampler_;  // a copy: the real sampler does not advance
+  ParamUpdater* updater = accumulate ? nullptr : precision_.updater(opt_);
+  step_.emplace(compile(loss_fn, model_.named_parameters(), updater, feeds(peek.next()), options_.dropout_gen));
+  if (!options_.dump_graph.empty()) {
+    std::ofstream d(options_.dump_graph);
+    d << step_->to_dot();
+    TS_CHECK(d.good(), IOError, "cannot write '" << options_.dump_graph << "'");
+  }
+}
+
+std::map<std::string, Tensor> WindowTask::feeds(const data::Batch& b) const {
+  std::map<std::string, Tensor> in{{"x", b.inputs}, {"y", b.targets}};
+  precision_.add_feeds(in);  // f16: the loss scale
+  return in;
+}
+
+int64_t WindowTask::tokens_per_step() const {
+  return options_.micro_batches * sampler_.batch() * sampler_.seq();
+}
+
+double WindowTask::train_step() {
+  if (options_.micro_batches > 1) return accumulate_step();
+  const data::Batch b = sampler_.next();
+  if (step_) return precision_.after_run(*step_, step_->run(feeds(b)));
+  Tensor loss;
+  {
+    const auto amp = precision_.guard();
+    loss = loss_(b.inputs.to(options_.device), b.targets.to(options_.device));
+  }
+  precision_.eager_update(loss, opt_);
+  return loss.item<float>();
+}
+
+// k micro-batches of gradients, summed into the parameters' .grad, then one update.
+double WindowTask::accumulate_step() {
+  const int64_t k = options_.micro_batches;
+  const std::vector<graph::NamedParam> params = model_.named_parameters();
+  double sum = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    const data::Batch b = sampler_.next();
+    if (step_) {
+      sum += precision_.unscaled(step_->run(feeds(b)));  // loss / k (f16: times the scale)
+      for (const graph::NamedParam& p : params) {
+        if (!p.tensor.requires_grad()) continue;
+        const Tensor g = step_->fetch("grad/" + p.name);
+        if (!g.defined()) continue;
+        Tensor param = p.tensor, acc = param.grad();  // handles share the parameter's impl
+        if (!acc.defined()) param.set_grad(g);
+        else call_out<op::Add>({}, {acc, g}, {acc});  // acc += g in its own buffer
+      }
+      continue;
+    }
+    Tensor loss;
+    {
+      const auto amp = precision_.guard();
+      loss = div(loss_(b.inputs.to(options_.device), b.targets.to(options_.device)), static_cast<double>(k));
+    }
+    precision_.eager_loss(loss).backward();  // accumulates into .grad
+    sum += loss.item<float>();
+  }
+  precision_.eager_step(opt_);
+  return sum;  // the mean of the k losses
+}
+
+double WindowTask::evaluate(int64_t batches) {
+  const bool enough = static_cast<int64_t>(val_ ? val_->size() : 0) > sampler_.seq();
+  data::RandomWindowSampler s(enough ? val_ : sampler_.tokens(), sampler_.batch(), sampler_.seq(), options_.eval_seed,
+                              sampler_.layout());
+  EvalMode em(model_);
+  NoGradGuard ng;
+  const auto amp = precision_.guard();
+  double sum = 0;
+  for (int64_t i = 0; i < batches; ++i) {
+    const data::Batch b = s.next();
+    sum += loss_(b.inputs.to(options_.device), b.targets.to(options_.device)).item<float>();
+  }
+  return sum / static_cast<double>(batches);
+}
+
+void WindowTask::save_state(io::CheckpointData& ck) const {
+  const std::vector<uint8_t> voc = vocab_.to_bytes();
+  ck.trainer.vocabulary.assign(voc.begin(), voc.end());
+  ck.trainer.strings["data.sampler"] = "random";
+  const auto s = sampler_.state();
+  ck.rng["data"] = Generator::State{s.seed, s.offset};
+  ck.trainer.ints["data.steps"] = s.steps;
+  if (options_.dropout_gen) ck.rng["dropout"] = options_.dropout_gen->state();
+  precision_.save(ck);
+}
+
+void WindowTask::restore_state(const io::CheckpointData& ck, const std::string& path) {
+  check_vocabulary(ck, path, vocab_, options_.data_name);
+  const auto& t = ck.trainer;
+  auto it = t.strings.find("data.sampler");
+  TS_CHECK(it != t.strings.end() && it->second == "random" && ck.rng.count("data") && t.ints.count("data.steps"),
+           IOError, "checkpoint '" << path << "' lacks the random-window sampler state (/trainer data.sampler = "
+                                   << "\"random\", data.steps and /rng/data)");
+  const Generator::State g = ck.rng.at("data");
+  sampler_.set_state({g.seed, g.offset, t.ints.at("data.steps")});
+  if (options_.dropout_gen && ck.rng.count("dropout")) options_.dropout_gen->set_state(ck.rng.at("dropout"));
+  precision_.restore(ck);
+}
+
+}  // namespace train
+}  // namespace tessera

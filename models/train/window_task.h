@@ -1,0 +1,104 @@
+// A ready-made training task for language models over token windows: a loss function of a batch,
+// random training windows (data::RandomWindowSampler), a fixed set of validation windows, the
+// vocabulary, and how a step runs (compiled or eager, micro-batches, mixed precision, device).
+//
+//   auto loss_fn = [&](const Tensor& x, const Tensor& y) { return model.loss(x, y); };  // i32 [B*T]
+//   data::RandomWindowSampler windows(ds.tokens(data::Part::train), 16, 64, /*seed=*/1);
+//   train::WindowTask task(model, opt, loss_fn, windows, ds.tokens(data::Part::val), ds.vocab());
+//   train::run_training(options, model, opt, config, task);
+//
+// A step (train_step):
+//   - micro_batches = 1: one batch; compiled (default) it is one traced step (forward, backward,
+//     update; on a GPU a replayed CUDA graph), eager it is loss.backward() and opt.step();
+//   - micro_batches = k > 1 (gradient accumulation): k batches, each contributing loss_i / k, so
+//     the gradients summed over them are those of the mean loss of the k batches (k·B windows at
+//     the memory of B); then one optimizer update. Compiled, each micro-batch is a traced
+//     gradient step (no update; its gradients are added into the parameters' .grad), then one
+//     eager update; eager, backward() accumulates. The step's loss is the mean of the k losses.
+//   - mixed precision (options.autocast bf16 / f16): models/train/mixed_precision.h.
+// Batches come from the sampler on the CPU and are fed to where the model is (options.device).
+// evaluate(n): the mean loss over the first n windows of a fixed-seed sampler over the validation
+// tokens (the same windows at every evaluation; the training tokens when there are too few), in
+// eval mode (no dropout) without autograd. sample(): options.sample, when given.
+// State in checkpoints (save_state / restore_state): the vocabulary (/trainer/vocabulary: on resume
+// it must be there and equal this task's, or an error names the checkpoint and the data), the
+// sampler ("data.sampler" = "random", rng "data", "data.steps"), the dropout generator (rng
+// "dropout") and the loss scale.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/graph/compile.h"
+#include "core/random.h"
+#include "data/sampler.h"
+#include "data/text_dataset.h"
+#include "layers/module.h"
+#include "models/train/mixed_precision.h"
+#include "models/train/trainer.h"
+#include "optim/optimizer.h"
+
+namespace tessera {
+namespace train {
+
+struct WindowTaskOptions {
+  bool compiled = true;            ///< a traced step (false: eager autograd)
+  int64_t micro_batches = 1;       ///< batches per optimizer update (gradient accumulation)
+  DType autocast = DType::f32;     ///< f32, bf16 or f16 (models/train/mixed_precision.h)
+  Device device = Device::cpu();   ///< where the model is: batches are fed there
+  /// The generator the loss function's dropout draws from (compiled steps reserve its stream
+  /// per run; saved as rng "dropout"); null when the loss has no random ops.
+  Generator* dropout_gen = nullptr;
+  int64_t eval_seed = 12345;       ///< seed of the fixed validation windows
+  std::string data_name;           ///< the training data as errors name it (e.g. the file path)
+  std::function<std::string()> sample;  ///< a text sample at each evaluation; empty: none
+  std::string dump_graph;          ///< compiled: write the step's graph (Graphviz) to this file
+};
+
+class WindowTask : public TrainTask {
+ public:
+  /// loss(inputs, targets) -> a 0-d loss; inputs, targets i32 [batch*seq] in the sampler's layout,
+  /// on options.device. The loss must use only ops (it is traced when compiled).
+  using LossFn = std::function<Tensor(const Tensor& inputs, const Tensor& targets)>;
+
+  WindowTask(nn::Module& model, optim::Optimizer& opt, LossFn loss, data::RandomWindowSampler train,
+             data::TokenArray val, data::Vocabulary vocab, WindowTaskOptions options = {});
+
+  double train_step() override;
+  int64_t tokens_per_step() const override;
+  double evaluate(int64_t batches) override;
+  std::string sample() override { return options_.sample ? options_.sample() : std::string(); }
+  void save_state(io::CheckpointData& ck) const override;
+  void restore_state(const io::CheckpointData& ck, const std::string& path) override;
+
+  const data::RandomWindowSampler& sampler() const { return sampler_; }
+  /// The compiled step (compiled tasks), e.g. for its memory plan's summary.
+  const CompiledStep* compiled_step() const { return step_ ? &*step_ : nullptr; }
+
+ private:
+  std::map<std::string, Tensor> feeds(const data::Batch& b) const;
+  double accumulate_step();
+
+  nn::Module& model_;
+  optim::Optimizer& opt_;
+  LossFn loss_;
+  data::RandomWindowSampler sampler_;
+  data::TokenArray val_;
+  data::Vocabulary vocab_;
+  WindowTaskOptions options_;
+  MixedPrecision precision_;
+  std::optional<CompiledStep> step_;  // compiled tasks
+};
+
+/// Checks a resumed checkpoint's vocabulary against the one of the data being trained on: IOError
+/// when the checkpoint has none (a character-level run's checkpoint must), ValueError when it
+/// differs; both name the checkpoint and `data_name`.
+void check_vocabulary(const io::CheckpointData& ck, const std::string& path, const data::Vocabulary& vocab,
+                      const std::string& data_name);
+
+}  // namespace train
+}  // namespace tessera
