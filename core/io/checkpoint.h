@@ -10,7 +10,11 @@
 //   data_gen.set_state(back.rng.at("data"));
 //
 // File layout (format_version 1). Tensors are datasets with a string attribute dtype ("f32",
-// "bf16", ...; bf16/f16 stored as uint16 bit patterns, see core/io/hdf5_file.h):
+// "bf16", ...; bf16/f16 stored as uint16 bit patterns, see core/io/hdf5_file.h). Every string
+// attribute (format, framework_version, config, kind, generator, dtype, the optimizer type, the
+// trainer strings) is written as one kind, a fixed-length UTF-8 string (h5py reads it as bytes;
+// core/io/hdf5_file.h says why not variable-length); variable-length ones (a file edited with
+// h5py) are read too. There are no string datasets (the vocabulary is u8 bytes).
 //   /                       attrs format="tessera-checkpoint", format_version=1 (int64),
 //                                 framework_version (e.g. "0.1.0"), config (JSON string)
 //   /model/<param path>     one dataset per parameter, named by its dotted path ("blocks.0.fc.weight")

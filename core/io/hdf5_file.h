@@ -14,8 +14,14 @@
 // bf16/f16 bit patterns as uint16 (HDF5 has no such float types). Non-empty datasets are
 // chunked with the Fletcher-32 checksum filter, so corrupted data fails to read instead of
 // loading silently; metadata uses the HDF5 1.8 object format (checksummed, readable by HDF5 >= 1.8).
-// String attributes are fixed-length UTF-8 (kept in the checksummed object header; h5py reads
-// them as bytes: f.attrs["format"].decode()); variable-length ones (other writers) are read too.
+// String attributes: every string tessera writes is of one kind, fixed-length UTF-8 (NUL-padded,
+// sized to the value), which h5py 3.x reads as bytes (numpy.bytes_: f.attrs["format"].decode());
+// h5py reads variable-length strings as str. Variable-length strings are not written because
+// they live in HDF5's global heap, which has no checksum: a damaged byte there can crash or hang
+// HDF5 itself (measured: core/io/hdf5_attributes.cpp), where a fixed-length attribute of up to
+// 64 KiB is in checksummed metadata and the same damage is an IOError. Both kinds are read, either
+// padding, ASCII or UTF-8: files other writers made or edited (h5py writes a str as
+// variable-length UTF-8, bytes as variable-length ASCII).
 // Paths are absolute ("/model/fc.weight"); creating a dataset or group creates missing parents.
 //
 // HDF5 builds without thread safety (the usual distribution build) must not be entered from two
