@@ -127,7 +127,7 @@ TEST(CudaOptim, SgdUpdateEveryVariantAndInPlace) {
 }
 
 void expect_adam_family_matches(AdamDecay decay) {
-  using Op = AdamUpdate;
+  using Op = op::AdamUpdate;
   const Op::Attrs variants[] = {{0.9, 0.999, 1e-8, decay, 0.0}, {0.8, 0.99, 1e-6, decay, 0.1}};
   uint64_t seed = 200;
   for (DType dt : kFloatTypes) {

@@ -35,7 +35,7 @@ std::vector<Tensor> adam_inputs(const Shape& s, DType dt, uint64_t seed) {
 }
 
 void expect_grad_scale_is_the_scaled_update(AdamDecay decay) {
-  using Op = AdamUpdate;
+  using Op = op::AdamUpdate;
   const Op::Attrs attrs{0.9, 0.99, 1e-8, decay, 0.1};
   uint64_t seed = 10;
   for (DType dt : kFloats) {
