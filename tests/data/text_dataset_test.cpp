@@ -80,7 +80,7 @@ TEST(Vocabulary, BadInputsThrow) {
 TEST(TextDataset, SplitByFractions) {
   std::string text;
   for (int i = 0; i < 1000; ++i) text.push_back(static_cast<char>('a' + (i * 7) % 26));
-  auto ds = TextDataset::from_text(text, TextDatasetOptions().split(op::Split::fractions(0.9, 0.05, 0.05)));
+  auto ds = TextDataset::from_text(text, TextDatasetOptions().split(Split::fractions(0.9, 0.05, 0.05)));
   EXPECT_EQ(ds.level(), Level::byte);
   EXPECT_EQ(ds.vocab().size(), 256);
   EXPECT_EQ(ds.total_bytes(), 1000);
@@ -93,33 +93,33 @@ TEST(TextDataset, SplitByFractions) {
   EXPECT_EQ((*ds.tokens(Part::test))[49], text[999]);
   // Odd length: cumulative rounding uses every byte when the fractions sum to 1.
   auto odd =
-      TextDataset::from_text(text.substr(0, 333), TextDatasetOptions().split(op::Split::fractions(0.9, 0.1)));
+      TextDataset::from_text(text.substr(0, 333), TextDatasetOptions().split(Split::fractions(0.9, 0.1)));
   EXPECT_EQ(odd.size(Part::train), 300);  // round(299.7)
   EXPECT_EQ(odd.size(Part::val), 33);
   EXPECT_EQ(odd.size(Part::test), 0);
   // Fractions below 1 leave the tail unused.
-  auto part = TextDataset::from_text(text, TextDatasetOptions().split(op::Split::fractions(0.5, 0.25)));
+  auto part = TextDataset::from_text(text, TextDatasetOptions().split(Split::fractions(0.5, 0.25)));
   EXPECT_EQ(part.size(Part::train) + part.size(Part::val) + part.size(Part::test), 750);
 }
 
 TEST(TextDataset, SplitByByteCounts) {
   std::string text = "0123456789abcdefghij";  // 20 bytes, like enwik8's 90M/5M/5M scaled down
-  auto ds = TextDataset::from_text(text, TextDatasetOptions().split(op::Split::counts(12, 5, 3)));
+  auto ds = TextDataset::from_text(text, TextDatasetOptions().split(Split::counts(12, 5, 3)));
   EXPECT_EQ(ds.vocab().decode(*ds.tokens(Part::train)), "0123456789ab");
   EXPECT_EQ(ds.vocab().decode(*ds.tokens(Part::val)), "cdefg");
   EXPECT_EQ(ds.vocab().decode(*ds.tokens(Part::test)), "hij");
-  auto fewer = TextDataset::from_text(text, TextDatasetOptions().split(op::Split::counts(10, 4)));
+  auto fewer = TextDataset::from_text(text, TextDatasetOptions().split(Split::counts(10, 4)));
   EXPECT_EQ(fewer.size(Part::test), 0);
-  EXPECT_THROW(TextDataset::from_text(text, TextDatasetOptions().split(op::Split::counts(15, 5, 1))), ValueError);
-  EXPECT_THROW(op::Split::counts(-1, 5), ValueError);
-  EXPECT_THROW(op::Split::fractions(0.9, 0.2), ValueError);
-  EXPECT_THROW(op::Split::fractions(-0.1, 0.5), ValueError);
-  EXPECT_THROW(TextDataset::from_text(text, TextDatasetOptions().split(op::Split::counts(0, 5))), ValueError);
+  EXPECT_THROW(TextDataset::from_text(text, TextDatasetOptions().split(Split::counts(15, 5, 1))), ValueError);
+  EXPECT_THROW(Split::counts(-1, 5), ValueError);
+  EXPECT_THROW(Split::fractions(0.9, 0.2), ValueError);
+  EXPECT_THROW(Split::fractions(-0.1, 0.5), ValueError);
+  EXPECT_THROW(TextDataset::from_text(text, TextDatasetOptions().split(Split::counts(0, 5))), ValueError);
 }
 
 TEST(TextDataset, CharLevelVocabularyComesFromTheTrainingSplit) {
   std::string text = "abcabcabcabcabcabcXd";  // 'X' and 'd' appear only after the training split
-  auto opts = TextDatasetOptions().level(Level::character).split(op::Split::counts(18, 1, 1));
+  auto opts = TextDatasetOptions().level(Level::character).split(Split::counts(18, 1, 1));
   EXPECT_THROW(TextDataset::from_text(text, opts), ValueError);  // 'X' in val is unknown
   auto ds = TextDataset::from_text(text, TextDatasetOptions(opts).unknown_id(0));
   EXPECT_EQ(ds.level(), Level::character);
@@ -135,7 +135,7 @@ TEST(TextDataset, CharLevelVocabularyComesFromTheTrainingSplit) {
 
 TEST(TextDataset, GivenVocabularyReproducesIds) {
   std::string text = "the quick brown fox jumps over the lazy dog, again and again";
-  auto opts = TextDatasetOptions().level(Level::character).split(op::Split::fractions(0.8, 0.2));
+  auto opts = TextDatasetOptions().level(Level::character).split(Split::fractions(0.8, 0.2));
   auto first = TextDataset::from_text(text, opts);
   auto restored = TextDataset::from_text(
       text, TextDatasetOptions(opts).vocab(Vocabulary::from_bytes(first.vocab().to_bytes())));
@@ -150,7 +150,7 @@ TEST(TextDataset, GivenVocabularyReproducesIds) {
 TEST(TextDataset, LoadsFilesAndNamesThePathOnErrors) {
   std::string path = write_temp("ok.txt", "First Citizen:\nBefore we proceed any further, hear me speak.\n");
   auto ds =
-      TextDataset::load(path, TextDatasetOptions().level(Level::character).split(op::Split::fractions(1.0, 0.0)));
+      TextDataset::load(path, TextDatasetOptions().level(Level::character).split(Split::fractions(1.0, 0.0)));
   EXPECT_EQ(ds.name(), path);
   EXPECT_EQ(ds.vocab().decode(*ds.tokens(Part::train)),
             "First Citizen:\nBefore we proceed any further, hear me speak.\n");
@@ -175,7 +175,7 @@ TEST(TextDataset, TinyShakespeareFromSharedData) {
   fs::path file = fs::path(__FILE__).parent_path() / "../../../shared/data/tinyshakespeare/input.txt";
   if (!fs::exists(file)) GTEST_SKIP() << "no " << file;
   auto ds = TextDataset::load(
-      file.string(), TextDatasetOptions().level(Level::character).split(op::Split::fractions(0.9, 0.05, 0.05)));
+      file.string(), TextDatasetOptions().level(Level::character).split(Split::fractions(0.9, 0.05, 0.05)));
   EXPECT_EQ(ds.total_bytes(), 1115394);
   EXPECT_EQ(ds.size(Part::train) + ds.size(Part::val) + ds.size(Part::test), 1115394);
   EXPECT_EQ(ds.vocab().size(), 65);  // the well-known 65 characters of tinyshakespeare
