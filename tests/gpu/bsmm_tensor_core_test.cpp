@@ -355,8 +355,8 @@ TEST(CudaBsmmTensorCores, ColumnPairsGiveTheBitsOfSingleColumns) {
               EXPECT_TRUE(close_to(cast(paired, DType::f64), reference<Op>(attrs, in_of(a)), 1e-2))
                   << name << " " << what;
             };
-            both(Bsmm{}, x[0], "bsmm");
-            both(BsmmDx{}, x[1], "bsmm_dx");
+            both(op::Bsmm{}, x[0], "bsmm");
+            both(op::BsmmDx{}, x[1], "bsmm_dx");
           }
   }
   // The rule: the all-blocks layout takes pairs, a 10% random layout does not.
