@@ -3,5 +3,6 @@
 
 #include "models/char_lstm_lm.h"
 #include "models/config_reader.h"
+#include "models/layout_report.h"
 #include "models/model_checkpoint.h"
 #include "models/transformer_lm.h"
