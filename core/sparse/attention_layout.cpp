@@ -156,7 +156,7 @@ bool AttentionLayout::has(int64_t h, int64_t i, int64_t j) const {
 }
 
 double AttentionLayout::density() const {
-  return static_cast<double>(nnz()) / static_cast<double>(heads_ * nb_ * (nb_ + 1) / 2);
+  return static_cast<double>(nnz()) / static_cast<double>(causal_blocks());
 }
 
 std::vector<uint8_t> AttentionLayout::mask(int64_t h) const {
@@ -171,7 +171,7 @@ std::vector<uint8_t> AttentionLayout::mask(int64_t h) const {
 std::string AttentionLayout::str() const {
   std::ostringstream os;
   os << "AttentionLayout(" << kind_ << ", T=" << seq_len() << ", bs=" << bs_ << ", heads=" << heads_ << ", "
-     << nb_ << "x" << nb_ << " blocks, " << nnz() << "/" << heads_ * nb_ * (nb_ + 1) / 2
+     << nb_ << "x" << nb_ << " blocks, " << nnz() << "/" << causal_blocks()
      << " causal blocks, density ";
   os.precision(3);
   os << std::fixed << density() << ")";

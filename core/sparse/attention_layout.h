@@ -73,8 +73,15 @@ class AttentionLayout {
   int64_t nnz(int64_t h) const { return row_ptr_[(h + 1) * nb_] - row_ptr_[h * nb_]; }
   /// Whether head h's query block i attends to key block j.
   bool has(int64_t h, int64_t i, int64_t j) const;
+  /// Causal blocks over all heads, heads · nb(nb+1)/2: the blocks of dense causal attention (the
+  /// lower triangle of the block grid, diagonal included), the most a layout can keep.
+  int64_t causal_blocks() const { return heads_ * nb_ * (nb_ + 1) / 2; }
   /// Kept blocks / causal blocks (heads · nb(nb+1)/2): 1 for dense_causal.
   double density() const;
+  /// Whether every causal block of every head is kept, i.e. the layout is dense causal attention
+  /// whatever its kind says (e.g. strided(s) with s >= nb, or any kind with nb = 1). Layouts
+  /// keep causal blocks only, so nnz() == causal_blocks() means the mask equals dense_causal's.
+  bool keeps_every_causal_block() const { return nnz() == causal_blocks(); }
 
   const std::vector<int32_t>& row_ptr() const { return row_ptr_; }            ///< [heads*nb + 1]
   const std::vector<int32_t>& key_blocks() const { return key_blocks_; }      ///< [nnz]

@@ -42,8 +42,12 @@ class BlockLayout {
   int64_t in_features() const { return rows_ * bs_; }
   int64_t out_features() const { return cols_ * bs_; }
   int64_t nnz() const { return static_cast<int64_t>(block_row_.size()); }
+  /// All blocks of the grid, (C/bs)·(K/bs): a dense weight's block count.
+  int64_t grid_blocks() const { return rows_ * cols_; }
   /// Stored blocks / all blocks.
-  double density() const { return static_cast<double>(nnz()) / static_cast<double>(rows_ * cols_); }
+  double density() const { return static_cast<double>(nnz()) / static_cast<double>(grid_blocks()); }
+  /// Whether every block is stored (density 1): the weight is dense, held in block form.
+  bool stores_every_block() const { return nnz() == grid_blocks(); }
   /// Index k of block (r, c), or -1 when it is not stored.
   int64_t block_index(int64_t r, int64_t c) const;
   bool has(int64_t r, int64_t c) const { return block_index(r, c) >= 0; }

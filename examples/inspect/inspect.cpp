@@ -5,10 +5,11 @@
 // Prints the file's format and version, the config (pretty JSON), the trainer's step and
 // scalars, the optimizer, the RNG states, and a table of the parameters (name, shape, dtype,
 // numel; for the weight of a block-sparse layer also its layout's density and block size, from
-// /layout/<module path>), with totals, then the attention layouts (when there are any), one
-// line per attention module: its path and the layout, e.g.
-//   blocks.0.attn: AttentionLayout(local_window(window_blocks=2), T=64, bs=8, heads=2, 8x8 blocks,
-//                  30/72 causal blocks, density 0.417)   (one line)
+// /layout/<module path>), with totals, then every layout (when there are any: block and attention),
+// one line per module with its real density (models::format_layout_report: stored / all blocks;
+// for attention, kept / causal blocks), flagged when a sparse kind keeps every block, e.g.
+//   blocks.0.attn  attention local_window(window_blocks=2)  T=64 bs=8 heads=2  30/72 causal blocks,
+//                  density 0.417 of causal blocks   (one line)
 // A missing, corrupt or non-checkpoint file is one line on stderr and exit status 1; a usage
 // error exits with 2.
 #include <tessera/tessera.h>
@@ -153,11 +154,15 @@ void print_parameters(const std::map<std::string, io::DatasetInfo>& index,
     if (!shown.count(module)) std::cout << "  layout " << module << " (no weight found): " << l->str() << "\n";
 }
 
-// Nothing for a model without attention (or a file from before attention layouts were saved).
-void print_attention_layouts(const std::map<std::string, AttentionLayoutPtr>& layouts) {
-  if (layouts.empty()) return;
-  std::cout << "attention layouts\n";
-  for (const auto& [module, l] : layouts) std::cout << "  " << module << ": " << l->str() << "\n";
+// Every layout with its real density; nothing for a model without layouts. Block layouts count
+// as meant sparse unless the config asks for dense weights in block form (models::sparse_weights_requested).
+void print_layouts(const io::CheckpointData& ck) {
+  if (ck.layouts.empty() && ck.attention_layouts.empty()) return;
+  const nlohmann::json config = nlohmann::json::parse(ck.config, nullptr, /*allow_exceptions=*/false);
+  const auto report = models::layout_report(ck.layouts, ck.attention_layouts,
+                                            config.is_discarded() || models::sparse_weights_requested(config));
+  std::cout << "layouts\n";
+  for (const std::string& line : models::format_layout_report(report)) std::cout << "  " << line << "\n";
 }
 
 }  // namespace
@@ -184,7 +189,7 @@ int main(int argc, char** argv) {
     print_optimizer(ck.optimizer);
     print_rng(ck.rng);
     print_parameters(index, ck.layouts);
-    print_attention_layouts(ck.attention_layouts);
+    print_layouts(ck);
   } catch (const std::exception& e) {
     std::cerr << "inspect: " << e.what() << "\n";
     return 1;

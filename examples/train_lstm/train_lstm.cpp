@@ -23,6 +23,7 @@
 #include "core/graph/compile.h"
 #include "data/sampler.h"
 #include "data/text_dataset.h"
+#include "examples/common/layout_check.h"
 #include "examples/common/trainer.h"
 #include "models/train/train.h"
 #include "examples/sample/sampling.h"
@@ -250,6 +251,9 @@ int main(int argc, char** argv) {
     cfg["vocab"] = ds.vocab().size();
     const models::CharLSTMLMConfig mc = models::CharLSTMLMConfig::from_json(cfg);
     CharLSTMLM model(mc);
+    // Each layout's real density; a warning when the block-sparse weights store every block.
+    examples::check_layouts(models::layout_report(model), "train_lstm",
+                            {"", "use --density < 1 for sparse weights, or --layout dense for dense ones in blocks"});
     model.to(examples::train_device(f));  // before the optimizer: its state is made where the parameters are
     std::unique_ptr<optim::Optimizer> opt = examples::make_optimizer(f, model.parameters());
     std::cout << "train_lstm: " << ds.name() << " (" << ds.size(data::Part::train) << " train / "

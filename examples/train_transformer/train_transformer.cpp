@@ -30,6 +30,7 @@
 #include "core/graph/compile.h"
 #include "data/sampler.h"
 #include "data/text_dataset.h"
+#include "examples/common/layout_check.h"
 #include "examples/common/trainer.h"
 #include "examples/sample/sampling.h"
 #include "models/train/train.h"
@@ -201,6 +202,11 @@ int main(int argc, char** argv) {
     const models::TransformerLMConfig mc = models::TransformerLMConfig::from_json(cfg);
     f.seq = mc.seq_len;  // the windows are the model's sequence length
     TransformerLM model(mc);
+    // Each layout's real density; a sparse --attn-layout that keeps every causal block is an error.
+    examples::check_layouts(models::layout_report(model), "train_transformer",
+                            {"use --attn-layout dense, or more attention blocks per sequence (a smaller --attn-block "
+                             "or a longer --seq) or a smaller --window / --stride",
+                             "use --density < 1 for sparse weights, or --block 0 for dense ones"});
     model.to(examples::train_device(f));  // before the optimizer: its state is made where the parameters are
     std::unique_ptr<optim::Optimizer> opt = examples::make_optimizer(f, model.parameters());
     std::cout << "train_transformer: " << ds.name() << " (" << ds.size(data::Part::train) << " train / "

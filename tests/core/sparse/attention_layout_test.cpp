@@ -126,6 +126,27 @@ TEST(AttentionLayout, Blocks128RefineIntoTheSameTokenPatternIn64Blocks) {
   EXPECT_EQ(AttentionLayout::dense_causal(256, 64, 1)->refined64(), nullptr) << "only 128-blocks are refined";
 }
 
+TEST(AttentionLayout, DensityCountsCausalBlocksAndDegenerateKindsKeepThemAll) {
+  // T = 64, bs = 16: nb = 4, 10 causal blocks per head (the lower triangle with the diagonal).
+  auto dense = AttentionLayout::dense_causal(64, 16, 3);
+  EXPECT_EQ(dense->causal_blocks(), 30);
+  EXPECT_TRUE(dense->keeps_every_causal_block());
+  auto strided = AttentionLayout::strided(64, 16, 3, /*stride_blocks=*/2);
+  EXPECT_EQ(strided->causal_blocks(), 30);
+  EXPECT_EQ(strided->nnz(), 3 * 9);  // per head: 4 diagonal, 3 neighbours, (2, 0) and (3, 1)
+  EXPECT_NEAR(strided->density(), 27.0 / 30.0, 1e-15);
+  EXPECT_FALSE(strided->keeps_every_causal_block());
+  // Sparse kinds that keep every causal block: one block per sequence (T = bs), a stride or a
+  // window reaching back past the start, fixed with summary == stride.
+  for (const AttentionLayoutPtr& l :
+       {AttentionLayout::strided(32, 32, 4, 2), AttentionLayout::strided(64, 16, 1, 4),
+        AttentionLayout::local_window(64, 16, 2, 4), AttentionLayout::fixed(64, 16, 2, 2, 2)}) {
+    EXPECT_TRUE(l->keeps_every_causal_block()) << l->str();
+    EXPECT_DOUBLE_EQ(l->density(), 1.0) << l->str();
+    EXPECT_TRUE(*l == *AttentionLayout::dense_causal(l->seq_len(), l->block_size(), l->heads())) << l->str();
+  }
+}
+
 TEST(AttentionLayout, Errors) {
   expect_error<ValueError>([] { AttentionLayout::dense_causal(48, 12, 1); }, {"dense_causal", "bs=12"});
   expect_error<ValueError>([] { AttentionLayout::dense_causal(512, 256, 1); }, {"dense_causal", "bs=256", "128"});

@@ -30,6 +30,17 @@ TEST(BlockLayout, TablesFromAMask) {
   EXPECT_TRUE(*l == *BlockLayout::from_mask(24, 32, 8, l->mask()));
 }
 
+TEST(BlockLayout, DensityOfAllBlocksAndEveryBlockStored) {
+  auto part = BlockLayout::from_mask(16, 24, 8, {1, 0, 1, /**/ 0, 1, 0});
+  EXPECT_EQ(part->grid_blocks(), 6);
+  EXPECT_DOUBLE_EQ(part->density(), 0.5);
+  EXPECT_FALSE(part->stores_every_block());
+  auto full = BlockLayout::from_mask(16, 24, 8, std::vector<uint8_t>(6, 1));
+  EXPECT_EQ(full->nnz(), full->grid_blocks());
+  EXPECT_DOUBLE_EQ(full->density(), 1.0);
+  EXPECT_TRUE(full->stores_every_block());
+}
+
 TEST(BlockLayout, Errors) {
   testing::expect_error<ValueError>([] { BlockLayout::from_mask(24, 24, 12, std::vector<uint8_t>(4, 1)); },
                                     {"block size 12"});
