@@ -10,6 +10,8 @@
 // for attention, kept / causal blocks), flagged when a sparse kind keeps every block, e.g.
 //   blocks.0.attn  attention local_window(window_blocks=2)  T=64 bs=8 heads=2  30/72 causal blocks,
 //                  density 0.417 of causal blocks   (one line)
+// and last whether models::load_model rebuilds the model ("char_lstm, rebuilt by
+// models::load_model: N parameters, vocabulary V", or "not rebuilt: <why>").
 // A missing, corrupt or non-checkpoint file is one line on stderr and exit status 1; a usage
 // error exits with 2.
 #include <tessera/tessera.h>
@@ -167,6 +169,20 @@ void print_layouts(const io::CheckpointData& ck) {
 
 }  // namespace
 
+// Whether models::load_model rebuilds the checkpoint's model (its model_type registered, its config,
+// layouts and parameters consistent): one line either way (a model that does not rebuild is
+// reported, not an error: the file's contents are still shown).
+void print_model(const std::string& path) {
+  try {
+    const models::LoadedModel m = models::load_model(path);
+    std::cout << "model\n  " << m.type << ", rebuilt by models::load_model: " << m.module->num_parameters()
+              << " parameters" << (m.has_vocab ? ", vocabulary " + std::to_string(m.vocab.size()) : std::string())
+              << "\n";
+  } catch (const std::exception& e) {
+    std::cout << "model\n  not rebuilt: " << e.what() << "\n";
+  }
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"Print what a tessera checkpoint holds"};
   std::string path;
@@ -190,6 +206,7 @@ int main(int argc, char** argv) {
     print_rng(ck.rng);
     print_parameters(index, ck.layouts);
     print_layouts(ck);
+    print_model(path);
   } catch (const std::exception& e) {
     std::cerr << "inspect: " << e.what() << "\n";
     return 1;
