@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "models/model_registry.h"
+#include "models/train/window_task.h"
 
 namespace fs = std::filesystem;
 
@@ -78,10 +79,7 @@ void check_supported(const TrainerFlags& f) {
 }
 
 DType train_dtype(const TrainerFlags& f) {
-  const DType d = dtype_from_name(f.dtype);
-  TS_CHECK(d == DType::f32 || d == DType::bf16 || d == DType::f16, ValueError,
-           "--dtype must be f32, bf16 or f16, got " << f.dtype);
-  return d;
+  return dtype_from_name(f.dtype);  // f32, bf16 or f16 (the flag's check; train::MixedPrecision checks again)
 }
 
 Device train_device(const TrainerFlags& f) { return f.device == "cuda" ? Device::cuda(0) : Device::cpu(); }
@@ -121,11 +119,7 @@ nlohmann::json base_model_config(const TrainerFlags& f, const nlohmann::json& de
 
 data::TextDataset load_text(const TrainerFlags& f, const io::CheckpointData* ck) {
   data::TextDatasetOptions opt = data::TextDatasetOptions().level(data::Level::character);
-  TS_CHECK(!ck || !ck->trainer.vocabulary.empty(), IOError,
-           "checkpoint '" << f.resume << "' has no /trainer/vocabulary, so its token ids cannot be matched to the "
-                          << "characters of '" << f.data << "'; a character-level run resumes only with its vocabulary");
-  if (ck)
-    opt.vocab(data::Vocabulary::from_bytes({ck->trainer.vocabulary.begin(), ck->trainer.vocabulary.end()}));
+  if (ck) opt.vocab(train::require_vocabulary(*ck, f.resume, f.data));
   return data::TextDataset::load(f.data, opt);
 }
 

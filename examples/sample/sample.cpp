@@ -105,12 +105,17 @@ class TransformerStream : public TokenStream {
   std::vector<int32_t> context_;
 };
 
-// A token stream of a model from models::load_model: the LSTM and transformer language models.
-std::unique_ptr<TokenStream> make_stream(const models::LoadedModel& m, bool cached, const std::string& path) {
+// sample generates from the LSTM and transformer language models; ValueError for another model type.
+void check_streamable(const models::LoadedModel& m, const std::string& path) {
+  TS_CHECK(m.type == "char_lstm" || m.type == "transformer", ValueError,
+           "checkpoint '" << path << "' holds a model of model_type \"" << m.type
+                          << "\"; sample generates from \"char_lstm\" and \"transformer\" models");
+}
+
+// A token stream of a model that check_streamable accepted.
+std::unique_ptr<TokenStream> make_stream(const models::LoadedModel& m, bool cached) {
   if (m.type == "char_lstm") return std::make_unique<LstmStream>(m.as<models::CharLSTMLM>());
-  if (m.type == "transformer") return std::make_unique<TransformerStream>(m.as<models::TransformerLM>(), cached);
-  TS_THROW(ValueError, "checkpoint '" << path << "' holds a model of model_type \"" << m.type
-                                      << "\"; sample generates from \"char_lstm\" and \"transformer\" models");
+  return std::make_unique<TransformerStream>(m.as<models::TransformerLM>(), cached);
 }
 
 // 'a', '\n' or 0xe2: a byte as an error message shows it.
@@ -171,7 +176,7 @@ int main(int argc, char** argv) {
     using clock = std::chrono::steady_clock;
     const models::LoadedModel model = models::load_model(ckpt);  // the model type, config, vocabulary, weights
     TS_CHECK(model.has_vocab, IOError, "checkpoint '" << ckpt << "' has no /trainer/vocabulary");
-    make_stream(model, false, ckpt);  // a model sample cannot run fails here, before any output
+    check_streamable(model, ckpt);  // before any output
     const std::vector<int32_t> prompt_ids = encode_prompt(prompt, model.vocab);
     if (stats)
       std::cerr << "sample: " << model.type << " from " << ckpt << " (step " << model.step << "), "
@@ -183,7 +188,7 @@ int main(int argc, char** argv) {
       if (count > 1) std::cout << "--- sample " << k << " ---\n";
       std::cout << prompt << std::flush;
       const auto t0 = clock::now();
-      std::unique_ptr<TokenStream> s = make_stream(model, !no_cache, ckpt);
+      std::unique_ptr<TokenStream> s = make_stream(model, !no_cache);
       std::vector<float> logits = s->feed(prompt_ids);
       const auto t1 = clock::now();
       for (int64_t i = 0; i < chars; ++i) {

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/io/atomic_file.h"
 #include "core/logging/svg_plot.h"
 
 namespace fs = std::filesystem;
@@ -10,20 +11,12 @@ namespace fs = std::filesystem;
 namespace tessera {
 namespace train {
 
-void write_text_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    f << text;
-    f.flush();
-    TS_CHECK(f.good(), IOError, "cannot write '" << tmp << "'");
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  TS_CHECK(!ec, IOError, "cannot write '" << path << "': " << ec.message());
-}
-
 namespace {
+
+// `text` into `path` atomically (io::atomic_write: the old file stays whole when this fails).
+void write_text_atomic(const std::string& path, const std::string& text) {
+  io::atomic_write(path, [&](const std::string& tmp) { io::write_file(tmp, text.data(), text.size()); });
+}
 
 void prepare_dir(const std::string& dir) {
   std::error_code ec;

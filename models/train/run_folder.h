@@ -23,9 +23,6 @@
 namespace tessera {
 namespace train {
 
-/// Writes `text` to `path` through a temporary file and a rename (never a half-written file).
-void write_text_atomic(const std::string& path, const std::string& text);
-
 class RunFolder {
  public:
   /// Creates `dir` and proves it writable before any real file is written (IOError naming it),

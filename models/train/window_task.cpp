@@ -8,12 +8,26 @@
 namespace tessera {
 namespace train {
 
-void check_vocabulary(const io::CheckpointData& ck, const std::string& path, const data::Vocabulary& vocab,
-                      const std::string& data_name) {
-  const std::string data = data_name.empty() ? std::string("the training data") : "'" + data_name + "'";
+namespace {
+
+std::string data_words(const std::string& data_name) {
+  return data_name.empty() ? std::string("the training data") : "'" + data_name + "'";
+}
+
+}  // namespace
+
+data::Vocabulary require_vocabulary(const io::CheckpointData& ck, const std::string& path, const std::string& data_name) {
   TS_CHECK(!ck.trainer.vocabulary.empty(), IOError,
            "checkpoint '" << path << "' has no /trainer/vocabulary, so its token ids cannot be matched to the "
-                          << "characters of " << data << "; a character-level run resumes only with its vocabulary");
+                          << "characters of " << data_words(data_name)
+                          << "; a character-level run resumes only with its vocabulary");
+  return data::Vocabulary::from_bytes({ck.trainer.vocabulary.begin(), ck.trainer.vocabulary.end()});
+}
+
+void check_vocabulary(const io::CheckpointData& ck, const std::string& path, const data::Vocabulary& vocab,
+                      const std::string& data_name) {
+  require_vocabulary(ck, path, data_name);
+  const std::string data = data_words(data_name);
   const std::vector<uint8_t> mine = vocab.to_bytes();
   TS_CHECK(ck.trainer.vocabulary == std::string(mine.begin(), mine.end()), ValueError,
            "checkpoint '" << path << "' was trained with a " << ck.trainer.vocabulary.size()
@@ -35,7 +49,8 @@ struct EvalMode {
 WindowTask::WindowTask(nn::Module& model, optim::Optimizer& opt, LossFn loss, data::RandomWindowSampler train,
                        data::TokenArray val, data::Vocabulary vocab, WindowTaskOptions options)
     : model_(model), opt_(opt), loss_(std::move(loss)), sampler_(std::move(train)), val_(std::move(val)),
-      vocab_(std::move(vocab)), options_(std::move(options)), precision_(options_.autocast) {
+      vocab_(std::move(vocab)), options_(std::move(options)), precision_(options_.autocast),
+      params_(model_.named_parameters()) {
   TS_CHECK(loss_, ValueError, "WindowTask: the loss function is empty");
   TS_CHECK(options_.micro_batches >= 1, ValueError,
            "WindowTask: micro_batches must be >= 1, got " << options_.micro_batches);
@@ -51,7 +66,7 @@ WindowTask::WindowTask(nn::Module& model, optim::Optimizer& opt, LossFn loss, da
   };
   data::RandomWindowSampler peek = sampler_;  // a copy: the real sampler does not advance
   ParamUpdater* updater = accumulate ? nullptr : precision_.updater(opt_);
-  step_.emplace(compile(loss_fn, model_.named_parameters(), updater, feeds(peek.next()), options_.dropout_gen));
+  step_.emplace(compile(loss_fn, params_, updater, feeds(peek.next()), options_.dropout_gen));
   if (!options_.dump_graph.empty()) {
     std::ofstream d(options_.dump_graph);
     d << step_->to_dot();
@@ -85,13 +100,12 @@ double WindowTask::train_step() {
 // k micro-batches of gradients, summed into the parameters' .grad, then one update.
 double WindowTask::accumulate_step() {
   const int64_t k = options_.micro_batches;
-  const std::vector<graph::NamedParam> params = model_.named_parameters();
   double sum = 0;
   for (int64_t i = 0; i < k; ++i) {
     const data::Batch b = sampler_.next();
     if (step_) {
       sum += precision_.unscaled(step_->run(feeds(b)));  // loss / k (f16: times the scale)
-      for (const graph::NamedParam& p : params) {
+      for (const graph::NamedParam& p : params_) {
         if (!p.tensor.requires_grad()) continue;
         const Tensor g = step_->fetch("grad/" + p.name);
         if (!g.defined()) continue;

@@ -32,6 +32,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/graph/compile.h"
 #include "core/random.h"
@@ -92,11 +93,16 @@ class WindowTask : public TrainTask {
   WindowTaskOptions options_;
   MixedPrecision precision_;
   std::optional<CompiledStep> step_;  // compiled tasks
+  std::vector<graph::NamedParam> params_;  // the model's, for accumulating a compiled step's gradients
 };
 
-/// Checks a resumed checkpoint's vocabulary against the one of the data being trained on: IOError
-/// when the checkpoint has none (a character-level run's checkpoint must), ValueError when it
-/// differs; both name the checkpoint and `data_name`.
+/// The vocabulary of a checkpoint being resumed by a character-level run: IOError naming the
+/// checkpoint and `data_name` (the data the ids would be matched to) when it has none.
+data::Vocabulary require_vocabulary(const io::CheckpointData& ck, const std::string& path, const std::string& data_name);
+
+/// Checks a resumed checkpoint's vocabulary against the one of the data being trained on:
+/// require_vocabulary's IOError when the checkpoint has none, ValueError when it differs; both
+/// name the checkpoint and `data_name`.
 void check_vocabulary(const io::CheckpointData& ck, const std::string& path, const data::Vocabulary& vocab,
                       const std::string& data_name);
 
