@@ -29,13 +29,11 @@ using flash90::kBoxBytes;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kD = 64;                  // head dim of these kernels
 constexpr int kTileBytes = kBoxBytes;   // [64, 64] 16-bit values
-constexpr int kStages = 4;  // 2 thread blocks per SM (registers); 4 measured faster than 2 at T 4096
+constexpr int kStages = 2;
 constexpr int kBwdThreads = 160;        // the consumer warpgroup, the producer warp
 constexpr int kRowBytes = kBlock * 4;   // 64 f32 values of lse or Δ
-// Two resident tiles, kStages stages of two tiles and two f32 rows, barriers, each stage's block
-// index, alignment.
-constexpr int kSmemBytes =
-    2 * kTileBytes + kStages * (2 * kTileBytes + 2 * kRowBytes) + (1 + 2 * kStages) * 8 + kStages * 4 + 1024;
+// Two resident tiles, kStages stages of two tiles and two f32 rows, barriers, alignment.
+constexpr int kSmemBytes = 2 * kTileBytes + kStages * (2 * kTileBytes + 2 * kRowBytes) + (1 + 2 * kStages) * 8 + 1024;
 
 std::atomic<uint64_t> g_backward_launches{0};
 
@@ -104,7 +102,6 @@ __global__ void __launch_bounds__(kBwdThreads)
   uint64_t* once = reinterpret_cast<uint64_t*>(smem + (2 + 2 * kStages) * kTileBytes + 2 * kStages * kRowBytes);
   uint64_t* full = once + 1;
   uint64_t* empty = full + kStages;
-  int* stage_block = reinterpret_cast<int*>(empty + kStages);  // the key block of each stage
   const int bh = static_cast<int>(blockIdx.x / nb), i = nb - 1 - static_cast<int>(blockIdx.x % nb);
   const int b = bh / H, h = bh % H;
   const int32_t begin = row_ptr[h * nb + i], end = row_ptr[h * nb + i + 1];
@@ -118,7 +115,6 @@ __global__ void __launch_bounds__(kBwdThreads)
       for (int n = 0; n < end - begin; ++n) {
         const int s = n % kStages, j = key_blocks[begin + n];
         mbar_wait(&empty[s], ((n / kStages) & 1) ^ 1);
-        stage_block[s] = j;  // published by the arrive: the consumers need no dependent global load
         mbar_arrive_expect_tx(&full[s], 2 * kTileBytes);
         tma_load_4d(sk(s), &map_k, &full[s], 0, j * kBlock, h / G, b);
         tma_load_4d(sv(s), &map_v, &full[s], 0, j * kBlock, h / G, b);
@@ -139,10 +135,9 @@ __global__ void __launch_bounds__(kBwdThreads)
   for (int e = 0; e < 32; ++e) acc[e] = 0.f;
   mbar_wait(once, 0);
   for (int n = 0; n < end - begin; ++n) {
-    const int s = n % kStages;
+    const int s = n % kStages, j = key_blocks[begin + n];
     float sacc[32], dp[32];
     mbar_wait(&full[s], (n / kStages) & 1);
-    const int j = stage_block[s];
     wgmma_fence();
     product_kmajor<T>(sacc, sq, sk(s));  // S / scale
     product_kmajor<T>(dp, sg, sv(s));    // dP
@@ -193,7 +188,6 @@ __global__ void __launch_bounds__(kBwdThreads)
   uint64_t* once = reinterpret_cast<uint64_t*>(rows_base + 2 * kStages * kBlock);
   uint64_t* full = once + 1;
   uint64_t* empty = full + kStages;
-  int* stage_block = reinterpret_cast<int*>(empty + kStages);  // the query block of each stage
   // Key block j of k/v head bkv; items (query head bh of the group, entry p of column (bh % H, j)).
   const int Hkv = H / G;
   // By increasing j: the longest causal columns first.
@@ -215,7 +209,6 @@ __global__ void __launch_bounds__(kBwdThreads)
         for (int p = col_begin(bh); p < col_end(bh); ++p, ++n) {
           const int s = n % kStages, i = query_blocks[p];
           mbar_wait(&empty[s], ((n / kStages) & 1) ^ 1);
-          stage_block[s] = i;  // published by the arrive: the consumers need no dependent global load
           mbar_arrive_expect_tx(&full[s], 2 * kTileBytes + 2 * kRowBytes);
           tma_load_4d(sq(s), &map_q, &full[s], 0, i * kBlock, bh % H, b);
           tma_load_4d(sg(s), &map_g, &full[s], 0, i * kBlock, bh % H, b);
@@ -234,10 +227,9 @@ __global__ void __launch_bounds__(kBwdThreads)
   int n = 0;
   for (int bh = bh0; bh < bh0 + G; ++bh)
     for (int p = col_begin(bh); p < col_end(bh); ++p, ++n) {
-      const int s = n % kStages;
+      const int s = n % kStages, i = query_blocks[p];
       float st[32], dpt[32];  // [64 keys, 64 queries]
       mbar_wait(&full[s], (n / kStages) & 1);
-      const int i = stage_block[s];
       wgmma_fence();
       product_kmajor<T>(st, sk, sq(s));   // Sᵀ / scale
       product_kmajor<T>(dpt, sv, sg(s));  // dPᵀ
