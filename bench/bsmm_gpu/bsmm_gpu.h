@@ -67,7 +67,7 @@ inline const std::vector<ShapeSpec>& all_shapes() {
 }
 
 inline const std::vector<std::string>& all_ops() {
-  static const std::vector<std::string> ops{"fwd", "dx", "dw"};
+  static const std::vector<std::string> ops{"fwd", "dx", "dw", "dwg", "dwg-ops"};
   return ops;
 }
 
@@ -243,7 +243,12 @@ Tensor blocks_as_dense(const Tensor& w, const BlockLayout& l);
 // ||a - ref|| / ||ref|| (Frobenius, in f32 on the GPU).
 double relative_error(const Tensor& a, const Tensor& ref);
 Tensor dense_op(const std::string& op, const Tensor& x, const Tensor& dy, const Tensor& wd);
-Tensor sparse_op(const std::string& op, const Tensor& x, const Tensor& dy, const Tensor& w, const LayoutPtr& l);
+/// gate: [nnz], for dwg (the gated weight gradient, dW and dgate from bsmm_dw_gated) and dwg-ops
+/// (the same from bsmm_dw and elementwise ops, the unfused baseline); both return dW.
+Tensor sparse_op(const std::string& op, const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& gate,
+                 const LayoutPtr& l);
+/// dw, dwg, dwg-ops: the weight gradient's shape, baseline and roofline.
+bool is_dw(const std::string& op);
 
 // ---- sweep.cpp: rows, rooflines, the sweep ----
 

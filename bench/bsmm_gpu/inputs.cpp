@@ -105,14 +105,26 @@ double relative_error(const Tensor& a, const Tensor& ref) {
 Tensor dense_op(const std::string& op, const Tensor& x, const Tensor& dy, const Tensor& wd) {
   if (op == "fwd") return matmul(x, wd);
   if (op == "dx") return matmul(dy, wd, false, true);
-  return matmul(x, dy, true, false);
+  return matmul(x, dy, true, false);  // dw, dwg, dwg-ops
 }
 
-Tensor sparse_op(const std::string& op, const Tensor& x, const Tensor& dy, const Tensor& w, const LayoutPtr& l) {
+Tensor sparse_op(const std::string& op, const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& gate,
+                 const LayoutPtr& l) {
   if (op == "fwd") return bsmm(x, w, l);
   if (op == "dx") return bsmm_dx(dy, w, l);
+  if (op == "dwg") return bsmm_dw_gated(x, dy, w, gate, l, false).first;
+  if (op == "dwg-ops") {  // the composition of ops the gated backward ran before the gate epilogue
+    const int64_t nnz = l->nnz(), bs = l->block_size();
+    const Tensor p = bsmm_dw(x, dy, l);
+    const Tensor dw = mul(p, reshape(gate, {nnz, 1, 1}));
+    const Tensor dgate = sum(reshape(mul(p, w), {nnz, bs * bs}), 1);
+    (void)dgate;
+    return dw;
+  }
   return bsmm_dw(x, dy, l);
 }
+
+bool is_dw(const std::string& op) { return op.rfind("dw", 0) == 0; }
 
 // ---- results ----
 

@@ -2,7 +2,7 @@
 // the same shape and dtype, measured in the same run, with a roofline bound for every row.
 //
 //   bsmm_gpu [--shapes transformer,mlp,lstm] [--bs 8,16,32,64] [--density 0.05,0.1,0.25,0.5,1]
-//            [--dtype bf16,f32] [--ops fwd,dx,dw] [--repeats N] [--warmup N] [--rotate N]
+//            [--dtype bf16,f32] [--ops fwd,dx,dw,dwg,dwg-ops] [--repeats N] [--warmup N] [--rotate N]
 //            [--graph-calls N] [--quick] [--json FILE]
 //
 // Shapes (N x C -> K): transformer 8192 x 4096 -> 4096, mlp 8192 x 1024 -> 4096, lstm (one step
@@ -12,6 +12,9 @@
 //   fwd  Y = X·W      bsmm(x, w, layout)       vs  matmul(x [N, C], W [C, K])
 //   dx   dX = dY·Wᵀ   bsmm_dx(dy, w, layout)   vs  matmul(dy [N, K], W [C, K], false, true)
 //   dw   dW = Xᵀ·dY   bsmm_dw(x, dy, layout)   vs  matmul(x, dy, true, false)      (on the layout's blocks)
+//   dwg  dW = gate·Xᵀ·dY and dgate (the gated weight gradient, bsmm_dw_gated: the gate epilogue),
+//        vs the same matmul; dwg-ops the same from bsmm_dw and elementwise ops (mul, mul, sum: the
+//        composition before the epilogue), its in-run baseline. Only when asked for (--ops).
 // dtypes: bf16, and f32 with TF32 tensor-core math (cuda::set_allow_tf32(true) around those rows,
 // for tessera's bsmm kernels and cuBLAS alike; the previous setting is restored afterwards).
 // Data: random normal (x, dy ~ N(0, 1), W ~ N(0, 0.02²)), drawn once per shape on the host; the
@@ -114,9 +117,9 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", o.dtypes, "bf16, f32 (f32 runs with TF32; comma-separated)")
       ->delimiter(',')
       ->check(CLI::IsMember({"bf16", "f32"}));
-  app.add_option("--ops", o.ops, "fwd, dx, dw (comma-separated)")
+  app.add_option("--ops", o.ops, "fwd, dx, dw, dwg, dwg-ops (comma-separated; default fwd,dx,dw)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"fwd", "dx", "dw"}));
+      ->check(CLI::IsMember({"fwd", "dx", "dw", "dwg", "dwg-ops"}));
   app.add_option("--repeats", o.repeats, "timed calls per figure (median reported)")->check(CLI::Range(1, 100000));
   app.add_option("--warmup", o.warmup, "untimed calls first")->check(CLI::Range(0, 100000));
   app.add_option("--rotate", o.rotate, "input sets rotated between calls (0: enough to exceed 3x L2; lstm: 1)")

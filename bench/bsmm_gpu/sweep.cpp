@@ -12,14 +12,14 @@ Bound roofline(const ShapeSpec& s, const std::string& op, int64_t bs, int64_t nn
   const double dw_strips = 1.0 + b / 256.0;
   if (!s.step) {
     const double m = kTileRows;
-    const double ai = op == "dw" ? 2.0 * b / (e * dw_strips) : 2.0 * m * b * b / (e * (m * b + b * b));  // flops/B
+    const double ai = is_dw(op) ? 2.0 * b / (e * dw_strips) : 2.0 * m * b * b / (e * (m * b + b * b));  // flops/B
     const double mem = bw.l2_tbs * ai;                                               // TB/s x flop/B = TFLOP/s
     return mem < dense_tflops ? Bound{mem, "L2"} : Bound{dense_tflops, "dense"};
   }
   const double w = nnz * b * b * e, strips = nnz * s.n * b * e;
   const double x = s.n * s.c * e, y = s.n * s.k * e;  // y: [N, K] (fwd's output, dx's and dw's input)
   // Through L2: fwd W, X strips, Y; dx W, dY strips, dX; dw X and dY strips, dW. Distinct: W, X, Y.
-  const double traffic = op == "dw" ? dw_strips * strips + w : w + strips + (op == "fwd" ? y : x);
+  const double traffic = is_dw(op) ? dw_strips * strips + w : w + strips + (op == "fwd" ? y : x);
   const double distinct = w + x + y;
   double sec = bw.l2_tbs > 0 ? traffic / (bw.l2_tbs * 1e12) : 0;
   std::string kind = "L2";
@@ -150,6 +150,8 @@ void bench_shape_dtype(Run& run, const ShapeSpec& s, const Bases& bases, const s
                "density 1 layout is missing blocks: " << l->str());
       std::vector<Tensor> ws;
       for (int i = 0; i < nsets; ++i) ws.push_back(sparse_weight(sets.wd[i], *l));
+      // dwg's gate: ones, so that its dW is the dense product's blocks for the check
+      const Tensor gate = ones({l->nnz()}, TensorOptions(dt).device(dev));
       const double flops = 2.0 * s.n * l->nnz() * static_cast<double>(bs) * bs;
       for (const std::string& op : all_ops()) {
         if (!has(o.ops, op)) continue;
@@ -170,9 +172,9 @@ void bench_shape_dtype(Run& run, const ShapeSpec& s, const Bases& bases, const s
           if (all_blocks) {
             // The sparse result against the dense matmul of the same blocks as W.
             const Tensor wfull = blocks_as_dense(ws[0], *l);
-            const Tensor got = sparse_op(op, sets.x[0], sets.dy[0], ws[0], l);
+            const Tensor got = sparse_op(op, sets.x[0], sets.dy[0], ws[0], gate, l);
             const Tensor ref = dense_op(op, sets.x[0], sets.dy[0], wfull);
-            r.check_err = relative_error(op == "dw" ? blocks_as_dense(got, *l) : got, ref);
+            r.check_err = relative_error(is_dw(op) ? blocks_as_dense(got, *l) : got, ref);
             const double tol = dt == DType::bf16 ? 2e-2 : 1e-2;
             if (!(r.check_err <= tol))
               run.mismatches.push_back(what + ": relative error " + sci(r.check_err) + " against the dense " +
@@ -181,7 +183,7 @@ void bench_shape_dtype(Run& run, const ShapeSpec& s, const Bases& bases, const s
           r.ms = run.timer.median_ms(
               [&](int i) {
                 const int k = i % nsets;
-                sparse_op(op, sets.x[k], sets.dy[k], ws[k], l);
+                sparse_op(op, sets.x[k], sets.dy[k], ws[k], gate, l);
               },
               o.warmup, o.repeats, 1, /*hide_host=*/!s.step);
           const Dense& d = dense.at(op);

@@ -60,18 +60,16 @@ std::pair<Tensor, Tensor> bsmm_weight_gate_grads(const Tensor& a, const Tensor& 
                                                  const BackwardContext& ctx) {
   const bool need_w = ctx.needs_input_grad(1), need_gate = gate.defined() && ctx.needs_input_grad(2);
   if (!need_w && !need_gate) return {};
-  const int64_t nnz = layout->nnz(), bs = layout->block_size();
-  // [nnz, bs, bs]: P[k] = A_rᵀ·B_c, in f32 straight from the kernel when w's gradient may be f32
-  const bool wide = need_w && is_half(a.dtype()) && ctx.input_grad_may_be_f32(1);
-  const Tensor p = wide ? bsmm_dw(a, b, layout, Tensor(), true) : bsmm_dw(a, b, layout);
-  auto as_p = [&](const Tensor& t) { return t.dtype() == p.dtype() ? t : cast(t, p.dtype()); };
-  Tensor dw, dgate;
-  if (need_w) dw = gate.defined() ? mul(p, reshape(as_p(gate), {nnz, 1, 1})) : p;
-  if (need_gate) {
-    dgate = sum(reshape(mul(p, as_p(w)), {nnz, bs * bs}), 1);
-    if (dgate.dtype() != gate.dtype() && !ctx.input_grad_may_be_f32(2)) dgate = cast(dgate, gate.dtype());
-  }
-  return {dw, dgate};
+  // P[k] = A_rᵀ·B_c [nnz, bs, bs], in f32 straight from the kernel when a gradient may be f32
+  const bool half = is_half(a.dtype());
+  if (!gate.defined()) return {bsmm_dw(a, b, layout, Tensor(), half && ctx.input_grad_may_be_f32(1)), Tensor()};
+  // gated: dW = gate·P and dgate = sum P ⊙ w from one kernel (the gate epilogue)
+  const bool wide_w = need_w && half && ctx.input_grad_may_be_f32(1);
+  const bool wide_gate = need_gate && half && ctx.input_grad_may_be_f32(2);
+  auto [dw, dgate] = bsmm_dw_gated(a, b, w, gate, layout, wide_w || wide_gate);
+  if (need_w && !wide_w && dw.dtype() != w.dtype()) dw = cast(dw, w.dtype());
+  if (need_gate && !wide_gate && dgate.dtype() != gate.dtype()) dgate = cast(dgate, gate.dtype());
+  return {need_w ? dw : Tensor(), need_gate ? dgate : Tensor()};
 }
 
 }  // namespace detail

@@ -28,9 +28,10 @@ namespace op {
 ///
 /// Backward, with G = dY [N, K]:
 ///   dX = bsmm_dx(G, w, layout, gate)                       (dX_r = sum_k gate[k]·G_c·W[k]ᵀ)
-///   dW[k] = gate[k]·P[k],   P = bsmm_dw(x, G, layout)       (P[k] = X_rᵀ·G_c)
+///   dW[k] = gate[k]·P[k],   P[k] = X_rᵀ·G_c
 ///   dgate[k] = sum_ij P[k]_ij·W[k]_ij
-/// all written with ops (mul, reshape, sum), so they run on every device and when traced. With
+/// dW (bsmm_dw) and, when gated, dW and dgate together (bsmm_dw_gated: the gate and its gradient
+/// in the dW kernels' epilogue, from P's f32 sums). With
 /// bf16/f16 operands whose w is a cast of an f32 tensor (autocast), P is computed and kept in f32
 /// and dW (and dgate, where the gate is such a cast too) come back in f32
 /// (BackwardContext::input_grad_may_be_f32).
@@ -66,10 +67,11 @@ void bsmm_check_weight(const char* op, const TensorMeta& w, const TensorMeta& a,
 void bsmm_check_gate(const char* op, const TensorMeta& gate, const TensorMeta& a, const BlockLayout& layout);
 
 /// The weight and gate gradients shared by bsmm and bsmm_dx (both bilinear in (a, b) and w):
-/// with P = bsmm_dw(a, b, layout), returns {gate·P (or P when ungated), sum over each block of
-/// P ⊙ w (undefined when ungated)}, each computed only when its flag is set. `ctx` tells which
-/// of w (input 1) and gate (input 2) may take an f32 gradient (BackwardContext::
-/// input_grad_may_be_f32): for bf16/f16 operands whose w may, P is summed and kept in f32.
+/// with P[k] = A_rᵀ·B_c, returns {gate·P (or P when ungated), sum over each block of P ⊙ w
+/// (undefined when ungated)}, each only when its input needs it, from one bsmm_dw or
+/// bsmm_dw_gated call. `ctx` tells which of w (input 1) and gate (input 2) may take an f32
+/// gradient (BackwardContext::input_grad_may_be_f32): for bf16/f16 operands, that one comes back
+/// in f32 straight from the kernel (no rounding to bf16 and cast back).
 std::pair<Tensor, Tensor> bsmm_weight_gate_grads(const Tensor& a, const Tensor& b, const Tensor& w,
                                                  const Tensor& gate, const LayoutPtr& layout,
                                                  const BackwardContext& ctx);

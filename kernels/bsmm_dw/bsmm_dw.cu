@@ -10,13 +10,15 @@
 // Thread mapping: one CUDA block per (stored block k, tile of kRows rows i of that block),
 // threads (j, t) with j < bs, t < kRows = min(bs, 256 / bs); thread (j, t) computes
 // dw[k][i0 + t][j], summing over all N rows in order (acc_t). Within a warp the dy reads are
-// consecutive and the x reads shared, straight from global memory. N = 0 gives zeros. The CPU
-// kernel in bsmm_dw.cpp is the reference.
+// consecutive and the x reads shared, straight from global memory. N = 0 gives zeros. Gated,
+// this kernel writes P in f32 (f64) into a temporary and bsmm_gate.cuh's epilogue kernel scales
+// it into dw and sums dgate. The CPU kernel in bsmm_dw.cpp is the reference.
 #include <type_traits>
 
 #include "core/cuda/check.cuh"
 #include "kernels/bsmm_dw/bsmm_dw.h"
 #include "kernels/common/cuda/block_sparse.cuh"
+#include "kernels/common/cuda/bsmm_gate.cuh"
 #include "kernels/common/cuda/bsmm_tc.h"
 #include "kernels/common/cuda/dtype.cuh"
 #include "kernels/common/cuda/layout_tables.h"
@@ -54,15 +56,21 @@ void op::BsmmDw::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& 
   const BlockLayout& l = *attrs.layout;
   const int64_t n = x.size(0), C = l.in_features(), K = l.out_features();
   const int dev = dw.device().index;
+  const cudaStream_t stream = cuda::current_stream(dw);
   const cuda::BlockTables tables = cuda::device_tables(attrs.layout, dev);
   if (attrs.accumulate && dw.numel() > 0)  // dw = acc first; the kernels then add their sums to it
-    TS_CUDA_CHECK(cudaMemcpyAsync(dw.data_ptr(), in[2].data_ptr(), dw.nbytes(), cudaMemcpyDeviceToDevice,
-                                  cuda::current_stream(dw)));
+    TS_CUDA_CHECK(cudaMemcpyAsync(dw.data_ptr(), in[attrs.gated ? 4 : 2].data_ptr(), dw.nbytes(),
+                                  cudaMemcpyDeviceToDevice, stream));
   {
     cuda::BlockGradient g{x.dtype(), dw.dtype(), static_cast<int>(l.block_size()), attrs.accumulate,
                                 x.data_ptr(), dy.data_ptr(), dw.data_ptr(), n, C, K, l.nnz(), tables.dw_groups,
                                 tables.dw_group, tables.dw_col_runs, tables.dw_col_run, tables.col_blocks,
                                 tables.col_rows, tables.block_row, tables.block_col, tables.counter};
+    if (attrs.gated) {
+      g.w = in[2].data_ptr();
+      g.gate = in[3].data_ptr();
+      g.dgate = out[1].data_ptr();
+    }
     Tensor xt, dyt;  // Xᵀ [C, n], dYᵀ [K, n] when the kernel takes them (temporaries of the pool)
     if (cuda::gradient_wants_transposed(g, dev)) {
       xt = empty({C, n}, TensorOptions(x.dtype()).device(x.device()));
@@ -73,20 +81,35 @@ void op::BsmmDw::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& 
       g.dy = dyt.data_ptr();
       g.transposed = true;
     }
-    if (cuda::run_gradient(g, dev, cuda::current_stream(dw))) return;
+    if (cuda::run_gradient(g, dev, stream)) return;
   }
   cuda::dispatch_cuda_float(x.dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
+    using A = cuda::acc_t<T>;
     cuda::dispatch_block_size(l.block_size(), kName, [&](auto bs) {
       constexpr int BS = decltype(bs)::value, kRows = dw_rows<BS>();
       const int64_t blocks = l.nnz() * (BS / kRows);
       TS_CHECK(blocks <= INT32_MAX, ShapeError, kName << ": " << l.str() << " is too large for one launch");
       auto launch = [&](auto out_tag) {
         using TO = typename decltype(out_tag)::type;
-        bsmm_dw_kernel<T, TO, BS><<<static_cast<unsigned>(blocks), dim3(BS, kRows), 0, cuda::current_stream(dw)>>>(
-            static_cast<const T*>(x.data_ptr()), static_cast<const T*>(dy.data_ptr()),
-            static_cast<TO*>(dw.data_ptr()), n, C, K, tables.block_row, tables.block_col, attrs.accumulate);
+        if (!attrs.gated) {
+          bsmm_dw_kernel<T, TO, BS><<<static_cast<unsigned>(blocks), dim3(BS, kRows), 0, stream>>>(
+              static_cast<const T*>(x.data_ptr()), static_cast<const T*>(dy.data_ptr()),
+              static_cast<TO*>(dw.data_ptr()), n, C, K, tables.block_row, tables.block_col, attrs.accumulate);
+          TS_CUDA_LAUNCH_CHECK(kName);
+          return;
+        }
+        // gated: P in the accumulator's precision into a temporary, then the gate epilogue
+        const Tensor p = empty({l.nnz(), BS, BS}, TensorOptions(std::is_same_v<A, double> ? DType::f64 : DType::f32)
+                                                     .device(dw.device()));
+        bsmm_dw_kernel<T, A, BS><<<static_cast<unsigned>(blocks), dim3(BS, kRows), 0, stream>>>(
+            static_cast<const T*>(x.data_ptr()), static_cast<const T*>(dy.data_ptr()), static_cast<A*>(p.data_ptr()),
+            n, C, K, tables.block_row, tables.block_col, false);
         TS_CUDA_LAUNCH_CHECK(kName);
+        cuda::launch_bsmm_gate_epilogue<A, T, TO>(static_cast<const A*>(p.data_ptr()), 1, l.nnz(), BS,
+                                                  in[2].data_ptr(), in[3].data_ptr(), dw.data_ptr(),
+                                                  out[1].data_ptr(), attrs.accumulate, stream);
+        TS_CUDA_LAUNCH_CHECK("bsmm_dw (gate epilogue)");
       };
       if (attrs.f32_output) {
         if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, double>) launch(cuda::TypeTag<float>{});

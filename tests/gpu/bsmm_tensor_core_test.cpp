@@ -4,7 +4,8 @@
 // with empty block rows and columns and with lists long enough to wrap the copy pipeline,
 // outputs poisoned with NaN. Each case runs on every kernel path the GPU has (the default, which
 // takes the sm_90a kernels where they apply, and TESSERA_BSMM_PATH=sm80), and checks which
-// kernel ran. Also: the f32-output and accumulate epilogues, C = K = 32768, misaligned operands,
+// kernel ran; bsmm_dw also with the gate epilogue (dw = gate·P and dgate). Also: the f32-output
+// and accumulate epilogues, C = K = 32768, misaligned operands,
 // two runs give the same bits, and a compiled training step of a block-sparse MLP replayed as a
 // CUDA graph equals its eager steps bit for bit. Label `gpu`.
 #include <gtest/gtest.h>
@@ -130,6 +131,14 @@ Tensor reference(const typename Op::Attrs& attrs, const std::vector<Tensor>& in)
   return call<Op>(attrs, in64)[0];
 }
 
+// reference() with every output.
+template <class Op>
+std::vector<Tensor> reference_all(const typename Op::Attrs& attrs, const std::vector<Tensor>& in) {
+  std::vector<Tensor> in64;
+  for (const Tensor& t : in) in64.push_back(cast(t, DType::f64));
+  return call<Op>(attrs, in64);
+}
+
 template <class Op>
 void check_op(const char* what, int64_t features_of(const BlockLayout&), bool with_gate) {
   uint64_t seed = 7000;
@@ -169,29 +178,42 @@ TEST(CudaBsmmTensorCores, InputGradientMatchesTheCpuForEveryBlockSizeDtypeGateAn
   check_op<op::BsmmDx>("bsmm_dx", out_features, true);
 }
 
-TEST(CudaBsmmTensorCores, WeightGradientMatchesTheCpuForEveryBlockSizeDtypeAndRowCount) {
+// dgate sums bs² products of mixed sign: its error is that of P times |w| over the block, a few
+// times the result's scale at most in these inputs.
+constexpr double kGateSumSlack = 4;
+
+TEST(CudaBsmmTensorCores, WeightGradientMatchesTheCpuForEveryBlockSizeDtypeGateAndRowCount) {
   REQUIRE_GPU();
   uint64_t seed = 9000;
   for (int64_t bs : {8, 16, 32, 64})
     for (const LayoutPtr& l : layouts(bs))
       for (const Precision& p : kPrecisions)
-        for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{17}, int64_t{64}, int64_t{100}, int64_t{300}, int64_t{4096}}) {
-          const std::vector<Tensor> in{random({n, l->in_features()}, seed += 2, p.dt),
-                                       random({n, l->out_features()}, seed + 1, p.dt)};
-          const Tensor want = reference<op::BsmmDw>({l}, in);
-          for (const char* path : paths()) {
-            PathGuard guard(path, p.tf32);
-            const Launches before = launches();
-            const Tensor got = cast(run_on_gpu_host<op::BsmmDw>({l}, in)[0], DType::f64);
-            EXPECT_TRUE(took_the_rule(before, p, n > 0, path)) << describe(*l, p, n, false, path);
-            // n = 0: an exact zero result, where a relative tolerance is no test
-            if (n == 0) {
-              EXPECT_EQ(got.to_vector<double>(), std::vector<double>(l->nnz() * bs * bs, 0.0)) << l->str();
-            } else {
-              EXPECT_TRUE(close_to(got, want, p.tol)) << "bsmm_dw " << describe(*l, p, n, false, path);
+        for (bool gated : {false, true})
+          for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{17}, int64_t{64}, int64_t{100}, int64_t{300}, int64_t{4096}}) {
+            std::vector<Tensor> in{random({n, l->in_features()}, seed += 4, p.dt),
+                                   random({n, l->out_features()}, seed + 1, p.dt)};
+            if (gated) {
+              in.push_back(random({l->nnz(), bs, bs}, seed + 2, p.dt));
+              in.push_back(cast(testing::test_rand({l->nnz()}, 0.5, 1.5, seed + 3), p.dt));
+            }
+            const op::BsmmDw::Attrs attrs{l, false, false, gated};
+            const std::vector<Tensor> want = reference_all<op::BsmmDw>(attrs, in);
+            for (const char* path : paths()) {
+              PathGuard guard(path, p.tf32);
+              const Launches before = launches();
+              const std::vector<Tensor> got = run_on_gpu_host<op::BsmmDw>(attrs, in);
+              const std::string what = "bsmm_dw " + describe(*l, p, n, gated, path);
+              EXPECT_TRUE(took_the_rule(before, p, n > 0, path)) << what;
+              // n = 0: an exact zero result, where a relative tolerance is no test
+              if (n == 0) {
+                for (const Tensor& t : got) EXPECT_EQ(cast(t, DType::f64).to_vector<double>(),
+                                                      std::vector<double>(t.numel(), 0.0)) << what;
+                continue;
+              }
+              EXPECT_TRUE(close_to(cast(got[0], DType::f64), want[0], p.tol)) << what;
+              if (gated) EXPECT_TRUE(close_to(cast(got[1], DType::f64), want[1], kGateSumSlack * p.tol)) << what << " dgate";
             }
           }
-        }
 }
 
 // The epilogues on every kernel: bsmm's f32 output (autocast's form) and bsmm_dw's f32 output
@@ -223,6 +245,13 @@ TEST(CudaBsmmTensorCores, F32OutputAndAccumulateEpilogues) {
             EXPECT_TRUE(close_to(run_on_gpu_host<op::BsmmDw>({l, false, true}, dw_in16)[0],
                                  call<op::BsmmDw>({l, false, true}, dw_in16)[0], 1e-2))
                 << "bsmm_dw accumulate " << what;
+            // gated, f32 outputs, accumulating into dw: both outputs against the CPU
+            const std::vector<Tensor> gated_in{in[0], dy, in[1], in[2], acc};
+            const std::vector<Tensor> got = run_on_gpu_host<op::BsmmDw>({l, true, true, true}, gated_in);
+            const std::vector<Tensor> want = call<op::BsmmDw>({l, true, true, true}, gated_in);
+            EXPECT_EQ(got[1].dtype(), DType::f32);
+            EXPECT_TRUE(close_to(got[0], want[0], 1e-3)) << "bsmm_dw gated f32 accumulate " << what;
+            EXPECT_TRUE(close_to(got[1], want[1], 1e-3)) << "bsmm_dw gated f32 dgate " << what;
           }
 }
 
@@ -247,6 +276,18 @@ TEST(CudaBsmmTensorCores, WeightGradientSplitOverRowsMatchesTheCpu) {
       EXPECT_TRUE(close_to(run_on_gpu_host<op::BsmmDw>({l, true, true}, acc_in)[0], call<op::BsmmDw>({l, true, true}, acc_in)[0],
                            1e-3))
           << "f32 accumulate " << what;
+      // gated: the gate epilogue after the parts' sum, bf16 and f32 outputs
+      const std::vector<Tensor> gated_in{in[0], in[1], random({l->nnz(), bs, bs}, seed + 4, DType::bf16),
+                                         cast(testing::test_rand({l->nnz()}, 0.5, 1.5, seed + 5), DType::bf16)};
+      for (bool f32 : {false, true}) {
+        const op::BsmmDw::Attrs attrs{l, f32, false, true};
+        const std::vector<Tensor> got = run_on_gpu_host<op::BsmmDw>(attrs, gated_in);
+        const std::vector<Tensor> want = reference_all<op::BsmmDw>({l, false, false, true}, gated_in);
+        EXPECT_TRUE(close_to(cast(got[0], DType::f64), want[0], f32 ? 1e-4 : 1e-2)) << "gated " << what;
+        EXPECT_TRUE(close_to(cast(got[1], DType::f64), want[1], f32 ? 1e-4 : 1e-2)) << "gated dgate " << what;
+        const std::vector<Tensor> again = run_on_gpu_host<op::BsmmDw>(attrs, gated_in);
+        EXPECT_TRUE(same_bits(got[0], again[0]) && same_bits(got[1], again[1])) << "gated " << what;
+      }
       unsetenv("TESSERA_BSMM_DW_PARTS");
     }
 }
@@ -291,6 +332,9 @@ TEST(CudaBsmmTensorCores, TwoRunsGiveTheSameBits) {
     EXPECT_TRUE(same_bits(bsmm_dx(dy, w, l), bsmm_dx(dy, w, l))) << l->str();
     EXPECT_TRUE(same_bits(bsmm_dx(dy, w, l, gate), bsmm_dx(dy, w, l, gate))) << l->str();
     EXPECT_TRUE(same_bits(bsmm_dw(x, dy, l), bsmm_dw(x, dy, l))) << l->str();
+    const auto [dw1, dgate1] = bsmm_dw_gated(x, dy, w, gate, l, false);
+    const auto [dw2, dgate2] = bsmm_dw_gated(x, dy, w, gate, l, false);
+    EXPECT_TRUE(same_bits(dw1, dw2) && same_bits(dgate1, dgate2)) << "gated " << l->str();
   }
 }
 

@@ -214,5 +214,72 @@ TEST(Bsmm, GradientsOfTheAccumulateMode) {
   }
 }
 
+// The gate epilogue of bsmm_dw: dw = gate·P (+ acc), dgate = sum over each block of P ⊙ w,
+// against P from the ungated op and sums in f64 here, on a layout with empty rows and columns;
+// the f32 outputs of bf16 inputs are P's f32 sums (not rounded to bf16 first).
+TEST(Bsmm, GatedWeightGradientIsTheGateTimesPAndTheBlockSumsOfPTimesW) {
+  for (int64_t bs : {8, 16, 32, 64}) {
+    LayoutPtr l = random_layout(5 * bs, 4 * bs, bs, 0.4, static_cast<uint64_t>(bs) + 40);
+    const int64_t nnz = l->nnz(), e = bs * bs;
+    for (int64_t n : {0, 1, 7}) {
+      SCOPED_TRACE(l->str() + " N=" + std::to_string(n));
+      const Tensor x = test_randn({n, l->in_features()}, 1), dy = test_randn({n, l->out_features()}, 2);
+      const Tensor w = test_randn({nnz, bs, bs}, 3), gate = test_randn({nnz}, 4), acc = test_randn({nnz, bs, bs}, 5);
+      const std::vector<double> p = bsmm_dw(x, dy, l).to_vector<double>(), wv = w.to_vector<double>(),
+                                gv = gate.to_vector<double>(), av = acc.to_vector<double>();
+      std::vector<double> want_dw(p.size()), want_acc(p.size()), want_dgate(nnz, 0.0);
+      for (int64_t k = 0; k < nnz; ++k)
+        for (int64_t i = 0; i < e; ++i) {
+          want_dw[k * e + i] = gv[k] * p[k * e + i];
+          want_acc[k * e + i] = av[k * e + i] + want_dw[k * e + i];
+          want_dgate[k] += p[k * e + i] * wv[k * e + i];
+        }
+      auto [dw, dgate] = bsmm_dw_gated(x, dy, w, gate, l, false);
+      EXPECT_EQ(dgate.shape(), Shape({nnz}));
+      EXPECT_TRUE(all_close(dw, want_dw, 1e-12, 1e-12));
+      EXPECT_TRUE(all_close(dgate, want_dgate, 1e-12, 1e-12));
+      const std::vector<Tensor> out = call<op::BsmmDw>({l, false, true, true}, {x, dy, w, gate, acc});
+      EXPECT_TRUE(all_close(out[0], want_acc, 1e-12, 1e-12));
+      EXPECT_TRUE(all_close(out[1], want_dgate, 1e-12, 1e-12));
+    }
+    const Tensor x16 = cast(test_randn({9, l->in_features()}, 6, DType::f32), DType::bf16);
+    const Tensor dy16 = cast(test_randn({9, l->out_features()}, 7, DType::f32), DType::bf16);
+    const Tensor w16 = cast(test_randn({nnz, bs, bs}, 8, DType::f32), DType::bf16);
+    const Tensor g16 = cast(test_randn({nnz}, 9, DType::f32), DType::bf16);
+    auto [dw32, dgate32] = bsmm_dw_gated(x16, dy16, w16, g16, l, true);
+    auto [dw_ref, dgate_ref] = bsmm_dw_gated(cast(x16, DType::f32), cast(dy16, DType::f32), cast(w16, DType::f32),
+                                             cast(g16, DType::f32), l, false);
+    EXPECT_EQ(dw32.dtype(), DType::f32);
+    EXPECT_EQ(dgate32.dtype(), DType::f32);
+    EXPECT_TRUE(all_close(dw32, dw_ref, 1e-6, 1e-6));
+    EXPECT_TRUE(all_close(dgate32, dgate_ref, 1e-5, 1e-5));
+  }
+  LayoutPtr l = grad_layout(8);  // C = 16, K = 24, nnz = 4
+  const Tensor x = zeros({3, 16}), dy = zeros({3, 24});
+  expect_error<ShapeError>([&] { bsmm_dw_gated(x, dy, zeros({4, 8, 8}), zeros({5}), l, false); },
+                           {"bsmm_dw", "gate", "[5]", "[4]"});
+  expect_error<ShapeError>([&] { bsmm_dw_gated(x, dy, zeros({3, 8, 8}), zeros({4}), l, false); },
+                           {"bsmm_dw", "weight", "[3, 8, 8]"});
+  expect_error<DTypeError>([&] { bsmm_dw_gated(x, dy, zeros({4, 8, 8}), zeros({4}, DType::f64), l, false); },
+                           {"bsmm_dw"});
+}
+
+// The gated form is differentiable in all its inputs (x, dy, w, gate, acc), both outputs.
+TEST(Bsmm, GradientsOfTheGatedWeightGradient) {
+  for (int64_t bs : {8, 16}) {
+    LayoutPtr l = grad_layout(bs);
+    const int64_t nnz = l->nnz();
+    Tensor x = test_randn({3, l->in_features()}, 1), dy = test_randn({3, l->out_features()}, 2);
+    Tensor w = test_randn({nnz, bs, bs}, 3), gate = test_randn({nnz}, 4), acc = test_randn({nnz, bs, bs}, 5);
+    auto both = [&](const std::vector<Tensor>& out) { return concat({reshape(out[0], {nnz * bs * bs}), out[1]}); };
+    EXPECT_TRUE(gradcheck(
+        [&](const std::vector<Tensor>& a) { return both(call<op::BsmmDw>({l, false, false, true}, a)); },
+        {x, dy, w, gate}));
+    EXPECT_TRUE(gradcheck(
+        [&](const std::vector<Tensor>& a) { return both(call<op::BsmmDw>({l, false, true, true}, a)); },
+        {x, dy, w, gate, acc}));
+  }
+}
+
 }  // namespace
 }  // namespace tessera

@@ -19,7 +19,8 @@
 //
 //   dw[k0 + g] = X[:, r-block]ᵀ · dY[:, c_g-block]        (g < count)
 //
-// bs 8 pads the 16-row mma tile with rows that are computed and dropped.
+// bs 8 pads the 16-row mma tile with rows that are computed and dropped. With a gate the store
+// scales each block by it and dgate = sum P ⊙ w is summed from the accumulators (the epilogue).
 //
 // tf32 (f32 operands): the same tiles in f32, fragments read with 32-bit shared loads and rounded
 // to tf32, m16n8k8 products.
@@ -31,6 +32,7 @@
 #include "core/cuda/check.cuh"
 #include "core/error.h"
 #include "kernels/common/cuda/blas.h"
+#include "kernels/common/cuda/block_reduce.cuh"
 #include "kernels/common/cuda/block_sparse.cuh"
 #include "kernels/common/cuda/dtype.cuh"
 #include "kernels/common/cuda/bsmm_store.cuh"
@@ -391,6 +393,16 @@ __global__ void __launch_bounds__(kThreads) gradient_kernel(BlockGradient p) {
   }
   cp_async_wait<0>();
 
+  // The store, scaled by the block's gate when gated, with dgate = sum P ⊙ w summed from the
+  // same registers: per lane over its elements of each of the warp's kLB blocks (lb: the block
+  // kWTN/BS columns hold), then over the warp by a fixed shuffle tree, then over the block's
+  // warps (two at bs 64) in order.
+  constexpr int kLB = kWTN / BS > 0 ? kWTN / BS : 1;
+  const bool gated = p.gate != nullptr;
+  const T* w = static_cast<const T*>(p.w);
+  float gsum[kLB];
+#pragma unroll
+  for (int lb = 0; lb < kLB; ++lb) gsum[lb] = 0.f;
   TO* dw = static_cast<TO*>(p.dw);
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
@@ -398,14 +410,35 @@ __global__ void __launch_bounds__(kThreads) gradient_kernel(BlockGradient p) {
     for (int nt = 0; nt < kNT; ++nt) {
       const int col = wn * kWTN + nt * 8 + 2 * t, b = col / BS, j = col % BS;
       if (b >= count) continue;
+      const float scale = gated ? load_one(static_cast<const T*>(p.gate) + k0 + b) : 1.f;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int i = wm * kWTM + mt * 16 + g + 8 * h;
-        if (i < BS)
-          store_pair(dw + ((static_cast<int64_t>(k0) + b) * BS + i) * BS + j, acc[mt][nt][2 * h],
-                     acc[mt][nt][2 * h + 1], p.accumulate);
+        if (i >= BS) continue;
+        const int64_t at = ((static_cast<int64_t>(k0) + b) * BS + i) * BS + j;
+        const float v0 = acc[mt][nt][2 * h], v1 = acc[mt][nt][2 * h + 1];
+        if (gated) {
+          const float2 wv = load_pair(w + at);
+          gsum[nt * 8 / BS] += v0 * wv.x + v1 * wv.y;
+        }
+        store_pair(dw + at, scale * v0, scale * v1, p.accumulate);
       }
     }
+  if (!gated) return;
+  __shared__ float sums[kThreads / 32][kLB];
+#pragma unroll
+  for (int lb = 0; lb < kLB; ++lb) {
+    const float v = warp_reduce(gsum[lb], SumOp{});
+    if (lane == 0) sums[warp][lb] = v;
+  }
+  __syncthreads();
+  if (tid < count) {  // block b = tid: columns b·BS.. of warp column wn, its lb-th block
+    const int wn_b = tid * BS / kWTN, lb = tid * BS % kWTN / BS;
+    float v = 0.f;
+#pragma unroll
+    for (int m = 0; m < Tile::kWarpsM; ++m) v += sums[m * Tile::kWarpsN + wn_b][lb];
+    store_one(static_cast<TO*>(p.dgate) + k0 + tid, v);
+  }
 }
 
 // ---- dispatch ----

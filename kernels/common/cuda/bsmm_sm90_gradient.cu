@@ -18,9 +18,11 @@
 // bytes, K-major for the products.
 //
 // Each consumer warpgroup computes two products (2·kPack blocks). With one part the tile is
-// stored into dw (the accumulate mode adds to it); with several, each part stores its f32
-// partial sums into a workspace [parts, nnz, bs, bs] and a second kernel adds the parts in
-// order 0, 1, ... and stores dw.
+// stored into dw (the accumulate mode adds to it), scaled by the block's gate when gated, and
+// dgate = sum P ⊙ w is summed from the same registers (each lane in element order, then the
+// warp's lanes by a fixed shuffle tree, then the block's warps in order); with several parts,
+// each part stores its f32 partial sums into a workspace [parts, nnz, bs, bs] and a second kernel
+// adds the parts in order 0, 1, ... and stores dw (and dgate: bsmm_gate.cuh).
 //
 // Deterministic: each element is summed by one thread in row order within a part, and the parts
 // in a fixed order; no atomics on data. The part count depends only on (layout, N, device).
@@ -30,6 +32,7 @@
 #include <cstdlib>
 
 #include "core/tensor.h"
+#include "kernels/common/cuda/bsmm_gate.cuh"
 #include "kernels/common/cuda/bsmm_sm90_common.cuh"
 
 namespace tessera {
@@ -47,7 +50,9 @@ struct GradientTile {
   static constexpr int kStageBytes = (1 + kG) * kStripBytes;  // dY strip, then the X strips
   static constexpr int kStages = 210 * 1024 / kStageBytes < 8 ? 210 * 1024 / kStageBytes : 8;
   static constexpr int kItemRing = 4;
-  static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + kItemRing * (16 + 16) + 1024;
+  static constexpr int kGateSums = 2 * 2 * 2 * 4;  // dgate's warp sums [item parity][consumer][product][warp]
+  static constexpr int kSmemBytes =
+      kStages * kStageBytes + 2 * kStages * 8 + kItemRing * (16 + 16) + kGateSums * 4 + 1024;
 };
 
 /// The descriptor of an MN-major operand whose k16 slice starts at `p`, atoms along MN
@@ -73,6 +78,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* item_full = empty + kStages;
   uint64_t* item_empty = item_full + kRing;
   int4* ring = reinterpret_cast<int4*>(item_empty + kRing);  // (list begin, count, part, column); count 0: no more
+  float* gate_sums = reinterpret_cast<float*>(ring + kRing);  // [2][2][2][4], bs 32 and 64 only
   auto strip = [&](int s, int i) { return smem + s * Tile::kStageBytes + i * Tile::kStripBytes; };  // 0: dY, 1+b: X
 
   const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
@@ -200,22 +206,66 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int j = 0; j < 2; ++j) fence_operands(acc[j]);
     __syncwarp();
     if (last > first && lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
-    // Row i of product j is row i % bs of block kPack·(2c + j) + i / bs of the run.
+    // Row i of product j is row i % bs of block kPack·(2c + j) + i / bs of the run (the same block
+    // for the whole warp at a given h). With a gate (and one part): dw = gate·P, and each lane's
+    // sum of P ⊙ w over its elements, summed over the warp (gsum[j][h], every lane the same bits).
+    const bool gated = p.gate != nullptr && parts == 1;
+    float gsum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int i = warp * 16 + g + 8 * h, b = kPack * (2 * c + j) + i / BS;
-        if (b >= count) continue;
+        if (b >= count) continue;  // the same for every lane of the warp
         const int64_t k = p.col_blocks[q0 + b];
+        const float scale = gated ? load_one(static_cast<const T*>(p.gate) + k) : 1.f;
 #pragma unroll
         for (int jj = 0; jj < BS / 8; ++jj) {
           const int64_t at = (k * BS + i % BS) * BS + 8 * jj + 2 * t;
           const float v0 = acc[j][4 * jj + 2 * h], v1 = acc[j][4 * jj + 2 * h + 1];
-          if (parts == 1)
-            store_pair(dw + at, v0, v1, p.accumulate);
-          else
+          if (parts == 1) {
+            if (gated) {
+              const float2 wv = load_pair(static_cast<const T*>(p.w) + at);
+              gsum[j][h] += v0 * wv.x + v1 * wv.y;
+            }
+            store_pair(dw + at, scale * v0, scale * v1, p.accumulate);
+          } else {
             *reinterpret_cast<float2*>(partial + part * p.nnz * BS * BS + at) = make_float2(v0, v1);
+          }
+        }
+        if (gated) gsum[j][h] = warp_reduce(gsum[j][h], SumOp{});
+      }
+    }
+    if (gated) {
+      // dgate of block b: the sums of the (warp, h) rows it covers, warps then h in order. bs 8
+      // and 16 have one warp per block; bs 32 and 64 add 2 or 4 warps through shared memory.
+      TO* dgate = static_cast<TO*>(p.dgate);
+      if constexpr (BS <= 16) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int b = kPack * (2 * c + j) + (warp * 16 + 8 * h) / BS;
+            if (BS == 16 && h == 1) continue;
+            const float v = BS == 16 ? gsum[j][0] + gsum[j][1] : gsum[j][h];
+            if (lane == 0 && b < count) store_one(dgate + p.col_blocks[q0 + b], v);
+          }
+      } else {
+        // [parity][c][j][warp]: an item's sums are read before the barrier of the item after
+        // next, the first one that may overwrite them.
+        float* sums = gate_sums + ((n & 1) * 2 + c) * 8;
+        if (lane == 0) {
+          sums[warp] = gsum[0][0] + gsum[0][1];
+          sums[4 + warp] = gsum[1][0] + gsum[1][1];
+        }
+        named_barrier(1 + c, 128);
+        constexpr int kWarpsPerBlock = BS / 16;
+        if (warp == 0 && lane < 2 * kPack) {
+          const int j = lane / kPack, sb = lane % kPack, b = kPack * (2 * c + j) + sb;
+          float v = 0.f;
+#pragma unroll
+          for (int m = 0; m < kWarpsPerBlock; ++m) v += sums[4 * j + sb * kWarpsPerBlock + m];
+          if (b < count) store_one(dgate + p.col_blocks[q0 + b], v);
         }
       }
     }
@@ -298,7 +348,11 @@ void launch(const BlockGradient& g, int device, cudaStream_t stream) {
   kernel<<<grid, kThreads, Tile::kSmemBytes, stream>>>(map_x, map_dy, g, parts, part_steps,
                                                        parts > 1 ? static_cast<float*>(partial.data_ptr()) : nullptr);
   TS_CUDA_LAUNCH_CHECK("bsmm_dw");
-  if (parts > 1) {
+  if (parts > 1 && g.gate != nullptr) {
+    launch_bsmm_gate_epilogue<float, T, TO>(static_cast<const float*>(partial.data_ptr()), parts, g.nnz, BS, g.w,
+                                             g.gate, g.dw, g.dgate, g.accumulate, stream);
+    TS_CUDA_LAUNCH_CHECK("bsmm_dw (sum of parts, gate epilogue)");
+  } else if (parts > 1) {
     const int threads = 256;
     const int blocks = static_cast<int>(std::min<int64_t>((elems / 4 + threads - 1) / threads, 8 * persistent));
     sum_parts_kernel<TO><<<blocks, threads, 0, stream>>>(static_cast<const float*>(partial.data_ptr()),

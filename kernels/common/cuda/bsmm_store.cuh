@@ -1,5 +1,5 @@
 // What the block-sparse matmul tensor-core kernels (bsmm_sm80.cu, bsmm_sm90_*.cu) share: the order
-// of their work items and the output stores.
+// of their work items, the output stores and the epilogues' loads.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -52,6 +52,40 @@ __device__ __forceinline__ void store_pair(TO* p, float v0, float v1, bool accum
       v1 += old.y;
     }
     *q = __floats2half2_rn(v0, v1);
+  }
+}
+
+/// Two neighbouring inputs (cols j, j+1 of one row) as floats.
+template <class T>
+__device__ __forceinline__ float2 load_pair(const T* p) {
+  if constexpr (std::is_same_v<T, float>) {
+    return *reinterpret_cast<const float2*>(p);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+  } else {
+    return __half22float2(*reinterpret_cast<const __half2*>(p));
+  }
+}
+
+template <class T>
+__device__ __forceinline__ float load_one(const T* p) {
+  if constexpr (std::is_same_v<T, float>) {
+    return *p;
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __bfloat162float(*p);
+  } else {
+    return __half2float(*p);
+  }
+}
+
+template <class TO>
+__device__ __forceinline__ void store_one(TO* p, float v) {
+  if constexpr (std::is_same_v<TO, float>) {
+    *p = v;
+  } else if constexpr (std::is_same_v<TO, __nv_bfloat16>) {
+    *p = __float2bfloat16_rn(v);
+  } else {
+    *p = __float2half_rn(v);
   }
 }
 

@@ -64,9 +64,11 @@ struct GatherProduct {
   int64_t pair_steps = 0;
 };
 
-/// dw [nnz, bs, bs] (+)= X[:, r-block]ᵀ·dY[:, c-block] per stored block, computed in runs of
+/// dw [nnz, bs, bs] (+)= gate·P per stored block, P[k] = X[:, r-block]ᵀ·dY[:, c-block] (gate 1
+/// without one), and with a gate dgate [nnz] = sum over each block of P ⊙ w, computed in runs of
 /// blocks that share a strip: of one block row (sm_80 kernel: the X strip) or of one block
-/// column (sm_90a kernel: the dY strip).
+/// column (sm_90a kernel: the dY strip). The gate epilogue runs on the f32 accumulators; dgate's
+/// sum over a block is a fixed-order tree (warp shuffles, then the warps in order).
 struct BlockGradient {
   DType in_dtype, out_dtype;
   int bs;
@@ -87,6 +89,9 @@ struct BlockGradient {
   const int32_t* block_col;  ///< [nnz]
   int32_t* counter;          ///< as GatherProduct's
   bool transposed = false;   ///< x is Xᵀ [C, n] and dy is dYᵀ [K, n] (see gradient_wants_transposed)
+  const void* w = nullptr;   ///< [nnz, bs, bs] in in_dtype, with a gate
+  const void* gate = nullptr;///< [nnz] in in_dtype, or nullptr: ungated
+  void* dgate = nullptr;     ///< [nnz] in out_dtype, with a gate
 };
 
 /// Whether the kernel that run_gradient picks for g takes its operands transposed: Xᵀ [C, n] and
