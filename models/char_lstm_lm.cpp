@@ -44,6 +44,12 @@ void check_fields(const CharLSTMLMConfig& c, ConfigReader& r) {
           "must be >= 1 and divide hidden " + std::to_string(c.hidden));
   r.check(c.recompute_chunk >= 0, "recompute_chunk", "must be >= 0 (0: off)");
   r.check(c.seed >= 0, "seed", "must be >= 0");
+  if (c.cudnn) {
+    r.check(c.block_size == 0, "cudnn", "runs dense LSTMs only (block_size must be 0)");
+    r.check(!c.multiplicative, "cudnn", "runs plain LSTMs only (multiplicative must be false)");
+    r.check(!c.layer_norm, "cudnn", "runs plain LSTMs only (layer_norm must be false)");
+    r.check(c.recompute_chunk == 0, "cudnn", "cannot be combined with recompute_chunk > 0");
+  }
 }
 
 // The per-gate layout [in, H] of one weight for the config's layout kind (see the header).
@@ -86,6 +92,7 @@ CharLSTMLMConfig CharLSTMLMConfig::from_json(const nlohmann::json& j) {
   c.norm_segments = r.get<int64_t>("norm_segments", c.norm_segments);
   c.recompute_chunk = r.get<int64_t>("recompute_chunk", c.recompute_chunk);  // absent in older configs: 0
   c.seed = r.get<int64_t>("seed", c.seed);
+  c.cudnn = r.get<bool>("cudnn", c.cudnn);  // absent in older configs: false
   check_fields(c, r);
   r.finish();
   return c;
@@ -105,7 +112,8 @@ nlohmann::json CharLSTMLMConfig::to_json() const {
           {"final_norm", final_norm},
           {"norm_segments", norm_segments},
           {"recompute_chunk", recompute_chunk},
-          {"seed", seed}};
+          {"seed", seed},
+          {"cudnn", cudnn}};
 }
 
 void CharLSTMLMConfig::validate() const {
@@ -139,7 +147,8 @@ CharLSTMLM::CharLSTMLM(const CharLSTMLMConfig& config) : config_(config) {
                             .layer_norm(c.layer_norm)
                             .multiplicative(c.multiplicative)
                             .block_size(c.block_size)
-                            .recompute_chunk(c.recompute_chunk);
+                            .recompute_chunk(c.recompute_chunk)
+                            .cudnn(c.cudnn);
     if (c.block_size > 0) {
       const uint64_t s = 1000 * static_cast<uint64_t>(c.seed) + 2 * static_cast<uint64_t>(l);
       o.input_layout(make_layout(c, in, s)).recurrent_layout(make_layout(c, c.hidden, s + 1));

@@ -29,6 +29,9 @@
 //   recompute_chunk > 0: each run of this many time steps a graph::recompute region in
 //                   compiled steps (activation checkpointing; no effect eagerly), >= 0  (0: off)
 //   seed            init and layout seed, >= 0                     (0)
+//   cudnn           each layer's sequence as one cudnn_lstm op (cuDNN on the GPU, its reference
+//                   kernel on the CPU), the same parameters; plain dense LSTMs only (block_size 0,
+//                   no multiplicative, layer_norm or recompute_chunk)  (false)
 //
 // Layouts (see nn::LSTMOptions: each is a per-gate [in, H] pattern tiled over the 4 gates; the
 // mLSTM weights use the same patterns) on a grid of R = in/bs rows and N = H/bs columns:
@@ -70,6 +73,7 @@ struct CharLSTMLMConfig {
   int64_t norm_segments = 1;
   int64_t recompute_chunk = 0;
   int64_t seed = 0;
+  bool cudnn = false;
 
   /// Reads and validates every field; ValueError naming the field (unknown fields included).
   static CharLSTMLMConfig from_json(const nlohmann::json& j);

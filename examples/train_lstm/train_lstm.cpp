@@ -215,7 +215,7 @@ int main(int argc, char** argv) {
   int64_t hidden = 0, layers = 0, block = 0, sample_chars = 300;
   double density = 0, temperature = 0.8;
   std::string layout;
-  bool mlstm = false;
+  bool mlstm = false, cudnn = false;
   CLI::Option_group* m = app.add_option_group("Model");
   m->add_option("--hidden", hidden, "LSTM width (default 256)");
   m->add_option("--layers", layers, "stacked LSTM layers (default 1)");
@@ -224,6 +224,8 @@ int main(int argc, char** argv) {
   m->add_option("--layout", layout, "random | ba | ws | balanced | dense (default random)")
       ->check(CLI::IsMember({"random", "ba", "ws", "balanced", "dense"}));
   m->add_flag("--mlstm", mlstm, "multiplicative LSTM");
+  m->add_flag("--cudnn", cudnn,
+              "run each layer's sequence as one cuDNN LSTM (dense plain LSTMs: --block 0; the same parameters)");
   m->add_option("--sample-chars", sample_chars, "characters per sample")->check(CLI::Range(0, 100000))
       ->capture_default_str();
   m->add_option("--temperature", temperature, "sampling temperature (0: greedy)")->check(CLI::NonNegativeNumber)
@@ -245,6 +247,7 @@ int main(int argc, char** argv) {
     if (app.count("--density")) cfg["density"] = density;
     if (app.count("--layout")) cfg["layout"] = layout;
     if (mlstm) cfg["multiplicative"] = true;
+    if (cudnn) cfg["cudnn"] = true;
     if (cfg.value("block_size", 1) == 0 && !app.count("--layout")) cfg["layout"] = "dense", cfg["density"] = 1.0;
 
     const data::TextDataset ds = examples::load_text(f, ck ? &*ck : nullptr);

@@ -66,6 +66,40 @@ TEST(CharLSTMLM, BadFieldsNameTheField) {
   expect_error<ValueError>([&] { CharLSTMLM m(c); }, {"\"vocab\""});
 }
 
+// The cuDNN switch: an optional field (older configs load with false) that reaches every layer,
+// refused with anything but a plain dense LSTM, and the same model: the same parameters (names,
+// shapes, values from the same seed), losses and gradients as the per-step path (on the CPU the
+// op's reference kernel), also with a carried state.
+TEST(CharLSTMLM, CudnnSwitchRunsTheSameModel) {
+  EXPECT_FALSE(parse("{}").cudnn);
+  const std::string base = R"("vocab": 11, "embed": 8, "hidden": 12, "layers": 2, "seed": 5)";
+  CharLSTMLM plain(parse("{" + base + "}")), fused(parse("{" + base + R"(, "cudnn": true})"));
+  for (size_t l = 0; l < 2; ++l) EXPECT_TRUE(fused.layer(l).options().cudnn());
+  const auto pp = plain.named_parameters(), fp = fused.named_parameters();
+  ASSERT_EQ(pp.size(), fp.size());
+  for (size_t i = 0; i < pp.size(); ++i) {
+    EXPECT_EQ(pp[i].name, fp[i].name);
+    EXPECT_TRUE(all_close(pp[i].tensor, fp[i].tensor, 0, 0)) << pp[i].name;
+  }
+  const Tensor ids = random_ids(5, 3, 11, 1), targets = random_ids(5, 3, 11, 2);
+  CharLSTMLM::Output a = plain.loss(ids, targets), b = fused.loss(ids, targets);
+  EXPECT_NEAR(a.loss.item<double>(), b.loss.item<double>(), 1e-6);
+  a.loss.backward();
+  b.loss.backward();
+  for (size_t i = 0; i < pp.size(); ++i)
+    EXPECT_TRUE(all_close(fp[i].tensor.grad(), pp[i].tensor.grad(), 1e-5, 1e-6)) << pp[i].name;
+  const CharLSTMLM::Output a2 = plain.loss(ids, targets, CharLSTMLM::detach(a.state));
+  const CharLSTMLM::Output b2 = fused.loss(ids, targets, CharLSTMLM::detach(b.state));
+  EXPECT_NEAR(a2.loss.item<double>(), b2.loss.item<double>(), 1e-6);
+  auto bad = [](const std::string& s) {
+    expect_error<ValueError>([&] { parse(s); }, {"CharLSTMLM config", "\"cudnn\""});
+  };
+  bad(R"({"cudnn": true, "block_size": 8, "layout": "random", "density": 0.5})");
+  bad(R"({"cudnn": true, "multiplicative": true})");
+  bad(R"({"cudnn": true, "layer_norm": true})");
+  bad(R"({"cudnn": true, "recompute_chunk": 2})");
+}
+
 TEST(CharLSTMLM, DenseParameterCount) {
   CharLSTMLM m(parse(R"({"vocab": 20, "embed": 6, "hidden": 5, "layers": 2, "multiplicative": true,
       "layer_norm": true, "final_norm": "layer"})"));
