@@ -5,13 +5,23 @@
 #include <cmath>
 #include <limits>
 
+#include "core/autocast.h"
 #include "kernels/common/dispatch.h"
+#include "kernels/cast/cast.h"
 #include "kernels/cudnn_lstm_backward/cudnn_lstm_backward.h"
 
 namespace tessera {
 
 std::tuple<Tensor, Tensor, Tensor> cudnn_lstm(const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& wx,
                                               const Tensor& wh, const Tensor& bias, double forget_bias) {
+  if (autocast::applies({&x, &h0, &c0, &wx, &wh, &bias})) {
+    // autocast: the sequence in the low-precision dtype (cuDNN's half-type LSTM, f32 math), its
+    // outputs back in f32 as every autocast op's are
+    using autocast::operand;
+    std::vector<Tensor> out = call<op::CudnnLstm>(
+        {forget_bias}, {operand(x), operand(h0), operand(c0), operand(wx), operand(wh), operand(bias)});
+    return {cast(out[0], DType::f32), cast(out[1], DType::f32), cast(out[2], DType::f32)};
+  }
   std::vector<Tensor> out = call<op::CudnnLstm>({forget_bias}, {x, h0, c0, wx, wh, bias});
   return {out[0], out[1], out[2]};
 }

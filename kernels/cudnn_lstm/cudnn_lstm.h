@@ -18,6 +18,10 @@ namespace tessera {
 /// Returns {y [T, B, H] (every step's h), hT, cT [B, H]}.
 ///
 ///   auto [y, h, c] = cudnn_lstm(x, h0, c0, wx, wh, bias, 1.0);
+///
+/// Under autocast (core/autocast.h) f32 inputs are cast to the autocast dtype, the op runs in it
+/// (f32 math) and y, hT, cT come back cast to f32: the cell state is rounded to bf16/f16 once
+/// per call (the sequence's end), not per step.
 std::tuple<Tensor, Tensor, Tensor> cudnn_lstm(const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& wx,
                                               const Tensor& wh, const Tensor& bias, double forget_bias = 0.0);
 

@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 
+#include "core/autocast.h"
 #include "core/graph/compile.h"
 #include "gradcheck.h"
 #include "kernels/ops.h"
@@ -133,6 +134,26 @@ TEST(CudnnLstm, HalfTypesComputeInF32) {
     EXPECT_EQ(y.dtype(), dt);
     EXPECT_TRUE(all_close(y, cast(cast(y32, dt), DType::f32), 0, 0)) << dtype_name(dt);  // rounded once
     EXPECT_TRUE(all_close(c, cast(cast(c32, dt), DType::f32), 0, 0)) << dtype_name(dt);
+  }
+}
+
+// Under autocast the f32 inputs run as bf16/f16 (what explicit casts give, bit for bit) and the
+// outputs come back in f32.
+TEST(CudnnLstm, AutocastRunsTheHalfTypePath) {
+  const Tensor x = test_randn({4, 3, 5}, 1, DType::f32), h0 = test_randn({3, 6}, 2, DType::f32),
+               c0 = test_randn({3, 6}, 3, DType::f32);
+  const Tensor wx = mul(test_randn({5, 24}, 4, DType::f32), 0.4), wh = mul(test_randn({6, 24}, 5, DType::f32), 0.4),
+               b = test_randn({24}, 6, DType::f32);
+  for (DType dt : {DType::bf16, DType::f16}) {
+    auto r = [&](const Tensor& t) { return cast(t, dt); };
+    auto [y16, h16, c16] = cudnn_lstm(r(x), r(h0), r(c0), r(wx), r(wh), r(b), 1.0);
+    autocast::Guard guard(dt);
+    auto [y, h, c] = cudnn_lstm(x, h0, c0, wx, wh, b, 1.0);
+    EXPECT_EQ(y.dtype(), DType::f32);
+    EXPECT_EQ(c.dtype(), DType::f32);
+    EXPECT_TRUE(all_close(y, cast(y16, DType::f32), 0, 0)) << dtype_name(dt);
+    EXPECT_TRUE(all_close(h, cast(h16, DType::f32), 0, 0)) << dtype_name(dt);
+    EXPECT_TRUE(all_close(c, cast(c16, DType::f32), 0, 0)) << dtype_name(dt);
   }
 }
 
