@@ -4,7 +4,7 @@
 // (graph::compile without an optimizer: forward + backward traced once, replayed as a CUDA graph).
 //
 //   lstm_step [--device cuda|cpu] [--hidden 1024,2048] [--batch 64] [--steps 256] [--dtypes f32,bf16]
-//             [--repeats N] [--warmup N] [--quick] [--json FILE]
+//             [--sparse H:density:bs,...] [--repeats N] [--warmup N] [--quick] [--json FILE]
 //
 // Input size = hidden size, one layer, forget_bias 1, random inputs x [T, B, H] (time-major),
 // zero initial state, parameters from one seed (both layers equal). Rows per (hidden, dtype):
@@ -16,6 +16,14 @@
 // Figures: the median step time in ms over --repeats steps after --warmup untimed ones, all ways
 // timed in turn (one of each per round) so drift hits them alike; on the GPU with CUDA events on
 // tessera's stream (start before the step is queued, stop after it: host overhead included).
+// Block-sparse layers (--sparse H:density:bs, default: the recurrent parameter counts of dense
+// H 1024 and 2048 at several widths, bs 32 and 64), tessera's nn::LSTM with random layouts on
+// both weights, eager and compiled: their ratio is to the cuDNN graph time of the dense layer
+// with the same recurrent parameter count (H·√density) when this run measured it, else to their
+// own eager time. Each sparse row notes one step's traffic (W_h's bytes plus the h strips its
+// blocks read, nnz·bs·B, forward; the backward moves about twice that again) and that traffic's
+// time at L2's 8.4 TB/s (bsmm_gpu's stream figure on the H200), a memory roofline of the
+// recurrence (not measured in this run).
 // Ratio = time / the cuDNN path's time in the same run (lower is faster). Gradients are dropped
 // after every step (zero_grad), as a trainer does. f32 runs without TF32 unless
 // TESSERA_ALLOW_TF32=1. Before timing, the first step's loss and input gradient of every way are
@@ -52,6 +60,9 @@ struct Options {
   std::vector<int64_t> hidden{1024, 2048};
   int64_t batch = 64, steps = 256;
   std::vector<std::string> dtypes{"f32", "bf16"};
+  /// Block-sparse layers "H:density:bs" (random layouts; input and recurrent weights alike).
+  std::vector<std::string> sparse{"2048:0.25:32", "4096:0.0625:32", "8192:0.015625:32", "4096:0.25:32",
+                                  "8192:0.0625:32", "2048:0.25:64", "4096:0.0625:64", "8192:0.0625:64"};
   int repeats = 20, warmup = 3;
   bool quick = false;
   std::string json;
@@ -141,7 +152,8 @@ struct Way {
 };
 
 // Benchmarks one (hidden, dtype); returns false when a way's first step disagrees with the cuDNN path.
-bool bench_case(BenchReport& report, Timer& timer, const Options& o, Device dev, int64_t hidden, DType dt) {
+bool bench_case(BenchReport& report, Timer& timer, const Options& o, Device dev, int64_t hidden, DType dt,
+                std::map<std::pair<int64_t, DType>, double>& cudnn_graph_ms) {
   const int64_t b = o.batch, t = o.steps;
   const std::string shape = "B" + std::to_string(b) + " T" + std::to_string(t) + " H" + std::to_string(hidden);
   const std::string tag = std::string(" ") + dtype_name(dt);
@@ -229,12 +241,80 @@ bool bench_case(BenchReport& report, Timer& timer, const Options& o, Device dev,
   }
   const std::vector<double> ms = interleaved_ms(timer, fns, o.warmup, o.repeats);
   const double base = ms[0];  // cudnn eager is always timed (way 0 never fails)
-  for (size_t i = 0; i < timed.size(); ++i)
+  for (size_t i = 0; i < timed.size(); ++i) {
     report.add({ways[timed[i]].name + tag, shape, ms[i], ms[i], "ms", base,
                 timed[i] == 0 ? "cudnn eager (itself)" : "cudnn eager"});
+    if (timed[i] == 3) cudnn_graph_ms[{hidden, dt}] = ms[i];
+  }
   const double ref = dev.is_cuda() && b == 64 && t == 256 ? pytorch_ms(hidden, dt) : 0;
   if (ref > 0) report.add({"pytorch (ref)" + tag, shape, ref, ref, "ms", base, "cudnn eager (this run)"});
   return ok;
+}
+
+struct SparseSpec {
+  int64_t hidden = 0, bs = 0;
+  double density = 0;
+};
+
+// "H:density:bs" (ValueError naming the text otherwise; the layer checks H against bs).
+SparseSpec parse_sparse(const std::string& spec) {
+  SparseSpec p;
+  char c1 = 0, c2 = 0;
+  std::istringstream in(spec);
+  in >> p.hidden >> c1 >> p.density >> c2 >> p.bs;
+  TS_CHECK(in && in.eof() && c1 == ':' && c2 == ':' && p.hidden > 0 && p.density > 0 && p.density <= 1 &&
+               BlockLayout::valid_block_size(p.bs),
+           ValueError, "--sparse '" << spec << "' must be H:density:bs with density in (0, 1] and bs 8/16/32/64, e.g. 4096:0.0625:32");
+  return p;
+}
+
+// One block-sparse layer: tessera's LSTM eager and compiled (see the header).
+void bench_sparse_case(BenchReport& report, Timer& timer, const Options& o, Device dev, const SparseSpec& p, DType dt,
+                       const std::map<std::pair<int64_t, DType>, double>& cudnn_graph_ms) {
+  const int64_t hidden = p.hidden, bs = p.bs;
+  const double density = p.density;
+  const int64_t b = o.batch, t = o.steps;
+  const std::string shape = "B" + std::to_string(b) + " T" + std::to_string(t) + " H" + std::to_string(hidden) +
+                            " d" + fmt(density, 4) + " bs" + std::to_string(bs);
+  const std::string tag = std::string(" ") + dtype_name(dt);
+  Generator gen(7);
+  nn::LSTM lstm(nn::LSTMOptions(hidden, hidden).forget_bias(1.0).dtype(dt).block_size(bs).density(density), gen);
+  lstm.to(dev);
+  const Tensor x = cast(normal({t, b, hidden}, 0.0, 1.0, DType::f32), dt).to(dev);
+  auto loss_of = [](const nn::LSTM& m, const Tensor& v) { return sum(m.forward(v).output); };
+  std::unique_ptr<CompiledStep> step;
+  std::string failure;
+  try {
+    step = std::make_unique<CompiledStep>(compile([&lstm, loss_of](const Inputs& v) { return loss_of(lstm, v.at("x")); },
+                                                  lstm.named_parameters(), nullptr, {{"x", x}}));
+    step->run({{"x", x}});
+  } catch (const std::exception& e) {
+    failure = e.what();
+    step.reset();
+  }
+  std::vector<std::function<void()>> fns{[&] {
+    lstm.zero_grad();
+    loss_of(lstm, x).backward();
+  }};
+  if (step) fns.push_back([&] { step->run({{"x", x}}); });
+  const std::vector<double> ms = interleaved_ms(timer, fns, o.warmup, o.repeats);
+  // the baseline: the cuDNN graph of the dense layer with this recurrent parameter count, if measured
+  const int64_t dense_h = std::llround(hidden * std::sqrt(density));
+  const auto it = cudnn_graph_ms.find({dense_h, dt});
+  const bool have = it != cudnn_graph_ms.end();
+  const double base = have ? it->second : ms[0];
+  const std::string base_name = have ? "cudnn graph H" + std::to_string(dense_h) : "tessera sparse eager (itself)";
+  report.add({"tessera sparse eager" + tag, shape, ms[0], ms[0], "ms", base, base_name});
+  if (step) report.add({"tessera sparse graph" + tag, shape, ms[1], ms[1], "ms", base, base_name});
+  if (!failure.empty()) report.note("tessera sparse graph" + tag + " " + shape, "not run: " + failure);
+  const LayoutPtr& l = lstm.recurrent_layout();  // [H, 4H], the four gates
+  if (l) {
+    const double e = static_cast<double>(dtype_size(dt));
+    const double bytes = static_cast<double>(l->nnz()) * bs * (bs + b) * e;  // W_h blocks + the h strips they read
+    report.note("traffic " + tag.substr(1) + " " + shape,
+                fmt(bytes / 1e6, 4) + " MB per step forward (W_h " + fmt(l->nnz() * bs * bs * e / 1e6, 4) +
+                    " MB); x T and 3x for fwd+bwd at 8.4 TB/s: " + fmt(3.0 * t * bytes / 8.4e12 * 1e3, 4) + " ms");
+  }
 }
 
 }  // namespace
@@ -247,6 +327,8 @@ int main(int argc, char** argv) {
   app.add_option("--batch", o.batch, "batch size")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--steps", o.steps, "sequence length T")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--dtypes", o.dtypes, "f32, bf16, f16 (comma-separated)")->delimiter(',');
+  app.add_option("--sparse", o.sparse, "block-sparse layers H:density:bs (comma-separated; none: no sparse rows)")
+      ->delimiter(',');
   app.add_option("--repeats", o.repeats, "timed steps per way (median reported)")->check(CLI::Range(1, 100000));
   app.add_option("--warmup", o.warmup, "untimed steps per way first")->check(CLI::Range(0, 100000));
   app.add_flag("--quick", o.quick, "tiny sizes and few steps (a smoke run)");
@@ -258,9 +340,13 @@ int main(int argc, char** argv) {
     if (!app.count("--steps")) o.steps = 8;
     if (!app.count("--repeats")) o.repeats = 2;
     if (!app.count("--warmup")) o.warmup = 1;
+    if (!app.count("--sparse")) o.sparse = {"64:0.5:16"};
   }
+  if (o.sparse == std::vector<std::string>{"none"}) o.sparse.clear();
 
   try {
+    std::vector<SparseSpec> sparse;
+    for (const std::string& spec : o.sparse) sparse.push_back(parse_sparse(spec));
     const Device dev = o.device == "cuda" ? Device::cuda(0) : Device::cpu();
     TS_CHECK(!dev.is_cuda() || cuda_available(), DeviceError, "--device cuda, but no GPU is usable (try --device cpu)");
     BenchReport report("lstm_step");
@@ -280,11 +366,15 @@ int main(int argc, char** argv) {
                                 "; PyTorch's cuDNN RNNs allow TF32 by default (torch.backends.cudnn.allow_tf32)");
     Timer timer(dev);
     bool ok = true;
+    std::map<std::pair<int64_t, DType>, double> cudnn_graph_ms;
     for (int64_t h : o.hidden)
       for (const std::string& name : o.dtypes) {
         const DType dt = dtype_from_name(name);
-        ok = bench_case(report, timer, o, dev, h, dt) && ok;
+        ok = bench_case(report, timer, o, dev, h, dt, cudnn_graph_ms) && ok;
       }
+    for (const SparseSpec& spec : sparse)
+      for (const std::string& name : o.dtypes) bench_sparse_case(report, timer, o, dev, spec, dtype_from_name(name),
+                                                                 cudnn_graph_ms);
     report.print(std::cout);
     if (!o.json.empty()) report.write_json(o.json);
     if (!ok) {
