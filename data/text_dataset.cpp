@@ -156,7 +156,79 @@ Split Split::counts(int64_t train, int64_t val, int64_t test) {
   return s;
 }
 
+Split Split::interleaved(int64_t chunk_bytes, int64_t period) {
+  TS_CHECK(chunk_bytes >= 1 && period >= 3, ValueError,
+           "Split::interleaved: need chunk_bytes >= 1 and period >= 3 (each period holds train, val and test "
+           "chunks), got chunk_bytes "
+               << chunk_bytes << ", period " << period);
+  Split s;
+  s.kind = Kind::interleaved;
+  s.chunk = chunk_bytes;
+  s.period = period;
+  return s;
+}
+
+Part Split::part_of_chunk(int64_t c) const {
+  const int64_t r = c % period;
+  return r == period - 2 ? Part::val : r == period - 1 ? Part::test : Part::train;
+}
+
 // ---- TextDataset ----
+
+namespace {
+
+// A half-open byte range [begin, end) of the file.
+struct ByteRange {
+  int64_t begin, end;
+};
+
+// The byte ranges of part p (0 train, 1 val, 2 test) of an n-byte text under split s, in file order.
+std::vector<ByteRange> part_ranges(const Split& s, int64_t n, const std::string& name, int p) {
+  if (s.kind == Split::Kind::interleaved) {
+    std::vector<ByteRange> r;
+    for (int64_t c = 0; c * s.chunk < n; ++c)
+      if (static_cast<int>(s.part_of_chunk(c)) == p) r.push_back({c * s.chunk, std::min(n, (c + 1) * s.chunk)});
+    return r;
+  }
+  // Contiguous parts: ends[q] is where part q stops; part q starts where q-1 stopped.
+  int64_t ends[3];
+  if (s.kind == Split::Kind::fractions) {
+    double acc = 0;
+    for (int q = 0; q < 3; ++q) {
+      acc += s.frac[q];
+      ends[q] = std::min<int64_t>(n, static_cast<int64_t>(std::llround(acc * static_cast<double>(n))));
+    }
+  } else {
+    const int64_t want = s.count[0] + s.count[1] + s.count[2];
+    TS_CHECK(want <= n, ValueError,
+             "TextDataset: split of train " << s.count[0] << " + val " << s.count[1] << " + test "
+                                            << s.count[2] << " = " << want << " bytes is more than the " << n
+                                            << " bytes of '" << name << "'");
+    ends[0] = s.count[0];
+    ends[1] = ends[0] + s.count[1];
+    ends[2] = ends[1] + s.count[2];
+  }
+  return {{p == 0 ? 0 : ends[p - 1], ends[p]}};
+}
+
+int64_t bytes_in(const std::vector<ByteRange>& ranges) {
+  int64_t b = 0;
+  for (const ByteRange& r : ranges) b += r.end - r.begin;
+  return b;
+}
+
+// The sorted distinct bytes of `ranges` of `text` as a character vocabulary.
+Vocabulary vocabulary_of(std::string_view text, const std::vector<ByteRange>& ranges) {
+  bool seen[256] = {};
+  for (const ByteRange& r : ranges)
+    for (int64_t i = r.begin; i < r.end; ++i) seen[static_cast<uint8_t>(text[static_cast<size_t>(i)])] = true;
+  std::vector<uint8_t> symbols;
+  for (int c = 0; c < 256; ++c)
+    if (seen[c]) symbols.push_back(static_cast<uint8_t>(c));
+  return Vocabulary::from_bytes(symbols);
+}
+
+}  // namespace
 
 TextDataset TextDataset::load(const std::string& path, const TextDatasetOptions& opts) {
   std::error_code ec;
@@ -173,53 +245,37 @@ TextDataset TextDataset::from_text(std::string_view text, const TextDatasetOptio
                                    const std::string& name) {
   const int64_t n = static_cast<int64_t>(text.size());
   TS_CHECK(n > 0, IOError, "TextDataset: '" << name << "' is empty");
-  // Part boundaries: ends[p] is where part p stops; part p starts where p-1 stopped.
-  int64_t ends[3];
-  const Split& s = opts.split_;
-  if (s.kind == Split::Kind::fractions) {
-    double acc = 0;
-    for (int p = 0; p < 3; ++p) {
-      acc += s.frac[p];
-      ends[p] = std::min<int64_t>(n, static_cast<int64_t>(std::llround(acc * static_cast<double>(n))));
-    }
-  } else {
-    const int64_t want = s.count[0] + s.count[1] + s.count[2];
-    TS_CHECK(want <= n, ValueError,
-             "TextDataset: split of train " << s.count[0] << " + val " << s.count[1] << " + test "
-                                            << s.count[2] << " = " << want << " bytes is more than the " << n
-                                            << " bytes of '" << name << "'");
-    ends[0] = s.count[0];
-    ends[1] = ends[0] + s.count[1];
-    ends[2] = ends[1] + s.count[2];
-  }
-  TS_CHECK(ends[0] > 0, ValueError,
+  std::vector<ByteRange> ranges[3];
+  for (int p = 0; p < 3; ++p) ranges[p] = part_ranges(opts.split_, n, name, p);
+  TS_CHECK(bytes_in(ranges[0]) > 0, ValueError,
            "TextDataset: the training split of '" << name << "' (" << n << " bytes) is empty");
 
   TextDataset ds;
   ds.name_ = name;
   ds.total_bytes_ = n;
-  std::string_view train = text.substr(0, static_cast<size_t>(ends[0]));
   if (opts.vocab_) {
     ds.vocab_ = *opts.vocab_;
   } else {
-    ds.vocab_ = opts.level_ == Level::byte ? Vocabulary::bytes() : Vocabulary::from_text(train);
+    ds.vocab_ = opts.level_ == Level::byte ? Vocabulary::bytes() : vocabulary_of(text, ranges[0]);
   }
   // A given vocabulary decides the level: all 256 bytes is the byte level.
   ds.level_ = !opts.vocab_ ? opts.level_ : ds.vocab_.is_identity() ? Level::byte : Level::character;
 
-  int64_t start = 0;
   for (int p = 0; p < 3; ++p) {
-    std::string_view part = text.substr(static_cast<size_t>(start), static_cast<size_t>(ends[p] - start));
-    try {
-      // The training split always fits a vocabulary built from it; a given one must cover it.
-      auto ids = ds.vocab_.encode(part, p == 0 ? std::nullopt : opts.unknown_id_);
-      ds.parts_[p] = std::make_shared<const std::vector<int32_t>>(std::move(ids));
-    } catch (const ValueError& e) {
-      TS_THROW(ValueError, "TextDataset: '" << name << "' " << part_name(static_cast<Part>(p))
-                                            << " split (bytes " << start << ".." << ends[p]
-                                            << "): " << e.what());
+    std::vector<int32_t> ids;
+    ids.reserve(static_cast<size_t>(bytes_in(ranges[p])));
+    for (const ByteRange& r : ranges[p]) {
+      std::string_view part = text.substr(static_cast<size_t>(r.begin), static_cast<size_t>(r.end - r.begin));
+      try {
+        // The training split always fits a vocabulary built from it; a given one must cover it.
+        std::vector<int32_t> more = ds.vocab_.encode(part, p == 0 ? std::nullopt : opts.unknown_id_);
+        ids.insert(ids.end(), more.begin(), more.end());
+      } catch (const ValueError& e) {
+        TS_THROW(ValueError, "TextDataset: '" << name << "' " << part_name(static_cast<Part>(p))
+                                              << " split (bytes " << r.begin << ".." << r.end << "): " << e.what());
+      }
     }
-    start = ends[p];
+    ds.parts_[p] = std::make_shared<const std::vector<int32_t>>(std::move(ids));
   }
   return ds;
 }

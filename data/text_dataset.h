@@ -1,5 +1,6 @@
 // Text datasets for language models: a file read as bytes, split into train/val(/test) by
-// fractions or by byte counts, and encoded with a byte-level or character-level vocabulary.
+// fractions, by byte counts or interleaved in chunks, and encoded with a byte-level or
+// character-level vocabulary.
 //
 //   using namespace tessera::data;
 //   TextDataset ds = TextDataset::load("input.txt", TextDatasetOptions()
@@ -10,10 +11,15 @@
 //   // ... and later: TextDatasetOptions().vocab(Vocabulary::from_bytes(saved)) gives the same ids
 //
 //   enwik8 (the usual 90M/5M/5M bytes): Split::counts(90'000'000, 5'000'000, 5'000'000)
+//   gcide (alphabetical, so not cut by position): Split::interleaved(1'000'000, 20)
 //
-// Splits are contiguous and in file order: train = [0, n_train), val = [n_train, n_train + n_val),
-// test = the next n_test bytes. The vocabulary of a character-level dataset is built from the
-// training split only; symbols of val/test that it lacks are errors unless an unknown id is set.
+// Fractions and counts are contiguous and in file order: train = [0, n_train),
+// val = [n_train, n_train + n_val), test = the next n_test bytes. An interleaved split cuts the
+// file into chunks of `chunk` bytes, chunk c = [c*chunk, min((c+1)*chunk, n)) (the last one may be
+// partial), and deals them out by c mod period: period-2 to val, period-1 to test, the rest to
+// train; each part is its chunks concatenated in file order. The vocabulary of a character-level
+// dataset is built from the training part only; symbols of val/test that it lacks are errors
+// unless an unknown id is set.
 #pragma once
 
 #include <cstdint>
@@ -82,18 +88,28 @@ class Vocabulary {
   int32_t id_of_[256];
 };
 
-/// How to cut the text: fractions of its length, or byte counts.
+/// How to cut the text: fractions of its length, byte counts, or interleaved chunks.
 struct Split {
-  enum class Kind { fractions, counts };
+  enum class Kind { fractions, counts, interleaved };
   Kind kind = Kind::fractions;
   double frac[3] = {0.9, 0.1, 0.0};  ///< train, val, test; each >= 0, sum <= 1
   int64_t count[3] = {0, 0, 0};      ///< train, val, test bytes; sum <= file size
+  int64_t chunk = 0;                 ///< interleaved: bytes per chunk (>= 1)
+  int64_t period = 0;                ///< interleaved: chunks per period (>= 3)
 
   /// Cumulative rounding: train ends at round(f_train n), val at round((f_train + f_val) n),
   /// test at round((f_train + f_val + f_test) n); fractions summing to 1 use every byte.
   static Split fractions(double train, double val, double test = 0.0);
   /// Exact byte counts; bytes after train + val + test are unused.
   static Split counts(int64_t train, int64_t val, int64_t test = 0);
+  /// Chunks of `chunk_bytes` dealt out by index c: c % period == period-2 to val, == period-1 to
+  /// test, else train; every byte is used. With n bytes and C = ceil(n / chunk_bytes) chunks, val
+  /// and test get about n/period bytes each (chunk 0 is always train). Deterministic: the same
+  /// file and arguments give the same parts. ValueError unless chunk_bytes >= 1 and period >= 3.
+  /// gcide: interleaved(1'000'000, 20) gives 36,000,000 / 2,000,000 / 1,952,321 bytes.
+  static Split interleaved(int64_t chunk_bytes, int64_t period);
+  /// The part chunk `c` of an interleaved split goes to.
+  Part part_of_chunk(int64_t c) const;
 };
 
 /// Options with chainable setters.

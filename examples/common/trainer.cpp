@@ -7,6 +7,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "models/model_registry.h"
@@ -22,6 +25,22 @@ void add_trainer_flags(CLI::App& app, TrainerFlags& f) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   CLI::Option_group* g = app.add_option_group("Training");
   g->add_option("--data", f.data, "training text file")->capture_default_str();
+  g->add_option("--split", f.split,
+                "train/val split: contiguous (90%/10% in file order) or interleaved[:CHUNK[:PERIOD]] (chunks of "
+                "CHUNK bytes, default 1000000; chunk c to val when c % PERIOD == PERIOD-2, to test when "
+                "PERIOD-1; PERIOD default 20)")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            try {
+              parse_split(v);
+              return std::string();
+            } catch (const Error& e) {
+              const std::string m = e.what();  // CLI11 prefixes "--split: " itself
+              return m.rfind("--split ", 0) == 0 ? m.substr(8) : m;
+            }
+          },
+          "SPLIT"))
+      ->capture_default_str();
   g->add_option("--out", f.out, "run folder")->capture_default_str();
   g->add_option("--steps", f.steps, "total steps of the run")->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
       ->capture_default_str();
@@ -117,18 +136,77 @@ nlohmann::json base_model_config(const TrainerFlags& f, const nlohmann::json& de
   return cfg;
 }
 
+namespace {
+
+constexpr int64_t kDefaultChunk = 1000000;  // interleaved: 1 MB chunks ...
+constexpr int64_t kDefaultPeriod = 20;      // ... every 20th to val, the next to test
+
+// The numbers of an interleaved --split: {chunk, period}, defaults where left out.
+std::pair<int64_t, int64_t> interleaved_args(const std::string& spec) {
+  const std::string usage = "--split '" + spec + "': expected contiguous or interleaved[:CHUNK[:PERIOD]]" +
+                            " with whole numbers, e.g. interleaved:1000000:20";
+  std::vector<std::string> fields;
+  size_t start = 0;
+  for (size_t colon; (colon = spec.find(':', start)) != std::string::npos; start = colon + 1)
+    fields.push_back(spec.substr(start, colon - start));
+  fields.push_back(spec.substr(start));
+  TS_CHECK(fields[0] == "interleaved" && fields.size() <= 3, ValueError, usage);
+  int64_t v[2] = {kDefaultChunk, kDefaultPeriod};
+  for (size_t i = 1; i < fields.size(); ++i) {
+    const std::string& w = fields[i];
+    const bool digits = std::all_of(w.begin(), w.end(), [](char c) { return c >= '0' && c <= '9'; });
+    TS_CHECK(!w.empty() && w.size() <= 15 && digits, ValueError, usage);
+    v[i - 1] = std::stoll(w);
+  }
+  TS_CHECK(v[0] >= 1 && v[1] >= 3, ValueError,
+           "--split '" << spec << "': need CHUNK >= 1 and PERIOD >= 3, got CHUNK " << v[0] << ", PERIOD " << v[1]);
+  return {v[0], v[1]};
+}
+
+}  // namespace
+
+data::Split parse_split(const std::string& spec) {
+  if (spec == "contiguous") return data::Split::fractions(0.9, 0.1);
+  const auto [chunk, period] = interleaved_args(spec);
+  return data::Split::interleaved(chunk, period);
+}
+
+std::string canonical_split(const std::string& spec) {
+  if (spec == "contiguous") return spec;
+  const auto [chunk, period] = interleaved_args(spec);
+  return "interleaved:" + std::to_string(chunk) + ":" + std::to_string(period);
+}
+
 data::TextDataset load_text(const TrainerFlags& f, const io::CheckpointData* ck) {
-  data::TextDatasetOptions opt = data::TextDatasetOptions().level(data::Level::character);
-  if (ck) opt.vocab(train::require_vocabulary(*ck, f.resume, f.data));
-  return data::TextDataset::load(f.data, opt);
+  data::TextDatasetOptions opt = data::TextDatasetOptions().level(data::Level::character).split(parse_split(f.split));
+  const std::string split = canonical_split(f.split);
+  if (ck) {
+    // The split of the checkpoint's run (runs before --split existed were contiguous).
+    const auto j = nlohmann::json::parse(ck->config, nullptr, /*allow_exceptions=*/false);
+    std::string saved = "contiguous";
+    if (j.is_object() && j.contains("train") && j["train"].is_object() && j["train"].contains("split") &&
+        j["train"]["split"].is_string())
+      saved = j["train"]["split"].get<std::string>();
+    TS_CHECK(saved == split, ValueError,
+             "checkpoint '" << f.resume << "' was trained with --split " << saved << ", this run has --split " << split
+                            << " (resume with the same --split)");
+    opt.vocab(train::require_vocabulary(*ck, f.resume, f.data));
+  }
+  data::TextDataset ds = data::TextDataset::load(f.data, opt);
+  const data::Split& s = opt.split_;
+  TS_CHECK(s.kind != data::Split::Kind::interleaved || ds.size(data::Part::val) > 0, ValueError,
+           "--split " << split << " leaves '" << f.data << "' (" << ds.total_bytes()
+                      << " bytes) no validation bytes: use a smaller CHUNK, e.g. --split interleaved:"
+                      << std::max<int64_t>(1, ds.total_bytes() / (2 * s.period)) << ":" << s.period);
+  return ds;
 }
 
 nlohmann::json run_config(const TrainerFlags& f, const std::string& model_type, const nlohmann::json& model) {
   return models::checkpoint_config(
       model_type, model,
-      {{"data", f.data}, {"steps", f.steps}, {"batch", f.batch}, {"seq", f.seq}, {"lr", f.lr}, {"warmup", f.warmup},
-       {"schedule", f.schedule}, {"clip", f.clip}, {"optimizer", f.optimizer}, {"weight_decay", f.weight_decay},
-       {"seed", f.seed}, {"eager", f.eager}, {"micro_batches", f.micro_batches}, {"dtype", f.dtype}});
+      {{"data", f.data}, {"split", canonical_split(f.split)}, {"steps", f.steps}, {"batch", f.batch}, {"seq", f.seq},
+       {"lr", f.lr}, {"warmup", f.warmup}, {"schedule", f.schedule}, {"clip", f.clip}, {"optimizer", f.optimizer},
+       {"weight_decay", f.weight_decay}, {"seed", f.seed}, {"eager", f.eager}, {"micro_batches", f.micro_batches}, {"dtype", f.dtype}});
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerFlags& f, std::vector<Tensor> params) {

@@ -33,6 +33,7 @@ namespace examples {
 /// The flags every trainer shares (defaults are the program's, set before add_trainer_flags).
 struct TrainerFlags {
   std::string data;         ///< training text
+  std::string split = "contiguous";  ///< --split: contiguous | interleaved[:CHUNK[:PERIOD]] (parse_split)
   std::string out;          ///< run folder
   int64_t steps = 1000;     ///< total steps of the run (a resumed run continues up to it)
   int64_t batch = 32;
@@ -84,8 +85,22 @@ Device train_device(const TrainerFlags& flags);
 nlohmann::json base_model_config(const TrainerFlags& flags, const nlohmann::json& defaults,
                                  const std::string& model_type, const io::CheckpointData* ck);
 
-/// The character-level text at --data, with the vocabulary of checkpoint `ck` when resuming (an
-/// IOError naming the checkpoint and --data when the checkpoint has none).
+/// The split named by --split: "contiguous" (train = the first 90% of the file, val = the rest, in
+/// file order) or "interleaved[:CHUNK[:PERIOD]]" (data::Split::interleaved(CHUNK, PERIOD), default
+/// 1000000:20: 1 MB chunks, chunk c to val when c % PERIOD == PERIOD-2, to test when
+/// c % PERIOD == PERIOD-1, else to train; for corpora sorted by topic or key, e.g. gcide).
+/// ValueError naming the value otherwise (CHUNK >= 1, PERIOD >= 3).
+data::Split parse_split(const std::string& spec);
+
+/// The spelling of a --split value that run configs record: "contiguous" or
+/// "interleaved:CHUNK:PERIOD" with the defaults filled in. ValueError as parse_split.
+std::string canonical_split(const std::string& spec);
+
+/// The character-level text at --data, cut by --split, with the vocabulary of checkpoint `ck` when
+/// resuming (an IOError naming the checkpoint and --data when the checkpoint has none). When
+/// resuming, the split must be the one the checkpoint's run recorded ("contiguous" when it recorded
+/// none): ValueError naming both otherwise. An interleaved split that leaves no validation bytes
+/// is a ValueError too.
 data::TextDataset load_text(const TrainerFlags& flags, const io::CheckpointData* ck);
 
 /// config.json of a run: models::checkpoint_config(model_type, model, the training flags):

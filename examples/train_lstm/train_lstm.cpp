@@ -6,6 +6,7 @@
 //   train_lstm --steps 600 --out runs/lstm                  # compiled step (default)
 //   train_lstm --steps 900 --resume runs/lstm/ckpt.h5 --out runs/lstm
 //   train_lstm --eager --hidden 512 --density 0.125 --layout ba
+//   train_lstm --data "$(data/fetch.sh gcide)" --split interleaved --out runs/gcide   # 40 MB, alphabetical
 //
 // Data order: truncated BPTT over contiguous lanes (data::SequentialSampler) with the LSTM state
 // carried from batch to batch, in both modes; the compiled step takes the state as inputs and

@@ -7,6 +7,7 @@
 //   train_transformer --steps 600 --out runs/transformer             # compiled step (default)
 //   train_transformer --steps 900 --resume runs/transformer/ckpt.h5 --out runs/transformer
 //   train_transformer --attn-layout strided --stride 2 --block 32 --density 0.25 --eager
+//   train_transformer --data "$(data/fetch.sh gcide)" --split interleaved --out runs/gcide
 //
 // Data: independent random windows of --seq tokens (RandomWindowSampler, batch-major: row b*T + t
 // is token t of window b, the layout TransformerLM::loss reads), the same in both modes, so a run

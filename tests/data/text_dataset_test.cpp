@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 
 namespace tessera {
 namespace data {
@@ -117,6 +119,81 @@ TEST(TextDataset, SplitByByteCounts) {
   EXPECT_THROW(TextDataset::from_text(text, TextDatasetOptions().split(Split::counts(0, 5))), ValueError);
 }
 
+// Chunks of 2 bytes, period 4: c % 4 == 2 to val, == 3 to test, the rest to train; the last
+// chunk ("w", c = 11) is partial and goes to test.
+TEST(TextDataset, SplitInterleavedAssignsEveryChunk) {
+  const std::string text = "abcdefghijklmnopqrstuvw";  // 23 bytes, chunks ab cd ef gh ij kl mn op qr st uv w
+  auto ds = TextDataset::from_text(text, TextDatasetOptions().split(Split::interleaved(2, 4)));
+  EXPECT_EQ(ds.vocab().decode(*ds.tokens(Part::train)), "abcdijklqrst");
+  EXPECT_EQ(ds.vocab().decode(*ds.tokens(Part::val)), "efmnuv");
+  EXPECT_EQ(ds.vocab().decode(*ds.tokens(Part::test)), "ghopw");
+  EXPECT_EQ(ds.total_bytes(), 23);
+  // One byte fewer: the partial last chunk "u" (c = 10) goes to val; test ends with "op".
+  auto shorter = TextDataset::from_text(text.substr(0, 21), TextDatasetOptions().split(Split::interleaved(2, 4)));
+  EXPECT_EQ(shorter.vocab().decode(*shorter.tokens(Part::val)), "efmnu");
+  EXPECT_EQ(shorter.vocab().decode(*shorter.tokens(Part::test)), "ghop");
+  // Period 3: train, val, test, train, ...
+  auto three = TextDataset::from_text(text, TextDatasetOptions().split(Split::interleaved(5, 3)));
+  EXPECT_EQ(three.vocab().decode(*three.tokens(Part::train)), "abcdepqrst");
+  EXPECT_EQ(three.vocab().decode(*three.tokens(Part::val)), "fghijuvw");
+  EXPECT_EQ(three.vocab().decode(*three.tokens(Part::test)), "klmno");
+  // Shorter than the training chunks of one period: all of it is train.
+  auto tiny = TextDataset::from_text("abc", TextDatasetOptions().split(Split::interleaved(2, 4)));
+  EXPECT_EQ(tiny.size(Part::train), 3);
+  EXPECT_EQ(tiny.size(Part::val), 0);
+  EXPECT_EQ(tiny.size(Part::test), 0);
+  Split s = Split::interleaved(2, 4);
+  EXPECT_EQ(s.part_of_chunk(0), Part::train);
+  EXPECT_EQ(s.part_of_chunk(6), Part::val);
+  EXPECT_EQ(s.part_of_chunk(11), Part::test);
+}
+
+// gcide's split scaled down by 1000: 39,952 bytes in chunks of 1,000, period 20 (the real one is
+// 39,952,321 bytes in chunks of 1,000,000: 36,000,000 / 2,000,000 / 1,952,321).
+TEST(TextDataset, SplitInterleavedSizes) {
+  std::string text(39952, 'x');
+  for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<char>(i / 1000);  // byte = chunk index
+  auto ds = TextDataset::from_text(text, TextDatasetOptions().split(Split::interleaved(1000, 20)));
+  EXPECT_EQ(ds.size(Part::train), 36000);
+  EXPECT_EQ(ds.size(Part::val), 2000);   // chunks 18 and 38
+  EXPECT_EQ(ds.size(Part::test), 1952);  // chunk 19 and the partial chunk 39
+  EXPECT_EQ((*ds.tokens(Part::val))[0], 18);
+  EXPECT_EQ((*ds.tokens(Part::val))[1999], 38);
+  EXPECT_EQ((*ds.tokens(Part::test))[0], 19);
+  EXPECT_EQ((*ds.tokens(Part::test))[1951], 39);
+  EXPECT_EQ((*ds.tokens(Part::train))[18000], 20);  // chunks 0..17, then 20
+}
+
+TEST(TextDataset, SplitInterleavedBadArgumentsAndVocabulary) {
+  for (auto [chunk, period] : {std::pair<int64_t, int64_t>{0, 20}, {-1, 20}, {1000, 2}, {1000, 0}}) {
+    try {
+      Split::interleaved(chunk, period);
+      FAIL() << "expected ValueError for chunk " << chunk << ", period " << period;
+    } catch (const ValueError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("Split::interleaved: need chunk_bytes >= 1 and period >= 3"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("got chunk_bytes " + std::to_string(chunk) + ", period " + std::to_string(period)),
+                std::string::npos)
+          << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    }
+  }
+  // The character vocabulary comes from the training chunks: 'X' only in a val chunk is an error
+  // naming the part and the chunk's bytes, unless an unknown id is set.
+  const std::string text = "aaaaXbbbccccddddeeee";  // chunks of 4, period 3: train aaaa dddd, val Xbbb eeee
+  auto opts = TextDatasetOptions().level(Level::character).split(Split::interleaved(4, 3));
+  try {
+    TextDataset::from_text(text, opts);
+    FAIL() << "expected ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("val split (bytes 4..8)"), std::string::npos) << e.what();
+  }
+  auto ds = TextDataset::from_text(text, TextDatasetOptions(opts).unknown_id(0));
+  EXPECT_EQ(ds.vocab().symbols(), (std::vector<uint8_t>{'a', 'd'}));
+  EXPECT_EQ(ds.vocab().decode(*ds.tokens(Part::train)), "aaaadddd");
+  EXPECT_EQ(ds.vocab().decode(*ds.tokens(Part::val)), "aaaaaaaa");  // "Xbbbeeee": none in the vocabulary, all id 0
+}
+
 TEST(TextDataset, CharLevelVocabularyComesFromTheTrainingSplit) {
   std::string text = "abcabcabcabcabcabcXd";  // 'X' and 'd' appear only after the training split
   auto opts = TextDatasetOptions().level(Level::character).split(Split::counts(18, 1, 1));
@@ -182,6 +259,23 @@ TEST(TextDataset, TinyShakespeareFromSharedData) {
   EXPECT_EQ(ds.vocab().decode(
                 std::vector<int32_t>(ds.tokens(Part::train)->begin(), ds.tokens(Part::train)->begin() + 14)),
             "First Citizen:");
+}
+
+// The real gcide (data/fetch.sh gcide) when $TESSERA_DATA_MIRROR/gcide or the shared/data folder
+// beside the checkout has it unpacked.
+TEST(TextDataset, GcideInterleavedFromSharedData) {
+  namespace fs = std::filesystem;
+  fs::path file = fs::path(__FILE__).parent_path() / "../../../shared/data/gcide/gcide.txt";
+  const char* mirror = std::getenv("TESSERA_DATA_MIRROR");
+  if (mirror && fs::exists(fs::path(mirror) / "gcide/gcide.txt")) file = fs::path(mirror) / "gcide/gcide.txt";
+  if (!fs::exists(file)) GTEST_SKIP() << "no " << file;
+  auto ds = TextDataset::load(
+      file.string(), TextDatasetOptions().level(Level::character).split(Split::interleaved(1000000, 20)));
+  EXPECT_EQ(ds.total_bytes(), 39952321);
+  EXPECT_EQ(ds.size(Part::train), 36000000);
+  EXPECT_EQ(ds.size(Part::val), 2000000);
+  EXPECT_EQ(ds.size(Part::test), 1952321);
+  EXPECT_EQ(ds.vocab().size(), 99);  // every byte of val and test is in the training chunks
 }
 
 }  // namespace
