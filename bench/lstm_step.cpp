@@ -1,5 +1,6 @@
-// A dense LSTM's training step, forward + backward of sum(output): tessera's own nn::LSTM (per
-// step one recurrent GEMM and the fused lstm_gates) against the cuDNN path (nn::LSTMOptions::cudnn:
+// A dense LSTM's training step, forward + backward of sum(output): tessera's own nn::LSTM (on the
+// GPU its recurrence as one lstm_recurrence op, the persistent kernels; else per step one recurrent
+// GEMM and the fused lstm_gates) against the cuDNN path (nn::LSTMOptions::cudnn:
 // the whole sequence as one cudnn_lstm op, cuDNN's RNN API), eagerly and as compiled steps
 // (graph::compile without an optimizer: forward + backward traced once, replayed as a CUDA graph).
 //
@@ -9,16 +10,17 @@
 // Input size = hidden size, one layer, forget_bias 1, random inputs x [T, B, H] (time-major),
 // zero initial state, parameters from one seed (both layers equal). Rows per (hidden, dtype):
 //   cudnn eager     the cuDNN path run eagerly: the baseline
-//   tessera eager   nn::LSTM step by step
+//   tessera eager   nn::LSTM (fused recurrence where the kernel takes the layer)
 //   tessera graph   the same as a compiled step
 //   cudnn graph     the cuDNN path as a compiled step
+//   tessera step-wise graph   nn::LSTM with fuse(false): per step GEMM + lstm_gates, compiled
 //   pytorch (ref)   PyTorch's nn.LSTM (cuDNN) on the same H200, measured separately (not in this run)
 // Figures: the median step time in ms over --repeats steps after --warmup untimed ones, all ways
 // timed in turn (one of each per round) so drift hits them alike; on the GPU with CUDA events on
 // tessera's stream (start before the step is queued, stop after it: host overhead included).
 // Block-sparse layers (--sparse H:density:bs, default: the recurrent parameter counts of dense
 // H 1024 and 2048 at several widths, bs 32 and 64), tessera's nn::LSTM with random layouts on
-// both weights, eager and compiled: their ratio is to the cuDNN graph time of the dense layer
+// both weights, eager and compiled (and compiled step-wise, fuse(false)): their ratio is to the cuDNN graph time of the dense layer
 // with the same recurrent parameter count (H·√density) when this run measured it, else to their
 // own eager time. Each sparse row notes one step's traffic (W_h's bytes plus the h strips its
 // blocks read, nnz·bs·B, forward; the backward moves about twice that again) and that traffic's
@@ -144,6 +146,9 @@ std::vector<double> interleaved_ms(Timer& timer, const std::vector<std::function
 }
 
 // One way of running the step: a layer and, for compiled ways, its compiled step.
+void bench_recurrence_ops(BenchReport& report, Timer& timer, const Options& o, Device dev, int64_t hidden,
+                          const LayoutPtr& layout, DType dt, const std::string& shape, double step_ms);
+
 struct Way {
   std::string name;
   std::unique_ptr<nn::LSTM> lstm;
@@ -160,16 +165,17 @@ bool bench_case(BenchReport& report, Timer& timer, const Options& o, Device dev,
   const nn::LSTMOptions opts = nn::LSTMOptions(hidden, hidden).forget_bias(1.0).dtype(dt);
   const Tensor x = cast(normal({t, b, hidden}, 0.0, 1.0, DType::f32), dt).to(dev);
 
-  std::vector<Way> ways(4);
-  const char* names[] = {"cudnn eager", "tessera eager", "tessera graph", "cudnn graph"};
-  for (int k = 0; k < 4; ++k) {
+  constexpr int kWays = 5;
+  std::vector<Way> ways(kWays);
+  const char* names[] = {"cudnn eager", "tessera eager", "tessera graph", "cudnn graph", "tessera step-wise graph"};
+  for (int k = 0; k < kWays; ++k) {
     Generator gen(7);  // the same parameters in every way
     ways[k].name = names[k];
-    ways[k].lstm = std::make_unique<nn::LSTM>(nn::LSTMOptions(opts).cudnn(k == 0 || k == 3), gen);
+    ways[k].lstm = std::make_unique<nn::LSTM>(nn::LSTMOptions(opts).cudnn(k == 0 || k == 3).fuse(k != 4), gen);
     ways[k].lstm->to(dev);
   }
   auto loss_of = [](const nn::LSTM& m, const Tensor& in) { return sum(m.forward(in).output); };
-  for (int k : {2, 3}) {
+  for (int k : {2, 3, 4}) {
     const nn::LSTM& m = *ways[k].lstm;
     try {
       ways[k].step = std::make_unique<CompiledStep>(
@@ -183,9 +189,9 @@ bool bench_case(BenchReport& report, Timer& timer, const Options& o, Device dev,
   }
 
   // First step of every way: loss and d loss / d wx.weight against the cuDNN path's.
-  std::vector<double> loss(4);
-  std::vector<Tensor> dwx(4);
-  for (int k = 0; k < 4; ++k) {
+  std::vector<double> loss(kWays);
+  std::vector<Tensor> dwx(kWays);
+  for (int k = 0; k < kWays; ++k) {
     Way& w = ways[k];
     if (w.step) {
       loss[k] = w.step->run({{"x", x}});
@@ -204,7 +210,7 @@ bool bench_case(BenchReport& report, Timer& timer, const Options& o, Device dev,
   double g_scale = 0;
   for (float v : g0) g_scale = std::max(g_scale, static_cast<double>(std::abs(v)));
   bool ok = true;
-  for (int k = 1; k < 4; ++k) {
+  for (int k = 1; k < kWays; ++k) {
     if (!ways[k].failure.empty()) {
       report.note(ways[k].name + tag + " " + shape, "not run: " + ways[k].failure);
       std::cout << ways[k].name << tag << " " << shape << ": not run: " << ways[k].failure << std::endl;
@@ -226,7 +232,7 @@ bool bench_case(BenchReport& report, Timer& timer, const Options& o, Device dev,
 
   std::vector<std::function<void()>> fns;
   std::vector<int> timed;
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < kWays; ++k) {
     Way& w = ways[k];
     if (!w.failure.empty()) continue;
     timed.push_back(k);
@@ -246,9 +252,39 @@ bool bench_case(BenchReport& report, Timer& timer, const Options& o, Device dev,
                 timed[i] == 0 ? "cudnn eager (itself)" : "cudnn eager"});
     if (timed[i] == 3) cudnn_graph_ms[{hidden, dt}] = ms[i];
   }
+  if (ways[2].lstm->fused_recurrence(x, t, b) && ways[2].step) {
+    const auto at = std::find(timed.begin(), timed.end(), 2);
+    bench_recurrence_ops(report, timer, o, dev, hidden, nullptr, dt, shape, ms[at - timed.begin()]);
+  }
   const double ref = dev.is_cuda() && b == 64 && t == 256 ? pytorch_ms(hidden, dt) : 0;
   if (ref > 0) report.add({"pytorch (ref)" + tag, shape, ref, ref, "ms", base, "cudnn eager (this run)"});
   return ok;
+}
+
+
+// The recurrence alone (fused layers on the GPU): lstm_recurrence forward and
+// lstm_recurrence_backward on random operands of the layer's shape, each timed by itself, in µs
+// per time step. Ratio: to the layer's compiled fwd+bwd step time per time step (`step_ms` / T),
+// the share of the whole step.
+void bench_recurrence_ops(BenchReport& report, Timer& timer, const Options& o, Device dev, int64_t hidden,
+                          const LayoutPtr& layout, DType dt, const std::string& shape, double step_ms) {
+  const int64_t b = o.batch, t = o.steps;
+  const Tensor gx = cast(normal({t, b, 4 * hidden}, 0.0, 1.0, DType::f32), dt).to(dev);
+  const Tensor h0 = zeros({b, hidden}, TensorOptions(dt).device(dev));
+  const Shape ws = layout ? Shape({layout->nnz(), layout->block_size(), layout->block_size()}) : Shape({hidden, 4 * hidden});
+  const Tensor wh = cast(normal(ws, 0.0, 0.03, DType::f32), dt).to(dev);
+  std::vector<Tensor> fwd = call<op::LstmRecurrence>({layout, 1.0}, {gx, h0, h0, wh});
+  const Tensor dy = cast(normal({t, b, hidden}, 0.0, 1.0, DType::f32), dt).to(dev);
+  const std::vector<std::function<void()>> fns{
+      [&] { call<op::LstmRecurrence>({layout, 1.0}, {gx, h0, h0, wh}); },
+      [&] { call<op::LstmRecurrenceBackward>({layout}, {dy, h0, h0, fwd[3], fwd[4], h0, wh}); }};
+  const std::vector<double> ms = interleaved_ms(timer, fns, o.warmup, o.repeats);
+  const char* names[] = {"recurrence fwd", "recurrence bwd"};
+  for (int k = 0; k < 2; ++k) {
+    const double us = ms[k] * 1e3 / t;
+    report.add({std::string(names[k]) + " " + dtype_name(dt), shape, ms[k], us, "us/step", step_ms * 1e3 / t,
+                "compiled layer step / T"});
+  }
 }
 
 struct SparseSpec {
@@ -278,25 +314,40 @@ void bench_sparse_case(BenchReport& report, Timer& timer, const Options& o, Devi
                             " d" + fmt(density, 4) + " bs" + std::to_string(bs);
   const std::string tag = std::string(" ") + dtype_name(dt);
   Generator gen(7);
-  nn::LSTM lstm(nn::LSTMOptions(hidden, hidden).forget_bias(1.0).dtype(dt).block_size(bs).density(density), gen);
+  const nn::LSTMOptions lo = nn::LSTMOptions(hidden, hidden).forget_bias(1.0).dtype(dt).block_size(bs).density(density);
+  nn::LSTM lstm(lo, gen);
   lstm.to(dev);
+  Generator gen2(7);
+  nn::LSTM stepwise(nn::LSTMOptions(lo).fuse(false), gen2);  // the same parameters, step by step
+  stepwise.to(dev);
   const Tensor x = cast(normal({t, b, hidden}, 0.0, 1.0, DType::f32), dt).to(dev);
   auto loss_of = [](const nn::LSTM& m, const Tensor& v) { return sum(m.forward(v).output); };
-  std::unique_ptr<CompiledStep> step;
-  std::string failure;
-  try {
-    step = std::make_unique<CompiledStep>(compile([&lstm, loss_of](const Inputs& v) { return loss_of(lstm, v.at("x")); },
-                                                  lstm.named_parameters(), nullptr, {{"x", x}}));
-    step->run({{"x", x}});
-  } catch (const std::exception& e) {
-    failure = e.what();
-    step.reset();
+  auto compiled = [&](const nn::LSTM& m, std::string& failure) {
+    std::unique_ptr<CompiledStep> step;
+    try {
+      step = std::make_unique<CompiledStep>(compile([&m, loss_of](const Inputs& v) { return loss_of(m, v.at("x")); },
+                                                    m.named_parameters(), nullptr, {{"x", x}}));
+      step->run({{"x", x}});
+    } catch (const std::exception& e) {
+      failure = e.what();
+      step.reset();
+    }
+    return step;
+  };
+  std::string failure, failure_sw;
+  std::unique_ptr<CompiledStep> step = compiled(lstm, failure), step_sw = compiled(stepwise, failure_sw);
+  const bool fused = lstm.fused_recurrence(x, t, b);
+  if (step && step_sw) {  // the fused and the step-wise path agree on the first step's loss
+    const double a = step->run({{"x", x}}), c = step_sw->run({{"x", x}});
+    report.note("tessera sparse" + tag + " " + shape + " fused vs step-wise loss",
+                fmt(a, 9) + " vs " + fmt(c, 9) + (fused ? "" : " (the fused kernel does not take this layer)"));
   }
   std::vector<std::function<void()>> fns{[&] {
     lstm.zero_grad();
     loss_of(lstm, x).backward();
   }};
   if (step) fns.push_back([&] { step->run({{"x", x}}); });
+  if (step_sw) fns.push_back([&] { step_sw->run({{"x", x}}); });
   const std::vector<double> ms = interleaved_ms(timer, fns, o.warmup, o.repeats);
   // the baseline: the cuDNN graph of the dense layer with this recurrent parameter count, if measured
   const int64_t dense_h = std::llround(hidden * std::sqrt(density));
@@ -306,7 +357,14 @@ void bench_sparse_case(BenchReport& report, Timer& timer, const Options& o, Devi
   const std::string base_name = have ? "cudnn graph H" + std::to_string(dense_h) : "tessera sparse eager (itself)";
   report.add({"tessera sparse eager" + tag, shape, ms[0], ms[0], "ms", base, base_name});
   if (step) report.add({"tessera sparse graph" + tag, shape, ms[1], ms[1], "ms", base, base_name});
+  if (step_sw) {
+    const double v = ms[step ? 2 : 1];
+    report.add({"tessera sparse step-wise graph" + tag, shape, v, v, "ms", base, base_name});
+  }
   if (!failure.empty()) report.note("tessera sparse graph" + tag + " " + shape, "not run: " + failure);
+  if (!failure_sw.empty()) report.note("tessera sparse step-wise graph" + tag + " " + shape, "not run: " + failure_sw);
+  if (!fused) report.note("tessera sparse" + tag + " " + shape, "step by step: the fused kernel does not take this layer");
+  if (fused && step) bench_recurrence_ops(report, timer, o, dev, hidden, lstm.recurrent_weight_layout(), dt, shape, ms[1]);
   const LayoutPtr& l = lstm.recurrent_layout();  // [H, 4H], the four gates
   if (l) {
     const double e = static_cast<double>(dtype_size(dt));

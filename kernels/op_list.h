@@ -66,6 +66,8 @@
   X(LstmGatesBackward)                    \
   X(CudnnLstm)                            \
   X(CudnnLstmBackward)                    \
+  X(LstmRecurrence)                       \
+  X(LstmRecurrenceBackward)               \
   X(SparseLayerNorm)                      \
   X(SparseLayerNormBackward)              \
   X(Dropout)                              \

@@ -45,6 +45,8 @@
 #include "kernels/log_softmax_backward/log_softmax_backward.h"
 #include "kernels/lstm_gates/lstm_gates.h"
 #include "kernels/lstm_gates_backward/lstm_gates_backward.h"
+#include "kernels/lstm_recurrence/lstm_recurrence.h"
+#include "kernels/lstm_recurrence_backward/lstm_recurrence_backward.h"
 #include "kernels/masked_fill/masked_fill.h"
 #include "kernels/matmul/matmul.h"
 #include "kernels/max/max.h"

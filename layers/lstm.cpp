@@ -1,7 +1,10 @@
 #include "layers/lstm.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
+#include "core/autocast.h"
 #include "core/graph/trace.h"
 #include "core/sparse/generators.h"
 #include "kernels/ops.h"
@@ -126,6 +129,22 @@ void LSTMCell::check_state(const char* who, const LSTMState& s, int64_t batch) c
                << (s.c.defined() ? s.c.meta().str() : "undefined") << " must both be " << want);
 }
 
+bool LSTMCell::fused_recurrence(const Tensor& x, int64_t steps, int64_t batch) const {
+  const LSTMOptions& o = options_;
+  if (!o.fuse() || o.cudnn() || o.multiplicative() || o.layer_norm() || o.recompute_chunk() > 0 || !x.device().is_cuda())
+    return false;
+  const char* env = std::getenv("TESSERA_LSTM_FUSED");
+  if (env && std::strcmp(env, "0") == 0) return false;
+  const TensorMeta gx{Shape({steps, batch, 4 * o.hidden_size()}), autocast::operand_dtype(x), x.device()};
+  return lstm_recurrence_fused(gx, o.hidden_size(), recurrent_weight_layout());
+}
+
+std::pair<Tensor, LSTMState> LSTMCell::fused_sequence(const Tensor& gates_x, const LSTMState& s) const {
+  const Tensor wh = wh_.sparse() ? wh_.sparse()->effective_weight() : wh_.dense()->weight();
+  auto [y, h, c] = lstm_recurrence(gates_x, s.h, s.c, wh, recurrent_weight_layout(), options_.forget_bias());
+  return {y, LSTMState{h, c}};
+}
+
 std::pair<Tensor, LSTMState> LSTMCell::cudnn_sequence(const Tensor& x, const LSTMState& s) const {
   auto [y, h, c] =
       cudnn_lstm(x, s.h, s.c, wx_.dense()->weight(), wh_.dense()->weight(), bias_, options_.forget_bias());
@@ -162,9 +181,18 @@ LSTMOutput LSTM::forward(const Tensor& x, const LSTMState& state, int64_t batch)
     return out;
   }
 
-  // Input terms of every step in one product, then one piece per step: split's backward is one
-  // concat, where per-step slices would each write a full-size zero-padded gradient.
+  // Input terms of every step in one product.
   const InputTerms t = input_terms(x.dim() == 3 ? reshape(x, {rows, in}) : x);
+  if (fused_recurrence(x, steps, b)) {  // the recurrence in one op (the GPU's persistent kernel)
+    const LSTMState s0 = state.defined() ? state : zero_state(b, x.dtype(), x.device());
+    auto [y, last] = fused_sequence(reshape(t.gates, {steps, b, 4 * options().hidden_size()}), s0);
+    LSTMOutput out;
+    out.output = reshape(y, {rows, options().hidden_size()});
+    out.state = last;
+    return out;
+  }
+  // Otherwise one piece per step: split's backward is one concat, where per-step slices would
+  // each write a full-size zero-padded gradient.
   const std::vector<Tensor> gx = steps > 1 ? chunk(t.gates, steps, 0) : std::vector<Tensor>{t.gates};
   std::vector<Tensor> mx(static_cast<size_t>(steps));
   if (t.m.defined() && steps > 1) mx = chunk(t.m, steps, 0);

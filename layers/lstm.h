@@ -21,7 +21,9 @@
 //   (h', c') = lstm_gates(pre, c, forget_bias)  i, f, o = σ(...), u = tanh(...),
 //                                                 c' = f⊙c + i⊙u, h' = o⊙tanh(c')
 // The input terms of all T steps are computed at once (one [T*B, In] product) and split per step;
-// only the recurrent product runs step by step.
+// only the recurrent product runs step by step. On the GPU a plain LSTM (dense or block-sparse)
+// runs the whole recurrence as one lstm_recurrence op instead: one persistent kernel for the T
+// steps forward and one for backpropagation through time (kernels/lstm_recurrence).
 #pragma once
 
 #include <cstdint>
@@ -83,6 +85,10 @@ struct LSTMOptions {
   /// plain LSTMs only: ValueError with block_size > 0, layer_norm, multiplicative or
   /// recompute_chunk. LSTMCell's own forward/step do not change.
   LSTMOptions& cudnn(bool on) { cudnn_ = on; return *this; }
+  /// true (the default): on the GPU, LSTM::forward runs a plain LSTM's recurrence as one
+  /// lstm_recurrence op (persistent kernels) when the kernel takes the problem (see
+  /// LSTMCell::fused_recurrence); false: step by step as on the CPU. Results agree to rounding.
+  LSTMOptions& fuse(bool on) { fuse_ = on; return *this; }
 
   int64_t input_size() const { return in_; }
   int64_t hidden_size() const { return hidden_; }
@@ -97,6 +103,7 @@ struct LSTMOptions {
   int64_t recompute_chunk() const { return recompute_chunk_; }
   DType dtype() const { return dtype_; }
   bool cudnn() const { return cudnn_; }
+  bool fuse() const { return fuse_; }
 
  private:
   int64_t in_, hidden_;
@@ -109,6 +116,7 @@ struct LSTMOptions {
   int64_t recompute_chunk_ = 0;
   DType dtype_ = DType::f32;
   bool cudnn_ = false;
+  bool fuse_ = true;
 };
 
 /// One LSTM step. Submodules "wx" (Wx [In, 4H], no bias), "wh" (Wh [H, 4H], no bias) and, for
@@ -138,6 +146,15 @@ class LSTMCell : public Module {
   /// The per-gate layouts in use (null when dense).
   const LayoutPtr& input_layout() const { return input_layout_; }
   const LayoutPtr& recurrent_layout() const { return recurrent_layout_; }
+  /// The layout of the recurrent weight W_h [H, 4H] (the per-gate layout tiled over the four
+  /// gates; null when dense): what lstm_recurrence takes.
+  LayoutPtr recurrent_weight_layout() const { return wh_.sparse() ? wh_.sparse()->layout() : nullptr; }
+  /// Whether LSTM::forward runs the recurrence of x (`steps` steps of `batch` rows) as one
+  /// lstm_recurrence op: a plain LSTM (not mLSTM, no layer norm, no recompute, not cudnn(),
+  /// fuse() on) on a CUDA device whose problem the persistent kernel takes
+  /// (lstm_recurrence_fused), unless the environment sets TESSERA_LSTM_FUSED=0. The CPU always
+  /// runs step by step.
+  bool fused_recurrence(const Tensor& x, int64_t steps, int64_t batch) const;
 
  protected:
   /// ShapeError naming `who` unless the state is undefined or {h, c} are both [batch, H].
@@ -145,6 +162,9 @@ class LSTMCell : public Module {
   /// The sequence x [T, B, In] from a defined state as one cudnn_lstm op (options().cudnn()):
   /// every step's h, y [T, B, H], and the final state.
   std::pair<Tensor, LSTMState> cudnn_sequence(const Tensor& x, const LSTMState& s) const;
+  /// The recurrence from the input terms gates_x [T, B, 4H] and a defined state as one
+  /// lstm_recurrence op: every step's h, y [T, B, H], and the final state.
+  std::pair<Tensor, LSTMState> fused_sequence(const Tensor& gates_x, const LSTMState& s) const;
 
  private:
   // The weight `name` [in, out] without bias, registered as a submodule: dense (layout null) or
@@ -159,8 +179,9 @@ class LSTMCell : public Module {
 };
 
 /// What LSTM::forward returns: every step's h concatenated, output [T*B, H] (row t*B + b is step
-/// t, batch row b), the same as a vector of T tensors [B, H] (left empty with cudnn(): the op makes
-/// output in one piece, and splitting it would copy it), and the final state.
+/// t, batch row b), the same as a vector of T tensors [B, H] (left empty with cudnn() and on the
+/// GPU's fused recurrence: the op makes output in one piece, and splitting it would copy it), and
+/// the final state.
 struct LSTMOutput {
   Tensor output;
   std::vector<Tensor> steps;

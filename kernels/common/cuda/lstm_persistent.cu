@@ -1,0 +1,781 @@
+// Persistent LSTM recurrence kernels: all T steps of lstm_recurrence (forward) or of its
+// backpropagation through time in one launch, with W_h resident in shared memory.
+//
+// Work split. The H hidden units are cut into groups of U consecutive units (U = 8, 16, 32 or
+// 64; for block-sparse weights U divides the block size). A thread block owns one or more groups
+// for the whole launch and keeps their slice of W_h in shared memory, loaded once:
+//   forward   the 4U gate columns g·H + u0 … (g = i, f, o, u) over the K rows that are stored
+//             (dense: all H rows; sparse: the block rows of the group's per-gate block column,
+//             the same for the four gates): a [K, 4U] tile, so that step t's product
+//             P [B, 4U] = h_{t−1}[:, K rows] · W_slice is whole in the block and the gate
+//             nonlinearities and the cell update follow in place (c stays in shared memory);
+//   backward  the U rows u0 … of W_h over its stored columns (dense: all 4H; sparse: the blocks
+//             of the group's block row), transposed to [K, U]: dh [B, U] = dpre_{t+1}[:, K] · W_sliceᵀ,
+//             then the gate gradients of the group's units (dc stays in shared memory).
+// Each step reads the previous step's h (or dpre) from L2 in stages of 128 or 256 K columns
+// through a cp.async ring as deep as the shared memory left over allows (2 … 15 stages),
+// multiplies with mma.sync m16n8k16 (bf16/f16, f32 accumulators; 16 warps tile M = B rows and the
+// N columns, and split K when the tiles are fewer than the warps), and writes its slice of h_t
+// (dpre_t) to global memory. The blocks then meet at a grid-wide barrier (a counter in global
+// memory, zeroed before the launch) before the next step reads it. mma.sync and cp.async run on
+// sm_80 and sm_90 alike (a TMA + mbarrier variant of the ring was slower on the H200: see
+// docs/lstm_gpu.md).
+// The launch is cooperative: the driver guarantees that all blocks are resident at once (or
+// refuses it), so the barrier cannot wait on a block that never runs, whatever else shares the
+// GPU. Every sum has a fixed order (each output element is summed by one thread, K in order, then
+// the K-split partials in order): the same inputs give the same bits.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "core/cuda/check.cuh"
+#include "core/cuda/runtime.h"
+#include "kernels/common/cuda/device_math.cuh"
+#include "kernels/common/cuda/dtype.cuh"
+#include "kernels/common/cuda/layout_tables.h"
+#include "kernels/common/cuda/lstm_persistent.h"
+#include "kernels/common/cuda/mma_sm80.cuh"
+
+namespace tessera {
+namespace cuda {
+
+namespace {
+
+using sm80::cp_async16;
+using sm80::cp_async_commit;
+using sm80::cp_async_wait;
+
+constexpr int kThreads = 512, kWarps = 16;
+constexpr int kMaxBatch = 64;              // rows of the product (B, padded to 16)
+// K columns per pipeline stage: 256 where three such stages fit beside W_h's slice, else 128
+// (fewer, larger stages: fewer barriers per step). Rows of a stage are padded by 16 bytes, so
+// that the 8 rows one ldmatrix phase reads fall on distinct banks.
+constexpr int kMaxStageK = 256;
+__host__ __device__ constexpr int stage_bytes(int stage_k) { return kMaxBatch * (stage_k + 8) * 2; }
+constexpr int kMinStages = 2, kMaxStages = 15;  // cp.async ring depth: as deep as shared memory allows
+constexpr int kMaxGroupsPerBlock = 4;
+constexpr int kDenseChunk = 64;
+
+struct Params {
+  int steps, batch, hidden, groups, bs;  // bs 0: dense
+  int chunk, log_chunk;                  // K columns per chunk (a power of 2) and its log2
+  int w_rows;                            // rows of the W region per block (all its groups)
+  int ring, stage_k;                     // stages in the cp.async ring, K columns per stage
+  int groups_per_block;
+  float forget_bias;
+  const void* w;
+  const int32_t* col_ptr;
+  const int32_t* col_blocks;
+  const int32_t* block_row;
+  const int32_t* row_ptr;
+  const int32_t* block_col;
+  // forward
+  const void* gx;
+  const void* h0;
+  const void* c0;
+  void* y;
+  void* h_last;
+  void* c_last;
+  float* gates;
+  float* cells;
+  // backward (gates, cells, c0 as above)
+  const void* dy;
+  const void* dh_last;
+  const void* dc_last;
+  void* dpre;
+  void* dh0;
+  void* dc0;
+  unsigned* counter;
+};
+
+__device__ __forceinline__ float sigmoidf_(float v) { return 1.f / (1.f + dev_exp(-v)); }
+
+// All blocks arrive, then wait until `target` arrivals are counted (the n-th barrier of a launch
+// waits for n·gridDim.x). Thread 0's fence publishes the block's writes before its arrival; the
+// fence after the wait orders the block's later reads after everyone's writes.
+__device__ __forceinline__ void grid_barrier(unsigned* counter, unsigned target) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(counter, 1u);
+    unsigned seen;
+    do {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+    } while (seen < target);
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+// Shared-memory-address forms of the copy and fragment loads (the hot loops keep 32-bit
+// shared addresses instead of converting generic pointers each time).
+__device__ __forceinline__ void cp_async16_s(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x2_t(uint32_t (&r)[2], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(addr));
+}
+
+// cp.async.wait_group with a run-time count (the ring depth is chosen at launch).
+__device__ __forceinline__ void cp_async_wait_n(int n) {
+  switch (n) {
+    case 0: cp_async_wait<0>(); break;
+    case 1: cp_async_wait<1>(); break;
+    case 2: cp_async_wait<2>(); break;
+    case 3: cp_async_wait<3>(); break;
+    case 4: cp_async_wait<4>(); break;
+    case 5: cp_async_wait<5>(); break;
+    case 6: cp_async_wait<6>(); break;
+    case 7: cp_async_wait<7>(); break;
+    case 8: cp_async_wait<8>(); break;
+    case 9: cp_async_wait<9>(); break;
+    case 10: cp_async_wait<10>(); break;
+    case 11: cp_async_wait<11>(); break;
+    case 12: cp_async_wait<12>(); break;
+    case 13: cp_async_wait<13>(); break;
+    default: cp_async_wait<14>(); break;
+  }
+}
+
+// 16-byte copies of `rows` rows of `row_bytes` (a multiple of 16) from global to shared memory.
+__device__ __forceinline__ void copy_rows(void* dst, int dst_stride, const void* src, int64_t src_stride, int rows,
+                                          int row_bytes) {
+  const int per_row = row_bytes / 16;
+  for (int p = threadIdx.x; p < rows * per_row; p += kThreads) {
+    const int r = p / per_row, c = p % per_row;
+    cp_async16(static_cast<char*>(dst) + r * dst_stride + c * 16,
+               static_cast<const char*>(src) + r * src_stride + c * 16, true);
+  }
+}
+
+template <class T, int U, bool kBackward>
+struct Kernel {
+  static constexpr int N = kBackward ? U : 4 * U;           // columns of the product
+  static constexpr int TN = N >= 16 ? 16 : 8;               // columns of one warp tile
+  static constexpr int kPairs = 4 * (N / TN) > kWarps ? 4 * (N / TN) / kWarps : 1;  // tiles per warp, at most
+  static constexpr int RS = N + 4;                          // f32 partial-sum row stride
+  // forward: gx_t [64, 4U] staged in shared memory; the backward's epilogue inputs go to registers
+  static constexpr int kEpBytes = kBackward ? 0 : kMaxBatch * 4 * U * 2;
+  // (row, unit) pairs of one group per thread in the backward epilogue
+  static constexpr int kEpPerThread = kMaxBatch * U / kThreads > 0 ? kMaxBatch * U / kThreads : 1;
+
+  // W_h's slice is [rows, N] without padding; the 16-byte chunk c of row r sits at chunk
+  // swizzle(r, c), so that the 8 rows one ldmatrix phase reads fall on distinct banks.
+  __host__ __device__ static constexpr int swizzle(int r, int c) {
+    return N / 8 >= 8 ? c ^ (r & 7) : N / 8 == 4 ? c ^ ((r >> 1) & 3) : N / 8 == 2 ? c ^ ((r >> 2) & 1) : c;
+  }
+  __host__ __device__ static constexpr int w_index(int r, int col) {
+    return r * N + swizzle(r, col / 8) * 8 + col % 8;
+  }
+
+  // Dynamic shared memory: [W region][ring ∪ partial sums][epilogue staging][state][chunk tables].
+  // Everything but the ring; the ring takes what is left (kMinStages … kMaxStages stages).
+  static size_t fixed_bytes(int w_rows, int max_chunks, int groups_per_block) {
+    const size_t w = static_cast<size_t>(w_rows) * N * 2;
+    const size_t state = static_cast<size_t>(groups_per_block) * kMaxBatch * U * 4;
+    return w + kEpBytes + state + static_cast<size_t>(max_chunks) * 4 + 256;
+  }
+  __host__ __device__ static size_t red_bytes(int wk) { return static_cast<size_t>(wk) * kMaxBatch * RS * 4; }
+};
+
+// The K-split of a product with `tiles` warp tiles: warps split K when the tiles are fewer.
+__host__ __device__ inline int k_split(int tiles) { return tiles >= kWarps ? 1 : kWarps / tiles; }
+
+template <class T, int U, bool kBackward>
+__global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) {
+  using K = Kernel<T, U, kBackward>;
+  constexpr int N = K::N, TN = K::TN, RS = K::RS;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int B = p.batch, H = p.hidden, G4 = 4 * H;
+  const int mt_count = (B + 15) / 16;
+  const int tiles = mt_count * (N / TN);
+  const int wk_count = k_split(tiles);
+  const int R = p.ring;
+
+  // carve shared memory
+  T* w_s = reinterpret_cast<T*>(smem);
+  unsigned char* ring_base = smem + static_cast<size_t>(p.w_rows) * N * 2;
+  const int stage_k = p.stage_k, stage_stride = stage_k + 8, stage_b = stage_bytes(stage_k);
+  const size_t ring_bytes = static_cast<size_t>(R) * stage_b;
+  const size_t red_bytes = K::red_bytes(wk_count);
+  unsigned char* ep_base = ring_base + (red_bytes > ring_bytes ? red_bytes : ring_bytes);
+  float* state = reinterpret_cast<float*>(ep_base + K::kEpBytes);  // [groups of this block][64][U]
+  int32_t* a_col = reinterpret_cast<int32_t*>(state + p.groups_per_block * kMaxBatch * U);
+  T* ring = reinterpret_cast<T*>(ring_base);
+  float* red = reinterpret_cast<float*>(ring_base);
+
+  // ---- the block's groups: chunk lists (A-source column of each chunk) and W slices ----
+  int n_groups = 0;
+  int g_unit0[kMaxGroupsPerBlock], g_chunks[kMaxGroupsPerBlock], g_chunk0[kMaxGroupsPerBlock],
+      g_wrow0[kMaxGroupsPerBlock];
+  {
+    int chunk_at = 0, row_at = 0;
+    for (int grp = blockIdx.x; grp < p.groups && n_groups < kMaxGroupsPerBlock; grp += gridDim.x) {
+      const int u0 = grp * U;
+      int nch;
+      if (p.bs == 0) {
+        nch = (kBackward ? G4 : H) / p.chunk;
+      } else if (!kBackward) {
+        const int c0 = u0 / p.bs;
+        nch = p.col_ptr[c0 + 1] - p.col_ptr[c0];
+      } else {
+        const int r0 = u0 / p.bs;
+        nch = p.row_ptr[r0 + 1] - p.row_ptr[r0];
+      }
+      g_unit0[n_groups] = u0;
+      g_chunks[n_groups] = nch;
+      g_chunk0[n_groups] = chunk_at;
+      g_wrow0[n_groups] = row_at;
+      chunk_at += nch;
+      row_at += (nch * p.chunk + 15) / 16 * 16;
+      ++n_groups;
+    }
+  }
+  // zero the W region (rows past a group's K stay zero), then fill
+  for (int i = tid; i < p.w_rows * N / 8; i += kThreads) reinterpret_cast<uint4*>(w_s)[i] = make_uint4(0, 0, 0, 0);
+  __syncthreads();
+  const T* w = static_cast<const T*>(p.w);
+  for (int gi = 0; gi < n_groups; ++gi) {
+    const int u0 = g_unit0[gi], nch = g_chunks[gi];
+    T* wg = w_s + static_cast<size_t>(g_wrow0[gi]) * N;
+    int32_t* cols = a_col + g_chunk0[gi];
+    for (int j = tid; j < nch; j += kThreads) {
+      if (p.bs == 0) {
+        cols[j] = j * p.chunk;
+      } else if (!kBackward) {
+        cols[j] = p.block_row[p.col_blocks[p.col_ptr[u0 / p.bs] + j]] * p.bs;
+      } else {
+        cols[j] = p.block_col[p.row_ptr[u0 / p.bs] + j] * p.bs;
+      }
+    }
+    const int rows = nch * p.chunk;
+    if (!kBackward) {
+      // wg(k, g·U + j) = W_h[row k of the chunk list][g·H + u0 + j], 8 elements per copy
+      const int per_row = 4 * U / 8;
+      for (int e = tid; e < rows * per_row; e += kThreads) {
+        const int k = e / per_row, v = e % per_row, g = v / (U / 8), j8 = (v % (U / 8)) * 8;
+        const T* src;
+        if (p.bs == 0) {
+          src = w + static_cast<int64_t>(k) * G4 + g * H + u0 + j8;
+        } else {
+          const int bs = p.bs, q = H / bs, c0 = u0 / bs, ch = k / bs, kk = k % bs;
+          const int blk = p.col_blocks[p.col_ptr[g * q + c0] + ch];
+          src = w + (static_cast<int64_t>(blk) * bs + kk) * bs + (u0 - c0 * bs) + j8;
+        }
+        *reinterpret_cast<uint4*>(wg + K::w_index(k, g * U + j8)) = *reinterpret_cast<const uint4*>(src);
+      }
+    } else {
+      // wg(k, j) = W_h[u0 + j][column k of the chunk list] (transposed; one element per load,
+      // consecutive threads on consecutive columns)
+      for (int e = tid; e < rows * U; e += kThreads) {
+        const int j = e / rows, k = e % rows;
+        T v;
+        if (p.bs == 0) {
+          v = w[static_cast<int64_t>(u0 + j) * G4 + k];
+        } else {
+          const int bs = p.bs, r0 = u0 / bs, ch = k / bs, kk = k % bs;
+          const int blk = p.row_ptr[r0] + ch;
+          v = w[(static_cast<int64_t>(blk) * bs + (u0 - r0 * bs) + j) * bs + kk];
+        }
+        wg[K::w_index(k, j)] = v;
+      }
+    }
+    // initial state: c0 (forward) or dcT (backward), f32
+    const T* s0 = static_cast<const T*>(kBackward ? p.dc_last : p.c0);
+    float* st = state + gi * kMaxBatch * U;
+    for (int e = tid; e < B * U; e += kThreads)
+      st[e] = to_acc(s0[static_cast<int64_t>(e / U) * H + u0 + e % U]);
+  }
+  __syncthreads();
+
+
+  const int lda = kBackward ? G4 : H;
+  const int phases = kBackward ? p.steps + 1 : p.steps;  // backward: T steps, then dh0
+  unsigned barriers = 0;
+  for (int ph = 0; ph < phases; ++ph) {
+    // forward step t = ph reads h_{t−1}; backward phase ph < T is step t = T−1−ph, reading
+    // dpre_{t+1} (none at t = T−1); phase T computes dh0 = dpre_0·W_hᵀ.
+    const int t = kBackward ? p.steps - 1 - ph : ph;
+    const bool final_phase = kBackward && ph == p.steps;
+    const bool has_product = !kBackward || ph > 0;
+    const T* a_src;
+    if (!kBackward) {
+      a_src = t == 0 ? static_cast<const T*>(p.h0) : static_cast<const T*>(p.y) + static_cast<int64_t>(t - 1) * B * H;
+    } else {
+      a_src = static_cast<const T*>(p.dpre) + static_cast<int64_t>(t + 1) * B * G4;  // unused at ph 0
+    }
+    for (int gi = 0; gi < n_groups; ++gi) {
+      const int u0 = g_unit0[gi], nch = g_chunks[gi];
+      const int32_t* cols = a_col + g_chunk0[gi];
+      const T* wg = w_s + static_cast<size_t>(g_wrow0[gi]) * N;
+      const int k_rows = (nch * p.chunk + 15) / 16 * 16;  // the group's K, in whole k16 slices
+      const int n_stages = has_product ? (k_rows + stage_k - 1) / stage_k : 0;
+
+      // epilogue inputs of this step: the forward's gx_t in the first copy group; the
+      // backward's into registers (read in the epilogue, after the product)
+      if (!kBackward) {
+        const T* gx = static_cast<const T*>(p.gx) + static_cast<int64_t>(t) * B * G4 + u0;
+        for (int g = 0; g < 4; ++g)
+          copy_rows(ep_base + g * U * 2, 4 * U * 2, gx + g * H, static_cast<int64_t>(G4) * 2, B, U * 2);
+      }
+      float e_gate[kBackward ? K::kEpPerThread : 1][4], e_c[kBackward ? K::kEpPerThread : 1],
+          e_cp[kBackward ? K::kEpPerThread : 1], e_dy[kBackward ? K::kEpPerThread : 1];
+      if (kBackward && !final_phase) {
+#pragma unroll
+        for (int q = 0; q < K::kEpPerThread; ++q) {
+          const int e = tid + q * kThreads, b = e / U, j = e % U;
+          if (b >= B) continue;
+          const int64_t bt = (static_cast<int64_t>(t) * B + b) * H + u0 + j;
+          const float* gt = p.gates + (static_cast<int64_t>(t) * B + b) * G4 + u0 + j;
+#pragma unroll
+          for (int g = 0; g < 4; ++g) e_gate[q][g] = gt[g * H];
+          e_c[q] = p.cells[bt];
+          e_cp[q] = t > 0 ? p.cells[bt - static_cast<int64_t>(B) * H]
+                          : to_acc(static_cast<const T*>(p.c0)[static_cast<int64_t>(b) * H + u0 + j]);
+          e_dy[q] = to_acc(static_cast<const T*>(p.dy)[bt]);
+        }
+      }
+
+      // stage s of the product: columns s·128 … of the group's chunk list, rows 0 … 16·mt_count.
+      // This thread's 16-byte pieces of a stage: row r = q / 16, column 8·(q % 16) for
+      // q = tid + 256·i (the same in every stage); chunk and offset by shifts (chunk = 2^log_chunk).
+      const int pieces_per_row = stage_k / 8, log_ppr = stage_k == 256 ? 5 : 4;
+      const int n_pieces = mt_count * 16 * pieces_per_row;
+      const uint32_t ring_s = sm80::smem_addr(ring);
+      auto load_stage = [&](int s) {
+        const uint32_t dst = ring_s + (s % R) * stage_b;
+#pragma unroll
+        for (int i = 0; i < kMaxBatch * (kMaxStageK / 8) / kThreads; ++i) {
+          const int q = tid + kThreads * i, r = q >> log_ppr, c8 = q & (pieces_per_row - 1);
+          if (q >= n_pieces) break;
+          const int kk = s * stage_k + c8 * 8, ch = kk >> p.log_chunk, off = kk & (p.chunk - 1);
+          const bool valid = r < B && ch < nch;
+          const T* src = valid ? a_src + r * lda + cols[ch] + off : a_src;
+          cp_async16_s(dst + (r * stage_stride + c8 * 8) * 2, src, valid);
+        }
+      };
+
+      float acc[K::kPairs][TN / 8][4];
+#pragma unroll
+      for (int i = 0; i < K::kPairs; ++i)
+#pragma unroll
+        for (int q = 0; q < TN / 8; ++q)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[i][q][e] = 0.f;
+      const int wk = wk_count > 1 ? warp / tiles : 0;
+      const bool warp_active = wk_count > 1 ? warp < tiles * wk_count : true;
+      // per tile of this warp: its A and B addresses within a stage / a 16-row slice of W (the
+      // swizzle depends on the row only modulo 8, so on the lane only)
+      uint32_t a_off[K::kPairs], b_off[K::kPairs];
+      bool tile_on[K::kPairs];
+#pragma unroll
+      for (int i = 0; i < K::kPairs; ++i) {
+        const int tile = wk_count > 1 ? warp % tiles : warp + kWarps * i;
+        tile_on[i] = warp_active && !(wk_count > 1 && i > 0) && tile < tiles;
+        const int mt = tile % mt_count, nt = tile / mt_count;
+        a_off[i] = ((mt * 16 + (lane & 15)) * stage_stride + (lane >> 4) * 8) * 2;
+        if constexpr (TN == 16) {
+          b_off[i] = K::w_index((lane & 7) + ((lane >> 3) & 1) * 8, nt * 16 + (lane >> 4) * 8) * 2;
+        } else {
+          b_off[i] = K::w_index(lane & 15, nt * 8) * 2;
+        }
+      }
+      const uint32_t wg_s = sm80::smem_addr(wg);
+
+      for (int s = 0; s < R - 1; ++s) {
+        if (s < n_stages) load_stage(s);
+        cp_async_commit();
+      }
+      for (int s = 0; s < n_stages; ++s) {
+        if (s + R - 1 < n_stages) load_stage(s + R - 1);
+        cp_async_commit();
+        cp_async_wait_n(R - 1);
+        __syncthreads();
+        const uint32_t a_stage = ring_s + (s % R) * stage_b;
+        const int slices = stage_k / 16;
+#pragma unroll
+        for (int sl = 0; sl < kMaxStageK / 16; ++sl) {
+          if (sl >= slices) break;
+          const int krow = s * stage_k + sl * 16;
+          if (krow >= k_rows || ((s * slices + sl) & (wk_count - 1)) != wk) continue;
+          const uint32_t w_slice = wg_s + krow * N * 2;
+#pragma unroll
+          for (int i = 0; i < K::kPairs; ++i) {
+            if (!tile_on[i]) continue;
+            uint32_t a[4];
+            ldsm_x4(a, a_stage + a_off[i] + sl * 32);
+            if constexpr (TN == 16) {
+              uint32_t b[4];
+              ldsm_x4_t(b, w_slice + b_off[i]);
+              const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+              sm80::mma_16816<T>(acc[i][0], a, b0);
+              sm80::mma_16816<T>(acc[i][1], a, b1);
+            } else {
+              uint32_t b[2];
+              ldsm_x2_t(b, w_slice + b_off[i]);
+              sm80::mma_16816<T>(acc[i][0], a, b);
+            }
+          }
+        }
+        __syncthreads();  // the stage's slot is refilled next
+      }
+      cp_async_wait<0>();  // the epilogue inputs (and empty groups)
+
+      // partial sums to shared memory: red[wk][row][col]
+      if (n_stages > 0) {
+#pragma unroll
+        for (int i = 0; i < K::kPairs; ++i) {
+          if (!tile_on[i]) continue;
+          const int tile = wk_count > 1 ? warp % tiles : warp + kWarps * i;
+          const int mt = tile % mt_count, nt = tile / mt_count;
+#pragma unroll
+          for (int q = 0; q < TN / 8; ++q) {
+            const int row = mt * 16 + lane / 4, col = nt * TN + q * 8 + (lane % 4) * 2;
+            float* r0 = red + (static_cast<size_t>(wk) * kMaxBatch + row) * RS + col;
+            *reinterpret_cast<float2*>(r0) = make_float2(acc[i][q][0], acc[i][q][1]);
+            *reinterpret_cast<float2*>(r0 + 8 * RS) = make_float2(acc[i][q][2], acc[i][q][3]);
+          }
+        }
+      }
+      __syncthreads();
+
+      // epilogue: one thread per (row b, unit j) of the group
+      float* st = state + gi * kMaxBatch * U;
+      auto product = [&](int b, int col) {
+        float v = 0.f;
+        if (n_stages > 0)
+          for (int q = 0; q < wk_count; ++q) v += red[(static_cast<size_t>(q) * kMaxBatch + b) * RS + col];
+        return v;
+      };
+      if constexpr (!kBackward) {
+        for (int e = tid; e < B * U; e += kThreads) {
+          const int b = e / U, j = e % U;
+          const int64_t hb = static_cast<int64_t>(b) * H + u0 + j;  // [B, H] index
+          const T* gx = reinterpret_cast<const T*>(ep_base) + b * 4 * U + j;
+          const float i = sigmoidf_(product(b, j) + to_acc(gx[0]));
+          const float f = sigmoidf_(product(b, U + j) + to_acc(gx[U]) + p.forget_bias);
+          const float o = sigmoidf_(product(b, 2 * U + j) + to_acc(gx[2 * U]));
+          const float u = dev_tanh(product(b, 3 * U + j) + to_acc(gx[3 * U]));
+          const float c = f * st[b * U + j] + i * u;
+          const float h = o * dev_tanh(c);
+          st[b * U + j] = c;
+          const int64_t th = static_cast<int64_t>(t) * B * H + hb;
+          static_cast<T*>(p.y)[th] = from_acc<T>(h);
+          p.cells[th] = c;
+          float* gt = p.gates + static_cast<int64_t>(t) * B * G4 + static_cast<int64_t>(b) * G4 + u0 + j;
+          gt[0] = i, gt[H] = f, gt[2 * H] = o, gt[3 * H] = u;
+          if (t == p.steps - 1) {
+            static_cast<T*>(p.h_last)[hb] = from_acc<T>(h);
+            static_cast<T*>(p.c_last)[hb] = from_acc<T>(c);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int q = 0; q < K::kEpPerThread; ++q) {
+          const int e = tid + q * kThreads, b = e / U, j = e % U;
+          if (b >= B) continue;
+          const int64_t hb = static_cast<int64_t>(b) * H + u0 + j;
+          if (final_phase) {
+            static_cast<T*>(p.dh0)[hb] = from_acc<T>(product(b, j));
+            continue;
+          }
+          const float i = e_gate[q][0], f = e_gate[q][1], o = e_gate[q][2], u = e_gate[q][3];
+          const float tc = dev_tanh(e_c[q]);
+          float dh = product(b, j) + e_dy[q];
+          if (ph == 0) dh += to_acc(static_cast<const T*>(p.dh_last)[hb]);
+          const float dc = st[b * U + j] + dh * o * (1.f - tc * tc);
+          T* dp = static_cast<T*>(p.dpre) + static_cast<int64_t>(t) * B * G4 + static_cast<int64_t>(b) * G4 + u0 + j;
+          dp[0] = from_acc<T>(dc * u * i * (1.f - i));
+          dp[H] = from_acc<T>(dc * e_cp[q] * f * (1.f - f));
+          dp[2 * H] = from_acc<T>(dh * tc * o * (1.f - o));
+          dp[3 * H] = from_acc<T>(dc * i * (1.f - u * u));
+          st[b * U + j] = dc * f;
+          if (t == 0) static_cast<T*>(p.dc0)[hb] = from_acc<T>(dc * f);
+        }
+      }
+      __syncthreads();  // red and the staging are reused by the next group
+    }
+    const bool last = kBackward ? final_phase : ph == p.steps - 1;
+    if (!last) grid_barrier(p.counter, ++barriers * gridDim.x);
+  }
+}
+
+template <class T, int U, bool kBackward>
+void launch(const Params& prm, const RecurrencePlan& plan, cudaStream_t stream) {
+  auto kernel = lstm_persistent_kernel<T, U, kBackward>;
+  TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.smem)));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(plan.grid);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = plan.smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  TS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, prm));
+}
+
+template <class T, bool kBackward>
+void launch_units(const Params& prm, const RecurrencePlan& plan, cudaStream_t stream) {
+  switch (plan.units) {
+    case 8: return launch<T, 8, kBackward>(prm, plan, stream);
+    case 16: return launch<T, 16, kBackward>(prm, plan, stream);
+    case 32: return launch<T, 32, kBackward>(prm, plan, stream);
+    case 64: return launch<T, 64, kBackward>(prm, plan, stream);
+    default: TS_THROW(ValueError, "lstm_recurrence: no kernel for " << plan.units << " units per group");
+  }
+}
+
+template <int U, bool kBackward>
+size_t fixed_smem_for(int w_rows, int max_chunks, int groups_per_block) {
+  return Kernel<__nv_bfloat16, U, kBackward>::fixed_bytes(w_rows, max_chunks, groups_per_block);
+}
+template <int U, bool kBackward>
+size_t red_smem_for(int wk) {
+  return Kernel<__nv_bfloat16, U, kBackward>::red_bytes(wk);
+}
+
+struct DeviceLimits {
+  int sms = 0;
+  size_t smem = 0;
+};
+
+DeviceLimits device_limits(int device) {
+  static DeviceLimits cached[64];
+  DeviceLimits& d = cached[device & 63];
+  if (d.sms == 0) {
+    int sms = 0, smem = 0;
+    TS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    TS_CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    int coop = 0;
+    TS_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device));
+    d.smem = coop ? static_cast<size_t>(smem) : 0;
+    d.sms = sms;
+  }
+  return d;
+}
+
+// Whether the four gate columns of every per-gate block column store the same block rows (the
+// forward kernel's W slice has one list of K rows for all four gates).
+bool gates_share_rows(const BlockLayout& l) {
+  const int64_t q = l.block_cols() / 4;
+  const std::vector<int32_t>& cp = l.col_ptr();
+  const std::vector<int32_t>& cb = l.col_blocks();
+  const std::vector<int32_t>& br = l.block_row();
+  for (int64_t c = 0; c < q; ++c) {
+    const int32_t n = cp[c + 1] - cp[c];
+    for (int64_t g = 1; g < 4; ++g) {
+      if (cp[g * q + c + 1] - cp[g * q + c] != n) return false;
+      for (int32_t j = 0; j < n; ++j)
+        if (br[cb[cp[c] + j]] != br[cb[cp[g * q + c] + j]]) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+RecurrencePlan plan_recurrence(int device, DType dtype, int64_t batch, int64_t hidden, const LayoutPtr& layout,
+                               bool backward) {
+  RecurrencePlan plan;
+  auto fail = [&](std::string why) {
+    plan.reason = std::move(why);
+    return plan;
+  };
+  if (dtype != DType::bf16 && dtype != DType::f16) return fail("the persistent kernel takes bf16 or f16 only");
+  if (batch < 1 || batch > kMaxBatch) return fail("the persistent kernel takes batches of 1 to 64 rows");
+  const int64_t bs = layout ? layout->block_size() : 0;
+  if (!layout && hidden % kDenseChunk != 0) return fail("dense hidden sizes must be multiples of 64");
+  if (layout && bs < 8) return fail("block size below 8");
+  if (layout && !backward && !gates_share_rows(*layout))
+    return fail("the layout's four gate columns of a block column store different block rows");
+  if (4 * hidden * batch > (int64_t{1} << 31) / 2) return fail("the problem is too large for 32-bit step offsets");
+  const DeviceLimits lim = device_limits(device);
+  if (lim.smem == 0) return fail("the device does not support cooperative launches");
+  // the smallest group size that gives at most one group per SM, else the largest allowed
+  int units = 0;
+  for (int u : {8, 16, 32, 64}) {
+    if (hidden % u != 0 || (layout && bs % u != 0)) continue;
+    units = u;
+    if (hidden / u <= lim.sms) break;
+  }
+  if (units == 0) return fail("no group size of 8, 16, 32 or 64 units divides the hidden size and block size");
+  plan.units = units;
+  plan.groups = static_cast<int>(hidden / units);
+  plan.grid = std::min(plan.groups, lim.sms);
+  plan.groups_per_block = (plan.groups + plan.grid - 1) / plan.grid;
+  if (plan.groups_per_block > kMaxGroupsPerBlock) return fail("more than 4 groups of hidden units per SM");
+  plan.chunk = layout ? static_cast<int>(bs) : kDenseChunk;
+  // each block's chunks and W rows, summed over its groups
+  for (int blk = 0; blk < plan.grid; ++blk) {
+    int chunks = 0, rows = 0;
+    for (int grp = blk; grp < plan.groups; grp += plan.grid) {
+      const int64_t u0 = static_cast<int64_t>(grp) * units;
+      int nch;
+      if (!layout) {
+        nch = static_cast<int>((backward ? 4 * hidden : hidden) / kDenseChunk);
+      } else if (!backward) {
+        const std::vector<int32_t>& cp = layout->col_ptr();
+        nch = cp[u0 / bs + 1] - cp[u0 / bs];
+      } else {
+        const std::vector<int32_t>& rp = layout->row_ptr();
+        nch = rp[u0 / bs + 1] - rp[u0 / bs];
+      }
+      chunks += nch;
+      rows += (nch * plan.chunk + 15) / 16 * 16;
+    }
+    plan.max_chunks = std::max(plan.max_chunks, chunks);
+    plan.w_rows = std::max(plan.w_rows, rows);
+  }
+  const int n = backward ? units : 4 * units;
+  const int tn = n >= 16 ? 16 : 8;
+  const int tiles = static_cast<int>((batch + 15) / 16) * (n / tn);
+  const int wk = k_split(tiles);
+  size_t fixed = 0, red = 0;
+  const int gpb = plan.groups_per_block;
+#define TS_RECURRENCE_SMEM(u)                                                                              \
+  case u:                                                                                                 \
+    fixed = backward ? fixed_smem_for<u, true>(plan.w_rows, plan.max_chunks, gpb)                          \
+                     : fixed_smem_for<u, false>(plan.w_rows, plan.max_chunks, gpb);                        \
+    red = backward ? red_smem_for<u, true>(wk) : red_smem_for<u, false>(wk);                               \
+    break;
+  switch (units) {
+    TS_RECURRENCE_SMEM(8)
+    TS_RECURRENCE_SMEM(16)
+    TS_RECURRENCE_SMEM(32)
+    TS_RECURRENCE_SMEM(64)
+  }
+#undef TS_RECURRENCE_SMEM
+  // the cp.async ring takes what is left, kMinStages … kMaxStages stages (and holds the partial sums)
+  const size_t left = lim.smem > fixed ? lim.smem - fixed : 0;
+  plan.stage_k = left / stage_bytes(256) >= 3 ? 256 : 128;
+  plan.ring = static_cast<int>(std::min<size_t>(kMaxStages, left / stage_bytes(plan.stage_k)));
+  plan.smem = fixed + std::max(static_cast<size_t>(plan.ring) * stage_bytes(plan.stage_k), red);
+  if (plan.ring < kMinStages || plan.smem > lim.smem) {
+    return fail("W_h's slices need " + std::to_string(fixed + kMinStages * stage_bytes(128)) +
+                " bytes of shared memory per block, more than the " + std::to_string(lim.smem) + " an SM has");
+  }
+  return plan;
+}
+
+namespace {
+
+Params base_params(const Tensor& wh, const LayoutPtr& layout, const RecurrencePlan& plan, int64_t steps,
+                   int64_t batch, int64_t hidden) {
+  Params p = {};
+  p.steps = static_cast<int>(steps);
+  p.batch = static_cast<int>(batch);
+  p.hidden = static_cast<int>(hidden);
+  p.groups = plan.groups;
+  p.bs = layout ? static_cast<int>(layout->block_size()) : 0;
+  p.chunk = plan.chunk;
+  p.log_chunk = 0;
+  while ((1 << p.log_chunk) < plan.chunk) ++p.log_chunk;
+  p.w_rows = plan.w_rows;
+  p.ring = plan.ring;
+  p.stage_k = plan.stage_k;
+  p.groups_per_block = plan.groups_per_block;
+  p.w = wh.data_ptr();
+  if (layout) {
+    const BlockTables t = device_tables(layout, wh.device().index);
+    p.col_ptr = t.col_ptr;
+    p.col_blocks = t.col_blocks;
+    p.block_row = t.block_row;
+    p.row_ptr = t.row_ptr;
+    p.block_col = t.block_col;
+  }
+  return p;
+}
+
+// A zeroed barrier counter for one launch, stream-ordered (capturable).
+struct Counter {
+  Counter(int device, cudaStream_t stream) : device_(device) {
+    ptr_ = static_cast<unsigned*>(allocate(sizeof(unsigned), device));
+    TS_CUDA_CHECK(cudaMemsetAsync(ptr_, 0, sizeof(unsigned), stream));
+  }
+  ~Counter() { deallocate(ptr_, sizeof(unsigned), device_); }
+  unsigned* ptr_;
+  int device_;
+};
+
+void require_fits(const RecurrencePlan& plan, const char* op) {
+  TS_CHECK(plan.reason.empty(), NotImplementedError, op << ": no GPU kernel for this problem: " << plan.reason);
+}
+
+}  // namespace
+
+void recurrence_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh,
+                        const LayoutPtr& layout, double forget_bias, const Tensor& y, const Tensor& hT,
+                        const Tensor& cT, const Tensor& gates, const Tensor& cells) {
+  const int device = gx.device().index;
+  const int64_t steps = gx.size(0), batch = gx.size(1), hidden = h0.size(1);
+  const RecurrencePlan plan = plan_recurrence(device, gx.dtype(), batch, hidden, layout, false);
+  require_fits(plan, "lstm_recurrence");
+  Params p = base_params(wh, layout, plan, steps, batch, hidden);
+  p.forget_bias = static_cast<float>(forget_bias);
+  p.gx = gx.data_ptr();
+  p.h0 = h0.data_ptr();
+  p.c0 = c0.data_ptr();
+  p.y = y.data_ptr();
+  p.h_last = hT.data_ptr();
+  p.c_last = cT.data_ptr();
+  p.gates = static_cast<float*>(gates.data_ptr());
+  p.cells = static_cast<float*>(cells.data_ptr());
+  const cudaStream_t stream = current_stream(y);
+  Counter counter(device, stream);
+  p.counter = counter.ptr_;
+  if (gx.dtype() == DType::bf16) {
+    launch_units<__nv_bfloat16, false>(p, plan, stream);
+  } else {
+    launch_units<__half, false>(p, plan, stream);
+  }
+  TS_CUDA_LAUNCH_CHECK("lstm_recurrence");
+}
+
+void recurrence_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT, const Tensor& gates,
+                         const Tensor& cells, const Tensor& c0, const Tensor& wh, const LayoutPtr& layout,
+                         const Tensor& dpre, const Tensor& dh0, const Tensor& dc0) {
+  const int device = dy.device().index;
+  const int64_t steps = dy.size(0), batch = dy.size(1), hidden = dy.size(2);
+  const RecurrencePlan plan = plan_recurrence(device, dy.dtype(), batch, hidden, layout, true);
+  require_fits(plan, "lstm_recurrence_backward");
+  Params p = base_params(wh, layout, plan, steps, batch, hidden);
+  p.dy = dy.data_ptr();
+  p.dh_last = dhT.data_ptr();
+  p.dc_last = dcT.data_ptr();
+  p.gates = static_cast<float*>(gates.data_ptr());
+  p.cells = static_cast<float*>(cells.data_ptr());
+  p.c0 = c0.data_ptr();
+  p.dpre = dpre.data_ptr();
+  p.dh0 = dh0.data_ptr();
+  p.dc0 = dc0.data_ptr();
+  const cudaStream_t stream = current_stream(dpre);
+  Counter counter(device, stream);
+  p.counter = counter.ptr_;
+  if (dy.dtype() == DType::bf16) {
+    launch_units<__nv_bfloat16, true>(p, plan, stream);
+  } else {
+    launch_units<__half, true>(p, plan, stream);
+  }
+  TS_CUDA_LAUNCH_CHECK("lstm_recurrence_backward");
+}
+
+}  // namespace cuda
+}  // namespace tessera

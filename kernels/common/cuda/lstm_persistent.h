@@ -1,0 +1,48 @@
+// The persistent LSTM recurrence kernels (lstm_persistent.cu), host side: the plan that says
+// whether a problem fits, and the forward and backward launches of lstm_recurrence and
+// lstm_recurrence_backward (CUDA builds only).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/sparse/block_layout.h"
+#include "core/tensor.h"
+
+namespace tessera {
+namespace cuda {
+
+/// How a persistent launch splits the hidden units: `groups` groups of `units` consecutive
+/// hidden units (all four gate columns of each in one thread block's shared memory for the
+/// forward, their rows of W_h for the backward), `grid` resident thread blocks taking groups
+/// grid apart, `smem` bytes of dynamic shared memory per block. `reason` is empty when the
+/// problem fits and names why not otherwise.
+struct RecurrencePlan {
+  int units = 0, groups = 0, grid = 0, groups_per_block = 0;
+  int chunk = 0;          ///< K columns per chunk of the recurrent product: bs (sparse) or 64 (dense)
+  int max_chunks = 0;     ///< chunks of all groups of one block, the most of any block
+  int w_rows = 0;         ///< rows of W_h's slice in shared memory, the most of any block
+  int ring = 0;           ///< stages in the cp.async ring (as many as fit, 2 … 15)
+  int stage_k = 0;        ///< K columns per stage: 256 where 3 such stages fit, else 128
+  size_t smem = 0;
+  std::string reason;
+};
+
+/// The plan of the forward (backward = false) or backward recurrence on `device` for batch B,
+/// hidden size H, dtype and layout (null: dense).
+RecurrencePlan plan_recurrence(int device, DType dtype, int64_t batch, int64_t hidden, const LayoutPtr& layout,
+                               bool backward);
+
+/// lstm_recurrence's forward on the GPU (the plan must fit): gx [T, B, 4H], h0, c0 [B, H], wh;
+/// outputs y [T, B, H], hT, cT [B, H], gates [T, B, 4H] f32, cells [T, B, H] f32.
+void recurrence_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh,
+                        const LayoutPtr& layout, double forget_bias, const Tensor& y, const Tensor& hT,
+                        const Tensor& cT, const Tensor& gates, const Tensor& cells);
+
+/// lstm_recurrence_backward on the GPU: outputs dpre [T, B, 4H], dh0, dc0 [B, H].
+void recurrence_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT, const Tensor& gates,
+                         const Tensor& cells, const Tensor& c0, const Tensor& wh, const LayoutPtr& layout,
+                         const Tensor& dpre, const Tensor& dh0, const Tensor& dc0);
+
+}  // namespace cuda
+}  // namespace tessera

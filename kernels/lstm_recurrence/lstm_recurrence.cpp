@@ -1,0 +1,162 @@
+#include "kernels/lstm_recurrence/lstm_recurrence.h"
+
+#include <Eigen/Core>
+#include <cmath>
+
+#include "core/autocast.h"
+#include "kernels/bsmm_dw/bsmm_dw.h"
+#include "kernels/cast/cast.h"
+#include "kernels/common/dispatch.h"
+#include "kernels/common/eigen_maps.h"
+#include "kernels/concat/concat.h"
+#include "kernels/lstm_recurrence/recurrent_product.h"
+#include "kernels/lstm_recurrence_backward/lstm_recurrence_backward.h"
+#include "kernels/matmul/matmul.h"
+#include "kernels/reshape/reshape.h"
+#include "kernels/slice/slice.h"
+
+namespace tessera {
+
+std::tuple<Tensor, Tensor, Tensor> lstm_recurrence(const Tensor& gx, const Tensor& h0, const Tensor& c0,
+                                                   const Tensor& wh, const LayoutPtr& layout, double forget_bias) {
+  if (autocast::applies({&gx, &h0, &c0, &wh})) {
+    // autocast: the recurrence in the low-precision dtype (f32 math and f32 cells inside), its
+    // outputs back in f32 as every autocast op's are
+    using autocast::operand;
+    std::vector<Tensor> out =
+        call<op::LstmRecurrence>({layout, forget_bias}, {operand(gx), operand(h0), operand(c0), operand(wh)});
+    return {cast(out[0], DType::f32), cast(out[1], DType::f32), cast(out[2], DType::f32)};
+  }
+  std::vector<Tensor> out = call<op::LstmRecurrence>({layout, forget_bias}, {gx, h0, c0, wh});
+  return {out[0], out[1], out[2]};
+}
+
+bool lstm_recurrence_fused(const TensorMeta& gx, int64_t hidden, const LayoutPtr& layout) {
+  return gx.device.is_cuda() && detail::recurrence_unfused_reason(gx, hidden, layout).empty();
+}
+
+namespace detail {
+
+RecurrenceDims check_recurrence_inputs(const char* op, const TensorMeta& gx, const TensorMeta& h0,
+                                       const TensorMeta& c0, const TensorMeta& wh, const LayoutPtr& layout) {
+  check_floating(op, gx, "gx");
+  TS_CHECK(h0.shape.ndim() == 2 && h0.shape[1] >= 1 && h0.shape[0] >= 1, ShapeError,
+           op << ": h0 must be [B, H], got " << h0);
+  const int64_t b = h0.shape[0], hs = h0.shape[1];
+  TS_CHECK(gx.shape.ndim() == 3 && gx.shape[0] >= 1 && gx.shape[1] == b && gx.shape[2] == 4 * hs, ShapeError,
+           op << ": gx " << gx << " must be [T, " << b << ", " << 4 * hs << "] (gates i, f, o, u) for h0 " << h0);
+  TS_CHECK(c0.shape == h0.shape, ShapeError, op << ": c0 " << c0 << " must be shaped like h0 " << h0);
+  if (layout) {
+    TS_CHECK(layout->in_features() == hs && layout->out_features() == 4 * hs, ShapeError,
+             op << ": layout " << layout->str() << " must be [" << hs << ", " << 4 * hs << "] for h0 " << h0);
+    const int64_t bs = layout->block_size();
+    TS_CHECK(wh.shape == Shape({layout->nnz(), bs, bs}), ShapeError,
+             op << ": wh " << wh << " must be [" << layout->nnz() << ", " << bs << ", " << bs << "] for layout "
+                << layout->str());
+  } else {
+    TS_CHECK(wh.shape == Shape({hs, 4 * hs}), ShapeError,
+             op << ": wh " << wh << " must be [" << hs << ", " << 4 * hs << "] (dense; or pass its layout)");
+  }
+  const TensorMeta* same[] = {&h0, &c0, &wh};
+  const char* names[] = {"h0", "c0", "wh"};
+  for (int i = 0; i < 3; ++i) {
+    TS_CHECK(same[i]->dtype == gx.dtype, DTypeError,
+             op << ": " << names[i] << " " << *same[i] << " and gx " << gx << " differ in dtype");
+    TS_CHECK(same[i]->device == gx.device, DeviceError,
+             op << ": " << names[i] << " " << *same[i] << " and gx " << gx << " are on different devices");
+  }
+  return {gx.shape[0], b, hs};
+}
+
+#ifndef TESSERA_WITH_CUDA
+std::string recurrence_unfused_reason(const TensorMeta&, int64_t, const LayoutPtr&) {
+  return "tessera was built without CUDA";
+}
+#endif
+
+}  // namespace detail
+
+std::vector<TensorMeta> op::LstmRecurrence::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+  check_num_inputs(kName, in, 4);
+  const detail::RecurrenceDims d = detail::check_recurrence_inputs(kName, in[0], in[1], in[2], in[3], attrs.layout);
+  TS_CHECK(std::isfinite(attrs.forget_bias), ValueError, kName << ": forget_bias must be finite, got " << attrs.forget_bias);
+  const TensorMeta& gx = in[0];
+  const DType ct = detail::recurrence_compute_dtype(gx.dtype);
+  const TensorMeta y{Shape({d.steps, d.batch, d.hidden}), gx.dtype, gx.device};
+  const TensorMeta gates{gx.shape, ct, gx.device};
+  const TensorMeta cells{y.shape, ct, gx.device};
+  return {y, in[1], in[1], gates, cells};
+}
+
+namespace {
+
+// σ(v) = 1/(1 + e^-v): e^-v overflows to inf for very negative v and gives 0, never NaN.
+template <class T>
+T sigmoid(T v) {
+  return T(1) / (T(1) + std::exp(-v));
+}
+
+template <class T>
+void recurrence_forward_cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
+                            const op::LstmRecurrence::Attrs& attrs) {
+  const int64_t ts = in[0].size(0), b = in[0].size(1), hs = in[1].size(1), g4 = 4 * hs;
+  const T* gx = in[0].data<T>();                  // [T, B, 4H]
+  const T* w = in[3].data<T>();                   // [H, 4H] or [nnz, bs, bs]
+  T* y = out[0].data<T>();                        // [T, B, H]
+  T* gates = out[3].data<T>();                    // [T, B, 4H]: pre, then activated in place
+  T* cells = out[4].data<T>();                    // [T, B, H]
+  const T fb = static_cast<T>(attrs.forget_bias);
+  for (int64_t t = 0; t < ts; ++t) {
+    const T* h_prev = t == 0 ? in[1].data<T>() : y + (t - 1) * b * hs;  // [B, H]
+    const T* c_prev = t == 0 ? in[2].data<T>() : cells + (t - 1) * b * hs;
+    T* g = gates + t * b * g4;
+    std::copy(gx + t * b * g4, gx + (t + 1) * b * g4, g);
+    cpu::recurrent_product(h_prev, w, attrs.layout.get(), b, hs, g4, /*transposed=*/false, g);  // += h·W_h
+    for (int64_t r = 0; r < b; ++r) {
+      T* gr = g + r * g4;
+      for (int64_t j = 0; j < hs; ++j) {
+        const T i = sigmoid(gr[j]), f = sigmoid(gr[hs + j] + fb), o = sigmoid(gr[2 * hs + j]);
+        const T u = std::tanh(gr[3 * hs + j]);
+        const int64_t k = r * hs + j;
+        const T c = f * c_prev[k] + i * u;
+        gr[j] = i, gr[hs + j] = f, gr[2 * hs + j] = o, gr[3 * hs + j] = u;
+        cells[t * b * hs + k] = c;
+        y[t * b * hs + k] = o * std::tanh(c);
+      }
+    }
+  }
+  std::copy(y + (ts - 1) * b * hs, y + ts * b * hs, out[1].data<T>());          // hT
+  std::copy(cells + (ts - 1) * b * hs, cells + ts * b * hs, out[2].data<T>());  // cT
+}
+
+}  // namespace
+
+void op::LstmRecurrence::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+  dispatch_float(out[0].dtype(), kName, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    recurrence_forward_cpu<T>(in, out, attrs);
+  });
+}
+
+std::vector<Tensor> op::LstmRecurrence::backward(const BackwardContext& ctx, const Attrs& attrs) {
+  const Tensor& h0 = ctx.input(1);
+  const Tensor& wh = ctx.input(3);
+  const Tensor& y = ctx.output(0);
+  // Output gradients that never arrived (hT, cT unused) read as zeros.
+  std::vector<Tensor> d = lstm_recurrence_backward(ctx.grad_output(0), ctx.grad_output(1), ctx.grad_output(2),
+                                                   ctx.output(3), ctx.output(4), ctx.input(2), wh, attrs.layout);
+  const Tensor& dpre = d[0];  // [T, B, 4H]
+  Tensor dwh;
+  if (ctx.needs_input_grad(3)) {
+    // dW_h = Σ_t h_{t−1}ᵀ·dpre_t over all rows at once: Hprev = [h0; y_0 … y_{T−2}] [T·B, H]
+    const int64_t ts = y.size(0), b = y.size(1), hs = y.size(2);
+    const Tensor h0_3d = reshape(h0, {1, b, hs});
+    const Tensor hprev = reshape(ts > 1 ? concat({h0_3d, slice(y, 0, 0, ts - 1)}, 0) : h0_3d, {ts * b, hs});
+    const Tensor g = reshape(dpre, {ts * b, 4 * hs});
+    dwh = attrs.layout ? bsmm_dw(hprev, g, attrs.layout) : matmul(hprev, g, /*trans_a=*/true);
+  }
+  return {ctx.needs_input_grad(0) ? dpre : Tensor(), ctx.needs_input_grad(1) ? d[1] : Tensor(),
+          ctx.needs_input_grad(2) ? d[2] : Tensor(), dwh};
+}
+
+}  // namespace tessera

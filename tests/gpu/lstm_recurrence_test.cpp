@@ -1,0 +1,209 @@
+// The persistent LSTM recurrence kernels (lstm_recurrence, lstm_recurrence_backward on the GPU)
+// against the CPU op, and nn::LSTM's fused GPU path against the CPU layer (label `gpu`; skipped
+// visibly without a GPU). Variants: dense and block-sparse (bs 8, 16, 32, 64), batch 1, 7 and 64,
+// bf16 and f16, one block holding several groups of hidden units, a compiled step replayed as a
+// CUDA graph. The CPU gets the same half-type values widened to f32 and carries h in f32, while
+// the GPU stores each h_t in bf16/f16 (the next step's operand), so the trajectories drift apart
+// by the half type's rounding per step: tolerance |gpu − cpu| <= tol·(|cpu| + RMS(cpu)) with
+// tol 1e-2·(1 + T/4) for bf16 and 1e-2 for f16, as for cuDNN's half-type LSTM; twice that for
+// bf16 gradients, which add the rounding of dpre_t (stored in bf16: the next step's operand and
+// W_h's gradient's) to the forward's drift (seen on the H200: up to 2.5% at T 3-6; f16, with 3 more
+// significand bits, stays 8× below, up to 0.34%, so the difference is rounding, not a bug).
+// Gate-order, layout or barrier bugs give O(1) errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/autocast.h"
+#include "core/graph/compile.h"
+#include "core/sparse/generators.h"
+#include "gpu_check.h"
+#include "gradcheck.h"
+#include "kernels/ops.h"
+#include "layers/lstm.h"
+
+namespace tessera {
+namespace {
+
+using namespace gpu_test;
+using testing::test_randn;
+
+LayoutPtr gate_layout(int64_t hs, int64_t bs, double density, uint64_t seed) {
+  const LayoutPtr per = random_layout(hs, hs, bs, density, seed);
+  const int64_t rows = per->block_rows(), q = per->block_cols();
+  const std::vector<uint8_t> m = per->mask();
+  std::vector<uint8_t> full(static_cast<size_t>(rows * 4 * q));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < 4; ++g)
+      for (int64_t c = 0; c < q; ++c) full[(r * 4 + g) * q + c] = m[r * q + c];
+  return BlockLayout::from_mask(hs, 4 * hs, bs, full);
+}
+
+double tol_for(DType dt, int64_t steps) { return dt == DType::bf16 ? 1e-2 * (1.0 + steps / 4.0) : 1e-2; }
+
+struct Case {
+  int64_t steps, batch, hidden, bs;
+  double density;
+};
+
+std::string label(const Case& k, DType dt) {
+  std::ostringstream os;
+  os << dtype_name(dt) << " T " << k.steps << " B " << k.batch << " H " << k.hidden << " bs " << k.bs << " d "
+     << k.density;
+  return os.str();
+}
+
+// y, hT, cT and the gradients of gx, h0, c0, wh of L = Σ y·ry + Σ hT·rh + Σ cT·rc on `dev`.
+std::vector<Tensor> run(const std::vector<Tensor>& in, const LayoutPtr& layout, Device dev, uint64_t seed) {
+  std::vector<Tensor> leaf;
+  for (const Tensor& t : in) leaf.push_back(t.to(dev).detach().requires_grad_());
+  auto [y, h, c] = lstm_recurrence(leaf[0], leaf[1], leaf[2], leaf[3], layout, 1.0);
+  const DType dt = y.dtype();
+  auto r = [&](const Tensor& t, uint64_t s) { return cast(test_randn(t.shape(), s), dt).to(dev); };
+  add(add(sum(cast(mul(y, r(y, seed)), DType::f32)), sum(cast(mul(h, r(h, seed + 1)), DType::f32))),
+      sum(cast(mul(c, r(c, seed + 2)), DType::f32)))
+      .backward();
+  std::vector<Tensor> out{y, h, c};
+  for (const Tensor& l : leaf) out.push_back(l.grad());
+  return out;
+}
+
+std::vector<Tensor> inputs(const Case& k, const LayoutPtr& layout, DType dt) {
+  const Shape ws = layout ? Shape({layout->nnz(), k.bs, k.bs}) : Shape({k.hidden, 4 * k.hidden});
+  const double fan_in = layout ? layout->nnz() * k.bs * k.bs / (4.0 * k.hidden) : k.hidden;
+  return {cast(test_randn({k.steps, k.batch, 4 * k.hidden}, 1), dt), cast(mul(test_randn({k.batch, k.hidden}, 2), 0.5), dt),
+          cast(test_randn({k.batch, k.hidden}, 3), dt), cast(mul(test_randn(ws, 4), 1.0 / std::sqrt(fan_in)), dt)};
+}
+
+const char* kNames[] = {"y", "hT", "cT", "dgx", "dh0", "dc0", "dwh"};
+
+void check_case(const Case& k, DType dt) {
+  const LayoutPtr layout = k.bs ? gate_layout(k.hidden, k.bs, k.density, 5) : nullptr;
+  const std::vector<Tensor> in = inputs(k, layout, dt);
+  const TensorMeta gx{in[0].shape(), dt, kGpu};
+  ASSERT_TRUE(lstm_recurrence_fused(gx, k.hidden, layout))
+      << label(k, dt) << ": " << detail::recurrence_unfused_reason(gx, k.hidden, layout);
+  std::vector<Tensor> in32;
+  for (const Tensor& t : in) in32.push_back(cast(t, DType::f32));
+  const std::vector<Tensor> want = run(in32, layout, Device::cpu(), 9);
+  const std::vector<Tensor> got = run(in, layout, kGpu, 9);
+  const double tol = tol_for(dt, k.steps);
+  std::ostringstream worst;  // the largest |gpu − cpu| / (|cpu| + RMS(cpu)) per output, for the log
+  for (size_t i = 0; i < want.size(); ++i) {
+    const std::vector<double> g = cast(got[i], DType::f32).to(Device::cpu()).to_vector<double>();
+    const std::vector<double> w = want[i].to_vector<double>();
+    const double scale = rms(w);
+    double e = 0;
+    for (size_t j = 0; j < w.size(); ++j) e = std::max(e, std::abs(g[j] - w[j]) / (std::abs(w[j]) + scale));
+    worst << " " << kNames[i] << " " << e;
+  }
+  std::cout << label(k, dt) << ": worst relative error" << worst.str() << " (tol " << tol << ")" << std::endl;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_TRUE(got[i].defined()) << kNames[i] << ", " << label(k, dt);
+    const double t_i = i < 3 || dt != DType::bf16 ? tol : 2 * tol;  // bf16 gradients: see the header
+    EXPECT_TRUE(close_rms(cast(got[i], DType::f32), want[i], t_i)) << kNames[i] << ", " << label(k, dt);
+  }
+  // deterministic: a second run gives the same bits
+  const std::vector<Tensor> again = run(in, layout, kGpu, 9);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(same_bits(again[i], got[i])) << kNames[i] << ", " << label(k, dt);
+}
+
+TEST(LstmRecurrenceGpu, DenseMatchesTheCpuForEveryBatch) {
+  REQUIRE_GPU();
+  for (int64_t b : {1, 7, 64}) check_case({6, b, 128, 0, 1.0}, DType::bf16);
+  check_case({5, 7, 64, 0, 1.0}, DType::f16);
+  for (DType dt : {DType::bf16, DType::f16})
+    check_case({3, 16, 1024, 0, 1.0}, dt);  // 128 groups of 8 units: the trainer's shape
+}
+
+TEST(LstmRecurrenceGpu, BlockSparseMatchesTheCpuForEveryBlockSizeAndBatch) {
+  REQUIRE_GPU();
+  const Case cases[] = {{6, 7, 64, 8, 0.5}, {6, 64, 128, 16, 0.25}, {6, 1, 256, 32, 0.25}, {6, 7, 256, 64, 0.5},
+                        {4, 64, 512, 32, 0.125}};
+  for (const Case& k : cases) check_case(k, DType::bf16);
+  check_case({5, 7, 128, 16, 0.5}, DType::f16);
+  check_case({4, 64, 512, 32, 0.125}, DType::f16);
+}
+
+TEST(LstmRecurrenceGpu, SeveralGroupsPerBlock) {
+  REQUIRE_GPU();
+  // 1536 / 8 = 192 groups of 8 units: more than the H200's 132 SMs, so blocks take two
+  for (DType dt : {DType::bf16, DType::f16}) check_case({4, 7, 1536, 8, 0.05}, dt);
+}
+
+TEST(LstmRecurrenceGpu, ProblemsTheKernelDoesNotTakeAreNamed) {
+  REQUIRE_GPU();
+  EXPECT_FALSE(lstm_recurrence_fused(TensorMeta{Shape({4, 65, 256}), DType::bf16, kGpu}, 64, nullptr));
+  EXPECT_FALSE(lstm_recurrence_fused(TensorMeta{Shape({4, 8, 256}), DType::f32, kGpu}, 64, nullptr));
+  EXPECT_FALSE(lstm_recurrence_fused(TensorMeta{Shape({4, 8, 4 * 96}), DType::bf16, kGpu}, 96, nullptr));
+  // dense H 2048: W_h is 32 MB in bf16, more than all shared memory
+  const TensorMeta big{Shape({4, 8, 4 * 2048}), DType::bf16, kGpu};
+  EXPECT_NE(detail::recurrence_unfused_reason(big, 2048, nullptr).find("shared memory"), std::string::npos)
+      << detail::recurrence_unfused_reason(big, 2048, nullptr);
+  const Tensor h = zeros({65, 64}, TensorOptions(DType::bf16).device(kGpu));
+  testing::expect_error<NotImplementedError>(
+      [&] { lstm_recurrence(zeros({2, 65, 256}, TensorOptions(DType::bf16).device(kGpu)), h, h,
+                            zeros({64, 256}, TensorOptions(DType::bf16).device(kGpu))); },
+      {"lstm_recurrence", "batches of 1 to 64"});
+}
+
+// nn::LSTM on the GPU takes the fused path (dense and sparse, under autocast as the trainers run
+// it) and matches the CPU layer; a compiled step replays it as a CUDA graph with the eager bits.
+TEST(LstmRecurrenceGpu, LayerFusedPathMatchesTheCpuLayerAndCompiles) {
+  REQUIRE_GPU();
+  using nn::LSTM;
+  using nn::LSTMOptions;
+  for (int64_t bs : {0, 32}) {
+    const LSTMOptions o = LSTMOptions(32, 256).block_size(bs).density(bs ? 0.25 : 1.0, 3);
+    Generator g1(7), g2(7);
+    LSTM cpu(o, g1), gpu(o, g2);
+    gpu.to(kGpu);
+    const Tensor x = test_randn({6, 5, 32}, 1, DType::f32);
+    ASSERT_TRUE([&] {
+      autocast::Guard guard(DType::bf16);
+      return gpu.fused_recurrence(x.to(kGpu), 6, 5);
+    }()) << "bs " << bs;
+    auto loss_of = [](const LSTM& m, const Tensor& xx) {
+      const nn::LSTMOutput out = m.forward(xx);
+      return add(mean(mul(out.output, out.output)), mean(out.state.c));
+    };
+    cpu.zero_grad();
+    gpu.zero_grad();
+    Tensor lc = loss_of(cpu, x);
+    lc.backward();
+    Tensor lg;
+    {
+      autocast::Guard guard(DType::bf16);
+      lg = loss_of(gpu, x.to(kGpu));
+      lg.backward();
+    }
+    EXPECT_NEAR(lg.item<double>(), lc.item<double>(), 2e-2 * std::abs(lc.item<double>())) << "bs " << bs;
+    const auto pc = cpu.named_parameters(), pg = gpu.named_parameters();
+    for (size_t i = 0; i < pc.size(); ++i)
+      EXPECT_TRUE(close_rms(pg[i].tensor.grad(), pc[i].tensor.grad(), 3e-2)) << pc[i].name << ", bs " << bs;
+    // compiled (CUDA graph) = eager on the GPU, bit for bit
+    std::map<std::string, Tensor> feed{{"x", x.to(kGpu)}};
+    auto fn = [&](const std::map<std::string, Tensor>& in) {
+      autocast::Guard guard(DType::bf16);
+      return loss_of(gpu, in.at("x"));
+    };
+    gpu.zero_grad();
+    Tensor eager = fn(feed);
+    eager.backward();
+    CompiledStep step = compile(fn, gpu.named_parameters(), nullptr, feed);
+    for (int r = 0; r < 3; ++r) EXPECT_EQ(step.run(feed), eager.item<double>()) << "run " << r << ", bs " << bs;
+    for (const auto& p : gpu.named_parameters())
+      EXPECT_TRUE(same_bits(step.fetch("grad/" + p.name), p.tensor.grad())) << p.name << ", bs " << bs;
+  }
+}
+
+}  // namespace
+}  // namespace tessera
+

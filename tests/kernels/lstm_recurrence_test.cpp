@@ -1,0 +1,161 @@
+// lstm_recurrence / lstm_recurrence_backward on the CPU (the reference the persistent GPU kernels
+// are checked against): equal to the step-by-step composition nn::LSTMCell runs (the recurrent
+// matmul or bsmm, then lstm_gates) in every output and gradient, dense and block-sparse; f64
+// gradient checks; the errors.
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/sparse/generators.h"
+#include "gradcheck.h"
+#include "kernels/ops.h"
+
+namespace tessera {
+namespace {
+
+using testing::all_close;
+using testing::expect_error;
+using testing::gradcheck;
+using testing::test_randn;
+
+// A random per-gate layout [H, H] repeated for the four gates along 4H (as nn::LSTM tiles it).
+LayoutPtr gate_layout(int64_t hs, int64_t bs, double density, uint64_t seed) {
+  const LayoutPtr per = random_layout(hs, hs, bs, density, seed);
+  const int64_t rows = per->block_rows(), q = per->block_cols();
+  const std::vector<uint8_t> m = per->mask();
+  std::vector<uint8_t> full(static_cast<size_t>(rows * 4 * q));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < 4; ++g)
+      for (int64_t c = 0; c < q; ++c) full[(r * 4 + g) * q + c] = m[r * q + c];
+  return BlockLayout::from_mask(hs, 4 * hs, bs, full);
+}
+
+// The same sequence as the composition of per-step ops.
+std::vector<Tensor> stepwise(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh,
+                             const LayoutPtr& layout, double fb) {
+  const int64_t ts = gx.size(0);
+  Tensor h = h0, c = c0;
+  std::vector<Tensor> ys;
+  const std::vector<Tensor> g = chunk(gx, ts, 0);
+  for (int64_t t = 0; t < ts; ++t) {
+    const Tensor rec = layout ? bsmm(h, wh, layout) : matmul(h, wh);
+    auto [hn, cn] = lstm_gates(add(reshape(g[t], {gx.size(1), gx.size(2)}), rec), c, fb);
+    h = hn, c = cn;
+    ys.push_back(reshape(h, {1, h.size(0), h.size(1)}));
+  }
+  return {concat(ys, 0), h, c};
+}
+
+struct Case {
+  int64_t steps, batch, hidden, bs;  // bs 0: dense
+  double density, forget_bias;
+};
+
+std::string label(const Case& k) {
+  return "T " + std::to_string(k.steps) + " B " + std::to_string(k.batch) + " H " + std::to_string(k.hidden) +
+         " bs " + std::to_string(k.bs);
+}
+
+TEST(LstmRecurrence, EqualsTheStepByStepCellInOutputsAndGradients) {
+  const Case cases[] = {{5, 3, 6, 0, 1, 1.0}, {1, 2, 4, 0, 1, 0.0}, {4, 2, 16, 8, 0.5, 1.0},
+                        {3, 1, 32, 16, 0.5, -0.5}, {6, 4, 64, 32, 0.5, 1.0}};
+  for (const Case& k : cases) {
+    const LayoutPtr layout = k.bs ? gate_layout(k.hidden, k.bs, k.density, 11) : nullptr;
+    const Shape wshape = layout ? Shape({layout->nnz(), k.bs, k.bs}) : Shape({k.hidden, 4 * k.hidden});
+    const Tensor gx = test_randn({k.steps, k.batch, 4 * k.hidden}, 1), h0 = test_randn({k.batch, k.hidden}, 2),
+                 c0 = test_randn({k.batch, k.hidden}, 3), wh = mul(test_randn(wshape, 4), 0.3);
+    const Tensor ry = test_randn({k.steps, k.batch, k.hidden}, 5), rh = test_randn({k.batch, k.hidden}, 6),
+                 rc = test_randn({k.batch, k.hidden}, 7);
+    auto run = [&](bool fused) {
+      std::vector<Tensor> leaf{gx.clone().requires_grad_(), h0.clone().requires_grad_(),
+                               c0.clone().requires_grad_(), wh.clone().requires_grad_()};
+      std::vector<Tensor> out;
+      if (fused) {
+        auto [y, h, c] = lstm_recurrence(leaf[0], leaf[1], leaf[2], leaf[3], layout, k.forget_bias);
+        out = {y, h, c};
+      } else {
+        out = stepwise(leaf[0], leaf[1], leaf[2], leaf[3], layout, k.forget_bias);
+      }
+      add(add(sum(mul(out[0], ry)), sum(mul(out[1], rh))), sum(mul(out[2], rc))).backward();
+      for (Tensor& l : leaf) out.push_back(l.grad());
+      return out;
+    };
+    const std::vector<Tensor> got = run(true), want = run(false);
+    const char* names[] = {"y", "hT", "cT", "dgx", "dh0", "dc0", "dwh"};
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_TRUE(got[i].defined()) << names[i] << ", " << label(k);
+      EXPECT_TRUE(all_close(got[i], want[i], 1e-12, 1e-12)) << names[i] << ", " << label(k);
+    }
+  }
+}
+
+TEST(LstmRecurrence, GradcheckF64DenseAndSparse) {
+  for (int64_t bs : {0, 8}) {
+    const int64_t hs = bs ? 16 : 3;
+    const LayoutPtr layout = bs ? gate_layout(hs, bs, 0.5, 3) : nullptr;
+    const Shape wshape = layout ? Shape({layout->nnz(), bs, bs}) : Shape({hs, 4 * hs});
+    const std::vector<Tensor> in{test_randn({3, 2, 4 * hs}, 1), test_randn({2, hs}, 2), test_randn({2, hs}, 3),
+                                 mul(test_randn(wshape, 4), 0.4)};
+    // every output carries a gradient ...
+    EXPECT_TRUE(gradcheck(
+        [&](const std::vector<Tensor>& v) {
+          auto [y, h, c] = lstm_recurrence(v[0], v[1], v[2], v[3], layout, 1.0);
+          return concat({reshape(y, {y.numel()}), reshape(h, {h.numel()}), reshape(c, {c.numel()})});
+        },
+        in))
+        << "bs " << bs;
+    // ... or only cT (y and hT get zeros)
+    EXPECT_TRUE(gradcheck(
+        [&](const std::vector<Tensor>& v) { return std::get<2>(lstm_recurrence(v[0], v[1], v[2], v[3], layout, -0.3)); },
+        in))
+        << "bs " << bs;
+  }
+}
+
+TEST(LstmRecurrence, HalfTypesComputeInF32WithF32Cells) {
+  const Tensor gx = test_randn({4, 3, 32}, 1), h0 = test_randn({3, 8}, 2), c0 = test_randn({3, 8}, 3);
+  const Tensor wh = mul(test_randn({8, 32}, 4), 0.4);
+  for (DType dt : {DType::bf16, DType::f16}) {
+    auto r = [&](const Tensor& t) { return cast(t, dt); };
+    auto f = [&](const Tensor& t) { return cast(cast(t, dt), DType::f32); };
+    auto [y, h, c] = lstm_recurrence(r(gx), r(h0), r(c0), r(wh), nullptr, 1.0);
+    EXPECT_EQ(y.dtype(), dt);
+    auto [y32, h32, c32] = lstm_recurrence(f(gx), f(h0), f(c0), f(wh), nullptr, 1.0);
+    // the CPU widens half types to f32 for the whole op: one rounding of each output
+    EXPECT_TRUE(all_close(cast(y, DType::f32), cast(cast(y32, dt), DType::f32), 0, 0)) << dtype_name(dt);
+    EXPECT_TRUE(all_close(cast(c, DType::f32), cast(cast(c32, dt), DType::f32), 0, 0)) << dtype_name(dt);
+  }
+}
+
+TEST(LstmRecurrence, NotFusedOnTheCpu) {
+  EXPECT_FALSE(lstm_recurrence_fused(TensorMeta{Shape({4, 2, 256}), DType::bf16, Device::cpu()}, 64, nullptr));
+}
+
+TEST(LstmRecurrence, BadArgumentsNameTheOp) {
+  const Tensor gx = zeros({3, 2, 16}), h = zeros({2, 4}), wh = zeros({4, 16});
+  expect_error<ShapeError>([&] { lstm_recurrence(zeros({6, 16}), h, h, wh); }, {"lstm_recurrence", "gx", "[T, 2, 16]"});
+  expect_error<ShapeError>([&] { lstm_recurrence(zeros({3, 2, 12}), h, h, wh); }, {"lstm_recurrence", "gx", "[3, 2, 12]"});
+  expect_error<ShapeError>([&] { lstm_recurrence(gx, h, zeros({3, 4}), wh); }, {"lstm_recurrence", "c0", "[3, 4]"});
+  expect_error<ShapeError>([&] { lstm_recurrence(gx, h, h, zeros({4, 15})); }, {"lstm_recurrence", "wh", "[4, 15]"});
+  expect_error<DTypeError>([&] { lstm_recurrence(gx, h, h, zeros({4, 16}, DType::f64)); },
+                           {"lstm_recurrence", "wh", "dtype"});
+  expect_error<ValueError>([&] { lstm_recurrence(gx, h, h, wh, nullptr, std::numeric_limits<double>::infinity()); },
+                           {"lstm_recurrence", "forget_bias"});
+  const LayoutPtr l = gate_layout(16, 8, 0.5, 1);
+  const Tensor gx16 = zeros({3, 2, 64}), h16 = zeros({2, 16});
+  expect_error<ShapeError>([&] { lstm_recurrence(gx16, h16, h16, zeros({16, 64}), l); },
+                           {"lstm_recurrence", "wh", "[16, 64]", "layout"});
+  expect_error<ShapeError>([&] { lstm_recurrence(gx, h, h, wh, l); }, {"lstm_recurrence", "layout"});
+  // the backward op checks its saved tensors' compute type
+  auto outs = call<op::LstmRecurrence>({nullptr, 0.0}, {gx, h, h, wh});
+  expect_error<DTypeError>(
+      [&] { lstm_recurrence_backward(outs[0], h, h, cast(outs[3], DType::f64), outs[4], h, wh, nullptr); },
+      {"lstm_recurrence_backward", "gates"});
+  expect_error<ShapeError>([&] { lstm_recurrence_backward(zeros({3, 2, 5}), h, h, outs[3], outs[4], h, wh, nullptr); },
+                           {"lstm_recurrence_backward", "dy", "[3, 2, 5]"});
+}
+
+}  // namespace
+}  // namespace tessera
