@@ -76,6 +76,10 @@ void add_trainer_flags(CLI::App& app, TrainerFlags& f) {
   g->add_option("--micro-batches", f.micro_batches, "batches per optimizer update (gradient accumulation)")
       ->check(CLI::Range(1, 1 << 16))->capture_default_str();
   g->add_flag("--keep-best", f.keep_best, "also keep best.h5, the checkpoint of the lowest val loss");
+  g->add_option("--time-limit", f.time_limit,
+                "stop after this many seconds of training (evaluations not counted), as if --steps ended there; "
+                "0: no limit")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   // Test hooks (no help line): raise a signal right after a step, as one arriving then would.
   app.add_option("--test-signal-at", f.test_signal_at)->group("")->check(CLI::NonNegativeNumber);
   app.add_option("--test-signal", f.test_signal)->group("")->check(CLI::IsMember({"TERM", "INT"}));
@@ -257,6 +261,7 @@ train::TrainOptions train_options(const TrainerFlags& f, const std::string& prog
   o.ckpt_every = f.ckpt_every;
   o.keep = f.keep;
   o.keep_best = f.keep_best;
+  o.time_limit_s = f.time_limit;
   o.log_every = f.log_every;
   o.resume = f.resume;
   o.schedule = make_schedule(f);

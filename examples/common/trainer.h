@@ -58,6 +58,7 @@ struct TrainerFlags {
   std::string dump_graph;   ///< the compiled step as Graphviz
   int64_t micro_batches = 1;  ///< batches per optimizer update (gradient accumulation)
   bool keep_best = false;   ///< also best.h5, the checkpoint of the lowest val loss
+  double time_limit = 0;    ///< seconds of training (evaluations not counted); 0: none
   int64_t test_signal_at = 0;        ///< test hook: raise --test-signal after this step (hidden flag)
   std::string test_signal = "TERM";  ///< TERM | INT
   int test_signal_count = 1;          ///< 2: the signal twice (the second exits at once)

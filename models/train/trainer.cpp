@@ -29,6 +29,8 @@ void TrainOptions::validate() const {
   TS_CHECK(ckpt_every >= 0, ValueError, "TrainOptions: ckpt_every must be >= 0, got " << ckpt_every);
   TS_CHECK(keep >= 0, ValueError, "TrainOptions: keep must be >= 0, got " << keep);
   TS_CHECK(log_every >= 1, ValueError, "TrainOptions: log_every must be >= 1, got " << log_every);
+  TS_CHECK(time_limit_s >= 0 && std::isfinite(time_limit_s), ValueError,
+           "TrainOptions: time_limit_s must be finite and >= 0, got " << time_limit_s);
 }
 
 namespace {
@@ -82,8 +84,10 @@ class Loop {
     const auto t0 = std::chrono::steady_clock::now();
     auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
     double smooth = NAN, last_log_t = 0.0;
+    double eval_s = 0;  // time spent evaluating, not counted against time_limit_s
     int64_t last_log_step = step_;
-    while (step_ < o_.steps) {
+    bool out_of_time = false;
+    while (step_ < o_.steps && !out_of_time) {
       if (o_.schedule) o_.schedule->apply(opt_);
       const double lr = opt_.lr();
       const double loss = task_.train_step();
@@ -97,7 +101,8 @@ class Loop {
         for (int i = 0; i < o_.test_signal_count; ++i) std::raise(o_.test_signal);
       smooth = std::isnan(smooth) ? loss : 0.9 * smooth + 0.1 * loss;
 
-      const bool last = step_ == o_.steps;
+      out_of_time = o_.time_limit_s > 0 && elapsed() - eval_s >= o_.time_limit_s;
+      const bool last = step_ == o_.steps || out_of_time;
       const bool eval = last || (o_.eval_every > 0 && step_ % o_.eval_every == 0);
       const bool log = eval || step_ % o_.log_every == 0 || step_ == first + 1;
       const double now = elapsed();
@@ -116,7 +121,11 @@ class Loop {
                               {"elapsed_s", now}};
         last_log_step = step_;
         last_log_t = now;
-        if (eval) row["val_loss"] = evaluate();
+        if (eval) {
+          const double e0 = elapsed();
+          row["val_loss"] = evaluate();
+          eval_s += elapsed() - e0;
+        }
         folder_->log(row);
         if (eval) folder_->flush();
         if (eval && tty) std::cout << "\n" << "step " << step_ << "  val_loss " << fmt(res_.val_loss, 4) << "\n";
@@ -142,6 +151,9 @@ class Loop {
     if (tty && step_ > first) std::cout << "\n";
     if (std::isnan(res_.val_loss)) evaluate();
     res_.step = step_;
+    if (out_of_time && !o_.quiet)
+      std::cout << o_.program << ": time limit of " << fmt(o_.time_limit_s, 4) << " s of training reached after step "
+                << step_ << "\n";
     if (!o_.quiet)
       std::cout << "done: step " << step_ << "  train_loss "
                 << (std::isnan(res_.train_loss) ? "-" : fmt(res_.train_loss, 4)) << "  val_loss "

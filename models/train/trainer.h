@@ -78,6 +78,10 @@ struct TrainOptions {
   int keep = 0;                    ///< numbered checkpoints kept besides ckpt.h5
   bool keep_best = false;          ///< also best.h5: the checkpoint of the lowest val loss so far
   int64_t log_every = 10;          ///< metrics row and log line every N steps
+  /// > 0: a wall-clock budget of this process's training steps, in seconds: the first step that
+  /// ends at or past it is the run's last (evaluated and checkpointed as the last of `steps` would
+  /// be; evaluations do not count). For comparisons at equal training time. 0: none.
+  double time_limit_s = 0;
   bool eval_first = false;         ///< a fresh run (not a resume) also evaluates before step 1 (row "step": 0)
   std::string resume;              ///< checkpoint to resume from; empty: start at step 0
   std::shared_ptr<const optim::LRSchedule> schedule;  ///< lr of each step; null: the optimizer's lr stays
@@ -98,8 +102,8 @@ struct TrainOptions {
   int test_signal = 0;
   int test_signal_count = 1;  ///< 2: the signal twice, as a user pressing Ctrl-C again would
 
-  /// ValueError naming the field: steps < 1, a negative eval_every / ckpt_every / keep,
-  /// eval_batches or log_every < 1, an empty out.
+  /// ValueError naming the field: steps < 1, a negative eval_every / ckpt_every / keep /
+  /// time_limit_s, eval_batches or log_every < 1, an empty out.
   void validate() const;
 };
 

@@ -3,6 +3,8 @@
 // models::load_model.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -214,6 +216,29 @@ TEST(TrainLoop, OptionsAreChecked) {
   Rig s(dir);
   train::TrainOptions o = quiet_options(dir, 0);
   expect_error<ValueError>([&] { train::run_training(o, s.model, s.opt, {}, s.task); }, {"steps", ">= 1"});
+  o = quiet_options(dir, 5);
+  o.time_limit_s = -1;
+  expect_error<ValueError>([&] { train::run_training(o, s.model, s.opt, {}, s.task); }, {"time_limit_s", ">= 0"});
+}
+
+// A time limit ends the run after the first step that reaches it: evaluated and checkpointed as
+// a last step, and resumable; without a limit the same run goes to --steps.
+TEST(TrainLoop, TimeLimitEndsTheRunAsItsLastStep) {
+  TempDir dir;
+  Rig s(dir);
+  train::TrainOptions o = quiet_options(dir, 50);
+  o.time_limit_s = 1e-9;  // every step takes longer
+  const train::TrainResult r = train::run_training(o, s.model, s.opt, tiny_config(s.ds.vocab().size()), s.task);
+  EXPECT_EQ(r.step, 1);
+  EXPECT_EQ(r.exit_code(), 0);
+  EXPECT_TRUE(std::isfinite(r.val_loss));
+  EXPECT_EQ(losses_of(dir.file("run/metrics.jsonl")).size(), 1u);
+  const models::LoadedModel m = models::load_model(dir.file("run/ckpt.h5"));
+  EXPECT_EQ(m.step, 1);
+  Rig s2(dir);
+  train::TrainOptions o2 = quiet_options(dir, 3);
+  o2.resume = dir.file("run/ckpt.h5");
+  EXPECT_EQ(train::run_training(o2, s2.model, s2.opt, tiny_config(s2.ds.vocab().size()), s2.task).step, 3);
 }
 
 TEST(LoadModel, GivesBackTheTrainedModelItsVocabularyAndConfig) {
