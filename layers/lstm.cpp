@@ -16,18 +16,6 @@ namespace {
 
 constexpr int64_t kGates = 4;  // i, f, o, u
 
-// The per-gate layout [in, H] repeated for each gate along the output columns: full block
-// column g*Q + c (gate g, per-gate column c) is stored when per-gate column c is.
-LayoutPtr tile_gates(const BlockLayout& l) {
-  const int64_t rows = l.block_rows(), q = l.block_cols();
-  const std::vector<uint8_t> m = l.mask();
-  std::vector<uint8_t> full(static_cast<size_t>(rows * kGates * q));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t g = 0; g < kGates; ++g)
-      for (int64_t c = 0; c < q; ++c) full[(r * kGates + g) * q + c] = m[r * q + c];
-  return BlockLayout::from_mask(l.in_features(), kGates * l.out_features(), l.block_size(), full);
-}
-
 // The per-gate layout of a weight [in, H]: the given one (checked), else random or dense.
 LayoutPtr per_gate_layout(const LSTMOptions& o, const LayoutPtr& given, int64_t in, const char* what,
                           uint64_t seed) {
@@ -43,6 +31,17 @@ LayoutPtr per_gate_layout(const LSTMOptions& o, const LayoutPtr& given, int64_t 
 }
 
 }  // namespace
+
+// Full block column g*Q + c (gate g, per-gate column c) is stored when per-gate column c is.
+LayoutPtr lstm_gate_layout(const BlockLayout& l) {
+  const int64_t rows = l.block_rows(), q = l.block_cols();
+  const std::vector<uint8_t> m = l.mask();
+  std::vector<uint8_t> full(static_cast<size_t>(rows * kGates * q));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < kGates; ++g)
+      for (int64_t c = 0; c < q; ++c) full[(r * kGates + g) * q + c] = m[r * q + c];
+  return BlockLayout::from_mask(l.in_features(), kGates * l.out_features(), l.block_size(), full);
+}
 
 Projection LSTMCell::make_weight(const std::string& name, int64_t in, int64_t out, const LayoutPtr& layout,
                                  Generator& gen) {
@@ -82,8 +81,8 @@ LSTMCell::LSTMCell(const LSTMOptions& o, Generator& gen) : options_(o) {
     input_layout_ = per_gate_layout(o, o.input_layout(), in, "input", o.seed());
     recurrent_layout_ = per_gate_layout(o, o.recurrent_layout(), hs, "recurrent", o.seed() + 1);
   }
-  wx_ = make_weight("wx", in, kGates * hs, input_layout_ ? tile_gates(*input_layout_) : nullptr, gen);
-  wh_ = make_weight("wh", hs, kGates * hs, recurrent_layout_ ? tile_gates(*recurrent_layout_) : nullptr, gen);
+  wx_ = make_weight("wx", in, kGates * hs, input_layout_ ? lstm_gate_layout(*input_layout_) : nullptr, gen);
+  wh_ = make_weight("wh", hs, kGates * hs, recurrent_layout_ ? lstm_gate_layout(*recurrent_layout_) : nullptr, gen);
   if (o.multiplicative()) {
     wmx_ = make_weight("wmx", in, hs, input_layout_, gen);
     wmh_ = make_weight("wmh", hs, hs, recurrent_layout_, gen);

@@ -41,6 +41,11 @@
 namespace tessera {
 namespace nn {
 
+/// The layout of a gate-stacked weight [in, 4H] from a per-gate layout [in, H]: the per-gate
+/// pattern repeated for the gates i, f, o, u along the output columns (what nn::LSTM's wx and wh
+/// use, and what lstm_recurrence's forward kernel expects).
+LayoutPtr lstm_gate_layout(const BlockLayout& per_gate);
+
 /// The recurrent state: h and c, both [B, H]. A default-constructed state is undefined and
 /// means zeros.
 struct LSTMState {

@@ -7,6 +7,7 @@
 
 #include "core/autocast.h"
 #include "kernels/common/dispatch.h"
+#include "kernels/common/lstm_cell_cpu.h"
 #include "kernels/cast/cast.h"
 #include "kernels/cudnn_lstm_backward/cudnn_lstm_backward.h"
 
@@ -87,12 +88,6 @@ namespace {
 using cpu::RowMap;
 using cpu::ConstRowMap;
 
-// σ(v) = 1/(1 + e^-v): e^-v overflows to inf for very negative v and gives 0, never NaN.
-template <class T>
-T sigmoid(T v) {
-  return T(1) / (T(1) + std::exp(-v));
-}
-
 template <class T>
 void lstm_forward_cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, double forget_bias) {
   const int64_t ts = in[0].size(0), b = in[0].size(1), n = in[0].size(2), hs = in[1].size(1), g4 = 4 * hs;
@@ -114,18 +109,7 @@ void lstm_forward_cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& 
     const T* c_prev = t == 0 ? in[2].data<T>() : cells + (t - 1) * b * hs;
     RowMap<T> p(gates + t * b * g4, b, g4);
     p.noalias() += ConstRowMap<T>(h_prev, b, hs) * wh;  // + h·wh
-    for (int64_t r = 0; r < b; ++r) {
-      T* gr = gates + (t * b + r) * g4;
-      for (int64_t j = 0; j < hs; ++j) {
-        const T i = sigmoid(gr[j]), f = sigmoid(gr[hs + j] + fb), o = sigmoid(gr[2 * hs + j]);
-        const T u = std::tanh(gr[3 * hs + j]);
-        const int64_t k = r * hs + j;
-        const T c = f * c_prev[k] + i * u;
-        gr[j] = i, gr[hs + j] = f, gr[2 * hs + j] = o, gr[3 * hs + j] = u;
-        cells[t * b * hs + k] = c;
-        y[t * b * hs + k] = o * std::tanh(c);
-      }
-    }
+    cpu::lstm_cell_forward(gates + t * b * g4, c_prev, cells + t * b * hs, y + t * b * hs, b, hs, fb);
   }
   std::copy(y + (ts - 1) * b * hs, y + ts * b * hs, out[1].data<T>());      // hT
   std::copy(cells + (ts - 1) * b * hs, cells + ts * b * hs, out[2].data<T>());  // cT

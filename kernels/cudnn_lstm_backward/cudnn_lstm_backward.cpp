@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernels/common/dispatch.h"
+#include "kernels/common/lstm_cell_cpu.h"
 #include "kernels/cudnn_lstm/cudnn_lstm.h"
 #include "kernels/fill/fill.h"
 
@@ -61,23 +62,8 @@ void lstm_backward_cpu(const std::vector<Tensor>& in, const std::vector<Tensor>&
 
   RowMat<T> dpre(ts * b, g4);  // gradient of every step's pre-activations [T*B, 4H]
   for (int64_t t = ts - 1; t >= 0; --t) {
-    const T* c_prev = t == 0 ? c0 : cells + (t - 1) * b * hs;
-    for (int64_t r = 0; r < b; ++r) {
-      const T* g = gates + (t * b + r) * g4;
-      T* dp = dpre.data() + (t * b + r) * g4;
-      for (int64_t j = 0; j < hs; ++j) {
-        const int64_t k = r * hs + j, kt = t * b * hs + k;
-        const T i = g[j], f = g[hs + j], o = g[2 * hs + j], u = g[3 * hs + j];
-        const T tc = std::tanh(cells[kt]);
-        const T dh = dy[kt] + dh_next[k];
-        const T dc = dc_next[k] + dh * o * (T(1) - tc * tc);
-        dp[j] = dc * u * i * (T(1) - i);
-        dp[hs + j] = dc * c_prev[k] * f * (T(1) - f);
-        dp[2 * hs + j] = dh * tc * o * (T(1) - o);
-        dp[3 * hs + j] = dc * i * (T(1) - u * u);
-        dc_next[k] = dc * f;
-      }
-    }
+    cpu::lstm_cell_backward(gates + t * b * g4, cells + t * b * hs, t == 0 ? c0 : cells + (t - 1) * b * hs,
+                            dy + t * b * hs, dh_next, dc_next, dpre.data() + t * b * g4, b, hs);
     // dh_{t-1} = dpre_t · whᵀ
     RowMap<T>(dh_next, b, hs).noalias() = dpre.middleRows(t * b, b) * wh.transpose();
   }

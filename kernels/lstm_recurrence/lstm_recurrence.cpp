@@ -1,13 +1,12 @@
 #include "kernels/lstm_recurrence/lstm_recurrence.h"
 
-#include <Eigen/Core>
 #include <cmath>
 
 #include "core/autocast.h"
 #include "kernels/bsmm_dw/bsmm_dw.h"
 #include "kernels/cast/cast.h"
 #include "kernels/common/dispatch.h"
-#include "kernels/common/eigen_maps.h"
+#include "kernels/common/lstm_cell_cpu.h"
 #include "kernels/concat/concat.h"
 #include "kernels/lstm_recurrence/recurrent_product.h"
 #include "kernels/lstm_recurrence_backward/lstm_recurrence_backward.h"
@@ -90,12 +89,6 @@ std::vector<TensorMeta> op::LstmRecurrence::infer(const std::vector<TensorMeta>&
 
 namespace {
 
-// σ(v) = 1/(1 + e^-v): e^-v overflows to inf for very negative v and gives 0, never NaN.
-template <class T>
-T sigmoid(T v) {
-  return T(1) / (T(1) + std::exp(-v));
-}
-
 template <class T>
 void recurrence_forward_cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out,
                             const op::LstmRecurrence::Attrs& attrs) {
@@ -112,18 +105,7 @@ void recurrence_forward_cpu(const std::vector<Tensor>& in, const std::vector<Ten
     T* g = gates + t * b * g4;
     std::copy(gx + t * b * g4, gx + (t + 1) * b * g4, g);
     cpu::recurrent_product(h_prev, w, attrs.layout.get(), b, hs, g4, /*transposed=*/false, g);  // += h·W_h
-    for (int64_t r = 0; r < b; ++r) {
-      T* gr = g + r * g4;
-      for (int64_t j = 0; j < hs; ++j) {
-        const T i = sigmoid(gr[j]), f = sigmoid(gr[hs + j] + fb), o = sigmoid(gr[2 * hs + j]);
-        const T u = std::tanh(gr[3 * hs + j]);
-        const int64_t k = r * hs + j;
-        const T c = f * c_prev[k] + i * u;
-        gr[j] = i, gr[hs + j] = f, gr[2 * hs + j] = o, gr[3 * hs + j] = u;
-        cells[t * b * hs + k] = c;
-        y[t * b * hs + k] = o * std::tanh(c);
-      }
-    }
+    cpu::lstm_cell_forward(g, c_prev, cells + t * b * hs, y + t * b * hs, b, hs, fb);
   }
   std::copy(y + (ts - 1) * b * hs, y + ts * b * hs, out[1].data<T>());          // hT
   std::copy(cells + (ts - 1) * b * hs, cells + ts * b * hs, out[2].data<T>());  // cT

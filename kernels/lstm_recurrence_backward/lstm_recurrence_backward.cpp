@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kernels/common/dispatch.h"
+#include "kernels/common/lstm_cell_cpu.h"
 #include "kernels/lstm_recurrence/lstm_recurrence.h"
 #include "kernels/lstm_recurrence/recurrent_product.h"
 
@@ -39,38 +40,21 @@ std::vector<TensorMeta> op::LstmRecurrenceBackward::infer(const std::vector<Tens
 
 namespace {
 
-template <class T, class C>
+template <class T>
 void recurrence_backward_cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const BlockLayout* layout) {
   const int64_t ts = in[0].size(0), b = in[0].size(1), hs = in[0].size(2), g4 = 4 * hs;
   const T* dy = in[0].data<T>();     // [T, B, H]
-  const C* gates = in[3].data<C>();  // [T, B, 4H] activated (i, f, o, u)
-  const C* cells = in[4].data<C>();  // [T, B, H]
+  const T* gates = in[3].data<T>();  // [T, B, 4H] activated (i, f, o, u)
+  const T* cells = in[4].data<T>();  // [T, B, H]
   const T* c0 = in[5].data<T>();     // [B, H]
   const T* w = in[6].data<T>();
   T* dpre = out[0].data<T>();        // [T, B, 4H]
   std::vector<T> dh(in[1].data<T>(), in[1].data<T>() + b * hs);  // dh from later steps: dhT first
   std::vector<T> dc(in[2].data<T>(), in[2].data<T>() + b * hs);  // dc_next: dcT first
   for (int64_t t = ts - 1; t >= 0; --t) {
-    const C* g = gates + t * b * g4;
-    const C* c = cells + t * b * hs;
     T* dp = dpre + t * b * g4;
-    for (int64_t r = 0; r < b; ++r) {
-      for (int64_t j = 0; j < hs; ++j) {
-        const int64_t k = r * hs + j;
-        const C* gr = g + r * g4;
-        const C i = gr[j], f = gr[hs + j], o = gr[2 * hs + j], u = gr[3 * hs + j];
-        const C tc = std::tanh(c[k]);
-        const C cp = t == 0 ? static_cast<C>(c0[k]) : cells[(t - 1) * b * hs + k];
-        const C dht = static_cast<C>(dh[k]) + static_cast<C>(dy[t * b * hs + k]);
-        const C dct = static_cast<C>(dc[k]) + dht * o * (C(1) - tc * tc);
-        T* dr = dp + r * g4;
-        dr[j] = static_cast<T>(dct * u * i * (C(1) - i));
-        dr[hs + j] = static_cast<T>(dct * cp * f * (C(1) - f));
-        dr[2 * hs + j] = static_cast<T>(dht * tc * o * (C(1) - o));
-        dr[3 * hs + j] = static_cast<T>(dct * i * (C(1) - u * u));
-        dc[k] = static_cast<T>(dct * f);
-      }
-    }
+    cpu::lstm_cell_backward(gates + t * b * g4, cells + t * b * hs, t == 0 ? c0 : cells + (t - 1) * b * hs,
+                            dy + t * b * hs, dh.data(), dc.data(), dp, b, hs);
     std::fill(dh.begin(), dh.end(), T(0));
     cpu::recurrent_product(dp, w, layout, b, hs, g4, /*transposed=*/true, dh.data());  // dpre_t·W_hᵀ
   }
@@ -85,7 +69,7 @@ void op::LstmRecurrenceBackward::cpu(const std::vector<Tensor>& in, const std::v
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
     // the saved gates and cells are f32 for f32 (and widened bf16/f16) inputs, f64 for f64
-    recurrence_backward_cpu<T, T>(in, out, attrs.layout.get());
+    recurrence_backward_cpu<T>(in, out, attrs.layout.get());
   });
 }
 

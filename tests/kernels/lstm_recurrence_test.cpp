@@ -11,6 +11,7 @@
 #include "core/sparse/generators.h"
 #include "gradcheck.h"
 #include "kernels/ops.h"
+#include "layers/lstm.h"
 
 namespace tessera {
 namespace {
@@ -22,14 +23,7 @@ using testing::test_randn;
 
 // A random per-gate layout [H, H] repeated for the four gates along 4H (as nn::LSTM tiles it).
 LayoutPtr gate_layout(int64_t hs, int64_t bs, double density, uint64_t seed) {
-  const LayoutPtr per = random_layout(hs, hs, bs, density, seed);
-  const int64_t rows = per->block_rows(), q = per->block_cols();
-  const std::vector<uint8_t> m = per->mask();
-  std::vector<uint8_t> full(static_cast<size_t>(rows * 4 * q));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t g = 0; g < 4; ++g)
-      for (int64_t c = 0; c < q; ++c) full[(r * 4 + g) * q + c] = m[r * q + c];
-  return BlockLayout::from_mask(hs, 4 * hs, bs, full);
+  return nn::lstm_gate_layout(*random_layout(hs, hs, bs, density, seed));
 }
 
 // The same sequence as the composition of per-step ops.
