@@ -39,6 +39,10 @@ done
 # The example corpus, for the trainers and bench/train_step (--data "$(dirname $0)/data/input.txt").
 corpus=../shared/data/tinyshakespeare/input.txt
 if [ -f "$corpus" ]; then mkdir -p "$out/data" && cp "$corpus" "$out/data/"; fi
+# gcide's .dz (13.5 MB) when this machine has fetched it (data/fetch.sh gcide), as a mirror for
+# the GPU node, which has no apt: scripts/reproduce.sh finds it there (TESSERA_DATA_MIRROR).
+gcide_dz=${XDG_CACHE_HOME:-$HOME/.cache}/tessera/data/gcide/gcide.dict.dz
+if [ -f "$gcide_dz" ]; then mkdir -p "$out/mirror/gcide" && cp "$gcide_dz" "$out/mirror/gcide/"; fi
 cat >"$out/run" <<'RUN'
 #!/usr/bin/env bash
 # Runs a program of this bundle with the CUDA libraries of the node on the library path.

@@ -1,7 +1,8 @@
 // The files of a training run's folder, written as the run goes:
 //   config.json        the run's configuration (written once, atomically)
 //   metrics.jsonl      one JSON object per logged step: step, train_loss, lr, tokens_per_s,
-//                      elapsed_s, and val_loss on evaluation steps
+//                      elapsed_s (wall time since the loop started), train_s (the same less the
+//                      evaluations: what time_limit_s counts), and val_loss on evaluation steps
 //   events.out.tfevents.*   TensorBoard scalars: the same metrics (core/logging/event_writer.h)
 //   loss.svg           train and val loss curves, redrawn at each evaluation
 //   samples.txt        text samples appended at each evaluation (when the task makes them)

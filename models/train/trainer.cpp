@@ -118,7 +118,7 @@ class Loop {
         nlohmann::json row = {{"step", step_}, {"train_loss", loss}, {"lr", lr},
                               {"tokens_per_s", (step_ - last_log_step) * task_.tokens_per_step() /
                                                    std::max(1e-9, now - last_log_t)},
-                              {"elapsed_s", now}};
+                              {"elapsed_s", now}, {"train_s", now - eval_s}};
         last_log_step = step_;
         last_log_t = now;
         if (eval) {

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Runs one of the papers' experiments end to end from a bundle (scripts/bundle.sh) on a GPU node:
+# each model × seed trains for a fixed budget of training time (evaluations not counted) with a
+# fixed seed, into its own run folder; then scripts/plot_runs.py draws the val curves (SVG, against
+# training time and against steps) and writes the summary (Markdown on stdout, JSON).
+#
+#   scripts/reproduce.sh lstm                               # every model, seeds 1,2,3, 240 s each
+#   scripts/reproduce.sh lstm --models dense,sparse --seeds 1 --budget 240
+#   scripts/reproduce.sh lstm --plot-only                   # redraw from the run folders there
+#
+# Experiments (NAME):
+#   lstm   byte-level gcide (interleaved splits), batch 64 × 256 steps, bf16, AdamW at a constant
+#          1e-3 after 200 warm-up steps, the same for every model; models at the recurrent
+#          parameter count of dense width 1024:
+#            dense      width 1024, dense, on cuDNN (--cudnn)
+#            sparse     width 4096, 1/16 dense, blocks of 32, random layout
+#            sparse-ba  the same with a Barabási–Albert layout
+#
+# Options: --models A,B (default: all of the experiment's), --seeds 1,2,3, --budget SECONDS (240),
+# --out DIR (results/NAME), --device cuda|cpu, --bundle DIR (dist: its `run` starts the programs),
+# --plot-only. Run folders are OUT/MODEL-sSEED; the seed sets the model's initialization (the
+# config field "seed") and the sampling. gcide comes from data/fetch.sh (on a node without apt,
+# put gcide.dict.dz in $TESSERA_DATA_MIRROR/gcide/; bundle.sh copies it to dist/mirror when the
+# machine that builds the bundle has fetched it). A run folder that already holds a finished run
+# (its metrics.jsonl ends with "done") is kept, so a series can be spread over several calls.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+die() { echo "reproduce.sh: $1" >&2; exit "${2:-1}"; }
+[[ $# -ge 1 ]] || die "usage: scripts/reproduce.sh NAME [--models A,B] [--seeds 1,2,3] [--budget S] [--out DIR] [--plot-only]" 2
+name=$1; shift
+models="" seeds=1,2,3 budget=240 out="" device=cuda bundle=dist plot_only=0
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --models) models=$2; shift 2 ;;
+    --seeds) seeds=$2; shift 2 ;;
+    --budget) budget=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --device) device=$2; shift 2 ;;
+    --bundle) bundle=$2; shift 2 ;;
+    --plot-only) plot_only=1; shift ;;
+    *) die "unknown option '$1'" 2 ;;
+  esac
+done
+out=${out:-results/$name}
+[[ $budget =~ ^[0-9]+([.][0-9]+)?$ ]] || die "--budget '$budget' is not a number of seconds" 2
+
+# model flags of the experiment
+declare -A flags
+case $name in
+  lstm)
+    program=train_lstm
+    common=(--dtype bf16 --batch 64 --seq 256 --steps 100000000 --lr 1e-3 --warmup 200 --schedule constant
+            --eval-every 500 --eval-batches 16 --ckpt-every 0 --log-every 100 --sample-chars 0
+            --split interleaved)
+    flags[dense]="--hidden 1024 --block 0 --cudnn"
+    flags[sparse]="--hidden 4096 --block 32 --density 0.0625 --layout random"
+    flags[sparse-ba]="--hidden 4096 --block 32 --density 0.0625 --layout ba"
+    order="dense sparse sparse-ba"
+    data_name=gcide
+    ;;
+  *) die "unknown experiment '$name' (known: lstm)" 2 ;;
+esac
+models=${models:-${order// /,}}
+IFS=, read -r -a model_list <<<"$models"
+IFS=, read -r -a seed_list <<<"$seeds"
+for m in "${model_list[@]}"; do [[ -n ${flags[$m]+x} ]] || die "experiment '$name' has no model '$m' (models: $order)" 2; done
+for s in "${seed_list[@]}"; do [[ $s =~ ^[0-9]+$ ]] || die "seed '$s' is not a whole number" 2; done
+
+if [[ $plot_only == 0 ]]; then
+  [[ -x $bundle/run ]] || die "no bundle at '$bundle' (build one with scripts/bundle.sh, or pass --bundle DIR)"
+  if [[ -z ${TESSERA_DATA_MIRROR:-} && -d $bundle/mirror ]]; then export TESSERA_DATA_MIRROR=$bundle/mirror; fi
+  data=$(data/fetch.sh "$data_name") || die "data/fetch.sh $data_name failed"
+  mkdir -p "$out"
+  for s in "${seed_list[@]}"; do
+    for m in "${model_list[@]}"; do
+      run=$out/$m-s$s
+      if [[ -f $run/done ]]; then echo "reproduce.sh: $run is finished, kept"; continue; fi
+      rm -rf "$run" && mkdir -p "$run"
+      echo "{\"seed\": $s}" >"$run/model_seed.json"
+      echo "reproduce.sh: $m seed $s, $budget s -> $run"
+      # shellcheck disable=SC2086
+      "$bundle/run" "$program" --device "$device" --data "$data" --out "$run" --seed "$s" \
+        --config "$run/model_seed.json" "${common[@]}" ${flags[$m]} --time-limit "$budget" >"$run/log.txt" 2>&1 ||
+        die "$m seed $s failed: $(tail -n 1 "$run/log.txt")"
+      tail -n 1 "$run/log.txt"
+      touch "$run/done"
+    done
+  done
+fi
+
+# the curves of every finished run folder of the experiment's models
+specs=()
+for m in $order; do
+  dirs=$(compgen -G "$out/$m-s*/done" | xargs -r -n1 dirname | sort | paste -sd, -) || true
+  [[ -n $dirs ]] && specs+=("$m=$dirs")
+done
+[[ ${#specs[@]} -gt 0 ]] || die "no finished runs in $out"
+python3 scripts/plot_runs.py --out "$out/curves.svg" --json "$out/summary.json" \
+  --title "$name: val bits per byte (gcide), ${budget} s of training per run" "${specs[@]}"
