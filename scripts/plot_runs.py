@@ -11,7 +11,8 @@ for byte-level corpora). The SVG has two panels, val bits against training time 
 steps: a thin line per run and a thick one for the mean over the model's runs. The summary gives
 per model the final val bits (mean and spread over runs), the steps and training seconds reached,
 and the val bits at the last evaluation step that every run of every model reached (equal
-steps). Only the Python standard library is used.
+steps), and the test split's bits when the runs logged a final test_loss row (--test-batches).
+Only the Python standard library is used.
 """
 import argparse
 import json
@@ -36,9 +37,11 @@ def read_run(folder):
     if not evals:
         sys.exit(f"plot_runs.py: {path} has no evaluation rows (val_loss)")
     points = [(r["step"], r.get("train_s", r.get("elapsed_s", 0.0)), r["val_loss"] / math.log(2)) for r in evals]
-    last = rows[-1]
+    trained = [r for r in rows if "train_loss" in r]
+    last = trained[-1] if trained else evals[-1]
+    tests = [r["test_loss"] / math.log(2) for r in rows if "test_loss" in r]
     return {"folder": folder, "points": points, "steps": last["step"],
-            "train_s": last.get("train_s", last.get("elapsed_s", 0.0))}
+            "train_s": last.get("train_s", last.get("elapsed_s", 0.0)), "test_bits": tests[-1] if tests else None}
 
 
 def nice_ticks(lo, hi, count=6):
@@ -139,6 +142,11 @@ def summarize(models):
         row = {"model": m["label"], "runs": len(final), "final_val_bits_mean": statistics.fmean(final),
                "final_val_bits_spread": max(final) - min(final), "final_val_bits": final,
                "steps": [r["steps"] for r in m["runs"]], "train_s": [r["train_s"] for r in m["runs"]]}
+        tests = [r["test_bits"] for r in m["runs"] if r["test_bits"] is not None]
+        if len(tests) == len(final):
+            row["test_bits_mean"] = statistics.fmean(tests)
+            row["test_bits_spread"] = max(tests) - min(tests)
+            row["test_bits"] = tests
         if equal_step is not None:
             at = [next(p[2] for p in r["points"] if p[0] == equal_step) for r in m["runs"]]
             row["equal_step"] = equal_step
@@ -152,14 +160,20 @@ def markdown(rows):
     head = "| model | runs | final val bits (mean) | spread | steps | training s |"
     sep = "| --- | --- | --- | --- | --- | --- |"
     if eq is not None:
-        head = head[:-1] + f" val bits at step {eq} |"
+        head += f" val bits at step {eq} |"
         sep += " --- |"
+    test = all("test_bits_mean" in r for r in rows)
+    if test:
+        head += " test bits (mean) | spread |"
+        sep += " --- | --- |"
     lines = [head, sep]
     for r in rows:
         line = (f"| {r['model']} | {r['runs']} | {r['final_val_bits_mean']:.4f} | {r['final_val_bits_spread']:.4f} | "
                 f"{'/'.join(str(s) for s in r['steps'])} | {'/'.join(f'{t:.0f}' for t in r['train_s'])} |")
         if eq is not None:
             line += f" {r['val_bits_at_equal_step_mean']:.4f} |"
+        if test:
+            line += f" {r['test_bits_mean']:.4f} | {r['test_bits_spread']:.4f} |"
         lines.append(line)
     return "\n".join(lines)
 

@@ -51,7 +51,7 @@ case $name in
   lstm)
     program=train_lstm
     common=(--dtype bf16 --batch 64 --seq 256 --steps 100000000 --lr 1e-3 --warmup 200 --schedule constant
-            --eval-every 500 --eval-batches 16 --ckpt-every 0 --log-every 100 --sample-chars 0
+            --eval-every 500 --eval-batches 16 --test-batches 64 --ckpt-every 0 --log-every 100 --sample-chars 0
             --split interleaved)
     flags[dense]="--hidden 1024 --block 0 --cudnn"
     flags[sparse]="--hidden 4096 --block 32 --density 0.0625 --layout random"

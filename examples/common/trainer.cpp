@@ -63,6 +63,10 @@ void add_trainer_flags(CLI::App& app, TrainerFlags& f) {
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   g->add_option("--eval-batches", f.eval_batches, "validation batches per evaluation")
       ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  g->add_option("--test-batches", f.test_batches,
+                "at the end, the mean loss over this many batches of the test split (--split interleaved has "
+                "one; 0: none)")
+      ->check(CLI::Range(0, 1 << 20))->capture_default_str();
   g->add_option("--ckpt-every", f.ckpt_every, "checkpoint every N steps (0: only at the end)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   g->add_option("--keep", f.keep, "numbered checkpoints to keep besides ckpt.h5")->check(CLI::Range(0, 1000))
@@ -258,6 +262,7 @@ train::TrainOptions train_options(const TrainerFlags& f, const std::string& prog
   o.steps = f.steps;
   o.eval_every = f.eval_every;
   o.eval_batches = f.eval_batches;
+  o.test_batches = f.test_batches;
   o.ckpt_every = f.ckpt_every;
   o.keep = f.keep;
   o.keep_best = f.keep_best;

@@ -49,6 +49,7 @@ struct TrainerFlags {
   std::string dtype = "f32";
   int64_t eval_every = 100;
   int64_t eval_batches = 8;
+  int64_t test_batches = 0; ///< > 0: the test split's loss over that many batches at the end
   int64_t ckpt_every = 500;
   int keep = 0;             ///< numbered checkpoints kept besides ckpt.h5
   int64_t log_every = 10;   ///< plain log lines (not a terminal) and metrics.jsonl rows

@@ -19,6 +19,7 @@
 #include <CLI/CLI.hpp>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <optional>
 
 #include "core/graph/compile.h"
@@ -95,9 +96,17 @@ class LstmTask : public train::TrainTask {
 
   // Random validation windows from a fixed seed (the same windows at every evaluation), zero state.
   double evaluate(int64_t batches) override {
-    const data::TokenArray& val = ds_.size(data::Part::val) > f_.seq ? ds_.tokens(data::Part::val)
-                                                                       : ds_.tokens(data::Part::train);
-    data::RandomWindowSampler s(val, f_.batch, f_.seq, /*seed=*/12345);
+    return mean_loss(ds_.size(data::Part::val) > f_.seq ? ds_.tokens(data::Part::val) : ds_.tokens(data::Part::train),
+                     batches);
+  }
+  // The same over the test split (--test-batches at the end of the run); NaN without one.
+  double evaluate_test(int64_t batches) override {
+    if (ds_.size(data::Part::test) <= f_.seq) return std::numeric_limits<double>::quiet_NaN();
+    return mean_loss(ds_.tokens(data::Part::test), batches);
+  }
+
+  double mean_loss(const data::TokenArray& tokens, int64_t batches) {
+    data::RandomWindowSampler s(tokens, f_.batch, f_.seq, /*seed=*/12345);
     NoGradGuard ng;
     const auto amp = precision_.guard();
     double sum = 0;

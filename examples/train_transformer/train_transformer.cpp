@@ -74,7 +74,7 @@ class TransformerTask : public train::WindowTask {
               return model.loss(x, y, B, dropout_gen);  // the dropout masks come from dropout_gen
             },
             data::RandomWindowSampler(ds.tokens(data::Part::train), f.batch, f.seq, f.seed, data::Layout::batch_major),
-            ds.tokens(data::Part::val), ds.vocab(), options(f, dropout_gen)),
+            ds.tokens(data::Part::val), ds.vocab(), options(f, ds, dropout_gen)),
         model_(model), ds_(ds), sample_chars_(sample_chars), temperature_(temperature), sample_gen_(f.seed + 7),
         dev_(examples::train_device(f)) {
     data::RandomWindowSampler peek = sampler();  // a copy: the real sampler does not advance
@@ -117,8 +117,10 @@ class TransformerTask : public train::WindowTask {
   }
 
  private:
-  static train::WindowTaskOptions options(const examples::TrainerFlags& f, Generator& dropout_gen) {
+  static train::WindowTaskOptions options(const examples::TrainerFlags& f, const data::TextDataset& ds,
+                                          Generator& dropout_gen) {
     train::WindowTaskOptions o;
+    o.test = ds.tokens(data::Part::test);
     o.compiled = !f.eager;
     o.micro_batches = f.micro_batches;
     o.autocast = examples::train_dtype(f);

@@ -26,6 +26,7 @@ void TrainOptions::validate() const {
   TS_CHECK(steps >= 1, ValueError, "TrainOptions: steps must be >= 1, got " << steps);
   TS_CHECK(eval_every >= 0, ValueError, "TrainOptions: eval_every must be >= 0, got " << eval_every);
   TS_CHECK(eval_batches >= 1, ValueError, "TrainOptions: eval_batches must be >= 1, got " << eval_batches);
+  TS_CHECK(test_batches >= 0, ValueError, "TrainOptions: test_batches must be >= 0, got " << test_batches);
   TS_CHECK(ckpt_every >= 0, ValueError, "TrainOptions: ckpt_every must be >= 0, got " << ckpt_every);
   TS_CHECK(keep >= 0, ValueError, "TrainOptions: keep must be >= 0, got " << keep);
   TS_CHECK(log_every >= 1, ValueError, "TrainOptions: log_every must be >= 1, got " << log_every);
@@ -150,6 +151,13 @@ class Loop {
     if (step_ > first || !fs::exists(ckpt_)) save(ckpt_, o_.keep);
     if (tty && step_ > first) std::cout << "\n";
     if (std::isnan(res_.val_loss)) evaluate();
+    if (o_.test_batches > 0) {
+      res_.test_loss = task_.evaluate_test(o_.test_batches);
+      if (std::isfinite(res_.test_loss)) {
+        folder_->log({{"step", step_}, {"test_loss", res_.test_loss}});
+        folder_->flush();
+      }
+    }
     res_.step = step_;
     if (out_of_time && !o_.quiet)
       std::cout << o_.program << ": time limit of " << fmt(o_.time_limit_s, 4) << " s of training reached after step "
@@ -157,7 +165,11 @@ class Loop {
     if (!o_.quiet)
       std::cout << "done: step " << step_ << "  train_loss "
                 << (std::isnan(res_.train_loss) ? "-" : fmt(res_.train_loss, 4)) << "  val_loss "
-                << fmt(res_.val_loss, 4) << "  (" << fmt_duration(elapsed()) << ", run folder " << o_.out << ")\n";
+                << fmt(res_.val_loss, 4)
+                << (o_.test_batches == 0             ? std::string()
+                    : std::isfinite(res_.test_loss) ? "  test_loss " + fmt(res_.test_loss, 4)
+                                                     : std::string("  (no test split)"))
+                << "  (" << fmt_duration(elapsed()) << ", run folder " << o_.out << ")\n";
     return res_;
   }
 
@@ -218,7 +230,7 @@ class Loop {
   std::optional<RunFolder> folder_;
   std::string ckpt_, last_saved_path_;
   int64_t step_ = 0, tokens_seen_ = 0, last_saved_step_ = -1;
-  TrainResult res_{0, NAN, NAN, NAN, 0, {}};
+  TrainResult res_{0, NAN, NAN, NAN, 0, {}, NAN};
 };
 
 }  // namespace

@@ -19,6 +19,7 @@
 //     lines; a progress line redrawn in place when stdout is a terminal);
 //   - every eval_every steps and at the end: task.evaluate(eval_batches), a sample, loss.svg;
 //     with keep_best the checkpoint best.h5 whenever the val loss is the lowest so far;
+//   - at the end, with test_batches > 0: task.evaluate_test(test_batches), a row "test_loss";
 //   - every ckpt_every steps and at the end: ckpt.h5 (atomic; with keep > 0 also ckpt.<step>.h5,
 //     the keep newest);
 //   - SIGINT / SIGTERM (handle_signals): the current step finishes, ckpt.h5 is written, one line
@@ -30,6 +31,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -53,6 +55,12 @@ class TrainTask {
   virtual int64_t tokens_per_step() const = 0;
   /// Mean validation loss over `batches` batches (no parameter changes).
   virtual double evaluate(int64_t batches) = 0;
+  /// Mean loss over `batches` batches of the test split, the same way; NaN when the task has no
+  /// test split (the default).
+  virtual double evaluate_test(int64_t batches) {
+    (void)batches;
+    return std::numeric_limits<double>::quiet_NaN();
+  }
   /// A text sample from the model (appended to samples.txt at each evaluation); empty: none.
   virtual std::string sample() { return {}; }
   /// Adds the task's resumable state (sampler positions, generators, vocabulary) to `ck`.
@@ -74,6 +82,9 @@ struct TrainOptions {
   int64_t steps = 1000;            ///< total steps of the run (a resumed run continues up to it)
   int64_t eval_every = 100;        ///< evaluate every N steps; 0: only at the end
   int64_t eval_batches = 8;        ///< validation batches per evaluation
+  /// > 0: at the end of the run, task.evaluate_test(test_batches), logged as a metrics row
+  /// {"step", "test_loss"} and in TrainResult::test_loss (NaN, and no row, without a test split).
+  int64_t test_batches = 0;
   int64_t ckpt_every = 500;        ///< checkpoint every N steps; 0: only at the end
   int keep = 0;                    ///< numbered checkpoints kept besides ckpt.h5
   bool keep_best = false;          ///< also best.h5: the checkpoint of the lowest val loss so far
@@ -115,6 +126,7 @@ struct TrainResult {
   double best_val_loss = 0;      ///< lowest val loss seen (NaN before any evaluation)
   int signal = 0;                ///< SIGINT / SIGTERM when a signal stopped the run, else 0
   std::string checkpoint;        ///< the last checkpoint written (ckpt.h5 of the run folder)
+  double test_loss = std::numeric_limits<double>::quiet_NaN();  ///< the final test loss (test_batches)
   /// 0, or 128 + signal (130 SIGINT, 143 SIGTERM): the exit status a program returns.
   int exit_code() const { return signal ? 128 + signal : 0; }
 };

@@ -1,6 +1,7 @@
 #include "models/train/window_task.h"
 
 #include <fstream>
+#include <limits>
 
 #include "core/error.h"
 #include "kernels/ops.h"
@@ -129,8 +130,17 @@ double WindowTask::accumulate_step() {
 
 double WindowTask::evaluate(int64_t batches) {
   const bool enough = static_cast<int64_t>(val_ ? val_->size() : 0) > sampler_.seq();
-  data::RandomWindowSampler s(enough ? val_ : sampler_.tokens(), sampler_.batch(), sampler_.seq(), options_.eval_seed,
-                              sampler_.layout());
+  return mean_loss(enough ? val_ : sampler_.tokens(), batches);
+}
+
+double WindowTask::evaluate_test(int64_t batches) {
+  if (static_cast<int64_t>(options_.test ? options_.test->size() : 0) <= sampler_.seq())
+    return std::numeric_limits<double>::quiet_NaN();
+  return mean_loss(options_.test, batches);
+}
+
+double WindowTask::mean_loss(const data::TokenArray& tokens, int64_t batches) {
+  data::RandomWindowSampler s(tokens, sampler_.batch(), sampler_.seq(), options_.eval_seed, sampler_.layout());
   EvalMode em(model_);
   NoGradGuard ng;
   const auto amp = precision_.guard();

@@ -19,7 +19,8 @@
 // Batches come from the sampler on the CPU and are fed to where the model is (options.device).
 // evaluate(n): the mean loss over the first n windows of a fixed-seed sampler over the validation
 // tokens (the same windows at every evaluation; the training tokens when there are too few), in
-// eval mode (no dropout) without autograd. sample(): options.sample, when given.
+// eval mode (no dropout) without autograd; evaluate_test(n) the same over options.test.
+// sample(): options.sample, when given.
 // State in checkpoints (save_state / restore_state): the vocabulary (/trainer/vocabulary: on resume
 // it must be there and equal this task's, or an error names the checkpoint and the data), the
 // sampler ("data.sampler" = "random", rng "data", "data.steps"), the dropout generator (rng
@@ -55,6 +56,7 @@ struct WindowTaskOptions {
   /// per run; saved as rng "dropout"); null when the loss has no random ops.
   Generator* dropout_gen = nullptr;
   int64_t eval_seed = 12345;       ///< seed of the fixed validation windows
+  data::TokenArray test;           ///< the test split's tokens, for evaluate_test (null: none)
   std::string data_name;           ///< the training data as errors name it (e.g. the file path)
   std::function<std::string()> sample;  ///< a text sample at each evaluation; empty: none
   std::string dump_graph;          ///< compiled: write the step's graph (Graphviz) to this file
@@ -72,6 +74,8 @@ class WindowTask : public TrainTask {
   double train_step() override;
   int64_t tokens_per_step() const override;
   double evaluate(int64_t batches) override;
+  /// evaluate's windows over options.test (NaN when it is null or not longer than a window).
+  double evaluate_test(int64_t batches) override;
   std::string sample() override { return options_.sample ? options_.sample() : std::string(); }
   void save_state(io::CheckpointData& ck) const override;
   void restore_state(const io::CheckpointData& ck, const std::string& path) override;
@@ -83,6 +87,7 @@ class WindowTask : public TrainTask {
  private:
   std::map<std::string, Tensor> feeds(const data::Batch& b) const;
   double accumulate_step();
+  double mean_loss(const data::TokenArray& tokens, int64_t batches);
 
   nn::Module& model_;
   optim::Optimizer& opt_;

@@ -219,6 +219,48 @@ TEST(TrainLoop, OptionsAreChecked) {
   o = quiet_options(dir, 5);
   o.time_limit_s = -1;
   expect_error<ValueError>([&] { train::run_training(o, s.model, s.opt, {}, s.task); }, {"time_limit_s", ">= 0"});
+  o = quiet_options(dir, 5);
+  o.test_batches = -1;
+  expect_error<ValueError>([&] { train::run_training(o, s.model, s.opt, {}, s.task); }, {"test_batches", ">= 0"});
+}
+
+// The last metrics row of a run folder (JSON).
+nlohmann::json last_row(const std::string& metrics) {
+  std::ifstream in(metrics);
+  nlohmann::json last;
+  for (std::string line; std::getline(in, line);) last = nlohmann::json::parse(line);
+  return last;
+}
+
+// test_batches > 0: the run's last act is the test split's loss, in the result and a metrics row;
+// a task without a test split gives NaN and no row.
+TEST(TrainLoop, TestBatchesEvaluateTheTestSplitAtTheEnd) {
+  TempDir dir;
+  const data::TextDataset ds = tiny_text(dir);
+  models::TransformerLM model(tiny_transformer(ds.vocab().size()));
+  optim::Adam opt(model.parameters(), optim::AdamOptions(1e-2));
+  train::WindowTaskOptions wo;
+  wo.test = ds.tokens(data::Part::val);  // stands in for a test split
+  train::WindowTask task(model, opt, [&model](const Tensor& x, const Tensor& y) { return model.loss(x, y, 4); },
+                         data::RandomWindowSampler(ds.tokens(data::Part::train), 4, 16, 3, data::Layout::batch_major),
+                         ds.tokens(data::Part::val), ds.vocab(), wo);
+  train::TrainOptions o = quiet_options(dir, 2);
+  o.test_batches = 3;
+  const train::TrainResult r = train::run_training(o, model, opt, tiny_config(ds.vocab().size()), task);
+  ASSERT_TRUE(std::isfinite(r.test_loss));
+  EXPECT_EQ(r.test_loss, task.evaluate_test(3));  // the same windows of the trained model
+  EXPECT_EQ(r.test_loss, task.evaluate(3));       // here the test tokens are the val tokens
+  const nlohmann::json row = last_row(dir.file("run/metrics.jsonl"));
+  EXPECT_EQ(row["step"].get<int64_t>(), 2);
+  EXPECT_EQ(row["test_loss"].get<double>(), r.test_loss);
+
+  TempDir dir2;
+  Rig s(dir2);  // no test split
+  train::TrainOptions o2 = quiet_options(dir2, 2);
+  o2.test_batches = 3;
+  const train::TrainResult r2 = train::run_training(o2, s.model, s.opt, tiny_config(s.ds.vocab().size()), s.task);
+  EXPECT_TRUE(std::isnan(r2.test_loss));
+  EXPECT_FALSE(last_row(dir2.file("run/metrics.jsonl")).contains("test_loss"));
 }
 
 // A time limit ends the run after the first step that reaches it: evaluated and checkpointed as
