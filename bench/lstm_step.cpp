@@ -43,6 +43,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/common/cuda/blas.h"  // cuda::allow_tf32
+#include "kernels/common/cuda/lstm_persistent.h"  // cuda::recurrence_step_floor
 #endif
 
 #include "common/bench_report.h"
@@ -287,6 +288,33 @@ void bench_recurrence_ops(BenchReport& report, Timer& timer, const Options& o, D
   }
 }
 
+#ifdef TESSERA_WITH_CUDA
+// The floor of a persistent recurrence's step on this GPU (cuda::recurrence_step_floor): the grid
+// barrier alone, and one dependent exchange between blocks plus the barrier; a fused layer's
+// fwd+bwd costs at least two such steps per time step. Ratio: to the cuDNN graph of the first
+// dense hidden size per time step, when measured.
+void bench_step_floor(BenchReport& report, const Options& o,
+                      const std::map<std::pair<int64_t, DType>, double>& cudnn_graph_ms) {
+  constexpr int64_t kRounds = 4096;
+  cuda::recurrence_step_floor(0, 64, true);  // warm-up
+  double base = 0;
+  std::string base_name = "itself";
+  if (!cudnn_graph_ms.empty()) {
+    const auto& first = *cudnn_graph_ms.begin();
+    base = first.second * 1e3 / static_cast<double>(o.steps);
+    base_name = "cudnn graph H" + std::to_string(first.first.first) + " / T";
+  }
+  for (bool exchange : {false, true}) {
+    std::vector<double> us;
+    for (int r = 0; r < std::max(1, o.repeats); ++r) us.push_back(cuda::recurrence_step_floor(0, kRounds, exchange));
+    std::sort(us.begin(), us.end());
+    const double v = us[us.size() / 2];
+    report.add({exchange ? "step floor: exchange + grid barrier" : "step floor: grid barrier", "one block per SM",
+                v * kRounds / 1e3, v, "us/step", base > 0 ? base : v, base_name});
+  }
+}
+#endif
+
 struct SparseSpec {
   int64_t hidden = 0, bs = 0;
   double density = 0;
@@ -433,6 +461,9 @@ int main(int argc, char** argv) {
     for (const SparseSpec& spec : sparse)
       for (const std::string& name : o.dtypes) bench_sparse_case(report, timer, o, dev, spec, dtype_from_name(name),
                                                                  cudnn_graph_ms);
+#ifdef TESSERA_WITH_CUDA
+    if (dev.is_cuda()) bench_step_floor(report, o, cudnn_graph_ms);
+#endif
     report.print(std::cout);
     if (!o.json.empty()) report.write_json(o.json);
     if (!ok) {

@@ -406,11 +406,13 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
         if (s < n_stages) load_stage(s);
         cp_async_commit();
       }
+      // One block barrier per stage: stage s lands, then the barrier, after which every warp is
+      // past stage s − 1, whose slot then takes stage s + R − 1.
       for (int s = 0; s < n_stages; ++s) {
+        cp_async_wait_n(R - 2);
+        __syncthreads();
         if (s + R - 1 < n_stages) load_stage(s + R - 1);
         cp_async_commit();
-        cp_async_wait_n(R - 1);
-        __syncthreads();
         const uint32_t a_stage = ring_s + (s % R) * stage_b;
         const int slices = stage_k / 16;
 #pragma unroll
@@ -437,8 +439,8 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
             }
           }
         }
-        __syncthreads();  // the stage's slot is refilled next
       }
+      if (n_stages > 0) __syncthreads();  // the partial sums overwrite the ring
       cp_async_wait<0>();  // the epilogue inputs (and empty groups)
 
       // partial sums to shared memory: red[wk][row][col]
@@ -517,6 +519,27 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
     }
     const bool last = kBackward ? final_phase : ph == p.steps - 1;
     if (!last) grid_barrier(p.counter, ++barriers * gridDim.x);
+  }
+}
+
+// The per-step floor of any persistent recurrence on this grid: `steps` rounds in which every
+// block reads the 16 bytes block (b + 1) % grid wrote in the round before, adds, writes its own,
+// and meets the others at the grid barrier (exchange = false: the barrier alone). One thread per
+// block does the exchange, so the round is one dependent L2 read, one write, the fence and the
+// barrier: what a step of h (or dpre) passed between blocks costs before any product.
+__global__ void __launch_bounds__(kThreads, 1) step_floor_kernel(int steps, bool exchange, uint4* slots,
+                                                                unsigned* counter) {
+  const int b = blockIdx.x, next = (b + 1) % gridDim.x;
+  uint4 v = make_uint4(b, 0, 0, 0);
+  for (int t = 0; t < steps; ++t) {
+    if (exchange && threadIdx.x == 0) {
+      const uint4* src = slots + static_cast<size_t>(t & 1) * gridDim.x + next;
+      uint4 w;
+      asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w) : "l"(src));
+      v.x += w.x, v.y ^= w.y + t;
+      slots[static_cast<size_t>((t + 1) & 1) * gridDim.x + b] = v;
+    }
+    grid_barrier(counter, static_cast<unsigned>(t + 1) * gridDim.x);
   }
 }
 
@@ -780,6 +803,40 @@ void recurrence_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT,
     launch_units<__half, true>(p, plan, stream);
   }
   TS_CUDA_LAUNCH_CHECK("lstm_recurrence_backward");
+}
+
+double recurrence_step_floor(int device, int64_t steps, bool exchange) {
+  const DeviceLimits lim = device_limits(device);
+  TS_CHECK(lim.smem > 0, NotImplementedError, "the device does not support cooperative launches");
+  const cudaStream_t stream = static_cast<cudaStream_t>(cuda::stream(device));
+  const int grid = lim.sms;
+  void* slots = allocate(2 * grid * sizeof(uint4), device);
+  TS_CUDA_CHECK(cudaMemsetAsync(slots, 0, 2 * grid * sizeof(uint4), stream));
+  Counter counter(device, stream);
+  cudaEvent_t start, stop;
+  TS_CUDA_CHECK(cudaEventCreate(&start));
+  TS_CUDA_CHECK(cudaEventCreate(&stop));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(kThreads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  const int n = static_cast<int>(steps);
+  uint4* sl = static_cast<uint4*>(slots);
+  TS_CUDA_CHECK(cudaEventRecord(start, stream));
+  TS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, step_floor_kernel, n, exchange, sl, counter.ptr_));
+  TS_CUDA_CHECK(cudaEventRecord(stop, stream));
+  TS_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  TS_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  TS_CUDA_CHECK(cudaEventDestroy(start));
+  TS_CUDA_CHECK(cudaEventDestroy(stop));
+  deallocate(slots, 2 * grid * sizeof(uint4), device);
+  return static_cast<double>(ms) * 1e3 / static_cast<double>(steps);
 }
 
 }  // namespace cuda
