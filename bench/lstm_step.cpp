@@ -43,7 +43,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/common/cuda/blas.h"  // cuda::allow_tf32
-#include "kernels/common/cuda/lstm_persistent.h"  // cuda::recurrence_step_floor
+#include "kernels/common/cuda/lstm_persistent.h"  // cuda::launch_step_floor
 #endif
 
 #include "common/bench_report.h"
@@ -289,14 +289,16 @@ void bench_recurrence_ops(BenchReport& report, Timer& timer, const Options& o, D
 }
 
 #ifdef TESSERA_WITH_CUDA
-// The floor of a persistent recurrence's step on this GPU (cuda::recurrence_step_floor): the grid
+// The floor of a persistent recurrence's step on this GPU (cuda::launch_step_floor): the grid
 // barrier alone, and one dependent exchange between blocks plus the barrier; a fused layer's
 // fwd+bwd costs at least two such steps per time step. Ratio: to the cuDNN graph of the first
 // dense hidden size per time step, when measured.
-void bench_step_floor(BenchReport& report, const Options& o,
+void bench_step_floor(BenchReport& report, Timer& timer, const Options& o,
                       const std::map<std::pair<int64_t, DType>, double>& cudnn_graph_ms) {
   constexpr int64_t kRounds = 4096;
-  cuda::recurrence_step_floor(0, 64, true);  // warm-up
+  const std::vector<double> ms = interleaved_ms(
+      timer, {[] { cuda::launch_step_floor(0, kRounds, false); }, [] { cuda::launch_step_floor(0, kRounds, true); }},
+      std::max(1, o.warmup), o.repeats);
   double base = 0;
   std::string base_name = "itself";
   if (!cudnn_graph_ms.empty()) {
@@ -304,13 +306,10 @@ void bench_step_floor(BenchReport& report, const Options& o,
     base = first.second * 1e3 / static_cast<double>(o.steps);
     base_name = "cudnn graph H" + std::to_string(first.first.first) + " / T";
   }
-  for (bool exchange : {false, true}) {
-    std::vector<double> us;
-    for (int r = 0; r < std::max(1, o.repeats); ++r) us.push_back(cuda::recurrence_step_floor(0, kRounds, exchange));
-    std::sort(us.begin(), us.end());
-    const double v = us[us.size() / 2];
-    report.add({exchange ? "step floor: exchange + grid barrier" : "step floor: grid barrier", "one block per SM",
-                v * kRounds / 1e3, v, "us/step", base > 0 ? base : v, base_name});
+  for (int k = 0; k < 2; ++k) {
+    const double v = ms[k] * 1e3 / kRounds;
+    report.add({k ? "step floor: exchange + grid barrier" : "step floor: grid barrier", "one block per SM", ms[k], v,
+                "us/step", base > 0 ? base : v, base_name});
   }
 }
 #endif
@@ -462,7 +461,7 @@ int main(int argc, char** argv) {
       for (const std::string& name : o.dtypes) bench_sparse_case(report, timer, o, dev, spec, dtype_from_name(name),
                                                                  cudnn_graph_ms);
 #ifdef TESSERA_WITH_CUDA
-    if (dev.is_cuda()) bench_step_floor(report, o, cudnn_graph_ms);
+    if (dev.is_cuda()) bench_step_floor(report, timer, o, cudnn_graph_ms);
 #endif
     report.print(std::cout);
     if (!o.json.empty()) report.write_json(o.json);

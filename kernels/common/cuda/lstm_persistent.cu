@@ -543,21 +543,28 @@ __global__ void __launch_bounds__(kThreads, 1) step_floor_kernel(int steps, bool
   }
 }
 
-template <class T, int U, bool kBackward>
-void launch(const Params& prm, const RecurrencePlan& plan, cudaStream_t stream) {
-  auto kernel = lstm_persistent_kernel<T, U, kBackward>;
-  TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.smem)));
+// A cooperative launch of `grid` blocks of kThreads (the driver runs it only when every block
+// can be resident at once, so grid_barrier cannot wait on a block that never runs).
+template <class... KernelArgs, class... Args>
+void launch_cooperative(void (*kernel)(KernelArgs...), int grid, size_t smem, cudaStream_t stream, Args... args) {
+  if (smem > 0)
+    TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(plan.grid);
+  cfg.gridDim = dim3(grid);
   cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = plan.smem;
+  cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeCooperative;
   attr[0].val.cooperative = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  TS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, prm));
+  TS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
+template <class T, int U, bool kBackward>
+void launch(const Params& prm, const RecurrencePlan& plan, cudaStream_t stream) {
+  launch_cooperative(lstm_persistent_kernel<T, U, kBackward>, plan.grid, plan.smem, stream, prm);
 }
 
 template <class T, bool kBackward>
@@ -805,38 +812,19 @@ void recurrence_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT,
   TS_CUDA_LAUNCH_CHECK("lstm_recurrence_backward");
 }
 
-double recurrence_step_floor(int device, int64_t steps, bool exchange) {
+void launch_step_floor(int device, int64_t steps, bool exchange) {
   const DeviceLimits lim = device_limits(device);
   TS_CHECK(lim.smem > 0, NotImplementedError, "the device does not support cooperative launches");
   const cudaStream_t stream = static_cast<cudaStream_t>(cuda::stream(device));
   const int grid = lim.sms;
-  void* slots = allocate(2 * grid * sizeof(uint4), device);
-  TS_CUDA_CHECK(cudaMemsetAsync(slots, 0, 2 * grid * sizeof(uint4), stream));
+  const size_t bytes = 2 * static_cast<size_t>(grid) * sizeof(uint4);
+  void* slots = allocate(bytes, device);
+  TS_CUDA_CHECK(cudaMemsetAsync(slots, 0, bytes, stream));
   Counter counter(device, stream);
-  cudaEvent_t start, stop;
-  TS_CUDA_CHECK(cudaEventCreate(&start));
-  TS_CUDA_CHECK(cudaEventCreate(&stop));
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(kThreads);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  const int n = static_cast<int>(steps);
-  uint4* sl = static_cast<uint4*>(slots);
-  TS_CUDA_CHECK(cudaEventRecord(start, stream));
-  TS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, step_floor_kernel, n, exchange, sl, counter.ptr_));
-  TS_CUDA_CHECK(cudaEventRecord(stop, stream));
-  TS_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  TS_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  TS_CUDA_CHECK(cudaEventDestroy(start));
-  TS_CUDA_CHECK(cudaEventDestroy(stop));
-  deallocate(slots, 2 * grid * sizeof(uint4), device);
-  return static_cast<double>(ms) * 1e3 / static_cast<double>(steps);
+  launch_cooperative(step_floor_kernel, grid, 0, stream, static_cast<int>(steps), exchange, static_cast<uint4*>(slots),
+                     counter.ptr_);
+  TS_CUDA_LAUNCH_CHECK("lstm step floor");
+  deallocate(slots, bytes, device);
 }
 
 }  // namespace cuda

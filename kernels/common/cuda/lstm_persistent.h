@@ -44,10 +44,11 @@ void recurrence_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT,
                          const Tensor& cells, const Tensor& c0, const Tensor& wh, const LayoutPtr& layout,
                          const Tensor& dpre, const Tensor& dh0, const Tensor& dc0);
 
-/// The floor of one step of a persistent recurrence on `device`, in µs: one cooperative launch of
-/// the kernels' grid (one block per SM) doing `steps` grid barriers, each after one dependent
-/// 16-byte exchange between blocks through L2 (exchange) or alone. For bench/lstm_step.
-double recurrence_step_floor(int device, int64_t steps, bool exchange);
+/// The floor of a persistent recurrence's step on `device`, enqueued on its stream: one
+/// cooperative launch of the kernels' grid (one block per SM) doing `steps` grid barriers, each
+/// after one dependent 16-byte exchange between blocks through L2 (exchange) or alone. For
+/// bench/lstm_step, which times it.
+void launch_step_floor(int device, int64_t steps, bool exchange);
 
 }  // namespace cuda
 }  // namespace tessera
