@@ -177,6 +177,14 @@ struct Kernel {
   static constexpr int kEpBytes = kBackward ? 0 : kMaxBatch * 4 * U * 2;
   // (row, unit) pairs of one group per thread in the backward epilogue
   static constexpr int kEpPerThread = kMaxBatch * U / kThreads > 0 ? kMaxBatch * U / kThreads : 1;
+  // The product loop takes kRound K slices of a warp per round, all their fragments loaded before
+  // any multiplies; a warp with one tile sums the odd slices in a second accumulator set (two
+  // dependent HMMA chains of half the length). Two where a warp has at most two tiles, except in
+  // the backward at 64 units, whose epilogue inputs (7 floats for each of a thread's 8 (row, unit)
+  // pairs) stay in registers across the product and would spill; else one (four tiles per warp
+  // overlap their fragment loads already). Four slices per round (U ≤ 16) measured no faster
+  // (dense H1024 8.53 against 8.49 ms, 2026-12-03).
+  static constexpr int kRound = kPairs <= 2 && !(kBackward && kEpPerThread > 4) ? 2 : 1;
 
   // W_h's slice is [rows, N] without padding; the 16-byte chunk c of row r sits at chunk
   // swizzle(r, c), so that the 8 rows one ldmatrix phase reads fall on distinct banks.
@@ -310,6 +318,33 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
 
 
   const int lda = kBackward ? G4 : H;
+  const uint32_t ring_s = sm80::smem_addr(ring);
+
+  // Per launch: this thread's 16-byte pieces of every stage: K column copy_col of rows
+  // copy_row0 + copy_row_step·i (kThreads is a multiple of a stage's pieces per row).
+  constexpr int kCopies = kMaxBatch * (kMaxStageK / 8) / kThreads;
+  const int log_ppr = stage_k == 256 ? 5 : 4;
+  const int copy_col = (tid & ((1 << log_ppr) - 1)) * 8, copy_row0 = tid >> log_ppr, copy_row_step = kThreads >> log_ppr;
+  const int copy_row_end = mt_count * 16;  // rows of the product (B padded to 16)
+  // Per launch: this warp's tiles of the product (kPairs of them, or one tile and a share of the
+  // K slices when the tiles are fewer than the warps) and their fragment addresses within a stage /
+  // a 16-row slice of W (the swizzle depends on the row only modulo 8, so on the lane only).
+  const int wk = wk_count > 1 ? warp / tiles : 0;
+  const bool warp_active = wk_count > 1 ? warp < tiles * wk_count : true;
+  uint32_t a_off[K::kPairs], b_off[K::kPairs];
+  bool tile_on[K::kPairs];
+#pragma unroll
+  for (int i = 0; i < K::kPairs; ++i) {
+    const int tile = wk_count > 1 ? warp % tiles : warp + kWarps * i;
+    tile_on[i] = warp_active && !(wk_count > 1 && i > 0) && tile < tiles;
+    const int mt = tile % mt_count, nt = tile / mt_count;
+    a_off[i] = ((mt * 16 + (lane & 15)) * stage_stride + (lane >> 4) * 8) * 2;
+    if constexpr (TN == 16) {
+      b_off[i] = K::w_index((lane & 7) + ((lane >> 3) & 1) * 8, nt * 16 + (lane >> 4) * 8) * 2;
+    } else {
+      b_off[i] = K::w_index(lane & 15, nt * 8) * 2;
+    }
+  }
   const int phases = kBackward ? p.steps + 1 : p.steps;  // backward: T steps, then dh0
   unsigned barriers = 0;
   for (int ph = 0; ph < phases; ++ph) {
@@ -356,89 +391,110 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
         }
       }
 
-      // stage s of the product: columns s·128 … of the group's chunk list, rows 0 … 16·mt_count.
-      // This thread's 16-byte pieces of a stage: row r = q / 16, column 8·(q % 16) for
-      // q = tid + 256·i (the same in every stage); chunk and offset by shifts (chunk = 2^log_chunk).
-      const int pieces_per_row = stage_k / 8, log_ppr = stage_k == 256 ? 5 : 4;
-      const int n_pieces = mt_count * 16 * pieces_per_row;
-      const uint32_t ring_s = sm80::smem_addr(ring);
-      auto load_stage = [&](int s) {
-        const uint32_t dst = ring_s + (s % R) * stage_b;
+      // stage s of the product: K columns s·stage_k … of the group's chunk list, rows 0 … 16·mt_count
+      // (pad rows and columns past the list get zeros).
+      auto load_stage = [&](int s, int slot) {
+        const uint32_t dst = ring_s + slot * stage_b;
+        const int kk = s * stage_k + copy_col, ch = kk >> p.log_chunk;
+        const T* src0 = ch < nch ? a_src + cols[ch] + (kk & (p.chunk - 1)) : nullptr;
 #pragma unroll
-        for (int i = 0; i < kMaxBatch * (kMaxStageK / 8) / kThreads; ++i) {
-          const int q = tid + kThreads * i, r = q >> log_ppr, c8 = q & (pieces_per_row - 1);
-          if (q >= n_pieces) break;
-          const int kk = s * stage_k + c8 * 8, ch = kk >> p.log_chunk, off = kk & (p.chunk - 1);
-          const bool valid = r < B && ch < nch;
-          const T* src = valid ? a_src + r * lda + cols[ch] + off : a_src;
-          cp_async16_s(dst + (r * stage_stride + c8 * 8) * 2, src, valid);
+        for (int i = 0; i < kCopies; ++i) {
+          const int r = copy_row0 + copy_row_step * i;
+          if (r >= copy_row_end) break;
+          const bool valid = src0 != nullptr && r < B;
+          cp_async16_s(dst + (r * stage_stride + copy_col) * 2, valid ? src0 + r * lda : a_src, valid);
         }
       };
 
-      float acc[K::kPairs][TN / 8][4];
+      float acc[K::kPairs][TN / 8][4], acc_odd[TN / 8][4];  // acc_odd: the odd slices when a warp has one tile
 #pragma unroll
-      for (int i = 0; i < K::kPairs; ++i)
+      for (int q = 0; q < TN / 8; ++q)
 #pragma unroll
-        for (int q = 0; q < TN / 8; ++q)
+        for (int e = 0; e < 4; ++e) {
+          acc_odd[q][e] = 0.f;
 #pragma unroll
-          for (int e = 0; e < 4; ++e) acc[i][q][e] = 0.f;
-      const int wk = wk_count > 1 ? warp / tiles : 0;
-      const bool warp_active = wk_count > 1 ? warp < tiles * wk_count : true;
-      // per tile of this warp: its A and B addresses within a stage / a 16-row slice of W (the
-      // swizzle depends on the row only modulo 8, so on the lane only)
-      uint32_t a_off[K::kPairs], b_off[K::kPairs];
-      bool tile_on[K::kPairs];
-#pragma unroll
-      for (int i = 0; i < K::kPairs; ++i) {
-        const int tile = wk_count > 1 ? warp % tiles : warp + kWarps * i;
-        tile_on[i] = warp_active && !(wk_count > 1 && i > 0) && tile < tiles;
-        const int mt = tile % mt_count, nt = tile / mt_count;
-        a_off[i] = ((mt * 16 + (lane & 15)) * stage_stride + (lane >> 4) * 8) * 2;
-        if constexpr (TN == 16) {
-          b_off[i] = K::w_index((lane & 7) + ((lane >> 3) & 1) * 8, nt * 16 + (lane >> 4) * 8) * 2;
-        } else {
-          b_off[i] = K::w_index(lane & 15, nt * 8) * 2;
+          for (int i = 0; i < K::kPairs; ++i) acc[i][q][e] = 0.f;
         }
-      }
       const uint32_t wg_s = sm80::smem_addr(wg);
 
+      int load_slot = 0, use_slot = 0;  // ring slots of the next stage to load / to multiply
       for (int s = 0; s < R - 1; ++s) {
-        if (s < n_stages) load_stage(s);
+        if (s < n_stages) {
+          load_stage(s, load_slot);
+          load_slot = load_slot + 1 == R ? 0 : load_slot + 1;
+        }
         cp_async_commit();
       }
+      const int k_slices = k_rows / 16, slices = stage_k / 16;
       // One block barrier per stage: stage s lands, then the barrier, after which every warp is
       // past stage s − 1, whose slot then takes stage s + R − 1.
       for (int s = 0; s < n_stages; ++s) {
         cp_async_wait_n(R - 2);
         __syncthreads();
-        if (s + R - 1 < n_stages) load_stage(s + R - 1);
+        if (s + R - 1 < n_stages) {
+          load_stage(s + R - 1, load_slot);
+          load_slot = load_slot + 1 == R ? 0 : load_slot + 1;
+        }
         cp_async_commit();
-        const uint32_t a_stage = ring_s + (s % R) * stage_b;
-        const int slices = stage_k / 16;
-#pragma unroll
-        for (int sl = 0; sl < kMaxStageK / 16; ++sl) {
-          if (sl >= slices) break;
-          const int krow = s * stage_k + sl * 16;
-          if (krow >= k_rows || ((s * slices + sl) & (wk_count - 1)) != wk) continue;
-          const uint32_t w_slice = wg_s + krow * N * 2;
+        const uint32_t a_stage = ring_s + use_slot * stage_b;
+        use_slot = use_slot + 1 == R ? 0 : use_slot + 1;
+        if (!tile_on[0]) continue;
+        // the K-split: global slice s·slices + sl belongs to warp set (s·slices + sl) mod wk_count
+        const int s0 = s * slices, end = min(slices, k_slices - s0);
+        const uint32_t w_stage = wg_s + s0 * 16 * N * 2;
+        // one slice: A [16 rows, 16 K] of the stage, B [16 K, TN] of W, per tile of this warp
+        auto load_slice = [&](uint32_t (&a)[K::kPairs][4], uint32_t (&b)[K::kPairs][TN / 4], int sl) {
 #pragma unroll
           for (int i = 0; i < K::kPairs; ++i) {
             if (!tile_on[i]) continue;
-            uint32_t a[4];
-            ldsm_x4(a, a_stage + a_off[i] + sl * 32);
+            ldsm_x4(a[i], a_stage + a_off[i] + sl * 32);
             if constexpr (TN == 16) {
-              uint32_t b[4];
-              ldsm_x4_t(b, w_slice + b_off[i]);
-              const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-              sm80::mma_16816<T>(acc[i][0], a, b0);
-              sm80::mma_16816<T>(acc[i][1], a, b1);
+              ldsm_x4_t(b[i], w_stage + sl * 16 * N * 2 + b_off[i]);
             } else {
-              uint32_t b[2];
-              ldsm_x2_t(b, w_slice + b_off[i]);
-              sm80::mma_16816<T>(acc[i][0], a, b);
+              uint32_t (&b2)[2] = reinterpret_cast<uint32_t (&)[2]>(b[i]);
+              ldsm_x2_t(b2, w_stage + sl * 16 * N * 2 + b_off[i]);
             }
           }
+        };
+        auto mma_slice = [&](float (&c)[TN / 8][4], const uint32_t (&a)[4], const uint32_t (&b)[TN / 4]) {
+          const uint32_t b0[2] = {b[0], b[1]};
+          sm80::mma_16816<T>(c[0], a, b0);
+          if constexpr (TN == 16) {
+            const uint32_t b1[2] = {b[2], b[3]};
+            sm80::mma_16816<T>(c[1], a, b1);
+          }
+        };
+        int sl = (wk - s0) & (wk_count - 1);  // this warp's first slice in the stage
+        constexpr int kRound = K::kRound;
+        for (; kRound > 1 && sl + (kRound - 1) * wk_count < end; sl += kRound * wk_count) {
+          uint32_t a[kRound][K::kPairs][4], b[kRound][K::kPairs][TN / 4];
+#pragma unroll
+          for (int r = 0; r < kRound; ++r) load_slice(a[r], b[r], sl + r * wk_count);
+#pragma unroll
+          for (int r = 0; r < kRound; ++r)
+#pragma unroll
+            for (int i = 0; i < K::kPairs; ++i) {
+              if (!tile_on[i]) continue;
+              if constexpr (K::kPairs == 1) {
+                mma_slice(r % 2 ? acc_odd : acc[0], a[r][0], b[r][0]);
+              } else {
+                mma_slice(acc[i], a[r][i], b[r][i]);
+              }
+            }
         }
+        for (; sl < end; sl += wk_count) {
+          uint32_t a0[K::kPairs][4], b0[K::kPairs][TN / 4];
+          load_slice(a0, b0, sl);
+#pragma unroll
+          for (int i = 0; i < K::kPairs; ++i)
+            if (tile_on[i]) mma_slice(acc[i], a0[i], b0[i]);
+        }
+      }
+      if constexpr (K::kRound > 1 && K::kPairs == 1) {
+#pragma unroll
+        for (int q = 0; q < TN / 8; ++q)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[0][q][e] += acc_odd[q][e];
       }
       if (n_stages > 0) __syncthreads();  // the partial sums overwrite the ring
       cp_async_wait<0>();  // the epilogue inputs (and empty groups)
