@@ -291,14 +291,13 @@ void bench_recurrence_ops(BenchReport& report, Timer& timer, const Options& o, D
 #ifdef TESSERA_WITH_CUDA
 // The floor of a persistent recurrence's step on this GPU (cuda::launch_step_floor): the grid
 // barrier alone, and one dependent exchange between blocks plus the barrier; a fused layer's
-// fwd+bwd costs at least two such steps per time step. Ratio: to the cuDNN graph of the first
-// dense hidden size per time step, when measured.
+// fwd+bwd costs at least two such steps per time step. Then the exchange and barrier with a
+// cluster barrier per round, in clusters of 2 and 4 (what splitting a step's K over a cluster
+// would add), or a note with the driver's refusal. Ratio: to the cuDNN graph of the first dense
+// hidden size per time step, when measured.
 void bench_step_floor(BenchReport& report, Timer& timer, const Options& o,
                       const std::map<std::pair<int64_t, DType>, double>& cudnn_graph_ms) {
   constexpr int64_t kRounds = 4096;
-  const std::vector<double> ms = interleaved_ms(
-      timer, {[] { cuda::launch_step_floor(0, kRounds, false); }, [] { cuda::launch_step_floor(0, kRounds, true); }},
-      std::max(1, o.warmup), o.repeats);
   double base = 0;
   std::string base_name = "itself";
   if (!cudnn_graph_ms.empty()) {
@@ -306,10 +305,25 @@ void bench_step_floor(BenchReport& report, Timer& timer, const Options& o,
     base = first.second * 1e3 / static_cast<double>(o.steps);
     base_name = "cudnn graph H" + std::to_string(first.first.first) + " / T";
   }
-  for (int k = 0; k < 2; ++k) {
-    const double v = ms[k] * 1e3 / kRounds;
-    report.add({k ? "step floor: exchange + grid barrier" : "step floor: grid barrier", "one block per SM", ms[k], v,
-                "us/step", base > 0 ? base : v, base_name});
+  auto add = [&](const std::string& name, const std::string& grid, double ms) {
+    const double v = ms * 1e3 / kRounds;
+    report.add({name, grid, ms, v, "us/step", base > 0 ? base : v, base_name});
+  };
+  const std::vector<double> ms = interleaved_ms(
+      timer, {[] { cuda::launch_step_floor(0, kRounds, false); }, [] { cuda::launch_step_floor(0, kRounds, true); }},
+      std::max(1, o.warmup), o.repeats);
+  add("step floor: grid barrier", "one block per SM", ms[0]);
+  add("step floor: exchange + grid barrier", "one block per SM", ms[1]);
+  for (int cluster : {2, 4}) {
+    const std::string name = "step floor: exchange + cluster + grid barrier";
+    try {
+      const int grid = cuda::launch_step_floor(0, 1, true, cluster);  // refused here if at all
+      const std::vector<double> c = interleaved_ms(
+          timer, {[cluster] { cuda::launch_step_floor(0, kRounds, true, cluster); }}, std::max(1, o.warmup), o.repeats);
+      add(name, std::to_string(grid) + " blocks, clusters of " + std::to_string(cluster), c[0]);
+    } catch (const std::exception& e) {
+      report.note(name + " (clusters of " + std::to_string(cluster) + ")", std::string("not run: ") + e.what());
+    }
   }
 }
 #endif

@@ -582,9 +582,10 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
 // block reads the 16 bytes block (b + 1) % grid wrote in the round before, adds, writes its own,
 // and meets the others at the grid barrier (exchange = false: the barrier alone). One thread per
 // block does the exchange, so the round is one dependent L2 read, one write, the fence and the
-// barrier: what a step of h (or dpre) passed between blocks costs before any product.
-__global__ void __launch_bounds__(kThreads, 1) step_floor_kernel(int steps, bool exchange, uint4* slots,
-                                                                unsigned* counter) {
+// barrier: what a step of h (or dpre) passed between blocks costs before any product. With
+// cluster_sync, each round first meets the block's cluster at a hardware cluster barrier.
+__global__ void __launch_bounds__(kThreads, 1) step_floor_kernel(int steps, bool exchange, bool cluster_sync,
+                                                                uint4* slots, unsigned* counter) {
   const int b = blockIdx.x, next = (b + 1) % gridDim.x;
   uint4 v = make_uint4(b, 0, 0, 0);
   for (int t = 0; t < steps; ++t) {
@@ -595,14 +596,19 @@ __global__ void __launch_bounds__(kThreads, 1) step_floor_kernel(int steps, bool
       v.x += w.x, v.y ^= w.y + t;
       slots[static_cast<size_t>((t + 1) & 1) * gridDim.x + b] = v;
     }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (cluster_sync) asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+#endif
     grid_barrier(counter, static_cast<unsigned>(t + 1) * gridDim.x);
   }
 }
 
 // A cooperative launch of `grid` blocks of kThreads (the driver runs it only when every block
-// can be resident at once, so grid_barrier cannot wait on a block that never runs).
+// can be resident at once, so grid_barrier cannot wait on a block that never runs), in clusters
+// of `cluster` blocks when cluster > 1.
 template <class... KernelArgs, class... Args>
-void launch_cooperative(void (*kernel)(KernelArgs...), int grid, size_t smem, cudaStream_t stream, Args... args) {
+void launch_cooperative(void (*kernel)(KernelArgs...), int grid, size_t smem, cudaStream_t stream, int cluster,
+                        Args... args) {
   if (smem > 0)
     TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   cudaLaunchConfig_t cfg = {};
@@ -610,17 +616,21 @@ void launch_cooperative(void (*kernel)(KernelArgs...), int grid, size_t smem, cu
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeCooperative;
   attr[0].val.cooperative = 1;
+  attr[1].id = cudaLaunchAttributeClusterDimension;
+  attr[1].val.clusterDim.x = static_cast<unsigned>(cluster);
+  attr[1].val.clusterDim.y = 1;
+  attr[1].val.clusterDim.z = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = cluster > 1 ? 2 : 1;
   TS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
 
 template <class T, int U, bool kBackward>
 void launch(const Params& prm, const RecurrencePlan& plan, cudaStream_t stream) {
-  launch_cooperative(lstm_persistent_kernel<T, U, kBackward>, plan.grid, plan.smem, stream, prm);
+  launch_cooperative(lstm_persistent_kernel<T, U, kBackward>, plan.grid, plan.smem, stream, 1, prm);
 }
 
 template <class T, bool kBackward>
@@ -868,19 +878,45 @@ void recurrence_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT,
   TS_CUDA_LAUNCH_CHECK("lstm_recurrence_backward");
 }
 
-void launch_step_floor(int device, int64_t steps, bool exchange) {
+int launch_step_floor(int device, int64_t steps, bool exchange, int cluster) {
   const DeviceLimits lim = device_limits(device);
   TS_CHECK(lim.smem > 0, NotImplementedError, "the device does not support cooperative launches");
+  TS_CHECK(cluster == 1 || cluster == 2 || cluster == 4 || cluster == 8, ValueError,
+           "step floor: clusters of 1, 2, 4 or 8 blocks, not " << cluster);
   const cudaStream_t stream = static_cast<cudaStream_t>(cuda::stream(device));
-  const int grid = lim.sms;
+  int grid = lim.sms;
+  if (cluster > 1) {
+    // as many whole clusters as the GPU holds at once (its SMs are split into GPCs of unequal size)
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(lim.sms / cluster * cluster);
+    cfg.blockDim = dim3(kThreads);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    TS_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, step_floor_kernel, &cfg));
+    TS_CHECK(clusters > 0, NotImplementedError, "step floor: no cluster of " << cluster << " blocks fits");
+    grid = std::min(clusters, lim.sms / cluster) * cluster;
+  }
   const size_t bytes = 2 * static_cast<size_t>(grid) * sizeof(uint4);
   void* slots = allocate(bytes, device);
   TS_CUDA_CHECK(cudaMemsetAsync(slots, 0, bytes, stream));
   Counter counter(device, stream);
-  launch_cooperative(step_floor_kernel, grid, 0, stream, static_cast<int>(steps), exchange, static_cast<uint4*>(slots),
-                     counter.ptr_);
+  try {
+    launch_cooperative(step_floor_kernel, grid, 0, stream, cluster, static_cast<int>(steps), exchange, cluster > 1,
+                       static_cast<uint4*>(slots), counter.ptr_);
+  } catch (...) {
+    (void)cudaGetLastError();  // a refused launch leaves no error behind for the next launch's check
+    deallocate(slots, bytes, device);
+    throw;
+  }
   TS_CUDA_LAUNCH_CHECK("lstm step floor");
   deallocate(slots, bytes, device);
+  return grid;
 }
 
 }  // namespace cuda

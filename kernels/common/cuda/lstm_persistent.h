@@ -46,9 +46,13 @@ void recurrence_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT,
 
 /// The floor of a persistent recurrence's step on `device`, enqueued on its stream: one
 /// cooperative launch of the kernels' grid (one block per SM) doing `steps` grid barriers, each
-/// after one dependent 16-byte exchange between blocks through L2 (exchange) or alone. For
+/// after one dependent 16-byte exchange between blocks through L2 (exchange) or alone. With
+/// cluster > 1 (2, 4 or 8; compute capability 9.0) the launch is cooperative and clustered at
+/// once, on as many whole clusters as can be resident, and every round adds a cluster barrier:
+/// what a recurrence that splits K over a cluster would pay. Returns the grid it launched; throws
+/// the driver's refusal (a clustered cooperative launch may not be supported). For
 /// bench/lstm_step, which times it.
-void launch_step_floor(int device, int64_t steps, bool exchange);
+int launch_step_floor(int device, int64_t steps, bool exchange, int cluster = 1);
 
 }  // namespace cuda
 }  // namespace tessera
