@@ -15,6 +15,8 @@
 #            dense      width 1024, dense, on cuDNN (--cudnn)
 #            sparse     width 4096, 1/16 dense, blocks of 32, random layout
 #            sparse-ba  the same with a Barabási–Albert layout
+#            sparse-mlstm  the sparse model as a multiplicative LSTM (its extra W_mh makes the
+#                       recurrent parameters 5/4 of the others'; it runs step by step on the GPU)
 #
 # Options: --models A,B (default: all of the experiment's), --seeds 1,2,3, --budget SECONDS (240),
 # --out DIR (results/NAME), --device cuda|cpu, --bundle DIR (dist: its `run` starts the programs),
@@ -56,7 +58,8 @@ case $name in
     flags[dense]="--hidden 1024 --block 0 --cudnn"
     flags[sparse]="--hidden 4096 --block 32 --density 0.0625 --layout random"
     flags[sparse-ba]="--hidden 4096 --block 32 --density 0.0625 --layout ba"
-    order="dense sparse sparse-ba"
+    flags[sparse-mlstm]="--hidden 4096 --block 32 --density 0.0625 --layout random --mlstm"
+    order="dense sparse sparse-ba sparse-mlstm"
     data_name=gcide
     ;;
   *) die "unknown experiment '$name' (known: lstm)" 2 ;;
