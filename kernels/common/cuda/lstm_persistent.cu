@@ -603,6 +603,16 @@ __global__ void __launch_bounds__(kThreads, 1) step_floor_kernel(int steps, bool
   }
 }
 
+// The launch attribute that groups `cluster` consecutive blocks into one thread block cluster.
+cudaLaunchAttribute cluster_attribute(int cluster) {
+  cudaLaunchAttribute a = {};
+  a.id = cudaLaunchAttributeClusterDimension;
+  a.val.clusterDim.x = static_cast<unsigned>(cluster);
+  a.val.clusterDim.y = 1;
+  a.val.clusterDim.z = 1;
+  return a;
+}
+
 // A cooperative launch of `grid` blocks of kThreads (the driver runs it only when every block
 // can be resident at once, so grid_barrier cannot wait on a block that never runs), in clusters
 // of `cluster` blocks when cluster > 1.
@@ -619,10 +629,7 @@ void launch_cooperative(void (*kernel)(KernelArgs...), int grid, size_t smem, cu
   cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeCooperative;
   attr[0].val.cooperative = 1;
-  attr[1].id = cudaLaunchAttributeClusterDimension;
-  attr[1].val.clusterDim.x = static_cast<unsigned>(cluster);
-  attr[1].val.clusterDim.y = 1;
-  attr[1].val.clusterDim.z = 1;
+  attr[1] = cluster_attribute(cluster);
   cfg.attrs = attr;
   cfg.numAttrs = cluster > 1 ? 2 : 1;
   TS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
@@ -890,11 +897,7 @@ int launch_step_floor(int device, int64_t steps, bool exchange, int cluster) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(lim.sms / cluster * cluster);
     cfg.blockDim = dim3(kThreads);
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
+    cudaLaunchAttribute attr[1] = {cluster_attribute(cluster)};
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     int clusters = 0;
