@@ -33,6 +33,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -276,14 +277,34 @@ void bench_recurrence_ops(BenchReport& report, Timer& timer, const Options& o, D
   const Tensor wh = cast(normal(ws, 0.0, 0.03, DType::f32), dt).to(dev);
   std::vector<Tensor> fwd = call<op::LstmRecurrence>({layout, 1.0}, {gx, h0, h0, wh});
   const Tensor dy = cast(normal({t, b, hidden}, 0.0, 1.0, DType::f32), dt).to(dev);
-  const std::vector<std::function<void()>> fns{
-      [&] { call<op::LstmRecurrence>({layout, 1.0}, {gx, h0, h0, wh}); },
-      [&] { call<op::LstmRecurrenceBackward>({layout}, {dy, h0, h0, fwd[3], fwd[4], h0, wh}); }};
+  auto forward = [&] { call<op::LstmRecurrence>({layout, 1.0}, {gx, h0, h0, wh}); };
+  auto backward = [&] { call<op::LstmRecurrenceBackward>({layout}, {dy, h0, h0, fwd[3], fwd[4], h0, wh}); };
+  std::vector<std::function<void()>> fns{forward, backward};
+  std::vector<std::string> names{"recurrence fwd", "recurrence bwd"};
+  if (!layout && dev.is_cuda()) {
+    // the dense layers' K split over clusters forced to each size (TESSERA_LSTM_CLUSTER), same run
+    for (const char* c : {"1", "2"}) {
+      const std::string how = std::string(c) == "1" ? ", no cluster split" : std::string(", clusters of ") + c;
+      for (int dir = 0; dir < 2; ++dir) {
+        fns.push_back([c, dir, &forward, &backward] {
+          const char* before = std::getenv("TESSERA_LSTM_CLUSTER");
+          const std::string saved = before ? before : "";
+          setenv("TESSERA_LSTM_CLUSTER", c, 1);
+          dir == 0 ? forward() : backward();
+          if (before) {
+            setenv("TESSERA_LSTM_CLUSTER", saved.c_str(), 1);
+          } else {
+            unsetenv("TESSERA_LSTM_CLUSTER");
+          }
+        });
+        names.push_back(std::string(dir == 0 ? "recurrence fwd" : "recurrence bwd") + how);
+      }
+    }
+  }
   const std::vector<double> ms = interleaved_ms(timer, fns, o.warmup, o.repeats);
-  const char* names[] = {"recurrence fwd", "recurrence bwd"};
-  for (int k = 0; k < 2; ++k) {
+  for (size_t k = 0; k < fns.size(); ++k) {
     const double us = ms[k] * 1e3 / t;
-    report.add({std::string(names[k]) + " " + dtype_name(dt), shape, ms[k], us, "us/step", step_ms * 1e3 / t,
+    report.add({names[k] + " " + dtype_name(dt), shape, ms[k], us, "us/step", step_ms * 1e3 / t,
                 "compiled layer step / T"});
   }
 }

@@ -26,6 +26,7 @@
 #include "core/sparse/generators.h"
 #include "gpu_check.h"
 #include "gradcheck.h"
+#include "kernels/common/cuda/lstm_persistent.h"
 #include "kernels/ops.h"
 #include "layers/lstm.h"
 
@@ -114,6 +115,36 @@ TEST(LstmRecurrenceGpu, DenseMatchesTheCpuForEveryBatch) {
   check_case({5, 7, 64, 0, 1.0}, DType::f16);
   for (DType dt : {DType::bf16, DType::f16})
     check_case({3, 16, 1024, 0, 1.0}, dt);  // 128 groups of 8 units: the trainer's shape
+}
+
+// Dense layers split K over pairs of thread blocks (a cluster; none with TESSERA_LSTM_CLUSTER=1):
+// both ways against the CPU, forward and backward, with the plans checked where the device has
+// clusters (compute capability 9.0 and the sm_90 build), so that each kernel runs, not only the
+// default one. A K of an odd number of 64-column chunks does not split (H 64 and 1088 forward;
+// 1088 has 136 groups of 8, two in some blocks); block-sparse layers never split.
+TEST(LstmRecurrenceGpu, DenseMatchesTheCpuWithAndWithoutTheClusterSplit) {
+  REQUIRE_GPU();
+  for (const char* split : {"1", "2"}) {
+    setenv("TESSERA_LSTM_CLUSTER", split, 1);
+    const int pair = sm90_here() ? std::atoi(split) : 1;
+    for (bool backward : {false, true})
+      for (int64_t hidden : {64, 128, 1024, 1088}) {
+        const bool even = (backward ? 4 * hidden : hidden) / 64 % 2 == 0;
+        const cuda::RecurrencePlan plan = cuda::plan_recurrence(kGpu.index, DType::bf16, 64, hidden, nullptr, backward);
+        EXPECT_EQ(plan.cluster, even ? pair : 1) << "TESSERA_LSTM_CLUSTER=" << split << " H " << hidden
+                                                 << (backward ? " backward: " : " forward: ") << plan.reason;
+        EXPECT_EQ(plan.grid % plan.cluster, 0);
+      }
+    for (int64_t b : {1, 7, 64}) check_case({5, b, 128, 0, 1.0}, DType::bf16);
+    check_case({5, 7, 64, 0, 1.0}, DType::f16);
+    check_case({3, 16, 1024, 0, 1.0}, DType::f16);
+    check_case({3, 64, 1088, 0, 1.0}, DType::bf16);
+    EXPECT_EQ(cuda::plan_recurrence(kGpu.index, DType::bf16, 7, 512, gate_layout(512, 32, 0.25, 5), true).cluster, 1);
+  }
+  setenv("TESSERA_LSTM_CLUSTER", "4", 1);
+  testing::expect_error<ValueError>([] { cuda::plan_recurrence(kGpu.index, DType::bf16, 7, 128, nullptr, true); },
+                                    {"TESSERA_LSTM_CLUSTER", "'4'"});
+  unsetenv("TESSERA_LSTM_CLUSTER");
 }
 
 TEST(LstmRecurrenceGpu, BlockSparseMatchesTheCpuForEveryBlockSizeAndBatch) {

@@ -28,6 +28,11 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/cuda/check.cuh"
@@ -56,6 +61,9 @@ constexpr int kMaxStageK = 256;
 __host__ __device__ constexpr int stage_bytes(int stage_k) { return kMaxBatch * (stage_k + 8) * 2; }
 constexpr int kMinStages = 2, kMaxStages = 15;  // cp.async ring depth: as deep as shared memory allows
 constexpr int kMaxGroupsPerBlock = 4;
+// The dense layers' default K split over clusters (TESSERA_LSTM_CLUSTER overrides): measured on
+// the H200, see docs/lstm_gpu.md.
+constexpr int kForwardCluster = 2, kBackwardCluster = 2;
 constexpr int kDenseChunk = 64;
 
 struct Params {
@@ -135,6 +143,32 @@ __device__ __forceinline__ void ldsm_x2_t(uint32_t (&r)[2], uint32_t addr) {
                : "r"(addr));
 }
 
+// The cluster's blocks meet (release / acquire: the shared-memory writes before it are visible to
+// the peers' reads after it); a block barrier too. Distributed shared memory: the address of a
+// peer block's copy of a shared variable, and a load from it. Compute capability 9.0 only: the
+// host launches clusters only for kernels built for it (cluster_capable).
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ uint32_t peer_smem(uint32_t addr, int rank) {
+  uint32_t r = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+#endif
+  return r;
+}
+__device__ __forceinline__ float ld_peer_f32(uint32_t addr) {
+  float v = 0.f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+#endif
+  return v;
+}
+
 // cp.async.wait_group with a run-time count (the ring depth is chosen at launch).
 __device__ __forceinline__ void cp_async_wait_n(int n) {
   switch (n) {
@@ -167,9 +201,12 @@ __device__ __forceinline__ void copy_rows(void* dst, int dst_stride, const void*
   }
 }
 
-template <class T, int U, bool kBackward>
+// kCluster > 1: the K split over a thread block cluster (see lstm_persistent_kernel); a block's
+// product then has the columns of the cluster's kCluster·U units.
+template <class T, int U, bool kBackward, int kCluster = 1>
 struct Kernel {
-  static constexpr int N = kBackward ? U : 4 * U;           // columns of the product
+  static constexpr int CU = kCluster * U;                  // units of the cluster
+  static constexpr int N = kBackward ? CU : 4 * CU;        // columns of the product
   static constexpr int TN = N >= 16 ? 16 : 8;               // columns of one warp tile
   static constexpr int kPairs = 4 * (N / TN) > kWarps ? 4 * (N / TN) / kWarps : 1;  // tiles per warp, at most
   static constexpr int RS = N + 4;                          // f32 partial-sum row stride
@@ -203,14 +240,25 @@ struct Kernel {
     return w + kEpBytes + state + static_cast<size_t>(max_chunks) * 4 + 256;
   }
   __host__ __device__ static size_t red_bytes(int wk) { return static_cast<size_t>(wk) * kMaxBatch * RS * 4; }
+  // The product column of column col of the block's own group (gate col / U, unit col % U):
+  // gate-major over the cluster's units, this block's units at rank·U.
+  __device__ static int own_column(int col, int rank) { return (col / U) * CU + rank * U + col % U; }
 };
 
 // The K-split of a product with `tiles` warp tiles: warps split K when the tiles are fewer.
 __host__ __device__ inline int k_split(int tiles) { return tiles >= kWarps ? 1 : kWarps / tiles; }
 
-template <class T, int U, bool kBackward>
+// The K split over a cluster (kCluster > 1, dense layers): the kCluster blocks of a cluster
+// (consecutive blockIdx.x) share kCluster groups of U units; block rank r holds W_h's slice for
+// all kCluster·U units over the r-th kCluster-th of K (forward: the H rows, of the 4 gate columns
+// of every unit; backward: the 4H columns), so it reads only that part of h_{t−1} (dpre_{t+1})
+// per step: the whole operand once per cluster instead of once per block. Its partial product
+// [B, N] stays in its shared memory; after a cluster barrier each block sums the columns of its
+// own group from every peer (distributed shared memory, ranks in order) and runs that group's
+// epilogue.
+template <class T, int U, bool kBackward, int kCluster = 1>
 __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) {
-  using K = Kernel<T, U, kBackward>;
+  using K = Kernel<T, U, kBackward, kCluster>;
   constexpr int N = K::N, TN = K::TN, RS = K::RS;
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -233,6 +281,9 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
   float* red = reinterpret_cast<float*>(ring_base);
 
   // ---- the block's groups: chunk lists (A-source column of each chunk) and W slices ----
+  // (with kCluster > 1: cluster c = blockIdx.x / kCluster takes the units of kCluster groups
+  // c·kCluster …, its block of rank r the epilogue of group c·kCluster + r and the r-th part of K)
+  const int crank = blockIdx.x % kCluster;
   int n_groups = 0;
   int g_unit0[kMaxGroupsPerBlock], g_chunks[kMaxGroupsPerBlock], g_chunk0[kMaxGroupsPerBlock],
       g_wrow0[kMaxGroupsPerBlock];
@@ -242,7 +293,7 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
       const int u0 = grp * U;
       int nch;
       if (p.bs == 0) {
-        nch = (kBackward ? G4 : H) / p.chunk;
+        nch = (kBackward ? G4 : H) / p.chunk / kCluster;
       } else if (!kBackward) {
         const int c0 = u0 / p.bs;
         nch = p.col_ptr[c0 + 1] - p.col_ptr[c0];
@@ -269,7 +320,7 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
     int32_t* cols = a_col + g_chunk0[gi];
     for (int j = tid; j < nch; j += kThreads) {
       if (p.bs == 0) {
-        cols[j] = j * p.chunk;
+        cols[j] = (crank * nch + j) * p.chunk;
       } else if (!kBackward) {
         cols[j] = p.block_row[p.col_blocks[p.col_ptr[u0 / p.bs] + j]] * p.bs;
       } else {
@@ -278,32 +329,35 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
     }
     const int rows = nch * p.chunk;
     if (!kBackward) {
-      // wg(k, g·U + j) = W_h[row k of the chunk list][g·H + u0 + j], 8 elements per copy
-      const int per_row = 4 * U / 8;
+      // wg(k, g·CU + j) = W_h[row k of the chunk list][g·H + uc + j] for the CU units from the
+      // cluster's first uc, 8 elements per copy
+      constexpr int CU = K::CU, per_row = N / 8;
+      const int uc = u0 - crank * U;
       for (int e = tid; e < rows * per_row; e += kThreads) {
-        const int k = e / per_row, v = e % per_row, g = v / (U / 8), j8 = (v % (U / 8)) * 8;
+        const int k = e / per_row, v = e % per_row, g = v / (CU / 8), j8 = (v % (CU / 8)) * 8;
         const T* src;
         if (p.bs == 0) {
-          src = w + static_cast<int64_t>(k) * G4 + g * H + u0 + j8;
+          src = w + static_cast<int64_t>(crank * rows + k) * G4 + g * H + uc + j8;
         } else {
           const int bs = p.bs, q = H / bs, c0 = u0 / bs, ch = k / bs, kk = k % bs;
           const int blk = p.col_blocks[p.col_ptr[g * q + c0] + ch];
-          src = w + (static_cast<int64_t>(blk) * bs + kk) * bs + (u0 - c0 * bs) + j8;
+          src = w + (static_cast<int64_t>(blk) * bs + kk) * bs + (uc - c0 * bs) + j8;
         }
-        *reinterpret_cast<uint4*>(wg + K::w_index(k, g * U + j8)) = *reinterpret_cast<const uint4*>(src);
+        *reinterpret_cast<uint4*>(wg + K::w_index(k, g * CU + j8)) = *reinterpret_cast<const uint4*>(src);
       }
     } else {
-      // wg(k, j) = W_h[u0 + j][column k of the chunk list] (transposed; one element per load,
-      // consecutive threads on consecutive columns)
-      for (int e = tid; e < rows * U; e += kThreads) {
+      // wg(k, j) = W_h[uc + j][column k of the chunk list] for the N units from the cluster's first
+      // uc (transposed; one element per load, consecutive threads on consecutive columns)
+      const int uc = u0 - crank * U;
+      for (int e = tid; e < rows * N; e += kThreads) {
         const int j = e / rows, k = e % rows;
         T v;
         if (p.bs == 0) {
-          v = w[static_cast<int64_t>(u0 + j) * G4 + k];
+          v = w[static_cast<int64_t>(uc + j) * G4 + crank * rows + k];
         } else {
           const int bs = p.bs, r0 = u0 / bs, ch = k / bs, kk = k % bs;
           const int blk = p.row_ptr[r0] + ch;
-          v = w[(static_cast<int64_t>(blk) * bs + (u0 - r0 * bs) + j) * bs + kk];
+          v = w[(static_cast<int64_t>(blk) * bs + (uc - r0 * bs) + j) * bs + kk];
         }
         wg[K::w_index(k, j)] = v;
       }
@@ -345,6 +399,9 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
       b_off[i] = K::w_index(lane & 15, nt * 8) * 2;
     }
   }
+  uint32_t red_peer[kCluster];  // the partial sums of every block of the cluster (distributed shared memory)
+#pragma unroll
+  for (int r = 0; r < kCluster; ++r) red_peer[r] = kCluster > 1 ? peer_smem(sm80::smem_addr(red), r) : 0;
   const int phases = kBackward ? p.steps + 1 : p.steps;  // backward: T steps, then dh0
   unsigned barriers = 0;
   for (int ph = 0; ph < phases; ++ph) {
@@ -353,6 +410,7 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
     const int t = kBackward ? p.steps - 1 - ph : ph;
     const bool final_phase = kBackward && ph == p.steps;
     const bool has_product = !kBackward || ph > 0;
+    const bool last = kBackward ? final_phase : ph == p.steps - 1;
     const T* a_src;
     if (!kBackward) {
       a_src = t == 0 ? static_cast<const T*>(p.h0) : static_cast<const T*>(p.y) + static_cast<int64_t>(t - 1) * B * H;
@@ -515,14 +573,28 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
           }
         }
       }
-      __syncthreads();
+      if constexpr (kCluster > 1) {
+        cluster_sync();  // every peer's partial sums are written
+      } else {
+        __syncthreads();
+      }
 
       // epilogue: one thread per (row b, unit j) of the group
       float* st = state + gi * kMaxBatch * U;
       auto product = [&](int b, int col) {
         float v = 0.f;
-        if (n_stages > 0)
-          for (int q = 0; q < wk_count; ++q) v += red[(static_cast<size_t>(q) * kMaxBatch + b) * RS + col];
+        if (n_stages > 0) {
+          if constexpr (kCluster > 1) {
+            // column col of this block's group, from every peer's partial sums
+            const int pc = K::own_column(col, crank);
+#pragma unroll
+            for (int r = 0; r < kCluster; ++r)
+              for (int q = 0; q < wk_count; ++q)
+                v += ld_peer_f32(red_peer[r] + ((q * kMaxBatch + b) * RS + pc) * 4);
+          } else {
+            for (int q = 0; q < wk_count; ++q) v += red[(static_cast<size_t>(q) * kMaxBatch + b) * RS + col];
+          }
+        }
         return v;
       };
       if constexpr (!kBackward) {
@@ -571,9 +643,16 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
           if (t == 0) static_cast<T*>(p.dc0)[hb] = from_acc<T>(dc * f);
         }
       }
-      __syncthreads();  // red and the staging are reused by the next group
+      // red and the staging are reused by the next group. With a cluster, the peers read this
+      // block's red until their epilogue ends: before the next group (and before the block exits,
+      // which ends its shared memory) the cluster meets; before the next step's product the grid
+      // barrier, which every peer reaches after its epilogue, orders the same.
+      if (kCluster > 1 && (gi + 1 < n_groups || last)) {
+        cluster_sync();
+      } else {
+        __syncthreads();
+      }
     }
-    const bool last = kBackward ? final_phase : ph == p.steps - 1;
     if (!last) grid_barrier(p.counter, ++barriers * gridDim.x);
   }
 }
@@ -635,33 +714,112 @@ void launch_cooperative(void (*kernel)(KernelArgs...), int grid, size_t smem, cu
   TS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
 
-template <class T, int U, bool kBackward>
+template <class T, int U, bool kBackward, int kCluster = 1>
 void launch(const Params& prm, const RecurrencePlan& plan, cudaStream_t stream) {
-  launch_cooperative(lstm_persistent_kernel<T, U, kBackward>, plan.grid, plan.smem, stream, 1, prm);
+  launch_cooperative(lstm_persistent_kernel<T, U, kBackward, kCluster>, plan.grid, plan.smem, stream, kCluster, prm);
+}
+
+// The cluster sizes the K split is built for: pairs at 8 and 16 units per group (the dense layers
+// up to H 2112, whose blocks read all of h or dpre per step). Clusters of 4 were slower on the
+// H200 in both directions (docs/lstm_gpu.md) and are not built.
+constexpr bool has_cluster_kernel(int units, int cluster) {
+  return cluster == 1 || ((units == 8 || units == 16) && cluster == 2);
+}
+
+template <class T, bool kBackward, int U>
+void launch_clustered(const Params& prm, const RecurrencePlan& plan, cudaStream_t stream) {
+  if constexpr (U == 8 || U == 16) {
+    if (plan.cluster == 2) return launch<T, U, kBackward, 2>(prm, plan, stream);
+  }
+  TS_CHECK(plan.cluster == 1, ValueError, "lstm_recurrence: no kernel for clusters of " << plan.cluster);
+  launch<T, U, kBackward>(prm, plan, stream);
 }
 
 template <class T, bool kBackward>
 void launch_units(const Params& prm, const RecurrencePlan& plan, cudaStream_t stream) {
   switch (plan.units) {
-    case 8: return launch<T, 8, kBackward>(prm, plan, stream);
-    case 16: return launch<T, 16, kBackward>(prm, plan, stream);
+    case 8: return launch_clustered<T, kBackward, 8>(prm, plan, stream);
+    case 16: return launch_clustered<T, kBackward, 16>(prm, plan, stream);
     case 32: return launch<T, 32, kBackward>(prm, plan, stream);
     case 64: return launch<T, 64, kBackward>(prm, plan, stream);
     default: TS_THROW(ValueError, "lstm_recurrence: no kernel for " << plan.units << " units per group");
   }
 }
 
-template <int U, bool kBackward>
+// Shared memory of a kernel (its bytes do not depend on the element type: bf16 and f16 alike).
+template <int U, bool kBackward, int kCluster>
 size_t fixed_smem_for(int w_rows, int max_chunks, int groups_per_block) {
-  return Kernel<__nv_bfloat16, U, kBackward>::fixed_bytes(w_rows, max_chunks, groups_per_block);
+  return Kernel<__nv_bfloat16, U, kBackward, kCluster>::fixed_bytes(w_rows, max_chunks, groups_per_block);
 }
-template <int U, bool kBackward>
+template <int U, bool kBackward, int kCluster>
 size_t red_smem_for(int wk) {
-  return Kernel<__nv_bfloat16, U, kBackward>::red_bytes(wk);
+  return Kernel<__nv_bfloat16, U, kBackward, kCluster>::red_bytes(wk);
+}
+
+// How many clusters of a clustered kernel can be resident at once with `smem` bytes per block;
+// 0 where its binary was not built for compute capability 9.0 (the cluster barrier and
+// distributed shared memory need it).
+template <class T, int U, bool kBackward, int kCluster>
+int resident_clusters(size_t smem) {
+  auto kernel = lstm_persistent_kernel<T, U, kBackward, kCluster>;
+  cudaFuncAttributes fa = {};
+  TS_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+  if (fa.binaryVersion < 90) return 0;
+  TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(kCluster);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cudaLaunchAttribute attr[1] = {cluster_attribute(kCluster)};
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  TS_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+  return clusters;
+}
+
+template <class T, bool kBackward>
+int resident_clusters(int units, int cluster, size_t smem) {
+  switch (units * 10 + cluster) {
+    case 82: return resident_clusters<T, 8, kBackward, 2>(smem);
+    case 162: return resident_clusters<T, 16, kBackward, 2>(smem);
+    default: return 0;
+  }
+}
+
+// The same, asked once per (device, dtype, direction, units, cluster) at the device's most shared
+// memory per block (the plan runs for every eager call; batch-1 sampling calls it per token).
+int resident_clusters(int device, DType dtype, bool backward, int units, int cluster, size_t smem) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, int, bool, int, int>, int> known;
+  const std::tuple<int, int, bool, int, int> key{device, static_cast<int>(dtype), backward, units, cluster};
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = known.find(key);
+  if (it != known.end()) return it->second;
+  int n;
+  if (dtype == DType::bf16) {
+    n = backward ? resident_clusters<__nv_bfloat16, true>(units, cluster, smem)
+                 : resident_clusters<__nv_bfloat16, false>(units, cluster, smem);
+  } else {
+    n = backward ? resident_clusters<__half, true>(units, cluster, smem) : resident_clusters<__half, false>(units, cluster, smem);
+  }
+  known.emplace(key, n);
+  return n;
+}
+
+// The cluster size of the dense layers' K split: TESSERA_LSTM_CLUSTER (1: no split; 2: pairs) for
+// both directions, else `fallback`.
+int requested_cluster(int fallback) {
+  const char* e = std::getenv("TESSERA_LSTM_CLUSTER");
+  if (!e || !*e) return fallback;
+  const std::string v(e);
+  TS_CHECK(v == "1" || v == "2", ValueError,
+           "TESSERA_LSTM_CLUSTER='" << v << "': expected 1 (no cluster K split) or 2 (pairs)");
+  return std::stoi(v);
 }
 
 struct DeviceLimits {
-  int sms = 0;
+  int sms = 0, major = 0;
   size_t smem = 0;
 };
 
@@ -675,6 +833,7 @@ DeviceLimits device_limits(int device) {
     int coop = 0;
     TS_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device));
     d.smem = coop ? static_cast<size_t>(smem) : 0;
+    TS_CUDA_CHECK(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, device));
     d.sms = sms;
   }
   return d;
@@ -698,11 +857,13 @@ bool gates_share_rows(const BlockLayout& l) {
   return true;
 }
 
-}  // namespace
 
-RecurrencePlan plan_recurrence(int device, DType dtype, int64_t batch, int64_t hidden, const LayoutPtr& layout,
-                               bool backward) {
+
+// The plan with K split over clusters of `cluster` blocks (1: none).
+RecurrencePlan plan_for_cluster(int device, DType dtype, int64_t batch, int64_t hidden, const LayoutPtr& layout,
+                                bool backward, int cluster) {
   RecurrencePlan plan;
+  plan.cluster = cluster;
   auto fail = [&](std::string why) {
     plan.reason = std::move(why);
     return plan;
@@ -727,7 +888,20 @@ RecurrencePlan plan_recurrence(int device, DType dtype, int64_t batch, int64_t h
   if (units == 0) return fail("no group size of 8, 16, 32 or 64 units divides the hidden size and block size");
   plan.units = units;
   plan.groups = static_cast<int>(hidden / units);
-  plan.grid = std::min(plan.groups, lim.sms);
+  // (each block of a cluster takes an equal share of K's 64-column chunks)
+  const int64_t dense_chunks = (backward ? 4 * hidden : hidden) / kDenseChunk;
+  if (cluster > 1 && (layout || !has_cluster_kernel(units, cluster) || plan.groups % cluster != 0 ||
+                      dense_chunks % cluster != 0))
+    return fail("no cluster K split for this problem");
+  int max_grid = lim.sms;
+  if (cluster > 1) {
+    // whole clusters, as many as are resident at once (GPCs hold unequal numbers of SMs; one block
+    // per SM whatever its shared memory, so the count at the most shared memory holds for any)
+    const int fit = lim.major >= 9 ? resident_clusters(device, dtype, backward, units, cluster, lim.smem) : 0;
+    if (fit == 0) return fail("no cluster of the kernel fits (compute capability 9.0 and a build for it needed)");
+    max_grid = std::min(lim.sms / cluster, fit) * cluster;
+  }
+  plan.grid = std::min(plan.groups, max_grid);
   plan.groups_per_block = (plan.groups + plan.grid - 1) / plan.grid;
   if (plan.groups_per_block > kMaxGroupsPerBlock) return fail("more than 4 groups of hidden units per SM");
   plan.chunk = layout ? static_cast<int>(bs) : kDenseChunk;
@@ -738,7 +912,7 @@ RecurrencePlan plan_recurrence(int device, DType dtype, int64_t batch, int64_t h
       const int64_t u0 = static_cast<int64_t>(grp) * units;
       int nch;
       if (!layout) {
-        nch = static_cast<int>((backward ? 4 * hidden : hidden) / kDenseChunk);
+        nch = static_cast<int>((backward ? 4 * hidden : hidden) / kDenseChunk / cluster);
       } else if (!backward) {
         const std::vector<int32_t>& cp = layout->col_ptr();
         nch = cp[u0 / bs + 1] - cp[u0 / bs];
@@ -752,23 +926,25 @@ RecurrencePlan plan_recurrence(int device, DType dtype, int64_t batch, int64_t h
     plan.max_chunks = std::max(plan.max_chunks, chunks);
     plan.w_rows = std::max(plan.w_rows, rows);
   }
-  const int n = backward ? units : 4 * units;
+  const int n = backward ? cluster * units : 4 * cluster * units;
   const int tn = n >= 16 ? 16 : 8;
   const int tiles = static_cast<int>((batch + 15) / 16) * (n / tn);
   const int wk = k_split(tiles);
   size_t fixed = 0, red = 0;
   const int gpb = plan.groups_per_block;
-#define TS_RECURRENCE_SMEM(u)                                                                              \
-  case u:                                                                                                 \
-    fixed = backward ? fixed_smem_for<u, true>(plan.w_rows, plan.max_chunks, gpb)                          \
-                     : fixed_smem_for<u, false>(plan.w_rows, plan.max_chunks, gpb);                        \
-    red = backward ? red_smem_for<u, true>(wk) : red_smem_for<u, false>(wk);                               \
+#define TS_RECURRENCE_SMEM(u, c)                                                                         \
+  case u * 10 + c:                                                                                        \
+    fixed = backward ? fixed_smem_for<u, true, c>(plan.w_rows, plan.max_chunks, gpb)                       \
+                     : fixed_smem_for<u, false, c>(plan.w_rows, plan.max_chunks, gpb);                     \
+    red = backward ? red_smem_for<u, true, c>(wk) : red_smem_for<u, false, c>(wk);                         \
     break;
-  switch (units) {
-    TS_RECURRENCE_SMEM(8)
-    TS_RECURRENCE_SMEM(16)
-    TS_RECURRENCE_SMEM(32)
-    TS_RECURRENCE_SMEM(64)
+  switch (units * 10 + cluster) {
+    TS_RECURRENCE_SMEM(8, 1)
+    TS_RECURRENCE_SMEM(16, 1)
+    TS_RECURRENCE_SMEM(32, 1)
+    TS_RECURRENCE_SMEM(64, 1)
+    TS_RECURRENCE_SMEM(8, 2)
+    TS_RECURRENCE_SMEM(16, 2)
   }
 #undef TS_RECURRENCE_SMEM
   // the cp.async ring takes what is left, kMinStages … kMaxStages stages (and holds the partial sums)
@@ -781,6 +957,19 @@ RecurrencePlan plan_recurrence(int device, DType dtype, int64_t batch, int64_t h
                 " bytes of shared memory per block, more than the " + std::to_string(lim.smem) + " an SM has");
   }
   return plan;
+}
+
+}  // namespace
+
+RecurrencePlan plan_recurrence(int device, DType dtype, int64_t batch, int64_t hidden, const LayoutPtr& layout,
+                               bool backward) {
+  // dense layers split K over clusters where the device and the build allow it, else not
+  const int cluster = layout ? 1 : requested_cluster(backward ? kBackwardCluster : kForwardCluster);
+  if (cluster > 1) {
+    RecurrencePlan plan = plan_for_cluster(device, dtype, batch, hidden, layout, backward, cluster);
+    if (plan.reason.empty()) return plan;
+  }
+  return plan_for_cluster(device, dtype, batch, hidden, layout, backward, 1);
 }
 
 namespace {

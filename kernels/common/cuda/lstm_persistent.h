@@ -24,12 +24,16 @@ struct RecurrencePlan {
   int w_rows = 0;         ///< rows of W_h's slice in shared memory, the most of any block
   int ring = 0;           ///< stages in the cp.async ring (as many as fit, 2 … 15)
   int stage_k = 0;        ///< K columns per stage: 256 where 3 such stages fit, else 128
+  int cluster = 1;        ///< the backward's K split: blocks per thread block cluster (1: none; see the .cu)
   size_t smem = 0;
   std::string reason;
 };
 
 /// The plan of the forward (backward = false) or backward recurrence on `device` for batch B,
-/// hidden size H, dtype and layout (null: dense).
+/// hidden size H, dtype and layout (null: dense). Dense layers split K over thread block clusters
+/// (each block of a pair reads half of h or dpre per step) on compute capability 9.0 when every
+/// cluster fits at once (and K's 64-column chunks split evenly); TESSERA_LSTM_CLUSTER=1 turns
+/// the split off.
 RecurrencePlan plan_recurrence(int device, DType dtype, int64_t batch, int64_t hidden, const LayoutPtr& layout,
                                bool backward);
 
