@@ -20,6 +20,8 @@
 // memory, zeroed before the launch) before the next step reads it. mma.sync and cp.async run on
 // sm_80 and sm_90 alike (a TMA + mbarrier variant of the ring was slower on the H200: see
 // docs/lstm_gpu.md).
+// Dense layers split K over pairs of blocks (a thread block cluster; see lstm_persistent_kernel),
+// so that each reads half of the step's operand.
 // The launch is cooperative: the driver guarantees that all blocks are resident at once (or
 // refuses it), so the barrier cannot wait on a block that never runs, whatever else shares the
 // GPU. Every sum has a fixed order (each output element is summed by one thread, K in order, then
@@ -146,7 +148,7 @@ __device__ __forceinline__ void ldsm_x2_t(uint32_t (&r)[2], uint32_t addr) {
 // The cluster's blocks meet (release / acquire: the shared-memory writes before it are visible to
 // the peers' reads after it); a block barrier too. Distributed shared memory: the address of a
 // peer block's copy of a shared variable, and a load from it. Compute capability 9.0 only: the
-// host launches clusters only for kernels built for it (cluster_capable).
+// host launches clusters only for kernels built for it (resident_clusters).
 __device__ __forceinline__ void cluster_sync() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
