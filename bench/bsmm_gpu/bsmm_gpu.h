@@ -27,6 +27,7 @@
 #include "core/random.h"
 #include "core/sparse/generators.h"
 #include "kernels/common/cuda/blas.h"  // cuda::set_allow_tf32
+#include "kernels/common/cuda/bsmm_dense.h"  // cuda::dense_route_calls
 #include "kernels/ops.h"
 
 #ifndef TESSERA_WITH_CUDA
@@ -77,6 +78,9 @@ struct Options {
   std::vector<double> density{0.05, 0.1, 0.25, 0.5, 1.0};
   std::vector<std::string> dtypes{"bf16", "f32"};
   std::vector<std::string> ops{"fwd", "dx", "dw"};
+  /// auto: the library's rule (TESSERA_BSMM_DENSE unset); sparse: the block-sparse kernels
+  /// (TESSERA_BSMM_DENSE=0); dense: the dense route (TESSERA_BSMM_DENSE=1)
+  std::vector<std::string> routes{"auto"};
   int repeats = 20, warmup = 3, rotate = 0, graph_calls = 20;
   bool quick = false;
   std::string json;
@@ -165,6 +169,18 @@ class EventTimer {
   std::vector<cudaEvent_t> events_;
 };
 
+// TESSERA_BSMM_DENSE for one route (Options::routes) while it lives; unset afterwards.
+class RouteScope {
+ public:
+  explicit RouteScope(const std::string& route) {
+    if (route == "sparse") setenv("TESSERA_BSMM_DENSE", "0", 1);
+    if (route == "dense") setenv("TESSERA_BSMM_DENSE", "1", 1);
+  }
+  ~RouteScope() { unsetenv("TESSERA_BSMM_DENSE"); }
+  RouteScope(const RouteScope&) = delete;
+  RouteScope& operator=(const RouteScope&) = delete;
+};
+
 // TF32 on (or as it was) while it lives; the previous setting afterwards.
 class Tf32Scope {
  public:
@@ -198,6 +214,8 @@ struct Sets {
 struct Result {
   const ShapeSpec* shape = nullptr;
   std::string op, dtype, mode;  // mode: eager | graph
+  std::string route = "auto";   // asked for: auto | sparse | dense (Options::routes)
+  bool dense_route = false;     // what ran: the dense route (cuda::dense_route_calls moved)
   int64_t bs = 0, nnz = 0;
   double density_req = 0, density = 0;
   double ms = 0, tflops = 0, dense_ms = 0, dense_tflops = 0, useful = 0;

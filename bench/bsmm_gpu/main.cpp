@@ -2,7 +2,8 @@
 // the same shape and dtype, measured in the same run, with a roofline bound for every row.
 //
 //   bsmm_gpu [--shapes transformer,mlp,lstm] [--bs 8,16,32,64] [--density 0.05,0.1,0.25,0.5,1]
-//            [--dtype bf16,f32] [--ops fwd,dx,dw,dwg,dwg-ops] [--repeats N] [--warmup N] [--rotate N]
+//            [--dtype bf16,f32] [--ops fwd,dx,dw,dwg,dwg-ops] [--route auto,sparse,dense]
+//            [--repeats N] [--warmup N] [--rotate N]
 //            [--graph-calls N] [--quick] [--json FILE]
 //
 // Shapes (N x C -> K): transformer 8192 x 4096 -> 4096, mlp 8192 x 1024 -> 4096, lstm (one step
@@ -15,8 +16,14 @@
 //   dwg  dW = gate·Xᵀ·dY and dgate (the gated weight gradient, bsmm_dw_gated: the gate epilogue),
 //        vs the same matmul; dwg-ops the same from bsmm_dw and elementwise ops (mul, mul, sum: the
 //        composition before the epilogue), its in-run baseline. Only when asked for (--ops).
+// Routes (--route): auto runs each op as the library would (its rule picks the block-sparse
+// kernels or the dense route: kernels/common/cuda/bsmm_dense.h); sparse forces the block-sparse
+// kernels (TESSERA_BSMM_DENSE=0), dense the dense route (=1). A row that ran the dense route says
+// so ("[dense route]"). The targets take the auto rows, except density 1 at bs 64, which the
+// issue asks of the block-sparse kernel itself: the sparse row there (auto keeps bs 64 on it).
 // dtypes: bf16, and f32 with TF32 tensor-core math (cuda::set_allow_tf32(true) around those rows,
-// for tessera's bsmm kernels and cuBLAS alike; the previous setting is restored afterwards).
+// for tessera's bsmm kernels and cuBLAS alike; the previous setting is restored afterwards);
+// f32-exact (only when asked for): f32 without TF32, the exact kernels against cuBLAS's f32 GEMM.
 // Data: random normal (x, dy ~ N(0, 1), W ~ N(0, 0.02²)), drawn once per shape on the host; the
 // sparse w [nnz, bs, bs] is the first nnz·bs² values of the dense W's buffer (a view).
 //
@@ -114,12 +121,17 @@ int main(int argc, char** argv) {
   app.add_option("--density", o.density, "layout densities in (0, 1] (comma-separated)")
       ->delimiter(',')
       ->check(density_check);
-  app.add_option("--dtype", o.dtypes, "bf16, f32 (f32 runs with TF32; comma-separated)")
+  app.add_option("--dtype", o.dtypes, "bf16, f32 (f32 runs with TF32), f32-exact (without; comma-separated)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"bf16", "f32"}));
+      ->check(CLI::IsMember({"bf16", "f32", "f32-exact"}));
   app.add_option("--ops", o.ops, "fwd, dx, dw, dwg, dwg-ops (comma-separated; default fwd,dx,dw)")
       ->delimiter(',')
       ->check(CLI::IsMember({"fwd", "dx", "dw", "dwg", "dwg-ops"}));
+  app.add_option("--route", o.routes,
+                 "auto (the library's rule), sparse (the block-sparse kernels), dense (the dense route); "
+                 "comma-separated, each row per route")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"auto", "sparse", "dense"}));
   app.add_option("--repeats", o.repeats, "timed calls per figure (median reported)")->check(CLI::Range(1, 100000));
   app.add_option("--warmup", o.warmup, "untimed calls first")->check(CLI::Range(0, 100000));
   app.add_option("--rotate", o.rotate, "input sets rotated between calls (0: enough to exceed 3x L2; lstm: 1)")
@@ -195,16 +207,17 @@ int main(int argc, char** argv) {
       if (has(o.shapes, s.name)) shapes.push_back(&s);
     int nops = 0;
     for (const std::string& op : all_ops()) nops += has(o.ops, op);
+    nops *= static_cast<int>(o.routes.size());
     int ndtypes = 0;
-    for (const char* dt : {"bf16", "f32"}) ndtypes += has(o.dtypes, std::string(dt));
+    for (const char* dt : {"bf16", "f32", "f32-exact"}) ndtypes += has(o.dtypes, std::string(dt));
     run.total = static_cast<int>(shapes.size()) * ndtypes * static_cast<int>(o.bs.size() * o.density.size()) * nops;
     report.note("sweep", "shapes " + join(o.shapes) + "; bs " + join(o.bs) + "; densities " + join(o.density) +
-                             "; dtypes " + join(o.dtypes) + "; ops " + join(o.ops));
+                             "; dtypes " + join(o.dtypes) + "; ops " + join(o.ops) + "; routes " + join(o.routes));
 
     for (const ShapeSpec* s : shapes) {
       std::cerr << "bsmm_gpu: " << s->name << " " << s->dims() << ": drawing the data" << std::endl;
       const Bases bases = make_bases(*s);
-      for (const char* dt : {"bf16", "f32"})
+      for (const char* dt : {"bf16", "f32", "f32-exact"})
         if (has(o.dtypes, std::string(dt))) bench_shape_dtype(run, *s, bases, dt);
     }
 

@@ -32,7 +32,7 @@ Bound roofline(const ShapeSpec& s, const std::string& op, int64_t bs, int64_t nn
 
 std::string row_name(const Result& r) {
   return r.op + (r.mode == "graph" ? "/graph " : " ") + r.dtype + " bs" + std::to_string(r.bs) + " d" +
-         fixed(r.density, 3);
+         fixed(r.density, 3) + (r.route == "auto" ? "" : " " + r.route) + (r.dense_route ? " [dense route]" : "");
 }
 
 std::string shape_label(const ShapeSpec& s) { return s.tag + " " + s.dims(); }
@@ -50,6 +50,8 @@ json result_json(const Result& r) {
          {"op", r.op},
          {"dtype", r.dtype},
          {"mode", r.mode},
+         {"route", r.route},
+         {"dense_route", r.dense_route},
          {"bs", r.bs},
          {"density_requested", r.density_req},
          {"density", r.density},
@@ -94,7 +96,7 @@ double graph_ms(Run& run, const std::function<void()>& queue_one, std::string& f
 void bench_shape_dtype(Run& run, const ShapeSpec& s, const Bases& bases, const std::string& dtype_name_) {
   const Options& o = run.o;
   const DType dt = dtype_name_ == "bf16" ? DType::bf16 : DType::f32;
-  const Tf32Scope tf32(dt == DType::f32 ? true : cuda::allow_tf32());
+  const Tf32Scope tf32(dtype_name_ == "f32" ? true : dtype_name_ == "f32-exact" ? false : cuda::allow_tf32());
   std::string why;
   const int nsets = rotation_sets(o, s, dt, run.l2, why);
   std::cerr << "bsmm_gpu: " << s.name << " " << dtype_name_ << ": " << nsets << " input set(s) (" << why << ")"
@@ -153,88 +155,93 @@ void bench_shape_dtype(Run& run, const ShapeSpec& s, const Bases& bases, const s
       // dwg's gate: ones, so that its dW is the dense product's blocks for the check
       const Tensor gate = ones({l->nnz()}, TensorOptions(dt).device(dev));
       const double flops = 2.0 * s.n * l->nnz() * static_cast<double>(bs) * bs;
-      for (const std::string& op : all_ops()) {
-        if (!has(o.ops, op)) continue;
-        ++run.done;
-        Result r;
-        r.shape = &s;
-        r.op = op;
-        r.dtype = dtype_name_;
-        r.mode = "eager";
-        r.bs = bs;
-        r.nnz = l->nnz();
-        r.density_req = dreq;
-        r.density = l->density();
-        r.sets = nsets;
-        const std::string what =
-            s.name + " " + op + " " + dtype_name_ + " bs" + std::to_string(bs) + " d" + fixed(r.density, 3);
-        try {
-          if (all_blocks) {
-            // The sparse result against the dense matmul of the same blocks as W.
-            const Tensor wfull = blocks_as_dense(ws[0], *l);
-            const Tensor got = sparse_op(op, sets.x[0], sets.dy[0], ws[0], gate, l);
-            const Tensor ref = dense_op(op, sets.x[0], sets.dy[0], wfull);
-            r.check_err = relative_error(is_dw(op) ? blocks_as_dense(got, *l) : got, ref);
-            const double tol = dt == DType::bf16 ? 2e-2 : 1e-2;
-            if (!(r.check_err <= tol))
-              run.mismatches.push_back(what + ": relative error " + sci(r.check_err) + " against the dense " +
-                                       "matmul (over " + fixed(tol, 3) + ")");
-          }
-          r.ms = run.timer.median_ms(
-              [&](int i) {
-                const int k = i % nsets;
-                sparse_op(op, sets.x[k], sets.dy[k], ws[k], gate, l);
-              },
-              o.warmup, o.repeats, 1, /*hide_host=*/!s.step);
-          const Dense& d = dense.at(op);
-          r.tflops = flops / (r.ms * 1e9);
-          r.dense_ms = d.ms;
-          r.dense_tflops = d.tflops;
-          r.useful = r.tflops / d.tflops;  // = dense_ms · density / ms
-          const Bound b = roofline(s, op, bs, l->nnz(), e, d.tflops, run.bw, run.l2);
-          r.bound_tflops = b.tflops;
-          r.bound_kind = b.kind;
-          r.bound_frac = b.tflops / d.tflops;
-          r.reached = b.tflops > 0 ? r.tflops / b.tflops : 0;
-          run.results.push_back(r);
-          add_row(run.report, r);
-          std::cerr << "bsmm_gpu: [" << run.done << "/" << run.total << "] " << what << ": " << fixed(r.ms, 4)
-                    << " ms, useful-frac " << fixed(r.useful, 3) << ", reached " << fixed(r.reached, 3) << " of "
-                    << r.bound_kind << " bound" << std::endl;
-
-          if (s.step && op == "fwd" && d.graph_ms > 0) {
-            const Tensor y = empty({s.n, s.k}, TensorOptions(dt).device(dev));
-            std::string failure;
-            Result g = r;
-            g.mode = "graph";
-            g.check_err = std::numeric_limits<double>::quiet_NaN();
-            g.ms = graph_ms(
-                run,
-                [&] {
-                  call_out<op::Bsmm>({l, false}, {sets.x[0], ws[0]}, {y});
-                },
-                failure);
-            if (!failure.empty()) {
-              run.failures.push_back(what + " graph: " + failure);
-            } else {
-              g.tflops = flops / (g.ms * 1e9);
-              g.dense_ms = d.graph_ms;
-              g.dense_tflops = d.graph_tflops;
-              g.useful = g.tflops / g.dense_tflops;
-              g.bound_frac = g.bound_tflops / g.dense_tflops;
-              g.reached = g.bound_tflops > 0 ? g.tflops / g.bound_tflops : 0;
-              run.results.push_back(g);
-              add_row(run.report, g);
-              std::cerr << "bsmm_gpu:   graph: " << fixed(g.ms * 1e3, 2) << " us per call, reached "
-                        << fixed(g.reached, 3) << " of " << g.bound_kind << " bound" << std::endl;
+      for (const std::string& op : all_ops())
+        for (const std::string& route : o.routes) {
+          if (!has(o.ops, op)) continue;
+          const RouteScope route_scope(route);
+          ++run.done;
+          Result r;
+          r.route = route;
+          r.shape = &s;
+          r.op = op;
+          r.dtype = dtype_name_;
+          r.mode = "eager";
+          r.bs = bs;
+          r.nnz = l->nnz();
+          r.density_req = dreq;
+          r.density = l->density();
+          r.sets = nsets;
+          const std::string what = s.name + " " + op + " " + dtype_name_ + " bs" + std::to_string(bs) + " d" +
+                                   fixed(r.density, 3) + (route == "auto" ? "" : " " + route);
+          try {
+            if (all_blocks) {
+              // The sparse result against the dense matmul of the same blocks as W.
+              const Tensor wfull = blocks_as_dense(ws[0], *l);
+              const Tensor got = sparse_op(op, sets.x[0], sets.dy[0], ws[0], gate, l);
+              const Tensor ref = dense_op(op, sets.x[0], sets.dy[0], wfull);
+              r.check_err = relative_error(is_dw(op) ? blocks_as_dense(got, *l) : got, ref);
+              const double tol = dt == DType::bf16 ? 2e-2 : 1e-2;
+              if (!(r.check_err <= tol))
+                run.mismatches.push_back(what + ": relative error " + sci(r.check_err) + " against the dense " +
+                                         "matmul (over " + fixed(tol, 3) + ")");
             }
+            const uint64_t dense_calls = cuda::dense_route_calls();
+            r.ms = run.timer.median_ms(
+                [&](int i) {
+                  const int k = i % nsets;
+                  sparse_op(op, sets.x[k], sets.dy[k], ws[k], gate, l);
+                },
+                o.warmup, o.repeats, 1, /*hide_host=*/!s.step);
+            r.dense_route = cuda::dense_route_calls() != dense_calls;
+            const Dense& d = dense.at(op);
+            r.tflops = flops / (r.ms * 1e9);
+            r.dense_ms = d.ms;
+            r.dense_tflops = d.tflops;
+            r.useful = r.tflops / d.tflops;  // = dense_ms · density / ms
+            const Bound b = roofline(s, op, bs, l->nnz(), e, d.tflops, run.bw, run.l2);
+            r.bound_tflops = b.tflops;
+            r.bound_kind = b.kind;
+            r.bound_frac = b.tflops / d.tflops;
+            r.reached = b.tflops > 0 ? r.tflops / b.tflops : 0;
+            run.results.push_back(r);
+            add_row(run.report, r);
+            std::cerr << "bsmm_gpu: [" << run.done << "/" << run.total << "] " << what << ": " << fixed(r.ms, 4)
+                      << " ms, useful-frac " << fixed(r.useful, 3) << ", reached " << fixed(r.reached, 3) << " of "
+                      << r.bound_kind << " bound" << std::endl;
+
+            if (s.step && op == "fwd" && d.graph_ms > 0) {
+              const Tensor y = empty({s.n, s.k}, TensorOptions(dt).device(dev));
+              std::string failure;
+              Result g = r;
+              g.mode = "graph";
+              g.check_err = std::numeric_limits<double>::quiet_NaN();
+              g.ms = graph_ms(
+                  run,
+                  [&] {
+                    call_out<op::Bsmm>({l, false}, {sets.x[0], ws[0]}, {y});
+                  },
+                  failure);
+              if (!failure.empty()) {
+                run.failures.push_back(what + " graph: " + failure);
+              } else {
+                g.tflops = flops / (g.ms * 1e9);
+                g.dense_ms = d.graph_ms;
+                g.dense_tflops = d.graph_tflops;
+                g.useful = g.tflops / g.dense_tflops;
+                g.bound_frac = g.bound_tflops / g.dense_tflops;
+                g.reached = g.bound_tflops > 0 ? g.tflops / g.bound_tflops : 0;
+                run.results.push_back(g);
+                add_row(run.report, g);
+                std::cerr << "bsmm_gpu:   graph: " << fixed(g.ms * 1e3, 2) << " us per call, reached "
+                          << fixed(g.reached, 3) << " of " << g.bound_kind << " bound" << std::endl;
+              }
+            }
+          } catch (const std::exception& ex) {
+            run.failures.push_back(what + ": " + ex.what());
+            std::cerr << "bsmm_gpu: [" << run.done << "/" << run.total << "] " << what << ": failed: " << ex.what()
+                      << std::endl;
+            cudaGetLastError();
           }
-        } catch (const std::exception& ex) {
-          run.failures.push_back(what + ": " + ex.what());
-          std::cerr << "bsmm_gpu: [" << run.done << "/" << run.total << "] " << what << ": failed: " << ex.what()
-                    << std::endl;
-          cudaGetLastError();
-        }
       }
     }
   }

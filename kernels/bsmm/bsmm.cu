@@ -1,7 +1,9 @@
 // bsmm on the GPU: y [N, K] = x [N, C] · W over the layout's stored blocks (w [nnz, bs, bs]),
-// block k scaled by gate[k] when gated. bf16/f16 (and f32 when TF32 is allowed) run on tensor
-// cores (kernels/common/cuda/bsmm_tc.h picks the kernel); f32 and f64 otherwise, and operands
-// that are not 16-byte aligned, run the exact scalar kernel below.
+// block k scaled by gate[k] when gated. Where the block-sparse kernels would be slower than the
+// dense product (small blocks at moderate density, many rows), the dense route runs a cuBLAS GEMM
+// on the blocks laid out densely (kernels/common/cuda/bsmm_dense.h); otherwise bf16/f16 (and f32
+// when TF32 is allowed) run on tensor cores (kernels/common/cuda/bsmm_tc.h picks the kernel); f32
+// and f64 otherwise, and operands that are not 16-byte aligned, run the exact scalar kernel below.
 //
 //   y[n, c·bs + j] = sum over the stored blocks k of block column c (block row r = block_row[k],
 //                    increasing r, as on the CPU) of gate[k] · sum_i x[n, r·bs + i] · W[k][i][j]
@@ -16,6 +18,7 @@
 #include "core/cuda/check.cuh"
 #include "kernels/bsmm/bsmm.h"
 #include "kernels/common/cuda/block_sparse.cuh"
+#include "kernels/common/cuda/bsmm_dense.h"
 #include "kernels/common/cuda/bsmm_tc.h"
 #include "kernels/common/cuda/dtype.cuh"
 #include "kernels/common/cuda/layout_tables.h"
@@ -68,6 +71,10 @@ void op::Bsmm::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& ou
                                 tables.col_pairs.entries,
                                 tables.col_pairs.pairs,
                                 tables.col_pairs.steps};
+    if (cuda::dense_route_takes(cuda::BsmmOp::fwd, x.dtype(), l, n, {p.a, p.w, p.out}, dev)) {
+      cuda::dense_product(p, l, tables, dev, cuda::current_stream(y));
+      return;
+    }
     if (cuda::run_gather(p, dev, cuda::current_stream(y))) return;
   }
   cuda::dispatch_cuda_float(x.dtype(), kName, [&](auto tag) {

@@ -1,5 +1,7 @@
-// bsmm_dw on the GPU: dw [nnz, bs, bs] = X_rᵀ·dY_c on the layout's stored blocks only.
-// bf16/f16 (and f32 when TF32 is allowed) run on tensor cores (kernels/common/cuda/bsmm_tc.h:
+// bsmm_dw on the GPU: dw [nnz, bs, bs] = X_rᵀ·dY_c on the layout's stored blocks only. Where
+// the block-sparse kernels would be slower than the dense product, the dense route
+// (kernels/common/cuda/bsmm_dense.h: P = Xᵀ·dY by cuBLAS in f32, the blocks gathered from it);
+// otherwise bf16/f16 (and f32 when TF32 is allowed) run on tensor cores (kernels/common/cuda/bsmm_tc.h:
 // runs of blocks share a strip of X or dY; where the kernel asks for them, X and dY are
 // transposed here into temporaries first); f32 and f64 otherwise, and operands that are not
 // 16-byte aligned, run the exact scalar kernel below.
@@ -18,6 +20,7 @@
 #include "core/cuda/check.cuh"
 #include "kernels/bsmm_dw/bsmm_dw.h"
 #include "kernels/common/cuda/block_sparse.cuh"
+#include "kernels/common/cuda/bsmm_dense.h"
 #include "kernels/common/cuda/bsmm_gate.cuh"
 #include "kernels/common/cuda/bsmm_tc.h"
 #include "kernels/common/cuda/dtype.cuh"
@@ -70,6 +73,10 @@ void op::BsmmDw::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& 
       g.w = in[2].data_ptr();
       g.gate = in[3].data_ptr();
       g.dgate = out[1].data_ptr();
+    }
+    if (cuda::dense_route_takes(cuda::BsmmOp::dw, x.dtype(), l, n, {g.x, g.dy, g.dw, g.w}, dev)) {
+      cuda::dense_gradient(g, l, tables, dev, stream);
+      return;
     }
     Tensor xt, dyt;  // Xᵀ [C, n], dYᵀ [K, n] when the kernel takes them (temporaries of the pool)
     if (cuda::gradient_wants_transposed(g, dev)) {

@@ -33,7 +33,9 @@ namespace op {
 /// gated (the accumulate mode adds to dw only); in x's dtype, or f32 with f32_output. The CPU
 /// kernel runs one thread per stored block, each a [bs, N]·[N, bs] product written straight into
 /// its own output block. On CUDA: tensor cores for bf16/f16 (and f32 with TF32 allowed), see
-/// kernels/common/cuda/bsmm_tc.h, with the gate and its gradient in the kernels' epilogue;
+/// kernels/common/cuda/bsmm_tc.h, with the gate and its gradient in the kernels' epilogue (or
+/// the dense route where it pays: P = Xᵀ·dY by cuBLAS in f32, the blocks gathered from it,
+/// kernels/common/cuda/bsmm_dense.h);
 /// deterministic (sums over N, and over each block for dgate, in a fixed order, no atomics).
 ///
 /// Differentiable. With G = d(dw) (and H = d(dgate) when gated), Q = gate·G + H·w per block:

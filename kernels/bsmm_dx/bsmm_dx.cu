@@ -1,7 +1,9 @@
 // bsmm_dx on the GPU: dx [N, C] = dy [N, K] · Wᵀ over the layout's stored blocks (w [nnz, bs,
-// bs]), block k scaled by gate[k] when gated. bf16/f16 (and f32 when TF32 is allowed) run on
-// tensor cores (kernels/common/cuda/bsmm_tc.h: the forward's kernels with W transposed); f32
-// and f64 otherwise, and operands that are not 16-byte aligned, run the exact scalar kernel below.
+// bs]), block k scaled by gate[k] when gated. Where the block-sparse kernels would be slower
+// than the dense product, the dense route (kernels/common/cuda/bsmm_dense.h: a cuBLAS GEMM on the
+// blocks laid out densely); otherwise bf16/f16 (and f32 when TF32 is allowed) run on tensor cores
+// (kernels/common/cuda/bsmm_tc.h: the forward's kernels with W transposed); f32 and f64
+// otherwise, and operands that are not 16-byte aligned, run the exact scalar kernel below.
 //
 //   dx[n, r·bs + i] = sum over the stored blocks k of block row r (k = row_ptr[r] ..
 //                     row_ptr[r+1], increasing block column c = block_col[k], as on the CPU) of
@@ -16,6 +18,7 @@
 #include "core/cuda/check.cuh"
 #include "kernels/bsmm_dx/bsmm_dx.h"
 #include "kernels/common/cuda/block_sparse.cuh"
+#include "kernels/common/cuda/bsmm_dense.h"
 #include "kernels/common/cuda/bsmm_tc.h"
 #include "kernels/common/cuda/dtype.cuh"
 #include "kernels/common/cuda/layout_tables.h"
@@ -68,6 +71,10 @@ void op::BsmmDx::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& 
                                 tables.row_pairs.entries,
                                 tables.row_pairs.pairs,
                                 tables.row_pairs.steps};
+    if (cuda::dense_route_takes(cuda::BsmmOp::dx, dy.dtype(), l, n, {p.a, p.w, p.out}, dev)) {
+      cuda::dense_product(p, l, tables, dev, cuda::current_stream(dx));
+      return;
+    }
     if (cuda::run_gather(p, dev, cuda::current_stream(dx))) return;
   }
   cuda::dispatch_cuda_float(dx.dtype(), kName, [&](auto tag) {

@@ -15,7 +15,8 @@ namespace op {
 /// kernel runs one thread per (row tile, input block row r) and walks the row's blocks
 /// k = row_ptr[r] .. row_ptr[r+1] (contiguous, in increasing block column) into a local buffer.
 /// On CUDA: tensor cores for bf16/f16 (and f32 with TF32 allowed), the forward's kernels with W
-/// transposed, see kernels/common/cuda/bsmm_tc.h; deterministic (the same inputs give the same
+/// transposed, see kernels/common/cuda/bsmm_tc.h, or the dense route where it pays
+/// (kernels/common/cuda/bsmm_dense.h); deterministic (the same inputs give the same
 /// bits on every run and in CUDA-graph replay).
 ///
 /// Differentiable (it is linear in dy and in w): with G = d(dx) [N, C],

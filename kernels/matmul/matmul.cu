@@ -19,34 +19,13 @@
 
 namespace tessera {
 
-namespace {
-
-struct GemmTypes {
-  cudaDataType_t data;
-  cublasComputeType_t compute;
-};
-
-GemmTypes gemm_types(DType dt) {
-  switch (dt) {
-    case DType::f32:
-      return {CUDA_R_32F, cuda::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F};
-    case DType::f64: return {CUDA_R_64F, CUBLAS_COMPUTE_64F};
-    case DType::bf16: return {CUDA_R_16BF, CUBLAS_COMPUTE_32F};
-    case DType::f16: return {CUDA_R_16F, CUBLAS_COMPUTE_32F};
-    default: break;
-  }
-  TS_THROW(DTypeError, "matmul: no CUDA kernel for dtype " << dt);
-}
-
-}  // namespace
-
 void op::Matmul::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Tensor &a = in[0], &b = in[1], &c = out[0];
   const Shape& sc = c.shape();
   const int r = sc.ndim();
   const int64_t batch = r == 3 ? sc[0] : 1, m = sc[r - 2], n = sc[r - 1];
   const int64_t k = attrs.trans_a ? a.size(r - 2) : a.size(r - 1);
-  const GemmTypes types = gemm_types(a.dtype());  // dtype check first, even for empty outputs
+  const cuda::GemmTypes types = cuda::gemm_types(a.dtype(), kName);  // dtype check first, even for empty outputs
   const cudaDataType_t c_type = attrs.f32_output ? CUDA_R_32F : types.data;
   if (c.numel() == 0) return;
   cudaStream_t stream = cuda::current_stream(c);
@@ -74,9 +53,8 @@ void op::Matmul::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& 
   const void* beta = f64 ? static_cast<const void*>(&zero64) : static_cast<const void*>(&zero32);
 
   if (batch == 1) {
-    TS_CUBLAS_CHECK(cublasGemmEx(h, op_b, op_a, M, N, K, alpha, b.data_ptr(), types.data, ldb, a.data_ptr(),
-                                 types.data, lda, beta, c.data_ptr(), c_type, ldc, types.compute,
-                                 CUBLAS_GEMM_DEFAULT));
+    cuda::gemm_row_major(c.device().index, kName, a.dtype(), c.dtype(), attrs.trans_a, attrs.trans_b, m, n, k,
+                         a.data_ptr(), lda, b.data_ptr(), ldb, 0.0, c.data_ptr(), ldc);
   } else {
     // Batch i reads A + i·m·k, B + i·k·n and writes C + i·m·n (contiguous [batch, ., .] tensors).
     TS_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, op_b, op_a, M, N, K, alpha, b.data_ptr(), types.data, ldb,

@@ -1,13 +1,14 @@
-// The tensor-core kernels of bsmm, bsmm_dx and bsmm_dw (kernels/common/cuda/bsmm_tc.h) against
-// an f64 CPU reference computed from the same (rounded) inputs: every block size ×
-// {bf16, f16, f32, f32 with TF32} × {gated, ungated} × N ∈ {1, 17, 64, 100, 300, 4096} × layouts
-// with empty block rows and columns and with lists long enough to wrap the copy pipeline,
-// outputs poisoned with NaN. Each case runs on every kernel path the GPU has (the default, which
-// takes the sm_90a kernels where they apply, and TESSERA_BSMM_PATH=sm80), and checks which
-// kernel ran; bsmm_dw also with the gate epilogue (dw = gate·P and dgate). Also: the f32-output
-// and accumulate epilogues, C = K = 32768, misaligned operands,
-// two runs give the same bits, and a compiled training step of a block-sparse MLP replayed as a
-// CUDA graph equals its eager steps bit for bit. Label `gpu`.
+// The tensor-core kernels of bsmm, bsmm_dx and bsmm_dw (kernels/common/cuda/bsmm_tc.h) and their
+// dense route (kernels/common/cuda/bsmm_dense.h) against an f64 CPU reference computed from the
+// same (rounded) inputs: every block size × {bf16, f16, f32, f32 with TF32} × {gated, ungated} ×
+// N ∈ {1, 17, 64, 100, 300, 4096} × layouts with empty block rows and columns and with lists long
+// enough to wrap the copy pipeline, outputs poisoned with NaN. Each case runs on every path the
+// GPU has (the block-sparse kernels by default, which takes the sm_90a kernels where they apply;
+// TESSERA_BSMM_PATH=sm80; and the dense route, TESSERA_BSMM_DENSE=1), and checks which ran;
+// bsmm_dw also with the gate epilogue (dw = gate·P and dgate). Also: the f32-output and
+// accumulate epilogues, C = K = 32768 (the dense route in chunks), misaligned operands, the dense
+// route's rule, two runs give the same bits, and a compiled training step of a block-sparse MLP
+// replayed as a CUDA graph equals its eager steps bit for bit. Label `gpu`.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -28,6 +29,7 @@
 
 #ifdef TESSERA_WITH_CUDA
 #include "kernels/common/cuda/blas.h"
+#include "kernels/common/cuda/bsmm_dense.h"
 #include "kernels/common/cuda/bsmm_tc.h"
 #endif
 
@@ -53,13 +55,15 @@ const Precision kPrecisions[] = {
 
 const int64_t kRowCounts[] = {1, 17, 64, 100, 300, 4096};  // 100: the 128-row sm_90a tiles
 
-// Launches of the sm_80 and sm_90a tensor-core kernels so far ({0, 0} without CUDA).
+// Launches of the sm_80 and sm_90a tensor-core kernels, and calls of the dense route, so far
+// ({0, 0, 0} without CUDA).
 struct Launches {
-  uint64_t sm80 = 0, sm90 = 0;
+  uint64_t sm80 = 0, sm90 = 0, dense = 0;
 };
 Launches launches() {
 #ifdef TESSERA_WITH_CUDA
-  return {cuda::bsmm_launches(cuda::BsmmKernel::sm80), cuda::bsmm_launches(cuda::BsmmKernel::sm90)};
+  return {cuda::bsmm_launches(cuda::BsmmKernel::sm80), cuda::bsmm_launches(cuda::BsmmKernel::sm90),
+          cuda::dense_route_calls()};
 #else
   return {};
 #endif
@@ -68,25 +72,35 @@ Launches launches() {
 // Whether a call in precision p must have run on tensor cores.
 bool on_tensor_cores(const Precision& p) { return p.dt != DType::f32 || p.tf32; }
 
-// Checks that the call between `before` and now launched the kernel bsmm_tc.h's rule picks:
-// sm_90a for 16-bit operands where it is `sm90_case` (and not forced off by TESSERA_BSMM_PATH=sm80), else sm_80 for
-// tensor-core precisions, else none.
-::testing::AssertionResult took_the_rule(const Launches& before, const Precision& p, bool sm90_case,
-                                         const char* path) {
+// A path to check: TESSERA_BSMM_PATH (nullptr: unset) and TESSERA_BSMM_DENSE.
+struct Path {
+  const char* kernels;
+  const char* dense;
+  bool dense_route() const { return std::string(dense) == "1"; }
+};
+
+// Checks that the call between `before` and now took the path: the dense route when forced,
+// else the kernel bsmm_tc.h's rule picks: sm_90a for 16-bit operands where it is `sm90_case`
+// (and not forced off by TESSERA_BSMM_PATH=sm80), else sm_80 for tensor-core precisions, else none.
+::testing::AssertionResult took_the_rule(const Launches& before, const Precision& p, bool sm90_case, const Path& path) {
   const Launches now = launches();
-  const uint64_t d80 = now.sm80 - before.sm80, d90 = now.sm90 - before.sm90;
-  const bool want90 = p.dt != DType::f32 && sm90_case && gpu_test::sm90_here() && path == nullptr;
-  const bool want80 = on_tensor_cores(p) && !want90;
-  if (d90 == (want90 ? 1u : 0u) && d80 == (want80 ? 1u : 0u)) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "launched sm80 " << d80 << ", sm90 " << d90 << "; want sm80 " << want80
-                                       << ", sm90 " << want90;
+  const uint64_t d80 = now.sm80 - before.sm80, d90 = now.sm90 - before.sm90, dd = now.dense - before.dense;
+  const bool want_dense = path.dense_route();
+  const bool want90 = !want_dense && p.dt != DType::f32 && sm90_case && gpu_test::sm90_here() && path.kernels == nullptr;
+  const bool want80 = !want_dense && on_tensor_cores(p) && !want90;
+  if (d90 == (want90 ? 1u : 0u) && d80 == (want80 ? 1u : 0u) && dd == (want_dense ? 1u : 0u))
+    return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "launched sm80 " << d80 << ", sm90 " << d90 << ", dense route " << dd
+                                       << "; want sm80 " << want80 << ", sm90 " << want90 << ", dense route "
+                                       << want_dense;
 }
 
-// Sets TESSERA_BSMM_PATH (and TF32) for one scope.
+// Sets TESSERA_BSMM_PATH, TESSERA_BSMM_DENSE (and TF32) for one scope.
 class PathGuard {
  public:
-  PathGuard(const char* path, bool tf32) {
-    if (path) setenv("TESSERA_BSMM_PATH", path, 1);
+  PathGuard(const Path& path, bool tf32) {
+    if (path.kernels) setenv("TESSERA_BSMM_PATH", path.kernels, 1);
+    setenv("TESSERA_BSMM_DENSE", path.dense, 1);
 #ifdef TESSERA_WITH_CUDA
     cuda::set_allow_tf32(tf32);
 #else
@@ -95,14 +109,16 @@ class PathGuard {
   }
   ~PathGuard() {
     unsetenv("TESSERA_BSMM_PATH");
+    unsetenv("TESSERA_BSMM_DENSE");
 #ifdef TESSERA_WITH_CUDA
     cuda::set_allow_tf32(false);
 #endif
   }
 };
 
-// The kernel paths to check: the default and sm80 forced (the A100 path, also on sm_90).
-std::vector<const char*> paths() { return {nullptr, "sm80"}; }
+// The paths to check: the block-sparse kernels (the default, and sm80 forced: the A100 path,
+// also on sm_90), and the dense route.
+std::vector<Path> paths() { return {{nullptr, "0"}, {"sm80", "0"}, {nullptr, "1"}}; }
 
 // Per block size: a tall layout whose block columns hold long lists (beyond the pipeline's
 // depth), a wide one, and a mask with an empty block row and empty block columns.
@@ -117,9 +133,9 @@ std::vector<LayoutPtr> layouts(int64_t bs) {
           BlockLayout::from_mask(4 * bs, 5 * bs, bs, mask)};
 }
 
-std::string describe(const BlockLayout& l, const Precision& p, int64_t n, bool gated, const char* path) {
+std::string describe(const BlockLayout& l, const Precision& p, int64_t n, bool gated, const Path& path) {
   return l.str() + " " + p.name + " n " + std::to_string(n) + (gated ? " gated" : "") + " path " +
-         (path ? path : "default");
+         (path.kernels ? path.kernels : "default") + (path.dense_route() ? " (dense route)" : "");
 }
 
 // The f64 CPU result of Op on f64 copies of `in`, cast to the operand dtype's precision only
@@ -153,7 +169,7 @@ void check_op(const char* what, int64_t features_of(const BlockLayout&), bool wi
             if (gated) in.push_back(cast(testing::test_rand({nnz}, 0.5, 1.5, seed + 2), p.dt));
             typename Op::Attrs attrs{l, gated};
             const Tensor want = reference<Op>(attrs, in);
-            for (const char* path : paths()) {
+            for (const Path& path : paths()) {
               PathGuard guard(path, p.tf32);
               const Launches before = launches();
               const Tensor got = cast(run_on_gpu_host<Op>(attrs, in)[0], DType::f64);
@@ -198,7 +214,7 @@ TEST(CudaBsmmTensorCores, WeightGradientMatchesTheCpuForEveryBlockSizeDtypeGateA
             }
             const op::BsmmDw::Attrs attrs{l, false, false, gated};
             const std::vector<Tensor> want = reference_all<op::BsmmDw>(attrs, in);
-            for (const char* path : paths()) {
+            for (const Path& path : paths()) {
               PathGuard guard(path, p.tf32);
               const Launches before = launches();
               const std::vector<Tensor> got = run_on_gpu_host<op::BsmmDw>(attrs, in);
@@ -225,12 +241,13 @@ TEST(CudaBsmmTensorCores, F32OutputAndAccumulateEpilogues) {
     for (const LayoutPtr& l : layouts(bs))
       for (DType dt : {DType::bf16, DType::f16})
         for (int64_t n : {int64_t{17}, int64_t{300}})
-          for (const char* path : paths()) {
+          for (const Path& path : paths()) {
             PathGuard guard(path, false);
             const std::vector<Tensor> in{random({n, l->in_features()}, seed += 4, dt),
                                          random({l->nnz(), bs, bs}, seed + 1, dt),
                                          cast(testing::test_rand({l->nnz()}, 0.5, 1.5, seed + 2), dt)};
-            const std::string what = l->str() + " " + dtype_name(dt) + " n " + std::to_string(n);
+            const std::string what = l->str() + " " + dtype_name(dt) + " n " + std::to_string(n) +
+                                     (path.kernels ? " sm80" : "") + (path.dense_route() ? " dense route" : "");
             // 1e-2: the kernels round gate·w to the operand dtype (one rounding of 2^-9 in bf16)
             EXPECT_TRUE(close_to(run_on_gpu_host<op::Bsmm>({l, true, true}, in)[0], call<op::Bsmm>({l, true, true}, in)[0],
                                  1e-2))
@@ -293,19 +310,88 @@ TEST(CudaBsmmTensorCores, WeightGradientSplitOverRowsMatchesTheCpu) {
 }
 
 // Large block counts per list and a feature count past 2^15/bs blocks: C = K = 32768 at bs 64
-// with few rows (the kernels' 64-bit offsets).
+// with few rows (the kernels' 64-bit offsets), on the block-sparse kernels and on the dense
+// route, whose dense W (2 GB) and P (4 GB) go in chunks of block columns or rows.
 TEST(CudaBsmmTensorCores, WideLayoutsUpTo32768Features) {
   REQUIRE_GPU();
   LayoutPtr l = random_layout(32768, 32768, 64, 0.002, 11);
-  const std::vector<Tensor> in{random({5, 32768}, 1, DType::bf16), random({l->nnz(), 64, 64}, 2, DType::bf16)};
-  EXPECT_TRUE(close_to(cast(run_on_gpu_host<op::Bsmm>({l, false}, in)[0], DType::f64), reference<op::Bsmm>({l, false}, in),
-                       1e-2));
-  EXPECT_TRUE(close_to(cast(run_on_gpu_host<op::BsmmDx>({l, false}, in)[0], DType::f64),
-                       reference<op::BsmmDx>({l, false}, in), 1e-2));
+  const std::vector<Tensor> in{random({5, 32768}, 1, DType::bf16), random({l->nnz(), 64, 64}, 2, DType::bf16),
+                               cast(testing::test_rand({l->nnz()}, 0.5, 1.5, 4), DType::bf16)};
+  const std::vector<Tensor> ungated{in[0], in[1]};
   const std::vector<Tensor> dw_in{in[0], random({5, 32768}, 3, DType::bf16)};
-  EXPECT_TRUE(close_to(cast(run_on_gpu_host<op::BsmmDw>({l}, dw_in)[0], DType::f64), reference<op::BsmmDw>({l}, dw_in),
-                       1e-2));
+  const std::vector<Tensor> dwg_in{dw_in[0], dw_in[1], in[1], in[2]};
+  for (const char* dense : {"0", "1"}) {
+    PathGuard guard({nullptr, dense}, false);
+    const Launches before = launches();
+    EXPECT_TRUE(close_to(cast(run_on_gpu_host<op::Bsmm>({l, false}, ungated)[0], DType::f64),
+                         reference<op::Bsmm>({l, false}, ungated), 1e-2)) << "dense " << dense;
+    EXPECT_TRUE(close_to(cast(run_on_gpu_host<op::BsmmDx>({l, true}, in)[0], DType::f64),
+                         reference<op::BsmmDx>({l, true}, in), 1e-2)) << "dense " << dense;
+    EXPECT_TRUE(close_to(cast(run_on_gpu_host<op::BsmmDw>({l}, dw_in)[0], DType::f64),
+                         reference<op::BsmmDw>({l}, dw_in), 1e-2)) << "dense " << dense;
+    const op::BsmmDw::Attrs gated{l, true, false, true};
+    const std::vector<Tensor> got = run_on_gpu_host<op::BsmmDw>(gated, dwg_in);
+    const std::vector<Tensor> want = reference_all<op::BsmmDw>({l, false, false, true}, dwg_in);
+    EXPECT_TRUE(close_to(cast(got[0], DType::f64), want[0], 1e-3)) << "gated, dense " << dense;
+    EXPECT_TRUE(close_to(cast(got[1], DType::f64), want[1], 1e-3)) << "dgate, dense " << dense;
+    EXPECT_EQ(launches().dense - before.dense, std::string(dense) == "1" ? 4u : 0u);
+  }
 }
+
+#ifdef TESSERA_WITH_CUDA
+// The dense route's rule (bsmm_dense.h): small blocks at high density and many rows take it, and
+// the all-blocks layout at bs 64; bs 64 at half density on the sm_90a kernels, few rows, a sparse
+// layout, f64 and TESSERA_BSMM_PATH=simt do not;
+// TESSERA_BSMM_DENSE=0 / 1 force it off / on; another value is one ValueError naming the variable.
+TEST(CudaBsmmTensorCores, DenseRouteRule) {
+  REQUIRE_GPU();
+  const LayoutPtr half8 = random_layout(1024, 1024, 8, 0.5, 1), half64 = random_layout(1024, 1024, 64, 0.5, 2);
+  const LayoutPtr sparse16 = random_layout(1024, 1024, 16, 0.02, 3);
+  auto takes = [](const LayoutPtr& l, int64_t n, DType dt) {
+    return cuda::dense_route_takes(cuda::BsmmOp::fwd, dt, *l, n, {}, 0);
+  };
+  EXPECT_TRUE(takes(half8, 4096, DType::bf16));
+  EXPECT_TRUE(cuda::dense_route_takes(cuda::BsmmOp::dw, DType::f16, *half8, 4096, {}, 0));
+  EXPECT_FALSE(takes(half8, 64, DType::bf16)) << "a recurrent step's rows";
+  EXPECT_FALSE(takes(sparse16, 4096, DType::bf16)) << "2% of the blocks";
+  EXPECT_FALSE(takes(half8, 4096, DType::f64));
+  if (sm90_here() && cuda::have_sm90_kernels()) {
+    EXPECT_FALSE(takes(half64, 8192, DType::bf16)) << "bs 64 at half density keeps its kernels";
+    EXPECT_TRUE(takes(dense_layout(1024, 1024, 64), 8192, DType::bf16)) << "all blocks: cuBLAS is faster";
+  }
+  alignas(16) static char buffer[32];
+  EXPECT_FALSE(cuda::dense_route_takes(cuda::BsmmOp::fwd, DType::bf16, *half8, 4096, {buffer + 8}, 0))
+      << "a misaligned operand";
+  {
+    PathGuard simt({"simt", "1"}, false);
+    EXPECT_FALSE(takes(half8, 4096, DType::bf16)) << "TESSERA_BSMM_PATH=simt";
+  }
+  {
+    PathGuard never({nullptr, "0"}, false);
+    EXPECT_FALSE(takes(half8, 4096, DType::bf16));
+  }
+  {
+    PathGuard always({nullptr, "1"}, false);
+    EXPECT_TRUE(takes(sparse16, 1, DType::bf16));
+    EXPECT_FALSE(takes(sparse16, 1, DType::f64));
+  }
+  {
+    PathGuard bad({nullptr, "yes"}, false);
+    try {
+      takes(half8, 4096, DType::bf16);
+      ADD_FAILURE() << "no error for TESSERA_BSMM_DENSE=yes";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("TESSERA_BSMM_DENSE='yes'"), std::string::npos) << e.what();
+    }
+  }
+  // through the op: the call counts
+  const Tensor x = random({4096, 1024}, 5, DType::bf16), w = random({half8->nnz(), 8, 8}, 6, DType::bf16);
+  const uint64_t before = cuda::dense_route_calls();
+  const Tensor y = run_on_gpu_host<op::Bsmm>({half8, false}, {x, w})[0];
+  EXPECT_EQ(cuda::dense_route_calls() - before, 1u);
+  EXPECT_TRUE(close_to(cast(y, DType::f64), reference<op::Bsmm>({half8, false}, {x, w}), 1e-2));
+}
+#endif
 
 // Operands that do not start on a 16-byte boundary take the scalar kernels: still correct.
 TEST(CudaBsmmTensorCores, MisalignedOperandsAreStillCorrect) {
@@ -321,21 +407,23 @@ TEST(CudaBsmmTensorCores, MisalignedOperandsAreStillCorrect) {
 
 TEST(CudaBsmmTensorCores, TwoRunsGiveTheSameBits) {
   REQUIRE_GPU();
-  for (int64_t bs : {8, 32, 64}) {
-    LayoutPtr l = random_layout(64 * bs, 32 * bs, bs, 0.3, static_cast<uint64_t>(bs));
-    const Tensor x = random({1000, l->in_features()}, 1, DType::bf16).to(kGpu);
-    const Tensor dy = random({1000, l->out_features()}, 2, DType::bf16).to(kGpu);
-    const Tensor w = random({l->nnz(), bs, bs}, 3, DType::bf16).to(kGpu);
-    const Tensor gate = cast(testing::test_rand({l->nnz()}, 0.5, 1.5, 4), DType::bf16).to(kGpu);
-    EXPECT_TRUE(same_bits(bsmm(x, w, l, gate), bsmm(x, w, l, gate))) << l->str();
-    EXPECT_TRUE(same_bits(bsmm(x, w, l), bsmm(x, w, l))) << l->str();
-    EXPECT_TRUE(same_bits(bsmm_dx(dy, w, l), bsmm_dx(dy, w, l))) << l->str();
-    EXPECT_TRUE(same_bits(bsmm_dx(dy, w, l, gate), bsmm_dx(dy, w, l, gate))) << l->str();
-    EXPECT_TRUE(same_bits(bsmm_dw(x, dy, l), bsmm_dw(x, dy, l))) << l->str();
-    const auto [dw1, dgate1] = bsmm_dw_gated(x, dy, w, gate, l, false);
-    const auto [dw2, dgate2] = bsmm_dw_gated(x, dy, w, gate, l, false);
-    EXPECT_TRUE(same_bits(dw1, dw2) && same_bits(dgate1, dgate2)) << "gated " << l->str();
-  }
+  for (const char* dense : {"0", "1"})
+    for (int64_t bs : {8, 32, 64}) {
+      PathGuard guard({nullptr, dense}, false);
+      LayoutPtr l = random_layout(64 * bs, 32 * bs, bs, 0.3, static_cast<uint64_t>(bs));
+      const Tensor x = random({1000, l->in_features()}, 1, DType::bf16).to(kGpu);
+      const Tensor dy = random({1000, l->out_features()}, 2, DType::bf16).to(kGpu);
+      const Tensor w = random({l->nnz(), bs, bs}, 3, DType::bf16).to(kGpu);
+      const Tensor gate = cast(testing::test_rand({l->nnz()}, 0.5, 1.5, 4), DType::bf16).to(kGpu);
+      EXPECT_TRUE(same_bits(bsmm(x, w, l, gate), bsmm(x, w, l, gate))) << l->str();
+      EXPECT_TRUE(same_bits(bsmm(x, w, l), bsmm(x, w, l))) << l->str();
+      EXPECT_TRUE(same_bits(bsmm_dx(dy, w, l), bsmm_dx(dy, w, l))) << l->str();
+      EXPECT_TRUE(same_bits(bsmm_dx(dy, w, l, gate), bsmm_dx(dy, w, l, gate))) << l->str();
+      EXPECT_TRUE(same_bits(bsmm_dw(x, dy, l), bsmm_dw(x, dy, l))) << l->str();
+      const auto [dw1, dgate1] = bsmm_dw_gated(x, dy, w, gate, l, false);
+      const auto [dw2, dgate2] = bsmm_dw_gated(x, dy, w, gate, l, false);
+      EXPECT_TRUE(same_bits(dw1, dw2) && same_bits(dgate1, dgate2)) << "gated " << l->str() << " dense " << dense;
+    }
 }
 
 #ifdef TESSERA_WITH_CUDA
@@ -360,6 +448,7 @@ TEST(CudaBsmmTensorCores, ColumnPairsGiveTheBitsOfSingleColumns) {
   REQUIRE_GPU();
 #ifdef TESSERA_WITH_CUDA
   if (!sm90_here()) GTEST_SKIP() << "column pairs are a kernel of sm_90a";
+  PathGuard kernels({nullptr, "0"}, false);  // the block-sparse kernels, never the dense route
   uint64_t seed = 300;
   for (int64_t bs : {32, 64}) {
     std::vector<LayoutPtr> ls = layouts(bs);
@@ -414,8 +503,7 @@ TEST(CudaBsmmTensorCores, ColumnPairsGiveTheBitsOfSingleColumns) {
 #endif
 }
 
-// A block-sparse two-layer MLP trained under bf16 autocast: the compiled step (a CUDA graph from
-// its second run) and the eager steps give the same losses and weights.
+// A block-sparse two-layer MLP trained under bf16 autocast.
 struct SparseMlp {
   LayoutPtr l1, l2;
   Tensor w1, g1, w2;
@@ -439,8 +527,9 @@ std::map<std::string, Tensor> mlp_batch(int step) {
   return {{"x", random({300, 128}, 100 + step, DType::f32)}, {"t", random({300, 64}, 200 + step, DType::f32)}};
 }
 
-TEST(CudaBsmmTensorCores, CompiledStepReplayedAsACudaGraphEqualsEagerSteps) {
-  REQUIRE_GPU();
+// A compiled step (a CUDA graph from its second run) and the eager steps give the same losses
+// and weights.
+void compiled_step_equals_eager_steps() {
   SparseMlp eager(kGpu), traced(kGpu);
   optim::SGD opt_e(eager.tensors(), optim::SGDOptions(1e-3)), opt_t(traced.tensors(), optim::SGDOptions(1e-3));
   CompiledStep step = compile([&](const std::map<std::string, Tensor>& in) { return traced.loss(in); },
@@ -458,6 +547,18 @@ TEST(CudaBsmmTensorCores, CompiledStepReplayedAsACudaGraphEqualsEagerSteps) {
   EXPECT_TRUE(same_bits(traced.w1, eager.w1));
   EXPECT_TRUE(same_bits(traced.g1, eager.g1));
   EXPECT_TRUE(same_bits(traced.w2, eager.w2));
+}
+
+// Both routes: the block-sparse kernels and the dense route (its pool temporaries and cuBLAS
+// calls inside the captured graph).
+TEST(CudaBsmmTensorCores, CompiledStepReplayedAsACudaGraphEqualsEagerSteps) {
+  REQUIRE_GPU();
+  for (const char* dense : {"0", "1"}) {
+    PathGuard guard({nullptr, dense}, false);
+    const Launches before = launches();
+    compiled_step_equals_eager_steps();
+    EXPECT_EQ(launches().dense > before.dense, std::string(dense) == "1") << "dense " << dense;
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 
 #include "core/cuda/check.cuh"
@@ -75,6 +76,38 @@ cublasLtHandle_t blas_lt_handle(int device) {
 void* blas_workspace(int device) {
   blas_handle(device);
   return g_workspaces[device];
+}
+
+GemmTypes gemm_types(DType dt, const char* op) {
+  switch (dt) {
+    case DType::f32: return {CUDA_R_32F, allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F};
+    case DType::f64: return {CUDA_R_64F, CUBLAS_COMPUTE_64F};
+    case DType::bf16: return {CUDA_R_16BF, CUBLAS_COMPUTE_32F};
+    case DType::f16: return {CUDA_R_16F, CUBLAS_COMPUTE_32F};
+    default: break;
+  }
+  TS_THROW(DTypeError, op << ": no CUDA kernel for dtype " << dt);
+}
+
+void gemm_row_major(int device, const char* op, DType in, DType out, bool trans_a, bool trans_b, int64_t m,
+                    int64_t n, int64_t k, const void* a, int64_t lda, const void* b, int64_t ldb, double beta,
+                    void* c, int64_t ldc) {
+  const GemmTypes types = gemm_types(in, op);
+  const cudaDataType_t c_type = out == in ? types.data : gemm_types(out, op).data;
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  for (const int64_t v : {m, n, k, lda, ldb, ldc})
+    TS_CHECK(v <= kIntMax, ShapeError, op << ": a GEMM of [" << m << ", " << k << "] x [" << k << ", " << n
+                                          << "] exceeds cuBLAS's 32-bit sizes");
+  // alpha = 1 and beta in the compute type (double for f64, float otherwise)
+  const double one64 = 1.0, beta64 = beta;
+  const float one32 = 1.0f, beta32 = static_cast<float>(beta);
+  const bool f64 = types.compute == CUBLAS_COMPUTE_64F;
+  TS_CUBLAS_CHECK(cublasGemmEx(blas_handle(device), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                               trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
+                               static_cast<int>(k), f64 ? static_cast<const void*>(&one64) : &one32, b, types.data,
+                               static_cast<int>(ldb), a, types.data, static_cast<int>(lda),
+                               f64 ? static_cast<const void*>(&beta64) : &beta32, c, c_type, static_cast<int>(ldc),
+                               types.compute, CUBLAS_GEMM_DEFAULT));
 }
 
 const char* blas_status_name(cublasStatus_t s) { return cublasGetStatusName(s); }

@@ -22,6 +22,9 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
+#include <cstdint>
+
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace tessera {
@@ -46,6 +49,26 @@ cublasLtHandle_t blas_lt_handle(int device);
 /// blas_handle(device)'s workspace (kBlasWorkspaceBytes, 256-byte aligned). cuBLAS and cuBLASLt
 /// calls share it safely because both queue on the device's one stream.
 void* blas_workspace(int device);
+
+/// The cuBLAS data and compute types of a GEMM on `dt` operands: f32 computes in f32, or on TF32
+/// tensor cores when allow_tf32(); f64 in f64; bf16/f16 sum in f32. A DTypeError naming `op` for
+/// any other dtype.
+struct GemmTypes {
+  cudaDataType_t data;
+  cublasComputeType_t compute;
+};
+GemmTypes gemm_types(DType dt, const char* op);
+
+/// One GEMM on row-major matrices, queued on blas_handle(device)'s stream:
+///   C [m, n] = op(A)·op(B) + beta·C,   op(A) [m, k] (A stored [k, m] when trans_a),
+///                                      op(B) [k, n] (B stored [n, k] when trans_b),
+/// leading dimensions the row lengths of the stored matrices (elements). A and B in `in` (see
+/// gemm_types), C in `in` or, for bf16/f16 operands, f32; beta 0 or 1. cuBLAS is column-major, so
+/// this is the column-major product Cᵀ = op(B)ᵀ·op(A)ᵀ with no data moved. Sizes must fit in int
+/// (a ShapeError naming `op` otherwise).
+void gemm_row_major(int device, const char* op, DType in, DType out, bool trans_a, bool trans_b, int64_t m,
+                    int64_t n, int64_t k, const void* a, int64_t lda, const void* b, int64_t ldb, double beta,
+                    void* c, int64_t ldc);
 
 /// "CUBLAS_STATUS_INVALID_VALUE: an invalid value was used as an argument" for a status.
 const char* blas_status_name(cublasStatus_t s);

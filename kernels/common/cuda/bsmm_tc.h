@@ -4,7 +4,9 @@
 //   cuda::GatherProduct p{...};                        // fwd (Y = X·W) or dx (dX = dY·Wᵀ)
 //   if (!cuda::run_gather(p, device, stream)) ...      // no tensor-core kernel takes it: scalar kernel
 //
-// The rule is deterministic, by (dtype, block size, gate, architecture, alignment):
+// The rule is deterministic, by (dtype, block size, gate, architecture, alignment) (the ops ask
+// bsmm_dense.h's rule first whether the dense route, cuBLAS on the blocks laid out densely,
+// takes the call instead):
 //   - sm_90a kernels (bsmm_sm90_*.cu: wgmma, TMA, warp-specialized, persistent) on compute
 //     capability 9.0, when the build has them (CUDA architecture 90): bf16/f16 operands,
 //     block sizes 16, 32 and 64 for fwd/dx (gated or not), every block size for dW;
