@@ -80,7 +80,7 @@ struct Options {
   std::vector<std::string> ops{"fwd", "dx", "dw"};
   /// auto: the library's rule (TESSERA_BSMM_DENSE unset); sparse: the block-sparse kernels
   /// (TESSERA_BSMM_DENSE=0); dense: the dense route (TESSERA_BSMM_DENSE=1)
-  std::vector<std::string> routes{"auto"};
+  std::vector<std::string> routes{"auto", "sparse"};
   int repeats = 20, warmup = 3, rotate = 0, graph_calls = 20;
   bool quick = false;
   std::string json;
