@@ -10,7 +10,7 @@ The layers, bottom to top (a file may include files of its own layer and of lowe
                  layouts, the op machinery, autograd's records, autocast's mode. Includes no op.
     1  ops       kernels/: one folder per op, kernels/common.
     2  engine    core/engine/ (the backward pass, the Tensor members and factories that run
-                 ops), core/graph/, core/io/, core/logging/.
+                 ops), core/graph/, core/io/, core/logging/, core/distributed/.
     3  layers/  optim/  data/    peers: none of the three includes another.
     4  models/
     5  programs  examples/, bench/, and the umbrella header core/tessera.h.in.
@@ -34,6 +34,7 @@ LAYERS = [
     ("core/graph/", "engine", 2),
     ("core/io/", "engine", 2),
     ("core/logging/", "engine", 2),
+    ("core/distributed/", "engine", 2),
     ("layers/", "layers", 3),
     ("optim/", "optim", 3),
     ("data/", "data", 3),

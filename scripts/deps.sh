@@ -4,7 +4,7 @@
 set -euo pipefail
 
 TESSERA_PACKAGES=(cmake ninja-build g++ ccache libeigen3-dev libgtest-dev libcli11-dev nlohmann-json3-dev
-                  libhdf5-dev hdf5-tools python3-h5py pkg-config)
+                  libhdf5-dev hdf5-tools python3-h5py pkg-config openmpi-bin libopenmpi-dev)
 
 missing=()
 for p in "${TESSERA_PACKAGES[@]}"; do

@@ -1,0 +1,69 @@
+// Gradient buckets and their average over the ranks (see data_parallel.h).
+#include "core/distributed/data_parallel.h"
+
+#include <cstring>
+
+#include "core/error.h"
+
+namespace tessera {
+namespace dist {
+
+std::vector<GradientBucket> plan_buckets(const std::vector<Tensor>& params, int64_t bucket_bytes, int64_t first_bytes) {
+  TS_CHECK(bucket_bytes >= 1 && first_bytes >= 1, ValueError,
+           "plan_buckets: byte limits " << first_bytes << " and " << bucket_bytes << " must be positive");
+  std::vector<GradientBucket> buckets;
+  int64_t bytes = 0;  // in the open bucket (the last of `buckets`)
+  for (size_t i = params.size(); i-- > 0;) {
+    const Tensor& p = params[i];
+    TS_CHECK(p.defined(), ValueError, "plan_buckets: parameter " << i << " is undefined");
+    const int64_t size = static_cast<int64_t>(p.nbytes());
+    const int64_t limit = buckets.size() == 1 ? first_bytes : bucket_bytes;  // of the open bucket
+    const bool fits = !buckets.empty() && buckets.back().dtype == p.dtype() && bytes + size <= limit;
+    if (!fits) {
+      buckets.push_back(GradientBucket{});
+      buckets.back().dtype = p.dtype();
+      bytes = 0;
+    }
+    buckets.back().params.push_back(i);
+    buckets.back().elements += p.numel();
+    bytes += size;
+  }
+  return buckets;
+}
+
+void average_gradients(const std::vector<Tensor>& params, const std::vector<GradientBucket>& buckets,
+                       ProcessGroup& group) {
+  if (group.size() == 1) return;
+  for (const GradientBucket& b : buckets) {
+    // Pack: the bucket's gradients one after another, in the bucket's order.
+    Tensor buffer;
+    int64_t at = 0;
+    for (size_t i : b.params) {
+      TS_CHECK(i < params.size(), ValueError,
+               "average_gradients: a bucket names parameter " << i << " of " << params.size());
+      const Tensor g = params[i].grad();
+      TS_CHECK(g.defined(), ValueError,
+               "average_gradients: parameter " << i << " " << params[i].shape()
+                                               << " has no gradient (every rank must reduce the same tensors)");
+      TS_CHECK(g.dtype() == b.dtype && g.device().is_cpu(), ValueError,
+               "average_gradients: parameter " << i << "'s gradient is " << g.dtype() << " on " << g.device()
+                                               << "; the bucket holds " << b.dtype << " on the CPU");
+      if (!buffer.defined()) buffer = empty({b.elements}, TensorOptions(b.dtype));
+      const size_t e = dtype_size(b.dtype);
+      std::memcpy(static_cast<char*>(buffer.data_ptr()) + at * e, g.data_ptr(), g.nbytes());
+      at += g.numel();
+    }
+    if (!buffer.defined()) continue;
+    group.all_reduce(buffer, ReduceOp::average);
+    at = 0;
+    for (size_t i : b.params) {
+      const Tensor g = params[i].grad();
+      const size_t e = dtype_size(b.dtype);
+      std::memcpy(g.data_ptr(), static_cast<const char*>(buffer.data_ptr()) + at * e, g.nbytes());
+      at += g.numel();
+    }
+  }
+}
+
+}  // namespace dist
+}  // namespace tessera

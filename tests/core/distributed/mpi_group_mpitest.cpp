@@ -1,0 +1,162 @@
+// The MPI process group under mpirun (ctest mpi_np2 and mpi_np3, label mpi; every rank runs
+// every test, so each test makes the same collective calls on every rank):
+//   - the launcher's environment agrees with MPI; all_reduce (sum, average) and broadcast give the
+//     expected values and the same bits on every rank; bf16, CUDA and undefined tensors are one
+//     clear error;
+//   - data-parallel SGD over 20 steps, each rank on its part of the batch with average_gradients,
+//     equals one process on the whole batch (computed in each rank) within 1e-5 relative, with
+//     several buckets; two data-parallel runs give the same bits.
+// Not a gtest_discover_tests executable: main() starts MPI once for all tests.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "core/distributed/data_parallel.h"
+#include "core/distributed/mpi_group.h"
+#include "core/distributed/world.h"
+#include "core/error.h"
+#include "core/random.h"
+#include "kernels/ops.h"
+#include "layers/linear.h"
+#include "optim/sgd.h"
+
+namespace tessera {
+namespace {
+
+std::shared_ptr<dist::ProcessGroup> g_group;
+
+// max |a − b| / max |b| over two same-shaped f32 tensors
+double relative_diff(const Tensor& a, const Tensor& b) {
+  const std::vector<float> x = a.to_vector<float>(), y = b.to_vector<float>();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    num = std::max(num, std::abs(static_cast<double>(x[i]) - y[i]));
+    den = std::max(den, std::abs(static_cast<double>(y[i])));
+  }
+  return den > 0 ? num / den : num;
+}
+
+// Whether t has the same bits on every rank (rank 0's copy broadcast and compared).
+bool same_on_every_rank(const Tensor& t) {
+  Tensor mine = t.clone().detach();
+  Tensor root = t.clone().detach();
+  g_group->broadcast(root, 0);
+  const std::vector<float> a = mine.to_vector<float>(), b = root.to_vector<float>();
+  return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(MpiGroup, TheLauncherAgreesWithMpi) {
+  const dist::WorldInfo w = dist::detect_world();
+  EXPECT_EQ(w.launcher, "mpirun");
+  EXPECT_EQ(w.rank, g_group->rank());
+  EXPECT_EQ(w.size, g_group->size());
+  EXPECT_GE(g_group->size(), 2);
+  EXPECT_EQ(g_group->backend(), "mpi");
+}
+
+TEST(MpiGroup, AllReduceAndBroadcast) {
+  const int r = g_group->rank(), n = g_group->size();
+  Tensor t = from_vector<float>({float(r + 1), float(10 * (r + 1))}, {2});
+  g_group->all_reduce(t, dist::ReduceOp::sum);
+  const float s = n * (n + 1) / 2.0f;
+  EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{s, 10 * s}));
+  Tensor d = from_vector<double>({double(r)}, {1});
+  g_group->all_reduce(d, dist::ReduceOp::average);
+  EXPECT_DOUBLE_EQ(d.item<double>(), (n - 1) / 2.0);
+  Tensor b = from_vector<float>({float(r), float(-r)}, {2});
+  g_group->broadcast(b, n - 1);
+  EXPECT_EQ(b.to_vector<float>(), (std::vector<float>{float(n - 1), float(1 - n)}));
+  g_group->barrier();
+}
+
+TEST(MpiGroup, EveryRankGetsTheSameBits) {
+  Generator gen(100 + g_group->rank());  // other values on every rank
+  Tensor t = normal({1000}, 0, 1, gen);
+  g_group->all_reduce(t, dist::ReduceOp::average);
+  EXPECT_TRUE(same_on_every_rank(t));
+}
+
+TEST(MpiGroup, WrongTensorsAreOneClearError) {
+  Tensor half = zeros({4}, TensorOptions(DType::bf16));
+  try {
+    g_group->all_reduce(half, dist::ReduceOp::sum);
+    ADD_FAILURE() << "bf16 was reduced";
+  } catch (const DTypeError& e) {
+    EXPECT_NE(std::string(e.what()).find("takes f32 or f64 tensors; got bf16"), std::string::npos) << e.what();
+  }
+  Tensor none;
+  EXPECT_THROW(g_group->all_reduce(none, dist::ReduceOp::sum), ValueError);
+  Tensor t = zeros({2});
+  EXPECT_THROW(g_group->broadcast(t, g_group->size()), ValueError);
+  g_group->barrier();  // the ranks are in step again
+}
+
+// A two-layer MLP and its mean squared error.
+struct Mlp {
+  nn::Linear a, b;
+  explicit Mlp(Generator&& gen) : a(nn::LinearOptions(6, 8), gen), b(nn::LinearOptions(8, 3), gen) {}
+  std::vector<Tensor> params() const { return {a.weight(), a.bias(), b.weight(), b.bias()}; }
+  Tensor loss(const Tensor& x, const Tensor& t) const {
+    const Tensor d = sub(b.forward(tanh(a.forward(x))), t);
+    return mean(mul(d, d));
+  }
+};
+
+// 20 SGD steps of an Mlp: on the whole batch (rows = -1) or on this rank's rows with the
+// gradients averaged over the group. Returns the parameters after each step.
+std::vector<std::vector<Tensor>> train(bool data_parallel) {
+  constexpr int64_t kRowsPerRank = 4;
+  const int r = g_group->rank(), n = g_group->size();
+  Mlp m(Generator(7));
+  optim::SGD opt(m.params(), optim::SGDOptions(0.1));
+  const auto buckets = dist::plan_buckets(m.params(), 64, 32);  // several buckets on purpose
+  std::vector<std::vector<Tensor>> history;
+  for (int step = 0; step < 20; ++step) {
+    Generator data(1000 + step);  // the global batch, the same on every rank
+    const Tensor x = normal({kRowsPerRank * n, 6}, 0, 1, data), t = normal({kRowsPerRank * n, 3}, 0, 1, data);
+    if (data_parallel) {
+      m.loss(slice(x, 0, r * kRowsPerRank, (r + 1) * kRowsPerRank), slice(t, 0, r * kRowsPerRank, (r + 1) * kRowsPerRank))
+          .backward();
+      dist::average_gradients(m.params(), buckets, *g_group);
+    } else {
+      m.loss(x, t).backward();
+    }
+    opt.step();
+    opt.zero_grad();
+    std::vector<Tensor> now;
+    for (const Tensor& p : m.params()) now.push_back(p.clone().detach());
+    history.push_back(now);
+  }
+  return history;
+}
+
+TEST(MpiDataParallel, SgdOnEachRanksRowsEqualsOneProcessOnTheWholeBatch) {
+  ASSERT_GE(dist::plan_buckets(Mlp(Generator(7)).params(), 64, 32).size(), 3u);
+  const auto one = train(false), dp = train(true), again = train(true);
+  for (size_t s = 0; s < one.size(); ++s)
+    for (size_t i = 0; i < one[s].size(); ++i) {
+      EXPECT_LE(relative_diff(dp[s][i], one[s][i]), 1e-5) << "step " << s << " parameter " << i;
+      EXPECT_TRUE(same_on_every_rank(dp[s][i])) << "step " << s << " parameter " << i;
+      const std::vector<float> a = dp[s][i].to_vector<float>(), b = again[s][i].to_vector<float>();
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "two runs, step " << s;
+    }
+}
+
+}  // namespace
+}  // namespace tessera
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  try {
+    tessera::g_group = tessera::dist::mpi_process_group();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mpi_tests: %s\n", e.what());
+    return 1;
+  }
+  const int rc = RUN_ALL_TESTS();
+  tessera::g_group.reset();
+  return rc;
+}
