@@ -65,5 +65,29 @@ void average_gradients(const std::vector<Tensor>& params, const std::vector<Grad
   }
 }
 
+void broadcast_parameters(const std::vector<Tensor>& params, ProcessGroup& group) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    TS_CHECK(params[i].defined(), ValueError, "broadcast_parameters: parameter " << i << " is undefined");
+    Tensor p = params[i];  // the same storage: the broadcast writes the parameter itself
+    group.broadcast(p, 0);
+  }
+}
+
+void check_parameters_equal(const std::vector<Tensor>& params, ProcessGroup& group) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    TS_CHECK(params[i].defined(), ValueError, "check_parameters_equal: parameter " << i << " is undefined");
+    Tensor root = params[i].clone().detach();
+    group.broadcast(root, 0);
+    const bool same = std::memcmp(root.data_ptr(), params[i].data_ptr(), params[i].nbytes()) == 0;
+    // every rank learns how many differ, so that all of them raise (and none waits in the next call)
+    Tensor differing = from_vector<double>({same ? 0.0 : 1.0}, {1});
+    group.all_reduce(differing, ReduceOp::sum);
+    const int count = static_cast<int>(differing.item<double>());
+    TS_CHECK(count == 0, ValueError,
+             "check_parameters_equal: parameter " << i << " " << params[i].shape() << " differs from rank 0's on "
+                                                  << count << " rank(s)" << (same ? "" : ", this one among them"));
+  }
+}
+
 }  // namespace dist
 }  // namespace tessera

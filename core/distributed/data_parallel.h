@@ -3,9 +3,13 @@
 // takes the same optimizer step as one process on the whole batch (when each rank's loss is the
 // mean over its rows and the ranks' parts are equal).
 //
+//   dist::broadcast_parameters(params, *group);               // once: rank 0's initial values
 //   const auto buckets = dist::plan_buckets(params);          // once
-//   loss.backward();
+//   loss.backward();                                          // (micro-steps: backward only)
 //   dist::average_gradients(params, buckets, *group);         // then opt.step() on every rank
+//
+// Gradient accumulation: run backward on each micro-batch and average_gradients once, after the
+// last; the gradients summed over the micro-steps are then averaged as one.
 //
 // Buckets take the parameters in reverse order (backward makes the last parameters' gradients
 // first, so a later version can launch a bucket as soon as its gradients are final): the first
@@ -44,6 +48,14 @@ std::vector<GradientBucket> plan_buckets(const std::vector<Tensor>& params, int6
 /// the same tensors); a size-1 group leaves the gradients as they are.
 void average_gradients(const std::vector<Tensor>& params, const std::vector<GradientBucket>& buckets,
                        ProcessGroup& group);
+
+/// Every parameter = rank 0's, in place (at the start of a run, so that ranks initialized apart
+/// start equal), one broadcast per parameter in order.
+void broadcast_parameters(const std::vector<Tensor>& params, ProcessGroup& group);
+
+/// A ValueError on every rank naming the first parameter whose bits differ from rank 0's on some
+/// rank, and on how many (a debug check that the ranks stayed in step).
+void check_parameters_equal(const std::vector<Tensor>& params, ProcessGroup& group);
 
 }  // namespace dist
 }  // namespace tessera

@@ -5,7 +5,10 @@
 //     clear error;
 //   - data-parallel SGD over 20 steps, each rank on its part of the batch with average_gradients,
 //     equals one process on the whole batch (computed in each rank) within 1e-5 relative, with
-//     several buckets; two data-parallel runs give the same bits.
+//     several buckets; two data-parallel runs give the same bits;
+//   - gradient accumulation over two micro-steps equals the doubled batch; broadcast_parameters
+//     makes ranks initialized apart equal; check_parameters_equal names a differing parameter on
+//     every rank.
 // Not a gtest_discover_tests executable: main() starts MPI once for all tests.
 #include <gtest/gtest.h>
 
@@ -143,6 +146,59 @@ TEST(MpiDataParallel, SgdOnEachRanksRowsEqualsOneProcessOnTheWholeBatch) {
       const std::vector<float> a = dp[s][i].to_vector<float>(), b = again[s][i].to_vector<float>();
       EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "two runs, step " << s;
     }
+}
+
+// Gradient accumulation: two micro-steps of half the rows each, backward on both and one
+// average_gradients after the second, give the step of one micro-step on all the rows.
+TEST(MpiDataParallel, TwoMicroStepsEqualTheDoubledBatch) {
+  constexpr int64_t kRows = 4;  // per rank and micro-step
+  const int r = g_group->rank(), n = g_group->size();
+  Mlp whole(Generator(9)), micro(Generator(9));
+  optim::SGD opt_whole(whole.params(), optim::SGDOptions(0.1)), opt_micro(micro.params(), optim::SGDOptions(0.1));
+  const auto bw = dist::plan_buckets(whole.params()), bm = dist::plan_buckets(micro.params());
+  for (int step = 0; step < 5; ++step) {
+    Generator data(2000 + step);  // per rank: 2·kRows rows
+    const Tensor x = normal({2 * kRows * n, 6}, 0, 1, data), t = normal({2 * kRows * n, 3}, 0, 1, data);
+    const Tensor xr = slice(x, 0, 2 * kRows * r, 2 * kRows * (r + 1)), tr = slice(t, 0, 2 * kRows * r, 2 * kRows * (r + 1));
+    whole.loss(xr, tr).backward();
+    dist::average_gradients(whole.params(), bw, *g_group);
+    for (int m = 0; m < 2; ++m)  // each micro-step's loss is half of the mean over both
+      mul(micro.loss(slice(xr, 0, m * kRows, (m + 1) * kRows), slice(tr, 0, m * kRows, (m + 1) * kRows)), 0.5)
+          .backward();
+    dist::average_gradients(micro.params(), bm, *g_group);
+    opt_whole.step();
+    opt_micro.step();
+    opt_whole.zero_grad();
+    opt_micro.zero_grad();
+  }
+  for (size_t i = 0; i < whole.params().size(); ++i)
+    EXPECT_LE(relative_diff(micro.params()[i], whole.params()[i]), 1e-5) << "parameter " << i;
+}
+
+// Ranks initialized apart (another seed each) start equal after broadcast_parameters; the debug
+// check names the first parameter that differs, on every rank, before it and after a change.
+TEST(MpiDataParallel, BroadcastAtStartAndTheEqualityCheck) {
+  Mlp m(Generator(50 + g_group->rank()));
+  auto differs_at = [&]() -> std::string {
+    try {
+      dist::check_parameters_equal(m.params(), *g_group);
+    } catch (const ValueError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(differs_at().find("parameter 0 [6, 8] differs from rank 0's on " + std::to_string(g_group->size() - 1) +
+                              " rank(s)"),
+            std::string::npos);
+  dist::broadcast_parameters(m.params(), *g_group);
+  EXPECT_EQ(differs_at(), "");
+  if (g_group->rank() == g_group->size() - 1) {
+    Tensor b = m.params()[3];
+    b.data<float>()[0] += 1.0f;
+  }
+  const std::string last = differs_at();
+  EXPECT_NE(last.find("parameter 3 [3] differs from rank 0's on 1 rank(s)"), std::string::npos) << last;
+  EXPECT_EQ(last.find("this one among them") != std::string::npos, g_group->rank() == g_group->size() - 1);
 }
 
 }  // namespace
