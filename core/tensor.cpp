@@ -71,6 +71,14 @@ Tensor& Tensor::retain_grad() {
   return *this;
 }
 
+Tensor& Tensor::add_grad_ready_hook(std::function<void()> fn) {
+  TS_CHECK(is_leaf(), ValueError, "add_grad_ready_hook(): " << meta() << " is not a leaf (an op made it)");
+  checked()->grad_ready_hooks.push_back(std::move(fn));
+  return *this;
+}
+
+void Tensor::clear_grad_ready_hooks() { checked()->grad_ready_hooks.clear(); }
+
 Tensor Tensor::detach() const {
   const TensorImpl* t = checked();
   auto d = std::make_shared<TensorImpl>();

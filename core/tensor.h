@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -60,6 +61,9 @@ struct TensorImpl {
   std::shared_ptr<Node> grad_fn;     ///< the node that made this tensor (null for leaves)
   int output_nr = 0;                 ///< which output of grad_fn this is
   bool retains_grad = false;         ///< non-leaf that keeps its .grad
+  /// Leaves: called by each backward pass once this leaf's gradient is final in it (every
+  /// contribution of the pass added), in the order they were added (Tensor::add_grad_ready_hook).
+  std::vector<std::function<void()>> grad_ready_hooks;
 };
 
 /// Creation options with chainable setters: TensorOptions().dtype(DType::f64).requires_grad(true).
@@ -122,6 +126,13 @@ class Tensor {
   bool is_leaf() const { return checked()->grad_fn == nullptr; }
   /// Keeps .grad on this non-leaf tensor during backward().
   Tensor& retain_grad();
+  /// Calls fn in each backward pass once this leaf's gradient is final in that pass (after the
+  /// last contribution the pass adds to .grad; also when the pass adds none), before backward
+  /// returns: data parallelism reduces a bucket of gradients as soon as all of them are final,
+  /// while the rest of backward still runs. ValueError on a non-leaf.
+  Tensor& add_grad_ready_hook(std::function<void()> fn);
+  /// Removes every grad-ready hook of this leaf.
+  void clear_grad_ready_hooks();
   /// Same storage, no autograd history, requires_grad false.
   Tensor detach() const;
   /// Reverse-mode differentiation from this tensor. `grad` defaults to 1 for a scalar;

@@ -65,6 +65,40 @@ void average_gradients(const std::vector<Tensor>& params, const std::vector<Grad
   }
 }
 
+GradientReducer::GradientReducer(std::vector<Tensor> params, std::shared_ptr<ProcessGroup> group,
+                                 int64_t bucket_bytes, int64_t first_bytes)
+    : params_(std::move(params)), group_(std::move(group)) {
+  TS_CHECK(group_ != nullptr, ValueError, "GradientReducer: no process group");
+  buckets_ = plan_buckets(params_, bucket_bytes, first_bytes);
+  waiting_.resize(buckets_.size());
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    waiting_[b] = static_cast<int>(buckets_[b].params.size());
+    for (size_t i : buckets_[b].params) params_[i].add_grad_ready_hook([this, b] { ready(b); });
+  }
+}
+
+GradientReducer::~GradientReducer() {
+  for (Tensor& p : params_) p.clear_grad_ready_hooks();
+}
+
+void GradientReducer::ready(size_t bucket) {
+  if (--waiting_[bucket] != 0 || !enabled_) return;
+  average_gradients(params_, {buckets_[bucket]}, *group_);
+  reduced_.push_back(bucket);
+}
+
+void GradientReducer::finish() {
+  const bool was_enabled = enabled_;
+  size_t missing = buckets_.size();
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    if (waiting_[b] > 0 && missing == buckets_.size()) missing = b;
+  for (size_t b = 0; b < buckets_.size(); ++b) waiting_[b] = static_cast<int>(buckets_[b].params.size());
+  reduced_.clear();
+  TS_CHECK(!was_enabled || missing == buckets_.size(), ValueError,
+           "GradientReducer: bucket " << missing << " (parameter " << buckets_[missing].params.front()
+                                      << " first) was not reduced: this backward never made its gradients final");
+}
+
 void broadcast_parameters(const std::vector<Tensor>& params, ProcessGroup& group) {
   for (size_t i = 0; i < params.size(); ++i) {
     TS_CHECK(params[i].defined(), ValueError, "broadcast_parameters: parameter " << i << " is undefined");

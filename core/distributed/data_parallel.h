@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/distributed/process_group.h"
@@ -48,6 +49,49 @@ std::vector<GradientBucket> plan_buckets(const std::vector<Tensor>& params, int6
 /// the same tensors); a size-1 group leaves the gradients as they are.
 void average_gradients(const std::vector<Tensor>& params, const std::vector<GradientBucket>& buckets,
                        ProcessGroup& group);
+
+/// average_gradients during backward: a grad-ready hook on every parameter
+/// (Tensor::add_grad_ready_hook) counts the bucket's final gradients, and the bucket's
+/// all-reduce runs as soon as the last of them is final, while backward goes on with the layers
+/// below (on the CPU group the call itself runs then; a CUDA group will queue it on its own
+/// stream).
+///
+///   dist::GradientReducer reducer(model.parameters(), group);   // hooks for its lifetime
+///   loss.backward();          // the buckets are reduced as their gradients become final
+///   reducer.finish();         // checks that every bucket was reduced; resets for the next pass
+///   opt.step();
+///
+/// Accumulation: set_enabled(false) for the micro-steps before the last (their backward reduces
+/// nothing), true for the last; finish() after every backward, micro-steps included. Every rank's backward must make the same buckets final in the
+/// same order (the same model); a parameter without a gradient in a pass is the ValueError of
+/// average_gradients when its bucket is reduced.
+class GradientReducer {
+ public:
+  GradientReducer(std::vector<Tensor> params, std::shared_ptr<ProcessGroup> group,
+                  int64_t bucket_bytes = kBucketBytes, int64_t first_bytes = kFirstBucketBytes);
+  /// Removes the hooks from the parameters (all of their grad-ready hooks).
+  ~GradientReducer();
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
+
+  void set_enabled(bool enabled) { enabled_ = enabled; }
+  /// After backward: a ValueError naming the first bucket not reduced in this pass (a parameter
+  /// whose gradient the pass never made final), then the counts are reset for the next pass.
+  void finish();
+  const std::vector<GradientBucket>& buckets() const { return buckets_; }
+  /// Buckets reduced in the current pass, in the order they were (tests: the overlap).
+  const std::vector<size_t>& reduced() const { return reduced_; }
+
+ private:
+  void ready(size_t bucket);
+
+  std::vector<Tensor> params_;
+  std::shared_ptr<ProcessGroup> group_;
+  std::vector<GradientBucket> buckets_;
+  std::vector<int> waiting_;  ///< per bucket: gradients not final yet in this pass
+  std::vector<size_t> reduced_;
+  bool enabled_ = true;
+};
 
 /// Every parameter = rank 0's, in place (at the start of a run, so that ranks initialized apart
 /// start equal), one broadcast per parameter in order.

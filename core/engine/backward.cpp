@@ -63,6 +63,33 @@ void accumulate(Tensor& slot, const Tensor& g) {
   }
 }
 
+// The grad-ready hooks of one backward pass (TensorImpl::grad_ready_hooks): for each leaf with
+// hooks, the edges into it from the pass's nodes; once the last of them is settled (its node ran
+// or got no gradient), the leaf's gradient is final and its hooks run. Leaves without hooks cost
+// one look at each edge.
+class LeafHooks {
+ public:
+  explicit LeafHooks(const std::vector<Node*>& order) {
+    for (Node* node : order)
+      for (const Edge& e : node->next)
+        if (e.leaf && !e.leaf->grad_ready_hooks.empty()) ++pending_[e.leaf.get()];
+  }
+  // Every edge of `node` is settled: its gradients (if any) were added.
+  void settled(const Node& node) {
+    if (pending_.empty()) return;
+    for (const Edge& e : node.next) {
+      if (!e.leaf) continue;
+      auto it = pending_.find(e.leaf.get());
+      if (it == pending_.end() || --it->second > 0) continue;
+      pending_.erase(it);
+      for (const auto& hook : e.leaf->grad_ready_hooks) hook();
+    }
+  }
+
+ private:
+  std::unordered_map<TensorImpl*, int> pending_;
+};
+
 // Whether `g`, the gradient that a backward rule returned for input i of `node`, is that input's
 // meta, or the f32 form the rule may return (BackwardContext::input_grad_may_be_f32).
 bool gradient_fits(const Tensor& g, const Node& node, size_t i, const BackwardContext& ctx) {
@@ -101,6 +128,7 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
   TensorImpl* root_impl = root.impl();
   if (!root_impl->grad_fn) {
     accumulate_into_leaf(*root_impl, grad);
+    for (const auto& hook : root_impl->grad_ready_hooks) hook();
     return;
   }
 
@@ -109,9 +137,14 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
   grads[root_node].resize(root_node->output_metas.size());
   grads[root_node][root_impl->output_nr] = grad;
 
-  for (Node* node : reverse_topological(root_node)) {
+  const std::vector<Node*> order = reverse_topological(root_node);
+  LeafHooks hooks(order);
+  for (Node* node : order) {
     auto it = grads.find(node);
-    if (it == grads.end()) continue;  // no gradient reached this node
+    if (it == grads.end()) {  // no gradient reached this node
+      hooks.settled(*node);
+      continue;
+    }
     std::vector<Tensor> gouts = std::move(it->second);
     grads.erase(it);
     gouts.resize(node->output_metas.size());
@@ -140,6 +173,7 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
         accumulate_into_leaf(*e.leaf, gins[i]);
       }
     }
+    hooks.settled(*node);
     if (!retain_graph) node->release_saved();
   }
 }

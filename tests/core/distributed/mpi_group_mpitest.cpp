@@ -6,7 +6,10 @@
 //   - data-parallel SGD over 20 steps, each rank on its part of the batch with average_gradients,
 //     equals one process on the whole batch (computed in each rank) within 1e-5 relative, with
 //     several buckets; two data-parallel runs give the same bits;
-//   - gradient accumulation over two micro-steps equals the doubled batch; broadcast_parameters
+//   - GradientReducer reduces buckets during backward (before the first layer's gradients are
+//     final) with the bits of average_gradients after backward, and names an unreduced bucket;
+//   - gradient accumulation over two micro-steps (the reducer off, then on) equals the doubled
+//     batch; broadcast_parameters
 //     makes ranks initialized apart equal; check_parameters_equal names a differing parameter on
 //     every rank.
 // Not a gtest_discover_tests executable: main() starts MPI once for all tests.
@@ -148,6 +151,48 @@ TEST(MpiDataParallel, SgdOnEachRanksRowsEqualsOneProcessOnTheWholeBatch) {
     }
 }
 
+// The reducer during backward: its buckets are reduced while backward runs (the first before
+// the first layer's gradients are final: x's hook, on that layer's input, sees all but the last
+// bucket reduced), and 20 steps give the bits of average_gradients after backward.
+TEST(MpiDataParallel, ReducerDuringBackwardOverlapsAndMatchesTheReduceAfter) {
+  constexpr int64_t kRows = 4;
+  const int r = g_group->rank(), n = g_group->size();
+  const auto after = train(true);
+  Mlp m(Generator(7));
+  optim::SGD opt(m.params(), optim::SGDOptions(0.1));
+  dist::GradientReducer reducer(m.params(), g_group, 64, 32);  // the buckets train() plans
+  ASSERT_GE(reducer.buckets().size(), 3u);
+  for (int step = 0; step < 20; ++step) {
+    Generator data(1000 + step);
+    const Tensor x = normal({kRows * n, 6}, 0, 1, data), t = normal({kRows * n, 3}, 0, 1, data);
+    Tensor xr = slice(x, 0, r * kRows, (r + 1) * kRows).detach().requires_grad_();
+    size_t reduced_when_input_final = 0;
+    xr.add_grad_ready_hook([&] { reduced_when_input_final = reducer.reduced().size(); });
+    m.loss(xr, slice(t, 0, r * kRows, (r + 1) * kRows)).backward();
+    EXPECT_EQ(reducer.reduced().size(), reducer.buckets().size());
+    EXPECT_GE(reduced_when_input_final, 1u) << "a bucket was reduced during backward";
+    EXPECT_LT(reduced_when_input_final, reducer.buckets().size()) << "the first layer's bucket comes last";
+    reducer.finish();
+    opt.step();
+    opt.zero_grad();
+    for (size_t i = 0; i < after[step].size(); ++i) {
+      const std::vector<float> a = m.params()[i].to_vector<float>(), b = after[step][i].to_vector<float>();
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "step " << step << " parameter " << i;
+    }
+  }
+  // a bucket whose gradients a pass never made final is a clear error at finish (on every rank)
+  Mlp other(Generator(8));
+  dist::GradientReducer partial(other.params(), g_group, 64, 32);
+  Generator gen(3);
+  sum(other.a.forward(normal({2, 6}, 0, 1, gen))).backward();  // layer b unused: its buckets never final
+  try {
+    partial.finish();
+    ADD_FAILURE() << "finish() with unreduced buckets";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("was not reduced"), std::string::npos) << e.what();
+  }
+}
+
 // Gradient accumulation: two micro-steps of half the rows each, backward on both and one
 // average_gradients after the second, give the step of one micro-step on all the rows.
 TEST(MpiDataParallel, TwoMicroStepsEqualTheDoubledBatch) {
@@ -155,17 +200,21 @@ TEST(MpiDataParallel, TwoMicroStepsEqualTheDoubledBatch) {
   const int r = g_group->rank(), n = g_group->size();
   Mlp whole(Generator(9)), micro(Generator(9));
   optim::SGD opt_whole(whole.params(), optim::SGDOptions(0.1)), opt_micro(micro.params(), optim::SGDOptions(0.1));
-  const auto bw = dist::plan_buckets(whole.params()), bm = dist::plan_buckets(micro.params());
+  const auto bw = dist::plan_buckets(whole.params());
+  dist::GradientReducer reducer(micro.params(), g_group, 64, 32);
   for (int step = 0; step < 5; ++step) {
     Generator data(2000 + step);  // per rank: 2·kRows rows
     const Tensor x = normal({2 * kRows * n, 6}, 0, 1, data), t = normal({2 * kRows * n, 3}, 0, 1, data);
     const Tensor xr = slice(x, 0, 2 * kRows * r, 2 * kRows * (r + 1)), tr = slice(t, 0, 2 * kRows * r, 2 * kRows * (r + 1));
     whole.loss(xr, tr).backward();
     dist::average_gradients(whole.params(), bw, *g_group);
-    for (int m = 0; m < 2; ++m)  // each micro-step's loss is half of the mean over both
+    for (int m = 0; m < 2; ++m) {  // each micro-step's loss is half of the mean over both
+      reducer.set_enabled(m == 1);   // the reducer runs in the last micro-step's backward only
       mul(micro.loss(slice(xr, 0, m * kRows, (m + 1) * kRows), slice(tr, 0, m * kRows, (m + 1) * kRows)), 0.5)
           .backward();
-    dist::average_gradients(micro.params(), bm, *g_group);
+      EXPECT_EQ(reducer.reduced().size(), m == 1 ? reducer.buckets().size() : 0u);
+      reducer.finish();
+    }
     opt_whole.step();
     opt_micro.step();
     opt_whole.zero_grad();
