@@ -129,7 +129,8 @@ class Tensor {
   /// Calls fn in each backward pass once this leaf's gradient is final in that pass (after the
   /// last contribution the pass adds to .grad; also when the pass adds none), before backward
   /// returns: data parallelism reduces a bucket of gradients as soon as all of them are final,
-  /// while the rest of backward still runs. ValueError on a non-leaf.
+  /// while the rest of backward still runs. Eager backward only (a compiled step's traced
+  /// backward does not run them). ValueError on a non-leaf.
   Tensor& add_grad_ready_hook(std::function<void()> fn);
   /// Removes every grad-ready hook of this leaf.
   void clear_grad_ready_hooks();
