@@ -35,6 +35,7 @@ void average_gradients(const std::vector<Tensor>& params, const std::vector<Grad
                        ProcessGroup& group) {
   if (group.size() == 1) return;
   for (const GradientBucket& b : buckets) {
+    const size_t e = dtype_size(b.dtype);
     // Pack: the bucket's gradients one after another, in the bucket's order.
     Tensor buffer;
     int64_t at = 0;
@@ -49,7 +50,6 @@ void average_gradients(const std::vector<Tensor>& params, const std::vector<Grad
                "average_gradients: parameter " << i << "'s gradient is " << g.dtype() << " on " << g.device()
                                                << "; the bucket holds " << b.dtype << " on the CPU");
       if (!buffer.defined()) buffer = empty({b.elements}, TensorOptions(b.dtype));
-      const size_t e = dtype_size(b.dtype);
       std::memcpy(static_cast<char*>(buffer.data_ptr()) + at * e, g.data_ptr(), g.nbytes());
       at += g.numel();
     }
@@ -58,7 +58,6 @@ void average_gradients(const std::vector<Tensor>& params, const std::vector<Grad
     at = 0;
     for (size_t i : b.params) {
       const Tensor g = params[i].grad();
-      const size_t e = dtype_size(b.dtype);
       std::memcpy(g.data_ptr(), static_cast<const char*>(buffer.data_ptr()) + at * e, g.nbytes());
       at += g.numel();
     }

@@ -12,11 +12,12 @@
 // last; the gradients summed over the micro-steps are then averaged as one.
 //
 // Buckets take the parameters in reverse order (backward makes the last parameters' gradients
-// first, so a later version can launch a bucket as soon as its gradients are final): the first
-// holds at most first_bytes of gradients, the others at most bucket_bytes; a parameter larger
-// than a bucket has one of its own; a bucket holds one dtype. Each bucket's gradients are packed
-// into one buffer, all-reduced as one call and unpacked. What is not built yet (overlap with
-// backward, CUDA tensors over NCCL, compiled steps) is listed in docs/distributed.md.
+// first, so GradientReducer below reduces a bucket during backward as soon as its gradients are
+// final): the first holds at most first_bytes of gradients, the others at most bucket_bytes; a
+// parameter larger than a bucket has one of its own; a bucket holds one dtype. Each bucket's
+// gradients are packed into one buffer, all-reduced as one call and unpacked. What is not built
+// yet (asynchronous reduction, CUDA tensors over NCCL, compiled steps) is listed in
+// docs/distributed.md.
 #pragma once
 
 #include <cstdint>
