@@ -68,6 +68,10 @@ struct OpBase {
   /// An op whose drawing depends on its attributes (block attention draws only with dropout > 0)
   /// also declares `static bool draws_random(const Attrs&)`: false makes it an ordinary op.
   static constexpr bool kRandom = false;
+  /// Joins work that runs beside the device's stream (collective_wait after an all_reduce):
+  /// compiled steps place it as late as they can, after the last backward node, so that the
+  /// work it joins overlaps the rest of backward.
+  static constexpr bool kJoin = false;
 };
 
 /// What a backward rule sees.
@@ -121,6 +125,8 @@ class OpInstance {
   virtual std::shared_ptr<const OpInstance> with_random_start(uint64_t start) const = 0;
   virtual unsigned saved_inputs_mask() const = 0;
   virtual unsigned saved_outputs_mask() const = 0;
+  /// OpBase::kJoin: scheduled after the last backward node in compiled steps.
+  virtual bool joins() const = 0;
 };
 
 /// Receives every op applied while it is installed (the graph tracer; tools that log or count ops).
@@ -241,6 +247,7 @@ class OpInstanceT final : public OpInstance {
   }
   unsigned saved_inputs_mask() const override { return Op::kSaveInputs; }
   unsigned saved_outputs_mask() const override { return Op::kSaveOutputs; }
+  bool joins() const override { return Op::kJoin; }
 
  private:
   // CUDA kernels take bf16/f16 as they are (no widening) and run on the device's stream.

@@ -94,7 +94,10 @@
   X(Slice)                                \
   X(SliceBackward)                        \
   X(IndexSelect)                          \
-  X(IndexSelectBackward)
+  X(IndexSelectBackward)                  \
+  /* collectives (data parallelism) */    \
+  X(AllReduce)                            \
+  X(CollectiveWait)
 
 namespace tessera {
 /// The `kName` of every op of TS_OP_LIST, in list order (tests check with it that each op has its

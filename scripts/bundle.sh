@@ -2,6 +2,8 @@
 # Builds a relocatable folder for GPU nodes that have only the NVIDIA driver and the CUDA
 # libraries (like the H200 machine): trainers, sample, inspect, benchmarks and test programs,
 # with HDF5 and the CUDA runtime linked statically, and a `run` wrapper that sets the library path.
+# No MPI (the GPU node has none): data-parallel programs there start their NCCL groups through a
+# rendezvous file (docs/distributed.md).
 #
 #   scripts/bundle.sh                   # -> dist/ (sm_90, host code for x86-64-v3)
 #   dist/run gpu_tests                  # on the GPU node: any program in dist/bin
@@ -17,13 +19,13 @@ build=${TESSERA_BUNDLE_BUILD:-build-gpu}
 arch=${TESSERA_CUDA_ARCH:-90}
 targets=${TESSERA_BUNDLE_TARGETS:-"gpu_tests core_tests kernels_tests layers_tests models_tests optim_tests \
 train_lstm train_transformer sample inspect ops_cpu executor bsmm_cpu train_cpu train_step lstm_step \
-bsmm_gpu attention_gpu decode"}
+bsmm_gpu attention_gpu decode dp_scaling"}
 
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES="$arch" -DCMAKE_CUDA_RUNTIME_LIBRARY=Static -DTESSERA_HDF5_STATIC=ON \
-  -DTESSERA_MARCH=x86-64-v3 -DTESSERA_BUILD_TESTS=ON -DTESSERA_BUILD_EXAMPLES=ON -DTESSERA_BUILD_BENCH=ON \
+  -DTESSERA_MARCH=x86-64-v3 -DTESSERA_MPI=OFF -DTESSERA_BUILD_TESTS=ON -DTESSERA_BUILD_EXAMPLES=ON -DTESSERA_BUILD_BENCH=ON \
   "${launcher[@]}" >/dev/null
 # shellcheck disable=SC2086
 cmake --build "$build" --target $targets -j "${TESSERA_JOBS:-$(nproc)}"

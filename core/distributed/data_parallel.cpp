@@ -3,7 +3,14 @@
 
 #include <cstring>
 
+#include "core/autograd.h"
 #include "core/error.h"
+#include "kernels/all_reduce/all_reduce.h"
+#include "kernels/collective_wait/collective_wait.h"
+#include "kernels/concat/concat.h"
+#include "kernels/copy/copy.h"
+#include "kernels/reshape/reshape.h"
+#include "kernels/slice/slice.h"
 
 namespace tessera {
 namespace dist {
@@ -31,36 +38,46 @@ std::vector<GradientBucket> plan_buckets(const std::vector<Tensor>& params, int6
   return buckets;
 }
 
+namespace {
+
+/// The bucket's gradients flattened one after another (one [elements] tensor); each must exist,
+/// of the bucket's dtype, on one device.
+Tensor pack_bucket(const std::vector<Tensor>& params, const GradientBucket& b, const char* who) {
+  std::vector<Tensor> flat;
+  for (size_t i : b.params) {
+    TS_CHECK(i < params.size(), ValueError, who << ": a bucket names parameter " << i << " of " << params.size());
+    const Tensor g = params[i].grad();
+    TS_CHECK(g.defined(), ValueError,
+             who << ": parameter " << i << " " << params[i].shape() << " has no gradient (every rank must reduce the same tensors)");
+    TS_CHECK(g.dtype() == b.dtype, ValueError,
+             who << ": parameter " << i << "'s gradient is " << g.dtype() << "; its bucket holds " << b.dtype);
+    TS_CHECK(flat.empty() || g.device() == flat[0].device(), DeviceError,
+             who << ": parameter " << i << "'s gradient is on " << g.device() << ", the bucket's first on " << flat[0].device());
+    flat.push_back(reshape(g, {g.numel()}));
+  }
+  return flat.size() == 1 ? flat[0] : concat(flat, 0);
+}
+
+/// Copies the reduced bucket back into its gradients.
+void unpack_bucket(const std::vector<Tensor>& params, const GradientBucket& b, const Tensor& reduced) {
+  int64_t at = 0;
+  for (size_t i : b.params) {
+    const Tensor g = params[i].grad();
+    copy_into(reshape(slice(reduced, 0, at, at + g.numel()), g.shape()), g);
+    at += g.numel();
+  }
+}
+
+}  // namespace
+
 void average_gradients(const std::vector<Tensor>& params, const std::vector<GradientBucket>& buckets,
                        ProcessGroup& group) {
   if (group.size() == 1) return;
   for (const GradientBucket& b : buckets) {
-    const size_t e = dtype_size(b.dtype);
-    // Pack: the bucket's gradients one after another, in the bucket's order.
-    Tensor buffer;
-    int64_t at = 0;
-    for (size_t i : b.params) {
-      TS_CHECK(i < params.size(), ValueError,
-               "average_gradients: a bucket names parameter " << i << " of " << params.size());
-      const Tensor g = params[i].grad();
-      TS_CHECK(g.defined(), ValueError,
-               "average_gradients: parameter " << i << " " << params[i].shape()
-                                               << " has no gradient (every rank must reduce the same tensors)");
-      TS_CHECK(g.dtype() == b.dtype && g.device().is_cpu(), ValueError,
-               "average_gradients: parameter " << i << "'s gradient is " << g.dtype() << " on " << g.device()
-                                               << "; the bucket holds " << b.dtype << " on the CPU");
-      if (!buffer.defined()) buffer = empty({b.elements}, TensorOptions(b.dtype));
-      std::memcpy(static_cast<char*>(buffer.data_ptr()) + at * e, g.data_ptr(), g.nbytes());
-      at += g.numel();
-    }
-    if (!buffer.defined()) continue;
+    if (b.params.empty()) continue;
+    Tensor buffer = copy(pack_bucket(params, b, "average_gradients"));
     group.all_reduce(buffer, ReduceOp::average);
-    at = 0;
-    for (size_t i : b.params) {
-      const Tensor g = params[i].grad();
-      std::memcpy(g.data_ptr(), static_cast<const char*>(buffer.data_ptr()) + at * e, g.nbytes());
-      at += g.numel();
-    }
+    unpack_bucket(params, b, buffer);
   }
 }
 
@@ -69,7 +86,9 @@ GradientReducer::GradientReducer(std::vector<Tensor> params, std::shared_ptr<Pro
     : params_(std::move(params)), group_(std::move(group)) {
   TS_CHECK(group_ != nullptr, ValueError, "GradientReducer: no process group");
   buckets_ = plan_buckets(params_, bucket_bytes, first_bytes);
+  first_ticket_ = group_->reserve_tickets(static_cast<int>(buckets_.size()));
   waiting_.resize(buckets_.size());
+  in_flight_.resize(buckets_.size());
   for (size_t b = 0; b < buckets_.size(); ++b) {
     waiting_[b] = static_cast<int>(buckets_[b].params.size());
     for (size_t i : buckets_[b].params) params_[i].add_grad_ready_hook([this, b] { ready(b); });
@@ -78,12 +97,28 @@ GradientReducer::GradientReducer(std::vector<Tensor> params, std::shared_ptr<Pro
 
 GradientReducer::~GradientReducer() {
   for (Tensor& p : params_) p.clear_grad_ready_hooks();
+  try {
+    join_all();  // nothing may stay in flight on the group's stream
+  } catch (...) {
+  }
 }
 
 void GradientReducer::ready(size_t bucket) {
   if (--waiting_[bucket] != 0 || !enabled_) return;
-  average_gradients(params_, {buckets_[bucket]}, *group_);
+  NoGradGuard no_grad;
+  in_flight_[bucket] = all_reduce(pack_bucket(params_, buckets_[bucket], "GradientReducer"), group_, /*average=*/true,
+                                  first_ticket_ + static_cast<int>(bucket));
   reduced_.push_back(bucket);
+}
+
+void GradientReducer::join_all() {
+  NoGradGuard no_grad;
+  for (size_t b : reduced_) {
+    if (!in_flight_[b].defined()) continue;
+    const Tensor r = collective_wait(in_flight_[b], group_, first_ticket_ + static_cast<int>(b));
+    in_flight_[b] = Tensor();
+    unpack_bucket(params_, buckets_[b], r);
+  }
 }
 
 void GradientReducer::finish() {
@@ -92,10 +127,55 @@ void GradientReducer::finish() {
   for (size_t b = 0; b < buckets_.size(); ++b)
     if (waiting_[b] > 0 && missing == buckets_.size()) missing = b;
   for (size_t b = 0; b < buckets_.size(); ++b) waiting_[b] = static_cast<int>(buckets_[b].params.size());
+  join_all();
   reduced_.clear();
   TS_CHECK(!was_enabled || missing == buckets_.size(), ValueError,
            "GradientReducer: bucket " << missing << " (parameter " << buckets_[missing].params.front()
                                       << " first) was not reduced: this backward never made its gradients final");
+}
+
+DataParallelUpdater::DataParallelUpdater(ParamUpdater& inner, std::shared_ptr<ProcessGroup> group, int64_t bucket_bytes,
+                                         int64_t first_bytes)
+    : inner_(inner), group_(std::move(group)) {
+  TS_CHECK(group_ != nullptr, ValueError, "DataParallelUpdater: no process group");
+  buckets_ = plan_buckets(inner_.params(), bucket_bytes, first_bytes);
+  first_ticket_ = group_->reserve_tickets(static_cast<int>(buckets_.size()));
+}
+
+std::vector<ParamWrite> DataParallelUpdater::update(size_t, const Tensor&, const Tensor&, const Tensor&) {
+  TS_THROW(ValueError, "DataParallelUpdater: gradients are averaged by bucket: call update_all (compiled steps do)");
+}
+
+std::vector<ParamWrite> DataParallelUpdater::update_all(const std::vector<Tensor>& grads, const Tensor& lr,
+                                                        const Tensor& step) {
+  const std::vector<Tensor>& params = inner_.params();
+  TS_CHECK(grads.size() == params.size(), ValueError,
+           "DataParallelUpdater: " << grads.size() << " gradients for " << params.size() << " parameters");
+  std::vector<Tensor> reduced(grads.size());
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    // The bucket's gradients that this step has (a parameter the loss does not reach has none, on
+    // every rank alike: the same traced step).
+    std::vector<size_t> members;
+    std::vector<Tensor> flat;
+    for (size_t i : buckets_[b].params) {
+      if (!grads[i].defined()) continue;
+      TS_CHECK(grads[i].dtype() == buckets_[b].dtype, ValueError,
+               "DataParallelUpdater: parameter " << i << "'s gradient is " << grads[i].dtype() << ", the parameter "
+                                                 << buckets_[b].dtype);
+      members.push_back(i);
+      flat.push_back(reshape(grads[i], {grads[i].numel()}));
+    }
+    if (members.empty()) continue;
+    const int ticket = first_ticket_ + static_cast<int>(b);
+    Tensor r = all_reduce(flat.size() == 1 ? flat[0] : concat(flat, 0), group_, /*average=*/true, ticket);
+    r = collective_wait(r, group_, ticket);  // placed after the last backward node (OpBase::kJoin)
+    int64_t at = 0;
+    for (size_t i : members) {
+      reduced[i] = reshape(slice(r, 0, at, at + grads[i].numel()), grads[i].shape());
+      at += grads[i].numel();
+    }
+  }
+  return inner_.update_all(reduced, lr, step);
 }
 
 void broadcast_parameters(const std::vector<Tensor>& params, ProcessGroup& group) {
@@ -109,13 +189,15 @@ void broadcast_parameters(const std::vector<Tensor>& params, ProcessGroup& group
 void check_parameters_equal(const std::vector<Tensor>& params, ProcessGroup& group) {
   for (size_t i = 0; i < params.size(); ++i) {
     TS_CHECK(params[i].defined(), ValueError, "check_parameters_equal: parameter " << i << " is undefined");
+    const Device where = params[i].device();
     Tensor root = params[i].clone().detach();
     group.broadcast(root, 0);
-    const bool same = std::memcmp(root.data_ptr(), params[i].data_ptr(), params[i].nbytes()) == 0;
+    const Tensor mine_host = params[i].to(Device::cpu()), root_host = root.to(Device::cpu());
+    const bool same = std::memcmp(root_host.data_ptr(), mine_host.data_ptr(), mine_host.nbytes()) == 0;
     // every rank learns how many differ, so that all of them raise (and none waits in the next call)
-    Tensor differing = from_vector<double>({same ? 0.0 : 1.0}, {1});
+    Tensor differing = from_vector<double>({same ? 0.0 : 1.0}, {1}).to(where);
     group.all_reduce(differing, ReduceOp::sum);
-    const int count = static_cast<int>(differing.item<double>());
+    const int count = static_cast<int>(differing.to(Device::cpu()).item<double>());
     TS_CHECK(count == 0, ValueError,
              "check_parameters_equal: parameter " << i << " " << params[i].shape() << " differs from rank 0's on "
                                                   << count << " rank(s)" << (same ? "" : ", this one among them"));

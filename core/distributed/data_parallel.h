@@ -1,7 +1,13 @@
 // Data parallelism's gradient step: each rank runs forward and backward on its own part of the
 // batch, then the gradients are averaged over the ranks, bucket by bucket, so that every rank
 // takes the same optimizer step as one process on the whole batch (when each rank's loss is the
-// mean over its rows and the ranks' parts are equal).
+// mean over its rows and the ranks' parts are equal). Three ways, one result:
+//
+//   average_gradients(params, buckets, group)   after backward, one blocking all-reduce a bucket;
+//   GradientReducer                              eager steps: during backward (grad-ready hooks),
+//                                                each bucket started as soon as it is final;
+//   DataParallelUpdater                          compiled steps: the reductions are nodes of the
+//                                                step's graph, overlapping the rest of backward.
 //
 //   dist::broadcast_parameters(params, *group);               // once: rank 0's initial values
 //   const auto buckets = dist::plan_buckets(params);          // once
@@ -12,12 +18,10 @@
 // last; the gradients summed over the micro-steps are then averaged as one.
 //
 // Buckets take the parameters in reverse order (backward makes the last parameters' gradients
-// first, so GradientReducer below reduces a bucket during backward as soon as its gradients are
-// final): the first holds at most first_bytes of gradients, the others at most bucket_bytes; a
+// first): the first holds at most first_bytes of gradients, the others at most bucket_bytes; a
 // parameter larger than a bucket has one of its own; a bucket holds one dtype. Each bucket's
-// gradients are packed into one buffer, all-reduced as one call and unpacked. What is not built
-// yet (asynchronous reduction, CUDA tensors over NCCL, compiled steps) is listed in
-// docs/distributed.md.
+// gradients are packed into one buffer, all-reduced as one call (the all_reduce op, which a CUDA
+// group runs on its own stream; core/collective.h) and unpacked.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +29,7 @@
 #include <vector>
 
 #include "core/distributed/process_group.h"
+#include "core/graph/updater.h"
 #include "core/tensor.h"
 
 namespace tessera {
@@ -53,45 +58,86 @@ void average_gradients(const std::vector<Tensor>& params, const std::vector<Grad
 
 /// average_gradients during backward: a grad-ready hook on every parameter
 /// (Tensor::add_grad_ready_hook) counts the bucket's final gradients, and the bucket's
-/// all-reduce runs as soon as the last of them is final, while backward goes on with the layers
-/// below (on the CPU group the call itself runs then; a CUDA group will queue it on its own
-/// stream).
+/// all-reduce starts as soon as the last of them is final, while backward goes on with the layers
+/// below (on a CPU group the reduction itself runs then; the NCCL group queues it on its own
+/// stream). finish() waits for them and writes the averages into the gradients.
 ///
 ///   dist::GradientReducer reducer(model.parameters(), group);   // hooks for its lifetime
-///   loss.backward();          // the buckets are reduced as their gradients become final
-///   reducer.finish();         // checks that every bucket was reduced; resets for the next pass
+///   loss.backward();          // the buckets are started as their gradients become final
+///   reducer.finish();         // joins them, unpacks; checks that every bucket was reduced
 ///   opt.step();
 ///
 /// Accumulation: set_enabled(false) for the micro-steps before the last (their backward reduces
-/// nothing), true for the last; finish() after every backward, micro-steps included. Every rank's backward must make the same buckets final in the
-/// same order (the same model); a parameter without a gradient in a pass is the ValueError of
-/// average_gradients when its bucket is reduced.
+/// nothing), true for the last; finish() after every backward, micro-steps included. Every rank's
+/// backward must make the same buckets final in the same order (the same model); a parameter
+/// without a gradient in a pass is the ValueError of average_gradients when its bucket is reduced.
 class GradientReducer {
  public:
   GradientReducer(std::vector<Tensor> params, std::shared_ptr<ProcessGroup> group,
                   int64_t bucket_bytes = kBucketBytes, int64_t first_bytes = kFirstBucketBytes);
-  /// Removes the hooks from the parameters (all of their grad-ready hooks).
+  /// Removes the hooks from the parameters (all of their grad-ready hooks) and joins what is in flight.
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
 
   void set_enabled(bool enabled) { enabled_ = enabled; }
-  /// After backward: a ValueError naming the first bucket not reduced in this pass (a parameter
-  /// whose gradient the pass never made final), then the counts are reset for the next pass.
+  /// After backward: waits for the reductions, writes the averaged gradients, then a ValueError
+  /// naming the first bucket not reduced in this pass (a parameter whose gradient the pass never
+  /// made final); the counts are reset for the next pass.
   void finish();
   const std::vector<GradientBucket>& buckets() const { return buckets_; }
-  /// Buckets reduced in the current pass, in the order they were (tests: the overlap).
+  /// Buckets started in the current pass, in the order they were (tests: the overlap).
   const std::vector<size_t>& reduced() const { return reduced_; }
 
  private:
   void ready(size_t bucket);
+  void join_all();
 
   std::vector<Tensor> params_;
   std::shared_ptr<ProcessGroup> group_;
   std::vector<GradientBucket> buckets_;
-  std::vector<int> waiting_;  ///< per bucket: gradients not final yet in this pass
+  int first_ticket_ = 0;
+  std::vector<int> waiting_;       ///< per bucket: gradients not final yet in this pass
+  std::vector<Tensor> in_flight_;  ///< per bucket: its all_reduce result until finish()
   std::vector<size_t> reduced_;
   bool enabled_ = true;
+};
+
+/// The optimizer of a compiled data-parallel step: wraps `inner` (an optim::Optimizer, which keeps
+/// its state, learning rate and step count) and, in the traced update, averages the gradients over
+/// the group's ranks by bucket (plan_buckets over inner.params()) before handing them to inner's
+/// update_all. In the step's graph each bucket is packed and its all_reduce started right after
+/// the backward node that makes its last gradient, and its collective_wait comes after the last
+/// backward node: on a CUDA group the reductions run on the group's stream beside the rest of
+/// backward and are captured in the step's CUDA graph. Global-norm clipping inside inner sees the
+/// averaged gradients. A group of one process still runs the all-reduce nodes (its reduction is a
+/// copy), so that a world-size-1 step is the N-rank step's program.
+///
+///   dist::DataParallelUpdater dp(opt, group);
+///   CompiledStep step = compile(loss_fn, model.named_parameters(), &dp, inputs, &rng);
+///   step.run(my_rows);                      // every rank: its part of the global batch
+class DataParallelUpdater : public ParamUpdater {
+ public:
+  DataParallelUpdater(ParamUpdater& inner, std::shared_ptr<ProcessGroup> group, int64_t bucket_bytes = kBucketBytes,
+                      int64_t first_bytes = kFirstBucketBytes);
+
+  const std::vector<Tensor>& params() const override { return inner_.params(); }
+  std::vector<Tensor> state() const override { return inner_.state(); }
+  /// ValueError: a bucket's gradients are reduced together (update_all).
+  std::vector<ParamWrite> update(size_t i, const Tensor& grad, const Tensor& lr, const Tensor& step) override;
+  std::vector<ParamWrite> update_all(const std::vector<Tensor>& grads, const Tensor& lr, const Tensor& step) override;
+  double lr() const override { return inner_.lr(); }
+  int64_t step_count() const override { return inner_.step_count(); }
+  void advance() override { inner_.advance(); }
+
+  const std::vector<GradientBucket>& buckets() const { return buckets_; }
+  const ProcessGroup& group() const { return *group_; }
+
+ private:
+  ParamUpdater& inner_;
+  std::shared_ptr<ProcessGroup> group_;
+  std::vector<GradientBucket> buckets_;
+  int first_ticket_ = 0;
 };
 
 /// Every parameter = rank 0's, in place (at the start of a run, so that ranks initialized apart

@@ -7,26 +7,17 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 
+#include "core/distributed/nccl_group.h"
 #include "core/distributed/world.h"
 #include "core/error.h"
 
 namespace tessera {
 namespace dist {
 namespace {
-
-/// Seconds a collective may wait for the other ranks (TESSERA_DIST_TIMEOUT_S, default 600).
-double timeout_seconds() {
-  const char* e = std::getenv("TESSERA_DIST_TIMEOUT_S");
-  if (!e || *e == '\0') return 600.0;
-  char* end = nullptr;
-  const double v = std::strtod(e, &end);
-  TS_CHECK(end && *end == '\0' && v > 0, ValueError,
-           "TESSERA_DIST_TIMEOUT_S='" << e << "' is not a positive number of seconds");
-  return v;
-}
 
 void check_mpi(int rc, const char* call) {
   if (rc == MPI_SUCCESS) return;
@@ -144,6 +135,21 @@ class MpiGroup : public ProcessGroup {
 }  // namespace
 
 std::shared_ptr<ProcessGroup> mpi_process_group() { return std::make_shared<MpiGroup>(); }
+
+std::shared_ptr<ProcessGroup> nccl_process_group_over_mpi(int device) {
+  const std::shared_ptr<ProcessGroup> mpi = mpi_process_group();
+  WorldInfo world = detect_world();
+  world.rank = mpi->rank();
+  world.size = mpi->size();
+  NcclId id;
+  if (world.rank == 0) id = nccl_new_id();
+  // the id's 128 bytes as 32 floats: a broadcast moves bits, it computes nothing
+  Tensor bytes = empty({32}, TensorOptions(DType::f32));
+  std::memcpy(bytes.data_ptr(), id.bytes.data(), id.bytes.size());
+  mpi->broadcast(bytes, 0);
+  std::memcpy(id.bytes.data(), bytes.data_ptr(), id.bytes.size());
+  return nccl_process_group(world, id, device);
+}
 
 }  // namespace dist
 }  // namespace tessera

@@ -24,5 +24,9 @@ namespace dist {
 /// (detect_world) gives another rank or size than MPI.
 std::shared_ptr<ProcessGroup> mpi_process_group();
 
+/// The NCCL group (nccl_group.h) of the MPI world, on GPU `device`: rank 0's NCCL id reaches the
+/// other ranks by MPI broadcast (no rendezvous file). For programs under mpirun that train on GPUs.
+std::shared_ptr<ProcessGroup> nccl_process_group_over_mpi(int device);
+
 }  // namespace dist
 }  // namespace tessera

@@ -2,6 +2,7 @@
 #include "core/distributed/process_group.h"
 
 #include "core/error.h"
+#include "kernels/copy/copy.h"
 
 namespace tessera {
 namespace dist {
@@ -23,6 +24,15 @@ class SingleProcessGroup : public ProcessGroup {
 };
 
 }  // namespace
+
+void ProcessGroup::start_all_reduce(const Tensor& in, const Tensor& out, bool average, int ticket) {
+  TS_CHECK(ticket >= 0, ValueError, "all_reduce: ticket " << ticket << " is negative");
+  if (out.data_ptr() != in.data_ptr()) copy_into(in, out);
+  Tensor t = out;
+  all_reduce(t, average ? ReduceOp::average : ReduceOp::sum);
+}
+
+void ProcessGroup::join(int) {}
 
 std::shared_ptr<ProcessGroup> single_process_group() { return std::make_shared<SingleProcessGroup>(); }
 

@@ -66,5 +66,15 @@ WorldInfo detect_world() {
   return detect_world([](const char* name) { return std::getenv(name); });
 }
 
+double timeout_seconds() {
+  const char* e = std::getenv("TESSERA_DIST_TIMEOUT_S");
+  if (!e || *e == '\0') return 600.0;
+  char* end = nullptr;
+  const double v = std::strtod(e, &end);
+  TS_CHECK(end && *end == '\0' && v > 0, ValueError,
+           "TESSERA_DIST_TIMEOUT_S='" << e << "' is not a positive number of seconds");
+  return v;
+}
+
 }  // namespace dist
 }  // namespace tessera

@@ -32,5 +32,9 @@ WorldInfo detect_world();
 /// detect_world with `lookup` in place of std::getenv (null: the variable is not set).
 WorldInfo detect_world(const std::function<const char*(const char*)>& lookup);
 
+/// Seconds a rank waits for the others (a collective, a rendezvous) before it gives up:
+/// TESSERA_DIST_TIMEOUT_S, default 600. ValueError naming the variable unless a positive number.
+double timeout_seconds();
+
 }  // namespace dist
 }  // namespace tessera

@@ -230,26 +230,34 @@ void apply_recompute(Graph& g) {
 }
 
 // Moves each update node to just after the last node it must follow: the producers of its
-// inputs (the final gradient) and every other reader of the parameters/state it overwrites.
-// Gradients and optimizer temporaries then die as soon as they are used, instead of all
-// living until the end of the step. The computation is unchanged (same ops, same inputs).
+// inputs (the final gradient, or an earlier update node, once that one is placed) and every
+// other reader of the parameters/state it overwrites. Gradients and optimizer temporaries then
+// die as soon as they are used, instead of all living until the end of the step. A joining node
+// (OpBase::kJoin: the wait for a gradient all-reduce) goes after the last backward node, so that
+// the reduction it waits for, started right after its gradients, overlaps the rest of backward.
+// The computation is unchanged (same ops, same inputs).
 void schedule_updates(Graph& g) {
   const int nn = static_cast<int>(g.nodes.size());
   std::vector<std::vector<int>> targets_of(nn);  // update node -> values it overwrites
   for (const WriteBack& w : g.writes)
     if (g.values[w.value].producer >= 0) targets_of[g.values[w.value].producer].push_back(w.target);
+  int last_backward = -1;  // the last node that is not an update
+  for (int i = 0; i < nn; ++i)
+    if (g.nodes[i].phase != NodePhase::update) last_backward = i;
   std::vector<int> ready_after(nn, -1);
-  for (int u = 0; u < nn; ++u) {
+  for (int u = 0; u < nn; ++u) {  // trace order is topological: an update's producers come first
     if (g.nodes[u].phase != NodePhase::update) continue;
     int after = -1;
     for (int in : g.nodes[u].inputs) {
       const int p = g.values[in].producer;
-      if (p >= 0 && g.nodes[p].phase == NodePhase::update) after = nn;  // chained updates: keep at the end
-      after = std::max(after, p);
+      if (p < 0) continue;
+      // after another update: in its slot (due lists keep trace order), else after the producer
+      after = std::max(after, g.nodes[p].phase == NodePhase::update ? ready_after[p] : p);
     }
     for (int t : targets_of[u])
       for (int c : g.values[t].consumers)
         if (g.nodes[c].phase != NodePhase::update) after = std::max(after, c);
+    if (g.nodes[u].op->joins()) after = std::max(after, last_backward);
     ready_after[u] = after;
   }
   std::vector<OpNode> order;

@@ -1,0 +1,238 @@
+// The NCCL process group (see nccl_group.h). Compiled with TESSERA_HAVE_NCCL in CUDA builds that
+// found NCCL; otherwise its functions raise NotImplementedError.
+#include "core/distributed/nccl_group.h"
+
+#include <cstdio>
+
+#include "core/error.h"
+
+#ifdef TESSERA_HAVE_NCCL
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/cuda/runtime.h"
+#endif
+
+namespace tessera {
+namespace dist {
+
+#ifdef TESSERA_HAVE_NCCL
+namespace {
+
+#define TS_NCCL_CHECK(expr, what)                                                                           \
+  do {                                                                                                      \
+    const ncclResult_t rc_ = (expr);                                                                        \
+    if (rc_ != ncclSuccess) {                                                                               \
+      const char* last_ = ncclGetLastError(nullptr);                                                        \
+      TS_THROW(DeviceError, "NCCL: " << what << " failed: " << ncclGetErrorString(rc_)                     \
+                                     << (last_ && *last_ ? std::string(" (") + last_ + ")" : std::string())); \
+    }                                                                                                       \
+  } while (0)
+
+#define TS_CUDA_RT_CHECK(expr)                                                                        \
+  do {                                                                                                \
+    const cudaError_t e_ = (expr);                                                                    \
+    TS_CHECK(e_ == cudaSuccess, DeviceError, "CUDA: " << #expr << " failed: " << cudaGetErrorString(e_)); \
+  } while (0)
+
+ncclDataType_t nccl_type(const Tensor& t, const char* call) {
+  switch (t.dtype()) {
+    case DType::f32: return ncclFloat32;
+    case DType::f64: return ncclFloat64;
+    case DType::bf16: return ncclBfloat16;
+    case DType::f16: return ncclFloat16;
+    default: break;
+  }
+  TS_THROW(DTypeError, call << ": the NCCL group takes f32, f64, bf16 or f16 tensors; got " << t.dtype());
+}
+
+/// Runs `fn` (NCCL's communicator init, which cannot be interrupted); when it has not returned
+/// after `seconds`, prints one line and ends the process (status 3), so that a rank whose peers
+/// never come does not hang.
+template <class Fn>
+void with_deadline(double seconds, int rank, const char* what, Fn fn) {
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lock(m);
+    if (!cv.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return done; })) {
+      std::fprintf(stderr, "tessera: rank %d: %s waited %.0f s for the other ranks (TESSERA_DIST_TIMEOUT_S); exiting\n",
+                   rank, what, seconds);
+      std::fflush(stderr);
+      std::_Exit(3);
+    }
+  });
+  try {
+    fn();
+  } catch (...) {
+    {
+      std::lock_guard<std::mutex> lock(m);
+      done = true;
+    }
+    cv.notify_one();
+    watchdog.join();
+    throw;
+  }
+  {
+    std::lock_guard<std::mutex> lock(m);
+    done = true;
+  }
+  cv.notify_one();
+  watchdog.join();
+}
+
+class NcclGroup final : public ProcessGroup {
+ public:
+  NcclGroup(const WorldInfo& world, const NcclId& id, int device, const std::string& rendezvous)
+      : rank_(world.rank), size_(world.size), device_(device) {
+    TS_CHECK(device >= 0 && device < cuda_device_count(), DeviceError,
+             "NCCL group: rank " << rank_ << " asks for GPU " << device << ", this node has " << cuda_device_count());
+    cuda::set_device(device_);
+    ncclUniqueId uid;
+    static_assert(sizeof(uid.internal) == sizeof(id.bytes), "ncclUniqueId is 128 bytes");
+    std::copy(id.bytes.begin(), id.bytes.end(), uid.internal);
+    with_deadline(timeout_seconds(), rank_, "joining the NCCL group", [&] {
+      TS_NCCL_CHECK(ncclCommInitRank(&comm_, size_, uid, rank_), "ncclCommInitRank");
+    });
+    TS_CUDA_RT_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+    scratch_ticket_ = reserve_tickets(1);
+    barrier();  // every rank has joined: the rendezvous file has served
+    if (rank_ == 0 && !rendezvous.empty()) std::remove(rendezvous.c_str());
+  }
+  ~NcclGroup() override {
+    cudaSetDevice(device_);
+    cudaDeviceSynchronize();
+    for (Ticket& t : tickets_) {
+      if (t.ready) cudaEventDestroy(t.ready);
+      if (t.done) cudaEventDestroy(t.done);
+    }
+    if (side_) cudaStreamDestroy(side_);
+    if (comm_) ncclCommDestroy(comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "nccl"; }
+  Device device() const override { return Device::cuda(device_); }
+
+  void start_all_reduce(const Tensor& in, const Tensor& out, bool average, int ticket) override {
+    check(in, "all_reduce");
+    check(out, "all_reduce");
+    TS_CHECK(in.meta() == out.meta(), ShapeError, "all_reduce: input " << in.meta() << " and output " << out.meta() << " differ");
+    TS_CHECK(ticket >= 0, ValueError, "all_reduce: ticket " << ticket << " is negative");
+    Ticket& t = slot(ticket);
+    TS_CHECK(!t.busy, ValueError, "all_reduce: ticket " << ticket << " is still in flight (join it first)");
+    cudaStream_t s = stream();
+    if (out.data_ptr() != in.data_ptr())
+      TS_CUDA_RT_CHECK(cudaMemcpyAsync(out.data_ptr(), in.data_ptr(), in.nbytes(), cudaMemcpyDeviceToDevice, s));
+    TS_CUDA_RT_CHECK(cudaEventRecord(t.ready, s));
+    TS_CUDA_RT_CHECK(cudaStreamWaitEvent(side_, t.ready, 0));
+    TS_NCCL_CHECK(ncclAllReduce(out.data_ptr(), out.data_ptr(), static_cast<size_t>(out.numel()),
+                                nccl_type(out, "all_reduce"), average ? ncclAvg : ncclSum, comm_, side_),
+                  "ncclAllReduce");
+    TS_CUDA_RT_CHECK(cudaEventRecord(t.done, side_));
+    t.held = out;
+    t.busy = true;
+  }
+
+  void join(int ticket) override {
+    TS_CHECK(ticket >= 0 && static_cast<size_t>(ticket) < tickets_.size() && tickets_[ticket].busy, ValueError,
+             "collective_wait: ticket " << ticket << " has no all-reduce in flight");
+    Ticket& t = tickets_[ticket];
+    TS_CUDA_RT_CHECK(cudaStreamWaitEvent(stream(), t.done, 0));
+    t.held = Tensor();  // freed in the device stream's order, after the wait
+    t.busy = false;
+  }
+
+  void all_reduce(Tensor& t, ReduceOp op) override {
+    start_all_reduce(t, t, op == ReduceOp::average, scratch_ticket_);
+    join(scratch_ticket_);
+  }
+
+  void broadcast(Tensor& t, int root) override {
+    check(t, "broadcast");
+    TS_CHECK(root >= 0 && root < size_, ValueError, "broadcast: root " << root << " of " << size_ << " ranks");
+    TS_NCCL_CHECK(ncclBroadcast(t.data_ptr(), t.data_ptr(), t.nbytes(), ncclUint8, root, comm_, stream()), "ncclBroadcast");
+  }
+
+  void barrier() override {
+    Tensor one = ones({1}, TensorOptions(DType::f32).device(Device::cuda(device_)));
+    all_reduce(one, ReduceOp::sum);
+    cuda::synchronize(device_);
+  }
+
+ private:
+  struct Ticket {
+    cudaEvent_t ready = nullptr, done = nullptr;
+    Tensor held;  // the output, alive until the join
+    bool busy = false;
+  };
+
+  cudaStream_t stream() const { return static_cast<cudaStream_t>(cuda::stream(device_)); }
+
+  void check(const Tensor& t, const char* call) const {
+    TS_CHECK(t.defined(), ValueError, call << ": an undefined tensor");
+    TS_CHECK(t.device() == Device::cuda(device_), DeviceError,
+             call << ": the NCCL group of rank " << rank_ << " reduces tensors on " << Device::cuda(device_) << "; got one on "
+                  << t.device() << (t.device().is_cpu() ? " (CPU tensors need the MPI group)" : ""));
+    nccl_type(t, call);
+  }
+
+  Ticket& slot(int ticket) {
+    while (tickets_.size() <= static_cast<size_t>(ticket)) {
+      Ticket t;
+      TS_CUDA_RT_CHECK(cudaEventCreateWithFlags(&t.ready, cudaEventDisableTiming));
+      TS_CUDA_RT_CHECK(cudaEventCreateWithFlags(&t.done, cudaEventDisableTiming));
+      tickets_.push_back(std::move(t));
+    }
+    return tickets_[ticket];
+  }
+
+  int rank_, size_, device_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t side_ = nullptr;
+  int scratch_ticket_ = 0;
+  std::vector<Ticket> tickets_;
+};
+
+}  // namespace
+
+NcclId nccl_new_id() {
+  ncclUniqueId uid;
+  TS_NCCL_CHECK(ncclGetUniqueId(&uid), "ncclGetUniqueId");
+  NcclId id;
+  std::copy(uid.internal, uid.internal + sizeof(uid.internal), id.bytes.begin());
+  return id;
+}
+
+std::shared_ptr<ProcessGroup> nccl_process_group(const WorldInfo& world, const NcclId& id, int device,
+                                                 const std::string& rendezvous) {
+  return std::make_shared<NcclGroup>(world, id, device, rendezvous);
+}
+
+#else  // no NCCL in this build
+
+NcclId nccl_new_id() {
+  TS_THROW(NotImplementedError, "NCCL: this build of tessera has no NCCL (a CUDA build that finds NCCL has it)");
+}
+
+std::shared_ptr<ProcessGroup> nccl_process_group(const WorldInfo&, const NcclId&, int, const std::string&) {
+  TS_THROW(NotImplementedError, "NCCL: this build of tessera has no NCCL (a CUDA build that finds NCCL has it)");
+}
+
+#endif
+
+NcclId rendezvous_file(const std::string& path, const WorldInfo& world) {
+  return rendezvous_exchange(path, world, world.rank == 0 ? nccl_new_id() : NcclId{});
+}
+
+}  // namespace dist
+}  // namespace tessera

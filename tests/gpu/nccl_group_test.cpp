@@ -1,0 +1,123 @@
+// The NCCL process group with world size 1 on the GPU (its rendezvous file in a temporary folder):
+//   - all_reduce (sum, average), broadcast, barrier and the asynchronous start/join leave the
+//     tensor as it is; CPU tensors, other dtypes and unstarted joins are one clear error; rank 0
+//     removed the rendezvous file once the group was up;
+//   - a compiled AdamW step (clipping) over DataParallelUpdater, captured as a CUDA graph and
+//     replayed, gives the bits of the same compiled step over the bare optimizer for 6 steps (the
+//     all-reduce of one rank is a copy), with its all-reduces beside backward on NCCL's stream;
+//   - the eager GradientReducer on the NCCL group leaves one rank's gradients as they are.
+// The two-GPU runs are bench/dp_scaling's (docs/distributed.md).
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+
+#include "core/distributed/data_parallel.h"
+#include "core/distributed/nccl_group.h"
+#include "core/graph/compile.h"
+#include "gpu_check.h"
+#include "kernels/ops.h"
+#include "layers/linear.h"
+#include "optim/adamw.h"
+
+namespace tessera {
+namespace {
+
+std::shared_ptr<dist::ProcessGroup> world_of_one() {
+  static std::shared_ptr<dist::ProcessGroup> g = [] {
+    const std::string path = "/tmp/tessera_nccl_test_" + std::to_string(::getpid());
+    dist::WorldInfo w;  // rank 0 of 1
+    auto group = dist::nccl_process_group(w, dist::rendezvous_file(path, w), 0, path);
+    EXPECT_FALSE(std::ifstream(path).good()) << "rank 0 removes the rendezvous file once the group is up";
+    return group;
+  }();
+  return g;
+}
+
+TEST(NcclGroup, WorldOfOneCollectives) {
+  REQUIRE_GPU();
+  auto g = world_of_one();
+  EXPECT_EQ(g->backend(), "nccl");
+  EXPECT_EQ(g->size(), 1);
+  for (DType dt : {DType::f32, DType::bf16, DType::f64, DType::f16}) {
+    const Tensor x = cast(testing::test_randn({1000}, 3, DType::f32), dt).to(gpu_test::kGpu);
+    Tensor y = x.clone();
+    g->all_reduce(y, dist::ReduceOp::sum);
+    g->all_reduce(y, dist::ReduceOp::average);
+    g->broadcast(y, 0);
+    const int t = g->reserve_tickets(1);
+    const Tensor z = collective_wait(all_reduce(y, g, true, t), g, t);
+    EXPECT_EQ(std::memcmp(z.to(Device::cpu()).data_ptr(), x.to(Device::cpu()).data_ptr(), x.nbytes()), 0) << dt;
+  }
+  g->barrier();
+  Tensor cpu = zeros({4});
+  EXPECT_THROW(g->all_reduce(cpu, dist::ReduceOp::sum), DeviceError);
+  Tensor ints = zeros({4}, TensorOptions(DType::i32).device(gpu_test::kGpu));
+  EXPECT_THROW(g->all_reduce(ints, dist::ReduceOp::sum), DTypeError);
+  EXPECT_THROW(g->join(g->reserve_tickets(1)), ValueError);
+}
+
+struct Net {
+  nn::Linear a, b, c;
+  explicit Net(Generator&& gen)
+      : a(nn::LinearOptions(32, 64), gen), b(nn::LinearOptions(64, 64), gen), c(nn::LinearOptions(64, 8), gen) {}
+  std::vector<Tensor> params() const { return {a.weight(), a.bias(), b.weight(), b.bias(), c.weight(), c.bias()}; }
+  Tensor loss(const Tensor& x, const Tensor& t) const {
+    const Tensor d = sub(c.forward(gelu(b.forward(gelu(a.forward(x))))), t);
+    return mean(mul(d, d));
+  }
+};
+
+std::vector<std::vector<float>> train(bool data_parallel, bool* replayed = nullptr) {
+  Net m(Generator(5));
+  m.a.to(gpu_test::kGpu);
+  m.b.to(gpu_test::kGpu);
+  m.c.to(gpu_test::kGpu);
+  optim::AdamW opt(m.params(), optim::AdamWOptions(1e-2));
+  opt.set_clip_norm(0.5);
+  dist::DataParallelUpdater dp(opt, world_of_one(), /*bucket_bytes=*/20000, /*first_bytes=*/2000);
+  auto loss_fn = [&](const std::map<std::string, Tensor>& in) { return m.loss(in.at("x"), in.at("t")); };
+  Generator data(9);
+  auto feed = [&] {
+    return std::map<std::string, Tensor>{{"x", normal({16, 32}, 0, 1, data).to(gpu_test::kGpu)},
+                                         {"t", normal({16, 8}, 0, 1, data).to(gpu_test::kGpu)}};
+  };
+  CompiledStep step = compile(loss_fn, m.params(), data_parallel ? static_cast<ParamUpdater*>(&dp) : &opt, feed());
+  for (int s = 0; s < 6; ++s) step.run(feed());
+  if (replayed) *replayed = step.executor().replays_cuda_graph();
+  std::vector<std::vector<float>> out;
+  for (const Tensor& p : m.params()) out.push_back(p.to_vector<float>());
+  return out;
+}
+
+TEST(NcclGroup, CompiledDataParallelStepOfOneRankEqualsTheStepWithout) {
+  REQUIRE_GPU();
+  bool replayed = false;
+  const auto plain = train(false), dp = train(true, &replayed);
+  const char* e = std::getenv("TESSERA_CUDA_GRAPHS");
+  if (!(e && std::strcmp(e, "0") == 0)) EXPECT_TRUE(replayed) << "the data-parallel step replays as a CUDA graph";
+  for (size_t i = 0; i < plain.size(); ++i)
+    EXPECT_EQ(std::memcmp(plain[i].data(), dp[i].data(), plain[i].size() * sizeof(float)), 0) << "parameter " << i;
+}
+
+TEST(NcclGroup, EagerReducerOfOneRankLeavesTheGradients) {
+  REQUIRE_GPU();
+  Net m(Generator(5));
+  m.a.to(gpu_test::kGpu);
+  m.b.to(gpu_test::kGpu);
+  m.c.to(gpu_test::kGpu);
+  dist::GradientReducer reducer(m.params(), world_of_one(), 20000, 2000);
+  Generator data(9);
+  m.loss(normal({16, 32}, 0, 1, data).to(gpu_test::kGpu), normal({16, 8}, 0, 1, data).to(gpu_test::kGpu)).backward();
+  std::vector<std::vector<float>> before;
+  for (const Tensor& p : m.params()) before.push_back(p.grad().to_vector<float>());
+  reducer.finish();
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_EQ(m.params()[i].grad().to_vector<float>(), before[i]) << i;
+}
+
+}  // namespace
+}  // namespace tessera
