@@ -11,8 +11,13 @@
 #include <utility>
 #include <vector>
 
+#include "core/distributed/nccl_group.h"
+#include "core/distributed/world.h"
 #include "core/error.h"
 #include "models/model_registry.h"
+#ifdef TESSERA_EXAMPLES_MPI
+#include "core/distributed/mpi_group.h"
+#endif
 #include "models/train/window_task.h"
 
 namespace fs = std::filesystem;
@@ -80,6 +85,9 @@ void add_trainer_flags(CLI::App& app, TrainerFlags& f) {
   g->add_option("--micro-batches", f.micro_batches, "batches per optimizer update (gradient accumulation)")
       ->check(CLI::Range(1, 1 << 16))->capture_default_str();
   g->add_flag("--keep-best", f.keep_best, "also keep best.h5, the checkpoint of the lowest val loss");
+  g->add_option("--dist-init", f.dist_init,
+                "data parallel: mpi (under mpirun) or file:///shared/path (an NCCL rendezvous file; ranks from RANK / "
+                "WORLD_SIZE / LOCAL_RANK or Slurm); under mpirun the default is mpi. --batch is per rank");
   g->add_option("--time-limit", f.time_limit,
                 "stop after this many seconds of training (evaluations not counted), as if --steps ended there; "
                 "0: no limit")
@@ -109,7 +117,49 @@ DType train_dtype(const TrainerFlags& f) {
   return dtype_from_name(f.dtype);  // f32, bf16 or f16 (the flag's check; train::MixedPrecision checks again)
 }
 
-Device train_device(const TrainerFlags& f) { return f.device == "cuda" ? Device::cuda(0) : Device::cpu(); }
+Device train_device(const TrainerFlags& f) {
+  if (f.device != "cuda") return Device::cpu();
+  const std::shared_ptr<dist::ProcessGroup> g = process_group(f);
+  return g ? g->device() : Device::cuda(0);
+}
+
+std::shared_ptr<dist::ProcessGroup> process_group(const TrainerFlags& f) {
+  static bool made = false;
+  static std::shared_ptr<dist::ProcessGroup> group;
+  if (made) return group;
+  const dist::WorldInfo w = dist::detect_world();
+  made = true;
+  if (w.size == 1 && f.dist_init.empty()) return group;
+  const bool mpi = f.dist_init == "mpi" || (f.dist_init.empty() && w.launcher == "mpirun");
+  if (!mpi) {
+    TS_CHECK(!f.dist_init.empty(), ValueError,
+             "the " << w.launcher << " environment starts " << w.size << " ranks: give --dist-init file:///shared/path "
+                    << "(a rendezvous file every rank sees), or start the ranks with mpirun");
+    const std::string path = dist::rendezvous_path(f.dist_init);
+    TS_CHECK(f.device == "cuda", ValueError,
+             "--dist-init " << f.dist_init << " starts an NCCL group (GPUs); CPU ranks meet through MPI (mpirun)");
+    TS_CHECK(w.launcher != "none", ValueError,
+             "--dist-init " << f.dist_init << ": no rank and world size in the environment (set RANK, WORLD_SIZE and "
+                            << "LOCAL_RANK, or run under Slurm or mpirun)");
+    const int gpus = cuda_device_count();
+    const int gpu = gpus > 0 ? (w.local_rank >= 0 ? w.local_rank : w.rank) % gpus : 0;
+    group = dist::nccl_process_group(w, dist::rendezvous_file(path, w), gpu, path);
+    return group;
+  }
+#ifdef TESSERA_EXAMPLES_MPI
+  if (f.device == "cuda") {
+    const int gpus = cuda_device_count();
+    const int gpu = gpus > 0 ? (w.local_rank >= 0 ? w.local_rank : w.rank) % gpus : 0;
+    group = dist::nccl_process_group_over_mpi(gpu);
+  } else {
+    group = dist::mpi_process_group();
+  }
+  return group;
+#else
+  TS_THROW(ValueError, "this build of the trainers has no MPI (tessera_mpi was not built): "
+                           << (f.device == "cuda" ? "give --dist-init file:///shared/path" : "CPU ranks need MPI"));
+#endif
+}
 
 namespace {
 
@@ -282,6 +332,7 @@ train::TrainOptions train_options(const TrainerFlags& f, const std::string& prog
     cmd += (cmd.empty() ? "" : " ") + shell_word(a);
   }
   o.resume_command = cmd + " --resume " + shell_word((fs::path(f.out) / "ckpt.h5").string());
+  o.group = process_group(f);
   if (f.test_signal_at > 0) {
     o.test_signal_step = f.test_signal_at;
     o.test_signal = f.test_signal == "INT" ? SIGINT : SIGTERM;

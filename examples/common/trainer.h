@@ -22,6 +22,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "core/distributed/process_group.h"
 #include "core/io/checkpoint.h"
 #include "data/text_dataset.h"
 #include "models/train/trainer.h"
@@ -63,6 +64,9 @@ struct TrainerFlags {
   int64_t test_signal_at = 0;        ///< test hook: raise --test-signal after this step (hidden flag)
   std::string test_signal = "TERM";  ///< TERM | INT
   int test_signal_count = 1;          ///< 2: the signal twice (the second exits at once)
+  /// Data parallelism (process_group below): "" (auto: under a launcher of several ranks, MPI's
+  /// world), "mpi", or "file:///shared/path" (an NCCL rendezvous file; GPUs without MPI).
+  std::string dist_init;
 };
 
 /// Adds the shared flags to `app` as the option group "Training"; every option of `app` added from
@@ -77,8 +81,18 @@ int parse_flags(CLI::App& app, int argc, char** argv, const std::string& prog);
 /// usable GPU.
 void check_supported(const TrainerFlags& flags);
 
-/// The device named by --device ("cpu" or "cuda" = cuda:0).
+/// The device named by --device: "cpu", or "cuda" = cuda:0, or in a data-parallel run the GPU
+/// of this process's local rank (modulo the GPUs on the node).
 Device train_device(const TrainerFlags& flags);
+
+/// The process group of a data-parallel run, made once per process, or null for one process.
+/// A run is data parallel when the launcher's environment (dist::detect_world: mpirun, RANK /
+/// WORLD_SIZE, Slurm) has several ranks or --dist-init is given. --device cpu: the MPI group
+/// (under mpirun). --device cuda: NCCL, its id shared by MPI (under mpirun, "mpi" or "") or through
+/// the rendezvous file of --dist-init file:///path. ValueError, one line each: several ranks
+/// without a way to meet (no MPI in this build, no --dist-init), a bad --dist-init, a rendezvous
+/// file without a launcher's rank and size.
+std::shared_ptr<dist::ProcessGroup> process_group(const TrainerFlags& flags);
 
 /// The model config of a run before explicit model flags: `defaults`; when resuming, the model
 /// config of checkpoint `ck` (which must hold `model_type` when it names one); with --config, the

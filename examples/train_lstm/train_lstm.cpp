@@ -12,6 +12,11 @@
 // carried from batch to batch, in both modes; the compiled step takes the state as inputs and
 // returns the final state as extra outputs (graph::mark_output). The carried state is saved in
 // the checkpoint (/trainer/lstm_state.*), so a resumed run continues exactly where it stopped.
+// Data parallel (mpirun -np N, or --dist-init file:///path with RANK / WORLD_SIZE / LOCAL_RANK):
+// the sampler holds N·B lanes, rank r trains lanes r·B … (r+1)·B − 1 with their carried state, the
+// gradients are averaged over the ranks (compiled: in the step's graph; --eager: during backward),
+// and the checkpoint (rank 0's) holds every lane's state, so it resumes on any N with the same
+// N·B, one process included.
 // Model config: defaults below, then --config FILE, then the model flags given explicitly; a
 // resumed run takes the checkpoint's model config unless --config or model flags are given.
 #include <tessera/tessera.h>
@@ -22,6 +27,7 @@
 #include <limits>
 #include <optional>
 
+#include "core/distributed/data_parallel.h"
 #include "core/graph/compile.h"
 #include "data/sampler.h"
 #include "data/text_dataset.h"
@@ -48,8 +54,13 @@ class LstmTask : public train::TrainTask {
   LstmTask(const examples::TrainerFlags& f, CharLSTMLM& model, optim::Optimizer& opt, const data::TextDataset& ds,
            int64_t sample_chars, double temperature)
       : f_(f), model_(model), opt_(opt), ds_(ds), sample_chars_(sample_chars), temperature_(temperature),
-        sample_gen_(f.seed + 7), lanes_(ds.tokens(data::Part::train), f.batch, f.seq), dev_(examples::train_device(f)),
-        precision_(examples::train_dtype(f)) {
+        sample_gen_(f.seed + 7), group_(examples::process_group(f)), world_(group_ ? group_->size() : 1),
+        rank_(group_ ? group_->rank() : 0), lanes_(ds.tokens(data::Part::train), f.batch * world_, f.seq),
+        dev_(examples::train_device(f)), precision_(examples::train_dtype(f)) {
+    if (group_) {  // data parallel: rank 0's weights; lanes r·B … (r+1)·B − 1 of the W·B lanes are this rank's
+      dist::broadcast_parameters(model.parameters(), *group_);
+      if (f.eager) reducer_ = std::make_unique<dist::GradientReducer>(model.parameters(), group_);
+    }
     if (f.eager) return;
     // The compiled step: inputs x, y [T, B] and the carried state h<l>, c<l> [B, H] of each
     // layer; outputs the loss and the final state (read back with fetch after each run).
@@ -65,8 +76,12 @@ class LstmTask : public train::TrainTask {
       return precision_.traced_loss(out.loss, in);
     };
     data::SequentialSampler peek = lanes_;  // a copy: the real sampler does not advance
-    step_.emplace(
-        compile(loss_fn, model.named_parameters(), precision_.updater(opt), feeds(peek.next(), zero_state())));
+    ParamUpdater* updater = precision_.updater(opt);
+    if (group_) {
+      dp_ = std::make_unique<dist::DataParallelUpdater>(*updater, group_);
+      updater = dp_.get();
+    }
+    step_.emplace(compile(loss_fn, model.named_parameters(), updater, feeds(mine(peek.next()), zero_state())));
     if (!f.dump_graph.empty()) {
       std::ofstream d(f.dump_graph);
       d << step_->to_dot();
@@ -75,24 +90,30 @@ class LstmTask : public train::TrainTask {
   }
 
   double train_step() override {
-    data::Batch b = lanes_.next();
+    data::Batch b = mine(lanes_.next());
     if (b.lane_start || state_.empty()) state_ = zero_state();
     if (step_) {
       const double loss = precision_.after_run(*step_, step_->run(feeds(b, state_)));
       for (size_t l = 0; l < state_.size(); ++l) state_[l] = {step_->fetch(h_name(l)), step_->fetch(c_name(l))};
-      return loss;
+      return global_mean(loss);
     }
     CharLSTMLM::Output out;
     {
       const auto amp = precision_.guard();
       out = model_.loss(reshape(b.inputs, {b.seq, b.batch}).to(dev_), b.targets.to(dev_), state_);
     }
-    precision_.eager_update(out.loss, opt_);
+    if (reducer_) {
+      precision_.eager_loss(out.loss).backward();
+      reducer_->finish();  // the gradients averaged over the ranks
+      precision_.eager_step(opt_);
+    } else {
+      precision_.eager_update(out.loss, opt_);
+    }
     state_ = CharLSTMLM::detach(out.state);
-    return out.loss.item<float>();
+    return global_mean(out.loss.item<float>());
   }
 
-  int64_t tokens_per_step() const override { return f_.batch * f_.seq; }
+  int64_t tokens_per_step() const override { return world_ * f_.batch * f_.seq; }
 
   // Random validation windows from a fixed seed (the same windows at every evaluation), zero state.
   double evaluate(int64_t batches) override {
@@ -106,15 +127,15 @@ class LstmTask : public train::TrainTask {
   }
 
   double mean_loss(const data::TokenArray& tokens, int64_t batches) {
-    data::RandomWindowSampler s(tokens, f_.batch, f_.seq, /*seed=*/12345);
+    data::RandomWindowSampler s(tokens, world_ * f_.batch, f_.seq, /*seed=*/12345);  // data parallel: split over the ranks
     NoGradGuard ng;
     const auto amp = precision_.guard();
     double sum = 0;
     for (int64_t i = 0; i < batches; ++i) {
-      data::Batch b = s.next();
+      data::Batch b = mine(s.next());
       sum += model_.loss(reshape(b.inputs, {b.seq, b.batch}).to(dev_), b.targets.to(dev_)).loss.item<float>();
     }
-    return sum / static_cast<double>(batches);
+    return global_mean(sum / static_cast<double>(batches));
   }
 
   // sample_chars characters after a newline, drawn at `temperature` (0: greedy).
@@ -140,9 +161,9 @@ class LstmTask : public train::TrainTask {
     ck.trainer.strings["data.sampler"] = "sequential";
     ck.trainer.ints["data.cursor"] = lanes_.state().cursor;
     ck.trainer.ints["data.epoch"] = lanes_.state().epoch;
-    for (size_t l = 0; l < state_.size(); ++l) {  // the state the next batch continues from
-      ck.trainer.tensors["lstm_state." + h_name(l)] = state_[l].h;
-      ck.trainer.tensors["lstm_state." + c_name(l)] = state_[l].c;
+    for (size_t l = 0; l < state_.size(); ++l) {  // the state the next batch continues from, every lane's
+      ck.trainer.tensors["lstm_state." + h_name(l)] = gather_lanes(state_[l].h);
+      ck.trainer.tensors["lstm_state." + c_name(l)] = gather_lanes(state_[l].c);
     }
     ck.rng["sample"] = sample_gen_.state();
     precision_.save(ck);
@@ -160,16 +181,18 @@ class LstmTask : public train::TrainTask {
     lanes_.set_state({t.ints.at("data.cursor"), t.ints.at("data.epoch")});
     state_.clear();
     const CharLSTMLM::State zeros = zero_state();
+    const Tensor all_lanes = ::tessera::zeros({world_ * f_.batch, model_.config().hidden});  // the saved state: every lane's
     for (size_t l = 0; l < zeros.size(); ++l) {
       auto h = t.tensors.find("lstm_state." + h_name(l)), c = t.tensors.find("lstm_state." + c_name(l));
       if (h == t.tensors.end() || c == t.tensors.end()) break;  // none saved: start from zeros
       const auto same = [](const Tensor& a, const Tensor& b) {
         return a.shape() == b.shape() && a.dtype() == b.dtype();
       };
-      TS_CHECK(same(h->second, zeros[l].h) && same(c->second, zeros[l].c), ShapeError,
+      TS_CHECK(same(h->second, all_lanes) && same(c->second, all_lanes), ShapeError,
                "checkpoint's carried LSTM state of layer " << l << " is " << h->second.meta() << ", this run needs "
-                                                           << zeros[l].h.meta() << " (same --batch as the saved run)");
-      state_.push_back({h->second.to(dev_), c->second.to(dev_)});
+                                                           << all_lanes.meta()
+                                                           << " (the same --batch times ranks as the saved run)");
+      state_.push_back({my_lanes(h->second).to(dev_), my_lanes(c->second).to(dev_)});
     }
     if (state_.size() != zeros.size()) state_.clear();
     if (ck.rng.count("sample")) sample_gen_.set_state(ck.rng.at("sample"));
@@ -179,6 +202,44 @@ class LstmTask : public train::TrainTask {
  private:
   static std::string h_name(size_t l) { return "h" + std::to_string(l); }
   static std::string c_name(size_t l) { return "c" + std::to_string(l); }
+
+  // Data parallel: this rank's lanes of a time-major batch of all ranks' lanes (the batch itself
+  // in one process).
+  data::Batch mine(const data::Batch& b) const {
+    if (world_ == 1) return b;
+    const int64_t rows = b.batch / world_;
+    auto part = [&](const Tensor& t) {
+      return reshape(slice(reshape(t, {b.seq, b.batch}), 1, rank_ * rows, (rank_ + 1) * rows), {b.seq * rows});
+    };
+    data::Batch out = b;
+    out.inputs = part(b.inputs);
+    out.targets = part(b.targets);
+    out.batch = rows;
+    return out;
+  }
+
+  // This rank's rows of a state of every lane [W·B, H] (CPU).
+  Tensor my_lanes(const Tensor& all) const {
+    return world_ == 1 ? all : slice(all, 0, rank_ * f_.batch, (rank_ + 1) * f_.batch).clone();
+  }
+
+  // Every lane's state [W·B, H] on the CPU from each rank's [B, H] (an all-reduce of zero-padded
+  // parts: every rank calls it, at each checkpoint).
+  Tensor gather_lanes(const Tensor& part) const {
+    if (world_ == 1) return part;
+    Tensor all = zeros({world_ * f_.batch, part.shape()[1]}, TensorOptions(part.dtype()).device(group_->device()));
+    copy_into(part.to(group_->device()), slice(all, 0, rank_ * f_.batch, (rank_ + 1) * f_.batch));
+    group_->all_reduce(all, dist::ReduceOp::sum);
+    return all.to(Device::cpu());
+  }
+
+  // The mean of a loss over the ranks.
+  double global_mean(double loss) const {
+    if (world_ == 1) return loss;
+    Tensor t = from_vector<double>({loss}, {1}).to(group_->device());
+    group_->all_reduce(t, dist::ReduceOp::average);
+    return t.to(Device::cpu()).item<double>();
+  }
 
   CharLSTMLM::State zero_state() const {
     const int64_t H = model_.config().hidden;
@@ -204,10 +265,14 @@ class LstmTask : public train::TrainTask {
   int64_t sample_chars_;
   double temperature_;
   Generator sample_gen_;
-  data::SequentialSampler lanes_;
+  std::shared_ptr<dist::ProcessGroup> group_;  // data parallel (mpirun, --dist-init); null: one process
+  int64_t world_, rank_;
+  data::SequentialSampler lanes_;             // all ranks' lanes (world_ · --batch)
   Device dev_;                        // --device: where the model, batches and state live
   train::MixedPrecision precision_;  // --dtype
   std::optional<CompiledStep> step_;  // unset with --eager
+  std::unique_ptr<dist::DataParallelUpdater> dp_;   // compiled data-parallel steps
+  std::unique_ptr<dist::GradientReducer> reducer_;  // eager data-parallel steps
   CharLSTMLM::State state_;           // carried between batches; empty: zeros at the next step
 };
 

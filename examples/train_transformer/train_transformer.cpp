@@ -128,6 +128,7 @@ class TransformerTask : public train::WindowTask {
     o.dropout_gen = &dropout_gen;
     o.data_name = f.data;
     o.dump_graph = f.dump_graph;
+    o.group = examples::process_group(f);  // data parallel under mpirun or --dist-init; null otherwise
     return o;
   }
 

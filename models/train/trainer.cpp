@@ -59,11 +59,13 @@ constexpr const char* kBestValLoss = "best_val_loss";  // /trainer attribute: ke
 class Loop {
  public:
   Loop(const TrainOptions& o, nn::Module& model, optim::Optimizer& opt, const nlohmann::json& config, TrainTask& task)
-      : o_(o), model_(model), opt_(opt), config_(config.dump()), task_(task) {
+      : o_(o), model_(model), opt_(opt), config_(config.dump()), task_(task),
+        lead_(!o.group || o.group->rank() == 0) {
     o_.validate();
+    if (!lead_) o_.quiet = true;       // rank 0 speaks for the run
     if (!o_.resume.empty()) resume();  // validates everything before changing a tensor; reads only
-    folder_.emplace(o_.out, config, step_);
-    ckpt_ = folder_->path("ckpt.h5");
+    if (lead_) folder_.emplace(o_.out, config, step_);
+    ckpt_ = (fs::path(o_.out) / "ckpt.h5").string();
     res_.checkpoint = ckpt_;
   }
 
@@ -78,8 +80,10 @@ class Loop {
     const int64_t first = step_;
     if (o_.eval_first && first == 0 && o_.steps > 0) {
       const double v = evaluate();
-      folder_->log({{"step", 0}, {"val_loss", v}});
-      folder_->flush();
+      if (folder_) {
+        folder_->log({{"step", 0}, {"val_loss", v}});
+        folder_->flush();
+      }
       if (!o_.quiet) std::cout << "step 0  val_loss " << fmt(v, 4) << "\n" << std::flush;
     }
     const auto t0 = std::chrono::steady_clock::now();
@@ -98,11 +102,13 @@ class Loop {
       res_.train_loss = loss;
       ++step_;
       tokens_seen_ += task_.tokens_per_step();
-      if (o_.test_signal_step > 0 && step_ == o_.test_signal_step)
+      if (o_.test_signal_step > 0 && step_ == o_.test_signal_step &&
+          (o_.test_signal_rank < 0 || !o_.group || o_.group->rank() == o_.test_signal_rank))
         for (int i = 0; i < o_.test_signal_count; ++i) std::raise(o_.test_signal);
       smooth = std::isnan(smooth) ? loss : 0.9 * smooth + 0.1 * loss;
 
       out_of_time = o_.time_limit_s > 0 && elapsed() - eval_s >= o_.time_limit_s;
+      const int signal = agree_on_stop(stop ? stop->signal() : 0, out_of_time);
       const bool last = step_ == o_.steps || out_of_time;
       const bool eval = last || (o_.eval_every > 0 && step_ % o_.eval_every == 0);
       const bool log = eval || step_ % o_.log_every == 0 || step_ == first + 1;
@@ -127,8 +133,10 @@ class Loop {
           row["val_loss"] = evaluate();
           eval_s += elapsed() - e0;
         }
-        folder_->log(row);
-        if (eval) folder_->flush();
+        if (folder_) {
+          folder_->log(row);
+          if (eval) folder_->flush();
+        }
         if (eval && tty) std::cout << "\n" << "step " << step_ << "  val_loss " << fmt(res_.val_loss, 4) << "\n";
         if (!tty && !o_.quiet) {
           std::cout << "step " << step_ << "/" << o_.steps << "  loss " << fmt(loss, 4) << "  lr " << lr << "  "
@@ -137,12 +145,13 @@ class Loop {
           std::cout << "\n" << std::flush;
         }
       }
-      if (stop && stop->requested()) {
+      if (signal) {
         save(ckpt_, o_.keep);
         if (tty) std::cout << "\n";
         res_.step = step_;
-        res_.signal = stop->signal();
-        std::cout << o_.program << ": stopped by " << StopSignals::name(res_.signal) << " after step " << step_
+        res_.signal = signal;
+        if (lead_)
+          std::cout << o_.program << ": stopped by " << StopSignals::name(res_.signal) << " after step " << step_
                   << "; checkpoint " << ckpt_ << "; resume with: " << resume_command() << "\n"
                   << std::flush;
         return res_;
@@ -153,7 +162,7 @@ class Loop {
     if (std::isnan(res_.val_loss)) evaluate();
     if (o_.test_batches > 0) {
       res_.test_loss = task_.evaluate_test(o_.test_batches);
-      if (std::isfinite(res_.test_loss)) {
+      if (std::isfinite(res_.test_loss) && folder_) {
         folder_->log({{"step", step_}, {"test_loss", res_.test_loss}});
         folder_->flush();
       }
@@ -188,20 +197,41 @@ class Loop {
     last_saved_path_ = o_.resume;
   }
 
+  // Data parallel: the ranks' stop requests summed, so that all stop after the same step. Returns
+  // the signal to stop with (SIGINT before SIGTERM; SIGTERM for another rank's time limit, which
+  // this rank sees as out_of_time) or 0. One process: its own signal.
+  int agree_on_stop(int own_signal, bool& out_of_time) {
+    if (!o_.group || o_.group->size() == 1) return own_signal;
+    Tensor t = from_vector<double>({own_signal == SIGINT ? 1.0 : 0.0, own_signal == SIGTERM ? 1.0 : 0.0,
+                                    out_of_time ? 1.0 : 0.0},
+                                   {3})
+                   .to(o_.group->device());
+    o_.group->all_reduce(t, dist::ReduceOp::sum);
+    const std::vector<double> any = t.to(Device::cpu()).to_vector<double>();
+    out_of_time = any[2] > 0;
+    return any[0] > 0 ? SIGINT : any[1] > 0 ? SIGTERM : 0;
+  }
+
   // Evaluates, appends the sample, and keeps best.h5 when asked. Returns the val loss.
   double evaluate() {
     res_.val_loss = task_.evaluate(o_.eval_batches);
-    const std::string text = task_.sample();
+    const std::string text = lead_ ? task_.sample() : std::string();
     if (!text.empty()) folder_->add_sample(step_, res_.val_loss, text);
     if (std::isnan(res_.best_val_loss) || res_.val_loss < res_.best_val_loss) {
       res_.best_val_loss = res_.val_loss;
-      if (o_.keep_best) save(folder_->path("best.h5"), 0);
+      if (o_.keep_best) save((fs::path(o_.out) / "best.h5").string(), 0);
     }
     if (o_.on_eval) o_.on_eval(step_, res_.val_loss);
     return res_.val_loss;
   }
 
   void save(const std::string& path, int keep) {
+    if (!lead_) {  // rank 0 writes; the others take part in the task's collectives and follow its bookkeeping
+      io::CheckpointData unused;
+      task_.save_state(unused);
+      if (path == ckpt_) last_saved_step_ = step_, last_saved_path_ = ckpt_;
+      return;
+    }
     io::CheckpointData ck = io::capture(model_, &opt_);
     ck.config = config_;
     ck.trainer.step = step_;
@@ -227,6 +257,7 @@ class Loop {
   optim::Optimizer& opt_;
   std::string config_;
   TrainTask& task_;
+  bool lead_;  // rank 0 (or the only process): writes the run folder and checkpoints
   std::optional<RunFolder> folder_;
   std::string ckpt_, last_saved_path_;
   int64_t step_ = 0, tokens_seen_ = 0, last_saved_step_ = -1;

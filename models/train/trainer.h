@@ -27,6 +27,13 @@
 //     exits at once (status 128 + signal) and leaves the previous checkpoint intact.
 // Files of the run folder: models/train/run_folder.h. Errors are tessera errors (the caller prints
 // the one line and exits 1).
+//
+// Data parallel (options.group of W ranks; the task trains on each rank's part of the batch, e.g.
+// WindowTaskOptions::group): every rank runs the loop; rank 0 alone writes the run folder, the
+// checkpoints, the metrics and the progress lines (the others are quiet); every rank evaluates
+// (the same windows; rank 0 samples). After each step the ranks agree on stopping: a SIGINT or
+// SIGTERM on any rank, or any rank's time limit, stops all of them after that step, rank 0 writes
+// the checkpoint, and every rank returns the signal. Every rank can resume from the checkpoint.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +44,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/distributed/process_group.h"
 #include "core/io/checkpoint.h"
 #include "layers/module.h"
 #include "optim/optimizer.h"
@@ -63,7 +71,9 @@ class TrainTask {
   }
   /// A text sample from the model (appended to samples.txt at each evaluation); empty: none.
   virtual std::string sample() { return {}; }
-  /// Adds the task's resumable state (sampler positions, generators, vocabulary) to `ck`.
+  /// Adds the task's resumable state (sampler positions, generators, vocabulary) to `ck`. Data
+  /// parallel: called on every rank at each checkpoint (it may gather state across the ranks);
+  /// rank 0's is written.
   virtual void save_state(io::CheckpointData& ck) const = 0;
   /// Takes it back from the checkpoint at `path` being resumed (errors name the path).
   virtual void restore_state(const io::CheckpointData& ck, const std::string& path) = 0;
@@ -112,6 +122,9 @@ struct TrainOptions {
   int64_t test_signal_step = 0;
   int test_signal = 0;
   int test_signal_count = 1;  ///< 2: the signal twice, as a user pressing Ctrl-C again would
+  int test_signal_rank = 0;   ///< data parallel: the rank that raises test_signal (-1: every rank)
+  /// Data parallelism over this group (see above); null: one process.
+  std::shared_ptr<dist::ProcessGroup> group;
 
   /// ValueError naming the field: steps < 1, a negative eval_every / ckpt_every / keep /
   /// time_limit_s, eval_batches or log_every < 1, an empty out.

@@ -55,6 +55,21 @@ WindowTask::WindowTask(nn::Module& model, optim::Optimizer& opt, LossFn loss, da
   TS_CHECK(loss_, ValueError, "WindowTask: the loss function is empty");
   TS_CHECK(options_.micro_batches >= 1, ValueError,
            "WindowTask: micro_batches must be >= 1, got " << options_.micro_batches);
+  if (options_.group) {
+    const int64_t world = options_.group->size();
+    if (world > 1) {  // the batch one process would draw: W·B windows, the same on every rank
+      const auto st = sampler_.state();
+      data::RandomWindowSampler global(sampler_.tokens(), sampler_.batch() * world, sampler_.seq(), st.seed,
+                                       sampler_.layout());
+      global.set_state(st);
+      sampler_ = std::move(global);
+    }
+    std::vector<Tensor> ps;
+    for (const graph::NamedParam& p : params_) ps.push_back(p.tensor);
+    dist::broadcast_parameters(ps, *options_.group);
+    if (options_.micro_batches > 1) buckets_ = dist::plan_buckets(ps);
+    else if (!options_.compiled) reducer_ = std::make_unique<dist::GradientReducer>(ps, options_.group);
+  }
   if (!options_.compiled) return;
   const bool accumulate = options_.micro_batches > 1;
   const double k = static_cast<double>(options_.micro_batches);
@@ -67,7 +82,11 @@ WindowTask::WindowTask(nn::Module& model, optim::Optimizer& opt, LossFn loss, da
   };
   data::RandomWindowSampler peek = sampler_;  // a copy: the real sampler does not advance
   ParamUpdater* updater = accumulate ? nullptr : precision_.updater(opt_);
-  step_.emplace(compile(loss_fn, params_, updater, feeds(peek.next()), options_.dropout_gen));
+  if (updater && options_.group) {
+    dp_ = std::make_unique<dist::DataParallelUpdater>(*updater, options_.group);
+    updater = dp_.get();
+  }
+  step_.emplace(compile(loss_fn, params_, updater, feeds(local(peek.next())), options_.dropout_gen));
   if (!options_.dump_graph.empty()) {
     std::ofstream d(options_.dump_graph);
     d << step_->to_dot();
@@ -81,21 +100,48 @@ std::map<std::string, Tensor> WindowTask::feeds(const data::Batch& b) const {
   return in;
 }
 
+data::Batch WindowTask::local(const data::Batch& b) const {
+  if (!options_.group || options_.group->size() == 1) return b;
+  const int64_t world = options_.group->size(), rows = b.batch / world, r = options_.group->rank(), seq = b.seq;
+  auto mine = [&](const Tensor& t) {
+    if (b.layout == data::Layout::batch_major) return slice(t, 0, r * rows * seq, (r + 1) * rows * seq).clone();
+    return reshape(slice(reshape(t, {seq, b.batch}), 1, r * rows, (r + 1) * rows), {seq * rows});  // time-major: a copy
+  };
+  data::Batch out = b;
+  out.inputs = mine(b.inputs);
+  out.targets = mine(b.targets);
+  out.batch = rows;
+  return out;
+}
+
+double WindowTask::global_mean(double loss) const {
+  if (!options_.group || options_.group->size() == 1) return loss;
+  Tensor t = from_vector<double>({loss}, {1}).to(options_.group->device());
+  options_.group->all_reduce(t, dist::ReduceOp::average);
+  return t.to(Device::cpu()).item<double>();
+}
+
 int64_t WindowTask::tokens_per_step() const {
-  return options_.micro_batches * sampler_.batch() * sampler_.seq();
+  return options_.micro_batches * sampler_.batch() * sampler_.seq();  // every rank's (the global batch)
 }
 
 double WindowTask::train_step() {
-  if (options_.micro_batches > 1) return accumulate_step();
-  const data::Batch b = sampler_.next();
-  if (step_) return precision_.after_run(*step_, step_->run(feeds(b)));
+  if (options_.micro_batches > 1) return global_mean(accumulate_step());
+  const data::Batch b = local(sampler_.next());
+  if (step_) return global_mean(precision_.after_run(*step_, step_->run(feeds(b))));
   Tensor loss;
   {
     const auto amp = precision_.guard();
     loss = loss_(b.inputs.to(options_.device), b.targets.to(options_.device));
   }
-  precision_.eager_update(loss, opt_);
-  return loss.item<float>();
+  if (reducer_) {
+    precision_.eager_loss(loss).backward();
+    reducer_->finish();  // the averaged gradients, before the (f16: finiteness-checked) update
+    precision_.eager_step(opt_);
+  } else {
+    precision_.eager_update(loss, opt_);
+  }
+  return global_mean(loss.item<float>());
 }
 
 // k micro-batches of gradients, summed into the parameters' .grad, then one update.
@@ -103,7 +149,7 @@ double WindowTask::accumulate_step() {
   const int64_t k = options_.micro_batches;
   double sum = 0;
   for (int64_t i = 0; i < k; ++i) {
-    const data::Batch b = sampler_.next();
+    const data::Batch b = local(sampler_.next());
     if (step_) {
       sum += precision_.unscaled(step_->run(feeds(b)));  // loss / k (f16: times the scale)
       for (const graph::NamedParam& p : params_) {
@@ -123,6 +169,11 @@ double WindowTask::accumulate_step() {
     }
     precision_.eager_loss(loss).backward();  // accumulates into .grad
     sum += loss.item<float>();
+  }
+  if (options_.group) {  // one all-reduce of the summed gradients, after the last micro-step
+    std::vector<Tensor> ps;
+    for (const graph::NamedParam& p : params_) ps.push_back(p.tensor);
+    dist::average_gradients(ps, buckets_, *options_.group);
   }
   precision_.eager_step(opt_);
   return sum;  // the mean of the k losses
@@ -146,10 +197,10 @@ double WindowTask::mean_loss(const data::TokenArray& tokens, int64_t batches) {
   const auto amp = precision_.guard();
   double sum = 0;
   for (int64_t i = 0; i < batches; ++i) {
-    const data::Batch b = s.next();
+    const data::Batch b = local(s.next());  // data parallel: this rank's rows of the global windows
     sum += loss_(b.inputs.to(options_.device), b.targets.to(options_.device)).item<float>();
   }
-  return sum / static_cast<double>(batches);
+  return global_mean(sum / static_cast<double>(batches));
 }
 
 void WindowTask::save_state(io::CheckpointData& ck) const {

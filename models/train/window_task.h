@@ -17,6 +17,16 @@
 //     eager update; eager, backward() accumulates. The step's loss is the mean of the k losses.
 //   - mixed precision (options.autocast bf16 / f16): models/train/mixed_precision.h.
 // Batches come from the sampler on the CPU and are fed to where the model is (options.device).
+// Data parallel (options.group, a process group of W ranks, core/distributed/): every rank draws
+// the batch one process would draw with W·B windows (the sampler is widened to W·B) and trains on
+// rows r·B … (r+1)·B − 1 of it; rank 0's parameters are broadcast at construction; the gradients are
+// averaged over the ranks (compiled: dist::DataParallelUpdater, its all-reduces overlapping
+// backward; eager: dist::GradientReducer; micro-batches: dist::average_gradients after the last),
+// so each step equals one process's step on the W·B windows; the step's loss is the mean over the
+// ranks, and tokens_per_step counts every rank's tokens. Evaluation splits the same W·B windows
+// over the ranks and averages (every rank must evaluate). The sampler state is the global one:
+// resuming with the same world size is exact. Dropout masks are drawn per rank (not keyed on the
+// global row yet).
 // evaluate(n): the mean loss over the first n windows of a fixed-seed sampler over the validation
 // tokens (the same windows at every evaluation; the training tokens when there are too few), in
 // eval mode (no dropout) without autograd; evaluate_test(n) the same over options.test.
@@ -35,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "core/distributed/data_parallel.h"
 #include "core/graph/compile.h"
 #include "core/random.h"
 #include "data/sampler.h"
@@ -60,6 +71,8 @@ struct WindowTaskOptions {
   std::string data_name;           ///< the training data as errors name it (e.g. the file path)
   std::function<std::string()> sample;  ///< a text sample at each evaluation; empty: none
   std::string dump_graph;          ///< compiled: write the step's graph (Graphviz) to this file
+  /// Data parallelism over this group (see above); null: one process.
+  std::shared_ptr<dist::ProcessGroup> group;
 };
 
 class WindowTask : public TrainTask {
@@ -86,6 +99,10 @@ class WindowTask : public TrainTask {
 
  private:
   std::map<std::string, Tensor> feeds(const data::Batch& b) const;
+  /// This rank's rows of a global batch (the batch itself in one process).
+  data::Batch local(const data::Batch& b) const;
+  /// The mean of `loss` over the ranks.
+  double global_mean(double loss) const;
   double accumulate_step();
   double mean_loss(const data::TokenArray& tokens, int64_t batches);
 
@@ -99,6 +116,9 @@ class WindowTask : public TrainTask {
   MixedPrecision precision_;
   std::optional<CompiledStep> step_;  // compiled tasks
   std::vector<graph::NamedParam> params_;  // the model's, for accumulating a compiled step's gradients
+  std::unique_ptr<dist::DataParallelUpdater> dp_;      // compiled data-parallel steps
+  std::unique_ptr<dist::GradientReducer> reducer_;     // eager data-parallel steps
+  std::vector<dist::GradientBucket> buckets_;          // data parallel with micro-batches
 };
 
 /// The vocabulary of a checkpoint being resumed by a character-level run: IOError naming the
