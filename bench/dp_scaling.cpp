@@ -158,7 +158,8 @@ int run_worker(const Options& o) {
   optim::AdamW opt(optim::param_groups_default(model.named_parameters(), 0.1), optim::AdamWOptions(1e-3).betas(0.9, 0.99));
   opt.set_clip_norm(1.0);
   dist::DataParallelUpdater dp(opt, group);
-  Generator dropout_gen(11 + static_cast<uint64_t>(r));
+  Generator dropout_gen(11);
+  dropout_gen.set_share(static_cast<int>(r), static_cast<int>(W));  // each rank: its rows' part of the masks
 
   // The global batches (the same on every rank, as one process would draw them) and this rank's rows.
   const Tensor tokens = bench::random_tokens(std::max<int64_t>(1 << 20, 4 * W * B * (T + 1)),

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace tessera {
@@ -29,15 +30,39 @@ class Generator {
   State state() const { return state_; }
   void set_state(const State& s) { state_ = s; }
   void manual_seed(uint64_t seed) { state_ = {seed, 0}; }
-  /// Reserves `blocks` Philox blocks and returns the first one's index.
+  /// Reserves `blocks` Philox blocks and returns the first one's index. With a share (below) it
+  /// reserves world · blocks and returns the first block of this rank's part.
   uint64_t reserve(uint64_t blocks) {
-    uint64_t start = state_.offset;
+    const uint64_t start = state_.offset + static_cast<uint64_t>(share_rank_) * blocks;
+    state_.offset += static_cast<uint64_t>(share_world_) * blocks;
+    return start;
+  }
+  /// Reserves `blocks` as they are, share or not (a compiled step's per-run reservation, whose
+  /// nodes' offsets already hold the rank's share).
+  uint64_t reserve_whole(uint64_t blocks) {
+    const uint64_t start = state_.offset;
     state_.offset += blocks;
     return start;
   }
+  /// Data parallelism: this process is rank `rank` of `world` and takes its share of every draw, so
+  /// that its draws are the part of one process's draws for the whole batch that falls on its rows.
+  /// A draw of n blocks by each rank is one draw of world · n blocks, rank r's being blocks
+  /// r·n … (r+1)·n − 1: when each rank's tensor is its slice r of the global tensor along the leading
+  /// (batch) dim and fills whole blocks (dropout: a multiple of 4 elements), the masks are the one
+  /// process's, row for row. Every rank's offset advances alike, so checkpoints and resumes see one
+  /// stream. Not part of State (the run's layout, not its position). (0, 1): no share.
+  void set_share(int rank, int world) {
+    TS_CHECK(world >= 1 && rank >= 0 && rank < world, ValueError,
+             "Generator::set_share: rank " << rank << " of " << world);
+    share_rank_ = rank;
+    share_world_ = world;
+  }
+  int share_rank() const { return share_rank_; }
+  int share_world() const { return share_world_; }
 
  private:
   State state_;
+  int share_rank_ = 0, share_world_ = 1;
 };
 
 /// The process-wide generator used when none is passed (seed 0 until manual_seed).

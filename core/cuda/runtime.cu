@@ -10,6 +10,7 @@
 
 #include "core/cuda/check.cuh"
 #include "core/cuda/index_errors.cuh"
+#include "core/cuda/progress.h"
 #include "core/cuda/runtime.h"
 #include "core/device.h"
 #include "core/error.h"
@@ -326,6 +327,7 @@ std::shared_ptr<void> end_capture(int device) {
 void launch_graph(const std::shared_ptr<void>& graph, int device) {
   set_device(device);
   TS_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph.get()), state(device).stream));
+  mark_progress(device);  // a watchdog's marker (core/cuda/progress.h), when one tracks this device
 }
 
 std::vector<float> smoke_test(int n) {

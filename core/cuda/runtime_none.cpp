@@ -1,6 +1,7 @@
 // The CUDA runtime in builds without CUDA: no GPUs; every other call is a DeviceError.
 #include <cstring>
 
+#include "core/cuda/progress.h"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 
@@ -37,6 +38,9 @@ bool is_capturing(int) { return false; }
 std::shared_ptr<void> end_capture(int) { unavailable("cuda::end_capture"); }
 void launch_graph(const std::shared_ptr<void>&, int) { unavailable("cuda::launch_graph"); }
 std::vector<float> smoke_test(int) { unavailable("cuda::smoke_test"); }
+void track_progress(int, bool) {}
+void mark_progress(int, void*) {}
+double seconds_without_progress(int) { return 0.0; }
 
 }  // namespace cuda
 }  // namespace tessera

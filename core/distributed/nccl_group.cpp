@@ -14,9 +14,11 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "core/cuda/progress.h"
 #include "core/cuda/runtime.h"
 #endif
 
@@ -106,8 +108,17 @@ class NcclGroup final : public ProcessGroup {
     scratch_ticket_ = reserve_tickets(1);
     barrier();  // every rank has joined: the rendezvous file has served
     if (rank_ == 0 && !rendezvous.empty()) std::remove(rendezvous.c_str());
+    cuda::track_progress(device_, true);
+    watchdog_ = std::thread([this] { watch(); });
   }
   ~NcclGroup() override {
+    {
+      std::lock_guard<std::mutex> lock(watch_mutex_);
+      stop_ = true;
+    }
+    watch_cv_.notify_one();
+    if (watchdog_.joinable()) watchdog_.join();
+    cuda::track_progress(device_, false);
     cudaSetDevice(device_);
     cudaDeviceSynchronize();
     for (Ticket& t : tickets_) {
@@ -139,6 +150,7 @@ class NcclGroup final : public ProcessGroup {
                                 nccl_type(out, "all_reduce"), average ? ncclAvg : ncclSum, comm_, side_),
                   "ncclAllReduce");
     TS_CUDA_RT_CHECK(cudaEventRecord(t.done, side_));
+    cuda::mark_progress(device_, side_);  // the watchdog's marker (graph launches are marked by the runtime)
     t.held = out;
     t.busy = true;
   }
@@ -178,6 +190,30 @@ class NcclGroup final : public ProcessGroup {
 
   cudaStream_t stream() const { return static_cast<cudaStream_t>(cuda::stream(device_)); }
 
+  // The watchdog (a thread of the group's lifetime): once a second, an asynchronous NCCL error
+  // (a peer's connection lost) or a device that has completed none of its work markers for
+  // TESSERA_DIST_TIMEOUT_S seconds while some are pending (a collective whose peer died or hangs
+  // never completes, nor does what is queued behind it) ends the process with one line (status 3)
+  // instead of hanging. The other ranks' watchdogs end them the same way.
+  void watch() {
+    cudaSetDevice(device_);
+    std::unique_lock<std::mutex> lock(watch_mutex_);
+    while (!watch_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_; })) {
+      ncclResult_t async = ncclSuccess;
+      if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress)
+        fatal(std::string("NCCL reported an error: ") + ncclGetErrorString(async));
+      const double stalled = cuda::seconds_without_progress(device_);
+      if (stalled > timeout_)
+        fatal("the GPU completed no work for " + std::to_string(static_cast<long>(stalled)) +
+              " s with a collective in flight (TESSERA_DIST_TIMEOUT_S); a rank died or hangs");
+    }
+  }
+  [[noreturn]] void fatal(const std::string& why) const {
+    std::fprintf(stderr, "tessera: rank %d of %d (NCCL): %s; exiting\n", rank_, size_, why.c_str());
+    std::fflush(stderr);
+    std::_Exit(3);
+  }
+
   void check(const Tensor& t, const char* call) const {
     TS_CHECK(t.defined(), ValueError, call << ": an undefined tensor");
     TS_CHECK(t.device() == Device::cuda(device_), DeviceError,
@@ -201,6 +237,11 @@ class NcclGroup final : public ProcessGroup {
   cudaStream_t side_ = nullptr;
   int scratch_ticket_ = 0;
   std::vector<Ticket> tickets_;
+  double timeout_ = timeout_seconds();
+  std::thread watchdog_;
+  std::mutex watch_mutex_;
+  std::condition_variable watch_cv_;
+  bool stop_ = false;
 };
 
 }  // namespace

@@ -17,10 +17,14 @@
 // reduce each element once and then send that sum to every rank). all_reduce and broadcast run
 // on the device's stream itself; barrier waits for the device.
 //
-// Timeouts: the rendezvous and the joining of the communicator wait at most
-// TESSERA_DIST_TIMEOUT_S seconds (default 600): past that, a rank that cannot read the file gets
-// a ValueError, and a rank whose peers never join prints one line naming the wait and exits with
-// status 3 (NCCL's init cannot be interrupted). Collectives themselves have no timeout yet.
+// Timeouts (TESSERA_DIST_TIMEOUT_S seconds, default 600): the rendezvous and the joining of the
+// communicator wait at most that long (past it, a rank that cannot read the file gets a ValueError,
+// and a rank whose peers never join prints one line naming the wait and exits with status 3: NCCL's
+// init cannot be interrupted). After start-up a watchdog thread of the group ends the process the
+// same way when NCCL reports an asynchronous error, or when the GPU has completed none of its work
+// markers (core/cuda/progress.h: every CUDA-graph launch and every collective started here) for that
+// long while one is pending: a collective whose peer died never completes. A step that runs longer
+// than the timeout on its own would be taken for a hang: raise TESSERA_DIST_TIMEOUT_S then.
 #pragma once
 
 #include <memory>

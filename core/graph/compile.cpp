@@ -67,7 +67,7 @@ void CompiledStep::launch(const std::map<std::string, Tensor>& inputs) {
     feeds["lr"] = full({}, updater_->lr(), DType::f64);
     feeds["step"] = full({}, static_cast<double>(updater_->step_count() + 1), DType::f64);
   }
-  if (const uint64_t blocks = current_->graph().random_blocks) current_->set_random_base(rng_->reserve(blocks));
+  if (const uint64_t blocks = current_->graph().random_blocks) current_->set_random_base(rng_->reserve_whole(blocks));
   current_->run(feeds);
   if (updater_) updater_->advance();
 }

@@ -5,12 +5,14 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <optional>
 #include <sstream>
 
+#include "core/distributed/data_parallel.h"
 #include "core/error.h"
 #include "models/model_checkpoint.h"
 #include "models/train/run_folder.h"
@@ -197,6 +199,13 @@ class Loop {
     last_saved_path_ = o_.resume;
   }
 
+  // TESSERA_DIST_CHECK=1: at every checkpoint the ranks check that their parameters are still
+  // rank 0's, bit for bit (dist::check_parameters_equal: one ValueError naming the first that is not).
+  static bool debug_check() {
+    const char* e = std::getenv("TESSERA_DIST_CHECK");
+    return e && std::string(e) == "1";
+  }
+
   // Data parallel: the ranks' stop requests summed, so that all stop after the same step. Returns
   // the signal to stop with (SIGINT before SIGTERM; SIGTERM for another rank's time limit, which
   // this rank sees as out_of_time) or 0. One process: its own signal.
@@ -226,6 +235,7 @@ class Loop {
   }
 
   void save(const std::string& path, int keep) {
+    if (o_.group && o_.group->size() > 1 && debug_check()) dist::check_parameters_equal(model_.parameters(), *o_.group);
     if (!lead_) {  // rank 0 writes; the others take part in the task's collectives and follow its bookkeeping
       io::CheckpointData unused;
       task_.save_state(unused);

@@ -34,6 +34,8 @@
 // (the same windows; rank 0 samples). After each step the ranks agree on stopping: a SIGINT or
 // SIGTERM on any rank, or any rank's time limit, stops all of them after that step, rank 0 writes
 // the checkpoint, and every rank returns the signal. Every rank can resume from the checkpoint.
+// With TESSERA_DIST_CHECK=1 the ranks also check at each checkpoint that their parameters are
+// still rank 0's bit for bit (a ValueError on every rank naming the first that is not).
 #pragma once
 
 #include <cstdint>

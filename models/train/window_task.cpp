@@ -64,6 +64,8 @@ WindowTask::WindowTask(nn::Module& model, optim::Optimizer& opt, LossFn loss, da
       global.set_state(st);
       sampler_ = std::move(global);
     }
+    // dropout: each rank draws its rows' part of the global batch's masks (Generator::set_share)
+    if (options_.dropout_gen) options_.dropout_gen->set_share(options_.group->rank(), static_cast<int>(world));
     std::vector<Tensor> ps;
     for (const graph::NamedParam& p : params_) ps.push_back(p.tensor);
     dist::broadcast_parameters(ps, *options_.group);

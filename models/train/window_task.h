@@ -25,8 +25,9 @@
 // so each step equals one process's step on the W·B windows; the step's loss is the mean over the
 // ranks, and tokens_per_step counts every rank's tokens. Evaluation splits the same W·B windows
 // over the ranks and averages (every rank must evaluate). The sampler state is the global one:
-// resuming with the same world size is exact. Dropout masks are drawn per rank (not keyed on the
-// global row yet).
+// resuming with the same world size is exact. Dropout: each rank draws the part of the global
+// batch's masks that falls on its rows (Generator::set_share on options.dropout_gen), so a run
+// with dropout is one process's run too (for activations whose rows lead and fill whole Philox blocks).
 // evaluate(n): the mean loss over the first n windows of a fixed-seed sampler over the validation
 // tokens (the same windows at every evaluation; the training tokens when there are too few), in
 // eval mode (no dropout) without autograd; evaluate_test(n) the same over options.test.

@@ -5,7 +5,10 @@
 //   - a compiled AdamW step (clipping) over DataParallelUpdater, captured as a CUDA graph and
 //     replayed, gives the bits of the same compiled step over the bare optimizer for 6 steps (the
 //     all-reduce of one rank is a copy), with its all-reduces beside backward on NCCL's stream;
-//   - the eager GradientReducer on the NCCL group leaves one rank's gradients as they are.
+//   - the eager GradientReducer on the NCCL group leaves one rank's gradients as they are;
+//   - the work markers (core/cuda/progress.h): a stream held up by a host function shows a growing
+//     stall, a drained one none; and the group's watchdog ends a process whose GPU completes no work
+//     for TESSERA_DIST_TIMEOUT_S with one line and status 3 (a death test in a fresh process).
 // The two-GPU runs are bench/dp_scaling's (docs/distributed.md).
 #include <gtest/gtest.h>
 
@@ -16,6 +19,13 @@
 #include <fstream>
 #include <map>
 
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <thread>
+
+#include "core/cuda/progress.h"
+#include "core/cuda/runtime.h"
 #include "core/distributed/data_parallel.h"
 #include "core/distributed/nccl_group.h"
 #include "core/graph/compile.h"
@@ -117,6 +127,44 @@ TEST(NcclGroup, EagerReducerOfOneRankLeavesTheGradients) {
   for (const Tensor& p : m.params()) before.push_back(p.grad().to_vector<float>());
   reducer.finish();
   for (size_t i = 0; i < before.size(); ++i) EXPECT_EQ(m.params()[i].grad().to_vector<float>(), before[i]) << i;
+}
+
+// Holds the device's stream up for `ms` milliseconds (a host function queued on it), then marks.
+void stall_stream(int ms) {
+  static int hold_ms = 0;
+  hold_ms = ms;
+  cudaLaunchHostFunc(
+      static_cast<cudaStream_t>(cuda::stream(0)),
+      [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms)); }, nullptr);
+  cuda::mark_progress(0);
+}
+
+TEST(NcclGroup, ProgressMarkersShowAStalledStream) {
+  REQUIRE_GPU();
+  world_of_one();  // tracks cuda:0
+  cuda::synchronize(0);
+  EXPECT_EQ(cuda::seconds_without_progress(0), 0.0) << "nothing pending";
+  stall_stream(1500);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  EXPECT_GE(cuda::seconds_without_progress(0), 1.0) << "a marker pending behind a held-up stream";
+  cuda::synchronize(0);
+  EXPECT_EQ(cuda::seconds_without_progress(0), 0.0);
+}
+
+TEST(NcclGroupDeathTest, TheWatchdogEndsAProcessWhoseGpuMakesNoProgress) {
+  REQUIRE_GPU();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the child starts afresh (CUDA does not fork)
+  EXPECT_EXIT(
+      {
+        ::setenv("TESSERA_DIST_TIMEOUT_S", "2", 1);
+        const std::string path = "/tmp/tessera_nccl_watchdog_" + std::to_string(::getpid());
+        dist::WorldInfo w;
+        auto g = dist::nccl_process_group(w, dist::rendezvous_file(path, w), 0, path);
+        stall_stream(8000);
+        std::this_thread::sleep_for(std::chrono::seconds(10));
+        std::exit(0);  // not reached: the watchdog ends the process first
+      },
+      ::testing::ExitedWithCode(3), "completed no work for [0-9]+ s with a collective in flight");
 }
 
 }  // namespace

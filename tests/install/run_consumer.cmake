@@ -40,3 +40,6 @@ if(NOT tessera_dir STREQUAL expected_dir)
 endif()
 step(${CMAKE_COMMAND} --build ${build})
 step(${build}/consumer)
+if(EXISTS ${build}/consumer_mpi)  # the package's tessera::tessera_mpi
+  step(${build}/consumer_mpi)
+endif()

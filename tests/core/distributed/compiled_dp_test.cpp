@@ -4,7 +4,9 @@
 //     step over the bare optimizer for 5 steps (the all-reduce of one rank is a copy);
 //   - in its graph every all_reduce starts right after its bucket's gradients, the first before
 //     the last backward node, and every collective_wait comes after the last backward node;
-//   - DataParallelUpdater::update (one parameter) is refused.
+//   - DataParallelUpdater::update (one parameter) is refused;
+//   - Generator::set_share: each of 3 ranks' dropout on its rows is the one process's dropout of
+//     the whole batch on those rows, compiled as eagerly, and every rank's offset advances alike.
 // The multi-process runs are in mpi_group_mpitest.cpp (ctest mpi_np2, mpi_np3).
 #include <gtest/gtest.h>
 
@@ -109,6 +111,35 @@ TEST(DataParallelUpdater, OneParameterAtATimeIsRefused) {
   EXPECT_THROW(dp.update(0, zeros({16, 6}), lr, step), ValueError);
   EXPECT_EQ(&dp.params(), &opt.params());
   EXPECT_THROW(dist::DataParallelUpdater(opt, nullptr), ValueError);
+}
+
+TEST(GeneratorShare, EachRanksDropoutIsTheOneProcessMaskOnItsRows) {
+  constexpr int kWorld = 3;
+  Generator data(4);
+  const Tensor x = normal({6 * kWorld, 8}, 0, 1, data);  // the global batch: 6 rows a rank
+  Generator one(21);
+  const Tensor whole = dropout(dropout(x, 0.3, one), 0.5, one);  // two draws
+  for (int r = 0; r < kWorld; ++r) {
+    Generator g(21);
+    g.set_share(r, kWorld);
+    const Tensor mine = slice(x, 0, 6 * r, 6 * (r + 1)).clone();
+    const Tensor got = dropout(dropout(mine, 0.3, g), 0.5, g);
+    EXPECT_EQ(got.to_vector<float>(), slice(whole, 0, 6 * r, 6 * (r + 1)).clone().to_vector<float>()) << "rank " << r;
+    EXPECT_EQ(g.offset(), one.offset()) << "every rank's stream advances as the one process's";
+    // compiled: the step's nodes keep the rank's share of each draw
+    Generator c(21);
+    c.set_share(r, kWorld);
+    auto fn = [&](const std::map<std::string, Tensor>& in) { return sum(dropout(dropout(in.at("x"), 0.3, c), 0.5, c)); };
+    Tensor w = zeros({1}).requires_grad_();  // a parameter for the step (unused by the loss)
+    CompiledStep step = compile([&](const std::map<std::string, Tensor>& in) { return add(fn(in), sum(mul(w, 0.0))); },
+                                std::vector<Tensor>{w}, nullptr, {{"x", mine}}, &c);
+    step.run({{"x", mine}});
+    EXPECT_NEAR(step.fetch("loss").item<float>(), sum(got).item<float>(), 1e-4) << "rank " << r;
+    EXPECT_EQ(c.offset(), one.offset());
+  }
+  Generator g(1);
+  EXPECT_THROW(g.set_share(2, 2), ValueError);
+  EXPECT_THROW(g.set_share(0, 0), ValueError);
 }
 
 }  // namespace
