@@ -151,5 +151,11 @@ std::shared_ptr<ProcessGroup> nccl_process_group_over_mpi(int device) {
   return nccl_process_group(world, id, device);
 }
 
+InitOptions with_mpi(InitOptions options) {
+  options.mpi_group = [] { return mpi_process_group(); };
+  options.nccl_group_over_mpi = [](int device) { return nccl_process_group_over_mpi(device); };
+  return options;
+}
+
 }  // namespace dist
 }  // namespace tessera

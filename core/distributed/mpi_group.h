@@ -14,6 +14,7 @@
 
 #include <memory>
 
+#include "core/distributed/init.h"
 #include "core/distributed/process_group.h"
 
 namespace tessera {
@@ -27,6 +28,10 @@ std::shared_ptr<ProcessGroup> mpi_process_group();
 /// The NCCL group (nccl_group.h) of the MPI world, on GPU `device`: rank 0's NCCL id reaches the
 /// other ranks by MPI broadcast (no rendezvous file). For programs under mpirun that train on GPUs.
 std::shared_ptr<ProcessGroup> nccl_process_group_over_mpi(int device);
+
+/// `options` with the MPI part of init_process_group (init.h) filled in: mpi_process_group and
+/// nccl_process_group_over_mpi.
+InitOptions with_mpi(InitOptions options);
 
 }  // namespace dist
 }  // namespace tessera

@@ -11,8 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/distributed/nccl_group.h"
-#include "core/distributed/world.h"
+#include "core/distributed/init.h"
 #include "core/error.h"
 #include "models/model_registry.h"
 #ifdef TESSERA_EXAMPLES_MPI
@@ -127,38 +126,15 @@ std::shared_ptr<dist::ProcessGroup> process_group(const TrainerFlags& f) {
   static bool made = false;
   static std::shared_ptr<dist::ProcessGroup> group;
   if (made) return group;
-  const dist::WorldInfo w = dist::detect_world();
-  made = true;
-  if (w.size == 1 && f.dist_init.empty()) return group;
-  const bool mpi = f.dist_init == "mpi" || (f.dist_init.empty() && w.launcher == "mpirun");
-  if (!mpi) {
-    TS_CHECK(!f.dist_init.empty(), ValueError,
-             "the " << w.launcher << " environment starts " << w.size << " ranks: give --dist-init file:///shared/path "
-                    << "(a rendezvous file every rank sees), or start the ranks with mpirun");
-    const std::string path = dist::rendezvous_path(f.dist_init);
-    TS_CHECK(f.device == "cuda", ValueError,
-             "--dist-init " << f.dist_init << " starts an NCCL group (GPUs); CPU ranks meet through MPI (mpirun)");
-    TS_CHECK(w.launcher != "none", ValueError,
-             "--dist-init " << f.dist_init << ": no rank and world size in the environment (set RANK, WORLD_SIZE and "
-                            << "LOCAL_RANK, or run under Slurm or mpirun)");
-    const int gpus = cuda_device_count();
-    const int gpu = gpus > 0 ? (w.local_rank >= 0 ? w.local_rank : w.rank) % gpus : 0;
-    group = dist::nccl_process_group(w, dist::rendezvous_file(path, w), gpu, path);
-    return group;
-  }
+  dist::InitOptions o;
+  o.dist_init = f.dist_init;
+  o.cuda = f.device == "cuda";
 #ifdef TESSERA_EXAMPLES_MPI
-  if (f.device == "cuda") {
-    const int gpus = cuda_device_count();
-    const int gpu = gpus > 0 ? (w.local_rank >= 0 ? w.local_rank : w.rank) % gpus : 0;
-    group = dist::nccl_process_group_over_mpi(gpu);
-  } else {
-    group = dist::mpi_process_group();
-  }
-  return group;
-#else
-  TS_THROW(ValueError, "this build of the trainers has no MPI (tessera_mpi was not built): "
-                           << (f.device == "cuda" ? "give --dist-init file:///shared/path" : "CPU ranks need MPI"));
+  o = dist::with_mpi(o);
 #endif
+  group = dist::init_process_group(o);
+  made = true;
+  return group;
 }
 
 namespace {

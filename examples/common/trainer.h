@@ -85,13 +85,11 @@ void check_supported(const TrainerFlags& flags);
 /// of this process's local rank (modulo the GPUs on the node).
 Device train_device(const TrainerFlags& flags);
 
-/// The process group of a data-parallel run, made once per process, or null for one process.
-/// A run is data parallel when the launcher's environment (dist::detect_world: mpirun, RANK /
-/// WORLD_SIZE, Slurm) has several ranks or --dist-init is given. --device cpu: the MPI group
-/// (under mpirun). --device cuda: NCCL, its id shared by MPI (under mpirun, "mpi" or "") or through
-/// the rendezvous file of --dist-init file:///path. ValueError, one line each: several ranks
-/// without a way to meet (no MPI in this build, no --dist-init), a bad --dist-init, a rendezvous
-/// file without a launcher's rank and size.
+/// The process group of a data-parallel run, made once per process, or null for one process:
+/// dist::init_process_group (core/distributed/init.h) with --dist-init, --device and, in builds
+/// with tessera_mpi, the MPI part. A run is data parallel when the launcher's environment
+/// (mpirun, RANK / WORLD_SIZE, Slurm) has several ranks or --dist-init is given; its errors are
+/// one ValueError line each.
 std::shared_ptr<dist::ProcessGroup> process_group(const TrainerFlags& flags);
 
 /// The model config of a run before explicit model flags: `defaults`; when resuming, the model

@@ -7,9 +7,20 @@
 //
 //   custom_loop --data input.txt --steps 300 --out runs/custom     # trains, saves runs/custom/ckpt.h5
 //   custom_loop --data input.txt --steps 500 --out runs/custom     # resumes at step 300, goes on to 500
+//   mpirun -np 2 custom_loop --data input.txt --out runs/custom2   # data parallel: 2 ranks of 16 windows
+//
+// Data parallelism is two fields: the task's and the loop's `group` (a dist::ProcessGroup from
+// dist::init_process_group, null when the program runs alone). The task then trains each rank on
+// its rows of the global batch and averages the gradients over the ranks inside the compiled step;
+// the loop lets rank 0 write the run folder and checkpoints.
 #include <tessera/tessera.h>
 
 #include <CLI/CLI.hpp>
+
+#include "core/distributed/init.h"
+#ifdef TESSERA_EXAMPLE_MPI
+#include "core/distributed/mpi_group.h"  // tessera::tessera_mpi: ranks started by mpirun
+#endif
 #include <filesystem>
 #include <iostream>
 
@@ -56,13 +67,14 @@ class CharModel : public nn::Module {
 
 int main(int argc, char** argv) {
   CLI::App app{"A commented training loop on tessera's public API"};
-  std::string data = TESSERA_EXAMPLE_DATA, out = "runs/custom";
+  std::string data = TESSERA_EXAMPLE_DATA, out = "runs/custom", dist_init;
   int64_t steps = 300;
   app.add_option("--data", data, "training text")->capture_default_str();
   app.add_option("--steps", steps, "total steps (a resumed run continues up to it)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--out", out, "run folder: ckpt.h5 is saved, and resumed from, there")
       ->capture_default_str();
+  app.add_option("--dist-init", dist_init, "data parallel: mpi (the default under mpirun)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -90,6 +102,15 @@ int main(int argc, char** argv) {
     const auto ds = data::TextDataset::load(data, data::TextDatasetOptions().level(data::Level::character));
     data::RandomWindowSampler windows(ds.tokens(data::Part::train), kBatch, kSeq, /*seed=*/1);
 
+    // Data parallel or not: the ranks' group (mpirun's world; null when this process runs alone).
+    dist::InitOptions dist_options;
+    dist_options.dist_init = dist_init;
+#ifdef TESSERA_EXAMPLE_MPI
+    dist_options = dist::with_mpi(dist_options);
+#endif
+    const std::shared_ptr<dist::ProcessGroup> group = dist::init_process_group(dist_options);
+    const bool lead = !group || group->rank() == 0;  // rank 0 speaks for the run
+
     Generator gen(0);  // parameter init (and layouts) from a fixed seed
     CharModel model(ds.vocab().size(), gen);
 
@@ -105,6 +126,7 @@ int main(int argc, char** argv) {
     // options.compiled = false runs eager autograd (slower, but any C++ in the loop).
     train::WindowTaskOptions task_options;
     task_options.data_name = data;  // named in errors (e.g. a checkpoint of another vocabulary)
+    task_options.group = group;     // data parallel: this rank's rows, gradients averaged in the step
     train::WindowTask task(
         model, opt, [&](const Tensor& x, const Tensor& y) { return model.loss(x, y); }, windows,
         ds.tokens(data::Part::val), ds.vocab(), task_options);
@@ -122,6 +144,7 @@ int main(int argc, char** argv) {
     o.eval_first = true;
     o.ckpt_every = 50;
     o.program = "custom_loop";
+    o.group = group;  // data parallel: rank 0 writes, the ranks stop together
     const std::string ckpt = (std::filesystem::path(out) / "ckpt.h5").string();
     if (std::filesystem::exists(ckpt)) o.resume = ckpt;
     o.resume_command = std::string(argv[0]) + " --data " + data + " --steps " + std::to_string(steps) + " --out " + out;
@@ -130,6 +153,7 @@ int main(int argc, char** argv) {
     if (r.signal) return r.exit_code();  // stopped by SIGINT / SIGTERM: ckpt.h5 holds the last step
 
     // The model back from its checkpoint, as another program would get it: one call.
+    if (!lead) return 0;
     const models::LoadedModel back = models::load_model(ckpt);
     std::cout << "reloaded " << back.type << " from " << ckpt << " (step " << back.step << ", "
               << back.module->num_parameters() << " parameters, " << back.vocab.size() << " characters)\n";

@@ -1,6 +1,8 @@
 // The rendezvous file (core/distributed/rendezvous.h): rank 0's id reaches another rank through the
 // file; a file of another world size, a file that is not a rendezvous file and a wait past
-// TESSERA_DIST_TIMEOUT_S are one clear ValueError each; --dist-init values are parsed.
+// TESSERA_DIST_TIMEOUT_S are one clear ValueError each; --dist-init values are parsed; and
+// init_process_group's rules: alone without a launcher, one clear line for each start-up that
+// cannot work (several ranks and no way to meet, a rendezvous for CPU ranks, MPI without MPI).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -13,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "core/distributed/init.h"
 #include "core/distributed/rendezvous.h"
 #include "core/error.h"
 
@@ -81,6 +84,35 @@ TEST(Rendezvous, DistInitValues) {
   EXPECT_EQ(dist::rendezvous_path("file:///shared/run1.id"), "/shared/run1.id");
   for (const char* bad : {"", "file://", "file://relative/x", "tcp://host:1234", "/shared/x"})
     EXPECT_NE(error_of([&] { dist::rendezvous_path(bad); }).find("--dist-init"), std::string::npos) << bad;
+}
+
+struct EnvWorld {  // RANK / WORLD_SIZE for the scope
+  EnvWorld(const char* r, const char* n) {
+    ::setenv("RANK", r, 1);
+    ::setenv("WORLD_SIZE", n, 1);
+  }
+  ~EnvWorld() {
+    ::unsetenv("RANK");
+    ::unsetenv("WORLD_SIZE");
+  }
+};
+
+TEST(InitProcessGroup, AloneOrOneClearLine) {
+  dist::InitOptions o;
+  EXPECT_EQ(dist::init_process_group(o), nullptr) << "no launcher, no --dist-init: alone";
+  EnvWorld env("1", "2");
+  std::string e = error_of([&] { dist::init_process_group(o); });
+  EXPECT_NE(e.find("give --dist-init file:///shared/path"), std::string::npos) << e;
+  o.dist_init = "file:///tmp/x";
+  e = error_of([&] { dist::init_process_group(o); });
+  EXPECT_NE(e.find("CPU ranks meet through MPI"), std::string::npos) << e;
+  o.dist_init = "mpi";
+  e = error_of([&] { dist::init_process_group(o); });
+  EXPECT_NE(e.find("this program has no MPI"), std::string::npos) << e;
+  o.dist_init = "tcp://host";
+  o.cuda = true;
+  e = error_of([&] { dist::init_process_group(o); });
+  EXPECT_NE(e.find("expected file:///absolute/path"), std::string::npos) << e;
 }
 
 }  // namespace
