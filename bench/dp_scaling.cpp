@@ -17,8 +17,9 @@
 //   local ms         the same step without the all-reduces (the compiled step over the bare
 //                    optimizer), timed in alternation with it;
 //   all-reduce ms    the step's bucket all-reduces alone, back to back on the group's stream;
-//   tokens/s         world × B × T / step time; its baseline is world × (tokens/s at world 1),
-//                    so the ratio is the scaling efficiency;
+//   tokens/s         world × B × T / step time; its baseline is world × the tokens/s of one GPU's
+//                    plain compiled step (world size 1, no all-reduce), so the ratio is the scaling
+//                    efficiency against not using data parallelism at all;
 //   hidden           1 − (step − local) / all-reduce: the share of the all-reduce time that the
 //                    step does not pay (world sizes above 1; at world size 1 NCCL's all-reduce
 //                    is a local copy, and step − local is the cost of packing the buckets).
@@ -357,13 +358,14 @@ int run_parent(const Options& o) {
       const int64_t T = j["seq"];
       const double step_ms = j["step_ms"], local_ms = j["local_ms"], ar_ms = j["allreduce_ms"];
       const double tok = static_cast<double>(w * B * T) / step_ms * 1e3;
-      if (w == 1) base_tok = tok;
+      // the baseline: one GPU's plain compiled step (no data parallelism at all)
+      if (w == 1) base_tok = static_cast<double>(B * T) / local_ms * 1e3;
       const double hidden = ar_ms > 0 ? std::clamp(1.0 - (step_ms - local_ms) / ar_ms, 0.0, 1.0) : 0.0;
       const std::string shape = model + " w" + std::to_string(w) + " B" + std::to_string(B) + " T" + std::to_string(T);
       report.add({"dp step", shape, step_ms, step_ms, "ms", local_ms, "step, no all-reduce"});
       report.add({"all-reduces alone", shape, ar_ms, ar_ms, "ms", step_ms, "dp step"});
       if (w > 1) report.add({"hidden under backward", shape, 0, hidden, "share", 1.0, "all hidden"});
-      if (base_tok > 0) report.add({"tokens/s", shape, step_ms, tok, "tok/s", w * base_tok, "world x (world 1)"});
+      if (base_tok > 0) report.add({"tokens/s", shape, step_ms, tok, "tok/s", w * base_tok, "world x 1-GPU plain step"});
       nlohmann::json row = j;
       row["model"] = model;
       row["tokens_per_s"] = tok;
