@@ -12,3 +12,4 @@
 #include "optim/scaled_updater.h"
 #include "optim/schedule.h"
 #include "optim/sgd.h"
+#include "optim/zero.h"

@@ -146,36 +146,40 @@ std::vector<ParamWrite> DataParallelUpdater::update(size_t, const Tensor&, const
   TS_THROW(ValueError, "DataParallelUpdater: gradients are averaged by bucket: call update_all (compiled steps do)");
 }
 
-std::vector<ParamWrite> DataParallelUpdater::update_all(const std::vector<Tensor>& grads, const Tensor& lr,
-                                                        const Tensor& step) {
-  const std::vector<Tensor>& params = inner_.params();
-  TS_CHECK(grads.size() == params.size(), ValueError,
-           "DataParallelUpdater: " << grads.size() << " gradients for " << params.size() << " parameters");
-  std::vector<Tensor> reduced(grads.size());
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    // The bucket's gradients that this step has (a parameter the loss does not reach has none, on
-    // every rank alike: the same traced step).
+std::vector<Tensor> reduce_in_step(const std::vector<Tensor>& tensors, const std::vector<GradientBucket>& buckets,
+                                   const std::shared_ptr<ProcessGroup>& group, int first_ticket, bool average) {
+  std::vector<Tensor> reduced(tensors.size());
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    // The bucket's tensors that this step has (a parameter the loss does not reach has no
+    // gradient, on every rank alike: the same traced step).
     std::vector<size_t> members;
     std::vector<Tensor> flat;
-    for (size_t i : buckets_[b].params) {
-      if (!grads[i].defined()) continue;
-      TS_CHECK(grads[i].dtype() == buckets_[b].dtype, ValueError,
-               "DataParallelUpdater: parameter " << i << "'s gradient is " << grads[i].dtype() << ", the parameter "
-                                                 << buckets_[b].dtype);
+    for (size_t i : buckets[b].params) {
+      TS_CHECK(i < tensors.size(), ValueError, "reduce_in_step: a bucket names tensor " << i << " of " << tensors.size());
+      if (!tensors[i].defined()) continue;
+      TS_CHECK(tensors[i].dtype() == buckets[b].dtype, ValueError,
+               "reduce_in_step: tensor " << i << " is " << tensors[i].dtype() << ", its bucket holds " << buckets[b].dtype);
       members.push_back(i);
-      flat.push_back(reshape(grads[i], {grads[i].numel()}));
+      flat.push_back(reshape(tensors[i], {tensors[i].numel()}));
     }
     if (members.empty()) continue;
-    const int ticket = first_ticket_ + static_cast<int>(b);
-    Tensor r = all_reduce(flat.size() == 1 ? flat[0] : concat(flat, 0), group_, /*average=*/true, ticket);
-    r = collective_wait(r, group_, ticket);  // placed after the last backward node (OpBase::kJoin)
+    const int ticket = first_ticket + static_cast<int>(b);
+    Tensor r = all_reduce(flat.size() == 1 ? flat[0] : concat(flat, 0), group, average, ticket);
+    r = collective_wait(r, group, ticket);  // placed after the last backward node (OpBase::kJoin)
     int64_t at = 0;
     for (size_t i : members) {
-      reduced[i] = reshape(slice(r, 0, at, at + grads[i].numel()), grads[i].shape());
-      at += grads[i].numel();
+      reduced[i] = reshape(slice(r, 0, at, at + tensors[i].numel()), tensors[i].shape());
+      at += tensors[i].numel();
     }
   }
-  return inner_.update_all(reduced, lr, step);
+  return reduced;
+}
+
+std::vector<ParamWrite> DataParallelUpdater::update_all(const std::vector<Tensor>& grads, const Tensor& lr,
+                                                        const Tensor& step) {
+  TS_CHECK(grads.size() == inner_.params().size(), ValueError,
+           "DataParallelUpdater: " << grads.size() << " gradients for " << inner_.params().size() << " parameters");
+  return inner_.update_all(reduce_in_step(grads, buckets_, group_, first_ticket_, /*average=*/true), lr, step);
 }
 
 void broadcast_parameters(const std::vector<Tensor>& params, ProcessGroup& group) {

@@ -140,6 +140,13 @@ class DataParallelUpdater : public ParamUpdater {
   int first_ticket_ = 0;
 };
 
+/// The traced reduction DataParallelUpdater runs: for each bucket (indices into `tensors`), its
+/// defined tensors packed (concat), all_reduce'd over `group` (the mean, or the sum) with ticket
+/// first_ticket + bucket, joined (collective_wait) and unpacked as views; undefined tensors stay
+/// undefined. For updaters of one's own (optim::ZeroUpdater); eagerly it runs as it is traced.
+std::vector<Tensor> reduce_in_step(const std::vector<Tensor>& tensors, const std::vector<GradientBucket>& buckets,
+                                   const std::shared_ptr<ProcessGroup>& group, int first_ticket, bool average);
+
 /// Every parameter = rank 0's, in place (at the start of a run, so that ranks initialized apart
 /// start equal), one broadcast per parameter in order.
 void broadcast_parameters(const std::vector<Tensor>& params, ProcessGroup& group);

@@ -87,6 +87,8 @@ void add_trainer_flags(CLI::App& app, TrainerFlags& f) {
   g->add_option("--dist-init", f.dist_init,
                 "data parallel: mpi (under mpirun) or file:///shared/path (an NCCL rendezvous file; ranks from RANK / "
                 "WORLD_SIZE / LOCAL_RANK or Slurm); under mpirun the default is mpi. --batch is per rank");
+  g->add_flag("--zero1", f.zero1,
+              "data parallel: shard the optimizer state over the ranks (ZeRO-1; compiled steps, adamw/adam/sgd)");
   g->add_option("--time-limit", f.time_limit,
                 "stop after this many seconds of training (evaluations not counted), as if --steps ended there; "
                 "0: no limit")
@@ -258,6 +260,26 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerFlags& f, std::vec
   }
   if (f.clip > 0) opt->set_clip_norm(f.clip);
   return opt;
+}
+
+Optimizers make_optimizers(const TrainerFlags& f, const std::vector<graph::NamedParam>& params) {
+  std::vector<Tensor> tensors;
+  for (const graph::NamedParam& p : params) tensors.push_back(p.tensor);
+  Optimizers out;
+  if (!f.zero1) {
+    out.opt = make_optimizer(f, std::move(tensors));
+    return out;
+  }
+  const std::shared_ptr<dist::ProcessGroup> group = process_group(f);
+  TS_CHECK(group != nullptr, ValueError,
+           "--zero1 shards the optimizer state over data-parallel ranks: run under mpirun or with --dist-init");
+  TS_CHECK(f.optimizer != "adafactor", ValueError, "--zero1 shards adamw, adam and sgd, not adafactor");
+  TrainerFlags unclipped = f;
+  unclipped.clip = 0;  // ZeroUpdater clips over every rank's gradients
+  const std::vector<int> owners = optim::shard_owners(tensors, group->size());
+  out.opt = make_optimizer(unclipped, optim::owned(tensors, owners, group->rank()));
+  out.zero = std::make_shared<optim::ZeroUpdater>(*out.opt, params, group, f.clip);
+  return out;
 }
 
 std::unique_ptr<optim::LRSchedule> make_schedule(const TrainerFlags& f) {

@@ -67,6 +67,7 @@ struct TrainerFlags {
   /// Data parallelism (process_group below): "" (auto: under a launcher of several ranks, MPI's
   /// world), "mpi", or "file:///shared/path" (an NCCL rendezvous file; GPUs without MPI).
   std::string dist_init;
+  bool zero1 = false;  ///< --zero1: ZeRO-1, the optimizer state sharded over the data-parallel ranks
 };
 
 /// Adds the shared flags to `app` as the option group "Training"; every option of `app` added from
@@ -123,6 +124,15 @@ nlohmann::json run_config(const TrainerFlags& flags, const std::string& model_ty
 
 /// The optimizer named by --optimizer with --lr, --weight-decay and --clip.
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerFlags& flags, std::vector<Tensor> params);
+
+/// The optimizer of a run, and with --zero1 its ZeRO-1 updater (optim/zero.h): the optimizer then
+/// holds this rank's parameters only and ZeroUpdater clips at --clip. ValueError for --zero1 without
+/// a data-parallel group, or with --optimizer adafactor.
+struct Optimizers {
+  std::unique_ptr<optim::Optimizer> opt;
+  std::shared_ptr<optim::ZeroUpdater> zero;  ///< null without --zero1
+};
+Optimizers make_optimizers(const TrainerFlags& flags, const std::vector<graph::NamedParam>& params);
 
 /// The schedule named by --schedule (warm-up --warmup, decay to lr/10 at --steps).
 std::unique_ptr<optim::LRSchedule> make_schedule(const TrainerFlags& flags);

@@ -309,6 +309,7 @@ int main(int argc, char** argv) {
 
   try {
     examples::check_supported(f);
+    TS_CHECK(!f.zero1, ValueError, "--zero1: train_transformer shards its optimizer state; train_lstm does not yet");
     TS_CHECK(f.micro_batches == 1, ValueError,
              "--micro-batches " << f.micro_batches << ": train_lstm carries the LSTM state from batch to batch, "
                                 << "so it takes one batch per update (use a larger --batch)");

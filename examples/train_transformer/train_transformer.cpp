@@ -67,14 +67,15 @@ void check_batch_major(const data::Batch& b) {
 class TransformerTask : public train::WindowTask {
  public:
   TransformerTask(const examples::TrainerFlags& f, TransformerLM& model, optim::Optimizer& opt,
-                  const data::TextDataset& ds, Generator& dropout_gen, int64_t sample_chars, double temperature)
+                  const data::TextDataset& ds, Generator& dropout_gen, int64_t sample_chars, double temperature,
+                  std::shared_ptr<optim::ZeroUpdater> zero)
       : train::WindowTask(
             model, opt,
             [&model, &dropout_gen, B = f.batch](const Tensor& x, const Tensor& y) {
               return model.loss(x, y, B, dropout_gen);  // the dropout masks come from dropout_gen
             },
             data::RandomWindowSampler(ds.tokens(data::Part::train), f.batch, f.seq, f.seed, data::Layout::batch_major),
-            ds.tokens(data::Part::val), ds.vocab(), options(f, ds, dropout_gen)),
+            ds.tokens(data::Part::val), ds.vocab(), options(f, ds, dropout_gen, std::move(zero))),
         model_(model), ds_(ds), sample_chars_(sample_chars), temperature_(temperature), sample_gen_(f.seed + 7),
         dev_(examples::train_device(f)) {
     data::RandomWindowSampler peek = sampler();  // a copy: the real sampler does not advance
@@ -118,7 +119,7 @@ class TransformerTask : public train::WindowTask {
 
  private:
   static train::WindowTaskOptions options(const examples::TrainerFlags& f, const data::TextDataset& ds,
-                                          Generator& dropout_gen) {
+                                          Generator& dropout_gen, std::shared_ptr<optim::ZeroUpdater> zero) {
     train::WindowTaskOptions o;
     o.test = ds.tokens(data::Part::test);
     o.compiled = !f.eager;
@@ -129,6 +130,7 @@ class TransformerTask : public train::WindowTask {
     o.data_name = f.data;
     o.dump_graph = f.dump_graph;
     o.group = examples::process_group(f);  // data parallel under mpirun or --dist-init; null otherwise
+    o.zero = std::move(zero);              // --zero1
     return o;
   }
 
@@ -212,19 +214,26 @@ int main(int argc, char** argv) {
                              "or a longer --seq) or a smaller --window / --stride",
                              "use --density < 1 for sparse weights, or --block 0 for dense ones"});
     model.to(examples::train_device(f));  // before the optimizer: its state is made where the parameters are
-    std::unique_ptr<optim::Optimizer> opt = examples::make_optimizer(f, model.parameters());
+    examples::Optimizers opts = examples::make_optimizers(f, model.named_parameters());  // --zero1: sharded
+    std::unique_ptr<optim::Optimizer>& opt = opts.opt;
     std::cout << "train_transformer: " << ds.name() << " (" << ds.size(data::Part::train) << " train / "
               << ds.size(data::Part::val) << " val chars, vocab " << ds.vocab().size() << "), "
               << model.num_parameters() << " parameters, attention " << mc.attn_layout << ", weights "
               << (mc.linear_block ? "block " + std::to_string(mc.linear_block) : std::string("dense")) << ", "
               << (f.eager ? "eager" : "compiled") << " step\n";
     Generator dropout_gen(f.seed + 13);  // the dropout masks (kept in checkpoints as rng "dropout")
-    TransformerTask task(f, model, *opt, ds, dropout_gen, sample_chars, temperature);
+    TransformerTask task(f, model, *opt, ds, dropout_gen, sample_chars, temperature, opts.zero);
 
     const nlohmann::json config = examples::run_config(f, kModelType, mc.to_json());
-    return train::run_training(examples::train_options(f, "train_transformer", argc, argv), model, *opt, config,
-                               task)
-        .exit_code();  // 130 / 143 after SIGINT / SIGTERM (a checkpoint was written)
+    train::TrainOptions options = examples::train_options(f, "train_transformer", argc, argv);
+    options.zero = opts.zero;
+    if (opts.zero) {  // every rank takes part in the sum; rank 0 prints
+      const int64_t mine = opts.zero->state_bytes(), all = opts.zero->total_state_bytes();
+      if (options.group->rank() == 0)
+        std::cout << "train_transformer: ZeRO-1: rank 0 holds " << mine << " of " << all
+                  << " bytes of optimizer state\n";
+    }
+    return train::run_training(options, model, *opt, config, task).exit_code();  // 130 / 143 after SIGINT / SIGTERM (a checkpoint was written)
   } catch (const std::exception& e) {
     std::cerr << "train_transformer: " << e.what() << "\n";
     return 1;

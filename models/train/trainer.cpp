@@ -186,7 +186,14 @@ class Loop {
 
  private:
   void resume() {
-    io::CheckpointData ck = io::restore(o_.resume, model_, &opt_);
+    io::CheckpointData ck;
+    if (o_.zero) {  // ZeRO-1: the file holds every parameter's state; this rank's optimizer its own
+      ck = io::load_checkpoint(o_.resume);
+      o_.zero->keep_owned(ck.optimizer);
+      ck = io::restore(std::move(ck), o_.resume, model_, &opt_);
+    } else {
+      ck = io::restore(o_.resume, model_, &opt_);
+    }
     task_.restore_state(ck, o_.resume);
     step_ = ck.trainer.step;
     tokens_seen_ = ck.trainer.tokens_seen;
@@ -236,13 +243,15 @@ class Loop {
 
   void save(const std::string& path, int keep) {
     if (o_.group && o_.group->size() > 1 && debug_check()) dist::check_parameters_equal(model_.parameters(), *o_.group);
-    if (!lead_) {  // rank 0 writes; the others take part in the task's collectives and follow its bookkeeping
+    if (!lead_) {  // rank 0 writes; the others take part in the collectives and follow its bookkeeping
       io::CheckpointData unused;
+      if (o_.zero) o_.zero->gather_state(unused.optimizer);
       task_.save_state(unused);
       if (path == ckpt_) last_saved_step_ = step_, last_saved_path_ = ckpt_;
       return;
     }
     io::CheckpointData ck = io::capture(model_, &opt_);
+    if (o_.zero) o_.zero->gather_state(ck.optimizer);  // ZeRO-1: every parameter's state, from its owner
     ck.config = config_;
     ck.trainer.step = step_;
     ck.trainer.tokens_seen = tokens_seen_;

@@ -51,6 +51,7 @@
 #include "layers/module.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
+#include "optim/zero.h"
 
 namespace tessera {
 namespace train {
@@ -127,6 +128,9 @@ struct TrainOptions {
   int test_signal_rank = 0;   ///< data parallel: the rank that raises test_signal (-1: every rank)
   /// Data parallelism over this group (see above); null: one process.
   std::shared_ptr<dist::ProcessGroup> group;
+  /// ZeRO-1 (optim/zero.h): `opt` holds this rank's parameters only; checkpoints gather every
+  /// parameter's state to rank 0, and a resume keeps this rank's part. Null: none.
+  std::shared_ptr<optim::ZeroUpdater> zero;
 
   /// ValueError naming the field: steps < 1, a negative eval_every / ckpt_every / keep /
   /// time_limit_s, eval_batches or log_every < 1, an empty out.

@@ -55,6 +55,11 @@ WindowTask::WindowTask(nn::Module& model, optim::Optimizer& opt, LossFn loss, da
   TS_CHECK(loss_, ValueError, "WindowTask: the loss function is empty");
   TS_CHECK(options_.micro_batches >= 1, ValueError,
            "WindowTask: micro_batches must be >= 1, got " << options_.micro_batches);
+  if (options_.zero) {
+    TS_CHECK(options_.group && options_.compiled && options_.micro_batches == 1 && options_.autocast != DType::f16,
+             ValueError,
+             "WindowTask: ZeRO-1 runs compiled data-parallel steps without micro-batches in f32 or bf16 (with a group)");
+  }
   if (options_.group) {
     const int64_t world = options_.group->size();
     if (world > 1) {  // the batch one process would draw: W·B windows, the same on every rank
@@ -84,7 +89,9 @@ WindowTask::WindowTask(nn::Module& model, optim::Optimizer& opt, LossFn loss, da
   };
   data::RandomWindowSampler peek = sampler_;  // a copy: the real sampler does not advance
   ParamUpdater* updater = accumulate ? nullptr : precision_.updater(opt_);
-  if (updater && options_.group) {
+  if (updater && options_.zero) {
+    updater = options_.zero.get();
+  } else if (updater && options_.group) {
     dp_ = std::make_unique<dist::DataParallelUpdater>(*updater, options_.group);
     updater = dp_.get();
   }

@@ -55,6 +55,7 @@
 #include "models/train/mixed_precision.h"
 #include "models/train/trainer.h"
 #include "optim/optimizer.h"
+#include "optim/zero.h"
 
 namespace tessera {
 namespace train {
@@ -74,6 +75,10 @@ struct WindowTaskOptions {
   std::string dump_graph;          ///< compiled: write the step's graph (Graphviz) to this file
   /// Data parallelism over this group (see above); null: one process.
   std::shared_ptr<dist::ProcessGroup> group;
+  /// ZeRO-1 (optim/zero.h) over `group`: the compiled step's updater instead of
+  /// dist::DataParallelUpdater; the task's optimizer then holds this rank's parameters only.
+  /// Compiled steps without micro-batches, f32 or bf16 (ValueError otherwise).
+  std::shared_ptr<optim::ZeroUpdater> zero;
 };
 
 class WindowTask : public TrainTask {
