@@ -5,7 +5,9 @@
 #   - 2 ranks against 1 rank on the doubled batch: 50 steps of the nanoGPT model without dropout, bf16;
 #   - dp_scaling at world sizes 1 and 2: nanoGPT (B 64 per GPU), GPT-2 small (B 32 and B 4 per GPU);
 #   - train_transformer on 2 GPUs through a rendezvous file (dropout on), its checkpoint resumed on
-#     one GPU with the doubled batch, against a straight one-GPU run (the loss columns side by side).
+#     one GPU with the doubled batch, against a straight one-GPU run (the loss columns side by side);
+#   - the same 2-GPU run with --zero1 (ZeRO-1) against plain data parallelism, and the optimizer
+#     state each rank holds.
 #
 #   scripts/dp_two_gpus.sh [BUNDLE [OUT]]      # defaults: dist, ./dp_two_gpus
 # NVLink multicast stays off (NCCL_NVLS_ENABLE=0) in every process it starts.
@@ -37,3 +39,15 @@ timeout 200 "$run" train_transformer "${common[@]}" --batch 32 --steps 30 --out 
 losses() { sed -n 's/.*"step":\([0-9]*\),.*"train_loss":\([^,}]*\).*/\1 \2/p' "$1/metrics.jsonl" | sort -k1,1; }
 echo "step | train_loss: 2 GPUs (steps 1-20), then resumed on 1 GPU | 1 GPU throughout"
 join <(losses "$out/two") <(losses "$out/one") | sort -n | tee "$out/losses.txt"
+rm -rf "$out/zero" "$out/plain" "$rdv"
+for way in zero plain; do
+  extra=(); test $way = zero && extra=(--zero1)
+  for r in 0 1; do
+    RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r timeout 200 "$run" train_transformer "${common[@]}" "${extra[@]}" --batch 16 --steps 20 \
+      --dist-init "file://$(realpath -m "$rdv")" --out "$out/$way" >"$out/$way.rank$r.log" 2>&1 &
+  done
+  wait
+done
+grep -h "ZeRO-1" "$out/zero.rank0.log"
+echo "step | train_loss: 2 GPUs ZeRO-1 | 2 GPUs plain data parallelism"
+join <(losses "$out/zero") <(losses "$out/plain") | sort -n | tee "$out/losses_zero.txt"
