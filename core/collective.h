@@ -13,6 +13,9 @@
 // its own range once and uses ticket t for one reduction at a time.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "core/tensor.h"
 
 namespace tessera {
@@ -29,6 +32,21 @@ class Collective {
   /// The device's stream waits for reduction `ticket` (nothing to do on the CPU); the group lets
   /// go of the tensors it held for it.
   virtual void join(int ticket) = 0;
+  /// A part of a flat buffer and the rank it goes to (reduce) or comes from (broadcast).
+  struct Segment {
+    int64_t offset = 0;  ///< in elements
+    int64_t count = 0;
+    int root = 0;
+  };
+  /// For each segment: out[segment] on rank segment.root = the sum (average) over the ranks of
+  /// in[segment]; elsewhere out is unspecified. Started and joined like start_all_reduce (ZeRO-1's
+  /// gradients to their owners).
+  virtual void start_reduce(const Tensor& in, const Tensor& out, const std::vector<Segment>& segments, bool average,
+                            int ticket) = 0;
+  /// For each segment: out[segment] = rank segment.root's in[segment], on every rank. Started and
+  /// joined like start_all_reduce (ZeRO-1's parameters from their owners).
+  virtual void start_broadcast(const Tensor& in, const Tensor& out, const std::vector<Segment>& segments,
+                               int ticket) = 0;
   /// `count` consecutive tickets no other user of this group takes; returns the first.
   int reserve_tickets(int count);
 

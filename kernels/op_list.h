@@ -97,6 +97,8 @@
   X(IndexSelectBackward)                  \
   /* collectives (data parallelism) */    \
   X(AllReduce)                            \
+  X(SegmentReduce)                        \
+  X(SegmentBroadcast)                     \
   X(CollectiveWait)
 
 namespace tessera {

@@ -63,6 +63,8 @@
 #include "kernels/relu/relu.h"
 #include "kernels/reshape/reshape.h"
 #include "kernels/rsqrt/rsqrt.h"
+#include "kernels/segment_broadcast/segment_broadcast.h"
+#include "kernels/segment_reduce/segment_reduce.h"
 #include "kernels/sgd_update/sgd_update.h"
 #include "kernels/sigmoid/sigmoid.h"
 #include "kernels/slice/slice.h"

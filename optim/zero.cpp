@@ -6,7 +6,7 @@
 
 #include "core/autograd.h"
 #include "core/error.h"
-#include "kernels/fill/fill.h"
+#include "kernels/ops.h"
 #include "optim/clip_grad.h"
 
 namespace tessera {
@@ -62,44 +62,119 @@ ZeroUpdater::ZeroUpdater(Optimizer& inner, std::vector<graph::NamedParam> params
   for (size_t i = 0, k = 0; i < all_.size(); ++i)
     if (owners_[i] == group_->rank()) inner_index_[i] = static_cast<int>(k++);
   buckets_ = dist::plan_buckets(all_, bucket_bytes, first_bytes);
-  first_ticket_ = group_->reserve_tickets(2 * static_cast<int>(buckets_.size()));
+  first_ticket_ = group_->reserve_tickets(2 * static_cast<int>(buckets_.size()) + 1);
 }
 
 std::vector<ParamWrite> ZeroUpdater::update(size_t, const Tensor&, const Tensor&, const Tensor&) {
   TS_THROW(ValueError, "ZeroUpdater: a step updates every parameter together: call update_all (compiled steps do)");
 }
 
+namespace {
+
+// Σ g² over the defined tensors of `grads` as a 0-d f64 tensor on `device` (0 when none is): one
+// sum_squares per dtype, then f64 adds (as global_grad_norm, before its sqrt).
+Tensor sum_of_squares(const std::vector<Tensor>& grads, Device device) {
+  std::vector<std::vector<Tensor>> groups;
+  for (const Tensor& g : grads) {
+    if (!g.defined()) continue;
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const std::vector<Tensor>& grp) { return grp[0].dtype() == g.dtype(); });
+    if (it == groups.end()) groups.push_back({g});
+    else it->push_back(g);
+  }
+  Tensor total;
+  for (const std::vector<Tensor>& grp : groups) {
+    const Tensor sq = sum_squares(grp);
+    total = total.defined() ? add(total, sq) : sq;
+  }
+  return total.defined() ? total : fill(TensorMeta{Shape{}, DType::f64, device}, 0.0);
+}
+
+}  // namespace
+
 std::vector<ParamWrite> ZeroUpdater::update_all(const std::vector<Tensor>& grads, const Tensor& lr, const Tensor& step) {
   TS_CHECK(grads.size() == all_.size(), ValueError,
            "ZeroUpdater: " << grads.size() << " gradients for " << all_.size() << " parameters");
-  // 1-2. the averaged gradients and the clip factor over all of them (every rank alike)
-  const std::vector<Tensor> avg = dist::reduce_in_step(grads, buckets_, group_, first_ticket_, /*average=*/true);
-  const bool any = std::any_of(avg.begin(), avg.end(), [](const Tensor& g) { return g.defined(); });
-  const Tensor factor = clip_norm_ > 0 && any ? clip_factor(global_grad_norm(avg), clip_norm_) : Tensor();
-  // 3. the owned parameters' updates; their new values are kept for step 4
+  const int rank = group_->rank();
+  const int nb = static_cast<int>(buckets_.size());
+  // Each bucket's parameters with a gradient this step (the same on every rank: one traced step),
+  // as segments of its packed buffer with their owners.
+  std::vector<std::vector<size_t>> members(buckets_.size());
+  std::vector<std::vector<Collective::Segment>> segments(buckets_.size());
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    int64_t at = 0;
+    for (size_t i : buckets_[b].params) {
+      if (!grads[i].defined()) continue;  // no gradient: no update on any rank
+      members[b].push_back(i);
+      segments[b].push_back({at, grads[i].numel(), owners_[i]});
+      at += grads[i].numel();
+    }
+  }
+  auto pack = [](const std::vector<Tensor>& ts) {
+    std::vector<Tensor> flat;
+    for (const Tensor& t : ts) flat.push_back(reshape(t, {t.numel()}));
+    return flat.size() == 1 ? flat[0] : concat(flat, 0);
+  };
+  // 1. each averaged gradient on its owner: segment_reduce (NCCL: ncclReduce to each owner)
+  std::vector<Tensor> avg(all_.size());  // the owned parameters' averaged gradients
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (members[b].empty()) continue;
+    std::vector<Tensor> gs;
+    for (size_t i : members[b]) gs.push_back(grads[i]);
+    const int ticket = first_ticket_ + static_cast<int>(b);
+    Tensor r = segment_reduce(pack(gs), group_, segments[b], /*average=*/true, ticket);
+    r = collective_wait(r, group_, ticket);  // after the last backward node (OpBase::kJoin)
+    for (size_t k = 0; k < members[b].size(); ++k) {
+      const size_t i = members[b][k];
+      const Collective::Segment& g = segments[b][k];
+      if (owners_[i] == rank) avg[i] = reshape(slice(r, 0, g.offset, g.offset + g.count), all_[i].shape());
+    }
+  }
+  // 2. the clip factor from every rank's share of the squared norm (one rank: its own norm)
+  Tensor factor;
+  if (clip_norm_ > 0) {
+    Tensor norm;
+    if (group_->size() == 1) {
+      norm = global_grad_norm(avg);
+    } else {
+      const int ticket = first_ticket_ + 2 * nb;
+      Tensor sq = reshape(sum_of_squares(avg, group_->device()), {1});
+      sq = collective_wait(all_reduce(sq, group_, /*average=*/false, ticket), group_, ticket);
+      norm = sqrt(reshape(sq, std::vector<int64_t>{}));
+    }
+    factor = clip_factor(norm, clip_norm_);
+  }
+  // 3. the owned parameters' updates; their new values go out in step 4
   std::vector<ParamWrite> writes;
-  std::vector<Tensor> contribution(all_.size());  // per parameter: its new value here, or zeros
+  std::vector<Tensor> value(all_.size());  // per parameter: its new value here (owned) or its current one
   for (size_t i = 0; i < all_.size(); ++i) {
-    if (!avg[i].defined()) continue;  // no gradient: no update on any rank
+    if (!grads[i].defined()) continue;
     if (inner_index_[i] < 0) {
-      contribution[i] = fill(all_[i].meta(), 0.0);
+      value[i] = all_[i];  // overwritten by the owner's value
       continue;
     }
     for (ParamWrite& w : inner_.update_scaled(static_cast<size_t>(inner_index_[i]), avg[i], lr, step, factor)) {
       if (w.target.same(all_[i])) {
-        contribution[i] = w.value;
+        value[i] = w.value;
       } else {
         writes.push_back(std::move(w));  // the state
       }
     }
-    TS_CHECK(contribution[i].defined(), ValueError, "ZeroUpdater: the optimizer's update does not write its parameter");
+    TS_CHECK(value[i].defined(), ValueError, "ZeroUpdater: the optimizer's update does not write its parameter");
   }
-  // 4. every new value on every rank: the sum of the owner's value and the others' zeros
-  const std::vector<Tensor> gathered = dist::reduce_in_step(contribution, buckets_, group_,
-                                                            first_ticket_ + static_cast<int>(buckets_.size()),
-                                                            /*average=*/false);
-  for (size_t i = 0; i < all_.size(); ++i)
-    if (gathered[i].defined()) writes.push_back({all_[i], gathered[i]});
+  // 4. every new value on every rank: segment_broadcast from each owner (NCCL: ncclBroadcast)
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (members[b].empty()) continue;
+    std::vector<Tensor> vs;
+    for (size_t i : members[b]) vs.push_back(value[i]);
+    const int ticket = first_ticket_ + nb + static_cast<int>(b);
+    Tensor r = segment_broadcast(pack(vs), group_, segments[b], ticket);
+    r = collective_wait(r, group_, ticket);
+    for (size_t k = 0; k < members[b].size(); ++k) {
+      const size_t i = members[b][k];
+      const Collective::Segment& g = segments[b][k];
+      writes.push_back({all_[i], reshape(slice(r, 0, g.offset, g.offset + g.count), all_[i].shape())});
+    }
+  }
   return writes;
 }
 

@@ -6,16 +6,20 @@
 //   optim::ZeroUpdater zero(opt, model.named_parameters(), group, /*clip_norm=*/1.0);
 //   CompiledStep step = compile(loss_fn, model.named_parameters(), &zero, my_rows, &rng);
 //
-// A step, traced (the all-reduces are nodes of the step's graph, as in dist::DataParallelUpdater):
-//   1. every gradient averaged over the ranks, by bucket (dist::reduce_in_step);
-//   2. the global-norm clip factor from every averaged gradient (the same on every rank);
-//   3. the owner of each parameter updates it and its state with its optimizer (update_scaled:
-//      the bits of the unsharded optimizer's update);
-//   4. every parameter reaches every rank: by bucket, each rank contributes its own parameters'
-//      new values and zeros elsewhere, and a sum over the ranks gives everyone every value (an
-//      all-reduce standing in for NCCL's all-gather: twice its traffic).
-// So a step equals the data-parallel step of the whole optimizer, and the parameters stay equal
-// on every rank. Optimizers: Adam, AdamW and SGD (their states have their parameter's shape).
+// A step, traced (its collectives are nodes of the step's graph, started right after the backward
+// node that makes a bucket's last gradient and joined after the last backward node, as in
+// dist::DataParallelUpdater):
+//   1. each gradient averaged over the ranks onto its owner, by bucket (segment_reduce: on NCCL one
+//      grouped ncclReduce per bucket, a gradient to its owner: half an all-reduce's traffic);
+//   2. the global-norm clip factor: each rank's sum of squares over its gradients, summed over
+//      the ranks (one 8-byte all-reduce);
+//   3. the owner of each parameter updates it and its state with its optimizer (update_scaled);
+//   4. every parameter's new value from its owner to every rank (segment_broadcast: grouped
+//      ncclBroadcast, the other half).
+// So a step is the data-parallel step of the whole optimizer (up to the order in which the clip
+// norm's sum of squares is added: 1e-6 relative in the tests) and the parameters stay equal on
+// every rank. Optimizers: Adam, AdamW and SGD (their states have their parameter's shape). On the
+// MPI group each segment is all-reduced and broadcast in turn (no reduce of its own).
 //
 // Checkpoints hold the whole optimizer state, so that any world size (one process included)
 // resumes: gather_state (every rank, at each checkpoint) fills rank 0's checkpoint with every
@@ -82,7 +86,7 @@ class ZeroUpdater : public ParamUpdater {
   std::vector<int> owners_;
   std::vector<int> inner_index_;  // per parameter: its index in inner's params, -1 when not owned
   std::vector<dist::GradientBucket> buckets_;
-  int first_ticket_ = 0;  // gradients: first_ticket_ + bucket; parameters: + buckets_.size()
+  int first_ticket_ = 0;  // gradients: + bucket; parameters: + buckets + bucket; the clip norm: + 2 buckets
 };
 
 }  // namespace optim

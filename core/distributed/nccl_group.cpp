@@ -135,24 +135,45 @@ class NcclGroup final : public ProcessGroup {
   Device device() const override { return Device::cuda(device_); }
 
   void start_all_reduce(const Tensor& in, const Tensor& out, bool average, int ticket) override {
-    check(in, "all_reduce");
-    check(out, "all_reduce");
-    TS_CHECK(in.meta() == out.meta(), ShapeError, "all_reduce: input " << in.meta() << " and output " << out.meta() << " differ");
-    TS_CHECK(ticket >= 0, ValueError, "all_reduce: ticket " << ticket << " is negative");
-    Ticket& t = slot(ticket);
-    TS_CHECK(!t.busy, ValueError, "all_reduce: ticket " << ticket << " is still in flight (join it first)");
-    cudaStream_t s = stream();
-    if (out.data_ptr() != in.data_ptr())
-      TS_CUDA_RT_CHECK(cudaMemcpyAsync(out.data_ptr(), in.data_ptr(), in.nbytes(), cudaMemcpyDeviceToDevice, s));
-    TS_CUDA_RT_CHECK(cudaEventRecord(t.ready, s));
-    TS_CUDA_RT_CHECK(cudaStreamWaitEvent(side_, t.ready, 0));
+    begin(in, out, ticket, "all_reduce");
     TS_NCCL_CHECK(ncclAllReduce(out.data_ptr(), out.data_ptr(), static_cast<size_t>(out.numel()),
                                 nccl_type(out, "all_reduce"), average ? ncclAvg : ncclSum, comm_, side_),
                   "ncclAllReduce");
-    TS_CUDA_RT_CHECK(cudaEventRecord(t.done, side_));
-    cuda::mark_progress(device_, side_);  // the watchdog's marker (graph launches are marked by the runtime)
-    t.held = out;
-    t.busy = true;
+    end(out, ticket);
+  }
+
+  // One ncclReduce per segment to its root, grouped (the segments of one bucket go out together).
+  void start_reduce(const Tensor& in, const Tensor& out, const std::vector<Segment>& segments, bool average,
+                    int ticket) override {
+    check_segments(out, segments, "reduce");
+    begin(in, out, ticket, "reduce");
+    const ncclDataType_t type = nccl_type(out, "reduce");
+    char* base = static_cast<char*>(out.data_ptr());
+    const size_t e = dtype_size(out.dtype());
+    TS_NCCL_CHECK(ncclGroupStart(), "ncclGroupStart");
+    for (const Segment& g : segments) {
+      void* p = base + static_cast<size_t>(g.offset) * e;
+      TS_NCCL_CHECK(ncclReduce(p, p, static_cast<size_t>(g.count), type, average ? ncclAvg : ncclSum, g.root, comm_, side_),
+                    "ncclReduce");
+    }
+    TS_NCCL_CHECK(ncclGroupEnd(), "ncclGroupEnd");
+    end(out, ticket);
+  }
+
+  // One ncclBroadcast per segment from its root, grouped.
+  void start_broadcast(const Tensor& in, const Tensor& out, const std::vector<Segment>& segments, int ticket) override {
+    check_segments(out, segments, "broadcast");
+    begin(in, out, ticket, "broadcast");
+    const ncclDataType_t type = nccl_type(out, "broadcast");
+    char* base = static_cast<char*>(out.data_ptr());
+    const size_t e = dtype_size(out.dtype());
+    TS_NCCL_CHECK(ncclGroupStart(), "ncclGroupStart");
+    for (const Segment& g : segments) {
+      void* p = base + static_cast<size_t>(g.offset) * e;
+      TS_NCCL_CHECK(ncclBroadcast(p, p, static_cast<size_t>(g.count), type, g.root, comm_, side_), "ncclBroadcast");
+    }
+    TS_NCCL_CHECK(ncclGroupEnd(), "ncclGroupEnd");
+    end(out, ticket);
   }
 
   void join(int ticket) override {
@@ -189,6 +210,36 @@ class NcclGroup final : public ProcessGroup {
   };
 
   cudaStream_t stream() const { return static_cast<cudaStream_t>(cuda::stream(device_)); }
+
+  // The start of an asynchronous collective on ticket `ticket`: out = in (a copy on the device's
+  // stream unless the same buffer), then the group's stream waits for the device's.
+  void begin(const Tensor& in, const Tensor& out, int ticket, const char* call) {
+    check(in, call);
+    check(out, call);
+    TS_CHECK(in.meta() == out.meta(), ShapeError, call << ": input " << in.meta() << " and output " << out.meta() << " differ");
+    TS_CHECK(ticket >= 0, ValueError, call << ": ticket " << ticket << " is negative");
+    Ticket& t = slot(ticket);
+    TS_CHECK(!t.busy, ValueError, call << ": ticket " << ticket << " is still in flight (join it first)");
+    cudaStream_t s = stream();
+    if (out.data_ptr() != in.data_ptr())
+      TS_CUDA_RT_CHECK(cudaMemcpyAsync(out.data_ptr(), in.data_ptr(), in.nbytes(), cudaMemcpyDeviceToDevice, s));
+    TS_CUDA_RT_CHECK(cudaEventRecord(t.ready, s));
+    TS_CUDA_RT_CHECK(cudaStreamWaitEvent(side_, t.ready, 0));
+  }
+  // Its end: the done event join() waits on, the watchdog's marker, `out` held until the join.
+  void end(const Tensor& out, int ticket) {
+    Ticket& t = tickets_[ticket];
+    TS_CUDA_RT_CHECK(cudaEventRecord(t.done, side_));
+    cuda::mark_progress(device_, side_);  // the watchdog's marker (graph launches are marked by the runtime)
+    t.held = out;
+    t.busy = true;
+  }
+  void check_segments(const Tensor& t, const std::vector<Segment>& segments, const char* call) const {
+    for (const Segment& g : segments)
+      TS_CHECK(g.offset >= 0 && g.count >= 0 && g.offset + g.count <= t.numel() && g.root >= 0 && g.root < size_,
+               ValueError, call << ": segment [" << g.offset << ", " << g.offset + g.count << ") of " << t.numel()
+                                << " elements, root " << g.root << " of " << size_ << " ranks");
+  }
 
   // The watchdog (a thread of the group's lifetime): once a second, an asynchronous NCCL error
   // (a peer's connection lost) or a device that has completed none of its work markers for

@@ -40,6 +40,13 @@ class ProcessGroup : public Collective {
   /// Collective: out = in (a copy unless the same buffer), then all_reduce(out), synchronously.
   /// Backends that can run it beside the device's stream (NCCL) override both.
   void start_all_reduce(const Tensor& in, const Tensor& out, bool average, int ticket) override;
+  /// Collective: out = in, then each segment all-reduced (every rank gets it, the root included),
+  /// synchronously. NCCL overrides it with grouped ncclReduce calls on its stream.
+  void start_reduce(const Tensor& in, const Tensor& out, const std::vector<Segment>& segments, bool average,
+                    int ticket) override;
+  /// Collective: out = in, then each segment broadcast from its root, synchronously. NCCL overrides
+  /// it with grouped ncclBroadcast calls on its stream.
+  void start_broadcast(const Tensor& in, const Tensor& out, const std::vector<Segment>& segments, int ticket) override;
   void join(int ticket) override;
 };
 

@@ -4,7 +4,8 @@
 //     removed the rendezvous file once the group was up;
 //   - a compiled AdamW step (clipping) over DataParallelUpdater, captured as a CUDA graph and
 //     replayed, gives the bits of the same compiled step over the bare optimizer for 6 steps (the
-//     all-reduce of one rank is a copy), with its all-reduces beside backward on NCCL's stream;
+//     all-reduce of one rank is a copy), with its all-reduces beside backward on NCCL's stream; and so
+//     does ZeRO-1's step (optim::ZeroUpdater: segment_reduce and segment_broadcast in the graph);
 //   - the eager GradientReducer on the NCCL group leaves one rank's gradients as they are;
 //   - the work markers (core/cuda/progress.h): a stream held up by a host function shows a growing
 //     stall, a drained one none; and the group's watchdog ends a process whose GPU completes no work
@@ -18,6 +19,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 
 #include <cuda_runtime.h>
 
@@ -33,6 +35,7 @@
 #include "kernels/ops.h"
 #include "layers/linear.h"
 #include "optim/adamw.h"
+#include "optim/zero.h"
 
 namespace tessera {
 namespace {
@@ -62,6 +65,11 @@ TEST(NcclGroup, WorldOfOneCollectives) {
     const int t = g->reserve_tickets(1);
     const Tensor z = collective_wait(all_reduce(y, g, true, t), g, t);
     EXPECT_EQ(std::memcmp(z.to(Device::cpu()).data_ptr(), x.to(Device::cpu()).data_ptr(), x.nbytes()), 0) << dt;
+    const std::vector<Collective::Segment> segs{{0, 600, 0}, {600, 400, 0}};  // ZeRO-1's collectives
+    const int u = g->reserve_tickets(2);
+    const Tensor a = collective_wait(segment_reduce(x, g, segs, true, u), g, u);
+    const Tensor b = collective_wait(segment_broadcast(a, g, segs, u + 1), g, u + 1);
+    EXPECT_EQ(std::memcmp(b.to(Device::cpu()).data_ptr(), x.to(Device::cpu()).data_ptr(), x.nbytes()), 0) << dt;
   }
   g->barrier();
   Tensor cpu = zeros({4});
@@ -82,21 +90,26 @@ struct Net {
   }
 };
 
-std::vector<std::vector<float>> train(bool data_parallel, bool* replayed = nullptr) {
+std::vector<std::vector<float>> train(bool data_parallel, bool* replayed = nullptr, bool zero = false) {
   Net m(Generator(5));
   m.a.to(gpu_test::kGpu);
   m.b.to(gpu_test::kGpu);
   m.c.to(gpu_test::kGpu);
   optim::AdamW opt(m.params(), optim::AdamWOptions(1e-2));
-  opt.set_clip_norm(0.5);
+  if (!zero) opt.set_clip_norm(0.5);
   dist::DataParallelUpdater dp(opt, world_of_one(), /*bucket_bytes=*/20000, /*first_bytes=*/2000);
+  std::vector<graph::NamedParam> named;
+  for (size_t i = 0; i < m.params().size(); ++i) named.push_back({"p" + std::to_string(i), m.params()[i]});
+  std::optional<optim::ZeroUpdater> z;
+  if (zero) z.emplace(opt, named, world_of_one(), 0.5, 20000, 2000);
   auto loss_fn = [&](const std::map<std::string, Tensor>& in) { return m.loss(in.at("x"), in.at("t")); };
   Generator data(9);
   auto feed = [&] {
     return std::map<std::string, Tensor>{{"x", normal({16, 32}, 0, 1, data).to(gpu_test::kGpu)},
                                          {"t", normal({16, 8}, 0, 1, data).to(gpu_test::kGpu)}};
   };
-  CompiledStep step = compile(loss_fn, m.params(), data_parallel ? static_cast<ParamUpdater*>(&dp) : &opt, feed());
+  ParamUpdater* updater = zero ? static_cast<ParamUpdater*>(&*z) : data_parallel ? static_cast<ParamUpdater*>(&dp) : &opt;
+  CompiledStep step = compile(loss_fn, m.params(), updater, feed());
   for (int s = 0; s < 6; ++s) step.run(feed());
   if (replayed) *replayed = step.executor().replays_cuda_graph();
   std::vector<std::vector<float>> out;
@@ -112,6 +125,12 @@ TEST(NcclGroup, CompiledDataParallelStepOfOneRankEqualsTheStepWithout) {
   if (!(e && std::strcmp(e, "0") == 0)) EXPECT_TRUE(replayed) << "the data-parallel step replays as a CUDA graph";
   for (size_t i = 0; i < plain.size(); ++i)
     EXPECT_EQ(std::memcmp(plain[i].data(), dp[i].data(), plain[i].size() * sizeof(float)), 0) << "parameter " << i;
+  // ZeRO-1 over NCCL (segment_reduce, segment_broadcast in the graph): the same bits at one rank
+  bool zero_replayed = false;
+  const auto zero = train(true, &zero_replayed, /*zero=*/true);
+  if (!(e && std::strcmp(e, "0") == 0)) EXPECT_TRUE(zero_replayed);
+  for (size_t i = 0; i < plain.size(); ++i)
+    EXPECT_EQ(std::memcmp(plain[i].data(), zero[i].data(), plain[i].size() * sizeof(float)), 0) << "ZeRO-1, parameter " << i;
 }
 
 TEST(NcclGroup, EagerReducerOfOneRankLeavesTheGradients) {
