@@ -186,9 +186,8 @@ int64_t ZeroUpdater::state_bytes() const {
 }
 
 int64_t ZeroUpdater::total_state_bytes() const {
-  Tensor t = from_vector<double>({static_cast<double>(state_bytes())}, {1}).to(group_->device());
-  group_->all_reduce(t, dist::ReduceOp::sum);
-  return static_cast<int64_t>(t.to(Device::cpu()).item<double>());
+  return static_cast<int64_t>(
+      dist::all_reduce_values({static_cast<double>(state_bytes())}, *group_, dist::ReduceOp::sum)[0]);
 }
 
 void ZeroUpdater::gather_state(io::OptimizerState& opt) const {

@@ -182,6 +182,14 @@ std::vector<ParamWrite> DataParallelUpdater::update_all(const std::vector<Tensor
   return inner_.update_all(reduce_in_step(grads, buckets_, group_, first_ticket_, /*average=*/true), lr, step);
 }
 
+std::vector<double> all_reduce_values(std::vector<double> values, ProcessGroup& group, ReduceOp op) {
+  if (values.empty()) return values;
+  const int64_t n = static_cast<int64_t>(values.size());
+  Tensor t = from_vector<double>(values, {n}).to(group.device());
+  group.all_reduce(t, op);
+  return t.to(Device::cpu()).to_vector<double>();
+}
+
 void broadcast_parameters(const std::vector<Tensor>& params, ProcessGroup& group) {
   for (size_t i = 0; i < params.size(); ++i) {
     TS_CHECK(params[i].defined(), ValueError, "broadcast_parameters: parameter " << i << " is undefined");
@@ -193,15 +201,12 @@ void broadcast_parameters(const std::vector<Tensor>& params, ProcessGroup& group
 void check_parameters_equal(const std::vector<Tensor>& params, ProcessGroup& group) {
   for (size_t i = 0; i < params.size(); ++i) {
     TS_CHECK(params[i].defined(), ValueError, "check_parameters_equal: parameter " << i << " is undefined");
-    const Device where = params[i].device();
     Tensor root = params[i].clone().detach();
     group.broadcast(root, 0);
     const Tensor mine_host = params[i].to(Device::cpu()), root_host = root.to(Device::cpu());
     const bool same = std::memcmp(root_host.data_ptr(), mine_host.data_ptr(), mine_host.nbytes()) == 0;
     // every rank learns how many differ, so that all of them raise (and none waits in the next call)
-    Tensor differing = from_vector<double>({same ? 0.0 : 1.0}, {1}).to(where);
-    group.all_reduce(differing, ReduceOp::sum);
-    const int count = static_cast<int>(differing.to(Device::cpu()).item<double>());
+    const int count = static_cast<int>(all_reduce_values({same ? 0.0 : 1.0}, group, ReduceOp::sum)[0]);
     TS_CHECK(count == 0, ValueError,
              "check_parameters_equal: parameter " << i << " " << params[i].shape() << " differs from rank 0's on "
                                                   << count << " rank(s)" << (same ? "" : ", this one among them"));

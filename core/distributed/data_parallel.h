@@ -147,6 +147,11 @@ class DataParallelUpdater : public ParamUpdater {
 std::vector<Tensor> reduce_in_step(const std::vector<Tensor>& tensors, const std::vector<GradientBucket>& buckets,
                                    const std::shared_ptr<ProcessGroup>& group, int first_ticket, bool average);
 
+/// Host numbers reduced over the ranks (the sum or the mean of each), every rank getting the same
+/// values: moved to the group's device, all-reduced, read back (the host waits). For losses, counts
+/// and flags that the ranks must agree on.
+std::vector<double> all_reduce_values(std::vector<double> values, ProcessGroup& group, ReduceOp op);
+
 /// Every parameter = rank 0's, in place (at the start of a run, so that ranks initialized apart
 /// start equal), one broadcast per parameter in order.
 void broadcast_parameters(const std::vector<Tensor>& params, ProcessGroup& group);

@@ -236,9 +236,7 @@ class LstmTask : public train::TrainTask {
   // The mean of a loss over the ranks.
   double global_mean(double loss) const {
     if (world_ == 1) return loss;
-    Tensor t = from_vector<double>({loss}, {1}).to(group_->device());
-    group_->all_reduce(t, dist::ReduceOp::average);
-    return t.to(Device::cpu()).item<double>();
+    return dist::all_reduce_values({loss}, *group_, dist::ReduceOp::average)[0];
   }
 
   CharLSTMLM::State zero_state() const {

@@ -214,16 +214,13 @@ class Loop {
   }
 
   // Data parallel: the ranks' stop requests summed, so that all stop after the same step. Returns
-  // the signal to stop with (SIGINT before SIGTERM; SIGTERM for another rank's time limit, which
-  // this rank sees as out_of_time) or 0. One process: its own signal.
+  // the signal to stop with (SIGINT before SIGTERM) or 0, and sets out_of_time when any rank's
+  // time limit is reached. One process: its own signal.
   int agree_on_stop(int own_signal, bool& out_of_time) {
     if (!o_.group || o_.group->size() == 1) return own_signal;
-    Tensor t = from_vector<double>({own_signal == SIGINT ? 1.0 : 0.0, own_signal == SIGTERM ? 1.0 : 0.0,
-                                    out_of_time ? 1.0 : 0.0},
-                                   {3})
-                   .to(o_.group->device());
-    o_.group->all_reduce(t, dist::ReduceOp::sum);
-    const std::vector<double> any = t.to(Device::cpu()).to_vector<double>();
+    const std::vector<double> any = dist::all_reduce_values(
+        {own_signal == SIGINT ? 1.0 : 0.0, own_signal == SIGTERM ? 1.0 : 0.0, out_of_time ? 1.0 : 0.0}, *o_.group,
+        dist::ReduceOp::sum);
     out_of_time = any[2] > 0;
     return any[0] > 0 ? SIGINT : any[1] > 0 ? SIGTERM : 0;
   }

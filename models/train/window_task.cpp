@@ -125,9 +125,7 @@ data::Batch WindowTask::local(const data::Batch& b) const {
 
 double WindowTask::global_mean(double loss) const {
   if (!options_.group || options_.group->size() == 1) return loss;
-  Tensor t = from_vector<double>({loss}, {1}).to(options_.group->device());
-  options_.group->all_reduce(t, dist::ReduceOp::average);
-  return t.to(Device::cpu()).item<double>();
+  return dist::all_reduce_values({loss}, *options_.group, dist::ReduceOp::average)[0];
 }
 
 int64_t WindowTask::tokens_per_step() const {
