@@ -677,9 +677,7 @@ __global__ void __launch_bounds__(kThreads, 1) step_floor_kernel(int steps, bool
       v.x += w.x, v.y ^= w.y + t;
       slots[static_cast<size_t>((t + 1) & 1) * gridDim.x + b] = v;
     }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (cluster_sync) asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
-#endif
+    if (cluster_sync) tessera::cuda::cluster_sync();
     grid_barrier(counter, static_cast<unsigned>(t + 1) * gridDim.x);
   }
 }
@@ -758,26 +756,31 @@ size_t red_smem_for(int wk) {
   return Kernel<__nv_bfloat16, U, kBackward, kCluster>::red_bytes(wk);
 }
 
-// How many clusters of a clustered kernel can be resident at once with `smem` bytes per block;
-// 0 where its binary was not built for compute capability 9.0 (the cluster barrier and
-// distributed shared memory need it).
-template <class T, int U, bool kBackward, int kCluster>
-int resident_clusters(size_t smem) {
-  auto kernel = lstm_persistent_kernel<T, U, kBackward, kCluster>;
+// How many clusters of `cluster` blocks of `kernel` (kThreads each, `smem` bytes of dynamic shared
+// memory) can be resident at once; 0 where its binary was not built for compute capability 9.0
+// (the cluster barrier and distributed shared memory need it: cluster_sync traps elsewhere).
+template <class... KernelArgs>
+int max_active_clusters(void (*kernel)(KernelArgs...), int cluster, size_t smem) {
   cudaFuncAttributes fa = {};
   TS_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
   if (fa.binaryVersion < 90) return 0;
-  TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  if (smem > 0)
+    TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(kCluster);
+  cfg.gridDim = dim3(cluster);
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = smem;
-  cudaLaunchAttribute attr[1] = {cluster_attribute(kCluster)};
+  cudaLaunchAttribute attr[1] = {cluster_attribute(cluster)};
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   int clusters = 0;
   TS_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
   return clusters;
+}
+
+template <class T, int U, bool kBackward, int kCluster>
+int resident_clusters(size_t smem) {
+  return max_active_clusters(lstm_persistent_kernel<T, U, kBackward, kCluster>, kCluster, smem);
 }
 
 template <class T, bool kBackward>
@@ -1085,15 +1088,10 @@ int launch_step_floor(int device, int64_t steps, bool exchange, int cluster) {
   int grid = lim.sms;
   if (cluster > 1) {
     // as many whole clusters as the GPU holds at once (its SMs are split into GPCs of unequal size)
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(lim.sms / cluster * cluster);
-    cfg.blockDim = dim3(kThreads);
-    cudaLaunchAttribute attr[1] = {cluster_attribute(cluster)};
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    int clusters = 0;
-    TS_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, step_floor_kernel, &cfg));
-    TS_CHECK(clusters > 0, NotImplementedError, "step floor: no cluster of " << cluster << " blocks fits");
+    const int clusters = max_active_clusters(step_floor_kernel, cluster, 0);
+    TS_CHECK(clusters > 0, NotImplementedError,
+             "step floor: no cluster of " << cluster
+                                          << " blocks fits, or this build has no code for compute capability 9.0");
     grid = std::min(clusters, lim.sms / cluster) * cluster;
   }
   const size_t bytes = 2 * static_cast<size_t>(grid) * sizeof(uint4);
