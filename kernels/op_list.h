@@ -52,6 +52,11 @@
   X(Bsmm)                                 \
   X(BsmmDx)                               \
   X(BsmmDw)                               \
+  X(BsConv)                               \
+  X(BsConvDx)                             \
+  X(BsConvDw)                             \
+  X(EdgeBias)                             \
+  X(EdgeBiasGrad)                         \
   /* neural network */                    \
   X(Softmax)                              \
   X(LogSoftmax)                           \

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "layers/attention.h"
+#include "layers/block_sparse_conv.h"
 #include "layers/block_sparse_linear.h"
 #include "layers/dropout.h"
 #include "layers/embedding.h"

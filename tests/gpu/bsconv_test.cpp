@@ -1,0 +1,113 @@
+// The CUDA kernels of bsconv, bsconv_dx, bsconv_dw, edge_bias and edge_bias_grad against the CPU
+// (in f64 on the same values), every dtype and block size, 1-D causal, 2-D strided and dilated
+// geometries, outputs poisoned first; the same bits twice.
+#include <gtest/gtest.h>
+
+#include "core/sparse/generators.h"
+#include "gpu_check.h"
+#include "kernels/common/conv_index.h"
+#include "kernels/ops.h"
+
+namespace tessera {
+namespace {
+
+using namespace gpu_test;
+
+struct Geo {
+  std::vector<int64_t> in;
+  ConvGeometry g;
+};
+
+std::vector<Geo> geometries() {
+  return {{{33}, conv_geometry({33}, {3}, {1}, {4}, ConvPadding::causal)},
+          {{9, 7}, conv_geometry({9, 7}, {3, 3}, {2}, {1}, ConvPadding::same)},
+          {{8, 6}, conv_geometry({8, 6}, {2, 3}, {1}, {2}, ConvPadding::valid)}};
+}
+
+Shape act(int64_t n, const std::vector<int64_t>& sp, int64_t ch) {
+  std::vector<int64_t> s{n};
+  s.insert(s.end(), sp.begin(), sp.end());
+  s.push_back(ch);
+  return Shape(s);
+}
+
+std::vector<Tensor> as_f64(const std::vector<Tensor>& in) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : in) out.push_back(t.dtype() == DType::i32 ? t : cast(t, DType::f64));
+  return out;
+}
+
+TEST(CudaBsConv, EveryOpMatchesTheCpuForEveryDtypeAndBlockSize) {
+  REQUIRE_GPU();
+  uint64_t seed = 1;
+  for (int64_t bs : {8, 16, 32, 64})
+    for (const Geo& geo : geometries()) {
+      const LayoutPtr l = random_layout(2 * bs, 3 * bs, bs, 0.5, static_cast<uint64_t>(bs));
+      const ConvIndex ci = conv_index(geo.g, geo.in, "test");
+      const std::vector<int64_t> out(ci.out, ci.out + geo.g.dims);
+      const int64_t n = 3;
+      for (DType dt : kFloatTypes) {
+        const std::string what = l->str() + " " + geo.g.str() + " " + dtype_name(dt);
+        const Tensor x = random(act(n, geo.in, l->in_features()), ++seed, dt);
+        const Tensor w = random(detail::bsconv_weight_shape(*l, geo.g), ++seed, dt);
+        const Tensor dy = random(act(n, out, l->out_features()), ++seed, dt);
+        const op::BsConv::Attrs fa{l, geo.g, false};
+        EXPECT_TRUE(close_to(run_on_gpu_host<op::BsConv>(fa, {x, w})[0], call<op::BsConv>(fa, as_f64({x, w}))[0],
+                             tol_of(dt)))
+            << "bsconv " << what;
+        const op::BsConvDx::Attrs da{l, geo.g, geo.in, false};
+        EXPECT_TRUE(close_to(run_on_gpu_host<op::BsConvDx>(da, {dy, w})[0],
+                             call<op::BsConvDx>(da, as_f64({dy, w}))[0], tol_of(dt)))
+            << "bsconv_dx " << what;
+        const op::BsConvDw::Attrs wa{l, geo.g, false};
+        EXPECT_TRUE(close_to(run_on_gpu_host<op::BsConvDw>(wa, {x, dy})[0],
+                             call<op::BsConvDw>(wa, as_f64({x, dy}))[0], tol_of(dt)))
+            << "bsconv_dw " << what;
+        if (is_half(dt)) {  // autocast's f32 outputs: the f32 sums of the same values
+          const Tensor y32 = run_on_gpu_host<op::BsConv>({l, geo.g, true}, {x, w})[0];
+          EXPECT_EQ(y32.dtype(), DType::f32);
+          EXPECT_TRUE(close_to(y32, call<op::BsConv>(fa, as_f64({x, w}))[0], 1e-5)) << "bsconv f32 " << what;
+          const Tensor dw32 = run_on_gpu_host<op::BsConvDw>({l, geo.g, true}, {x, dy})[0];
+          EXPECT_TRUE(close_to(dw32, call<op::BsConvDw>(wa, as_f64({x, dy}))[0], 1e-5)) << "bsconv_dw f32 " << what;
+        }
+      }
+    }
+}
+
+TEST(CudaBsConv, TwoRunsGiveTheSameBits) {
+  REQUIRE_GPU();
+  const LayoutPtr l = random_layout(64, 64, 32, 0.5, 3);
+  const Geo geo = geometries()[0];
+  const Tensor x = random(act(4, geo.in, 64), 1, DType::bf16).to(kGpu);
+  const Tensor w = random(detail::bsconv_weight_shape(*l, geo.g), 2, DType::bf16).to(kGpu);
+  const Tensor dy = random(act(4, geo.in, 64), 3, DType::bf16).to(kGpu);
+  EXPECT_TRUE(same_bits(bsconv(x, w, l, geo.g), bsconv(x, w, l, geo.g)));
+  EXPECT_TRUE(same_bits(bsconv_dx(dy, w, l, geo.g, geo.in), bsconv_dx(dy, w, l, geo.g, geo.in)));
+  EXPECT_TRUE(same_bits(bsconv_dw(x, dy, l, geo.g), bsconv_dw(x, dy, l, geo.g)));
+}
+
+TEST(CudaEdgeBias, MatchesTheCpuForEveryDtype) {
+  REQUIRE_GPU();
+  const ConvGeometry g = conv_geometry({9, 7}, {3, 3}, {1}, {1}, ConvPadding::same);
+  const Tensor groups = edge_group_index(g, {9, 7});
+  const int64_t E = edge_groups(g, {9, 7}).count, K = 40;
+  uint64_t seed = 50;
+  for (DType dt : kFloatTypes) {
+    const Tensor x = random({5, 9, 7, K}, ++seed, dt), dy = random({5, 9, 7, K}, ++seed, dt);
+    const Tensor gain = random({E, K}, ++seed, dt), bias = random({E, K}, ++seed, dt);
+    for (bool with_bias : {true, false}) {
+      std::vector<Tensor> in{x, groups, gain};
+      if (with_bias) in.push_back(bias);
+      EXPECT_TRUE(close_to(run_on_gpu_host<op::EdgeBias>({with_bias}, in)[0],
+                           call<op::EdgeBias>({with_bias}, as_f64(in))[0], tol_of(dt)))
+          << dtype_name(dt) << (with_bias ? " bias" : "");
+    }
+    const std::vector<Tensor> got = run_on_gpu_host<op::EdgeBiasGrad>({E}, {x, dy, groups});
+    const std::vector<Tensor> want = call<op::EdgeBiasGrad>({E}, as_f64({x, dy, groups}));
+    EXPECT_TRUE(close_to(got[0], want[0], tol_of(dt))) << "dgain " << dtype_name(dt);
+    EXPECT_TRUE(close_to(got[1], want[1], tol_of(dt))) << "dbias " << dtype_name(dt);
+  }
+}
+
+}  // namespace
+}  // namespace tessera
