@@ -9,6 +9,7 @@
 #include "core/io/checkpoint.h"
 #include "layers/layers.h"
 #include "models/char_lstm_lm.h"
+#include "models/conv_lm.h"
 #include "models/model_checkpoint.h"
 #include "models/transformer_lm.h"
 
@@ -52,6 +53,17 @@ json transformer_constants(const json& model) {
           {"input", "ids [B*T] batch-major; logits [B*T, vocab]"}};
 }
 
+// The constants of a ConvLM beyond its config.
+json conv_constants(const json& model) {
+  const ConvLMConfig c = ConvLMConfig::from_json(model);
+  return {{"weight_orientation", "[in, out]: y = x·W + b; conv weight [nnz, kernel, bs, bs], tap t reads x[t·dilation − (kernel − 1)·dilation]"},
+          {"layer_norm_eps", nn::LayerNormOptions(1).eps()},
+          {"block", "x += gelu(edge(conv(ln(x)))): causal conv, dilation 2^(l mod dilation_cycle), weight norm per output channel"},
+          {"edge_bias", "y·gain[e] + bias[e] at the first (kernel − 1)·dilation positions, grouped by padded taps"},
+          {"receptive_field", c.receptive_field()},
+          {"input", "ids [B*T] batch-major; logits [B*T, vocab]"}};
+}
+
 struct Registry {
   std::mutex mu;
   std::map<std::string, ModelType> types;
@@ -61,6 +73,8 @@ struct Registry {
     types["transformer"] = {
         [](const json& m) { return std::make_shared<TransformerLM>(TransformerLMConfig::from_json(m)); },
         transformer_constants};
+    types["conv_lm"] = {[](const json& m) { return std::make_shared<ConvLM>(ConvLMConfig::from_json(m)); },
+                        conv_constants};
   }
 };
 

@@ -5,7 +5,8 @@
 //   Tensor ids = from_vector(m.vocab.encode("ROMEO:"), ...);
 //   models::LoadedModel g = models::load_model(path, Device::cuda(0));         // on a GPU
 //
-// The built-in types are "char_lstm" (models::CharLSTMLM) and "transformer" (models::TransformerLM);
+// The built-in types are "char_lstm" (models::CharLSTMLM), "conv_lm" (models::ConvLM) and
+// "transformer" (models::TransformerLM);
 // a program registers its own model types by name before loading their checkpoints:
 //
 //   models::register_model_type("my_model", {
@@ -51,7 +52,7 @@ struct ModelType {
 
 /// Registers (or replaces) a model type. ValueError for an empty name or build function.
 void register_model_type(const std::string& name, ModelType type);
-/// Names of the registered model types, sorted ("char_lstm", "transformer", then the program's).
+/// Names of the registered model types, sorted (the built-in "char_lstm", "conv_lm", "transformer" and the program's).
 std::vector<std::string> model_types();
 
 /// The config attribute of a checkpoint of a `model_type` model: {"model_type", "model",

@@ -3,6 +3,7 @@
 
 #include "models/char_lstm_lm.h"
 #include "models/config_reader.h"
+#include "models/conv_lm.h"
 #include "models/layout_report.h"
 #include "models/model_checkpoint.h"
 #include "models/model_registry.h"

@@ -126,7 +126,9 @@ void print_parameters(const std::map<std::string, io::DatasetInfo>& index,
       layout = "density " + percent(l.density()) + " (" + std::to_string(l.nnz()) + "/" +
                std::to_string(l.block_rows() * l.block_cols()) + " blocks), bs " +
                std::to_string(l.block_size());
-      stored += info.shape.numel(), dense += l.in_features() * l.out_features();
+      // per stored block bs² elements, or taps·bs² for a convolution's filter [nnz, kernel…, bs, bs]
+      const int64_t per_block = l.nnz() > 0 ? info.shape.numel() / l.nnz() : 0;
+      stored += info.shape.numel(), dense += l.block_rows() * l.block_cols() * per_block;
       shown.insert(module);
     }
     rows.push_back(

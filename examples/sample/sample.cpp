@@ -1,12 +1,12 @@
-// sample: generate text from a checkpoint written by train_lstm (models::CharLSTMLM) or
-// train_transformer (models::TransformerLM).
+// sample: generate text from a checkpoint written by train_lstm (models::CharLSTMLM),
+// train_transformer (models::TransformerLM) or train_conv (models::ConvLM).
 //
 //   sample runs/lstm/ckpt.h5 --prompt "ROMEO:" --chars 500 --temperature 0.8 --top-k 20 --seed 3
 //   sample --ckpt runs/transformer/ckpt.h5 --temperature 0       # greedy, after a newline
 //   sample runs/lstm/ckpt.h5 --count 3 --stats                    # three samples, speed on stderr
 //
-// models::load_model rebuilds the model from the checkpoint (its config's model_type, "char_lstm" or
-// "transformer", and model config; the parameters, not the optimizer state) with its character
+// models::load_model rebuilds the model from the checkpoint (its config's model_type, "char_lstm",
+// "transformer" or "conv_lm", and model config; the parameters, not the optimizer state) with its character
 // vocabulary (/trainer/vocabulary).
 //
 // Generation: the prompt is fed to the model, then each next character is drawn from its logits
@@ -105,16 +105,40 @@ class TransformerStream : public TokenStream {
   std::vector<int32_t> context_;
 };
 
-// sample generates from the LSTM and transformer language models; ValueError for another model type.
+// The causal convolutional model (train_conv): a full pass over a window of seq_len tokens whose
+// first positions hold the context (the convolutions are causal: position n-1 sees the context
+// alone); when the context passes seq_len, the window moves on to its last half, as the transformer's.
+class ConvStream : public TokenStream {
+ public:
+  explicit ConvStream(const models::ConvLM& model) : model_(model) {}
+
+  std::vector<float> feed(const std::vector<int32_t>& ids) override {
+    const size_t T = static_cast<size_t>(model_.config().seq_len);
+    context_.insert(context_.end(), ids.begin(), ids.end());
+    if (context_.size() > T) context_.erase(context_.begin(), context_.end() - static_cast<std::ptrdiff_t>(T / 2));
+    std::vector<int32_t> padded(T, 0);  // [T]: the context, then 0s
+    std::copy(context_.begin(), context_.end(), padded.begin());
+    const Tensor logits = model_.logits(from_vector(padded, {static_cast<int64_t>(T)}), /*batch=*/1);  // [T, V]
+    return logits_row(logits, static_cast<int64_t>(context_.size()) - 1);
+  }
+
+ private:
+  const models::ConvLM& model_;
+  std::vector<int32_t> context_;
+};
+
+// sample generates from the LSTM, transformer and convolutional language models; ValueError for
+// another model type.
 void check_streamable(const models::LoadedModel& m, const std::string& path) {
-  TS_CHECK(m.type == "char_lstm" || m.type == "transformer", ValueError,
+  TS_CHECK(m.type == "char_lstm" || m.type == "transformer" || m.type == "conv_lm", ValueError,
            "checkpoint '" << path << "' holds a model of model_type \"" << m.type
-                          << "\"; sample generates from \"char_lstm\" and \"transformer\" models");
+                          << "\"; sample generates from \"char_lstm\", \"transformer\" and \"conv_lm\" models");
 }
 
 // A token stream of a model that check_streamable accepted.
 std::unique_ptr<TokenStream> make_stream(const models::LoadedModel& m, bool cached) {
   if (m.type == "char_lstm") return std::make_unique<LstmStream>(m.as<models::CharLSTMLM>());
+  if (m.type == "conv_lm") return std::make_unique<ConvStream>(m.as<models::ConvLM>());
   return std::make_unique<TransformerStream>(m.as<models::TransformerLM>(), cached);
 }
 
