@@ -152,7 +152,51 @@ TEST(BsConv, AllOpsMatchTheDenseConvolutionOfTheMaskedFilter) {
     }
 }
 
-// A 1x1 filter is bsmm; the all-blocks layout is the dense convolution.
+// The all-blocks layout is the dense convolution built from ops: for a 1-D causal convolution,
+// y = Σ_t (x shifted right by (k − 1 − t)·d, zeros in front) · W_t, with W_t [C, K] dense; values
+// and gradients (of x and of the filter, gathered back from W_t's blocks).
+TEST(BsConv, AllBlocksLayoutIsTheDenseConvolutionBuiltFromOps) {
+  const int64_t n = 2, T = 9, C = 16, K = 24, k = 3, d = 2, bs = 8;
+  LayoutPtr l = dense_layout(C, K, bs);
+  const ConvGeometry g = conv_geometry({T}, {k}, {1}, {d}, ConvPadding::causal);
+  const Tensor x = test_randn({n, T, C}, 1).requires_grad_(), w = test_randn({l->nnz(), k, bs, bs}, 2).requires_grad_();
+  const Tensor r = test_randn({n, T, K}, 3);
+  // W_t dense [C, K] from the blocks of tap t (copied out: the reference's filter is its own leaf)
+  std::vector<Tensor> wd;
+  const std::vector<double> wv = w.detach().to_vector<double>();
+  for (int64_t t = 0; t < k; ++t) {
+    std::vector<double> dense(C * K, 0.0);
+    for (int64_t b = 0; b < l->nnz(); ++b)
+      for (int64_t i = 0; i < bs; ++i)
+        for (int64_t j = 0; j < bs; ++j)
+          dense[(l->block_row()[b] * bs + i) * K + l->block_col()[b] * bs + j] = wv[((b * k + t) * bs + i) * bs + j];
+    wd.push_back(from_vector(dense, Shape({C, K}), DType::f64).requires_grad_());
+  }
+  Tensor want;
+  const Tensor xr = x.detach().requires_grad_();
+  for (int64_t t = 0; t < k; ++t) {
+    const int64_t s = (k - 1 - t) * d;  // tap t of output position o reads input o − s
+    const Tensor shifted = s == 0 ? xr : concat({zeros({n, s, C}, DType::f64), slice(xr, 1, 0, T - s)}, 1);
+    const Tensor term = matmul(reshape(shifted, {n * T, C}), wd[t]);
+    want = want.defined() ? add(want, term) : term;
+  }
+  const Tensor y = bsconv(x, w, l, g);
+  EXPECT_TRUE(all_close(reshape(y, {n * T, K}), want, 1e-12, 1e-12));
+  sum(mul(y, r)).backward();
+  sum(mul(want, reshape(r, {n * T, K}))).backward();
+  EXPECT_TRUE(all_close(x.grad(), xr.grad(), 1e-12, 1e-12));
+  const std::vector<double> gw = w.grad().to_vector<double>();
+  for (int64_t t = 0; t < k; ++t) {
+    const std::vector<double> gd = wd[t].grad().to_vector<double>();
+    for (int64_t b = 0; b < l->nnz(); ++b)
+      for (int64_t i = 0; i < bs; ++i)
+        for (int64_t j = 0; j < bs; ++j)
+          EXPECT_NEAR(gw[((b * k + t) * bs + i) * bs + j],
+                      gd[(l->block_row()[b] * bs + i) * K + l->block_col()[b] * bs + j], 1e-12);
+  }
+}
+
+// A 1x1 filter is bsmm.
 TEST(BsConv, OneByOneFilterIsBsmm) {
   LayoutPtr l = random_layout(64, 96, 16, 0.5, 3);
   const ConvGeometry g = conv_geometry({}, {1, 1}, {1}, {1}, ConvPadding::valid);
