@@ -14,13 +14,15 @@ namespace {
 // The floor under squared channel norms (BlockSparseLinear's): channels without stored blocks stay finite.
 constexpr double kSqNormFloor = 1e-30;
 
+// The layout over (in, out) channels, or (out, in) for a transposed layer (F's).
 LayoutPtr make_layout(const BlockSparseConvOptions& o) {
-  const int64_t in = o.in_channels(), out = o.out_channels(), bs = o.block_size();
+  const int64_t in = o.transposed() ? o.out_channels() : o.in_channels(),
+                out = o.transposed() ? o.in_channels() : o.out_channels(), bs = o.block_size();
   if (o.layout()) {
     const BlockLayout& l = *o.layout();
     TS_CHECK(l.in_features() == in && l.out_features() == out && l.block_size() == bs, ShapeError,
              "BlockSparseConv: layout " << l.str() << " does not match in " << in << ", out " << out
-                                        << ", block size " << bs);
+                                        << ", block size " << bs << (o.transposed() ? " (transposed: the layout is [out, in])" : ""));
     return o.layout();
   }
   TS_CHECK(o.density() > 0 && o.density() <= 1, ValueError,
@@ -29,13 +31,15 @@ LayoutPtr make_layout(const BlockSparseConvOptions& o) {
   return random_layout(in, out, bs, o.density(), o.seed());
 }
 
-// ||V[…, j]||² over the stored blocks and taps of output channel j, as a [1, K] row:
-// 1 [1, C] · Σ_taps (V ⊙ V), block-sparse.
-Tensor channel_sq_norms(const Tensor& v, const LayoutPtr& l) {
+// The squared norms of V over the stored blocks and taps of each output channel, as a row: for a
+// convolution channel j is column j of the layout, 1 [1, C] · Σ_taps (V ⊙ V) -> [1, K]; for a
+// transposed one it is row i, 1 [1, K] · (Σ_taps V ⊙ V)ᵀ -> [1, C].
+Tensor channel_sq_norms(const Tensor& v, const LayoutPtr& l, bool transposed) {
   const int64_t nnz = l->nnz(), bs = l->block_size();
   const Tensor sq = sum(reshape(mul(v, v), {nnz, -1, bs, bs}), 1);  // [nnz, bs, bs]
-  const Tensor one = fill(TensorMeta{Shape({1, l->in_features()}), v.dtype(), v.device()}, 1.0);
-  return bsmm(one, sq, l);
+  const int64_t ones = transposed ? l->out_features() : l->in_features();
+  const Tensor one = fill(TensorMeta{Shape({1, ones}), v.dtype(), v.device()}, 1.0);
+  return transposed ? bsmm_dx(one, sq, l) : bsmm(one, sq, l);
 }
 
 }  // namespace
@@ -47,32 +51,77 @@ BlockSparseConv::BlockSparseConv(const BlockSparseConvOptions& options, Generato
   // the geometry's own checks (kernel, stride, dilation, padding) with an input of the filter's span
   std::vector<int64_t> probe;
   for (size_t d = 0; d < options.kernel().size(); ++d) probe.push_back(64);
+  TS_CHECK(!options.transposed() || options.padding() != ConvPadding::causal, ValueError,
+           "BlockSparseConv: a transposed convolution takes valid, same or explicit padding, not causal");
+  for (size_t d = 0; d < options.output_padding().size(); ++d) {
+    const std::vector<int64_t>& st = options.stride();
+    const int64_t s = st.empty() ? 1 : st.size() == 1 ? st[0] : st[std::min(d, st.size() - 1)];
+    const int64_t p = options.output_padding()[d];
+    TS_CHECK(options.transposed() && p >= 0 && p < s, ValueError,
+             "BlockSparseConv: output_padding " << p << " needs transposed(true) and must be in [0, stride " << s
+                                                << ")");
+  }
   const ConvGeometry g = geometry(probe);
-  const int64_t nnz = layout_->nnz(), bs = layout_->block_size(), out = layout_->out_features(), taps = g.taps();
+  const int64_t nnz = layout_->nnz(), bs = layout_->block_size(), taps = g.taps();
+  const int64_t out = options.out_channels();
   const double fan_in = static_cast<double>(nnz * taps * bs * bs) / static_cast<double>(out);
   const double std = options.init_std() > 0 ? options.init_std() : 1.0 / std::sqrt(fan_in);
   weight_ = register_parameter("weight", normal(detail::bsconv_weight_shape(*layout_, g), 0.0, std, gen, dt));
   if (options.bias()) bias_ = register_parameter("bias", zeros({out}, dt));
   if (options.weight_norm()) {
     NoGradGuard no_grad;  // gain = the initial channel norms: W = V until training moves them apart
-    const Tensor n = reshape(sqrt(channel_sq_norms(weight_.detach(), layout_)), {out});
+    const Tensor n = reshape(sqrt(channel_sq_norms(weight_.detach(), layout_, options.transposed())), {out});
     gain_ = register_parameter("gain", n.clone().detach());
   }
 }
 
 ConvGeometry BlockSparseConv::geometry(const std::vector<int64_t>& in) const {
   const BlockSparseConvOptions& o = options_;
-  return conv_geometry(in, o.kernel(), o.stride(), o.dilation(), o.padding(), o.pad_lo(), o.pad_hi());
+  const std::vector<int64_t> sizes = o.transposed() ? output_spatial(in) : in;
+  return conv_geometry(sizes, o.kernel(), o.stride(), o.dilation(), o.padding(), o.pad_lo(), o.pad_hi());
+}
+
+std::vector<int64_t> BlockSparseConv::output_spatial(const std::vector<int64_t>& in) const {
+  const BlockSparseConvOptions& o = options_;
+  if (!o.transposed()) {
+    return conv_geometry(in, o.kernel(), o.stride(), o.dilation(), o.padding(), o.pad_lo(), o.pad_hi())
+        .out_spatial(in, "BlockSparseConv");
+  }
+  // the pads of valid / explicit padding do not depend on the size: take them from any geometry
+  const ConvGeometry g0 = o.padding() == ConvPadding::same
+                              ? ConvGeometry{}
+                              : conv_geometry({}, o.kernel(), o.stride(), o.dilation(), o.padding(), o.pad_lo(), o.pad_hi());
+  std::vector<int64_t> out(in.size());
+  for (size_t d = 0; d < in.size(); ++d) {
+    const std::vector<int64_t>& st = o.stride();
+    const int64_t s = st.empty() ? 1 : st.size() == 1 ? st[0] : st[d];
+    const int64_t extra = o.output_padding().empty() ? 0
+                          : o.output_padding().size() == 1 ? o.output_padding()[0] : o.output_padding()[d];
+    if (o.padding() == ConvPadding::same) {
+      out[d] = in[d] * s;
+    } else {
+      const int dd = static_cast<int>(d);
+      out[d] = (in[d] - 1) * s - g0.pad_lo[dd] - g0.pad_hi[dd] + g0.dilation[dd] * (g0.kernel[dd] - 1) + 1 + extra;
+    }
+    TS_CHECK(in[d] >= 1 && out[d] >= 1, ShapeError,
+             "BlockSparseConv: input size " << in[d] << " of spatial dimension " << d
+                                            << " gives no output of the transposed convolution");
+  }
+  return out;
 }
 
 Tensor BlockSparseConv::effective_weight() const {
   if (!gain_.defined()) return weight_;
-  const int64_t out = layout_->out_features(), nnz = layout_->nnz(), bs = layout_->block_size();
-  // s [K] = gain / ||V[…, j]||, spread to every stored block as s[c·bs + j] at [k, i, j], and over the taps
+  const bool tr = options_.transposed();
+  const int64_t out = options_.out_channels(), nnz = layout_->nnz(), bs = layout_->block_size();
+  // s [out] = gain / ||V[…, j]||, spread to every stored block and tap: a convolution's channel j is
+  // s[c·bs + j] at [k, i, j] (1ᵀ·s per block), a transposed one's s[r·bs + i] (sᵀ·1 per block)
   const Tensor s =
-      mul(gain_, rsqrt(clamp(reshape(channel_sq_norms(weight_, layout_), {out}), kSqNormFloor, std::nullopt)));
-  const Tensor one = fill(TensorMeta{Shape({1, layout_->in_features()}), weight_.dtype(), weight_.device()}, 1.0);
-  const Tensor spread = reshape(bsmm_dw(one, reshape(s, {1, out}), layout_), {nnz, 1, bs, bs});
+      mul(gain_, rsqrt(clamp(reshape(channel_sq_norms(weight_, layout_, tr), {out}), kSqNormFloor, std::nullopt)));
+  const int64_t ones = tr ? layout_->out_features() : layout_->in_features();
+  const Tensor one = fill(TensorMeta{Shape({1, ones}), weight_.dtype(), weight_.device()}, 1.0);
+  const Tensor row = reshape(s, {1, out});
+  const Tensor spread = reshape(tr ? bsmm_dw(row, one, layout_) : bsmm_dw(one, row, layout_), {nnz, 1, bs, bs});
   return reshape(mul(reshape(weight_, {nnz, -1, bs, bs}), spread), weight_.shape().vec());
 }
 
@@ -91,12 +140,14 @@ void BlockSparseConv::set_layout(LayoutPtr layout) {
 
 Tensor BlockSparseConv::forward(const Tensor& x) const {
   const int dims = static_cast<int>(options_.kernel().size());
-  TS_CHECK(x.dim() == dims + 2 && x.size(x.dim() - 1) == layout_->in_features(), ShapeError,
+  const int64_t channels = options_.in_channels();
+  TS_CHECK(x.dim() == dims + 2 && x.size(x.dim() - 1) == channels, ShapeError,
            "BlockSparseConv: x " << x.meta() << " must be [N, " << (dims == 1 ? "T" : dims == 2 ? "H, W" : "D, H, W")
-                                 << ", " << layout_->in_features() << "] (" << layout_->str() << ")");
+                                 << ", " << channels << "] (" << layout_->str() << ")");
   std::vector<int64_t> in;
   for (int d = 0; d < dims; ++d) in.push_back(x.size(d + 1));
-  Tensor y = bsconv(x, effective_weight(), layout_, geometry(in));
+  Tensor y = options_.transposed() ? bsconv_dx(x, effective_weight(), layout_, geometry(in), output_spatial(in))
+                                   : bsconv(x, effective_weight(), layout_, geometry(in));
   if (bias_.defined()) y = add(y, bias_);  // [N, out…, K] + [K]
   return y;
 }

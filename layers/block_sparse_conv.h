@@ -48,6 +48,11 @@ struct BlockSparseConvOptions {
   BlockSparseConvOptions& weight_norm(bool on) { weight_norm_ = on; return *this; }
   /// Standard deviation of the normal init; <= 0 (the default): 1/sqrt(fan_in).
   BlockSparseConvOptions& init_std(double s) { init_std_ = s; return *this; }
+  /// The transposed convolution (deconvolution): see BlockSparseConv. Valid, same or explicit
+  /// padding (not causal); output_padding (one value or one per dimension, each < stride) adds
+  /// output positions at the high end where the size is not fixed by the input's.
+  BlockSparseConvOptions& transposed(bool on) { transposed_ = on; return *this; }
+  BlockSparseConvOptions& output_padding(std::vector<int64_t> p) { output_padding_ = std::move(p); return *this; }
   BlockSparseConvOptions& dtype(DType t) { dtype_ = t; return *this; }
 
   int64_t in_channels() const { return in_; }
@@ -66,15 +71,17 @@ struct BlockSparseConvOptions {
   bool weight_norm() const { return weight_norm_; }
   double init_std() const { return init_std_; }
   DType dtype() const { return dtype_; }
+  bool transposed() const { return transposed_; }
+  const std::vector<int64_t>& output_padding() const { return output_padding_; }
 
  private:
   int64_t in_, out_, bs_;
-  std::vector<int64_t> kernel_, stride_, dilation_, pad_lo_, pad_hi_;
+  std::vector<int64_t> kernel_, stride_, dilation_, pad_lo_, pad_hi_, output_padding_;
   ConvPadding padding_ = ConvPadding::valid;
   LayoutPtr layout_;
   double density_ = 1.0;
   uint64_t seed_ = 0;
-  bool bias_ = true, weight_norm_ = false;
+  bool bias_ = true, weight_norm_ = false, transposed_ = false;
   double init_std_ = 0.0;
   DType dtype_ = DType::f32;
 };
@@ -88,6 +95,13 @@ struct BlockSparseConvOptions {
 ///   1e-30), gain starting at the initial norms, so W = V at initialization (BlockSparseLinear's rule).
 /// fan_in (for the default normal std) is the mean number of stored inputs per output channel over
 /// the taps, nnz·taps·bs²/K. num_parameters() counts stored blocks only.
+///
+/// transposed(true): the transposed convolution (deconvolution), the input gradient of the
+/// convolution F from out_channels to in_channels with this geometry: forward(x [N, in…, in_ch]) =
+/// bsconv_dx(x, W, layout, g, out…) + bias -> [N, out…, out_ch], the layout over (out_ch, in_ch) (F's
+/// rows are this layer's outputs) and out[d] = (in[d] − 1)·stride − pad_lo − pad_hi + dilation·(k − 1)
+/// + 1 + output_padding (valid, explicit), or in[d]·stride (same: F's same padding for that size).
+/// Weight norm is then per output channel = per row of the layout, over its blocks and taps.
 class BlockSparseConv : public Module {
  public:
   /// ValueError / ShapeError naming the bad option (channels, block size, density, kernel, stride,
@@ -96,8 +110,11 @@ class BlockSparseConv : public Module {
 
   /// ShapeError naming x and the layer's sizes when x is not [N, spatial…, C] or too small.
   Tensor forward(const Tensor& x) const;
-  /// The geometry for inputs of spatial sizes `in` (same and causal padding depend on them).
+  /// The geometry for inputs of spatial sizes `in` (same and causal padding depend on them); for a
+  /// transposed layer, that of F, whose inputs are this layer's outputs (output_spatial(in)).
   ConvGeometry geometry(const std::vector<int64_t>& in) const;
+  /// The output spatial sizes for inputs of spatial sizes `in` (ShapeError when too small).
+  std::vector<int64_t> output_spatial(const std::vector<int64_t>& in) const;
   /// The filter weights the forward uses: weight, or its weight-normalized version.
   Tensor effective_weight() const;
 

@@ -111,6 +111,52 @@ TEST(BlockSparseConv, CompiledStepMatchesEager) {
     EXPECT_TRUE(all_close(step.fetch("grad/" + p.name), p.tensor.grad(), 1e-12, 1e-12)) << p.name;
 }
 
+// The transposed layer is the adjoint of the convolution with the same layout and filter:
+// <F(a), b> = <a, T(b)>; its output sizes; forward = bsconv_dx + bias; weight norm per layout row.
+TEST(BlockSparseConv, TransposedIsTheAdjointOfTheConvolution) {
+  Generator gen(3);
+  // 2-D, stride 2, kernel 3x2, valid, output padding 1 in the first dimension
+  auto opts = [](bool transposed) {
+    return BlockSparseConvOptions(24, 24, {3, 2}, 8).layout(holey_layout()).stride({2}).bias(false).dtype(DType::f64).transposed(transposed);
+  };
+  BlockSparseConv F(opts(false), gen);
+  BlockSparseConv T(BlockSparseConvOptions(opts(true)).output_padding({1, 0}), gen);
+  set_values(T.weight(), F.weight());
+  EXPECT_EQ(T.output_spatial({4, 3}), (std::vector<int64_t>{10, 6}));  // (4-1)·2 + 3 + 1, (3-1)·2 + 2
+  const Tensor a = test_randn({2, 10, 6, 24}, 1), b = test_randn({2, 4, 3, 24}, 2);
+  const Tensor fa = F.forward(a), tb = T.forward(b);
+  ASSERT_EQ(fa.shape(), b.shape());
+  ASSERT_EQ(tb.shape(), a.shape());
+  const double lhs = sum(mul(fa, b)).item<double>(), rhs = sum(mul(a, tb)).item<double>();
+  EXPECT_NEAR(lhs, rhs, 1e-10 * (1 + std::abs(lhs)));
+  EXPECT_TRUE(all_close(tb, bsconv_dx(b, T.weight(), T.layout(), T.geometry({4, 3}), {10, 6}), 1e-14, 1e-14));
+  // same padding: in·stride
+  BlockSparseConv S(BlockSparseConvOptions(24, 16, {3}, 8).stride({2}).padding(ConvPadding::same).transposed(true)
+                        .dtype(DType::f64), gen);
+  EXPECT_EQ(S.layout()->in_features(), 16);  // the layout is [out, in]
+  EXPECT_EQ(S.forward(test_randn({1, 5, 24}, 3)).shape(), Shape({1, 10, 16}));
+}
+
+TEST(BlockSparseConv, TransposedWeightNormAndGradients) {
+  Generator gen(4);
+  BlockSparseConv T(BlockSparseConvOptions(24, 24, {3}, 8).layout(holey_layout()).transposed(true).weight_norm(true)
+                        .stride({2}).dtype(DType::f64), gen);
+  EXPECT_TRUE(all_close(T.effective_weight(), T.weight(), 1e-12, 1e-12));  // W = V at first
+  const Tensor gain = test_rand({24}, 0.5, 2.0, 5);
+  set_values(T.gain(), gain);
+  const std::vector<double> w = T.effective_weight().to_vector<double>(), g = gain.to_vector<double>();
+  const BlockLayout& l = *T.layout();
+  std::vector<double> norm2(24, 0.0);  // per output channel = per layout row
+  for (int64_t k = 0; k < l.nnz(); ++k)
+    for (int64_t t = 0; t < 3; ++t)
+      for (int64_t i = 0; i < 8; ++i)
+        for (int64_t j = 0; j < 8; ++j) norm2[l.block_row()[k] * 8 + i] += std::pow(w[((k * 3 + t) * 8 + i) * 8 + j], 2);
+  for (int i = 0; i < 24; ++i) EXPECT_NEAR(std::sqrt(norm2[i]), g[i], 1e-12) << "channel " << i;
+  set_values(T.bias(), test_randn({24}, 6));
+  const Tensor x = test_randn({2, 3, 24}, 7);
+  EXPECT_TRUE(parameters_gradcheck(T.named_parameters(), [&] { return T.forward(x); }));
+}
+
 TEST(BlockSparseConv, Errors) {
   Generator gen(1);
   expect_error<ShapeError>([&] { BlockSparseConv(BlockSparseConvOptions(24, 32, {3}, 8).layout(holey_layout()), gen); },
@@ -122,6 +168,14 @@ TEST(BlockSparseConv, Errors) {
   expect_error<ValueError>(
       [&] { BlockSparseConv(BlockSparseConvOptions(24, 24, {3, 3}, 8).padding(ConvPadding::causal), gen); },
       {"causal", "1-D"});
+  expect_error<ValueError>(
+      [&] { BlockSparseConv(BlockSparseConvOptions(24, 24, {3}, 8).padding(ConvPadding::causal).transposed(true), gen); },
+      {"transposed", "not causal"});
+  expect_error<ValueError>(
+      [&] { BlockSparseConv(BlockSparseConvOptions(24, 24, {3}, 8).stride({2}).transposed(true).output_padding({2}), gen); },
+      {"output_padding 2", "stride 2"});
+  expect_error<ValueError>([&] { BlockSparseConv(BlockSparseConvOptions(24, 24, {3}, 8).output_padding({0}), gen); },
+                           {"output_padding", "transposed(true)"});
   BlockSparseConv conv(BlockSparseConvOptions(24, 24, {3}, 8), gen);
   expect_error<ShapeError>([&] { conv.forward(zeros({2, 5, 16})); }, {"BlockSparseConv", "[2, 5, 16]", "24"});
   expect_error<ShapeError>([&] { conv.forward(zeros({2, 24})); }, {"BlockSparseConv", "[N, T, 24]"});
