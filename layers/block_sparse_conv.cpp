@@ -3,32 +3,20 @@
 #include <cmath>
 
 #include "core/autograd.h"
-#include "core/sparse/generators.h"
 #include "kernels/ops.h"
+#include "layers/block_sparse_linear.h"
 
 namespace tessera {
 namespace nn {
 
 namespace {
 
-// The floor under squared channel norms (BlockSparseLinear's): channels without stored blocks stay finite.
-constexpr double kSqNormFloor = 1e-30;
-
 // The layout over (in, out) channels, or (out, in) for a transposed layer (F's).
 LayoutPtr make_layout(const BlockSparseConvOptions& o) {
-  const int64_t in = o.transposed() ? o.out_channels() : o.in_channels(),
-                out = o.transposed() ? o.in_channels() : o.out_channels(), bs = o.block_size();
-  if (o.layout()) {
-    const BlockLayout& l = *o.layout();
-    TS_CHECK(l.in_features() == in && l.out_features() == out && l.block_size() == bs, ShapeError,
-             "BlockSparseConv: layout " << l.str() << " does not match in " << in << ", out " << out
-                                        << ", block size " << bs << (o.transposed() ? " (transposed: the layout is [out, in])" : ""));
-    return o.layout();
-  }
-  TS_CHECK(o.density() > 0 && o.density() <= 1, ValueError,
-           "BlockSparseConv: density " << o.density() << " must be in (0, 1]");
-  if (o.density() >= 1) return dense_layout(in, out, bs);
-  return random_layout(in, out, bs, o.density(), o.seed());
+  const bool tr = o.transposed();
+  return block_sparse::layer_layout(tr ? "BlockSparseConv (transposed: its layout is [out, in])" : "BlockSparseConv",
+                                    o.layout(), tr ? o.out_channels() : o.in_channels(),
+                                    tr ? o.in_channels() : o.out_channels(), o.block_size(), o.density(), o.seed());
 }
 
 // The squared norms of V over the stored blocks and taps of each output channel, as a row: for a
@@ -117,7 +105,8 @@ Tensor BlockSparseConv::effective_weight() const {
   // s [out] = gain / ||V[…, j]||, spread to every stored block and tap: a convolution's channel j is
   // s[c·bs + j] at [k, i, j] (1ᵀ·s per block), a transposed one's s[r·bs + i] (sᵀ·1 per block)
   const Tensor s =
-      mul(gain_, rsqrt(clamp(reshape(channel_sq_norms(weight_, layout_, tr), {out}), kSqNormFloor, std::nullopt)));
+      mul(gain_, rsqrt(clamp(reshape(channel_sq_norms(weight_, layout_, tr), {out}), block_sparse::kWeightNormSqFloor,
+                             std::nullopt)));
   const int64_t ones = tr ? layout_->out_features() : layout_->in_features();
   const Tensor one = fill(TensorMeta{Shape({1, ones}), weight_.dtype(), weight_.device()}, 1.0);
   const Tensor row = reshape(s, {1, out});

@@ -13,23 +13,9 @@ namespace nn {
 
 namespace {
 
-// Floor under squared column norms: keeps rsqrt finite (and gradients free of 0·inf) for output
-// columns without stored blocks, whose norm is 0, and leaves every stored column exact.
-constexpr double kSqNormFloor = 1e-30;
-
 LayoutPtr make_layout(const BlockSparseLinearOptions& o) {
-  const int64_t in = o.in_features(), out = o.out_features(), bs = o.block_size();
-  if (o.layout()) {
-    const BlockLayout& l = *o.layout();
-    TS_CHECK(l.in_features() == in && l.out_features() == out && l.block_size() == bs, ShapeError,
-             "BlockSparseLinear: layout " << l.str() << " does not match in " << in << ", out " << out
-                                          << ", block size " << bs);
-    return o.layout();
-  }
-  TS_CHECK(o.density() > 0 && o.density() <= 1, ValueError,
-           "BlockSparseLinear: density " << o.density() << " must be in (0, 1]");
-  if (o.density() >= 1) return dense_layout(in, out, bs);
-  return random_layout(in, out, bs, o.density(), o.seed());
+  return block_sparse::layer_layout("BlockSparseLinear", o.layout(), o.in_features(), o.out_features(),
+                                    o.block_size(), o.density(), o.seed());
 }
 
 // Each bs×bs block an orthogonal matrix: Q of the QR factorization of a standard normal matrix,
@@ -107,9 +93,24 @@ Tensor BlockSparseLinear::effective_weight() const {
   if (!gain_.defined()) return weight_;
   const int64_t out = layout_->out_features();
   // s [out] = gain / ||V[:, j]||, spread to every stored block as s[c*bs + j] at [k, i, j].
-  Tensor s = mul(gain_, rsqrt(clamp(reshape(column_sq_norms(weight_, layout_), {out}), kSqNormFloor, std::nullopt)));
+  Tensor s = mul(gain_, rsqrt(clamp(reshape(column_sq_norms(weight_, layout_), {out}), block_sparse::kWeightNormSqFloor,
+                                    std::nullopt)));
   Tensor one = fill(TensorMeta{Shape({1, layout_->in_features()}), weight_.dtype(), weight_.device()}, 1.0);
   return mul(weight_, bsmm_dw(one, reshape(s, {1, out}), layout_));
+}
+
+LayoutPtr block_sparse::layer_layout(const std::string& layer, const LayoutPtr& given, int64_t in, int64_t out,
+                                     int64_t bs, double density, uint64_t seed) {
+  if (given) {
+    const BlockLayout& l = *given;
+    TS_CHECK(l.in_features() == in && l.out_features() == out && l.block_size() == bs, ShapeError,
+             layer << ": layout " << l.str() << " does not match in " << in << ", out " << out << ", block size "
+                   << bs);
+    return given;
+  }
+  TS_CHECK(density > 0 && density <= 1, ValueError, layer << ": density " << density << " must be in (0, 1]");
+  if (density >= 1) return dense_layout(in, out, bs);
+  return random_layout(in, out, bs, density, seed);
 }
 
 void BlockSparseLinear::set_layout(LayoutPtr layout) {

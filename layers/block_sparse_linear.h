@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/random.h"
 #include "core/sparse/block_layout.h"
@@ -120,6 +121,21 @@ class BlockSparseLinear : public Module {
   LayoutPtr layout_;
   Tensor weight_, bias_, gate_, gain_;
 };
+
+// What the block-sparse layers (BlockSparseLinear, BlockSparseConv) share.
+namespace block_sparse {
+
+/// The floor under squared weight-norm norms (BlockSparseLinear's columns, BlockSparseConv's
+/// channels): keeps rsqrt finite, and gradients free of 0·inf, where no block is stored.
+constexpr double kWeightNormSqFloor = 1e-30;
+
+/// The layout of a block-sparse layer `layer` over (in, out) features in blocks of bs: `given`
+/// after checking its sizes (ShapeError naming the layer), else dense at density 1 and random at
+/// density d < 1 (ValueError outside (0, 1]).
+LayoutPtr layer_layout(const std::string& layer, const LayoutPtr& given, int64_t in, int64_t out, int64_t bs,
+                       double density, uint64_t seed);
+
+}  // namespace block_sparse
 
 }  // namespace nn
 }  // namespace tessera

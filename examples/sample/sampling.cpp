@@ -58,5 +58,23 @@ int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& op
   return last;
 }
 
+std::vector<int32_t> sample_causal_windows(const std::function<Tensor(const Tensor& window)>& logits_of, int64_t T,
+                                           int32_t first, int64_t count, const SamplingOptions& opts,
+                                           Generator& gen) {
+  std::vector<int32_t> context{first}, ids;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t n = std::min<int64_t>(static_cast<int64_t>(context.size()), T);
+    std::vector<int32_t> window(static_cast<size_t>(T), 0);  // [T]: the context, then zeros
+    std::copy(context.end() - n, context.end(), window.begin());
+    const Tensor logits = logits_of(from_vector(window, {T}));  // [T, V]
+    const int64_t V = logits.size(1);
+    const std::vector<float> all = logits.to_vector<float>();
+    const int32_t id = sample_token({all.begin() + (n - 1) * V, all.begin() + n * V}, opts, gen);
+    context.push_back(id);
+    ids.push_back(id);
+  }
+  return ids;
+}
+
 }  // namespace examples
 }  // namespace tessera

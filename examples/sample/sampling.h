@@ -12,9 +12,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/random.h"
+#include "core/tensor.h"
 
 namespace tessera {
 namespace examples {
@@ -30,6 +32,15 @@ std::vector<double> sampling_probabilities(const std::vector<float>& logits, con
 
 /// One token id drawn from sampling_probabilities(logits, opts) with `gen`.
 int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& opts, Generator& gen);
+
+/// `count` tokens after the token `first` from a causal model that reads whole windows of T tokens
+/// (the trainers' samples of train_transformer and train_conv): each drawn with sample_token from
+/// the row n−1 of logits_of(window) [T, V], where window i32 [T] (on the CPU) holds the last n ≤ T
+/// tokens of the context at positions 0 … n−1 and zeros after them. A causal model's logits at
+/// n−1 depend on the context alone. Returns the drawn ids.
+std::vector<int32_t> sample_causal_windows(const std::function<Tensor(const Tensor& window)>& logits_of, int64_t T,
+                                           int32_t first, int64_t count, const SamplingOptions& opts,
+                                           Generator& gen);
 
 }  // namespace examples
 }  // namespace tessera

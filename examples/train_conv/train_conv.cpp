@@ -54,24 +54,14 @@ class ConvTask : public train::WindowTask {
         model_(model), ds_(ds), sample_chars_(sample_chars), temperature_(temperature), sample_gen_(f.seed + 7),
         dev_(examples::train_device(f)) {}
 
+  // sample_chars characters after a newline at `temperature` (0: greedy), from whole windows.
   std::string sample() override {
     const data::Vocabulary& v = ds_.vocab();
-    const int64_t T = model_.config().seq_len;
     model_.eval();
     NoGradGuard ng;
-    std::vector<int32_t> context{v.contains('\n') ? v.id('\n') : 0}, ids;
-    for (int64_t i = 0; i < sample_chars_; ++i) {
-      const int64_t n = std::min<int64_t>(static_cast<int64_t>(context.size()), T);
-      std::vector<int32_t> window(static_cast<size_t>(T), 0);  // [T]: the context, then zeros
-      std::copy(context.end() - n, context.end(), window.begin());
-      const Tensor logits = model_.logits(from_vector(window, {T}).to(dev_), /*batch=*/1);  // [T, V]
-      const std::vector<float> all = logits.to_vector<float>();
-      const int64_t V = logits.size(1);
-      const std::vector<float> last(all.begin() + (n - 1) * V, all.begin() + n * V);
-      const int32_t id = examples::sample_token(last, {temperature_, /*top_k=*/0}, sample_gen_);
-      context.push_back(id);
-      ids.push_back(id);
-    }
+    const std::vector<int32_t> ids = examples::sample_causal_windows(
+        [&](const Tensor& window) { return model_.logits(window.to(dev_), /*batch=*/1); }, model_.config().seq_len,
+        v.contains('\n') ? v.id('\n') : 0, sample_chars_, {temperature_, /*top_k=*/0}, sample_gen_);
     model_.train();
     return v.decode(ids);
   }

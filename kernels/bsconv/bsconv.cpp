@@ -82,14 +82,7 @@ void forward_kernel(const T* x, const T* w, T* y, int64_t n, const ConvIndex& ci
         const int64_t k = col_blocks[p], r = block_row[k];
         for (int64_t t = 0; t < taps; ++t) {
           auto buf = a_rows.topRows(rows);
-          for (int64_t q = 0; q < rows; ++q) {
-            const int64_t row = q0 + q, s = row / ci.out_positions, i = ci.input_of(row % ci.out_positions, t);
-            if (i < 0) {
-              buf.row(q).setZero();
-            } else {
-              buf.row(q) = ConstRowMap<T>(x + (s * ci.in_positions + i) * C + r * bs, 1, bs);
-            }
-          }
+          cpu::gather_rows(buf, x + r * bs, C, [&](int64_t q) { return ci.input_row(q0 + q, t); });
           acc_t.noalias() += buf * ConstRowMap<T>(w + (k * taps + t) * bs * bs, bs, bs);
         }
       }

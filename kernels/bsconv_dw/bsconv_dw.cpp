@@ -21,7 +21,6 @@ Tensor bsconv_dw(const Tensor& x, const Tensor& dy, const LayoutPtr& layout, con
 
 namespace {
 
-using cpu::ConstRowMap;
 using cpu::RowMat;
 using cpu::StridedRowMap;
 
@@ -44,14 +43,7 @@ void weight_grad_kernel(const T* x, const T* dy, T* dw, int64_t n, const ConvInd
       for (int64_t q0 = 0; q0 < rows_total; q0 += tile) {
         const int64_t rows = std::min(tile, rows_total - q0);
         auto buf = x_rows.topRows(rows);
-        for (int64_t q = 0; q < rows; ++q) {
-          const int64_t row = q0 + q, s = row / ci.out_positions, i = ci.input_of(row % ci.out_positions, t);
-          if (i < 0) {
-            buf.row(q).setZero();
-          } else {
-            buf.row(q) = ConstRowMap<T>(x + (s * ci.in_positions + i) * C + r * bs, 1, bs);
-          }
-        }
+        cpu::gather_rows(buf, x + r * bs, C, [&](int64_t q) { return ci.input_row(q0 + q, t); });
         StridedRowMap<T> g(dy + q0 * K + c * bs, rows, bs, Eigen::OuterStride<>(K));
         acc.noalias() += buf.transpose() * g;
       }

@@ -46,14 +46,7 @@ void input_grad_kernel(const T* dy, const T* w, T* dx, int64_t n, const ConvInde
         const int64_t c = block_col[k];
         for (int64_t t = 0; t < taps; ++t) {
           auto buf = g_rows.topRows(rows);
-          for (int64_t q = 0; q < rows; ++q) {
-            const int64_t row = q0 + q, s = row / ci.in_positions, o = ci.output_of(row % ci.in_positions, t);
-            if (o < 0) {
-              buf.row(q).setZero();
-            } else {
-              buf.row(q) = ConstRowMap<T>(dy + (s * ci.out_positions + o) * K + c * bs, 1, bs);
-            }
-          }
+          cpu::gather_rows(buf, dy + c * bs, K, [&](int64_t q) { return ci.output_row(q0 + q, t); });
           acc_t.noalias() += buf * ConstRowMap<T>(w + (k * taps + t) * bs * bs, bs, bs).transpose();
         }
       }

@@ -39,6 +39,19 @@ struct ConvIndex {
     return i;
   }
 
+  /// Over a batch: the input row n·in_positions + i that output row n·out_positions + o reads at
+  /// tap t, or -1 where that is padding.
+  TS_CONV_HD int64_t input_row(int64_t row, int64_t t) const {
+    const int64_t i = input_of(row % out_positions, t);
+    return i < 0 ? -1 : (row / out_positions) * in_positions + i;
+  }
+
+  /// Over a batch: the output row whose tap t reads input row `row`, or -1 where none does.
+  TS_CONV_HD int64_t output_row(int64_t row, int64_t t) const {
+    const int64_t o = output_of(row % in_positions, t);
+    return o < 0 ? -1 : (row / in_positions) * out_positions + o;
+  }
+
   /// The output position whose tap t reads input position i, or -1 where none does.
   TS_CONV_HD int64_t output_of(int64_t i, int64_t t) const {
     int64_t p = 0, scale = 1;

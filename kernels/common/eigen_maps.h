@@ -21,5 +21,20 @@ using ConstRowMap = Eigen::Map<const RowMat<T>>;
 template <class T>
 using StridedRowMap = Eigen::Map<const RowMat<T>, 0, Eigen::OuterStride<>>;
 
+/// Fills each row q of `buf` (a row-major [rows, cols] matrix or block) with row row_of(q) of the
+/// buffer `src`, whose rows are `stride` elements apart (its first `cols` columns), or with zeros
+/// where row_of(q) < 0.
+template <class T, class Buf, class F>
+void gather_rows(Buf&& buf, const T* src, int64_t stride, F&& row_of) {
+  for (Eigen::Index q = 0; q < buf.rows(); ++q) {
+    const int64_t r = row_of(static_cast<int64_t>(q));
+    if (r < 0) {
+      buf.row(q).setZero();
+    } else {
+      buf.row(q) = Eigen::Map<const RowMat<T>>(src + r * stride, 1, buf.cols());
+    }
+  }
+}
+
 }  // namespace cpu
 }  // namespace tessera
