@@ -1,12 +1,15 @@
-// bsconv on the GPU: a scalar kernel, one thread per output element, summing in the order of
-// bsconv.h (the column's blocks by increasing block row, then taps, then the block's rows) in
-// f32 for bf16/f16 (f64 for f64). A first, exact path: the tensor-core form (an implicit GEMM on
-// the bsmm kernels' machinery, the input tile reused across taps) is not built yet.
+// bsconv on the GPU. bf16/f16 at stride 1 may take the sm_90a gather kernel in convolution mode
+// (bsmm_tc.h's run_conv, an implicit GEMM: per output tile and block column, the stored blocks'
+// taps in order, each a wgmma product of the input box moved by the tap; only under
+// TESSERA_BSCONV_TC=1 until checked on an H200). Otherwise a scalar kernel, one thread per output
+// element, summing in the order of bsconv.h (the column's blocks by increasing block row, then
+// taps, then the block's rows) in f32 for bf16/f16 (f64 for f64).
 #include <type_traits>
 
 #include "core/cuda/check.cuh"
 #include "kernels/bsconv/bsconv.h"
 #include "kernels/common/conv_index.h"
+#include "kernels/common/cuda/bsmm_tc.h"
 #include "kernels/common/cuda/dtype.cuh"
 #include "kernels/common/cuda/layout_tables.h"
 
@@ -45,7 +48,17 @@ void op::BsConv::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& 
   if (y.numel() == 0) return;
   const BlockLayout& l = *attrs.layout;
   const ConvIndex ci = conv_index(attrs.geometry, attrs.geometry.spatial_of(x.shape(), kName, "x"), kName);
-  const cuda::BlockTables t = cuda::device_tables(attrs.layout, y.device().index);
+  const int dev = y.device().index;
+  const cuda::BlockTables t = cuda::device_tables(attrs.layout, dev);
+  if (x.dtype() == DType::bf16 || x.dtype() == DType::f16) {
+    const int64_t batch = x.size(0);
+    const cuda::GatherProduct p{x.dtype(), y.dtype(), static_cast<int>(l.block_size()), /*transpose_w=*/false,
+                                /*accumulate=*/false, x.data_ptr(), w.data_ptr(), /*gate=*/nullptr, y.data_ptr(),
+                                batch * ci.out_positions, l.in_features(), l.out_features(),
+                                static_cast<int32_t>(l.block_cols()), l.nnz() * ci.taps, t.col_work, t.col_blocks,
+                                t.col_rows, t.counter};
+    if (cuda::run_conv(p, ci, batch, dev, cuda::current_stream(y))) return;
+  }
   const int64_t elems = y.numel();
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((elems + 255) / 256, 1 << 20));
   cuda::dispatch_cuda_float(x.dtype(), kName, [&](auto tag) {

@@ -10,6 +10,7 @@
 #include "kernels/bsconv_dw/bsconv_dw.h"
 #include "kernels/common/conv_index.h"
 #include "kernels/common/cuda/block_sparse.cuh"
+#include "kernels/common/cuda/bsmm_tc.h"
 #include "kernels/common/cuda/dtype.cuh"
 #include "kernels/common/cuda/layout_tables.h"
 
@@ -74,7 +75,17 @@ void op::BsConvDw::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>
   if (dw.numel() == 0) return;
   const BlockLayout& l = *attrs.layout;
   const ConvIndex ci = conv_index(attrs.geometry, attrs.geometry.spatial_of(x.shape(), kName, "x"), kName);
-  const cuda::BlockTables t = cuda::device_tables(attrs.layout, dw.device().index);
+  const int dev = dw.device().index;
+  const cuda::BlockTables t = cuda::device_tables(attrs.layout, dev);
+  if (x.dtype() == DType::bf16 || x.dtype() == DType::f16) {  // the tensor-core kernel (bsmm_tc.h's run_conv_gradient)
+    const int64_t batch = x.size(0);
+    const cuda::ConvRuns runs = cuda::conv_dw_runs(attrs.layout, static_cast<int32_t>(ci.taps), dev);
+    const cuda::BlockGradient g{x.dtype(), dw.dtype(), static_cast<int>(l.block_size()), /*accumulate=*/false,
+                                x.data_ptr(), dy.data_ptr(), dw.data_ptr(), batch * ci.out_positions,
+                                l.in_features(), l.out_features(), l.nnz() * ci.taps, t.dw_groups, t.dw_group,
+                                runs.runs, runs.run, t.col_blocks, t.col_rows, t.block_row, t.block_col, t.counter};
+    if (cuda::run_conv_gradient(g, ci, batch, dev, cuda::current_stream(dw))) return;
+  }
   const int64_t tasks = l.nnz() * ci.taps, rows_total = x.size(0) * ci.out_positions;
   TS_CHECK(tasks <= INT32_MAX, ShapeError, kName << ": " << tasks << " (block, tap) pairs are too many for one launch");
   cuda::dispatch_cuda_float(x.dtype(), kName, [&](auto tag) {

@@ -6,6 +6,7 @@
 #include "core/cuda/check.cuh"
 #include "kernels/bsconv_dx/bsconv_dx.h"
 #include "kernels/common/conv_index.h"
+#include "kernels/common/cuda/bsmm_tc.h"
 #include "kernels/common/cuda/dtype.cuh"
 #include "kernels/common/cuda/layout_tables.h"
 
@@ -44,7 +45,17 @@ void op::BsConvDx::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>
   if (dx.numel() == 0) return;
   const BlockLayout& l = *attrs.layout;
   const ConvIndex ci = conv_index(attrs.geometry, attrs.in, kName);
-  const cuda::BlockTables t = cuda::device_tables(attrs.layout, dx.device().index);
+  const int dev = dx.device().index;
+  const cuda::BlockTables t = cuda::device_tables(attrs.layout, dev);
+  if (dy.dtype() == DType::bf16 || dy.dtype() == DType::f16) {  // the tensor-core kernel (bsmm_tc.h's run_conv)
+    const int64_t batch = dy.size(0);
+    const cuda::GatherProduct p{dy.dtype(), dx.dtype(), static_cast<int>(l.block_size()), /*transpose_w=*/true,
+                                /*accumulate=*/false, dy.data_ptr(), w.data_ptr(), /*gate=*/nullptr, dx.data_ptr(),
+                                batch * ci.in_positions, l.out_features(), l.in_features(),
+                                static_cast<int32_t>(l.block_rows()), l.nnz() * ci.taps, t.row_work, /*list=*/nullptr,
+                                t.block_col, t.counter};
+    if (cuda::run_conv(p, ci, batch, dev, cuda::current_stream(dx))) return;
+  }
   const int64_t elems = dx.numel();
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((elems + 255) / 256, 1 << 20));
   cuda::dispatch_cuda_float(dy.dtype(), kName, [&](auto tag) {

@@ -1,11 +1,15 @@
 // The CUDA kernels of bsconv, bsconv_dx, bsconv_dw, edge_bias and edge_bias_grad against the CPU
 // (in f64 on the same values), every dtype and block size, 1-D causal, 2-D strided and dilated
-// geometries, outputs poisoned first; the same bits twice.
+// geometries, outputs poisoned first; the same bits twice. The tensor-core kernels (stride 1,
+// TESSERA_BSCONV_TC=1 until they are the default) likewise, at every block size they take.
 #include <gtest/gtest.h>
 
 #include "core/sparse/generators.h"
 #include "gpu_check.h"
 #include "kernels/common/conv_index.h"
+#ifdef TESSERA_WITH_CUDA
+#include "kernels/common/cuda/bsmm_tc.h"
+#endif
 #include "kernels/ops.h"
 
 namespace tessera {
@@ -84,6 +88,101 @@ TEST(CudaBsConv, TwoRunsGiveTheSameBits) {
   EXPECT_TRUE(same_bits(bsconv(x, w, l, geo.g), bsconv(x, w, l, geo.g)));
   EXPECT_TRUE(same_bits(bsconv_dx(dy, w, l, geo.g, geo.in), bsconv_dx(dy, w, l, geo.g, geo.in)));
   EXPECT_TRUE(same_bits(bsconv_dw(x, dy, l, geo.g), bsconv_dw(x, dy, l, geo.g)));
+}
+
+// TESSERA_BSCONV_TC=1 for one scope: the tensor-core convolution kernels (bsmm_tc.h's run_conv).
+class TensorCoreConvGuard {
+ public:
+  TensorCoreConvGuard() { setenv("TESSERA_BSCONV_TC", "1", 1); }
+  ~TensorCoreConvGuard() { unsetenv("TESSERA_BSCONV_TC"); }
+};
+
+uint64_t conv_launches() {
+#ifdef TESSERA_WITH_CUDA
+  return cuda::bsmm_launches(cuda::BsmmKernel::sm90_conv);
+#else
+  return 0;
+#endif
+}
+
+// Stride-1 geometries of the tensor-core kernels: odd sizes, each padding mode, dilation, 1-3 dims;
+// with a batch that gives 256-row tiles (and 64-row ones for the smallest).
+std::vector<Geo> stride1_geometries() {
+  return {{{33}, conv_geometry({33}, {3}, {1}, {4}, ConvPadding::causal)},
+          {{128}, conv_geometry({128}, {3}, {1}, {8}, ConvPadding::causal)},
+          {{9, 7}, conv_geometry({9, 7}, {3, 3}, {1}, {1}, ConvPadding::same)},
+          {{21, 19}, conv_geometry({21, 19}, {3, 3}, {1}, {2}, ConvPadding::same)},
+          {{8, 6}, conv_geometry({8, 6}, {2, 3}, {1}, {2}, ConvPadding::valid)},
+          {{7, 10}, conv_geometry({7, 10}, {3, 2}, {1}, {1}, ConvPadding::explicit_pads, {2, 0}, {0, 3})},
+          {{5, 4, 6}, conv_geometry({5, 4, 6}, {3, 3, 3}, {1}, {1}, ConvPadding::same)}};
+}
+
+TEST(CudaBsConv, TensorCoreKernelsMatchTheCpu) {
+  REQUIRE_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "the tensor-core convolution kernels need an sm_90a build on a GPU of compute 9.0";
+  TensorCoreConvGuard tc;
+  uint64_t seed = 100;
+  for (int64_t bs : {8, 16, 32, 64})
+    for (const Geo& geo : stride1_geometries())
+      for (int64_t n : {1, 6}) {
+        const LayoutPtr l = random_layout(3 * bs, 2 * bs, bs, 0.6, static_cast<uint64_t>(bs + n));
+        const ConvIndex ci = conv_index(geo.g, geo.in, "test");
+        const std::vector<int64_t> out(ci.out, ci.out + geo.g.dims);
+        for (DType dt : {DType::bf16, DType::f16}) {
+          const std::string what = l->str() + " " + geo.g.str() + " n " + std::to_string(n) + " " + dtype_name(dt);
+          const Tensor x = random(act(n, geo.in, l->in_features()), ++seed, dt);
+          const Tensor w = random(detail::bsconv_weight_shape(*l, geo.g), ++seed, dt);
+          const Tensor dy = random(act(n, out, l->out_features()), ++seed, dt);
+          const op::BsConv::Attrs fa{l, geo.g, false};
+          const op::BsConvDx::Attrs da{l, geo.g, geo.in, false};
+          const op::BsConvDw::Attrs wa{l, geo.g, false};
+          for (bool f32_out : {false, true}) {
+            const std::string how = what + (f32_out ? " f32 output" : "");
+            const double tol = f32_out ? 1e-5 : tol_of(dt);
+            uint64_t before = conv_launches();
+            if (bs >= 16) {  // bsconv and bsconv_dx take bs 16-64
+              EXPECT_TRUE(close_to(run_on_gpu_host<op::BsConv>({l, geo.g, f32_out}, {x, w})[0],
+                                   call<op::BsConv>(fa, as_f64({x, w}))[0], tol))
+                  << "bsconv " << how;
+              EXPECT_EQ(conv_launches() - before, 1u) << "bsconv " << how;
+              before = conv_launches();
+              EXPECT_TRUE(close_to(run_on_gpu_host<op::BsConvDx>({l, geo.g, geo.in, f32_out}, {dy, w})[0],
+                                   call<op::BsConvDx>(da, as_f64({dy, w}))[0], tol))
+                  << "bsconv_dx " << how;
+              EXPECT_EQ(conv_launches() - before, 1u) << "bsconv_dx " << how;
+              before = conv_launches();
+            }
+            EXPECT_TRUE(close_to(run_on_gpu_host<op::BsConvDw>({l, geo.g, f32_out}, {x, dy})[0],
+                                 call<op::BsConvDw>(wa, as_f64({x, dy}))[0], tol))
+                << "bsconv_dw " << how;
+            EXPECT_EQ(conv_launches() - before, 1u) << "bsconv_dw " << how;
+          }
+        }
+      }
+}
+
+TEST(CudaBsConv, TensorCoreKernelsGiveTheSameBitsTwiceAndLeaveStridesToTheScalarKernel) {
+  REQUIRE_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "the tensor-core convolution kernels need an sm_90a build on a GPU of compute 9.0";
+  TensorCoreConvGuard tc;
+  const LayoutPtr l = random_layout(128, 128, 32, 0.5, 3);
+  const ConvGeometry g = conv_geometry({21, 19}, {3, 3}, {1}, {1}, ConvPadding::same);
+  const Tensor x = random(act(8, {21, 19}, 128), 1, DType::bf16).to(kGpu);
+  const Tensor w = random(detail::bsconv_weight_shape(*l, g), 2, DType::bf16).to(kGpu);
+  const Tensor dy = random(act(8, {21, 19}, 128), 3, DType::bf16).to(kGpu);
+  const uint64_t before = conv_launches();
+  EXPECT_TRUE(same_bits(bsconv(x, w, l, g), bsconv(x, w, l, g)));
+  EXPECT_TRUE(same_bits(bsconv_dx(dy, w, l, g, {21, 19}), bsconv_dx(dy, w, l, g, {21, 19})));
+  EXPECT_TRUE(same_bits(bsconv_dw(x, dy, l, g), bsconv_dw(x, dy, l, g)));
+  EXPECT_EQ(conv_launches() - before, 6u);
+  // Stride 2: the scalar kernels, still right.
+  const ConvGeometry g2 = conv_geometry({21, 19}, {3, 3}, {2}, {1}, ConvPadding::same);
+  const uint64_t before2 = conv_launches();
+  const Tensor w2 = random(detail::bsconv_weight_shape(*l, g2), 4, DType::bf16);
+  const op::BsConv::Attrs fa{l, g2, false};
+  EXPECT_TRUE(close_to(run_on_gpu_host<op::BsConv>(fa, {x.to(Device::cpu()), w2})[0],
+                       call<op::BsConv>(fa, as_f64({x.to(Device::cpu()), w2}))[0], tol_of(DType::bf16)));
+  EXPECT_EQ(conv_launches(), before2);
 }
 
 TEST(CudaEdgeBias, MatchesTheCpuForEveryDtype) {

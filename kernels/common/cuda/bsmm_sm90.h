@@ -3,6 +3,7 @@
 // bsmm_tc.h, which picks the kernel.
 #pragma once
 
+#include "kernels/common/conv_tiles.h"
 #include "kernels/common/cuda/bsmm_tc.h"
 
 namespace tessera {
@@ -26,13 +27,32 @@ bool gradient_wants_transposed(const BlockGradient& g);
 bool pairs_pay(const GatherProduct& p);
 
 void gather_product(const GatherProduct& p, cudaStream_t stream);
+
+/// The gather kernel in convolution mode (conv_tiles.h): bsconv (p.transpose_w false: p.a = x
+/// [N, in…, C], p.out = y [N, out…, K]) or bsconv_dx (true: p.a = dy, p.out = dx), stride 1.
+/// p.w is [nnz, taps, bs, bs] with p.nnz = nnz·taps; p.work, p.list and p.list_in are the
+/// matmul's (per block; the kernel walks each entry's taps in order). n is the output's
+/// positions over the batch (for the rows per tile); a_cols / out_cols the channels.
+/// conv_supported: gather_supported, no gate, no accumulate, and conv_tiles_support(ci).
+bool conv_supported(const GatherProduct& p, const ConvIndex& ci, int device);
+void gather_conv(const GatherProduct& p, const ConvIndex& ci, int64_t batch, cudaStream_t stream);
 /// `device` is the current device (the f32 workspace of a split of N comes from its pool).
 void block_gradient(const BlockGradient& g, int device, cudaStream_t stream);
+
+/// The dW kernel in convolution mode: bsconv_dw (g.x = x [N, in…, C], g.dy = dy [N, out…, K],
+/// g.dw [nnz, taps, bs, bs] with g.nnz = nnz·taps), stride 1, over tiles of 64 output positions;
+/// g.col_run / g.col_runs are the convolution's runs (cuda::conv_dw_runs: runs of the column
+/// lists with every block's taps as entries), g.col_blocks / g.col_rows the layout's.
+/// conv_gradient_supported: gradient_supported, no gate, not transposed, conv_tiles_support(ci).
+bool conv_gradient_supported(const BlockGradient& g, const ConvIndex& ci, int device);
+void conv_gradient(const BlockGradient& g, const ConvIndex& ci, int64_t batch, int device, cudaStream_t stream);
 
 /// Launches of these kernels so far in this process (all devices).
 uint64_t launch_count();
 /// Launches of the gather kernel as column pairs (counted in launch_count too).
 uint64_t pair_launch_count();
+/// Launches in convolution mode, gather and dW kernels (counted in launch_count too).
+uint64_t conv_launch_count();
 
 }  // namespace sm90
 }  // namespace cuda

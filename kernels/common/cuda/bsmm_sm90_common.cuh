@@ -23,6 +23,8 @@ namespace sm90 {
 
 /// Launches of the sm_90a kernels so far (bsmm_sm90_gather.cu).
 extern std::atomic<uint64_t> g_launches;
+/// Launches in convolution mode (bsmm_sm90_gather.cu; the dW kernel's too), also in g_launches.
+extern std::atomic<uint64_t> g_conv_launches;
 
 namespace {
 
@@ -45,29 +47,56 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   return fn;
 }
 
-/// A 2-D row-major [rows, cols] tensor map (bf16, f16 or f32) with boxes of [box_rows, box_cols],
-/// swizzled by the box's row length (128, 64 or 32 bytes; 16: not swizzled).
-CUtensorMap tensor_map(const void* base, DType dt, uint64_t rows, uint64_t cols, uint32_t box_rows, uint32_t box_cols) {
+/// A row-major tensor map of `rank` dimensions (bf16, f16 or f32; dims and box innermost first),
+/// swizzled by the box's row length (128, 64 or 32 bytes; 16: not swizzled). What a box reads
+/// outside the tensor is zeros; what a store writes there is dropped.
+CUtensorMap encode_map(const void* base, DType dt, int rank, const uint64_t* dims, const uint32_t* box) {
   CUtensorMap map;
   const uint64_t elem = dt == DType::f32 ? 4 : 2;
-  const cuuint64_t dims[2] = {cols, rows};
-  const cuuint64_t strides[1] = {cols * elem};
-  const cuuint32_t box[2] = {box_cols, box_rows};
-  const cuuint32_t element_strides[2] = {1, 1};
+  cuuint64_t d[5], strides[4];
+  cuuint32_t b[5], element_strides[5];
+  uint64_t stride = elem;
+  for (int i = 0; i < rank; ++i) {
+    d[i] = dims[i];
+    b[i] = box[i];
+    element_strides[i] = 1;
+    if (i > 0) strides[i - 1] = stride;
+    stride *= dims[i];
+  }
   const CUtensorMapDataType type = dt == DType::f32    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
                                    : dt == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                                        : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const uint64_t row_bytes = box[0] * elem;
   const CUresult r = encode_tiled()(
-      &map, type, 2, const_cast<void*>(base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      box_cols * elem == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
-      : box_cols * elem == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
-      : box_cols * elem == 32 ? CU_TENSOR_MAP_SWIZZLE_32B
-                              : CU_TENSOR_MAP_SWIZZLE_NONE,
+      &map, type, static_cast<cuuint32_t>(rank), const_cast<void*>(base), d, strides, b, element_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE,
+      row_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
+      : row_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+      : row_bytes == 32 ? CU_TENSOR_MAP_SWIZZLE_32B
+                        : CU_TENSOR_MAP_SWIZZLE_NONE,
       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   TS_CHECK(r == CUDA_SUCCESS, DeviceError,
-           "bsmm: cuTensorMapEncodeTiled failed (" << static_cast<int>(r) << ") for a [" << rows << ", " << cols
-                                                   << "] tensor");
+           "bsmm: cuTensorMapEncodeTiled failed (" << static_cast<int>(r) << ") for a " << rank
+                                                   << "-D tensor of inner size " << dims[0]);
   return map;
+}
+
+/// A 2-D row-major [rows, cols] tensor map with boxes of [box_rows, box_cols].
+CUtensorMap tensor_map(const void* base, DType dt, uint64_t rows, uint64_t cols, uint32_t box_rows, uint32_t box_cols) {
+  const uint64_t dims[2] = {cols, rows};
+  const uint32_t box[2] = {box_cols, box_rows};
+  return encode_map(base, dt, 2, dims, box);
+}
+
+/// A 5-D tensor map over channels-last activations [N, s0, s1, s2, channels] given as (channels,
+/// ext innermost spatial first, batch last: conv_tiles.h's axes), with boxes of (box_cols, box).
+CUtensorMap conv_map(const void* base, DType dt, uint64_t channels, const int32_t (&ext)[4], uint32_t box_cols,
+                     const int32_t (&box)[4]) {
+  const uint64_t dims[5] = {channels, static_cast<uint64_t>(ext[0]), static_cast<uint64_t>(ext[1]),
+                            static_cast<uint64_t>(ext[2]), static_cast<uint64_t>(ext[3])};
+  const uint32_t b[5] = {box_cols, static_cast<uint32_t>(box[0]), static_cast<uint32_t>(box[1]),
+                         static_cast<uint32_t>(box[2]), static_cast<uint32_t>(box[3])};
+  return encode_map(base, dt, 5, dims, b);
 }
 
 

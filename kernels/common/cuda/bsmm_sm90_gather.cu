@@ -44,6 +44,7 @@ namespace sm90 {
 
 std::atomic<uint64_t> g_launches{0};
 std::atomic<uint64_t> g_pair_launches{0};
+std::atomic<uint64_t> g_conv_launches{0};
 
 namespace {
 
@@ -116,10 +117,10 @@ __device__ __forceinline__ void scale_blocks(uint8_t* blocks, const float* gates
   asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers) : "memory");
 }
 
-template <class T, class TO, int BS, bool kTransW, int kWGs, int kMTiles, bool kGated, int kCols>
+template <class T, class TO, int BS, bool kTransW, int kWGs, int kMTiles, bool kGated, int kCols, bool kConv>
 __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     gather_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w,
-                  const __grid_constant__ CUtensorMap map_out, GatherProduct p, int items) {
+                  const __grid_constant__ CUtensorMap map_out, GatherProduct p, int items, ConvTiles ct) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Tile = GatherTile<BS, kWGs, kMTiles, TO, kCols>;
   constexpr int kStages = Tile::kStages, kRowBytes = Tile::kRowBytes;
@@ -157,7 +158,8 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
   }
   __syncthreads();
 
-  const int tiles_m = static_cast<int>((p.n + Tile::kBM - 1) / Tile::kBM);
+  const int tiles_m = kConv ? ct.total_tiles : static_cast<int>((p.n + Tile::kBM - 1) / Tile::kBM);
+  const int taps = kConv ? ct.taps : 1;  // a convolution's list: every block's entry once per tap
   const int outs = kCols == 2 ? p.pairs : p.outs;
   const int32_t* work = kCols == 2 ? p.pair_work : p.work;
   if (wg == 0) {
@@ -181,8 +183,8 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
           int oi;
           work_item(item, tiles_m, outs, oi, w.w);
           w.x = work[3 * oi];
-          w.y = work[3 * oi + 1];
-          w.z = work[3 * oi + 2];
+          w.y = work[3 * oi + 1] * taps;
+          w.z = work[3 * oi + 2] * taps;
         }
         // One chunk per 32 entries, and one for an empty list or the end (so that warp 0 sees
         // every item): its header is (o, first entry, end entry, row tile), its entries the input
@@ -198,6 +200,12 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
               in = p.pair_entries[3 * q];
               k[0] = p.pair_entries[3 * q + 1];
               k[1] = p.pair_entries[3 * q + 2];
+            } else if constexpr (kConv) {
+              // Entry q is tap q % taps of the block at list position q / taps: weight rows
+              // (k·taps + tap)·bs of w [nnz, taps, bs, bs]
+              const int pq = q / taps;
+              k[0] = (p.list ? p.list[pq] : pq) * taps + (q - pq * taps);
+              in = p.list_in[pq];
             } else {
               k[0] = p.list ? p.list[q] : q;
               in = p.list_in[q];
@@ -283,7 +291,13 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
 #pragma unroll
             for (int cc = 0; cc < kCols; ++cc) gates[s * kCols + cc] = gj[cc];  // published by the arrive below
           mbar_arrive_expect_tx(&full[s], Tile::kStageBytes);
-          tma_load_2d(strip(s), &map_a, &full[s], inj * BS, mt * Tile::kBM);
+          if constexpr (kConv) {  // the tile's box of A moved by the tap's offset
+            int32_t at[ConvTiles::kAxes];
+            ct.a_origin(mt, kj[0] % taps, at);
+            tma_load_5d(strip(s), &map_a, &full[s], inj * BS, at);
+          } else {
+            tma_load_2d(strip(s), &map_a, &full[s], inj * BS, mt * Tile::kBM);
+          }
           // A missing block reads rows past the end of W: the copy fills zeros
 #pragma unroll
           for (int cc = 0; cc < kCols; ++cc)
@@ -390,10 +404,17 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     fence_async_shared();
     named_barrier(2 + c, 128);
     if (leader) {
+      int32_t at[ConvTiles::kAxes] = {0, 0, 0, 0};
+      if constexpr (kConv) {
+        int32_t extent[ConvTiles::kAxes];  // the map's box: the same for every warpgroup
+        ct.store_box(mt, c, kWGs, at, extent);
+      }
 #pragma unroll
       for (int box = 0; box < kBN / Tile::kOutCols; ++box) {
         const int col = o * kBN + box * Tile::kOutCols;
-        if (col < p.out_cols)  // a pair of an odd column count: the last has no second
+        if constexpr (kConv)
+          tma_store_5d(&map_out, mine + box * Tile::kOutBoxBytes, col, at);
+        else if (col < p.out_cols)  // a pair of an odd column count: the last has no second
           tma_store_2d(&map_out, mine + box * Tile::kOutBoxBytes, col, static_cast<int>(m0) + c * Tile::kWgRows);
       }
       bulk_commit();
@@ -406,25 +427,43 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
 }
 
 
-template <class T, class TO, int BS, bool kTrans, int kWGs, int kMTiles, bool kGated, int kCols>
-void launch(const GatherProduct& p, cudaStream_t stream) {
+// conv: the convolution whose tiles and offsets `conv` gives (conv_tiles.h; its rows per tile
+// Tile::kBM), p.a and p.out channels-last activations, p.w [nnz·taps·bs, bs]; nullptr: a matmul.
+template <class T, class TO, int BS, bool kTrans, int kWGs, int kMTiles, bool kGated, int kCols, bool kConv = false>
+void launch(const GatherProduct& p, cudaStream_t stream, const ConvTiles* conv = nullptr) {
   using Tile = GatherTile<BS, kWGs, kMTiles, TO, kCols>;
-  const int64_t tiles_m = (p.n + Tile::kBM - 1) / Tile::kBM, items = tiles_m * (kCols == 2 ? p.pairs : p.outs);
+  const int64_t tiles_m = kConv ? conv->total_tiles : (p.n + Tile::kBM - 1) / Tile::kBM;
+  const int64_t items = tiles_m * (kCols == 2 ? p.pairs : p.outs);
   TS_CHECK(items < INT32_MAX, ShapeError, "bsmm: " << p.n << " rows are too many for one launch");
-  const CUtensorMap map_a = tensor_map(p.a, p.in_dtype, p.n, p.a_cols, Tile::kBM, BS);
+  CUtensorMap map_a, map_out;
+  ConvTiles ct{};
+  if constexpr (kConv) {
+    ct = *conv;
+    int32_t half[ConvTiles::kAxes], origin[ConvTiles::kAxes];
+    ct.store_box(0, 0, kWGs, origin, half);
+    map_a = conv_map(p.a, p.in_dtype, p.a_cols, ct.a_ext, BS, ct.box);
+    map_out = conv_map(p.out, p.out_dtype, p.out_cols, ct.ext, Tile::kOutCols, half);
+  } else {
+    map_a = tensor_map(p.a, p.in_dtype, p.n, p.a_cols, Tile::kBM, BS);
+    map_out = tensor_map(p.out, p.out_dtype, p.n, p.out_cols, Tile::kWgRows, Tile::kOutCols);
+  }
   const CUtensorMap map_w = tensor_map(p.w, p.in_dtype, static_cast<uint64_t>(p.nnz) * BS, BS, BS, BS);
-  const CUtensorMap map_out = tensor_map(p.out, p.out_dtype, p.n, p.out_cols, Tile::kWgRows, Tile::kOutCols);
-  constexpr auto kernel = &gather_kernel<T, TO, BS, kTrans, kWGs, kMTiles, kGated, kCols>;
+  constexpr auto kernel = &gather_kernel<T, TO, BS, kTrans, kWGs, kMTiles, kGated, kCols, kConv>;
   const int grid =
       static_cast<int>(std::min<int64_t>(items, persistent_grid<kernel>(Tile::kSmemBytes, Tile::kThreads)));
-  kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(map_a, map_w, map_out, p, static_cast<int>(items));
-  TS_CUDA_LAUNCH_CHECK((kTrans ? "bsmm_dx" : "bsmm"));
+  kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(map_a, map_w, map_out, p, static_cast<int>(items), ct);
+  TS_CUDA_LAUNCH_CHECK((kConv ? (kTrans ? "bsconv_dx" : "bsconv") : (kTrans ? "bsmm_dx" : "bsmm")));
   g_launches.fetch_add(1, std::memory_order_relaxed);
   if (kCols == 2) g_pair_launches.fetch_add(1, std::memory_order_relaxed);
+  if (kConv) g_conv_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
 
 }  // namespace
+
+bool conv_supported(const GatherProduct& p, const ConvIndex& ci, int device) {
+  return conv_tiles_support(ci) && p.gate == nullptr && !p.accumulate && gather_supported(p, device);
+}
 
 bool gather_supported(const GatherProduct& p, int device) {
   return (p.bs == 16 || p.bs == 32 || p.bs == 64) && half_dtype(p.in_dtype) &&
@@ -435,6 +474,7 @@ bool gather_supported(const GatherProduct& p, int device) {
 
 uint64_t launch_count() { return g_launches.load(std::memory_order_relaxed); }
 uint64_t pair_launch_count() { return g_pair_launches.load(std::memory_order_relaxed); }
+uint64_t conv_launch_count() { return g_conv_launches.load(std::memory_order_relaxed); }
 
 bool pairs_pay(const GatherProduct& p) {
   if (!(p.bs == 32 || p.bs == 64) || p.n <= 128 || p.out_dtype != p.in_dtype || !p.pair_work || p.pairs == 0)
@@ -471,6 +511,37 @@ void gather_product(const GatherProduct& p, cudaStream_t stream) {
     // block: on the H200 1.35-1.7x faster than 128 with the TMA-store epilogue, bs 32 and 64,
     // densities 0.1-1) when N passes 128; 128 when N passes 64; else 64 (one consumer
     // warpgroup: an LSTM step's batch; 2x faster there than 256-row items of mostly padding).
+    using I1 = std::integral_constant<int, 1>;
+    using I2 = std::integral_constant<int, 2>;
+    auto with_rows = [&](auto bs, auto trans) {
+      if (p.n > 128) return run(bs, trans, I2{}, I2{});
+      if (p.n > 64) return run(bs, trans, I2{}, I1{});
+      return run(bs, trans, I1{}, I1{});
+    };
+    auto with_bs = [&](auto trans) {
+      if (p.bs == 64) return with_rows(std::integral_constant<int, 64>{}, trans);
+      if (p.bs == 32) return with_rows(std::integral_constant<int, 32>{}, trans);
+      return with_rows(std::integral_constant<int, 16>{}, trans);
+    };
+    if (p.transpose_w) return with_bs(std::true_type{});
+    return with_bs(std::false_type{});
+  });
+}
+
+
+void gather_conv(const GatherProduct& p, const ConvIndex& ci, int64_t batch, cudaStream_t stream) {
+  if (p.n == 0 || p.outs == 0) return;
+  dispatch_types(p.in_dtype, p.out_dtype, [&](auto tin, auto tout) {
+    using T = typename decltype(tin)::type;
+    using TO = typename decltype(tout)::type;
+    auto run = [&](auto bs, auto trans, auto wgs, auto mtiles) {
+      constexpr int BS = decltype(bs)::value;
+      constexpr bool kTrans = decltype(trans)::value;
+      constexpr int kWGs = decltype(wgs)::value, kMTiles = decltype(mtiles)::value;
+      const ConvTiles ct = conv_tiles(ci, batch, kTrans, 64 * kWGs * kMTiles);
+      launch<T, TO, BS, kTrans, kWGs, kMTiles, false, 1, true>(p, stream, &ct);
+    };
+    // Rows per tile as for the matmul (gather_product), by the product's rows.
     using I1 = std::integral_constant<int, 1>;
     using I2 = std::integral_constant<int, 2>;
     auto with_rows = [&](auto bs, auto trans) {

@@ -63,10 +63,10 @@ __device__ __forceinline__ uint64_t mn_major(const uint8_t* p, uint32_t atom_str
   return make_desc(p, atom_stride, 8 * kRowBytes, kRowBytes);
 }
 
-template <class T, class TO, int BS, bool kT>
+template <class T, class TO, int BS, bool kT, bool kConv>
 __global__ void __launch_bounds__(kThreads, 1)
     gradient_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_dy,
-                    BlockGradient p, int parts, int part_steps, float* __restrict__ partial) {
+                    BlockGradient p, int parts, int part_steps, float* __restrict__ partial, ConvTiles ct) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Tile = GradientTile<BS>;
   constexpr int kStages = Tile::kStages, kRing = Tile::kItemRing, kPack = Tile::kPack;
@@ -94,8 +94,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_barrier_init();
   }
   __syncthreads();
-  const int steps = static_cast<int>((p.n + Tile::kKT - 1) / Tile::kKT);
+  const int steps = kConv ? ct.total_tiles : static_cast<int>((p.n + Tile::kKT - 1) / Tile::kKT);
   const int items = p.col_runs * parts;
+  // A convolution's runs are of entries (block at list position q / taps, tap q % taps), and its
+  // blocks k·taps + tap of dw [nnz, taps, bs, bs].
+  const int taps = kConv ? ct.taps : 1;
+  auto block_of = [&](int q) {
+    if constexpr (kConv) return p.col_blocks[q / taps] * taps + q % taps;
+    return p.col_blocks[q];
+  };
 
   if (wg == 0) {
     // Producer: warp 0. Lane 0 takes items (part-major: every run of part 0, the longest first,
@@ -130,20 +137,34 @@ __global__ void __launch_bounds__(kThreads, 1)
         break;
       }
       const int count = w.y, first = w.z * part_steps, last = min(steps, first + part_steps);
-      const int row = lane < count ? p.col_rows[w.x + lane] : 0;  // the block row of lane's block
+      int row = 0, tap = 0;  // the block row (and tap) of lane's block
+      if (lane < count) {
+        const int q = w.x + lane;
+        row = p.col_rows[q / taps];
+        tap = q % taps;
+      }
       for (int step = first; step < last; ++step, ++it) {
         const int s = it % kStages;
         if (lane == 0) {
           mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
           mbar_arrive_expect_tx(&full[s], (1 + count) * Tile::kStripBytes);
-          if constexpr (kT)
+          if constexpr (kConv) {  // the tile's box of dY
+            int32_t at[ConvTiles::kAxes];
+            ct.origin(step, at);
+            tma_load_5d(strip(s, 0), &map_dy, &full[s], w.w * BS, at);
+          } else if constexpr (kT) {
             tma_load_2d(strip(s, 0), &map_dy, &full[s], step * Tile::kKT, w.w * BS);
-          else
+          } else {
             tma_load_2d(strip(s, 0), &map_dy, &full[s], w.w * BS, step * Tile::kKT);
+          }
         }
         __syncwarp();  // the stage is claimed and its byte count set before the copies land
         if (lane < count) {
-          if constexpr (kT)
+          if constexpr (kConv) {  // the box of x that the tile's positions read at the block's tap
+            int32_t at[ConvTiles::kAxes];
+            ct.a_origin(step, tap, at);
+            tma_load_5d(strip(s, 1 + lane), &map_x, &full[s], row * BS, at);
+          } else if constexpr (kT)
             tma_load_2d(strip(s, 1 + lane), &map_x, &full[s], step * Tile::kKT, row * BS);
           else
             tma_load_2d(strip(s, 1 + lane), &map_x, &full[s], row * BS, step * Tile::kKT);
@@ -217,7 +238,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int h = 0; h < 2; ++h) {
         const int i = warp * 16 + g + 8 * h, b = kPack * (2 * c + j) + i / BS;
         if (b >= count) continue;  // the same for every lane of the warp
-        const int64_t k = p.col_blocks[q0 + b];
+        const int64_t k = block_of(q0 + b);
         const float scale = gated ? load_one(static_cast<const T*>(p.gate) + k) : 1.f;
 #pragma unroll
         for (int jj = 0; jj < BS / 8; ++jj) {
@@ -248,7 +269,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             const int b = kPack * (2 * c + j) + (warp * 16 + 8 * h) / BS;
             if (BS == 16 && h == 1) continue;
             const float v = BS == 16 ? gsum[j][0] + gsum[j][1] : gsum[j][h];
-            if (lane == 0 && b < count) store_one(dgate + p.col_blocks[q0 + b], v);
+            if (lane == 0 && b < count) store_one(dgate + block_of(q0 + b), v);
           }
       } else {
         // [parity][c][j][warp]: an item's sums are read before the barrier of the item after
@@ -265,7 +286,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           float v = 0.f;
 #pragma unroll
           for (int m = 0; m < kWarpsPerBlock; ++m) v += sums[4 * j + sb * kWarpsPerBlock + m];
-          if (b < count) store_one(dgate + p.col_blocks[q0 + b], v);
+          if (b < count) store_one(dgate + block_of(q0 + b), v);
         }
       }
     }
@@ -326,16 +347,24 @@ int choose_parts(const BlockGradient& g, int steps, int grid) {
   return best;
 }
 
-template <class T, class TO, int BS, bool kT>
-void launch(const BlockGradient& g, int device, cudaStream_t stream) {
+// conv: the convolution's tiles of 64 output positions (conv_tiles.h) for bsconv_dw; nullptr: bsmm_dw.
+template <class T, class TO, int BS, bool kT, bool kConv = false>
+void launch(const BlockGradient& g, int device, cudaStream_t stream, const ConvTiles* conv = nullptr) {
   using Tile = GradientTile<BS>;
-  const CUtensorMap map_x = kT ? tensor_map(g.x, g.in_dtype, g.C, g.n, BS, Tile::kKT)
-                               : tensor_map(g.x, g.in_dtype, g.n, g.C, Tile::kKT, BS);
-  const CUtensorMap map_dy = kT ? tensor_map(g.dy, g.in_dtype, g.K, g.n, BS, Tile::kKT)
-                                : tensor_map(g.dy, g.in_dtype, g.n, g.K, Tile::kKT, BS);
-  constexpr auto kernel = &gradient_kernel<T, TO, BS, kT>;
+  CUtensorMap map_x, map_dy;
+  ConvTiles ct{};
+  if constexpr (kConv) {
+    ct = *conv;
+    map_x = conv_map(g.x, g.in_dtype, g.C, ct.a_ext, BS, ct.box);
+    map_dy = conv_map(g.dy, g.in_dtype, g.K, ct.ext, BS, ct.box);
+  } else {
+    map_x = kT ? tensor_map(g.x, g.in_dtype, g.C, g.n, BS, Tile::kKT) : tensor_map(g.x, g.in_dtype, g.n, g.C, Tile::kKT, BS);
+    map_dy = kT ? tensor_map(g.dy, g.in_dtype, g.K, g.n, BS, Tile::kKT)
+                : tensor_map(g.dy, g.in_dtype, g.n, g.K, Tile::kKT, BS);
+  }
+  constexpr auto kernel = &gradient_kernel<T, TO, BS, kT, kConv>;
   const int persistent = persistent_grid<kernel>(Tile::kSmemBytes);
-  const int steps = static_cast<int>((g.n + Tile::kKT - 1) / Tile::kKT);
+  const int steps = kConv ? ct.total_tiles : static_cast<int>((g.n + Tile::kKT - 1) / Tile::kKT);
   const int chosen = choose_parts<BS>(g, steps, persistent);
   const int part_steps = (steps + chosen - 1) / chosen;
   const int parts = (steps + part_steps - 1) / part_steps;  // every part has rows
@@ -346,8 +375,8 @@ void launch(const BlockGradient& g, int device, cudaStream_t stream) {
     partial = empty({parts * elems}, TensorOptions(DType::f32).device(Device::cuda(device)));
   const int grid = static_cast<int>(std::min<int64_t>(static_cast<int64_t>(g.col_runs) * parts, persistent));
   kernel<<<grid, kThreads, Tile::kSmemBytes, stream>>>(map_x, map_dy, g, parts, part_steps,
-                                                       parts > 1 ? static_cast<float*>(partial.data_ptr()) : nullptr);
-  TS_CUDA_LAUNCH_CHECK("bsmm_dw");
+                                                       parts > 1 ? static_cast<float*>(partial.data_ptr()) : nullptr, ct);
+  TS_CUDA_LAUNCH_CHECK((kConv ? "bsconv_dw" : "bsmm_dw"));
   if (parts > 1 && g.gate != nullptr) {
     launch_bsmm_gate_epilogue<float, T, TO>(static_cast<const float*>(partial.data_ptr()), parts, g.nnz, BS, g.w,
                                              g.gate, g.dw, g.dgate, g.accumulate, stream);
@@ -360,6 +389,7 @@ void launch(const BlockGradient& g, int device, cudaStream_t stream) {
     TS_CUDA_LAUNCH_CHECK("bsmm_dw (sum of parts)");
   }
   g_launches.fetch_add(1, std::memory_order_relaxed);
+  if (kConv) g_conv_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -390,6 +420,26 @@ void block_gradient(const BlockGradient& g, int device, cudaStream_t stream) {
       default:
         if (g.transposed) return launch<T, TO, 8, true>(g, device, stream);
         return launch<T, TO, 8, false>(g, device, stream);
+    }
+  });
+}
+
+
+bool conv_gradient_supported(const BlockGradient& g, const ConvIndex& ci, int device) {
+  return conv_tiles_support(ci) && g.gate == nullptr && !g.transposed && gradient_supported(g, device);
+}
+
+void conv_gradient(const BlockGradient& g, const ConvIndex& ci, int64_t batch, int device, cudaStream_t stream) {
+  if (g.col_runs == 0) return;
+  const ConvTiles ct = conv_tiles(ci, batch, /*dx=*/false, GradientTile<64>::kKT);
+  dispatch_types(g.in_dtype, g.out_dtype, [&](auto tin, auto tout) {
+    using T = typename decltype(tin)::type;
+    using TO = typename decltype(tout)::type;
+    switch (g.bs) {
+      case 64: return launch<T, TO, 64, false, true>(g, device, stream, &ct);
+      case 32: return launch<T, TO, 32, false, true>(g, device, stream, &ct);
+      case 16: return launch<T, TO, 16, false, true>(g, device, stream, &ct);
+      default: return launch<T, TO, 8, false, true>(g, device, stream, &ct);
     }
   });
 }

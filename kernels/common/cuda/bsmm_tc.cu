@@ -24,7 +24,39 @@ Path path_override() {
   return Path::automatic;
 }
 
+// The convolution kernels run only when TESSERA_BSCONV_TC=1 until they are checked on an H200
+// (see bsmm_tc.h).
+bool conv_opted_in() {
+  const char* e = std::getenv("TESSERA_BSCONV_TC");
+  return e && std::strcmp(e, "1") == 0;
+}
+
 }  // namespace
+
+bool run_conv(const GatherProduct& p, const ConvIndex& ci, int64_t batch, int device, cudaStream_t stream) {
+#ifdef TESSERA_HAVE_SM90A
+  if (conv_opted_in() && path_override() == Path::automatic && sm90::conv_supported(p, ci, device)) {
+    sm90::gather_conv(p, ci, batch, stream);
+    return true;
+  }
+#else
+  (void)p, (void)ci, (void)batch, (void)device, (void)stream;
+#endif
+  return false;
+}
+
+bool run_conv_gradient(const BlockGradient& g, const ConvIndex& ci, int64_t batch, int device,
+                       cudaStream_t stream) {
+#ifdef TESSERA_HAVE_SM90A
+  if (conv_opted_in() && path_override() == Path::automatic && sm90::conv_gradient_supported(g, ci, device)) {
+    sm90::conv_gradient(g, ci, batch, device, stream);
+    return true;
+  }
+#else
+  (void)g, (void)ci, (void)batch, (void)device, (void)stream;
+#endif
+  return false;
+}
 
 bool have_sm90_kernels() {
 #ifdef TESSERA_HAVE_SM90A
@@ -80,6 +112,7 @@ uint64_t bsmm_launches(BsmmKernel kernel) {
   if (kernel == BsmmKernel::sm80) return sm80::launch_count();
 #ifdef TESSERA_HAVE_SM90A
   if (kernel == BsmmKernel::sm90_pairs) return sm90::pair_launch_count();
+  if (kernel == BsmmKernel::sm90_conv) return sm90::conv_launch_count();
   return sm90::launch_count();
 #else
   return 0;

@@ -35,6 +35,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/common/conv_index.h"
 
 namespace tessera {
 namespace cuda {
@@ -102,14 +103,24 @@ struct BlockGradient {
 /// transposes, into temporaries.
 bool gradient_wants_transposed(const BlockGradient& g, int device);
 
-/// The kernel families, for launch counts (sm90_pairs: the sm_90a gather kernel's column pairs,
-/// also counted as sm90).
-enum class BsmmKernel { sm80, sm90, sm90_pairs };
+/// The kernel families, for launch counts (sm90_pairs: the sm_90a gather kernel's column pairs;
+/// sm90_conv: the sm_90a kernels in convolution mode; both also counted as sm90).
+enum class BsmmKernel { sm80, sm90, sm90_pairs, sm90_conv };
 
 /// Runs p / g on the kernel the rule above picks; false (nothing launched) when no tensor-core
 /// kernel takes it.
 bool run_gather(const GatherProduct& p, int device, cudaStream_t stream);
 bool run_gradient(const BlockGradient& g, int device, cudaStream_t stream);
+
+/// The block-sparse convolutions (bsconv, bsconv_dx; bsconv_dw) on the sm_90a kernels in
+/// convolution mode (bsmm_sm90.h's gather_conv / conv_gradient: stride 1, bf16/f16, bs 16-64 for
+/// bsconv and bsconv_dx, 8-64 for bsconv_dw, no gate), over `batch` samples of geometry ci;
+/// false (nothing launched) where they do not take the call: the op's scalar kernel runs. Not
+/// yet checked on a GPU, so taken only when TESSERA_BSCONV_TC=1 (read on every call), and never
+/// under TESSERA_BSMM_PATH=sm80 or simt.
+bool run_conv(const GatherProduct& p, const ConvIndex& ci, int64_t batch, int device, cudaStream_t stream);
+bool run_conv_gradient(const BlockGradient& g, const ConvIndex& ci, int64_t batch, int device,
+                       cudaStream_t stream);
 
 /// Launches of a kernel family so far in this process (all devices): tests check with it which
 /// kernel a call took.

@@ -45,7 +45,7 @@ struct Found {
   HostCounts host;
 };
 
-using Key = std::pair<const void*, int>;  // (layout address, device)
+using Key = std::tuple<const void*, int, int>;  // (layout address, device, variant: 0, or a convolution's taps)
 
 std::mutex g_mutex;
 // Never destroyed: layouts held in static objects may run kernels until the process ends.
@@ -61,7 +61,7 @@ void append(std::vector<int32_t>& all, const std::vector<int32_t>& part) {
 // The device tables of `layout` on `device`, packed by `pack` and uploaded on a miss. `what`
 // describes the layout in errors.
 Found lookup(const std::shared_ptr<const void>& layout, int device, const std::function<Packed()>& pack,
-             const std::function<std::string()>& what) {
+             const std::function<std::string()>& what, int variant = 0) {
   std::lock_guard<std::mutex> lock(g_mutex);
   auto& c = cache();
   set_device(device);
@@ -73,7 +73,7 @@ Found lookup(const std::shared_ptr<const void>& layout, int device, const std::f
     for (auto it = c.begin(); it != c.end();) it = it->second.owner.expired() ? c.erase(it) : std::next(it);
     set_device(device);
   }
-  const Key key{layout.get(), device};
+  const Key key{layout.get(), device, variant};
   auto it = c.find(key);
   if (it != c.end() && !it->second.owner.expired())
     return {static_cast<const int32_t*>(it->second.tables.data_ptr()), it->second.host};
@@ -118,6 +118,20 @@ std::vector<int32_t> col_runs(const BlockLayout& l, int32_t run) {
   for (size_t c = 0; c + 1 < col_ptr.size(); ++c)
     for (int32_t q = col_ptr[c]; q < col_ptr[c + 1]; q += run)
       runs.push_back({q, std::min(run, col_ptr[c + 1] - q), static_cast<int32_t>(c)});
+  std::stable_sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a[1] > b[1]; });
+  std::vector<int32_t> out;
+  for (const auto& r : runs) out.insert(out.end(), r.begin(), r.end());
+  return out;
+}
+
+// col_runs over the lists with every block's taps as entries (entry q: the block at list
+// position q / taps, tap q % taps): runs of at most `run` consecutive entries, longest first.
+std::vector<int32_t> conv_col_runs(const BlockLayout& l, int32_t taps, int32_t run) {
+  std::vector<std::array<int32_t, 3>> runs;
+  const auto& col_ptr = l.col_ptr();
+  for (size_t c = 0; c + 1 < col_ptr.size(); ++c)
+    for (int32_t q = col_ptr[c] * taps; q < col_ptr[c + 1] * taps; q += run)
+      runs.push_back({q, std::min(run, col_ptr[c + 1] * taps - q), static_cast<int32_t>(c)});
   std::stable_sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a[1] > b[1]; });
   std::vector<int32_t> out;
   for (const auto& r : runs) out.insert(out.end(), r.begin(), r.end());
@@ -225,6 +239,22 @@ BlockTables device_tables(const LayoutPtr& layout, int device) {
     t.row_pairs = {rp, rp + 3 * row_pairs, row_pairs, found.host[kRowPairSteps]};
   }
   return t;
+}
+
+ConvRuns conv_dw_runs(const LayoutPtr& layout, int32_t taps, int device) {
+  const BlockLayout& l = *layout;
+  TS_CHECK(taps >= 1, ValueError, "conv_dw_runs: taps " << taps << " < 1");
+  const Found found = lookup(
+      layout, device,
+      [&] {
+        Packed packed;
+        packed.device = conv_col_runs(l, taps, dw_col_run_size(l.block_size()));
+        packed.host[kDwRuns] = static_cast<int64_t>(packed.device.size() / 3);
+        if (packed.device.empty()) packed.device.push_back(0);  // no zero-size upload
+        return packed;
+      },
+      [&] { return l.str() + " (convolution runs, " + std::to_string(taps) + " taps)"; }, taps);
+  return {found.base, static_cast<int32_t>(found.host[kDwRuns])};
 }
 
 AttentionTables device_tables(const AttentionLayoutPtr& layout, int device) {

@@ -1,0 +1,240 @@
+// Block-sparse convolution on the GPU (CUDA builds with cuDNN only) against cuDNN's dense
+// convolution of the same shape, measured in the same run.
+//
+//   bsconv_gpu [--shapes n64h56c256,n32h28c512] [--block-sizes 32,64] [--densities 0.1,0.25,0.5,1]
+//              [--path tc|scalar] [--repeats N] [--quick] [--json FILE]
+//
+// Per shape (N × H × H × C → C channels, 3×3 filter, same padding, stride 1, bf16, channels
+// last), cuDNN's forward, data gradient and filter gradient with the fastest algorithm that
+// cudnnFind*AlgorithmEx reports (tensor-op math, f32 accumulation, its workspace from tessera's
+// pool); then per block size and density a random layout (seed 1234) and tessera's bsconv,
+// bsconv_dx and bsconv_dw. --path tc sets TESSERA_BSCONV_TC=1 (the tensor-core kernels of
+// bsmm_tc.h's run_conv; the default), scalar unsets it.
+// Figures: median ms over --repeats timings of 10 back-to-back calls each (then synchronized;
+// divided by 10); useful TFLOP/s counting the stored blocks only (2·N·H·W·9·nnz·bs² flops); the
+// ratio is useful-frac = cuDNN's time × density / tessera's time (1: the sparse convolution runs
+// at cuDNN's dense speed per useful flop; the target is 0.5 at density ≥ 0.25).
+// Exit codes: 0; 1 on an error; 2 on a bad flag or value. Without a CUDA device: one line, exit 1
+// (exit 0 under --quick).
+#include <CLI/CLI.hpp>
+#include <cudnn.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "common/bench_report.h"
+#include "core/cuda/runtime.h"
+#include "core/random.h"
+#include "core/sparse/generators.h"
+#include "kernels/common/cuda/dnn.h"
+#include "kernels/ops.h"
+
+#if !defined(TESSERA_WITH_CUDA) || !defined(TESSERA_HAVE_CUDNN)
+#error "bsconv_gpu needs tessera's CUDA backend with cuDNN (bench/CMakeLists.txt builds it only then)"
+#endif
+
+using namespace tessera;
+
+namespace {
+
+struct ConvShape {
+  std::string name;
+  int64_t n, h, c;
+};
+
+// "n64h56c256": N 64, 56 × 56, 256 channels.
+ConvShape parse_shape(const std::string& s) {
+  long long n = 0, h = 0, c = 0;
+  char tail = 0;
+  TS_CHECK(std::sscanf(s.c_str(), "n%lldh%lldc%lld%c", &n, &h, &c, &tail) == 3 && n > 0 && h > 0 && c > 0, ValueError,
+           "bsconv_gpu: bad shape '" << s << "' (want e.g. n64h56c256)");
+  return {s, n, h, c};
+}
+
+constexpr int kInner = 10;  // calls per timing
+
+// Median ms of one call of fn over `repeats` timings of kInner back-to-back calls.
+double time_ms(const std::function<void()>& fn, int repeats) {
+  return bench::time_median_ms(
+             [&] {
+               for (int i = 0; i < kInner; ++i) fn();
+               cuda::synchronize(0);
+             },
+             1, repeats) /
+         kInner;
+}
+
+// cuDNN's dense 3x3 same convolution of shape s (NHWC bf16, filter KRSC) and its two gradients,
+// each with the fastest algorithm cudnnFind*AlgorithmEx reports.
+class CudnnConv {
+ public:
+  CudnnConv(const ConvShape& s, const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& dx, const Tensor& dw)
+      : h_(cuda::dnn_handle(0)), x_(x), w_(w), y_(y), dx_(dx), dw_(dw) {
+    TS_CUDNN_CHECK(cudnnCreateTensorDescriptor(&xd_));
+    TS_CUDNN_CHECK(cudnnCreateTensorDescriptor(&yd_));
+    TS_CUDNN_CHECK(cudnnCreateFilterDescriptor(&wd_));
+    TS_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&cd_));
+    const int n = static_cast<int>(s.n), c = static_cast<int>(s.c), hw = static_cast<int>(s.h);
+    TS_CUDNN_CHECK(cudnnSetTensor4dDescriptor(xd_, CUDNN_TENSOR_NHWC, CUDNN_DATA_BFLOAT16, n, c, hw, hw));
+    TS_CUDNN_CHECK(cudnnSetTensor4dDescriptor(yd_, CUDNN_TENSOR_NHWC, CUDNN_DATA_BFLOAT16, n, c, hw, hw));
+    TS_CUDNN_CHECK(cudnnSetFilter4dDescriptor(wd_, CUDNN_DATA_BFLOAT16, CUDNN_TENSOR_NHWC, c, c, 3, 3));
+    TS_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(cd_, 1, 1, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    TS_CUDNN_CHECK(cudnnSetConvolutionMathType(cd_, CUDNN_TENSOR_OP_MATH));
+    workspace_ = empty({kWorkspaceBytes}, TensorOptions(DType::u8).device(Device::cuda(0)));
+    void* ws = workspace_.data_ptr();
+    int got = 0;
+    cudnnConvolutionFwdAlgoPerf_t fwd[8];
+    TS_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h_, xd_, x.data_ptr(), wd_, w.data_ptr(), cd_, yd_,
+                                                          y.data_ptr(), 8, &got, fwd, ws, kWorkspaceBytes));
+    fwd_ = best(fwd, got, "forward").algo;
+    cudnnConvolutionBwdDataAlgoPerf_t bwd_data[8];
+    TS_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h_, wd_, w.data_ptr(), yd_, y.data_ptr(), cd_, xd_,
+                                                               dx.data_ptr(), 8, &got, bwd_data, ws, kWorkspaceBytes));
+    data_ = best(bwd_data, got, "data gradient").algo;
+    cudnnConvolutionBwdFilterAlgoPerf_t bwd_filter[8];
+    TS_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h_, xd_, x.data_ptr(), yd_, y.data_ptr(), cd_, wd_,
+                                                                 dw.data_ptr(), 8, &got, bwd_filter, ws,
+                                                                 kWorkspaceBytes));
+    filter_ = best(bwd_filter, got, "filter gradient").algo;
+  }
+  ~CudnnConv() {
+    cudnnDestroyConvolutionDescriptor(cd_);
+    cudnnDestroyFilterDescriptor(wd_);
+    cudnnDestroyTensorDescriptor(yd_);
+    cudnnDestroyTensorDescriptor(xd_);
+  }
+  CudnnConv(const CudnnConv&) = delete;
+  CudnnConv& operator=(const CudnnConv&) = delete;
+
+  void forward() {
+    TS_CUDNN_CHECK(cudnnConvolutionForward(h_, &one_, xd_, x_.data_ptr(), wd_, w_.data_ptr(), cd_, fwd_,
+                                           workspace_.data_ptr(), kWorkspaceBytes, &zero_, yd_, y_.data_ptr()));
+  }
+  // dy is y's buffer (any values serve a timing)
+  void data_gradient() {
+    TS_CUDNN_CHECK(cudnnConvolutionBackwardData(h_, &one_, wd_, w_.data_ptr(), yd_, y_.data_ptr(), cd_, data_,
+                                                workspace_.data_ptr(), kWorkspaceBytes, &zero_, xd_, dx_.data_ptr()));
+  }
+  void filter_gradient() {
+    TS_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h_, &one_, xd_, x_.data_ptr(), yd_, y_.data_ptr(), cd_, filter_,
+                                                  workspace_.data_ptr(), kWorkspaceBytes, &zero_, wd_, dw_.data_ptr()));
+  }
+
+ private:
+  static constexpr int64_t kWorkspaceBytes = int64_t{1} << 30;
+  template <class Perf>
+  static const Perf& best(const Perf* p, int n, const char* what) {
+    for (int i = 0; i < n; ++i)
+      if (p[i].status == CUDNN_STATUS_SUCCESS && p[i].memory <= static_cast<size_t>(kWorkspaceBytes)) return p[i];
+    TS_THROW(DeviceError, "bsconv_gpu: cuDNN found no " << what << " algorithm for this shape");
+  }
+  cudnnHandle_t h_;
+  Tensor x_, w_, y_, dx_, dw_, workspace_;
+  cudnnTensorDescriptor_t xd_{}, yd_{};
+  cudnnFilterDescriptor_t wd_{};
+  cudnnConvolutionDescriptor_t cd_{};
+  cudnnConvolutionFwdAlgo_t fwd_{};
+  cudnnConvolutionBwdDataAlgo_t data_{};
+  cudnnConvolutionBwdFilterAlgo_t filter_{};
+  const float one_ = 1.f, zero_ = 0.f;
+};
+
+void bench_shape(bench::BenchReport& report, const ConvShape& s, const std::vector<int64_t>& block_sizes,
+                 const std::vector<double>& densities, int repeats) {
+  const Device dev = Device::cuda(0);
+  const ConvGeometry g = conv_geometry({s.h, s.h}, {3, 3}, {1}, {1}, ConvPadding::same);
+  const std::vector<int64_t> spatial{s.h, s.h};
+  Generator gen(7);
+  auto on_gpu = [&](const Shape& shape, double stdev) {
+    return cast(normal(shape, 0, stdev, gen), DType::bf16).to(dev);
+  };
+  const Tensor x = on_gpu({s.n, s.h, s.h, s.c}, 1), dy = on_gpu({s.n, s.h, s.h, s.c}, 1);
+  // cuDNN: the dense convolution of the same shape
+  const Tensor wd = on_gpu({s.c, 3, 3, s.c}, 0.02);
+  const TensorOptions bf16 = TensorOptions(DType::bf16).device(dev);
+  Tensor y = empty(x.shape(), bf16), dx = empty(x.shape(), bf16), dwd = empty(wd.shape(), bf16);
+  CudnnConv dnn(s, x, wd, y, dx, dwd);
+  const double dense_ms[3] = {time_ms([&] { dnn.forward(); }, repeats), time_ms([&] { dnn.data_gradient(); }, repeats),
+                              time_ms([&] { dnn.filter_gradient(); }, repeats)};
+  const double positions = static_cast<double>(s.n * s.h * s.h);
+  const char* passes[3] = {"fwd (bsconv)", "dgrad (bsconv_dx)", "wgrad (bsconv_dw)"};
+  for (int p = 0; p < 3; ++p) {
+    char base[64];
+    std::snprintf(base, sizeof base, "cuDNN dense %.3f ms", dense_ms[p]);
+    report.add({passes[p], s.name + " cuDNN dense", dense_ms[p], 2.0 * positions * 9 * s.c * s.c / dense_ms[p] * 1e-9,
+                "TFLOP/s", 0, base});
+  }
+  for (int64_t bs : block_sizes)
+    for (double d : densities) {
+      const LayoutPtr l = d < 1 ? random_layout(s.c, s.c, bs, d, 1234) : dense_layout(s.c, s.c, bs);
+      const Tensor w = on_gpu(detail::bsconv_weight_shape(*l, g), 0.02);
+      Tensor dw = empty(w.shape(), bf16);
+      const std::function<void()> calls[3] = {
+          [&] { call_out<op::BsConv>({l, g, false}, {x, w}, {y}); },
+          [&] { call_out<op::BsConvDx>({l, g, spatial, false}, {dy, w}, {dx}); },
+          [&] { call_out<op::BsConvDw>({l, g, false}, {x, dy}, {dw}); }};
+      const double useful = 2.0 * positions * 9 * static_cast<double>(l->nnz()) * bs * bs;
+      char shape[96];
+      std::snprintf(shape, sizeof shape, "%s bs%lld d=%.3f", s.name.c_str(), static_cast<long long>(bs), l->density());
+      for (int p = 0; p < 3; ++p) {
+        const double ms = time_ms(calls[p], repeats);
+        char base[64];
+        std::snprintf(base, sizeof base, "useful-frac vs cuDNN %.3f ms", dense_ms[p]);
+        // value: useful TFLOP/s; baseline chosen so that value / baseline = useful-frac
+        const double tflops = useful / ms * 1e-9, frac = dense_ms[p] * l->density() / ms;
+        report.add({passes[p], shape, ms, tflops, "TFLOP/s", tflops / frac, base});
+      }
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tessera block-sparse convolution GPU benchmark (against cuDNN)"};
+  std::vector<std::string> shapes{"n64h56c256", "n32h28c512"};
+  std::vector<int64_t> block_sizes{32, 64};
+  std::vector<double> densities{0.1, 0.25, 0.5, 1.0};
+  std::string path = "tc", json;
+  int repeats = 10;
+  bool quick = false;
+  app.add_option("--shapes", shapes, "nNhHcC: N × H × H × C → C")->delimiter(',');
+  app.add_option("--block-sizes", block_sizes, "block sizes")->delimiter(',')->check(CLI::IsMember({8, 16, 32, 64}));
+  app.add_option("--densities", densities, "layout densities")->delimiter(',')->check(CLI::Range(0.0, 1.0));
+  app.add_option("--path", path, "tc: the tensor-core kernels (TESSERA_BSCONV_TC=1); scalar: the scalar ones")
+      ->check(CLI::IsMember({"tc", "scalar"}));
+  app.add_option("--repeats", repeats, "timings per figure (median reported)")->check(CLI::PositiveNumber);
+  app.add_flag("--quick", quick, "one small shape (a smoke run)");
+  app.add_option("--json", json, "also write the figures to this JSON file");
+  if (const int rc = bench::parse_flags(app, argc, argv); rc >= 0) return rc;
+  if (!cuda_available()) {
+    std::cerr << "bsconv_gpu: no CUDA device\n";
+    return quick ? 0 : 1;
+  }
+  try {
+    if (path == "tc")
+      setenv("TESSERA_BSCONV_TC", "1", 1);
+    else
+      unsetenv("TESSERA_BSCONV_TC");
+    if (quick) {
+      shapes = {"n4h14c64"};
+      block_sizes = {32};
+      densities = {0.5};
+      repeats = 2;
+    }
+    bench::BenchReport report("bsconv_gpu");
+    report.note("dtype", "bf16, f32 accumulation");
+    report.note("path", path);
+    report.note("filter", "3x3, same padding, stride 1");
+    for (const std::string& s : shapes) bench_shape(report, parse_shape(s), block_sizes, densities, repeats);
+    report.print(std::cout);
+    if (!json.empty()) report.write_json(json);
+  } catch (const std::exception& e) {
+    std::cerr << "bsconv_gpu: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

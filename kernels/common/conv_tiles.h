@@ -1,0 +1,119 @@
+// The output tiles of the tensor-core convolution kernels (bsmm_sm90_gather.cu and
+// bsmm_sm90_gradient.cu in conv mode), shared by the host that plans them, the kernels that walk
+// them and a CPU test that replays the walk (tests/bsconv_tiles_test.cpp).
+//
+// A stride-1 block-sparse convolution is a block-sparse product whose A strips are shifted boxes
+// of the input: output rows are the positions (n, o) of one tile, a box of `box` positions over
+// the axes (innermost spatial first, batch last), and for tap t the A strip is the same box of
+// A's positions moved by the tap's offset; the bulk tensor copy (TMA) of a 5-D tensor map
+// [N, s0, s1, s2, channels] fills what lies outside A with zeros, which is the padding. So
+//
+//   forward: out = y over the output sizes, A = x over the input sizes,
+//            a = o − pad_lo + k·dilation                       (per spatial axis, k the tap's index)
+//   dx:      out = dx over the input sizes, A = dy over the output sizes,
+//            a = i + pad_lo − k·dilation                       (the transposed convolution)
+//   dW:      rows = the output positions (dY's boxes), A = x as in the forward.
+//
+// Positions outside `ext` within a tile are never stored (the copies of the out-of-range part
+// of a box read zeros, the TMA store clips). Tile extents are powers of two whose product is
+// the kernel's rows per tile; for two consumer warpgroups the outermost axis with more than one
+// position is halved, so that each warpgroup's rows are a box of their own to store.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/common/conv_index.h"
+
+namespace tessera {
+
+struct ConvTiles {
+  static constexpr int kAxes = 4;  ///< spatial innermost first (unused ones of size 1), then the batch
+  int32_t ext[kAxes];              ///< the product's output positions per axis
+  int32_t a_ext[kAxes];            ///< A's positions per axis
+  int32_t box[kAxes];              ///< one tile's positions per axis (their product: the rows per tile)
+  int32_t tiles[kAxes];            ///< tiles per axis: ceil(ext / box)
+  int32_t total_tiles;
+  int32_t split;                   ///< the axis halved per consumer warpgroup (of two)
+  int32_t taps;
+  int32_t kernel[3];               ///< taps per spatial axis (innermost first)
+  int32_t off_base[3], off_step[3];///< A's coordinate = out coordinate + off_base + k·off_step
+
+  /// The first position (per axis) of tile mt.
+  TS_CONV_HD void origin(int64_t mt, int32_t (&c)[kAxes]) const {
+    for (int a = 0; a < kAxes; ++a) {
+      c[a] = static_cast<int32_t>(mt % tiles[a]) * box[a];
+      mt /= tiles[a];
+    }
+  }
+  /// The first position of A's box for tap t of tile mt (spatial coordinates may be negative or
+  /// past A's end: the copy reads zeros there).
+  TS_CONV_HD void a_origin(int64_t mt, int32_t t, int32_t (&c)[kAxes]) const {
+    origin(mt, c);
+    for (int a = 0; a < 3; ++a) {
+      const int32_t k = t % kernel[a];
+      t /= kernel[a];
+      c[a] += off_base[a] + k * off_step[a];
+    }
+  }
+  /// The box that consumer warpgroup wg of `groups` (1 or 2) stores: its first position and extents.
+  TS_CONV_HD void store_box(int64_t mt, int wg, int groups, int32_t (&c)[kAxes], int32_t (&extent)[kAxes]) const {
+    origin(mt, c);
+    for (int a = 0; a < kAxes; ++a) {  // no indexing by `split`: the arrays stay in registers
+      const bool halved = groups == 2 && a == split;
+      extent[a] = halved ? box[a] / 2 : box[a];
+      if (halved) c[a] += wg * extent[a];
+    }
+  }
+};
+
+namespace conv_tiles_detail {
+inline int32_t pow2_at_least(int64_t v, int32_t cap) {
+  int32_t p = 1;
+  while (p < v && p < cap) p *= 2;
+  return p;
+}
+}  // namespace conv_tiles_detail
+
+/// Whether the tensor-core kernels take convolution ci at all: stride 1 in every dimension and at
+/// most 64 taps (dilation, padding and kernel sizes are free).
+inline bool conv_tiles_support(const ConvIndex& ci) {
+  for (int d = 0; d < ci.dims; ++d)
+    if (ci.stride[d] != 1) return false;
+  return ci.taps <= 64;
+}
+
+/// The tiles of `rows` positions (64, 128 or 256) over a batch of `batch` samples of ci: the
+/// forward's (dx = false: out = ci.out, A = ci.in) or the input gradient's (dx = true: out =
+/// ci.in, A = ci.out). The dW kernel uses the forward's tiles.
+inline ConvTiles conv_tiles(const ConvIndex& ci, int64_t batch, bool dx, int32_t rows) {
+  ConvTiles t{};
+  t.taps = static_cast<int32_t>(ci.taps);
+  for (int a = 0; a < 3; ++a) {
+    const int d = ci.dims - 1 - a;  // the geometry's dimension of axis a (none: a size-1 axis)
+    const bool used = d >= 0;
+    const int64_t out = used ? (dx ? ci.in[d] : ci.out[d]) : 1, in = used ? (dx ? ci.out[d] : ci.in[d]) : 1;
+    t.ext[a] = static_cast<int32_t>(out);
+    t.a_ext[a] = static_cast<int32_t>(in);
+    t.kernel[a] = used ? static_cast<int32_t>(ci.kernel[d]) : 1;
+    const int32_t pad = used ? static_cast<int32_t>(ci.pad_lo[d]) : 0, dil = used ? static_cast<int32_t>(ci.dilation[d]) : 1;
+    t.off_base[a] = dx ? pad : -pad;
+    t.off_step[a] = dx ? -dil : dil;
+  }
+  t.ext[3] = t.a_ext[3] = static_cast<int32_t>(batch);
+  int32_t left = rows;
+  for (int a = 0; a < 3; ++a) {
+    t.box[a] = conv_tiles_detail::pow2_at_least(t.ext[a], left);
+    left /= t.box[a];
+  }
+  t.box[3] = left;
+  t.total_tiles = 1;
+  t.split = 0;
+  for (int a = 0; a < ConvTiles::kAxes; ++a) {
+    t.tiles[a] = (t.ext[a] + t.box[a] - 1) / t.box[a];
+    t.total_tiles *= t.tiles[a];
+    if (t.box[a] > 1) t.split = a;
+  }
+  return t;
+}
+
+}  // namespace tessera

@@ -1,0 +1,170 @@
+// The tiles of the tensor-core convolution kernels (conv_tiles.h), replayed on the CPU: every
+// tile's shifted A boxes (zeros outside A, as the bulk tensor copy fills them) summed over the
+// taps, then stored per warpgroup box (clipped to the output, as the TMA store does), must give
+// the convolution, its input gradient and (the dW kernel's sum over tiles) its filter gradient
+// of ConvIndex's arithmetic, every output position written exactly once. One channel: the
+// channel blocks do not enter the tile arithmetic.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "kernels/common/conv_geometry.h"
+#include "kernels/common/conv_tiles.h"
+
+namespace tessera {
+namespace {
+
+struct Case {
+  std::vector<int64_t> in;
+  ConvGeometry g;
+};
+
+std::vector<Case> cases() {
+  return {{{33}, conv_geometry({33}, {3}, {1}, {4}, ConvPadding::causal)},
+          {{128}, conv_geometry({128}, {3}, {1}, {8}, ConvPadding::causal)},
+          {{300}, conv_geometry({300}, {5}, {1}, {1}, ConvPadding::same)},
+          {{9, 7}, conv_geometry({9, 7}, {3, 3}, {1}, {1}, ConvPadding::same)},
+          {{8, 6}, conv_geometry({8, 6}, {2, 3}, {1}, {2}, ConvPadding::valid)},
+          {{7, 10}, conv_geometry({7, 10}, {3, 2}, {1}, {1}, ConvPadding::explicit_pads, {2, 0}, {0, 3})},
+          {{21, 19}, conv_geometry({21, 19}, {3, 3}, {1}, {2}, ConvPadding::same)},
+          {{5, 4, 6}, conv_geometry({5, 4, 6}, {3, 3, 3}, {1}, {1}, ConvPadding::same)}};
+}
+
+// Position (per axis, conv_tiles.h's order) of row r of a box with extents e.
+void unravel(int64_t r, const int32_t (&e)[ConvTiles::kAxes], int32_t (&off)[ConvTiles::kAxes]) {
+  for (int a = 0; a < ConvTiles::kAxes; ++a) {
+    off[a] = static_cast<int32_t>(r % e[a]);
+    r /= e[a];
+  }
+}
+
+// Flat index of a position within extents `ext`, or -1 outside.
+int64_t flat(const int32_t (&p)[ConvTiles::kAxes], const int32_t (&ext)[ConvTiles::kAxes]) {
+  int64_t f = 0;
+  for (int a = ConvTiles::kAxes - 1; a >= 0; --a) {
+    if (p[a] < 0 || p[a] >= ext[a]) return -1;
+    f = f * ext[a] + p[a];
+  }
+  return f;
+}
+
+int64_t rows_of(const int32_t (&e)[ConvTiles::kAxes]) {
+  int64_t r = 1;
+  for (int32_t v : e) r *= v;
+  return r;
+}
+
+std::vector<double> random_values(int64_t n, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<double> v(static_cast<size_t>(n));
+  for (double& x : v) x = u(gen);
+  return v;
+}
+
+// The kernels' walk: out[tile positions] = Σ_t A[box of tap t]·w[t], stored per warpgroup box.
+std::vector<double> replay_product(const ConvTiles& ct, int groups, const std::vector<double>& a,
+                                   const std::vector<double>& w, std::vector<int>& writes) {
+  const int64_t rows = rows_of(ct.box), out_n = rows_of(ct.ext);
+  std::vector<double> out(static_cast<size_t>(out_n), 0.0);
+  writes.assign(static_cast<size_t>(out_n), 0);
+  for (int64_t mt = 0; mt < ct.total_tiles; ++mt) {
+    std::vector<double> acc(static_cast<size_t>(rows), 0.0);
+    for (int32_t t = 0; t < ct.taps; ++t) {
+      int32_t at[ConvTiles::kAxes];
+      ct.a_origin(mt, t, at);
+      for (int64_t r = 0; r < rows; ++r) {
+        int32_t off[ConvTiles::kAxes], p[ConvTiles::kAxes];
+        unravel(r, ct.box, off);
+        for (int ax = 0; ax < ConvTiles::kAxes; ++ax) p[ax] = at[ax] + off[ax];
+        const int64_t f = flat(p, ct.a_ext);
+        if (f >= 0) acc[static_cast<size_t>(r)] += a[static_cast<size_t>(f)] * w[static_cast<size_t>(t)];
+      }
+    }
+    for (int wg = 0; wg < groups; ++wg) {
+      int32_t at[ConvTiles::kAxes], extent[ConvTiles::kAxes];
+      ct.store_box(mt, wg, groups, at, extent);
+      const int64_t half = rows_of(extent);
+      EXPECT_EQ(half * groups, rows);
+      for (int64_t r = 0; r < half; ++r) {
+        int32_t off[ConvTiles::kAxes], p[ConvTiles::kAxes];
+        unravel(r, extent, off);
+        for (int ax = 0; ax < ConvTiles::kAxes; ++ax) p[ax] = at[ax] + off[ax];
+        const int64_t f = flat(p, ct.ext);
+        if (f < 0) continue;  // the store clips
+        out[static_cast<size_t>(f)] = acc[static_cast<size_t>(wg * half + r)];
+        ++writes[static_cast<size_t>(f)];
+      }
+    }
+  }
+  return out;
+}
+
+TEST(ConvTiles, ReplayedWalkGivesTheConvolutionItsInputGradientAndItsFilterGradient) {
+  for (const Case& c : cases()) {
+    const ConvIndex ci = conv_index(c.g, c.in, "test");
+    ASSERT_TRUE(conv_tiles_support(ci)) << c.g.str();
+    for (int64_t batch : {1, 3}) {
+      const std::vector<double> x = random_values(batch * ci.in_positions, 1);
+      const std::vector<double> dy = random_values(batch * ci.out_positions, 2);
+      const std::vector<double> w = random_values(ci.taps, 3);
+      // References by ConvIndex.
+      std::vector<double> y_ref(static_cast<size_t>(batch * ci.out_positions), 0.0);
+      std::vector<double> dx_ref(static_cast<size_t>(batch * ci.in_positions), 0.0);
+      std::vector<double> dw_ref(static_cast<size_t>(ci.taps), 0.0);
+      for (int64_t row = 0; row < batch * ci.out_positions; ++row)
+        for (int64_t t = 0; t < ci.taps; ++t) {
+          const int64_t i = ci.input_row(row, t);
+          if (i < 0) continue;
+          y_ref[static_cast<size_t>(row)] += x[static_cast<size_t>(i)] * w[static_cast<size_t>(t)];
+          dx_ref[static_cast<size_t>(i)] += dy[static_cast<size_t>(row)] * w[static_cast<size_t>(t)];
+          dw_ref[static_cast<size_t>(t)] += x[static_cast<size_t>(i)] * dy[static_cast<size_t>(row)];
+        }
+      for (int32_t rows : {64, 128, 256}) {
+        const std::string what = c.g.str() + " batch " + std::to_string(batch) + " rows " + std::to_string(rows);
+        for (bool dx : {false, true}) {
+          const ConvTiles ct = conv_tiles(ci, batch, dx, rows);
+          EXPECT_EQ(rows_of(ct.box), rows) << what;
+          for (int32_t b : ct.box) EXPECT_LE(b, 256) << what;
+          std::vector<int> writes;
+          const std::vector<double> got =
+              replay_product(ct, rows == 64 ? 1 : 2, dx ? dy : x, w, writes);
+          const std::vector<double>& ref = dx ? dx_ref : y_ref;
+          ASSERT_EQ(got.size(), ref.size()) << what;
+          for (size_t e = 0; e < ref.size(); ++e) {
+            ASSERT_EQ(writes[e], 1) << what << (dx ? " dx" : " fwd") << " position " << e;
+            ASSERT_NEAR(got[e], ref[e], 1e-12) << what << (dx ? " dx" : " fwd") << " position " << e;
+          }
+        }
+      }
+      // dW: Σ over tiles of 64 output positions of x's box at the tap · dY's box (zeros outside both).
+      const ConvTiles ct = conv_tiles(ci, batch, false, 64);
+      std::vector<double> dw(static_cast<size_t>(ci.taps), 0.0);
+      for (int64_t mt = 0; mt < ct.total_tiles; ++mt)
+        for (int32_t t = 0; t < ct.taps; ++t) {
+          int32_t o0[ConvTiles::kAxes], a0[ConvTiles::kAxes];
+          ct.origin(mt, o0);
+          ct.a_origin(mt, t, a0);
+          for (int64_t r = 0; r < 64; ++r) {
+            int32_t off[ConvTiles::kAxes], po[ConvTiles::kAxes], pa[ConvTiles::kAxes];
+            unravel(r, ct.box, off);
+            for (int ax = 0; ax < ConvTiles::kAxes; ++ax) po[ax] = o0[ax] + off[ax], pa[ax] = a0[ax] + off[ax];
+            const int64_t fo = flat(po, ct.ext), fa = flat(pa, ct.a_ext);
+            if (fo >= 0 && fa >= 0) dw[static_cast<size_t>(t)] += x[static_cast<size_t>(fa)] * dy[static_cast<size_t>(fo)];
+          }
+        }
+      for (int64_t t = 0; t < ci.taps; ++t)
+        EXPECT_NEAR(dw[static_cast<size_t>(t)], dw_ref[static_cast<size_t>(t)], 1e-10) << c.g.str() << " tap " << t;
+    }
+  }
+}
+
+TEST(ConvTiles, StridedOrVeryWideFiltersAreLeftToTheScalarKernels) {
+  EXPECT_FALSE(conv_tiles_support(conv_index(conv_geometry({9, 7}, {3, 3}, {2}, {1}, ConvPadding::same), {9, 7}, "t")));
+  EXPECT_FALSE(conv_tiles_support(conv_index(conv_geometry({9, 9}, {9, 9}, {1}, {1}, ConvPadding::same), {9, 9}, "t")));
+  EXPECT_TRUE(conv_tiles_support(conv_index(conv_geometry({9, 9}, {3, 3}, {1}, {3}, ConvPadding::same), {9, 9}, "t")));
+}
+
+}  // namespace
+}  // namespace tessera
