@@ -19,7 +19,7 @@ build=${TESSERA_BUNDLE_BUILD:-build-gpu}
 arch=${TESSERA_CUDA_ARCH:-90}
 targets=${TESSERA_BUNDLE_TARGETS:-"gpu_tests core_tests kernels_tests layers_tests models_tests optim_tests \
 train_lstm train_transformer train_conv sample inspect ops_cpu executor bsmm_cpu bsconv_cpu train_cpu train_step \
-lstm_step bsmm_gpu attention_gpu decode dp_scaling"}
+lstm_step bsmm_gpu bsconv_gpu attention_gpu decode dp_scaling"}
 
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)

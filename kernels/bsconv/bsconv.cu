@@ -57,7 +57,7 @@ void op::BsConv::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& 
                                 batch * ci.out_positions, l.in_features(), l.out_features(),
                                 static_cast<int32_t>(l.block_cols()), l.nnz() * ci.taps, t.col_work, t.col_blocks,
                                 t.col_rows, t.counter};
-    if (cuda::run_conv(p, ci, batch, dev, cuda::current_stream(y))) return;
+    if (cuda::conv_takes(p, ci, dev)) return cuda::run_conv(p, ci, batch, cuda::current_stream(y));
   }
   const int64_t elems = y.numel();
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((elems + 255) / 256, 1 << 20));

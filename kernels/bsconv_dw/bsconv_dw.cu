@@ -77,14 +77,19 @@ void op::BsConvDw::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>
   const ConvIndex ci = conv_index(attrs.geometry, attrs.geometry.spatial_of(x.shape(), kName, "x"), kName);
   const int dev = dw.device().index;
   const cuda::BlockTables t = cuda::device_tables(attrs.layout, dev);
-  if (x.dtype() == DType::bf16 || x.dtype() == DType::f16) {  // the tensor-core kernel (bsmm_tc.h's run_conv_gradient)
+  if (x.dtype() == DType::bf16 || x.dtype() == DType::f16) {  // the tensor-core kernel (bsmm_tc.h)
     const int64_t batch = x.size(0);
-    const cuda::ConvRuns runs = cuda::conv_dw_runs(attrs.layout, static_cast<int32_t>(ci.taps), dev);
-    const cuda::BlockGradient g{x.dtype(), dw.dtype(), static_cast<int>(l.block_size()), /*accumulate=*/false,
-                                x.data_ptr(), dy.data_ptr(), dw.data_ptr(), batch * ci.out_positions,
-                                l.in_features(), l.out_features(), l.nnz() * ci.taps, t.dw_groups, t.dw_group,
-                                runs.runs, runs.run, t.col_blocks, t.col_rows, t.block_row, t.block_col, t.counter};
-    if (cuda::run_conv_gradient(g, ci, batch, dev, cuda::current_stream(dw))) return;
+    cuda::BlockGradient g{x.dtype(), dw.dtype(), static_cast<int>(l.block_size()), /*accumulate=*/false,
+                          x.data_ptr(), dy.data_ptr(), dw.data_ptr(), batch * ci.out_positions,
+                          l.in_features(), l.out_features(), l.nnz() * ci.taps, t.dw_groups, t.dw_group,
+                          /*col_runs=*/0, /*col_run=*/nullptr, t.col_blocks, t.col_rows, t.block_row, t.block_col,
+                          t.counter};
+    if (cuda::conv_gradient_takes(g, ci, dev)) {
+      const cuda::ConvRuns runs = cuda::conv_dw_runs(attrs.layout, static_cast<int32_t>(ci.taps), dev);
+      g.col_runs = runs.runs;
+      g.col_run = runs.run;
+      return cuda::run_conv_gradient(g, ci, batch, dev, cuda::current_stream(dw));
+    }
   }
   const int64_t tasks = l.nnz() * ci.taps, rows_total = x.size(0) * ci.out_positions;
   TS_CHECK(tasks <= INT32_MAX, ShapeError, kName << ": " << tasks << " (block, tap) pairs are too many for one launch");

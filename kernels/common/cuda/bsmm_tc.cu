@@ -33,29 +33,40 @@ bool conv_opted_in() {
 
 }  // namespace
 
-bool run_conv(const GatherProduct& p, const ConvIndex& ci, int64_t batch, int device, cudaStream_t stream) {
+bool conv_takes(const GatherProduct& p, const ConvIndex& ci, int device) {
 #ifdef TESSERA_HAVE_SM90A
-  if (conv_opted_in() && path_override() == Path::automatic && sm90::conv_supported(p, ci, device)) {
-    sm90::gather_conv(p, ci, batch, stream);
-    return true;
-  }
+  return conv_opted_in() && path_override() == Path::automatic && sm90::conv_supported(p, ci, device);
 #else
-  (void)p, (void)ci, (void)batch, (void)device, (void)stream;
-#endif
+  (void)p, (void)ci, (void)device;
   return false;
+#endif
 }
 
-bool run_conv_gradient(const BlockGradient& g, const ConvIndex& ci, int64_t batch, int device,
-                       cudaStream_t stream) {
+bool conv_gradient_takes(const BlockGradient& g, const ConvIndex& ci, int device) {
 #ifdef TESSERA_HAVE_SM90A
-  if (conv_opted_in() && path_override() == Path::automatic && sm90::conv_gradient_supported(g, ci, device)) {
-    sm90::conv_gradient(g, ci, batch, device, stream);
-    return true;
-  }
+  return conv_opted_in() && path_override() == Path::automatic && sm90::conv_gradient_supported(g, ci, device);
+#else
+  (void)g, (void)ci, (void)device;
+  return false;
+#endif
+}
+
+void run_conv(const GatherProduct& p, const ConvIndex& ci, int64_t batch, cudaStream_t stream) {
+#ifdef TESSERA_HAVE_SM90A
+  sm90::gather_conv(p, ci, batch, stream);
+#else
+  (void)p, (void)ci, (void)batch, (void)stream;
+  TS_THROW(DeviceError, "bsconv: this build has no sm_90a kernels (conv_takes said no)");
+#endif
+}
+
+void run_conv_gradient(const BlockGradient& g, const ConvIndex& ci, int64_t batch, int device, cudaStream_t stream) {
+#ifdef TESSERA_HAVE_SM90A
+  sm90::conv_gradient(g, ci, batch, device, stream);
 #else
   (void)g, (void)ci, (void)batch, (void)device, (void)stream;
+  TS_THROW(DeviceError, "bsconv_dw: this build has no sm_90a kernels (conv_gradient_takes said no)");
 #endif
-  return false;
 }
 
 bool have_sm90_kernels() {

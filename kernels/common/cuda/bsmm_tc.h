@@ -113,14 +113,17 @@ bool run_gather(const GatherProduct& p, int device, cudaStream_t stream);
 bool run_gradient(const BlockGradient& g, int device, cudaStream_t stream);
 
 /// The block-sparse convolutions (bsconv, bsconv_dx; bsconv_dw) on the sm_90a kernels in
-/// convolution mode (bsmm_sm90.h's gather_conv / conv_gradient: stride 1, bf16/f16, bs 16-64 for
-/// bsconv and bsconv_dx, 8-64 for bsconv_dw, no gate), over `batch` samples of geometry ci;
-/// false (nothing launched) where they do not take the call: the op's scalar kernel runs. Not
-/// yet checked on a GPU, so taken only when TESSERA_BSCONV_TC=1 (read on every call), and never
-/// under TESSERA_BSMM_PATH=sm80 or simt.
-bool run_conv(const GatherProduct& p, const ConvIndex& ci, int64_t batch, int device, cudaStream_t stream);
-bool run_conv_gradient(const BlockGradient& g, const ConvIndex& ci, int64_t batch, int device,
-                       cudaStream_t stream);
+/// convolution mode (bsmm_sm90.h's gather_conv / conv_gradient), over `batch` samples of
+/// geometry ci. conv_takes / conv_gradient_takes: whether they take the call (stride 1,
+/// bf16/f16, bs 16-64 for bsconv and bsconv_dx, 8-64 for bsconv_dw, no gate, 16-byte aligned,
+/// compute capability 9.0); otherwise the op's scalar kernel runs. Not yet checked on a GPU, so
+/// they take a call only when TESSERA_BSCONV_TC=1 (read on every call), and never under
+/// TESSERA_BSMM_PATH=sm80 or simt. run_conv_gradient wants g.col_run / g.col_runs from
+/// cuda::conv_dw_runs (layout_tables.h).
+bool conv_takes(const GatherProduct& p, const ConvIndex& ci, int device);
+bool conv_gradient_takes(const BlockGradient& g, const ConvIndex& ci, int device);
+void run_conv(const GatherProduct& p, const ConvIndex& ci, int64_t batch, cudaStream_t stream);
+void run_conv_gradient(const BlockGradient& g, const ConvIndex& ci, int64_t batch, int device, cudaStream_t stream);
 
 /// Launches of a kernel family so far in this process (all devices): tests check with it which
 /// kernel a call took.
