@@ -2,14 +2,15 @@
 // convolution of the same shape, measured in the same run.
 //
 //   bsconv_gpu [--shapes n64h56c256,n32h28c512] [--block-sizes 32,64] [--densities 0.1,0.25,0.5,1]
-//              [--path tc|scalar] [--repeats N] [--quick] [--json FILE]
+//              [--path tc|scalar] [--halo on|off] [--repeats N] [--quick] [--json FILE]
 //
 // Per shape (N × H × H × C → C channels, 3×3 filter, same padding, stride 1, bf16, channels
 // last), cuDNN's forward, data gradient and filter gradient with the fastest algorithm that
 // cudnnFind*AlgorithmEx reports (tensor-op math, f32 accumulation, its workspace from tessera's
 // pool); then per block size and density a random layout (seed 1234) and tessera's bsconv,
 // bsconv_dx and bsconv_dw. --path tc sets TESSERA_BSCONV_TC=1 (the tensor-core kernels of
-// bsmm_tc.h's run_conv; the default), scalar unsets it.
+// bsmm_tc.h's run_conv; the default), scalar unsets it; --halo off sets TESSERA_BSCONV_HALO=0 (the
+// per-tap copies of the input instead of one halo box per block for bsconv and bsconv_dx).
 // Figures: median ms over --repeats timings of 10 back-to-back calls each (then synchronized;
 // divided by 10); useful TFLOP/s counting the stored blocks only (2·N·H·W·9·nnz·bs² flops); the
 // ratio is useful-frac = cuDNN's time × density / tessera's time (1: the sparse convolution runs
@@ -198,7 +199,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> shapes{"n64h56c256", "n32h28c512"};
   std::vector<int64_t> block_sizes{32, 64};
   std::vector<double> densities{0.1, 0.25, 0.5, 1.0};
-  std::string path = "tc", json;
+  std::string path = "tc", halo = "on", json;
   int repeats = 10;
   bool quick = false;
   app.add_option("--shapes", shapes, "nNhHcC: N × H × H × C → C")->delimiter(',');
@@ -206,6 +207,8 @@ int main(int argc, char** argv) {
   app.add_option("--densities", densities, "layout densities")->delimiter(',')->check(CLI::Range(0.0, 1.0));
   app.add_option("--path", path, "tc: the tensor-core kernels (TESSERA_BSCONV_TC=1); scalar: the scalar ones")
       ->check(CLI::IsMember({"tc", "scalar"}));
+  app.add_option("--halo", halo, "on: bsconv and bsconv_dx copy one halo box per block; off: one box per tap")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--repeats", repeats, "timings per figure (median reported)")->check(CLI::PositiveNumber);
   app.add_flag("--quick", quick, "one small shape (a smoke run)");
   app.add_option("--json", json, "also write the figures to this JSON file");
@@ -219,6 +222,10 @@ int main(int argc, char** argv) {
       setenv("TESSERA_BSCONV_TC", "1", 1);
     else
       unsetenv("TESSERA_BSCONV_TC");
+    if (halo == "off")
+      setenv("TESSERA_BSCONV_HALO", "0", 1);
+    else
+      unsetenv("TESSERA_BSCONV_HALO");
     if (quick) {
       shapes = {"n4h14c64"};
       block_sizes = {32};
@@ -228,6 +235,7 @@ int main(int argc, char** argv) {
     bench::BenchReport report("bsconv_gpu");
     report.note("dtype", "bf16, f32 accumulation");
     report.note("path", path);
+    report.note("halo", halo);
     report.note("filter", "3x3, same padding, stride 1");
     for (const std::string& s : shapes) bench_shape(report, parse_shape(s), block_sizes, densities, repeats);
     report.print(std::cout);

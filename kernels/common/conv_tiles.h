@@ -37,6 +37,11 @@ struct ConvTiles {
   int32_t taps;
   int32_t kernel[3];               ///< taps per spatial axis (innermost first)
   int32_t off_base[3], off_step[3];///< A's coordinate = out coordinate + off_base + k·off_step
+  /// The halo box: the positions of A that any tap of a tile reads, box + (kernel − 1)·|off_step|
+  /// per spatial axis (the kernel in halo mode copies it once per block and reads every tap's
+  /// rows from it); its first position is the tile's origin + halo_lo.
+  int32_t halo[kAxes];
+  int32_t halo_lo[3];
 
   /// The first position (per axis) of tile mt.
   TS_CONV_HD void origin(int64_t mt, int32_t (&c)[kAxes]) const {
@@ -55,6 +60,37 @@ struct ConvTiles {
       c[a] += off_base[a] + k * off_step[a];
     }
   }
+  /// The first position of tile mt's halo box.
+  TS_CONV_HD void halo_origin(int64_t mt, int32_t (&c)[kAxes]) const {
+    origin(mt, c);
+    for (int a = 0; a < 3; ++a) c[a] += halo_lo[a];
+  }
+  /// The row of the halo box (rows numbered innermost axis first) that tile row r reads at tap 0's
+  /// corner: halo_row(r) + tap_rows(t) is the row it reads at tap t.
+  TS_CONV_HD int32_t halo_row(int32_t r) const {
+    int32_t row = 0, pitch = 1;
+    for (int a = 0; a < kAxes; ++a) {
+      row += (r % box[a]) * pitch;
+      r /= box[a];
+      pitch *= halo[a];
+    }
+    return row;
+  }
+  TS_CONV_HD int32_t tap_rows(int32_t t) const {
+    int32_t row = 0, pitch = 1;
+    for (int a = 0; a < 3; ++a) {
+      const int32_t k = t % kernel[a];
+      t /= kernel[a];
+      row += (off_base[a] + k * off_step[a] - halo_lo[a]) * pitch;
+      pitch *= halo[a];
+    }
+    return row;
+  }
+  /// Rows of the halo box.
+  TS_CONV_HD int32_t halo_rows() const { return halo[0] * halo[1] * halo[2] * halo[3]; }
+  /// Whether each halo extent fits one TMA box (at most 256 positions).
+  TS_CONV_HD bool halo_fits() const { return halo[0] <= 256 && halo[1] <= 256 && halo[2] <= 256; }
+
   /// The box that consumer warpgroup wg of `groups` (1 or 2) stores: its first position and extents.
   TS_CONV_HD void store_box(int64_t mt, int wg, int groups, int32_t (&c)[kAxes], int32_t (&extent)[kAxes]) const {
     origin(mt, c);
@@ -106,6 +142,12 @@ inline ConvTiles conv_tiles(const ConvIndex& ci, int64_t batch, bool dx, int32_t
     left /= t.box[a];
   }
   t.box[3] = left;
+  for (int a = 0; a < 3; ++a) {
+    const int32_t span = (t.kernel[a] - 1) * t.off_step[a];  // from tap 0's offset to the last tap's
+    t.halo[a] = t.box[a] + (span < 0 ? -span : span);
+    t.halo_lo[a] = t.off_base[a] + (span < 0 ? span : 0);
+  }
+  t.halo[3] = t.box[3];
   t.total_tiles = 1;
   t.split = 0;
   for (int a = 0; a < ConvTiles::kAxes; ++a) {

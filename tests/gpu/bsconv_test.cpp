@@ -104,6 +104,13 @@ uint64_t conv_launches() {
   return 0;
 #endif
 }
+uint64_t halo_launches() {
+#ifdef TESSERA_WITH_CUDA
+  return cuda::bsmm_launches(cuda::BsmmKernel::sm90_halo);
+#else
+  return 0;
+#endif
+}
 
 // Stride-1 geometries of the tensor-core kernels: odd sizes, each padding mode, dilation, 1-3 dims;
 // with a batch that gives 256-row tiles (and 64-row ones for the smallest).
@@ -122,43 +129,52 @@ TEST(CudaBsConv, TensorCoreKernelsMatchTheCpu) {
   if (!sm90_here()) GTEST_SKIP() << "the tensor-core convolution kernels need an sm_90a build on a GPU of compute 9.0";
   TensorCoreConvGuard tc;
   uint64_t seed = 100;
-  for (int64_t bs : {8, 16, 32, 64})
-    for (const Geo& geo : stride1_geometries())
-      for (int64_t n : {1, 6}) {
-        const LayoutPtr l = random_layout(3 * bs, 2 * bs, bs, 0.6, static_cast<uint64_t>(bs + n));
-        const ConvIndex ci = conv_index(geo.g, geo.in, "test");
-        const std::vector<int64_t> out(ci.out, ci.out + geo.g.dims);
-        for (DType dt : {DType::bf16, DType::f16}) {
-          const std::string what = l->str() + " " + geo.g.str() + " n " + std::to_string(n) + " " + dtype_name(dt);
-          const Tensor x = random(act(n, geo.in, l->in_features()), ++seed, dt);
-          const Tensor w = random(detail::bsconv_weight_shape(*l, geo.g), ++seed, dt);
-          const Tensor dy = random(act(n, out, l->out_features()), ++seed, dt);
-          const op::BsConv::Attrs fa{l, geo.g, false};
-          const op::BsConvDx::Attrs da{l, geo.g, geo.in, false};
-          const op::BsConvDw::Attrs wa{l, geo.g, false};
-          for (bool f32_out : {false, true}) {
-            const std::string how = what + (f32_out ? " f32 output" : "");
-            const double tol = f32_out ? 1e-5 : tol_of(dt);
-            uint64_t before = conv_launches();
-            if (bs >= 16) {  // bsconv and bsconv_dx take bs 16-64
-              EXPECT_TRUE(close_to(run_on_gpu_host<op::BsConv>({l, geo.g, f32_out}, {x, w})[0],
-                                   call<op::BsConv>(fa, as_f64({x, w}))[0], tol))
-                  << "bsconv " << how;
-              EXPECT_EQ(conv_launches() - before, 1u) << "bsconv " << how;
-              before = conv_launches();
-              EXPECT_TRUE(close_to(run_on_gpu_host<op::BsConvDx>({l, geo.g, geo.in, f32_out}, {dy, w})[0],
-                                   call<op::BsConvDx>(da, as_f64({dy, w}))[0], tol))
-                  << "bsconv_dx " << how;
-              EXPECT_EQ(conv_launches() - before, 1u) << "bsconv_dx " << how;
-              before = conv_launches();
+  const uint64_t halo_before = halo_launches();
+  // bsconv and bsconv_dx in halo mode where it fits ("1"), and with per-tap copies ("0")
+  for (const char* halo : {"1", "0"})
+    for (int64_t bs : {8, 16, 32, 64})
+      for (const Geo& geo : stride1_geometries())
+        for (int64_t n : {1, 6}) {
+          const LayoutPtr l = random_layout(3 * bs, 2 * bs, bs, 0.6, static_cast<uint64_t>(bs + n));
+          const ConvIndex ci = conv_index(geo.g, geo.in, "test");
+          const std::vector<int64_t> out(ci.out, ci.out + geo.g.dims);
+          for (DType dt : {DType::bf16, DType::f16}) {
+            const std::string what = l->str() + " " + geo.g.str() + " n " + std::to_string(n) + " " + dtype_name(dt);
+            const Tensor x = random(act(n, geo.in, l->in_features()), ++seed, dt);
+            const Tensor w = random(detail::bsconv_weight_shape(*l, geo.g), ++seed, dt);
+            const Tensor dy = random(act(n, out, l->out_features()), ++seed, dt);
+            const op::BsConv::Attrs fa{l, geo.g, false};
+            const op::BsConvDx::Attrs da{l, geo.g, geo.in, false};
+            const op::BsConvDw::Attrs wa{l, geo.g, false};
+            for (bool f32_out : {false, true}) {
+              setenv("TESSERA_BSCONV_HALO", halo, 1);
+              const std::string how = what + (f32_out ? " f32 output" : "") + " halo " + halo;
+              const uint64_t halo_at = halo_launches();
+              // f32 outputs: the tensor cores' f32 sums in their own order, over up to 27·192 products
+              const double tol = f32_out ? 1e-4 : tol_of(dt);
+              uint64_t before = conv_launches();
+              if (bs >= 16) {  // bsconv and bsconv_dx take bs 16-64
+                EXPECT_TRUE(close_to(run_on_gpu_host<op::BsConv>({l, geo.g, f32_out}, {x, w})[0],
+                                     call<op::BsConv>(fa, as_f64({x, w}))[0], tol))
+                    << "bsconv " << how;
+                EXPECT_EQ(conv_launches() - before, 1u) << "bsconv " << how;
+                before = conv_launches();
+                EXPECT_TRUE(close_to(run_on_gpu_host<op::BsConvDx>({l, geo.g, geo.in, f32_out}, {dy, w})[0],
+                                     call<op::BsConvDx>(da, as_f64({dy, w}))[0], tol))
+                    << "bsconv_dx " << how;
+                EXPECT_EQ(conv_launches() - before, 1u) << "bsconv_dx " << how;
+                before = conv_launches();
+              }
+              EXPECT_TRUE(close_to(run_on_gpu_host<op::BsConvDw>({l, geo.g, f32_out}, {x, dy})[0],
+                                   call<op::BsConvDw>(wa, as_f64({x, dy}))[0], tol))
+                  << "bsconv_dw " << how;
+              EXPECT_EQ(conv_launches() - before, 1u) << "bsconv_dw " << how;
+              if (std::string(halo) == "0") EXPECT_EQ(halo_launches(), halo_at) << how;
+              unsetenv("TESSERA_BSCONV_HALO");
             }
-            EXPECT_TRUE(close_to(run_on_gpu_host<op::BsConvDw>({l, geo.g, f32_out}, {x, dy})[0],
-                                 call<op::BsConvDw>(wa, as_f64({x, dy}))[0], tol))
-                << "bsconv_dw " << how;
-            EXPECT_EQ(conv_launches() - before, 1u) << "bsconv_dw " << how;
           }
         }
-      }
+  EXPECT_GT(halo_launches(), halo_before) << "no call took the halo kernel";
 }
 
 TEST(CudaBsConv, TensorCoreKernelsGiveTheSameBitsTwiceAndLeaveStridesToTheScalarKernel) {

@@ -2,7 +2,8 @@
 // tile's shifted A boxes (zeros outside A, as the bulk tensor copy fills them) summed over the
 // taps, then stored per warpgroup box (clipped to the output, as the TMA store does), must give
 // the convolution, its input gradient and (the dW kernel's sum over tiles) its filter gradient
-// of ConvIndex's arithmetic, every output position written exactly once. One channel: the
+// of ConvIndex's arithmetic, every output position written exactly once; and the halo mode (one
+// box per tile holding every tap's rows) the same sums. One channel: the
 // channel blocks do not enter the tile arithmetic.
 #include <gtest/gtest.h>
 
@@ -81,6 +82,27 @@ std::vector<double> replay_product(const ConvTiles& ct, int groups, const std::v
         const int64_t f = flat(p, ct.a_ext);
         if (f >= 0) acc[static_cast<size_t>(r)] += a[static_cast<size_t>(f)] * w[static_cast<size_t>(t)];
       }
+    }
+    // Halo mode: the halo box once (zeros outside A), every tap's rows read from it.
+    int32_t hc[ConvTiles::kAxes];
+    ct.halo_origin(mt, hc);
+    const int64_t halo_rows = ct.halo_rows();
+    std::vector<double> halo(static_cast<size_t>(halo_rows), 0.0);
+    for (int64_t h = 0; h < halo_rows; ++h) {
+      int32_t off[ConvTiles::kAxes], p[ConvTiles::kAxes];
+      unravel(h, ct.halo, off);
+      for (int ax = 0; ax < ConvTiles::kAxes; ++ax) p[ax] = hc[ax] + off[ax];
+      const int64_t f = flat(p, ct.a_ext);
+      if (f >= 0) halo[static_cast<size_t>(h)] = a[static_cast<size_t>(f)];
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      double sum = 0;
+      for (int32_t t = 0; t < ct.taps; ++t) {
+        const int32_t row = ct.halo_row(static_cast<int32_t>(r)) + ct.tap_rows(t);
+        EXPECT_TRUE(row >= 0 && row < halo_rows);
+        if (row >= 0 && row < halo_rows) sum += halo[static_cast<size_t>(row)] * w[static_cast<size_t>(t)];
+      }
+      EXPECT_NEAR(sum, acc[static_cast<size_t>(r)], 1e-12) << "halo row " << r;
     }
     for (int wg = 0; wg < groups; ++wg) {
       int32_t at[ConvTiles::kAxes], extent[ConvTiles::kAxes];

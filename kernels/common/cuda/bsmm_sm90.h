@@ -36,6 +36,11 @@ void gather_product(const GatherProduct& p, cudaStream_t stream);
 /// conv_supported: gather_supported, no gate, no accumulate, and conv_tiles_support(ci).
 bool conv_supported(const GatherProduct& p, const ConvIndex& ci, int device);
 void gather_conv(const GatherProduct& p, const ConvIndex& ci, int64_t batch, cudaStream_t stream);
+/// The same products in halo mode (bsconv_sm90_halo.cu: each block's input box copied once and
+/// read by every tap); halo_pays: the filter has several taps and the halo boxes fit (every
+/// extent at most 256 positions; two of them, the staging and two weight stages in shared memory).
+bool halo_pays(const GatherProduct& p, const ConvIndex& ci, int64_t batch);
+void gather_conv_halo(const GatherProduct& p, const ConvIndex& ci, int64_t batch, cudaStream_t stream);
 /// `device` is the current device (the f32 workspace of a split of N comes from its pool).
 void block_gradient(const BlockGradient& g, int device, cudaStream_t stream);
 
@@ -51,8 +56,10 @@ void conv_gradient(const BlockGradient& g, const ConvIndex& ci, int64_t batch, i
 uint64_t launch_count();
 /// Launches of the gather kernel as column pairs (counted in launch_count too).
 uint64_t pair_launch_count();
-/// Launches in convolution mode, gather and dW kernels (counted in launch_count too).
+/// Launches in convolution mode, gather and dW kernels (counted in launch_count too), and of
+/// those the halo kernel's.
 uint64_t conv_launch_count();
+uint64_t halo_launch_count();
 
 }  // namespace sm90
 }  // namespace cuda

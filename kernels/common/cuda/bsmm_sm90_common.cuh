@@ -25,6 +25,8 @@ namespace sm90 {
 extern std::atomic<uint64_t> g_launches;
 /// Launches in convolution mode (bsmm_sm90_gather.cu; the dW kernel's too), also in g_launches.
 extern std::atomic<uint64_t> g_conv_launches;
+/// Launches of the halo kernel (bsconv_sm90_halo.cu), also in g_launches and g_conv_launches.
+extern std::atomic<uint64_t> g_halo_launches;
 
 namespace {
 

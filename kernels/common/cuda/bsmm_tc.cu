@@ -53,7 +53,12 @@ bool conv_gradient_takes(const BlockGradient& g, const ConvIndex& ci, int device
 
 void run_conv(const GatherProduct& p, const ConvIndex& ci, int64_t batch, cudaStream_t stream) {
 #ifdef TESSERA_HAVE_SM90A
-  sm90::gather_conv(p, ci, batch, stream);
+  const char* e = std::getenv("TESSERA_BSCONV_HALO");
+  const bool halo = !(e && std::strcmp(e, "0") == 0) && sm90::halo_pays(p, ci, batch);
+  if (halo)
+    sm90::gather_conv_halo(p, ci, batch, stream);
+  else
+    sm90::gather_conv(p, ci, batch, stream);
 #else
   (void)p, (void)ci, (void)batch, (void)stream;
   TS_THROW(DeviceError, "bsconv: this build has no sm_90a kernels (conv_takes said no)");
@@ -124,6 +129,7 @@ uint64_t bsmm_launches(BsmmKernel kernel) {
 #ifdef TESSERA_HAVE_SM90A
   if (kernel == BsmmKernel::sm90_pairs) return sm90::pair_launch_count();
   if (kernel == BsmmKernel::sm90_conv) return sm90::conv_launch_count();
+  if (kernel == BsmmKernel::sm90_halo) return sm90::halo_launch_count();
   return sm90::launch_count();
 #else
   return 0;

@@ -104,8 +104,9 @@ struct BlockGradient {
 bool gradient_wants_transposed(const BlockGradient& g, int device);
 
 /// The kernel families, for launch counts (sm90_pairs: the sm_90a gather kernel's column pairs;
-/// sm90_conv: the sm_90a kernels in convolution mode; both also counted as sm90).
-enum class BsmmKernel { sm80, sm90, sm90_pairs, sm90_conv };
+/// sm90_conv: the sm_90a kernels in convolution mode, sm90_halo those of them in halo mode; all
+/// also counted as sm90).
+enum class BsmmKernel { sm80, sm90, sm90_pairs, sm90_conv, sm90_halo };
 
 /// Runs p / g on the kernel the rule above picks; false (nothing launched) when no tensor-core
 /// kernel takes it.
@@ -118,7 +119,9 @@ bool run_gradient(const BlockGradient& g, int device, cudaStream_t stream);
 /// bf16/f16, bs 16-64 for bsconv and bsconv_dx, 8-64 for bsconv_dw, no gate, 16-byte aligned,
 /// compute capability 9.0); otherwise the op's scalar kernel runs. Not yet checked on a GPU, so
 /// they take a call only when TESSERA_BSCONV_TC=1 (read on every call), and never under
-/// TESSERA_BSMM_PATH=sm80 or simt. run_conv_gradient wants g.col_run / g.col_runs from
+/// TESSERA_BSMM_PATH=sm80 or simt. bsconv and bsconv_dx run in halo mode (each block's input box
+/// copied once for all taps: bsmm_sm90.h's gather_conv_halo) where halo_pays, unless
+/// TESSERA_BSCONV_HALO=0 (read on every call: the per-tap copies of gather_conv, for comparison). run_conv_gradient wants g.col_run / g.col_runs from
 /// cuda::conv_dw_runs (layout_tables.h).
 bool conv_takes(const GatherProduct& p, const ConvIndex& ci, int device);
 bool conv_gradient_takes(const BlockGradient& g, const ConvIndex& ci, int device);

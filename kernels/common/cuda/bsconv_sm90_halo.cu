@@ -1,0 +1,349 @@
+// The Hopper (sm_90a) kernel of bsconv and bsconv_dx in halo mode (see bsmm_sm90.h): the input
+// box of a stored block is copied into shared memory once and read by all of the filter's taps.
+//
+// Work items are (output block column o, output tile) pairs as in the gather kernel
+// (bsmm_sm90_gather.cu), tiles as in conv_tiles.h. Per list entry (stored block k, input block
+// column in(k)) the producer copies the halo box of A, the tile's positions widened by the
+// filter's reach (ConvTiles::halo: 66 × 6 positions for a 64 × 4 tile of a 3x3 filter), into one
+// of two halo slots, and the taps' weight blocks W[k, t] [bs, bs] into a ring of stages. Per tap
+// each consumer warp loads its A rows from the halo box with ldmatrix (the rows of tap t are
+// ConvTiles::halo_row(r) + tap_rows(t): any offset, any pitch, which a shared-memory descriptor
+// could not express) and multiplies them by the weight block with wgmma (A from registers; each
+// tap's products retire before the next tap's loads, while the other consumer warpgroup's run):
+//
+//   acc [64, bs] += halo[rows of tap t] · W[k, t]        fwd (W MN-major)
+//   acc [64, bs] += halo[rows of tap t] · W[k, t]ᵀ       dx  (W K-major)
+//
+// So each input box crosses from L2 to shared memory once per block instead of once per tap
+// (9x fewer bytes for a 3x3 filter): the reuse that lifts a convolution above the matmul's
+// bs-flops-per-byte bound. A weight stage is released when the products that read it retired, a
+// halo slot when its block's last tap's did. The tile goes out as in the gather kernel (a TMA
+// store of each consumer warpgroup's box).
+//
+// Deterministic: each output element is summed by one thread, over the list's blocks in order
+// and each block's taps in order, with no atomics on data.
+#include <algorithm>
+#include <type_traits>
+
+#include "kernels/common/cuda/bsmm_sm90.h"
+#include "kernels/common/cuda/bsmm_sm90_common.cuh"
+#include "kernels/common/cuda/mma_sm80.cuh"
+
+namespace tessera {
+namespace cuda {
+namespace sm90 {
+
+std::atomic<uint64_t> g_halo_launches{0};
+
+namespace {
+
+constexpr int kSmemLimit = 227 * 1024;
+
+template <int BS, int kWGs, int kMTiles, class TO>
+struct HaloTile {
+  static constexpr int kThreads = 128 * (1 + kWGs);  // a producer warpgroup and the consumers
+  static constexpr int kRowBytes = BS * 2;           // one position's channels of a block
+  static constexpr int kWBytes = BS * kRowBytes;     // a weight block
+  static constexpr int kWgRows = 64 * kMTiles;
+  static constexpr int kOutCols = 128 / static_cast<int>(sizeof(TO)) < BS ? 128 / static_cast<int>(sizeof(TO)) : BS;
+  static constexpr int kOutRowBytes = kOutCols * static_cast<int>(sizeof(TO));
+  static constexpr int kOutBoxBytes = kWgRows * kOutRowBytes;
+  static constexpr int kStagingBytes = (BS / kOutCols) * kOutBoxBytes;
+  static constexpr int kItemRing = 4;
+  static constexpr int kMaxStages = 16;
+  // barriers (halo 2 + 2, stages 2·16, item ring 2·4) and the item ring's int4s, rounded up
+  static constexpr int kBarrierBytes = 1024;
+};
+
+/// Where the parts of the dynamic shared memory lie (byte offsets from its 1024-aligned start).
+struct HaloSmem {
+  int halo_bytes;  ///< one halo slot, a multiple of 1024 (the swizzle repeats every 1024 bytes)
+  int stages;      ///< weight stages
+  int w_at, staging_at, barriers_at, total;
+};
+
+template <int BS, int kWGs, int kMTiles, class TO>
+HaloSmem halo_smem(const ConvTiles& ct) {
+  using Tile = HaloTile<BS, kWGs, kMTiles, TO>;
+  HaloSmem m{};
+  m.halo_bytes = (ct.halo_rows() * Tile::kRowBytes + 1023) / 1024 * 1024;
+  const int fixed = 1024 + kWGs * Tile::kStagingBytes + Tile::kBarrierBytes;
+  m.stages = std::min(Tile::kMaxStages, (kSmemLimit - fixed - 2 * m.halo_bytes - 1024) / Tile::kWBytes);
+  m.w_at = 2 * m.halo_bytes;
+  m.staging_at = m.w_at + (m.stages * Tile::kWBytes + 1023) / 1024 * 1024;
+  m.barriers_at = m.staging_at + kWGs * Tile::kStagingBytes;
+  m.total = m.barriers_at + Tile::kBarrierBytes + 1024;  // + the alignment of the start
+  return m;
+}
+
+template <class T, class TO, int BS, bool kTransW, int kWGs, int kMTiles>
+__global__ void __launch_bounds__(128 * (1 + kWGs), 1)
+    halo_kernel(const __grid_constant__ CUtensorMap map_halo, const __grid_constant__ CUtensorMap map_w,
+                const __grid_constant__ CUtensorMap map_out, GatherProduct p, int items, ConvTiles ct, HaloSmem sm) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Tile = HaloTile<BS, kWGs, kMTiles, TO>;
+  constexpr int kRowBytes = Tile::kRowBytes, kRing = Tile::kItemRing;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = align1024(smem_raw);
+  uint8_t* staging = smem + sm.staging_at;  // [kWGs][kStagingBytes]
+  uint64_t* halo_full = reinterpret_cast<uint64_t*>(smem + sm.barriers_at);
+  uint64_t* halo_empty = halo_full + 2;
+  uint64_t* full = halo_empty + 2;
+  uint64_t* empty = full + Tile::kMaxStages;
+  uint64_t* item_full = empty + Tile::kMaxStages;
+  uint64_t* item_empty = item_full + kRing;
+  int4* ring = reinterpret_cast<int4*>(item_empty + kRing);  // (o, begin, end, tile); o < 0: no more
+  auto halo = [&](int h) { return smem + h * sm.halo_bytes; };
+  auto wblock = [&](int s) { return smem + sm.w_at + s * Tile::kWBytes; };
+  const int stages = sm.stages, taps = ct.taps;
+
+  const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    for (int h = 0; h < 2; ++h) {
+      mbar_init(&halo_full[h], 1);
+      mbar_init(&halo_empty[h], 4 * kWGs);
+    }
+    for (int s = 0; s < stages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 4 * kWGs);
+    }
+    for (int s = 0; s < kRing; ++s) {
+      mbar_init(&item_full[s], 1);
+      mbar_init(&item_empty[s], 4 * kWGs);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // Producer: one thread takes the items (the first by blockIdx.x, then the layout's counter),
+    // hands each to the consumers and copies, per list entry, the halo box and the taps' blocks.
+    if (threadIdx.x != 0) return;
+    prefetch_tma_map(&map_halo);
+    prefetch_tma_map(&map_w);
+    const uint32_t halo_tx = static_cast<uint32_t>(ct.halo_rows() * kRowBytes);
+    int it = 0, hq = 0, n = 0;
+    for (int item = blockIdx.x;; ++n) {
+      int4 w = make_int4(-1, 0, 0, 0);
+      if (item < items) {
+        int oi;
+        work_item(item, ct.total_tiles, p.outs, oi, w.w);
+        w.x = p.work[3 * oi];
+        w.y = p.work[3 * oi + 1];
+        w.z = p.work[3 * oi + 2];
+      }
+      const int slot = n % kRing;
+      mbar_wait(&item_empty[slot], ((n / kRing) & 1) ^ 1);
+      ring[slot] = w;
+      mbar_arrive(&item_full[slot]);
+      if (w.x < 0) break;
+      int32_t at[ConvTiles::kAxes];
+      ct.halo_origin(w.w, at);
+      for (int q = w.y; q < w.z; ++q, ++hq) {
+        const int k = p.list ? p.list[q] : q, in = p.list_in[q];
+        const int h = hq % 2;
+        mbar_wait(&halo_empty[h], ((hq / 2) & 1) ^ 1);
+        mbar_arrive_expect_tx(&halo_full[h], halo_tx);
+        tma_load_5d(halo(h), &map_halo, &halo_full[h], in * BS, at);
+        for (int t = 0; t < taps; ++t, ++it) {
+          const int s = it % stages;
+          mbar_wait(&empty[s], ((it / stages) & 1) ^ 1);
+          mbar_arrive_expect_tx(&full[s], Tile::kWBytes);
+          tma_load_2d(wblock(s), &map_w, &full[s], 0, (k * taps + t) * BS);
+        }
+      }
+      item = static_cast<int>(gridDim.x) + atomicAdd(p.counter, 1);
+    }
+    // Every item is taken once each thread block took one past the end: the last of them sets the
+    // counter back to 0 for the next launch (see gather_kernel).
+    if (atomicAdd(p.counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+      p.counter[0] = 0;
+      p.counter[1] = 0;
+    }
+    return;
+  }
+
+  // Consumers: warpgroup c multiplies tile rows 64·kMTiles·c .., m64 tile mi at rows + 64·mi;
+  // warp w of the warpgroup its rows 16w .. 16w + 15 of each. Lane l loads row l % 16 of them
+  // (ldmatrix x4: lanes 0-15 the k columns 0-7 of a k16 slice, lanes 16-31 columns 8-15).
+  const int c = wg - 1, warp = (threadIdx.x / 32) % 4, g = lane / 4, t4 = lane % 4;
+  int base_row[kMTiles];
+#pragma unroll
+  for (int mi = 0; mi < kMTiles; ++mi) base_row[mi] = ct.halo_row(c * Tile::kWgRows + mi * 64 + warp * 16 + lane % 16);
+  const int half = lane / 16;
+  // The address of (row, k16 slice kk, this lane's half) in a halo box, swizzled as TMA wrote it.
+  auto a_at = [&](const uint8_t* box, int row, int kk) {
+    const int byte = row * kRowBytes + (2 * kk + half) * 16;
+    return box + (byte ^ (((byte >> 7) & (kRowBytes / 16 - 1)) << 4));
+  };
+  int it = 0, hq = 0;
+  for (int n = 0;; ++n) {
+    const int slot = n % kRing;
+    mbar_wait(&item_full[slot], (n / kRing) & 1);
+    const int4 w = ring[slot];
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&item_empty[slot]);
+    if (w.x < 0) break;
+    const int o = w.x, mt = w.w, steps = (w.z - w.y) * taps;
+    float acc[kMTiles][BS / 2];
+#pragma unroll
+    for (int mi = 0; mi < kMTiles; ++mi)
+#pragma unroll
+      for (int i = 0; i < BS / 2; ++i) acc[mi][i] = 0.f;
+    // Step e: tap e % taps of the item's block e / taps (block hq + e / taps of this thread block).
+    // The A fragments come from registers that ldmatrix writes: the step waits for its own
+    // products (ptxas would serialize the wgmmas otherwise), and the other consumer warpgroup's
+    // products run meanwhile.
+    for (int e = 0; e < steps; ++e) {
+      const int qb = hq + e / taps, t = e % taps, s = (it + e) % stages;
+      if (t == 0) mbar_wait(&halo_full[qb % 2], (qb / 2) & 1);
+      mbar_wait(&full[s], ((it + e) / stages) & 1);
+      const uint8_t* box = halo(qb % 2);
+      const int shift = ct.tap_rows(t);
+      uint32_t a[BS / 16][kMTiles][4];
+#pragma unroll
+      for (int kk = 0; kk < BS / 16; ++kk)
+#pragma unroll
+        for (int mi = 0; mi < kMTiles; ++mi) sm80::ldmatrix_x4(a[kk][mi], a_at(box, base_row[mi] + shift, kk));
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BS / 16; ++kk) {
+        // as the gather kernel's B: dx K-major (rows of W are n), fwd MN-major (rows of W are k)
+        const uint64_t db = kTransW ? make_desc(wblock(s) + kk * 32, 16, 8 * kRowBytes, kRowBytes)
+                                    : make_desc(wblock(s) + kk * 16 * kRowBytes, Tile::kWBytes, 8 * kRowBytes, kRowBytes);
+#pragma unroll
+        for (int mi = 0; mi < kMTiles; ++mi) WgmmaRS<T, BS>::template run<kTransW ? 0 : 1>(acc[mi], a[kk][mi], db);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+#pragma unroll
+      for (int mi = 0; mi < kMTiles; ++mi) fence_operands(acc[mi]);
+      // The whole warp's reads of the stage (and, after its block's last tap, the halo) come
+      // before lane 0 releases them.
+      __syncwarp();
+      if (lane == 0) {
+        mbar_arrive(&empty[s]);
+        if (t == taps - 1) mbar_arrive(&halo_empty[qb % 2]);
+      }
+    }
+    it += steps;
+    hq += w.z - w.y;
+
+    // out = acc through the warpgroup's staging and a TMA store of its box (as gather_kernel)
+    uint8_t* mine = staging + c * Tile::kStagingBytes;
+    const bool leader = threadIdx.x % 128 == 0;
+    if (leader) bulk_wait_read<0>();  // the previous item's store has read the staging
+    named_barrier(2 + c, 128);
+#pragma unroll
+    for (int mi = 0; mi < kMTiles; ++mi)
+#pragma unroll
+      for (int j = 0; j < BS / 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = mi * 64 + warp * 16 + g + 8 * h, col = 8 * j + 2 * t4;
+          const int box = col / Tile::kOutCols, bc = col % Tile::kOutCols;
+          const int byte = row * Tile::kOutRowBytes + bc * static_cast<int>(sizeof(TO));
+          const int swizzled = byte ^ (((byte >> 7) & (Tile::kOutRowBytes / 16 - 1)) << 4);
+          store_pair(reinterpret_cast<TO*>(mine + box * Tile::kOutBoxBytes + swizzled), acc[mi][4 * j + 2 * h],
+                     acc[mi][4 * j + 2 * h + 1], false);
+        }
+    fence_async_shared();
+    named_barrier(2 + c, 128);
+    if (leader) {
+      int32_t at[ConvTiles::kAxes], extent[ConvTiles::kAxes];
+      ct.store_box(mt, c, kWGs, at, extent);
+#pragma unroll
+      for (int box = 0; box < BS / Tile::kOutCols; ++box)
+        tma_store_5d(&map_out, mine + box * Tile::kOutBoxBytes, o * BS + box * Tile::kOutCols, at);
+      bulk_commit();
+    }
+  }
+  if (threadIdx.x % 128 == 0) bulk_wait<0>();  // the last store is complete before the block ends
+#else
+  __trap();  // compiled for another architecture: the host never launches this
+#endif
+}
+
+template <class T, class TO, int BS, bool kTrans, int kWGs, int kMTiles>
+void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
+  using Tile = HaloTile<BS, kWGs, kMTiles, TO>;
+  const HaloSmem sm = halo_smem<BS, kWGs, kMTiles, TO>(ct);
+  const int64_t items = static_cast<int64_t>(ct.total_tiles) * p.outs;
+  TS_CHECK(items < INT32_MAX, ShapeError, (kTrans ? "bsconv_dx" : "bsconv") << ": too many tiles for one launch");
+  int32_t half[ConvTiles::kAxes], origin[ConvTiles::kAxes];
+  ct.store_box(0, 0, kWGs, origin, half);
+  const CUtensorMap map_halo = conv_map(p.a, p.in_dtype, p.a_cols, ct.a_ext, BS, ct.halo);
+  const CUtensorMap map_w = tensor_map(p.w, p.in_dtype, static_cast<uint64_t>(p.nnz) * BS, BS, BS, BS);
+  const CUtensorMap map_out = conv_map(p.out, p.out_dtype, p.out_cols, ct.ext, Tile::kOutCols, half);
+  constexpr auto kernel = &halo_kernel<T, TO, BS, kTrans, kWGs, kMTiles>;
+  int device = 0, sms = 0, per_sm = 0;
+  TS_CUDA_CHECK(cudaGetDevice(&device));
+  TS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sm.total));
+  TS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Tile::kThreads, sm.total));
+  const int grid = static_cast<int>(std::min<int64_t>(items, static_cast<int64_t>(sms) * std::max(per_sm, 1)));
+  kernel<<<grid, Tile::kThreads, sm.total, stream>>>(map_halo, map_w, map_out, p, static_cast<int>(items), ct, sm);
+  TS_CUDA_LAUNCH_CHECK((kTrans ? "bsconv_dx (halo)" : "bsconv (halo)"));
+  g_launches.fetch_add(1, std::memory_order_relaxed);
+  g_conv_launches.fetch_add(1, std::memory_order_relaxed);
+  g_halo_launches.fetch_add(1, std::memory_order_relaxed);
+}
+
+// Rows per tile by the product's rows, as gather_product: 256 (two consumer warpgroups of two
+// m64 tiles) past 128 rows, 128 past 64, else 64; f(bs, trans, warpgroups, m64 tiles).
+template <class F>
+void with_tile(const GatherProduct& p, F&& f) {
+  using I1 = std::integral_constant<int, 1>;
+  using I2 = std::integral_constant<int, 2>;
+  auto with_rows = [&](auto bs, auto trans) {
+    if (p.n > 128) return f(bs, trans, I2{}, I2{});
+    if (p.n > 64) return f(bs, trans, I2{}, I1{});
+    return f(bs, trans, I1{}, I1{});
+  };
+  auto with_bs = [&](auto trans) {
+    if (p.bs == 64) return with_rows(std::integral_constant<int, 64>{}, trans);
+    if (p.bs == 32) return with_rows(std::integral_constant<int, 32>{}, trans);
+    return with_rows(std::integral_constant<int, 16>{}, trans);
+  };
+  if (p.transpose_w) return with_bs(std::true_type{});
+  return with_bs(std::false_type{});
+}
+
+}  // namespace
+
+uint64_t halo_launch_count() { return g_halo_launches.load(std::memory_order_relaxed); }
+
+bool halo_pays(const GatherProduct& p, const ConvIndex& ci, int64_t batch) {
+  if (ci.taps < 2) return false;  // a 1x1 filter has nothing to reuse
+  bool fits = false;
+  with_tile(p, [&](auto bs, auto trans, auto wgs, auto mtiles) {
+    constexpr int BS = decltype(bs)::value, kWGs = decltype(wgs)::value, kMTiles = decltype(mtiles)::value;
+    const ConvTiles ct = conv_tiles(ci, batch, decltype(trans)::value, 64 * kWGs * kMTiles);
+    auto check = [&](auto tout) {
+      using TO = typename decltype(tout)::type;
+      const HaloSmem sm = halo_smem<BS, kWGs, kMTiles, TO>(ct);
+      fits = ct.halo_fits() && sm.stages >= 2 && sm.total <= kSmemLimit;
+    };
+    if (p.out_dtype == DType::f32) return check(TypeTag<float>{});
+    return check(TypeTag<__half>{});  // 16-bit outputs: the same sizes for bf16
+  });
+  return fits;
+}
+
+void gather_conv_halo(const GatherProduct& p, const ConvIndex& ci, int64_t batch, cudaStream_t stream) {
+  if (p.n == 0 || p.outs == 0) return;
+  dispatch_types(p.in_dtype, p.out_dtype, [&](auto tin, auto tout) {
+    using T = typename decltype(tin)::type;
+    using TO = typename decltype(tout)::type;
+    with_tile(p, [&](auto bs, auto trans, auto wgs, auto mtiles) {
+      constexpr int BS = decltype(bs)::value, kWGs = decltype(wgs)::value, kMTiles = decltype(mtiles)::value;
+      constexpr bool kTrans = decltype(trans)::value;
+      const ConvTiles ct = conv_tiles(ci, batch, kTrans, 64 * kWGs * kMTiles);
+      launch<T, TO, BS, kTrans, kWGs, kMTiles>(p, ct, stream);
+    });
+  });
+}
+
+}  // namespace sm90
+}  // namespace cuda
+}  // namespace tessera
