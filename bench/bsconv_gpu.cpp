@@ -6,8 +6,8 @@
 //
 // Per shape (N × H × H × C → C channels, 3×3 filter, same padding, stride 1, bf16, channels
 // last), cuDNN's forward, data gradient and filter gradient with the fastest algorithm that
-// cudnnFind*AlgorithmEx reports (tensor-op math, f32 accumulation, its workspace from tessera's
-// pool); then per block size and density a random layout (seed 1234) and tessera's bsconv,
+// cudnnFind*AlgorithmEx reports (cuda::DnnConv2d: tensor-op math, f32 accumulation, workspaces
+// from tessera's pool); then per block size and density a random layout (seed 1234) and tessera's bsconv,
 // bsconv_dx and bsconv_dw. --path tc sets TESSERA_BSCONV_TC=1 (the tensor-core kernels of
 // bsmm_tc.h's run_conv; the default), scalar unsets it; --halo off sets TESSERA_BSCONV_HALO=0 (the
 // per-tap copies of the input instead of one halo box per block for bsconv and bsconv_dx).
@@ -18,7 +18,6 @@
 // Exit codes: 0; 1 on an error; 2 on a bad flag or value. Without a CUDA device: one line, exit 1
 // (exit 0 under --quick).
 #include <CLI/CLI.hpp>
-#include <cudnn.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -31,7 +30,7 @@
 #include "core/cuda/runtime.h"
 #include "core/random.h"
 #include "core/sparse/generators.h"
-#include "kernels/common/cuda/dnn.h"
+#include "kernels/common/cuda/dnn_conv.h"
 #include "kernels/ops.h"
 
 #if !defined(TESSERA_WITH_CUDA) || !defined(TESSERA_HAVE_CUDNN)
@@ -69,81 +68,6 @@ double time_ms(const std::function<void()>& fn, int repeats) {
          kInner;
 }
 
-// cuDNN's dense 3x3 same convolution of shape s (NHWC bf16, filter KRSC) and its two gradients,
-// each with the fastest algorithm cudnnFind*AlgorithmEx reports.
-class CudnnConv {
- public:
-  CudnnConv(const ConvShape& s, const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& dx, const Tensor& dw)
-      : h_(cuda::dnn_handle(0)), x_(x), w_(w), y_(y), dx_(dx), dw_(dw) {
-    TS_CUDNN_CHECK(cudnnCreateTensorDescriptor(&xd_));
-    TS_CUDNN_CHECK(cudnnCreateTensorDescriptor(&yd_));
-    TS_CUDNN_CHECK(cudnnCreateFilterDescriptor(&wd_));
-    TS_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&cd_));
-    const int n = static_cast<int>(s.n), c = static_cast<int>(s.c), hw = static_cast<int>(s.h);
-    TS_CUDNN_CHECK(cudnnSetTensor4dDescriptor(xd_, CUDNN_TENSOR_NHWC, CUDNN_DATA_BFLOAT16, n, c, hw, hw));
-    TS_CUDNN_CHECK(cudnnSetTensor4dDescriptor(yd_, CUDNN_TENSOR_NHWC, CUDNN_DATA_BFLOAT16, n, c, hw, hw));
-    TS_CUDNN_CHECK(cudnnSetFilter4dDescriptor(wd_, CUDNN_DATA_BFLOAT16, CUDNN_TENSOR_NHWC, c, c, 3, 3));
-    TS_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(cd_, 1, 1, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    TS_CUDNN_CHECK(cudnnSetConvolutionMathType(cd_, CUDNN_TENSOR_OP_MATH));
-    workspace_ = empty({kWorkspaceBytes}, TensorOptions(DType::u8).device(Device::cuda(0)));
-    void* ws = workspace_.data_ptr();
-    int got = 0;
-    cudnnConvolutionFwdAlgoPerf_t fwd[8];
-    TS_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h_, xd_, x.data_ptr(), wd_, w.data_ptr(), cd_, yd_,
-                                                          y.data_ptr(), 8, &got, fwd, ws, kWorkspaceBytes));
-    fwd_ = best(fwd, got, "forward").algo;
-    cudnnConvolutionBwdDataAlgoPerf_t bwd_data[8];
-    TS_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h_, wd_, w.data_ptr(), yd_, y.data_ptr(), cd_, xd_,
-                                                               dx.data_ptr(), 8, &got, bwd_data, ws, kWorkspaceBytes));
-    data_ = best(bwd_data, got, "data gradient").algo;
-    cudnnConvolutionBwdFilterAlgoPerf_t bwd_filter[8];
-    TS_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h_, xd_, x.data_ptr(), yd_, y.data_ptr(), cd_, wd_,
-                                                                 dw.data_ptr(), 8, &got, bwd_filter, ws,
-                                                                 kWorkspaceBytes));
-    filter_ = best(bwd_filter, got, "filter gradient").algo;
-  }
-  ~CudnnConv() {
-    cudnnDestroyConvolutionDescriptor(cd_);
-    cudnnDestroyFilterDescriptor(wd_);
-    cudnnDestroyTensorDescriptor(yd_);
-    cudnnDestroyTensorDescriptor(xd_);
-  }
-  CudnnConv(const CudnnConv&) = delete;
-  CudnnConv& operator=(const CudnnConv&) = delete;
-
-  void forward() {
-    TS_CUDNN_CHECK(cudnnConvolutionForward(h_, &one_, xd_, x_.data_ptr(), wd_, w_.data_ptr(), cd_, fwd_,
-                                           workspace_.data_ptr(), kWorkspaceBytes, &zero_, yd_, y_.data_ptr()));
-  }
-  // dy is y's buffer (any values serve a timing)
-  void data_gradient() {
-    TS_CUDNN_CHECK(cudnnConvolutionBackwardData(h_, &one_, wd_, w_.data_ptr(), yd_, y_.data_ptr(), cd_, data_,
-                                                workspace_.data_ptr(), kWorkspaceBytes, &zero_, xd_, dx_.data_ptr()));
-  }
-  void filter_gradient() {
-    TS_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h_, &one_, xd_, x_.data_ptr(), yd_, y_.data_ptr(), cd_, filter_,
-                                                  workspace_.data_ptr(), kWorkspaceBytes, &zero_, wd_, dw_.data_ptr()));
-  }
-
- private:
-  static constexpr int64_t kWorkspaceBytes = int64_t{1} << 30;
-  template <class Perf>
-  static const Perf& best(const Perf* p, int n, const char* what) {
-    for (int i = 0; i < n; ++i)
-      if (p[i].status == CUDNN_STATUS_SUCCESS && p[i].memory <= static_cast<size_t>(kWorkspaceBytes)) return p[i];
-    TS_THROW(DeviceError, "bsconv_gpu: cuDNN found no " << what << " algorithm for this shape");
-  }
-  cudnnHandle_t h_;
-  Tensor x_, w_, y_, dx_, dw_, workspace_;
-  cudnnTensorDescriptor_t xd_{}, yd_{};
-  cudnnFilterDescriptor_t wd_{};
-  cudnnConvolutionDescriptor_t cd_{};
-  cudnnConvolutionFwdAlgo_t fwd_{};
-  cudnnConvolutionBwdDataAlgo_t data_{};
-  cudnnConvolutionBwdFilterAlgo_t filter_{};
-  const float one_ = 1.f, zero_ = 0.f;
-};
-
 void bench_shape(bench::BenchReport& report, const ConvShape& s, const std::vector<int64_t>& block_sizes,
                  const std::vector<double>& densities, int repeats) {
   const Device dev = Device::cuda(0);
@@ -158,9 +82,10 @@ void bench_shape(bench::BenchReport& report, const ConvShape& s, const std::vect
   const Tensor wd = on_gpu({s.c, 3, 3, s.c}, 0.02);
   const TensorOptions bf16 = TensorOptions(DType::bf16).device(dev);
   Tensor y = empty(x.shape(), bf16), dx = empty(x.shape(), bf16), dwd = empty(wd.shape(), bf16);
-  CudnnConv dnn(s, x, wd, y, dx, dwd);
-  const double dense_ms[3] = {time_ms([&] { dnn.forward(); }, repeats), time_ms([&] { dnn.data_gradient(); }, repeats),
-                              time_ms([&] { dnn.filter_gradient(); }, repeats)};
+  cuda::DnnConv2d dnn({s.n, s.h, s.h, s.c, s.c, 3, 3, 1, 1}, DType::bf16, 0);
+  const double dense_ms[3] = {time_ms([&] { dnn.forward(x, wd, y); }, repeats),
+                              time_ms([&] { dnn.data_gradient(wd, dy, dx); }, repeats),
+                              time_ms([&] { dnn.filter_gradient(x, dy, dwd); }, repeats)};
   const double positions = static_cast<double>(s.n * s.h * s.h);
   const char* passes[3] = {"fwd (bsconv)", "dgrad (bsconv_dx)", "wgrad (bsconv_dw)"};
   for (int p = 0; p < 3; ++p) {

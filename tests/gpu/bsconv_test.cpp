@@ -10,6 +10,9 @@
 #ifdef TESSERA_WITH_CUDA
 #include "kernels/common/cuda/bsmm_tc.h"
 #endif
+#if defined(TESSERA_WITH_CUDA) && defined(TESSERA_HAVE_CUDNN)
+#include "kernels/common/cuda/dnn_conv.h"
+#endif
 #include "kernels/ops.h"
 
 namespace tessera {
@@ -199,6 +202,83 @@ TEST(CudaBsConv, TensorCoreKernelsGiveTheSameBitsTwiceAndLeaveStridesToTheScalar
   EXPECT_TRUE(close_to(run_on_gpu_host<op::BsConv>(fa, {x.to(Device::cpu()), w2})[0],
                        call<op::BsConv>(fa, as_f64({x.to(Device::cpu()), w2}))[0], tol_of(DType::bf16)));
   EXPECT_EQ(conv_launches(), before2);
+}
+
+#if defined(TESSERA_WITH_CUDA) && defined(TESSERA_HAVE_CUDNN)
+// The filter blocks w [nnz, R, S, bs, bs] of a 2-D convolution as cuDNN's dense filter [K, R, S, C]
+// (zeros where the layout has no block), and back (the stored blocks of a dense [K, R, S, C]).
+Tensor dense_filter(const Tensor& w, const BlockLayout& l) {
+  const int64_t bs = l.block_size(), C = l.in_features(), K = l.out_features(), R = w.size(1), S = w.size(2);
+  const std::vector<float> wv = cast(w.to(Device::cpu()), DType::f32).to_vector<float>();
+  std::vector<float> d(static_cast<size_t>(K * R * S * C), 0.f);
+  for (int64_t k = 0; k < l.nnz(); ++k)
+    for (int64_t t = 0; t < R * S; ++t)
+      for (int64_t i = 0; i < bs; ++i)
+        for (int64_t j = 0; j < bs; ++j) {
+          const int64_t ci = l.block_row()[k] * bs + i, kc = l.block_col()[k] * bs + j;
+          d[static_cast<size_t>((kc * R * S + t) * C + ci)] = wv[static_cast<size_t>(((k * R * S + t) * bs + i) * bs + j)];
+        }
+  return cast(from_vector(d, {K, R, S, C}), w.dtype()).to(kGpu);
+}
+Tensor blocks_of(const Tensor& dense, const BlockLayout& l) {
+  const int64_t bs = l.block_size(), C = l.in_features(), R = dense.size(1), S = dense.size(2);
+  const std::vector<float> dv = cast(dense.to(Device::cpu()), DType::f32).to_vector<float>();
+  std::vector<float> w(static_cast<size_t>(l.nnz() * R * S * bs * bs));
+  for (int64_t k = 0; k < l.nnz(); ++k)
+    for (int64_t t = 0; t < R * S; ++t)
+      for (int64_t i = 0; i < bs; ++i)
+        for (int64_t j = 0; j < bs; ++j) {
+          const int64_t ci = l.block_row()[k] * bs + i, kc = l.block_col()[k] * bs + j;
+          w[static_cast<size_t>(((k * R * S + t) * bs + i) * bs + j)] = dv[static_cast<size_t>((kc * R * S + t) * C + ci)];
+        }
+  return from_vector(w, {l.nnz(), R, S, bs, bs});
+}
+#endif
+
+// The all-blocks layout against cuDNN's dense convolution, forward and both gradients, on the
+// scalar kernels and (sm_90a) the tensor-core ones; symmetric padding (cuDNN's), odd sizes,
+// dilation.
+TEST(CudaBsConv, AllBlocksLayoutEqualsCudnnConvolution) {
+  REQUIRE_GPU();
+#if !defined(TESSERA_WITH_CUDA) || !defined(TESSERA_HAVE_CUDNN)
+  GTEST_SKIP() << "this build has no cuDNN";
+#else
+  const LayoutPtr l = dense_layout(64, 96, 32);
+  struct Case {
+    std::vector<int64_t> in;
+    ConvGeometry g;
+    int64_t pad_h, pad_w;
+  };
+  const std::vector<Case> cases = {{{9, 7}, conv_geometry({9, 7}, {3, 3}, {1}, {1}, ConvPadding::same), 1, 1},
+                                   {{13, 11}, conv_geometry({13, 11}, {3, 3}, {1}, {2}, ConvPadding::same), 2, 2},
+                                   {{8, 6}, conv_geometry({8, 6}, {2, 3}, {1}, {2}, ConvPadding::valid), 0, 0}};
+  uint64_t seed = 300;
+  for (const Case& c : cases)
+    for (bool tc : {false, true}) {
+      if (tc && !sm90_here()) continue;
+      if (tc) setenv("TESSERA_BSCONV_TC", "1", 1);
+      const int64_t n = 5, R = c.g.kernel[0], S = c.g.kernel[1];
+      const ConvIndex ci = conv_index(c.g, c.in, "test");
+      const std::string what = c.g.str() + (tc ? " tensor cores" : " scalar");
+      const Tensor x = random(act(n, c.in, 64), ++seed, DType::bf16).to(kGpu);
+      const Tensor w = random(detail::bsconv_weight_shape(*l, c.g), ++seed, DType::bf16).to(kGpu);
+      const Tensor dy = random(act(n, {ci.out[0], ci.out[1]}, 96), ++seed, DType::bf16).to(kGpu);
+      cuda::DnnConv2d dnn({n, c.in[0], c.in[1], 64, 96, R, S, c.pad_h, c.pad_w, 1, 1, c.g.dilation[0], c.g.dilation[1]},
+                          DType::bf16, 0);
+      ASSERT_EQ(dnn.output_shape(), dy.shape()) << what;
+      const Tensor wd = dense_filter(w, *l);
+      const TensorOptions opts = TensorOptions(DType::bf16).device(kGpu);
+      Tensor y = empty(dy.shape(), opts), dx = empty(x.shape(), opts), dwd = empty(wd.shape(), opts);
+      dnn.forward(x, wd, y);
+      dnn.data_gradient(wd, dy, dx);
+      dnn.filter_gradient(x, dy, dwd);
+      auto f64 = [](const Tensor& t) { return cast(t.to(Device::cpu()), DType::f64); };
+      EXPECT_TRUE(close_to(f64(bsconv(x, w, l, c.g)), f64(y), 1e-2)) << "forward " << what;
+      EXPECT_TRUE(close_to(f64(bsconv_dx(dy, w, l, c.g, c.in)), f64(dx), 1e-2)) << "data gradient " << what;
+      EXPECT_TRUE(close_to(f64(bsconv_dw(x, dy, l, c.g)), f64(blocks_of(dwd, *l)), 1e-2)) << "filter gradient " << what;
+      unsetenv("TESSERA_BSCONV_TC");
+    }
+#endif
 }
 
 TEST(CudaEdgeBias, MatchesTheCpuForEveryDtype) {
