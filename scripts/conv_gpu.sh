@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The block-sparse convolution on one GPU (docs/convolution.md), from a bundle (scripts/bundle.sh
+# with gpu_tests, kernels_tests, bsconv_gpu and train_conv among its targets):
+#   - the GPU tests of the convolution ops (the scalar and the tensor-core kernels, cuDNN's
+#     convolution as the all-blocks reference) and the CPU replay of the kernels' tiles;
+#   - bench/bsconv_gpu against cuDNN: the tensor-core kernels with halo boxes, with per-tap
+#     copies (--halo off), and the scalar kernels (one shape);
+#   - train_conv's tokens/s and val loss on tinyshakespeare, bf16: dense width 128 against
+#     block-sparse width 256 at density 0.25 (equal filter parameters) and dense width 136, three
+#     seeds each, the recipe of the CPU comparison, on the tensor-core kernels.
+#
+#   scripts/conv_gpu.sh [BUNDLE [OUT]]      # defaults: dist, ./conv_gpu
+set -uo pipefail
+bundle=${1:-dist}
+out=${2:-conv_gpu}
+mkdir -p "$out"
+run="$bundle/run"
+data="$bundle/data/input.txt"
+timeout 120 "$run" kernels_tests --gtest_filter='ConvTiles*' 2>&1 | tail -3 | tee "$out/tiles.log"
+timeout 400 "$run" gpu_tests --gtest_filter='CudaBsConv*:CudaEdgeBias*' >"$out/gpu_tests.log" 2>&1
+grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|tests? ran" "$out/gpu_tests.log"
+timeout 300 "$run" bsconv_gpu --json "$out/bench_tc.json" | tee "$out/bench_tc.txt"
+timeout 200 "$run" bsconv_gpu --halo off --json "$out/bench_tc_nohalo.json" | tee "$out/bench_tc_nohalo.txt"
+timeout 200 "$run" bsconv_gpu --path scalar --shapes n32h28c512 --block-sizes 32 --densities 0.25 --repeats 3 \
+  --json "$out/bench_scalar.json" | tee "$out/bench_scalar.txt"
+for model in "dense:--width 128" "sparse:--width 256 --density 0.25" "dense136:--width 136 --block 8"; do
+  name=${model%%:*}
+  flags=${model#*:}
+  for seed in 0 1 2; do
+    echo "{\"seed\": $seed}" >"$out/seed$seed.json"
+    # shellcheck disable=SC2086  # flags is a word list
+    TESSERA_BSCONV_TC=1 timeout 120 "$run" train_conv --device cuda --dtype bf16 --data "$data" --steps 600 \
+      --eval-every 600 --seed $((seed == 0 ? 1 : seed)) --config "$out/seed$seed.json" $flags \
+      --out "$out/$name.s$seed" >"$out/$name.s$seed.log" 2>&1
+    echo "$name seed $seed: $(tail -2 "$out/$name.s$seed.log" | tr "\n" " ")"
+  done
+done
