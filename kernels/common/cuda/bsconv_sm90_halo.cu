@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
   // Consumers: warpgroup c multiplies tile rows 64·kMTiles·c .., m64 tile mi at rows + 64·mi;
   // warp w of the warpgroup its rows 16w .. 16w + 15 of each. Lane l loads row l % 16 of them
   // (ldmatrix x4: lanes 0-15 the k columns 0-7 of a k16 slice, lanes 16-31 columns 8-15).
-  const int c = wg - 1, warp = (threadIdx.x / 32) % 4, g = lane / 4, t4 = lane % 4;
+  const int c = wg - 1, warp = (threadIdx.x / 32) % 4;
   int base_row[kMTiles];
 #pragma unroll
   for (int mi = 0; mi < kMTiles; ++mi) base_row[mi] = ct.halo_row(c * Tile::kWgRows + mi * 64 + warp * 16 + lane % 16);
@@ -234,19 +234,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     const bool leader = threadIdx.x % 128 == 0;
     if (leader) bulk_wait_read<0>();  // the previous item's store has read the staging
     named_barrier(2 + c, 128);
-#pragma unroll
-    for (int mi = 0; mi < kMTiles; ++mi)
-#pragma unroll
-      for (int j = 0; j < BS / 8; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = mi * 64 + warp * 16 + g + 8 * h, col = 8 * j + 2 * t4;
-          const int box = col / Tile::kOutCols, bc = col % Tile::kOutCols;
-          const int byte = row * Tile::kOutRowBytes + bc * static_cast<int>(sizeof(TO));
-          const int swizzled = byte ^ (((byte >> 7) & (Tile::kOutRowBytes / 16 - 1)) << 4);
-          store_pair(reinterpret_cast<TO*>(mine + box * Tile::kOutBoxBytes + swizzled), acc[mi][4 * j + 2 * h],
-                     acc[mi][4 * j + 2 * h + 1], false);
-        }
+    stage_tile<TO, kMTiles, BS, Tile::kOutCols>(mine, acc, warp, lane);
     fence_async_shared();
     named_barrier(2 + c, 128);
     if (leader) {
@@ -289,26 +277,6 @@ void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
   g_halo_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
-// Rows per tile by the product's rows, as gather_product: 256 (two consumer warpgroups of two
-// m64 tiles) past 128 rows, 128 past 64, else 64; f(bs, trans, warpgroups, m64 tiles).
-template <class F>
-void with_tile(const GatherProduct& p, F&& f) {
-  using I1 = std::integral_constant<int, 1>;
-  using I2 = std::integral_constant<int, 2>;
-  auto with_rows = [&](auto bs, auto trans) {
-    if (p.n > 128) return f(bs, trans, I2{}, I2{});
-    if (p.n > 64) return f(bs, trans, I2{}, I1{});
-    return f(bs, trans, I1{}, I1{});
-  };
-  auto with_bs = [&](auto trans) {
-    if (p.bs == 64) return with_rows(std::integral_constant<int, 64>{}, trans);
-    if (p.bs == 32) return with_rows(std::integral_constant<int, 32>{}, trans);
-    return with_rows(std::integral_constant<int, 16>{}, trans);
-  };
-  if (p.transpose_w) return with_bs(std::true_type{});
-  return with_bs(std::false_type{});
-}
-
 }  // namespace
 
 uint64_t halo_launch_count() { return g_halo_launches.load(std::memory_order_relaxed); }
@@ -316,7 +284,7 @@ uint64_t halo_launch_count() { return g_halo_launches.load(std::memory_order_rel
 bool halo_pays(const GatherProduct& p, const ConvIndex& ci, int64_t batch) {
   if (ci.taps < 2) return false;  // a 1x1 filter has nothing to reuse
   bool fits = false;
-  with_tile(p, [&](auto bs, auto trans, auto wgs, auto mtiles) {
+  with_gather_tile(p, [&](auto bs, auto trans, auto wgs, auto mtiles) {
     constexpr int BS = decltype(bs)::value, kWGs = decltype(wgs)::value, kMTiles = decltype(mtiles)::value;
     const ConvTiles ct = conv_tiles(ci, batch, decltype(trans)::value, 64 * kWGs * kMTiles);
     auto check = [&](auto tout) {
@@ -335,7 +303,7 @@ void gather_conv_halo(const GatherProduct& p, const ConvIndex& ci, int64_t batch
   dispatch_types(p.in_dtype, p.out_dtype, [&](auto tin, auto tout) {
     using T = typename decltype(tin)::type;
     using TO = typename decltype(tout)::type;
-    with_tile(p, [&](auto bs, auto trans, auto wgs, auto mtiles) {
+    with_gather_tile(p, [&](auto bs, auto trans, auto wgs, auto mtiles) {
       constexpr int BS = decltype(bs)::value, kWGs = decltype(wgs)::value, kMTiles = decltype(mtiles)::value;
       constexpr bool kTrans = decltype(trans)::value;
       const ConvTiles ct = conv_tiles(ci, batch, kTrans, 64 * kWGs * kMTiles);

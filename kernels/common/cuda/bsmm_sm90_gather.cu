@@ -388,19 +388,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     const bool leader = threadIdx.x % 128 == 0;
     if (leader) bulk_wait_read<0>();  // the previous item's store has read the staging
     named_barrier(2 + c, 128);
-#pragma unroll
-    for (int mi = 0; mi < kMTiles; ++mi)
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = mi * 64 + warp * 16 + g + 8 * h, col = 8 * j + 2 * t;
-          const int box = col / Tile::kOutCols, bc = col % Tile::kOutCols;
-          const int byte = row * Tile::kOutRowBytes + bc * static_cast<int>(sizeof(TO));
-          const int swizzled = byte ^ (((byte >> 7) & (Tile::kOutRowBytes / 16 - 1)) << 4);
-          store_pair(reinterpret_cast<TO*>(mine + box * Tile::kOutBoxBytes + swizzled), acc[mi][4 * j + 2 * h],
-                     acc[mi][4 * j + 2 * h + 1], false);
-        }
+    stage_tile<TO, kMTiles, kBN, Tile::kOutCols>(mine, acc, warp, lane);
     fence_async_shared();
     named_barrier(2 + c, 128);
     if (leader) {
@@ -507,24 +495,7 @@ void gather_product(const GatherProduct& p, cudaStream_t stream) {
       if (p.gate) return launch<T, TO, BS, kTrans, kWGs, kMTiles, true, 1>(p, stream);
       return launch<T, TO, BS, kTrans, kWGs, kMTiles, false, 1>(p, stream);
     };
-    // Rows per work item by N: 256 (two consumer warpgroups of two m64 tiles sharing each weight
-    // block: on the H200 1.35-1.7x faster than 128 with the TMA-store epilogue, bs 32 and 64,
-    // densities 0.1-1) when N passes 128; 128 when N passes 64; else 64 (one consumer
-    // warpgroup: an LSTM step's batch; 2x faster there than 256-row items of mostly padding).
-    using I1 = std::integral_constant<int, 1>;
-    using I2 = std::integral_constant<int, 2>;
-    auto with_rows = [&](auto bs, auto trans) {
-      if (p.n > 128) return run(bs, trans, I2{}, I2{});
-      if (p.n > 64) return run(bs, trans, I2{}, I1{});
-      return run(bs, trans, I1{}, I1{});
-    };
-    auto with_bs = [&](auto trans) {
-      if (p.bs == 64) return with_rows(std::integral_constant<int, 64>{}, trans);
-      if (p.bs == 32) return with_rows(std::integral_constant<int, 32>{}, trans);
-      return with_rows(std::integral_constant<int, 16>{}, trans);
-    };
-    if (p.transpose_w) return with_bs(std::true_type{});
-    return with_bs(std::false_type{});
+    with_gather_tile(p, run);
   });
 }
 
@@ -534,28 +505,13 @@ void gather_conv(const GatherProduct& p, const ConvIndex& ci, int64_t batch, cud
   dispatch_types(p.in_dtype, p.out_dtype, [&](auto tin, auto tout) {
     using T = typename decltype(tin)::type;
     using TO = typename decltype(tout)::type;
-    auto run = [&](auto bs, auto trans, auto wgs, auto mtiles) {
+    with_gather_tile(p, [&](auto bs, auto trans, auto wgs, auto mtiles) {  // rows per tile as for the matmul
       constexpr int BS = decltype(bs)::value;
       constexpr bool kTrans = decltype(trans)::value;
       constexpr int kWGs = decltype(wgs)::value, kMTiles = decltype(mtiles)::value;
       const ConvTiles ct = conv_tiles(ci, batch, kTrans, 64 * kWGs * kMTiles);
       launch<T, TO, BS, kTrans, kWGs, kMTiles, false, 1, true>(p, stream, &ct);
-    };
-    // Rows per tile as for the matmul (gather_product), by the product's rows.
-    using I1 = std::integral_constant<int, 1>;
-    using I2 = std::integral_constant<int, 2>;
-    auto with_rows = [&](auto bs, auto trans) {
-      if (p.n > 128) return run(bs, trans, I2{}, I2{});
-      if (p.n > 64) return run(bs, trans, I2{}, I1{});
-      return run(bs, trans, I1{}, I1{});
-    };
-    auto with_bs = [&](auto trans) {
-      if (p.bs == 64) return with_rows(std::integral_constant<int, 64>{}, trans);
-      if (p.bs == 32) return with_rows(std::integral_constant<int, 32>{}, trans);
-      return with_rows(std::integral_constant<int, 16>{}, trans);
-    };
-    if (p.transpose_w) return with_bs(std::true_type{});
-    return with_bs(std::false_type{});
+    });
   });
 }
 
