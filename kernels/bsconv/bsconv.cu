@@ -1,6 +1,6 @@
-// bsconv on the GPU. bf16/f16 at stride 1 may take the sm_90a gather kernel in convolution mode
-// (bsmm_tc.h's run_conv, an implicit GEMM: per output tile and block column, the stored blocks'
-// taps in order, each a wgmma product of the input box moved by the tap; only under
+// bsconv on the GPU. bf16/f16 (and f32 as tf32 where allowed) may take a tensor-core kernel in
+// convolution mode (bsmm_tc.h's run_conv, an implicit GEMM: per output tile and block column, the
+// stored blocks' taps in order, each a product of the input rows the tap reads; only under
 // TESSERA_BSCONV_TC=1 until checked on an H200). Otherwise a scalar kernel, one thread per output
 // element, summing in the order of bsconv.h (the column's blocks by increasing block row, then
 // taps, then the block's rows) in f32 for bf16/f16 (f64 for f64).
@@ -50,14 +50,14 @@ void op::BsConv::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& 
   const ConvIndex ci = conv_index(attrs.geometry, attrs.geometry.spatial_of(x.shape(), kName, "x"), kName);
   const int dev = y.device().index;
   const cuda::BlockTables t = cuda::device_tables(attrs.layout, dev);
-  if (x.dtype() == DType::bf16 || x.dtype() == DType::f16) {
+  if (x.dtype() != DType::f64) {  // a tensor-core kernel (bsmm_tc.h)
     const int64_t batch = x.size(0);
     const cuda::GatherProduct p{x.dtype(), y.dtype(), static_cast<int>(l.block_size()), /*transpose_w=*/false,
                                 /*accumulate=*/false, x.data_ptr(), w.data_ptr(), /*gate=*/nullptr, y.data_ptr(),
                                 batch * ci.out_positions, l.in_features(), l.out_features(),
                                 static_cast<int32_t>(l.block_cols()), l.nnz() * ci.taps, t.col_work, t.col_blocks,
                                 t.col_rows, t.counter};
-    if (cuda::conv_takes(p, ci, dev)) return cuda::run_conv(p, ci, batch, cuda::current_stream(y));
+    if (cuda::conv_takes(p, ci, dev)) return cuda::run_conv(p, ci, batch, dev, cuda::current_stream(y));
   }
   const int64_t elems = y.numel();
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((elems + 255) / 256, 1 << 20));

@@ -77,7 +77,7 @@ void op::BsConvDw::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>
   const ConvIndex ci = conv_index(attrs.geometry, attrs.geometry.spatial_of(x.shape(), kName, "x"), kName);
   const int dev = dw.device().index;
   const cuda::BlockTables t = cuda::device_tables(attrs.layout, dev);
-  if (x.dtype() == DType::bf16 || x.dtype() == DType::f16) {  // the tensor-core kernel (bsmm_tc.h)
+  if (x.dtype() != DType::f64) {  // a tensor-core kernel (bsmm_tc.h)
     const int64_t batch = x.size(0);
     cuda::BlockGradient g{x.dtype(), dw.dtype(), static_cast<int>(l.block_size()), /*accumulate=*/false,
                           x.data_ptr(), dy.data_ptr(), dw.data_ptr(), batch * ci.out_positions,

@@ -47,14 +47,14 @@ void op::BsConvDx::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>
   const ConvIndex ci = conv_index(attrs.geometry, attrs.in, kName);
   const int dev = dx.device().index;
   const cuda::BlockTables t = cuda::device_tables(attrs.layout, dev);
-  if (dy.dtype() == DType::bf16 || dy.dtype() == DType::f16) {  // the tensor-core kernel (bsmm_tc.h)
+  if (dy.dtype() != DType::f64) {  // a tensor-core kernel (bsmm_tc.h)
     const int64_t batch = dy.size(0);
     const cuda::GatherProduct p{dy.dtype(), dx.dtype(), static_cast<int>(l.block_size()), /*transpose_w=*/true,
                                 /*accumulate=*/false, dy.data_ptr(), w.data_ptr(), /*gate=*/nullptr, dx.data_ptr(),
                                 batch * ci.in_positions, l.out_features(), l.in_features(),
                                 static_cast<int32_t>(l.block_rows()), l.nnz() * ci.taps, t.row_work, /*list=*/nullptr,
                                 t.block_col, t.counter};
-    if (cuda::conv_takes(p, ci, dev)) return cuda::run_conv(p, ci, batch, cuda::current_stream(dx));
+    if (cuda::conv_takes(p, ci, dev)) return cuda::run_conv(p, ci, batch, dev, cuda::current_stream(dx));
   }
   const int64_t elems = dx.numel();
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((elems + 255) / 256, 1 << 20));

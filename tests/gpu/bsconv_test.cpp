@@ -1,13 +1,16 @@
 // The CUDA kernels of bsconv, bsconv_dx, bsconv_dw, edge_bias and edge_bias_grad against the CPU
 // (in f64 on the same values), every dtype and block size, 1-D causal, 2-D strided and dilated
-// geometries, outputs poisoned first; the same bits twice. The tensor-core kernels (stride 1,
-// TESSERA_BSCONV_TC=1 until they are the default) likewise, at every block size they take.
+// geometries, outputs poisoned first; the same bits twice. The tensor-core kernels
+// (TESSERA_BSCONV_TC=1 until they are the default) likewise on each path (sm_90a with halo boxes
+// or per-tap copies, sm_80), at every block size and geometry they take, with the launch counts
+// saying which kernel ran.
 #include <gtest/gtest.h>
 
 #include "core/sparse/generators.h"
 #include "gpu_check.h"
 #include "kernels/common/conv_index.h"
 #ifdef TESSERA_WITH_CUDA
+#include "kernels/common/cuda/blas.h"
 #include "kernels/common/cuda/bsmm_tc.h"
 #endif
 #if defined(TESSERA_WITH_CUDA) && defined(TESSERA_HAVE_CUDNN)
@@ -93,115 +96,163 @@ TEST(CudaBsConv, TwoRunsGiveTheSameBits) {
   EXPECT_TRUE(same_bits(bsconv_dw(x, dy, l, geo.g), bsconv_dw(x, dy, l, geo.g)));
 }
 
-// TESSERA_BSCONV_TC=1 for one scope: the tensor-core convolution kernels (bsmm_tc.h's run_conv).
-class TensorCoreConvGuard {
- public:
-  TensorCoreConvGuard() { setenv("TESSERA_BSCONV_TC", "1", 1); }
-  ~TensorCoreConvGuard() { unsetenv("TESSERA_BSCONV_TC"); }
+// TESSERA_BSCONV_TC=1 (the tensor-core convolution kernels, bsmm_tc.h's run_conv), and one of
+// their paths, for one scope.
+struct ConvPath {
+  const char* name;
+  const char* bsmm_path;  // TESSERA_BSMM_PATH (nullptr: unset)
+  const char* halo;       // TESSERA_BSCONV_HALO
 };
+class ConvPathGuard {
+ public:
+  explicit ConvPathGuard(const ConvPath& p) {
+    setenv("TESSERA_BSCONV_TC", "1", 1);
+    if (p.bsmm_path) setenv("TESSERA_BSMM_PATH", p.bsmm_path, 1);
+    setenv("TESSERA_BSCONV_HALO", p.halo, 1);
+  }
+  ~ConvPathGuard() {
+    unsetenv("TESSERA_BSCONV_TC");
+    unsetenv("TESSERA_BSMM_PATH");
+    unsetenv("TESSERA_BSCONV_HALO");
+  }
+};
+// sm_90a in halo mode where it fits, sm_90a with per-tap copies, and sm_80 (the A100 path, forced).
+const ConvPath kConvPaths[] = {{"sm90 halo", nullptr, "1"}, {"sm90 per-tap", nullptr, "0"}, {"sm80", "sm80", "1"}};
 
-uint64_t conv_launches() {
+struct ConvLaunches {
+  uint64_t sm90 = 0, halo = 0, sm80 = 0;
+};
+ConvLaunches conv_launches() {
 #ifdef TESSERA_WITH_CUDA
-  return cuda::bsmm_launches(cuda::BsmmKernel::sm90_conv);
+  return {cuda::bsmm_launches(cuda::BsmmKernel::sm90_conv), cuda::bsmm_launches(cuda::BsmmKernel::sm90_halo),
+          cuda::bsmm_launches(cuda::BsmmKernel::sm80_conv)};
 #else
-  return 0;
+  return {};
 #endif
 }
-uint64_t halo_launches() {
-#ifdef TESSERA_WITH_CUDA
-  return cuda::bsmm_launches(cuda::BsmmKernel::sm90_halo);
-#else
-  return 0;
-#endif
-}
 
-// Stride-1 geometries of the tensor-core kernels: odd sizes, each padding mode, dilation, 1-3 dims;
-// with a batch that gives 256-row tiles (and 64-row ones for the smallest).
-std::vector<Geo> stride1_geometries() {
+// Geometries of the tensor-core kernels: odd sizes, each padding mode, dilation, 1-3 dimensions
+// (stride 1: sm_90a and sm_80), and strided ones (sm_80 only; the sm_90a paths hand them to it).
+std::vector<Geo> tensor_core_geometries() {
   return {{{33}, conv_geometry({33}, {3}, {1}, {4}, ConvPadding::causal)},
           {{128}, conv_geometry({128}, {3}, {1}, {8}, ConvPadding::causal)},
           {{9, 7}, conv_geometry({9, 7}, {3, 3}, {1}, {1}, ConvPadding::same)},
           {{21, 19}, conv_geometry({21, 19}, {3, 3}, {1}, {2}, ConvPadding::same)},
           {{8, 6}, conv_geometry({8, 6}, {2, 3}, {1}, {2}, ConvPadding::valid)},
           {{7, 10}, conv_geometry({7, 10}, {3, 2}, {1}, {1}, ConvPadding::explicit_pads, {2, 0}, {0, 3})},
-          {{5, 4, 6}, conv_geometry({5, 4, 6}, {3, 3, 3}, {1}, {1}, ConvPadding::same)}};
+          {{5, 4, 6}, conv_geometry({5, 4, 6}, {3, 3, 3}, {1}, {1}, ConvPadding::same)},
+          {{9, 7}, conv_geometry({9, 7}, {3, 3}, {2}, {1}, ConvPadding::same)},
+          {{17}, conv_geometry({17}, {4}, {3}, {2}, ConvPadding::valid)}};
+}
+
+bool strided(const ConvGeometry& g) {
+  for (int d = 0; d < g.dims; ++d)
+    if (g.stride[d] != 1) return true;
+  return false;
+}
+
+// Checks that the call between `before` and now launched one convolution kernel of the path's
+// family: sm_90a for stride 1 (16-64 for bsconv / bsconv_dx: `sm90_bs`) unless the path forces
+// sm_80; sm_80 otherwise.
+::testing::AssertionResult took(const ConvLaunches& before, const ConvPath& path, bool sm90_case) {
+  const ConvLaunches now = conv_launches();
+  const bool want90 = sm90_case && path.bsmm_path == nullptr;
+  const uint64_t d90 = now.sm90 - before.sm90, d80 = now.sm80 - before.sm80, dh = now.halo - before.halo;
+  const bool ok = d90 == (want90 ? 1u : 0u) && d80 == (want90 ? 0u : 1u) && (std::string(path.halo) == "1" || dh == 0);
+  if (ok) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "launched sm90 " << d90 << " (halo " << dh << "), sm80 " << d80
+                                       << "; want sm90 " << want90;
 }
 
 TEST(CudaBsConv, TensorCoreKernelsMatchTheCpu) {
   REQUIRE_GPU();
-  if (!sm90_here()) GTEST_SKIP() << "the tensor-core convolution kernels need an sm_90a build on a GPU of compute 9.0";
-  TensorCoreConvGuard tc;
+  if (!sm90_here()) GTEST_SKIP() << "the sm_90a convolution kernels need an sm_90a build on a GPU of compute 9.0";
   uint64_t seed = 100;
-  const uint64_t halo_before = halo_launches();
-  // bsconv and bsconv_dx in halo mode where it fits ("1"), and with per-tap copies ("0")
-  for (const char* halo : {"1", "0"})
+  const ConvLaunches start = conv_launches();
+  for (const ConvPath& path : kConvPaths)
     for (int64_t bs : {8, 16, 32, 64})
-      for (const Geo& geo : stride1_geometries())
+      for (const Geo& geo : tensor_core_geometries())
         for (int64_t n : {1, 6}) {
           const LayoutPtr l = random_layout(3 * bs, 2 * bs, bs, 0.6, static_cast<uint64_t>(bs + n));
           const ConvIndex ci = conv_index(geo.g, geo.in, "test");
           const std::vector<int64_t> out(ci.out, ci.out + geo.g.dims);
           for (DType dt : {DType::bf16, DType::f16}) {
-            const std::string what = l->str() + " " + geo.g.str() + " n " + std::to_string(n) + " " + dtype_name(dt);
+            const std::string what = std::string(path.name) + " " + l->str() + " " + geo.g.str() + " n " +
+                                     std::to_string(n) + " " + dtype_name(dt);
             const Tensor x = random(act(n, geo.in, l->in_features()), ++seed, dt);
             const Tensor w = random(detail::bsconv_weight_shape(*l, geo.g), ++seed, dt);
             const Tensor dy = random(act(n, out, l->out_features()), ++seed, dt);
             const op::BsConv::Attrs fa{l, geo.g, false};
             const op::BsConvDx::Attrs da{l, geo.g, geo.in, false};
             const op::BsConvDw::Attrs wa{l, geo.g, false};
+            const bool sm90_geometry = !strided(geo.g);
             for (bool f32_out : {false, true}) {
-              setenv("TESSERA_BSCONV_HALO", halo, 1);
-              const std::string how = what + (f32_out ? " f32 output" : "") + " halo " + halo;
-              const uint64_t halo_at = halo_launches();
+              ConvPathGuard guard(path);
+              const std::string how = what + (f32_out ? " f32 output" : "");
               // f32 outputs: the tensor cores' f32 sums in their own order, over up to 27·192 products
               const double tol = f32_out ? 1e-4 : tol_of(dt);
-              uint64_t before = conv_launches();
-              if (bs >= 16) {  // bsconv and bsconv_dx take bs 16-64
-                EXPECT_TRUE(close_to(run_on_gpu_host<op::BsConv>({l, geo.g, f32_out}, {x, w})[0],
-                                     call<op::BsConv>(fa, as_f64({x, w}))[0], tol))
-                    << "bsconv " << how;
-                EXPECT_EQ(conv_launches() - before, 1u) << "bsconv " << how;
-                before = conv_launches();
-                EXPECT_TRUE(close_to(run_on_gpu_host<op::BsConvDx>({l, geo.g, geo.in, f32_out}, {dy, w})[0],
-                                     call<op::BsConvDx>(da, as_f64({dy, w}))[0], tol))
-                    << "bsconv_dx " << how;
-                EXPECT_EQ(conv_launches() - before, 1u) << "bsconv_dx " << how;
-                before = conv_launches();
-              }
+              ConvLaunches before = conv_launches();
+              EXPECT_TRUE(close_to(run_on_gpu_host<op::BsConv>({l, geo.g, f32_out}, {x, w})[0],
+                                   call<op::BsConv>(fa, as_f64({x, w}))[0], tol))
+                  << "bsconv " << how;
+              EXPECT_TRUE(took(before, path, sm90_geometry && bs >= 16)) << "bsconv " << how;
+              before = conv_launches();
+              EXPECT_TRUE(close_to(run_on_gpu_host<op::BsConvDx>({l, geo.g, geo.in, f32_out}, {dy, w})[0],
+                                   call<op::BsConvDx>(da, as_f64({dy, w}))[0], tol))
+                  << "bsconv_dx " << how;
+              EXPECT_TRUE(took(before, path, sm90_geometry && bs >= 16)) << "bsconv_dx " << how;
+              before = conv_launches();
               EXPECT_TRUE(close_to(run_on_gpu_host<op::BsConvDw>({l, geo.g, f32_out}, {x, dy})[0],
                                    call<op::BsConvDw>(wa, as_f64({x, dy}))[0], tol))
                   << "bsconv_dw " << how;
-              EXPECT_EQ(conv_launches() - before, 1u) << "bsconv_dw " << how;
-              if (std::string(halo) == "0") EXPECT_EQ(halo_launches(), halo_at) << how;
-              unsetenv("TESSERA_BSCONV_HALO");
+              EXPECT_TRUE(took(before, path, sm90_geometry)) << "bsconv_dw " << how;
             }
           }
         }
-  EXPECT_GT(halo_launches(), halo_before) << "no call took the halo kernel";
+  EXPECT_GT(conv_launches().halo, start.halo) << "no call took the halo kernel";
 }
 
-TEST(CudaBsConv, TensorCoreKernelsGiveTheSameBitsTwiceAndLeaveStridesToTheScalarKernel) {
+// f32 operands on the sm_80 kernels with TF32 allowed (within 2e-3 of the CPU's f64 sums, relative
+// to the largest), and on the scalar kernels without.
+TEST(CudaBsConv, TensorCoreKernelsTakeF32AsTf32WhenAllowed) {
   REQUIRE_GPU();
-  if (!sm90_here()) GTEST_SKIP() << "the tensor-core convolution kernels need an sm_90a build on a GPU of compute 9.0";
-  TensorCoreConvGuard tc;
+#ifdef TESSERA_WITH_CUDA
+  ConvPathGuard guard(kConvPaths[0]);
+  const LayoutPtr l = random_layout(96, 64, 32, 0.5, 9);
+  uint64_t seed = 400;
+  for (const Geo& geo : {tensor_core_geometries()[3], tensor_core_geometries()[7]}) {
+    const Tensor x = random(act(4, geo.in, 96), ++seed, DType::f32);
+    const Tensor w = random(detail::bsconv_weight_shape(*l, geo.g), ++seed, DType::f32);
+    const op::BsConv::Attrs fa{l, geo.g, false};
+    for (bool tf32 : {true, false}) {
+      cuda::set_allow_tf32(tf32);
+      const ConvLaunches before = conv_launches();
+      EXPECT_TRUE(close_to(run_on_gpu_host<op::BsConv>(fa, {x, w})[0], call<op::BsConv>(fa, as_f64({x, w}))[0],
+                           tf32 ? 2e-3 : 1e-5))
+          << geo.g.str() << (tf32 ? " tf32" : " exact");
+      EXPECT_EQ(conv_launches().sm80 - before.sm80, tf32 ? 1u : 0u) << geo.g.str();
+      cuda::set_allow_tf32(false);
+    }
+  }
+#endif
+}
+
+TEST(CudaBsConv, TensorCoreKernelsGiveTheSameBitsTwice) {
+  REQUIRE_GPU();
   const LayoutPtr l = random_layout(128, 128, 32, 0.5, 3);
-  const ConvGeometry g = conv_geometry({21, 19}, {3, 3}, {1}, {1}, ConvPadding::same);
-  const Tensor x = random(act(8, {21, 19}, 128), 1, DType::bf16).to(kGpu);
-  const Tensor w = random(detail::bsconv_weight_shape(*l, g), 2, DType::bf16).to(kGpu);
-  const Tensor dy = random(act(8, {21, 19}, 128), 3, DType::bf16).to(kGpu);
-  const uint64_t before = conv_launches();
-  EXPECT_TRUE(same_bits(bsconv(x, w, l, g), bsconv(x, w, l, g)));
-  EXPECT_TRUE(same_bits(bsconv_dx(dy, w, l, g, {21, 19}), bsconv_dx(dy, w, l, g, {21, 19})));
-  EXPECT_TRUE(same_bits(bsconv_dw(x, dy, l, g), bsconv_dw(x, dy, l, g)));
-  EXPECT_EQ(conv_launches() - before, 6u);
-  // Stride 2: the scalar kernels, still right.
-  const ConvGeometry g2 = conv_geometry({21, 19}, {3, 3}, {2}, {1}, ConvPadding::same);
-  const uint64_t before2 = conv_launches();
-  const Tensor w2 = random(detail::bsconv_weight_shape(*l, g2), 4, DType::bf16);
-  const op::BsConv::Attrs fa{l, g2, false};
-  EXPECT_TRUE(close_to(run_on_gpu_host<op::BsConv>(fa, {x.to(Device::cpu()), w2})[0],
-                       call<op::BsConv>(fa, as_f64({x.to(Device::cpu()), w2}))[0], tol_of(DType::bf16)));
-  EXPECT_EQ(conv_launches(), before2);
+  for (const ConvPath& path : kConvPaths)
+    for (const ConvGeometry& g : {conv_geometry({21, 19}, {3, 3}, {1}, {1}, ConvPadding::same),
+                                  conv_geometry({21, 19}, {3, 3}, {2}, {1}, ConvPadding::same)}) {
+      ConvPathGuard guard(path);
+      const ConvIndex ci = conv_index(g, {21, 19}, "test");
+      const Tensor x = random(act(8, {21, 19}, 128), 1, DType::bf16).to(kGpu);
+      const Tensor w = random(detail::bsconv_weight_shape(*l, g), 2, DType::bf16).to(kGpu);
+      const Tensor dy = random(act(8, {ci.out[0], ci.out[1]}, 128), 3, DType::bf16).to(kGpu);
+      const std::string what = std::string(path.name) + " " + g.str();
+      EXPECT_TRUE(same_bits(bsconv(x, w, l, g), bsconv(x, w, l, g))) << what;
+      EXPECT_TRUE(same_bits(bsconv_dx(dy, w, l, g, {21, 19}), bsconv_dx(dy, w, l, g, {21, 19}))) << what;
+      EXPECT_TRUE(same_bits(bsconv_dw(x, dy, l, g), bsconv_dw(x, dy, l, g))) << what;
+    }
 }
 
 #if defined(TESSERA_WITH_CUDA) && defined(TESSERA_HAVE_CUDNN)

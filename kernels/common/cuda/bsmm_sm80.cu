@@ -86,8 +86,8 @@ struct GatherTile {
   static constexpr int kSmemBytes = kStages * kStageBytes;
 };
 
-template <class T, class TO, int BS, bool kTrans>
-__global__ void __launch_bounds__(kThreads) gather_kernel(GatherProduct p) {
+template <class T, class TO, int BS, bool kTrans, bool kConv>
+__global__ void __launch_bounds__(kThreads) gather_kernel(GatherProduct p, ConvIndex ci) {
   using Tile = GatherTile<T, BS, kTrans>;
   constexpr int kVec = Tile::kVec, kBM = Tile::kBM, kKT = Tile::kKT, kNB = Tile::kNB;
   constexpr int kPitchA = Tile::kPitchA, kPitchB = Tile::kPitchB, kStages = Tile::kStages;
@@ -98,7 +98,10 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(GatherProduct p) {
   const int tiles_m = static_cast<int>((p.n + kBM - 1) / kBM);
   int oi, mt;
   work_item(blockIdx.x, tiles_m, p.outs, oi, mt);
-  const int o = p.work[3 * oi], begin = p.work[3 * oi + 1], end = p.work[3 * oi + 2];
+  // A convolution's list has each block's entry once per tap (entry q: tap q % taps of the block at
+  // list position q / taps, weight block k·taps + tap of w [nnz, taps, bs, bs]).
+  const int taps = kConv ? static_cast<int>(ci.taps) : 1;
+  const int o = p.work[3 * oi], begin = p.work[3 * oi + 1] * taps, end = p.work[3 * oi + 2] * taps;
   const int64_t m0 = static_cast<int64_t>(mt) * kBM;
   const int steps = (end - begin + kNB - 1) / kNB;
   const T* a = static_cast<const T*>(p.a);
@@ -108,8 +111,11 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(GatherProduct p) {
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int wm = warp / Tile::kWarpsN, wn = warp % Tile::kWarpsN;
 
-  // The block index k of list position q.
-  auto block_at = [&](int q) { return p.list ? __ldg(p.list + q) : q; };
+  // The block index k of list position q (a convolution's: k·taps + tap of entry q).
+  auto block_at = [&](int q) {
+    const int pq = q / taps;
+    return (p.list ? __ldg(p.list + pq) : pq) * taps + (q - pq * taps);
+  };
 
   // Issues the copies of stage `s` (list positions begin + s·kNB ..) into buffer s % kStages.
   // Each thread copies one fixed 16-byte column chunk of the A strips (block b, chunk ch) down
@@ -128,11 +134,17 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(GatherProduct p) {
     {
       const int q = q0 + a_b;
       const bool block_valid = q < end;
-      const int64_t col = block_valid ? static_cast<int64_t>(__ldg(p.list_in + q)) * BS + a_ch * kVec : 0;
+      const int64_t col = block_valid ? static_cast<int64_t>(__ldg(p.list_in + q / taps)) * BS + a_ch * kVec : 0;
+      const int tap = q % taps;
       for (int row = tid / kPerRow; row < kBM; row += kThreads / kPerRow) {
         const int64_t grow = m0 + row;
-        const bool valid = block_valid && grow < p.n;
-        cp_async16(As + row * kPitchA + a_b * BS + a_ch * kVec, valid ? a + grow * p.a_cols + col : a, valid);
+        // A's row: the product's own; a convolution's the input row the output row reads at the
+        // tap (dx: the output row that reads the input row), -1 in the padding: zeros
+        int64_t arow = grow;
+        if constexpr (kConv)
+          if (block_valid && grow < p.n) arow = kTrans ? ci.output_row(grow, tap) : ci.input_row(grow, tap);
+        const bool valid = block_valid && grow < p.n && arow >= 0;
+        cp_async16(As + row * kPitchA + a_b * BS + a_ch * kVec, valid ? a + arow * p.a_cols + col : a, valid);
       }
     }
     const int qw = q0 + w_b;
@@ -286,8 +298,8 @@ struct GradientTile {
   static constexpr int kSmemBytes = kStages * kStageElems * static_cast<int>(sizeof(T));
 };
 
-template <class T, class TO, int BS>
-__global__ void __launch_bounds__(kThreads) gradient_kernel(BlockGradient p) {
+template <class T, class TO, int BS, bool kConv>
+__global__ void __launch_bounds__(kThreads) gradient_kernel(BlockGradient p, ConvIndex ci) {
   using Tile = GradientTile<T, BS>;
   constexpr int kVec = Tile::kVec, kKT = Tile::kKT, kG = Tile::kG, kStages = Tile::kStages;
   constexpr int kPitchA = Tile::kPitchA, kPitchB = Tile::kPitchB;
@@ -296,7 +308,9 @@ __global__ void __launch_bounds__(kThreads) gradient_kernel(BlockGradient p) {
   T* smem = reinterpret_cast<T*>(smem_raw);
   __shared__ int cols[kG];
 
-  const int k0 = p.group[2 * blockIdx.x], count = p.group[2 * blockIdx.x + 1];
+  // A convolution's thread blocks are (group, tap): X's rows are those the output rows read at the tap.
+  const int taps = kConv ? static_cast<int>(ci.taps) : 1, tap = blockIdx.x % taps, group = blockIdx.x / taps;
+  const int k0 = p.group[2 * group], count = p.group[2 * group + 1];
   const int64_t r = p.block_row[k0];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int wm = warp / Tile::kWarpsN, wn = warp % Tile::kWarpsN;
@@ -313,8 +327,11 @@ __global__ void __launch_bounds__(kThreads) gradient_kernel(BlockGradient p) {
     constexpr int kChunks = BS / kVec;
     for (int idx = tid; idx < kKT * kChunks; idx += kThreads) {
       const int row = idx / kChunks, ch = idx % kChunks;
-      const bool valid = t0 + row < p.n;
-      const T* src = valid ? x + (t0 + row) * p.C + r * BS + ch * kVec : x;
+      int64_t xrow = t0 + row;
+      if constexpr (kConv)
+        if (xrow < p.n) xrow = ci.input_row(xrow, tap);
+      const bool valid = t0 + row < p.n && xrow >= 0;
+      const T* src = valid ? x + xrow * p.C + r * BS + ch * kVec : x;
       cp_async16(As + row * kPitchA + ch * kVec, src, valid);
     }
     for (int idx = tid; idx < kKT * kG * kChunks; idx += kThreads) {
@@ -415,7 +432,7 @@ __global__ void __launch_bounds__(kThreads) gradient_kernel(BlockGradient p) {
       for (int h = 0; h < 2; ++h) {
         const int i = wm * kWTM + mt * 16 + g + 8 * h;
         if (i >= BS) continue;
-        const int64_t at = ((static_cast<int64_t>(k0) + b) * BS + i) * BS + j;
+        const int64_t at = (((static_cast<int64_t>(k0) + b) * taps + tap) * BS + i) * BS + j;
         const float v0 = acc[mt][nt][2 * h], v1 = acc[mt][nt][2 * h + 1];
         if (gated) {
           const float2 wv = load_pair(w + at);
@@ -485,10 +502,12 @@ void dispatch_types(DType in, DType out, F&& f) {
 }
 
 std::atomic<uint64_t> g_launches{0};
+std::atomic<uint64_t> g_conv_launches{0};
 
 }  // namespace
 
 uint64_t launch_count() { return g_launches.load(std::memory_order_relaxed); }
+uint64_t conv_launch_count() { return g_conv_launches.load(std::memory_order_relaxed); }
 
 bool gather_supported(const GatherProduct& p, int device) {
   return dtype_ok(p.in_dtype, p.out_dtype) && aligned16(p.a) && aligned16(p.w) && aligned16(p.out) &&
@@ -512,9 +531,9 @@ void gather_product(const GatherProduct& p, cudaStream_t stream) {
         using Tile = GatherTile<T, BS, kTrans>;
         const int64_t tiles_m = (p.n + Tile::kBM - 1) / Tile::kBM, blocks = tiles_m * p.outs;
         TS_CHECK(blocks <= INT32_MAX, ShapeError, "bsmm: " << p.n << " rows are too many for one launch");
-        constexpr auto kernel = &gather_kernel<T, TO, BS, kTrans>;
+        constexpr auto kernel = &gather_kernel<T, TO, BS, kTrans, false>;
         allow_smem<kernel>(Tile::kSmemBytes);
-        kernel<<<static_cast<unsigned>(blocks), kThreads, Tile::kSmemBytes, stream>>>(p);
+        kernel<<<static_cast<unsigned>(blocks), kThreads, Tile::kSmemBytes, stream>>>(p, ConvIndex{});
         TS_CUDA_LAUNCH_CHECK((kTrans ? "bsmm_dx" : "bsmm"));
         g_launches.fetch_add(1, std::memory_order_relaxed);
       };
@@ -535,11 +554,67 @@ void block_gradient(const BlockGradient& g, cudaStream_t stream) {
     dispatch_block_size(g.bs, "bsmm_dw", [&](auto bs) {
       constexpr int BS = decltype(bs)::value;
       using Tile = GradientTile<T, BS>;
-      constexpr auto kernel = &gradient_kernel<T, TO, BS>;
+      constexpr auto kernel = &gradient_kernel<T, TO, BS, false>;
       allow_smem<kernel>(Tile::kSmemBytes);
-      kernel<<<static_cast<unsigned>(g.groups), kThreads, Tile::kSmemBytes, stream>>>(g);
+      kernel<<<static_cast<unsigned>(g.groups), kThreads, Tile::kSmemBytes, stream>>>(g, ConvIndex{});
       TS_CUDA_LAUNCH_CHECK("bsmm_dw");
       g_launches.fetch_add(1, std::memory_order_relaxed);
+    });
+  });
+}
+
+bool conv_supported(const GatherProduct& p, int device) {
+  return p.gate == nullptr && !p.accumulate && gather_supported(p, device);
+}
+
+bool conv_gradient_supported(const BlockGradient& g, int device) {
+  return g.gate == nullptr && !g.accumulate && !g.transposed && gradient_supported(g, device);
+}
+
+void gather_conv(const GatherProduct& p, const ConvIndex& ci, cudaStream_t stream) {
+  if (p.n == 0 || p.outs == 0) return;
+  dispatch_types(p.in_dtype, p.out_dtype, [&](auto tin, auto tout) {
+    using T = typename decltype(tin)::type;
+    using TO = typename decltype(tout)::type;
+    dispatch_block_size(p.bs, p.transpose_w ? "bsconv_dx" : "bsconv", [&](auto bs) {
+      constexpr int BS = decltype(bs)::value;
+      auto launch = [&](auto trans) {
+        constexpr bool kTrans = decltype(trans)::value;
+        using Tile = GatherTile<T, BS, kTrans>;
+        const int64_t tiles_m = (p.n + Tile::kBM - 1) / Tile::kBM, blocks = tiles_m * p.outs;
+        TS_CHECK(blocks <= INT32_MAX, ShapeError, (kTrans ? "bsconv_dx" : "bsconv") << ": too many rows for one launch");
+        constexpr auto kernel = &gather_kernel<T, TO, BS, kTrans, true>;
+        allow_smem<kernel>(Tile::kSmemBytes);
+        kernel<<<static_cast<unsigned>(blocks), kThreads, Tile::kSmemBytes, stream>>>(p, ci);
+        TS_CUDA_LAUNCH_CHECK((kTrans ? "bsconv_dx" : "bsconv"));
+        g_launches.fetch_add(1, std::memory_order_relaxed);
+        g_conv_launches.fetch_add(1, std::memory_order_relaxed);
+      };
+      if (p.transpose_w) {
+        launch(std::true_type{});
+      } else {
+        launch(std::false_type{});
+      }
+    });
+  });
+}
+
+void conv_gradient(const BlockGradient& g, const ConvIndex& ci, cudaStream_t stream) {
+  if (g.groups == 0) return;
+  const int64_t blocks = static_cast<int64_t>(g.groups) * ci.taps;
+  TS_CHECK(blocks <= INT32_MAX, ShapeError, "bsconv_dw: too many (block group, tap) pairs for one launch");
+  dispatch_types(g.in_dtype, g.out_dtype, [&](auto tin, auto tout) {
+    using T = typename decltype(tin)::type;
+    using TO = typename decltype(tout)::type;
+    dispatch_block_size(g.bs, "bsconv_dw", [&](auto bs) {
+      constexpr int BS = decltype(bs)::value;
+      using Tile = GradientTile<T, BS>;
+      constexpr auto kernel = &gradient_kernel<T, TO, BS, true>;
+      allow_smem<kernel>(Tile::kSmemBytes);
+      kernel<<<static_cast<unsigned>(blocks), kThreads, Tile::kSmemBytes, stream>>>(g, ci);
+      TS_CUDA_LAUNCH_CHECK("bsconv_dw");
+      g_launches.fetch_add(1, std::memory_order_relaxed);
+      g_conv_launches.fetch_add(1, std::memory_order_relaxed);
     });
   });
 }

@@ -22,6 +22,19 @@ void gather_product(const GatherProduct& p, cudaStream_t stream);
 uint64_t launch_count();
 void block_gradient(const BlockGradient& g, cudaStream_t stream);
 
+/// The same kernels in convolution mode (bsconv, bsconv_dx: p.transpose_w; bsconv_dw), any
+/// geometry ci (stride, dilation, padding, 1-3 dimensions): a product's rows are the output's
+/// positions over the batch, the A row that one reads at a tap comes from ConvIndex (input_row;
+/// output_row for dx), -1 (padding) copies zeros. w is [nnz, taps, bs, bs] with p.nnz / g.nnz =
+/// nnz·taps; the lists and groups are the matmul's (per block). bsconv_dw runs a thread block per
+/// (block group of one block row, tap). No gate, no accumulate.
+bool conv_supported(const GatherProduct& p, int device);
+bool conv_gradient_supported(const BlockGradient& g, int device);
+void gather_conv(const GatherProduct& p, const ConvIndex& ci, cudaStream_t stream);
+void conv_gradient(const BlockGradient& g, const ConvIndex& ci, cudaStream_t stream);
+/// Launches in convolution mode (also counted in launch_count).
+uint64_t conv_launch_count();
+
 }  // namespace sm80
 }  // namespace cuda
 }  // namespace tessera

@@ -33,45 +33,72 @@ bool conv_opted_in() {
 
 }  // namespace
 
-bool conv_takes(const GatherProduct& p, const ConvIndex& ci, int device) {
+namespace {
+
+enum class ConvKernel { none, sm80, sm90 };
+
+// The convolution kernel the rule picks (bsmm_tc.h): opted in, not forced to simt; sm_90a where
+// its kernels take the call (not forced to sm80), else sm_80 where they do.
+ConvKernel conv_kernel(const GatherProduct& p, const ConvIndex& ci, int device) {
+  const Path path = path_override();
+  if (!conv_opted_in() || path == Path::simt) return ConvKernel::none;
 #ifdef TESSERA_HAVE_SM90A
-  return conv_opted_in() && path_override() == Path::automatic && sm90::conv_supported(p, ci, device);
+  if (path == Path::automatic && sm90::conv_supported(p, ci, device)) return ConvKernel::sm90;
 #else
-  (void)p, (void)ci, (void)device;
-  return false;
+  (void)ci;
 #endif
+  return sm80::conv_supported(p, device) ? ConvKernel::sm80 : ConvKernel::none;
+}
+
+ConvKernel conv_gradient_kernel(const BlockGradient& g, const ConvIndex& ci, int device) {
+  const Path path = path_override();
+  if (!conv_opted_in() || path == Path::simt) return ConvKernel::none;
+#ifdef TESSERA_HAVE_SM90A
+  if (path == Path::automatic && sm90::conv_gradient_supported(g, ci, device)) return ConvKernel::sm90;
+#else
+  (void)ci;
+#endif
+  return sm80::conv_gradient_supported(g, device) ? ConvKernel::sm80 : ConvKernel::none;
+}
+
+}  // namespace
+
+bool conv_takes(const GatherProduct& p, const ConvIndex& ci, int device) {
+  return conv_kernel(p, ci, device) != ConvKernel::none;
 }
 
 bool conv_gradient_takes(const BlockGradient& g, const ConvIndex& ci, int device) {
-#ifdef TESSERA_HAVE_SM90A
-  return conv_opted_in() && path_override() == Path::automatic && sm90::conv_gradient_supported(g, ci, device);
-#else
-  (void)g, (void)ci, (void)device;
-  return false;
-#endif
+  return conv_gradient_kernel(g, ci, device) != ConvKernel::none;
 }
 
-void run_conv(const GatherProduct& p, const ConvIndex& ci, int64_t batch, cudaStream_t stream) {
+void run_conv(const GatherProduct& p, const ConvIndex& ci, int64_t batch, int device, cudaStream_t stream) {
+  const ConvKernel kernel = conv_kernel(p, ci, device);
+  TS_CHECK(kernel != ConvKernel::none, DeviceError, "bsconv: no tensor-core kernel takes this call (ask conv_takes)");
 #ifdef TESSERA_HAVE_SM90A
-  const char* e = std::getenv("TESSERA_BSCONV_HALO");
-  const bool halo = !(e && std::strcmp(e, "0") == 0) && sm90::halo_pays(p, ci, batch);
-  if (halo)
-    sm90::gather_conv_halo(p, ci, batch, stream);
-  else
-    sm90::gather_conv(p, ci, batch, stream);
+  if (kernel == ConvKernel::sm90) {
+    const char* e = std::getenv("TESSERA_BSCONV_HALO");
+    if (!(e && std::strcmp(e, "0") == 0) && sm90::halo_pays(p, ci, batch))
+      sm90::gather_conv_halo(p, ci, batch, stream);
+    else
+      sm90::gather_conv(p, ci, batch, stream);
+    return;
+  }
 #else
-  (void)p, (void)ci, (void)batch, (void)stream;
-  TS_THROW(DeviceError, "bsconv: this build has no sm_90a kernels (conv_takes said no)");
+  (void)batch;
 #endif
+  sm80::gather_conv(p, ci, stream);
 }
 
 void run_conv_gradient(const BlockGradient& g, const ConvIndex& ci, int64_t batch, int device, cudaStream_t stream) {
+  const ConvKernel kernel = conv_gradient_kernel(g, ci, device);
+  TS_CHECK(kernel != ConvKernel::none, DeviceError,
+           "bsconv_dw: no tensor-core kernel takes this call (ask conv_gradient_takes)");
 #ifdef TESSERA_HAVE_SM90A
-  sm90::conv_gradient(g, ci, batch, device, stream);
+  if (kernel == ConvKernel::sm90) return sm90::conv_gradient(g, ci, batch, device, stream);
 #else
-  (void)g, (void)ci, (void)batch, (void)device, (void)stream;
-  TS_THROW(DeviceError, "bsconv_dw: this build has no sm_90a kernels (conv_gradient_takes said no)");
+  (void)batch;
 #endif
+  sm80::conv_gradient(g, ci, stream);
 }
 
 bool have_sm90_kernels() {
@@ -126,6 +153,7 @@ bool run_gradient(const BlockGradient& g, int device, cudaStream_t stream) {
 
 uint64_t bsmm_launches(BsmmKernel kernel) {
   if (kernel == BsmmKernel::sm80) return sm80::launch_count();
+  if (kernel == BsmmKernel::sm80_conv) return sm80::conv_launch_count();
 #ifdef TESSERA_HAVE_SM90A
   if (kernel == BsmmKernel::sm90_pairs) return sm90::pair_launch_count();
   if (kernel == BsmmKernel::sm90_conv) return sm90::conv_launch_count();

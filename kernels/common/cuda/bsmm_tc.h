@@ -105,27 +105,33 @@ bool gradient_wants_transposed(const BlockGradient& g, int device);
 
 /// The kernel families, for launch counts (sm90_pairs: the sm_90a gather kernel's column pairs;
 /// sm90_conv: the sm_90a kernels in convolution mode, sm90_halo those of them in halo mode; all
-/// also counted as sm90).
-enum class BsmmKernel { sm80, sm90, sm90_pairs, sm90_conv, sm90_halo };
+/// also counted as sm90; sm80_conv: the sm_80 kernels in convolution mode, also counted as sm80).
+enum class BsmmKernel { sm80, sm90, sm90_pairs, sm90_conv, sm90_halo, sm80_conv };
 
 /// Runs p / g on the kernel the rule above picks; false (nothing launched) when no tensor-core
 /// kernel takes it.
 bool run_gather(const GatherProduct& p, int device, cudaStream_t stream);
 bool run_gradient(const BlockGradient& g, int device, cudaStream_t stream);
 
-/// The block-sparse convolutions (bsconv, bsconv_dx; bsconv_dw) on the sm_90a kernels in
-/// convolution mode (bsmm_sm90.h's gather_conv / conv_gradient), over `batch` samples of
-/// geometry ci. conv_takes / conv_gradient_takes: whether they take the call (stride 1,
-/// bf16/f16, bs 16-64 for bsconv and bsconv_dx, 8-64 for bsconv_dw, no gate, 16-byte aligned,
-/// compute capability 9.0); otherwise the op's scalar kernel runs. Not yet checked on a GPU, so
-/// they take a call only when TESSERA_BSCONV_TC=1 (read on every call), and never under
-/// TESSERA_BSMM_PATH=sm80 or simt. bsconv and bsconv_dx run in halo mode (each block's input box
-/// copied once for all taps: bsmm_sm90.h's gather_conv_halo) where halo_pays, unless
-/// TESSERA_BSCONV_HALO=0 (read on every call: the per-tap copies of gather_conv, for comparison). run_conv_gradient wants g.col_run / g.col_runs from
-/// cuda::conv_dw_runs (layout_tables.h).
+/// The block-sparse convolutions (bsconv, bsconv_dx; bsconv_dw) on the tensor-core kernels in
+/// convolution mode, over `batch` samples of geometry ci, by the same rule as the matmuls:
+///   - sm_90a (bsmm_sm90.h's gather_conv, gather_conv_halo, conv_gradient) on compute
+///     capability 9.0: stride 1, at most 64 taps, bf16/f16, bs 16-64 for bsconv and bsconv_dx
+///     (in halo mode where it fits: each block's input box copied once for all taps), 8-64 for
+///     bsconv_dw;
+///   - otherwise sm_80 (bsmm_sm80.h's gather_conv, conv_gradient) on compute capability 8.0 or
+///     higher: every geometry (stride included) and block size, bf16/f16, f32 as tf32 under
+///     TESSERA_ALLOW_TF32=1;
+///   - otherwise (or with a gate, accumulate, misaligned operands) the op's scalar kernel.
+/// conv_takes / conv_gradient_takes say whether a tensor-core kernel takes the call; run_conv /
+/// run_conv_gradient run it (DeviceError when none does). Not yet checked on a GPU, so they take
+/// a call only when TESSERA_BSCONV_TC=1 (read on every call). TESSERA_BSMM_PATH=sm80 forces the
+/// sm_80 kernels, simt the scalar ones; TESSERA_BSCONV_HALO=0 the sm_90a per-tap copies instead
+/// of the halo mode. run_conv_gradient wants g.col_run / g.col_runs from cuda::conv_dw_runs
+/// (layout_tables.h) for the sm_90a kernel, and the layout's dw_group / dw_groups for sm_80.
 bool conv_takes(const GatherProduct& p, const ConvIndex& ci, int device);
 bool conv_gradient_takes(const BlockGradient& g, const ConvIndex& ci, int device);
-void run_conv(const GatherProduct& p, const ConvIndex& ci, int64_t batch, cudaStream_t stream);
+void run_conv(const GatherProduct& p, const ConvIndex& ci, int64_t batch, int device, cudaStream_t stream);
 void run_conv_gradient(const BlockGradient& g, const ConvIndex& ci, int64_t batch, int device, cudaStream_t stream);
 
 /// Launches of a kernel family so far in this process (all devices): tests check with it which
