@@ -51,6 +51,11 @@ void block_gradient(const BlockGradient& g, int device, cudaStream_t stream);
 /// conv_gradient_supported: gradient_supported, no gate, not transposed, conv_tiles_support(ci).
 bool conv_gradient_supported(const BlockGradient& g, const ConvIndex& ci, int device);
 void conv_gradient(const BlockGradient& g, const ConvIndex& ci, int64_t batch, int device, cudaStream_t stream);
+/// bsconv_dw in halo mode (bsconv_sm90_dw_halo.cu: per tile of 256 output positions, each block
+/// of a run copies its x halo box once for all of its taps in the run); dw_halo_pays: bs 16 or
+/// 32, several taps, and the halo boxes fit (each extent at most 256, two stages).
+bool dw_halo_pays(const BlockGradient& g, const ConvIndex& ci, int64_t batch);
+void conv_gradient_halo(const BlockGradient& g, const ConvIndex& ci, int64_t batch, int device, cudaStream_t stream);
 
 /// Launches of these kernels so far in this process (all devices).
 uint64_t launch_count();

@@ -94,7 +94,12 @@ void run_conv_gradient(const BlockGradient& g, const ConvIndex& ci, int64_t batc
   TS_CHECK(kernel != ConvKernel::none, DeviceError,
            "bsconv_dw: no tensor-core kernel takes this call (ask conv_gradient_takes)");
 #ifdef TESSERA_HAVE_SM90A
-  if (kernel == ConvKernel::sm90) return sm90::conv_gradient(g, ci, batch, device, stream);
+  if (kernel == ConvKernel::sm90) {
+    const char* e = std::getenv("TESSERA_BSCONV_HALO");
+    if (!(e && std::strcmp(e, "0") == 0) && sm90::dw_halo_pays(g, ci, batch))
+      return sm90::conv_gradient_halo(g, ci, batch, device, stream);
+    return sm90::conv_gradient(g, ci, batch, device, stream);
+  }
 #else
   (void)batch;
 #endif

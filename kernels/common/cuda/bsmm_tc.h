@@ -118,7 +118,7 @@ bool run_gradient(const BlockGradient& g, int device, cudaStream_t stream);
 ///   - sm_90a (bsmm_sm90.h's gather_conv, gather_conv_halo, conv_gradient) on compute
 ///     capability 9.0: stride 1, at most 64 taps, bf16/f16, bs 16-64 for bsconv and bsconv_dx
 ///     (in halo mode where it fits: each block's input box copied once for all taps), 8-64 for
-///     bsconv_dw;
+///     bsconv_dw (halo mode at bs 16 and 32: conv_gradient_halo);
 ///   - otherwise sm_80 (bsmm_sm80.h's gather_conv, conv_gradient) on compute capability 8.0 or
 ///     higher: every geometry (stride included) and block size, bf16/f16, f32 as tf32 under
 ///     TESSERA_ALLOW_TF32=1;

@@ -1,0 +1,335 @@
+// The Hopper (sm_90a) kernel of bsconv_dw in halo mode (see bsmm_sm90.h), block sizes 16 and 32:
+// the input box of each block of a run is copied once per tile and read by all of its taps.
+//
+//   dw[k, t] = Σ over the output positions of x[position's input at tap t, r-block]ᵀ · dY[position, c-block]
+//
+// Work items are (run, part) as in the dW kernel (bsmm_sm90_gradient.cu in convolution mode): a run
+// is up to kG = 256/bs consecutive (block, tap) entries of one block column's list (the layout's
+// cuda::conv_dw_runs), a part a range of the tiles. A tile here is 256 output positions
+// (ConvTiles of 256 rows). Per tile the producer copies the dY box [256, bs] of the column and,
+// for each distinct block of the run (its taps are consecutive entries: at most kG / taps + 2
+// blocks), the halo box of x (ConvTiles::halo: every position any tap of the tile reads) into one
+// stage. A product stacks kPack = 64/bs entries along M; each consumer warp loads its 16 rows
+// (channels of its entry's block) for a k16 slice of positions from the entry's halo box at the
+// entry's tap (rows halo_row(r) + tap_rows(t)) with transposing ldmatrix, and multiplies them by
+// the dY box (MN-major, shared-memory descriptor) with register-A wgmma:
+//
+//   acc [64, bs] += [x halo of e0 at tap t0 | e1 at t1 | ...][positions, :]ᵀ · dY[positions, :]
+//
+// Against the per-tap copies of the dW kernel (one [64, bs] x strip per entry and 64 positions)
+// this copies about 2.2x fewer bytes per flop at bs 32 and 3x at bs 16 for a 3x3 filter (at bs 64
+// a run has 4 entries and the halo does not pay: the dW kernel keeps it). The loads of a group of
+// four k16 slices go to registers, their products retire before the next group's loads (ptxas
+// serializes wgmmas whose register inputs are written while they run); the two consumer
+// warpgroups overlap each other.
+//
+// Stores as the dW kernel: one part stores dw (k·taps + t), several parts their f32 partial sums
+// that a second kernel adds in order. Deterministic: each element is summed by one thread, over
+// the positions in tile order within a part and the parts in a fixed order; no atomics on data.
+#include <algorithm>
+#include <cstdlib>
+
+#include "core/tensor.h"
+#include "kernels/common/cuda/bsmm_sm90.h"
+#include "kernels/common/cuda/bsmm_sm90_common.cuh"
+#include "kernels/common/cuda/mma_sm80.cuh"
+
+namespace tessera {
+namespace cuda {
+namespace sm90 {
+namespace {
+
+constexpr int kHaloSmemLimit = 227 * 1024;
+constexpr int kPositions = 256;  // output positions per tile
+constexpr int kGroupKk = 4;      // k16 slices whose A fragments are loaded together
+
+template <int BS>
+struct DwHaloTile {
+  static constexpr int kRowBytes = 2 * BS;
+  static constexpr int kDyBytes = kPositions * kRowBytes;  // the dY box
+  static constexpr int kPack = 64 / BS;                   // entries per m64 product
+  static constexpr int kG = 4 * kPack;                    // entries per run: two products per consumer warpgroup
+  static constexpr int kItemRing = 4;
+  static constexpr int kMaxStages = 8;
+  static constexpr int kBarrierBytes = 1024;
+};
+
+/// The stage layout: the dY box, then `slots` halo boxes of `halo_bytes` (multiples of 1024).
+struct DwHaloSmem {
+  int halo_bytes, slots, stage_bytes, stages, total;
+};
+
+template <int BS>
+DwHaloSmem dw_halo_smem(const ConvTiles& ct) {
+  using Tile = DwHaloTile<BS>;
+  DwHaloSmem m{};
+  m.halo_bytes = (ct.halo_rows() * Tile::kRowBytes + 1023) / 1024 * 1024;
+  m.slots = std::min(Tile::kG, Tile::kG / ct.taps + 2);  // distinct blocks of a run, at most
+  m.stage_bytes = Tile::kDyBytes + m.slots * m.halo_bytes;
+  m.stages = std::min(Tile::kMaxStages, (kHaloSmemLimit - 1024 - Tile::kBarrierBytes) / m.stage_bytes);
+  m.total = m.stages * m.stage_bytes + Tile::kBarrierBytes + 1024;
+  return m;
+}
+
+template <class T, class TO, int BS>
+__global__ void __launch_bounds__(kThreads, 1)
+    dw_halo_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_dy,
+                   BlockGradient p, int parts, int part_steps, float* __restrict__ partial, ConvTiles ct,
+                   DwHaloSmem sm) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Tile = DwHaloTile<BS>;
+  constexpr int kRowBytes = Tile::kRowBytes, kPack = Tile::kPack, kRing = Tile::kItemRing;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = align1024(smem_raw);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + sm.stages * sm.stage_bytes);
+  uint64_t* empty = full + Tile::kMaxStages;
+  uint64_t* item_full = empty + Tile::kMaxStages;
+  uint64_t* item_empty = item_full + kRing;
+  int4* ring = reinterpret_cast<int4*>(item_empty + kRing);  // (first entry, count, part, column); count 0: no more
+  auto dy_box = [&](int s) { return smem + s * sm.stage_bytes; };
+  auto halo = [&](int s, int slot) { return smem + s * sm.stage_bytes + Tile::kDyBytes + slot * sm.halo_bytes; };
+  const int taps = ct.taps, stages = sm.stages;
+
+  const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], kConsumerWarps);
+    }
+    for (int s = 0; s < kRing; ++s) {
+      mbar_init(&item_full[s], 1);
+      mbar_init(&item_empty[s], kConsumerWarps);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+  const int steps = ct.total_tiles;
+  const int items = p.col_runs * parts;
+
+  if (wg == 0) {
+    // Producer: warp 0. Lane 0 takes items (part-major, as the dW kernel) and hands them to the
+    // consumers; per tile it claims a stage and copies the dY box, and lane i < blocks copies the
+    // halo box of the run's i-th block.
+    if (threadIdx.x >= 32) return;
+    if (lane == 0) {
+      prefetch_tma_map(&map_x);
+      prefetch_tma_map(&map_dy);
+    }
+    int it = 0, taken = blockIdx.x;
+    for (int n = 0;; ++n) {
+      const int item = __shfl_sync(0xffffffffu, taken, 0);
+      int4 w = make_int4(0, 0, 0, 0);
+      if (item < items) {
+        const int run = item % p.col_runs;
+        w = make_int4(p.col_run[3 * run], p.col_run[3 * run + 1], item / p.col_runs, p.col_run[3 * run + 2]);
+        if (lane == 0) taken = static_cast<int>(gridDim.x) + atomicAdd(p.counter, 1);
+      }
+      if (lane == 0) {
+        const int slot = n % kRing;
+        mbar_wait(&item_empty[slot], ((n / kRing) & 1) ^ 1);
+        ring[slot] = w;
+        mbar_arrive(&item_full[slot]);
+      }
+      if (w.y == 0) {  // the last thread block done sets the counter back to 0 (see gather_kernel)
+        if (lane == 0 && atomicAdd(p.counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+          p.counter[0] = 0;
+          p.counter[1] = 0;
+        }
+        break;
+      }
+      const int first_block = w.x / taps, blocks = (w.x + w.y - 1) / taps - first_block + 1;
+      const int row = lane < blocks ? p.col_rows[first_block + lane] : 0;  // the block row of lane's block
+      const uint32_t tx = static_cast<uint32_t>(Tile::kDyBytes + blocks * ct.halo_rows() * kRowBytes);
+      const int first = w.z * part_steps, last = min(steps, first + part_steps);
+      for (int step = first; step < last; ++step, ++it) {
+        const int s = it % stages;
+        int32_t at[ConvTiles::kAxes];
+        if (lane == 0) {
+          mbar_wait(&empty[s], ((it / stages) & 1) ^ 1);
+          mbar_arrive_expect_tx(&full[s], tx);
+          ct.origin(step, at);
+          tma_load_5d(dy_box(s), &map_dy, &full[s], w.w * BS, at);
+        }
+        __syncwarp();  // the stage is claimed and its byte count set before the copies land
+        if (lane < blocks) {
+          ct.halo_origin(step, at);
+          tma_load_5d(halo(s, lane), &map_x, &full[s], row * BS, at);
+        }
+      }
+    }
+    return;
+  }
+
+  // Consumer warpgroup c computes products 2c and 2c + 1 of each item: product j stacks entries
+  // kPack·(2c + j) .. along M; warp `warp` holds M rows 16·warp .. of it: entry
+  // kPack·(2c + j) + 16·warp / bs, channels 16·warp % bs .. of its block.
+  const int c = wg - 1, warp = (threadIdx.x / 32) % 4, g = lane / 4, t4 = lane % 4;
+  TO* dw = static_cast<TO*>(p.dw);
+  // ldmatrix x4 trans: lane l gives the position row 8·(l / 16) + l % 8 of a k16 slice and the
+  // 8-channel chunk (l / 8) % 2 of the warp's 16 channels.
+  const int lane_pos = 8 * (lane / 16) + lane % 8, lane_chunk = (16 * warp % BS) / 8 + (lane / 8) % 2;
+  int lane_row[kPositions / 16];  // halo_row of the lane's position in each k16 slice
+#pragma unroll
+  for (int kk = 0; kk < kPositions / 16; ++kk) lane_row[kk] = ct.halo_row(16 * kk + lane_pos);
+  auto a_at = [&](const uint8_t* box, int row) {
+    const int byte = row * kRowBytes + lane_chunk * 16;
+    return box + (byte ^ (((byte >> 7) & (kRowBytes / 16 - 1)) << 4));
+  };
+  int it = 0;
+  for (int n = 0;; ++n) {
+    const int slot = n % kRing;
+    mbar_wait(&item_full[slot], (n / kRing) & 1);
+    const int4 w = ring[slot];
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&item_empty[slot]);
+    if (w.y == 0) break;
+    const int q0 = w.x, count = w.y, part = w.z;
+    const int first = part * part_steps, last = min(steps, first + part_steps);
+    // This warp's entry in each product: its halo slot and tap (an entry past the run's end
+    // reads slot 0 at tap 0: rows computed and never stored, so that no wgmma sits under a branch).
+    int hslot[2], shift[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int b = kPack * (2 * c + j) + 16 * warp / BS, q = q0 + b;
+      hslot[j] = b < count ? q / taps - q0 / taps : 0;
+      shift[j] = b < count ? ct.tap_rows(q % taps) : 0;
+    }
+    float acc[2][BS / 2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int i = 0; i < BS / 2; ++i) acc[j][i] = 0.f;
+    for (int step = first; step < last; ++step, ++it) {
+      const int s = it % stages;
+      mbar_wait(&full[s], (it / stages) & 1);
+#pragma unroll
+      for (int kg = 0; kg < kPositions / 16; kg += kGroupKk) {
+        uint32_t a[kGroupKk][2][4];
+#pragma unroll
+        for (int kk = 0; kk < kGroupKk; ++kk)
+#pragma unroll
+          for (int j = 0; j < 2; ++j)
+            sm80::ldmatrix_x4_trans(a[kk][j], a_at(halo(s, hslot[j]), lane_row[kg + kk] + shift[j]));
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kGroupKk; ++kk) {
+          // B (k = position, n = j) = dY[position][j], MN-major as in the dW kernel
+          const uint64_t db = make_desc(dy_box(s) + (kg + kk) * 16 * kRowBytes, Tile::kDyBytes, 8 * kRowBytes, kRowBytes);
+#pragma unroll
+          for (int j = 0; j < 2; ++j) WgmmaRS<T, BS>::template run<1>(acc[j], a[kk][j], db);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+#pragma unroll
+        for (int j = 0; j < 2; ++j) fence_operands(acc[j]);
+      }
+      // The whole warp's reads of the stage come before lane 0 releases it.
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[s]);
+    }
+    // Row i of product j is row i % bs of entry kPack·(2c + j) + i / bs: dw block (k·taps + tap).
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = warp * 16 + g + 8 * h, b = kPack * (2 * c + j) + i / BS;
+        if (b >= count) continue;  // the same for every lane of the warp
+        const int q = q0 + b;
+        const int64_t k = static_cast<int64_t>(p.col_blocks[q / taps]) * taps + q % taps;
+#pragma unroll
+        for (int jj = 0; jj < BS / 8; ++jj) {
+          const int64_t at = (k * BS + i % BS) * BS + 8 * jj + 2 * t4;
+          const float v0 = acc[j][4 * jj + 2 * h], v1 = acc[j][4 * jj + 2 * h + 1];
+          if (parts == 1)
+            store_pair(dw + at, v0, v1, false);
+          else
+            *reinterpret_cast<float2*>(partial + part * p.nnz * BS * BS + at) = make_float2(v0, v1);
+        }
+      }
+  }
+#else
+  __trap();
+#endif
+}
+
+/// dw[e] = partial[0][e] + partial[1][e] + ... (in that order), two elements per thread.
+template <class TO>
+__global__ void sum_halo_parts(const float* __restrict__ partial, TO* __restrict__ dw, int64_t elems, int parts) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * 2;
+  for (int64_t e = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 2; e < elems; e += stride) {
+    float s0 = partial[e], s1 = partial[e + 1];
+    for (int q = 1; q < parts; ++q) {
+      s0 += partial[q * elems + e];
+      s1 += partial[q * elems + e + 1];
+    }
+    store_pair(dw + e, s0, s1, false);
+  }
+}
+
+// Parts of the tiles: enough that runs × parts fill the grid twice, each part at least 4 tiles
+// (a fixed rule of the layout, the shape and the device: the same bits on every run).
+int dw_halo_parts(int runs, int steps, int grid) {
+  int parts = 1;
+  while (parts < 16 && static_cast<int64_t>(runs) * parts < 2 * grid && steps / (2 * parts) >= 4) parts *= 2;
+  return parts;
+}
+
+template <class T, class TO, int BS>
+void launch_dw_halo(const BlockGradient& g, const ConvTiles& ct, int device, cudaStream_t stream) {
+  const DwHaloSmem sm = dw_halo_smem<BS>(ct);
+  const CUtensorMap map_x = conv_map(g.x, g.in_dtype, g.C, ct.a_ext, BS, ct.halo);
+  const CUtensorMap map_dy = conv_map(g.dy, g.in_dtype, g.K, ct.ext, BS, ct.box);
+  constexpr auto kernel = &dw_halo_kernel<T, TO, BS>;
+  int sms = 0, per_sm = 0;
+  TS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sm.total));
+  TS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, sm.total));
+  const int persistent = sms * std::max(per_sm, 1);
+  const int steps = ct.total_tiles;
+  const int chosen = dw_halo_parts(g.col_runs, steps, persistent);
+  const int part_steps = (steps + chosen - 1) / chosen;
+  const int parts = (steps + part_steps - 1) / part_steps;  // every part has tiles
+  const int64_t elems = g.nnz * BS * BS;
+  TS_CHECK(static_cast<int64_t>(g.col_runs) * parts < INT32_MAX, ShapeError, "bsconv_dw: too many work items");
+  Tensor partial;  // freed in stream order after the kernels below
+  if (parts > 1) partial = empty({parts * elems}, TensorOptions(DType::f32).device(Device::cuda(device)));
+  const int grid = static_cast<int>(std::min<int64_t>(static_cast<int64_t>(g.col_runs) * parts, persistent));
+  kernel<<<grid, kThreads, sm.total, stream>>>(map_x, map_dy, g, parts, part_steps,
+                                               parts > 1 ? static_cast<float*>(partial.data_ptr()) : nullptr, ct, sm);
+  TS_CUDA_LAUNCH_CHECK("bsconv_dw (halo)");
+  if (parts > 1) {
+    const int threads = 256;
+    const int blocks = static_cast<int>(std::min<int64_t>((elems / 2 + threads - 1) / threads, 8 * persistent));
+    sum_halo_parts<TO><<<blocks, threads, 0, stream>>>(static_cast<const float*>(partial.data_ptr()),
+                                                       static_cast<TO*>(g.dw), elems, parts);
+    TS_CUDA_LAUNCH_CHECK("bsconv_dw (halo, sum of parts)");
+  }
+  g_launches.fetch_add(1, std::memory_order_relaxed);
+  g_conv_launches.fetch_add(1, std::memory_order_relaxed);
+  g_halo_launches.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+bool dw_halo_pays(const BlockGradient& g, const ConvIndex& ci, int64_t batch) {
+  if (!(g.bs == 16 || g.bs == 32) || ci.taps < 2) return false;
+  const ConvTiles ct = conv_tiles(ci, batch, /*dx=*/false, kPositions);
+  if (!ct.halo_fits()) return false;
+  const DwHaloSmem sm = g.bs == 16 ? dw_halo_smem<16>(ct) : dw_halo_smem<32>(ct);
+  return sm.stages >= 2 && sm.total <= kHaloSmemLimit;
+}
+
+void conv_gradient_halo(const BlockGradient& g, const ConvIndex& ci, int64_t batch, int device, cudaStream_t stream) {
+  if (g.col_runs == 0) return;
+  const ConvTiles ct = conv_tiles(ci, batch, /*dx=*/false, kPositions);
+  dispatch_types(g.in_dtype, g.out_dtype, [&](auto tin, auto tout) {
+    using T = typename decltype(tin)::type;
+    using TO = typename decltype(tout)::type;
+    if (g.bs == 32) return launch_dw_halo<T, TO, 32>(g, ct, device, stream);
+    return launch_dw_halo<T, TO, 16>(g, ct, device, stream);
+  });
+}
+
+}  // namespace sm90
+}  // namespace cuda
+}  // namespace tessera
