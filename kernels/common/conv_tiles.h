@@ -102,6 +102,30 @@ struct ConvTiles {
   }
 };
 
+/// The byte offset of 16-byte chunk `chunk` of row `row` in a box that the bulk tensor copy wrote
+/// with the swizzle of its row length (128, 64 or 32 bytes; 16: none) into 1024-aligned shared
+/// memory: chunk bits [4, 7) XOR row-address bits [7, 10), as many as the row has chunks.
+TS_CONV_HD int swizzled_offset(int row, int chunk, int row_bytes) {
+  const int byte = row * row_bytes + chunk * 16;
+  return byte ^ (((byte >> 7) & (row_bytes / 16 - 1)) << 4);
+}
+
+/// The halo kernels' ldmatrix x4 lanes (an A fragment of 16 rows × 16 columns per warp: a0 rows
+/// 0-7 / columns 0-7, a1 rows 8-15, a2 columns 8-15, a3 both, the lanes 8j .. 8j + 7 giving the
+/// addresses of matrix j's rows):
+///   bsconv / bsconv_dx (rows = tile positions, columns = channels k16 slice kk): lane l reads
+///   position row l % 16 of the warp's rows at chunk 2·kk + l / 16;
+///   bsconv_dw, transposing (rows = the warp's 16 channels from c0, columns = positions of a k16
+///   slice): lane l reads position 8·(l / 16) + l % 8 of the slice at chunk c0 / 8 + (l / 8) % 2.
+TS_CONV_HD void halo_a_lane(int lane, int kk, int& row, int& chunk) {
+  row = lane % 16;
+  chunk = 2 * kk + lane / 16;
+}
+TS_CONV_HD void halo_at_lane(int lane, int c0, int& position, int& chunk) {
+  position = 8 * (lane / 16) + lane % 8;
+  chunk = c0 / 8 + (lane / 8) % 2;
+}
+
 namespace conv_tiles_detail {
 inline int32_t pow2_at_least(int64_t v, int32_t cap) {
   int32_t p = 1;

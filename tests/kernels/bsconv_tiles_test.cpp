@@ -7,7 +7,9 @@
 // channel blocks do not enter the tile arithmetic.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels/common/conv_geometry.h"
@@ -180,6 +182,105 @@ TEST(ConvTiles, ReplayedWalkGivesTheConvolutionItsInputGradientAndItsFilterGradi
         EXPECT_NEAR(dw[static_cast<size_t>(t)], dw_ref[static_cast<size_t>(t)], 1e-10) << c.g.str() << " tap " << t;
     }
   }
+}
+
+// The halo kernels' A fragments, emulated: a halo box laid out in shared memory as the bulk
+// tensor copy swizzles it (swizzled_offset), ldmatrix x4 (plain or transposing) at the addresses
+// the lanes give (halo_a_lane / halo_at_lane, halo_row + tap_rows), each thread's registers
+// compared with the mma A fragment it must hold: a0 (row g, columns 2t, 2t + 1), a1 (g + 8),
+// a2 (columns + 8), a3 (both), g = lane / 4, t = lane % 4.
+struct Box16 {  // a [rows, bs] box of 16-bit values, element (r, ch) = r·bs + ch, and its smem image
+  int rows, bs;
+  std::vector<uint16_t> smem;
+  Box16(int rows_, int bs_) : rows(rows_), bs(bs_), smem(static_cast<size_t>(rows_ * bs_)) {
+    for (int r = 0; r < rows; ++r)
+      for (int ch = 0; ch < bs; ++ch) {
+        const int at = swizzled_offset(r, ch / 8, 2 * bs) / 2 + ch % 8;
+        smem[static_cast<size_t>(at)] = static_cast<uint16_t>(value(r, ch));
+      }
+  }
+  int value(int r, int ch) const { return r * bs + ch; }
+  // ldmatrix x4: matrix j's row i from the 8 values at the byte offset lane 8j + i gives; thread
+  // (g, t) gets rows g, columns 2t, 2t + 1 (transposing: rows 2t, 2t + 1, column g).
+  void ldmatrix(const std::vector<int>& lane_byte, bool trans, std::vector<std::array<std::pair<int, int>, 4>>& out) const {
+    out.assign(32, {});
+    for (int lane = 0; lane < 32; ++lane) {
+      const int g = lane / 4, t = lane % 4;
+      for (int j = 0; j < 4; ++j) {
+        auto at = [&](int row, int col) { return static_cast<int>(smem[static_cast<size_t>(lane_byte[8 * j + row] / 2 + col)]); };
+        out[static_cast<size_t>(lane)][static_cast<size_t>(j)] =
+            trans ? std::make_pair(at(2 * t, g), at(2 * t + 1, g)) : std::make_pair(at(g, 2 * t), at(g, 2 * t + 1));
+      }
+    }
+  }
+};
+
+TEST(ConvTiles, HaloLanesLoadTheAFragmentsOfEveryTap) {
+  const std::vector<std::pair<std::vector<int64_t>, ConvGeometry>> geos = {
+      {{128}, conv_geometry({128}, {3}, {1}, {8}, ConvPadding::causal)},
+      {{21, 19}, conv_geometry({21, 19}, {3, 3}, {1}, {2}, ConvPadding::same)},
+      {{5, 4, 6}, conv_geometry({5, 4, 6}, {3, 3, 3}, {1}, {1}, ConvPadding::same)}};
+  for (const auto& [in, g] : geos)
+    for (int bs : {16, 32, 64})
+      for (bool dx : {false, true}) {
+        // bsconv / bsconv_dx: warp w of warpgroup c, m64 tile mi, 256-row tiles (kWgRows 128)
+        const ConvTiles ct = conv_tiles(conv_index(g, in, "t"), 2, dx, 256);
+        const Box16 box(ct.halo_rows(), bs);
+        const std::string what = g.str() + " bs " + std::to_string(bs) + (dx ? " dx" : " fwd");
+        std::vector<std::array<std::pair<int, int>, 4>> regs;
+        for (int32_t t = 0; t < ct.taps; t += 5)
+          for (int c = 0; c < 2; ++c)
+            for (int mi = 0; mi < 2; ++mi)
+              for (int w = 0; w < 4; ++w)
+                for (int kk = 0; kk < bs / 16; ++kk) {
+                  const int first = c * 128 + mi * 64 + w * 16;  // the warp's first tile row
+                  std::vector<int> lane_byte(32);
+                  for (int lane = 0; lane < 32; ++lane) {
+                    int row, chunk;
+                    halo_a_lane(lane, kk, row, chunk);
+                    lane_byte[static_cast<size_t>(lane)] =
+                        swizzled_offset(ct.halo_row(first + row) + ct.tap_rows(t), chunk, 2 * bs);
+                  }
+                  box.ldmatrix(lane_byte, false, regs);
+                  for (int lane = 0; lane < 32; ++lane) {
+                    const int gg = lane / 4, tt = lane % 4;
+                    for (int j = 0; j < 4; ++j) {
+                      const int m = gg + 8 * (j % 2), k = 2 * tt + 8 * (j / 2);  // a_j's row and column
+                      const int hrow = ct.halo_row(first + m) + ct.tap_rows(t), ch = 16 * kk + k;
+                      const std::pair<int, int> want{box.value(hrow, ch), box.value(hrow, ch + 1)};
+                      ASSERT_EQ(regs[static_cast<size_t>(lane)][static_cast<size_t>(j)], want)
+                          << what << " tap " << t << " lane " << lane << " a" << j;
+                    }
+                  }
+                }
+        if (dx) continue;
+        // bsconv_dw: 256-position tiles, the warp's 16 channels from c0, positions of slice kk
+        const ConvTiles cw = conv_tiles(conv_index(g, in, "t"), 2, false, 256);
+        const Box16 xbox(cw.halo_rows(), bs);
+        for (int32_t t = 0; t < cw.taps; t += 4)
+          for (int c0 = 0; c0 < bs; c0 += 16)
+            for (int kk = 0; kk < 16; ++kk) {
+              std::vector<int> lane_byte(32);
+              for (int lane = 0; lane < 32; ++lane) {
+                int position, chunk;
+                halo_at_lane(lane, c0, position, chunk);
+                lane_byte[static_cast<size_t>(lane)] =
+                    swizzled_offset(cw.halo_row(16 * kk + position) + cw.tap_rows(t), chunk, 2 * bs);
+              }
+              xbox.ldmatrix(lane_byte, true, regs);
+              for (int lane = 0; lane < 32; ++lane) {
+                const int gg = lane / 4, tt = lane % 4;
+                for (int j = 0; j < 4; ++j) {
+                  const int m = gg + 8 * (j % 2), k = 2 * tt + 8 * (j / 2);  // a_j: channel c0 + m, positions k, k + 1
+                  auto at = [&](int kpos) {
+                    return xbox.value(cw.halo_row(16 * kk + kpos) + cw.tap_rows(t), c0 + m);
+                  };
+                  ASSERT_EQ(regs[static_cast<size_t>(lane)][static_cast<size_t>(j)], std::make_pair(at(k), at(k + 1)))
+                      << g.str() << " bs " << bs << " dW tap " << t << " lane " << lane << " a" << j;
+                }
+              }
+            }
+      }
 }
 
 TEST(ConvTiles, StridedOrVeryWideFiltersAreLeftToTheScalarKernels) {

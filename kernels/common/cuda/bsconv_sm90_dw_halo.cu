@@ -165,16 +165,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   // kPack·(2c + j) + 16·warp / bs, channels 16·warp % bs .. of its block.
   const int c = wg - 1, warp = (threadIdx.x / 32) % 4, g = lane / 4, t4 = lane % 4;
   TO* dw = static_cast<TO*>(p.dw);
-  // ldmatrix x4 trans: lane l gives the position row 8·(l / 16) + l % 8 of a k16 slice and the
-  // 8-channel chunk (l / 8) % 2 of the warp's 16 channels.
-  const int lane_pos = 8 * (lane / 16) + lane % 8, lane_chunk = (16 * warp % BS) / 8 + (lane / 8) % 2;
+  // ldmatrix x4 trans (conv_tiles.h's halo_at_lane): the lane's position in a k16 slice and its
+  // 8-channel chunk of the warp's 16 channels
+  int lane_pos, lane_chunk;
+  halo_at_lane(lane, 16 * warp % BS, lane_pos, lane_chunk);
   int lane_row[kPositions / 16];  // halo_row of the lane's position in each k16 slice
 #pragma unroll
   for (int kk = 0; kk < kPositions / 16; ++kk) lane_row[kk] = ct.halo_row(16 * kk + lane_pos);
-  auto a_at = [&](const uint8_t* box, int row) {
-    const int byte = row * kRowBytes + lane_chunk * 16;
-    return box + (byte ^ (((byte >> 7) & (kRowBytes / 16 - 1)) << 4));
-  };
+  auto a_at = [&](const uint8_t* box, int row) { return box + swizzled_offset(row, lane_chunk, kRowBytes); };
   int it = 0;
   for (int n = 0;; ++n) {
     const int slot = n % kRing;

@@ -167,14 +167,14 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
   // warp w of the warpgroup its rows 16w .. 16w + 15 of each. Lane l loads row l % 16 of them
   // (ldmatrix x4: lanes 0-15 the k columns 0-7 of a k16 slice, lanes 16-31 columns 8-15).
   const int c = wg - 1, warp = (threadIdx.x / 32) % 4;
+  int lane_row, lane_chunk0;  // conv_tiles.h's halo_a_lane: the lane's row of the warp's 16, its chunk at kk = 0
+  halo_a_lane(lane, 0, lane_row, lane_chunk0);
   int base_row[kMTiles];
 #pragma unroll
-  for (int mi = 0; mi < kMTiles; ++mi) base_row[mi] = ct.halo_row(c * Tile::kWgRows + mi * 64 + warp * 16 + lane % 16);
-  const int half = lane / 16;
-  // The address of (row, k16 slice kk, this lane's half) in a halo box, swizzled as TMA wrote it.
+  for (int mi = 0; mi < kMTiles; ++mi) base_row[mi] = ct.halo_row(c * Tile::kWgRows + mi * 64 + warp * 16 + lane_row);
+  // The address of (halo row, this lane's chunk of k16 slice kk) in a halo box, swizzled as TMA wrote it.
   auto a_at = [&](const uint8_t* box, int row, int kk) {
-    const int byte = row * kRowBytes + (2 * kk + half) * 16;
-    return box + (byte ^ (((byte >> 7) & (kRowBytes / 16 - 1)) << 4));
+    return box + swizzled_offset(row, lane_chunk0 + 2 * kk, kRowBytes);
   };
   int it = 0, hq = 0;
   for (int n = 0;; ++n) {
