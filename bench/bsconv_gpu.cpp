@@ -2,14 +2,15 @@
 // convolution of the same shape, measured in the same run.
 //
 //   bsconv_gpu [--shapes n64h56c256,n32h28c512] [--block-sizes 32,64] [--densities 0.1,0.25,0.5,1]
-//              [--path tc|scalar] [--halo on|off] [--repeats N] [--quick] [--json FILE]
+//              [--path tc|sm80|scalar] [--halo on|off] [--repeats N] [--quick] [--json FILE]
 //
 // Per shape (N × H × H × C → C channels, 3×3 filter, same padding, stride 1, bf16, channels
 // last), cuDNN's forward, data gradient and filter gradient with the fastest algorithm that
 // cudnnFind*AlgorithmEx reports (cuda::DnnConv2d: tensor-op math, f32 accumulation, workspaces
 // from tessera's pool); then per block size and density a random layout (seed 1234) and tessera's bsconv,
 // bsconv_dx and bsconv_dw. --path tc sets TESSERA_BSCONV_TC=1 (the tensor-core kernels of
-// bsmm_tc.h's run_conv; the default), scalar unsets it; --halo off sets TESSERA_BSCONV_HALO=0 (the
+// bsmm_tc.h's run_conv; the default), sm80 also TESSERA_BSMM_PATH=sm80 (the A100 kernels),
+// scalar unsets them; --halo off sets TESSERA_BSCONV_HALO=0 (the
 // per-tap copies of the input instead of one halo box per block for bsconv and bsconv_dx).
 // Figures: median ms over --repeats timings of 10 back-to-back calls each (then synchronized;
 // divided by 10); useful TFLOP/s counting the stored blocks only (2·N·H·W·9·nnz·bs² flops); the
@@ -130,8 +131,9 @@ int main(int argc, char** argv) {
   app.add_option("--shapes", shapes, "nNhHcC: N × H × H × C → C")->delimiter(',');
   app.add_option("--block-sizes", block_sizes, "block sizes")->delimiter(',')->check(CLI::IsMember({8, 16, 32, 64}));
   app.add_option("--densities", densities, "layout densities")->delimiter(',')->check(CLI::Range(0.0, 1.0));
-  app.add_option("--path", path, "tc: the tensor-core kernels (TESSERA_BSCONV_TC=1); scalar: the scalar ones")
-      ->check(CLI::IsMember({"tc", "scalar"}));
+  app.add_option("--path", path,
+                 "tc: the tensor-core kernels (TESSERA_BSCONV_TC=1); sm80: their sm_80 form; scalar: the scalar ones")
+      ->check(CLI::IsMember({"tc", "sm80", "scalar"}));
   app.add_option("--halo", halo, "on: bsconv and bsconv_dx copy one halo box per block; off: one box per tap")
       ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--repeats", repeats, "timings per figure (median reported)")->check(CLI::PositiveNumber);
@@ -143,10 +145,14 @@ int main(int argc, char** argv) {
     return quick ? 0 : 1;
   }
   try {
-    if (path == "tc")
-      setenv("TESSERA_BSCONV_TC", "1", 1);
-    else
+    if (path == "scalar")
       unsetenv("TESSERA_BSCONV_TC");
+    else
+      setenv("TESSERA_BSCONV_TC", "1", 1);
+    if (path == "sm80")
+      setenv("TESSERA_BSMM_PATH", "sm80", 1);
+    else
+      unsetenv("TESSERA_BSMM_PATH");
     if (halo == "off")
       setenv("TESSERA_BSCONV_HALO", "0", 1);
     else

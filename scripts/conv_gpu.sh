@@ -4,7 +4,7 @@
 #   - the GPU tests of the convolution ops (the scalar and the tensor-core kernels, cuDNN's
 #     convolution as the all-blocks reference) and the CPU replay of the kernels' tiles;
 #   - bench/bsconv_gpu against cuDNN: the tensor-core kernels with halo boxes, with per-tap
-#     copies (--halo off), and the scalar kernels (one shape);
+#     copies (--halo off), their sm_80 form (the A100 path), and the scalar kernels (one shape);
 #   - train_conv's tokens/s and val loss on tinyshakespeare, bf16: dense width 128 against
 #     block-sparse width 256 at density 0.25 (equal filter parameters) and dense width 136, three
 #     seeds each, the recipe of the CPU comparison, on the tensor-core kernels.
@@ -21,6 +21,8 @@ timeout 400 "$run" gpu_tests --gtest_filter='CudaBsConv*:CudaEdgeBias*' >"$out/g
 grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|tests? ran" "$out/gpu_tests.log"
 timeout 300 "$run" bsconv_gpu --json "$out/bench_tc.json" | tee "$out/bench_tc.txt"
 timeout 200 "$run" bsconv_gpu --halo off --json "$out/bench_tc_nohalo.json" | tee "$out/bench_tc_nohalo.txt"
+timeout 200 "$run" bsconv_gpu --path sm80 --block-sizes 32 --densities 0.25,1 --json "$out/bench_sm80.json" \
+  | tee "$out/bench_sm80.txt"
 timeout 200 "$run" bsconv_gpu --path scalar --shapes n32h28c512 --block-sizes 32 --densities 0.25 --repeats 3 \
   --json "$out/bench_scalar.json" | tee "$out/bench_scalar.txt"
 for model in "dense:--width 128" "sparse:--width 256 --density 0.25" "dense136:--width 136 --block 8"; do
