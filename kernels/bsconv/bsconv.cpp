@@ -69,6 +69,7 @@ void forward_kernel(const T* x, const T* w, T* y, int64_t n, const ConvIndex& ci
   const int64_t rows_total = n * ci.out_positions, tile = detail::kConvRowTile;
   const int64_t tiles = (rows_total + tile - 1) / tile, taps = ci.taps;
   const auto &col_ptr = l.col_ptr(), &col_blocks = l.col_blocks(), &block_row = l.block_row();
+  const std::vector<int64_t> rows_of = conv_row_table(ci, rows_total, /*from_output=*/true);
   const double work = static_cast<double>(rows_total) * bs * bs * static_cast<double>(l.nnz() * taps);
 #pragma omp parallel if (work > 5e4)
   {
@@ -82,7 +83,8 @@ void forward_kernel(const T* x, const T* w, T* y, int64_t n, const ConvIndex& ci
         const int64_t k = col_blocks[p], r = block_row[k];
         for (int64_t t = 0; t < taps; ++t) {
           auto buf = a_rows.topRows(rows);
-          cpu::gather_rows(buf, x + r * bs, C, [&](int64_t q) { return ci.input_row(q0 + q, t); });
+          const int64_t* tap_rows = rows_of.data() + t * rows_total + q0;
+          cpu::gather_rows(buf, x + r * bs, C, [&](int64_t q) { return tap_rows[q]; });
           acc_t.noalias() += buf * ConstRowMap<T>(w + (k * taps + t) * bs * bs, bs, bs);
         }
       }

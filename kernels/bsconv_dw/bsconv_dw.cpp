@@ -32,6 +32,7 @@ void weight_grad_kernel(const T* x, const T* dy, T* dw, int64_t n, const ConvInd
   const int64_t rows_total = n * ci.out_positions, tile = detail::kConvRowTile;
   const int64_t tasks = l.nnz() * taps;
   const auto &block_row = l.block_row(), &block_col = l.block_col();
+  const std::vector<int64_t> rows_of = conv_row_table(ci, rows_total, /*from_output=*/true);
   const double work = static_cast<double>(rows_total) * bs * bs * static_cast<double>(tasks);
 #pragma omp parallel if (work > 5e4)
   {
@@ -43,7 +44,8 @@ void weight_grad_kernel(const T* x, const T* dy, T* dw, int64_t n, const ConvInd
       for (int64_t q0 = 0; q0 < rows_total; q0 += tile) {
         const int64_t rows = std::min(tile, rows_total - q0);
         auto buf = x_rows.topRows(rows);
-        cpu::gather_rows(buf, x + r * bs, C, [&](int64_t q) { return ci.input_row(q0 + q, t); });
+        const int64_t* tap_rows = rows_of.data() + t * rows_total + q0;
+        cpu::gather_rows(buf, x + r * bs, C, [&](int64_t q) { return tap_rows[q]; });
         StridedRowMap<T> g(dy + q0 * K + c * bs, rows, bs, Eigen::OuterStride<>(K));
         acc.noalias() += buf.transpose() * g;
       }

@@ -33,6 +33,7 @@ void input_grad_kernel(const T* dy, const T* w, T* dx, int64_t n, const ConvInde
   const int64_t rows_total = n * ci.in_positions, tile = detail::kConvRowTile;
   const int64_t tiles = (rows_total + tile - 1) / tile, taps = ci.taps;
   const auto &row_ptr = l.row_ptr(), &block_col = l.block_col();
+  const std::vector<int64_t> rows_of = conv_row_table(ci, rows_total, /*from_output=*/false);
   const double work = static_cast<double>(rows_total) * bs * bs * static_cast<double>(l.nnz() * taps);
 #pragma omp parallel if (work > 5e4)
   {
@@ -46,7 +47,8 @@ void input_grad_kernel(const T* dy, const T* w, T* dx, int64_t n, const ConvInde
         const int64_t c = block_col[k];
         for (int64_t t = 0; t < taps; ++t) {
           auto buf = g_rows.topRows(rows);
-          cpu::gather_rows(buf, dy + c * bs, K, [&](int64_t q) { return ci.output_row(q0 + q, t); });
+          const int64_t* tap_rows = rows_of.data() + t * rows_total + q0;
+          cpu::gather_rows(buf, dy + c * bs, K, [&](int64_t q) { return tap_rows[q]; });
           acc_t.noalias() += buf * ConstRowMap<T>(w + (k * taps + t) * bs * bs, bs, bs).transpose();
         }
       }

@@ -70,6 +70,18 @@ struct ConvIndex {
   }
 };
 
+/// The rows that `rows` rows (over a batch) read at each tap, for the CPU kernels: table[t·rows + q]
+/// = input_row(q, t) (from_output: q an output row, as bsconv and bsconv_dw read x) or
+/// output_row(q, t) (q an input row, as bsconv_dx reads dy), -1 for padding. Made once per call
+/// so that the gathers of every block look their rows up instead of recomputing them.
+inline std::vector<int64_t> conv_row_table(const ConvIndex& ci, int64_t rows, bool from_output) {
+  std::vector<int64_t> table(static_cast<size_t>(rows * ci.taps));
+  for (int64_t t = 0; t < ci.taps; ++t)
+    for (int64_t q = 0; q < rows; ++q)
+      table[static_cast<size_t>(t * rows + q)] = from_output ? ci.input_row(q, t) : ci.output_row(q, t);
+  return table;
+}
+
 /// The index arithmetic of geometry g for input spatial sizes `in` (and the output sizes they give).
 inline ConvIndex conv_index(const ConvGeometry& g, const std::vector<int64_t>& in, const char* op) {
   const std::vector<int64_t> out = g.out_spatial(in, op);
