@@ -134,6 +134,47 @@ void dispatch_types(DType in, DType out, F&& f) {
 }
 
 
+/// A consumer warp's n-th work item from the producer's ring of kRing (mbarriers item_full /
+/// item_empty, one arrival per consumer warp): waits for it, reads it and frees its slot.
+template <int kRing>
+__device__ __forceinline__ int4 receive_item(int n, uint64_t* item_full, uint64_t* item_empty, const int4* ring,
+                                             int lane) {
+  const int slot = n % kRing;
+  mbar_wait(&item_full[slot], (n / kRing) & 1);
+  const int4 w = ring[slot];
+  __syncwarp();
+  if (lane == 0) mbar_arrive(&item_empty[slot]);
+  return w;
+}
+
+/// The dW kernels' producer warp: its n-th work item (run item % runs, part item / runs: the
+/// first by blockIdx.x, then from the layout's counter, `taken` carrying the next), handed to the
+/// consumers through the ring and returned as (first entry, count, part, block column); count 0
+/// past the last item, when the last thread block to get there sets the counter back to 0.
+template <int kRing>
+__device__ __forceinline__ int4 next_run_item(const BlockGradient& p, int items, int n, int& taken, int lane,
+                                              uint64_t* item_full, uint64_t* item_empty, int4* ring) {
+  const int item = __shfl_sync(0xffffffffu, taken, 0);
+  int4 w = make_int4(0, 0, 0, 0);
+  if (item < items) {
+    const int run = item % p.col_runs;
+    w = make_int4(p.col_run[3 * run], p.col_run[3 * run + 1], item / p.col_runs, p.col_run[3 * run + 2]);
+    if (lane == 0) taken = static_cast<int>(gridDim.x) + atomicAdd(p.counter, 1);
+  }
+  if (lane == 0) {
+    const int slot = n % kRing;
+    mbar_wait(&item_empty[slot], ((n / kRing) & 1) ^ 1);
+    ring[slot] = w;
+    mbar_arrive(&item_full[slot]);
+  }
+  // Every item is taken once each thread block took one past the end: the last of them resets the counter.
+  if (w.y == 0 && lane == 0 && atomicAdd(p.counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+    p.counter[0] = 0;
+    p.counter[1] = 0;
+  }
+  return w;
+}
+
 /// Writes a consumer warpgroup's accumulators acc[kMTiles][kBN / 2] (wgmma's m64nkBN layout per
 /// m64 tile) into its staging `mine`: boxes of kOutCols columns side by side (kOutBoxBytes apart),
 /// rows of kOutCols·sizeof(TO) bytes, swizzled as the TMA store that writes each box out reads it.

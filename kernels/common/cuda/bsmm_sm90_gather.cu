@@ -317,11 +317,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
   TO* out = static_cast<TO*>(p.out);
   int it = 0;
   for (int n = 0;; ++n) {
-    const int slot = n % kRing;
-    mbar_wait(&item_full[slot], (n / kRing) & 1);
-    const int4 w = ring[slot];
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&item_empty[slot]);
+    const int4 w = receive_item<kRing>(n, item_full, item_empty, ring, lane);
     if (w.x < 0) break;
     const int o = w.x, begin = w.y, end = w.z, mt = w.w;
     const int64_t m0 = static_cast<int64_t>(mt) * Tile::kBM;

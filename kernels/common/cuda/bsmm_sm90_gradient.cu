@@ -116,26 +116,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     int it = 0, taken = blockIdx.x;
     for (int n = 0;; ++n) {
-      const int item = __shfl_sync(0xffffffffu, taken, 0);
-      int4 w = make_int4(0, 0, 0, 0);
-      if (item < items) {
-        const int run = item % p.col_runs;
-        w = make_int4(p.col_run[3 * run], p.col_run[3 * run + 1], item / p.col_runs, p.col_run[3 * run + 2]);
-        if (lane == 0) taken = static_cast<int>(gridDim.x) + atomicAdd(p.counter, 1);
-      }
-      if (lane == 0) {
-        const int slot = n % kRing;
-        mbar_wait(&item_empty[slot], ((n / kRing) & 1) ^ 1);
-        ring[slot] = w;
-        mbar_arrive(&item_full[slot]);
-      }
-      if (w.y == 0) {  // the last thread block done sets the counter back to 0 (see gather_kernel)
-        if (lane == 0 && atomicAdd(p.counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {
-          p.counter[0] = 0;
-          p.counter[1] = 0;
-        }
-        break;
-      }
+      const int4 w = next_run_item<kRing>(p, items, n, taken, lane, item_full, item_empty, ring);
+      if (w.y == 0) break;
       const int count = w.y, first = w.z * part_steps, last = min(steps, first + part_steps);
       int row = 0, tap = 0;  // the block row (and tap) of lane's block
       if (lane < count) {
@@ -180,11 +162,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   TO* dw = static_cast<TO*>(p.dw);
   int it = 0;
   for (int n = 0;; ++n) {
-    const int slot = n % kRing;
-    mbar_wait(&item_full[slot], (n / kRing) & 1);
-    const int4 w = ring[slot];
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&item_empty[slot]);
+    const int4 w = receive_item<kRing>(n, item_full, item_empty, ring, lane);
     if (w.y == 0) break;
     const int q0 = w.x, count = w.y, part = w.z;
     const int first = part * part_steps, last = min(steps, first + part_steps);
