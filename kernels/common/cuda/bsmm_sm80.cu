@@ -26,11 +26,13 @@
 // to tf32, m16n8k8 products.
 #include "kernels/common/cuda/bsmm_sm80.h"
 
+#include <algorithm>
 #include <atomic>
 #include <type_traits>
 
 #include "core/cuda/check.cuh"
 #include "core/error.h"
+#include "core/tensor.h"
 #include "kernels/common/cuda/blas.h"
 #include "kernels/common/cuda/block_reduce.cuh"
 #include "kernels/common/cuda/block_sparse.cuh"
@@ -86,8 +88,10 @@ struct GatherTile {
   static constexpr int kSmemBytes = kStages * kStageBytes;
 };
 
+// A convolution's rows (conv_rows_kernel): rows_of[t·n + q] is the A row that product row q reads
+// at tap t, -1 for padding.
 template <class T, class TO, int BS, bool kTrans, bool kConv>
-__global__ void __launch_bounds__(kThreads) gather_kernel(GatherProduct p, ConvIndex ci) {
+__global__ void __launch_bounds__(kThreads) gather_kernel(GatherProduct p, int taps_, const int32_t* rows_of) {
   using Tile = GatherTile<T, BS, kTrans>;
   constexpr int kVec = Tile::kVec, kBM = Tile::kBM, kKT = Tile::kKT, kNB = Tile::kNB;
   constexpr int kPitchA = Tile::kPitchA, kPitchB = Tile::kPitchB, kStages = Tile::kStages;
@@ -100,7 +104,7 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(GatherProduct p, ConvI
   work_item(blockIdx.x, tiles_m, p.outs, oi, mt);
   // A convolution's list has each block's entry once per tap (entry q: tap q % taps of the block at
   // list position q / taps, weight block k·taps + tap of w [nnz, taps, bs, bs]).
-  const int taps = kConv ? static_cast<int>(ci.taps) : 1;
+  const int taps = kConv ? taps_ : 1;
   const int o = p.work[3 * oi], begin = p.work[3 * oi + 1] * taps, end = p.work[3 * oi + 2] * taps;
   const int64_t m0 = static_cast<int64_t>(mt) * kBM;
   const int steps = (end - begin + kNB - 1) / kNB;
@@ -138,11 +142,11 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(GatherProduct p, ConvI
       const int tap = q % taps;
       for (int row = tid / kPerRow; row < kBM; row += kThreads / kPerRow) {
         const int64_t grow = m0 + row;
-        // A's row: the product's own; a convolution's the input row the output row reads at the
-        // tap (dx: the output row that reads the input row), -1 in the padding: zeros
+        // A's row: the product's own; a convolution's the row of the table (the input row the
+        // output row reads at the tap; dx: the output row that reads the input row), -1: zeros
         int64_t arow = grow;
         if constexpr (kConv)
-          if (block_valid && grow < p.n) arow = kTrans ? ci.output_row(grow, tap) : ci.input_row(grow, tap);
+          if (block_valid && grow < p.n) arow = __ldg(rows_of + static_cast<int64_t>(tap) * p.n + grow);
         const bool valid = block_valid && grow < p.n && arow >= 0;
         cp_async16(As + row * kPitchA + a_b * BS + a_ch * kVec, valid ? a + arow * p.a_cols + col : a, valid);
       }
@@ -299,7 +303,7 @@ struct GradientTile {
 };
 
 template <class T, class TO, int BS, bool kConv>
-__global__ void __launch_bounds__(kThreads) gradient_kernel(BlockGradient p, ConvIndex ci) {
+__global__ void __launch_bounds__(kThreads) gradient_kernel(BlockGradient p, int taps_, const int32_t* rows_of) {
   using Tile = GradientTile<T, BS>;
   constexpr int kVec = Tile::kVec, kKT = Tile::kKT, kG = Tile::kG, kStages = Tile::kStages;
   constexpr int kPitchA = Tile::kPitchA, kPitchB = Tile::kPitchB;
@@ -309,7 +313,7 @@ __global__ void __launch_bounds__(kThreads) gradient_kernel(BlockGradient p, Con
   __shared__ int cols[kG];
 
   // A convolution's thread blocks are (group, tap): X's rows are those the output rows read at the tap.
-  const int taps = kConv ? static_cast<int>(ci.taps) : 1, tap = blockIdx.x % taps, group = blockIdx.x / taps;
+  const int taps = kConv ? taps_ : 1, tap = blockIdx.x % taps, group = blockIdx.x / taps;
   const int k0 = p.group[2 * group], count = p.group[2 * group + 1];
   const int64_t r = p.block_row[k0];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -329,7 +333,7 @@ __global__ void __launch_bounds__(kThreads) gradient_kernel(BlockGradient p, Con
       const int row = idx / kChunks, ch = idx % kChunks;
       int64_t xrow = t0 + row;
       if constexpr (kConv)
-        if (xrow < p.n) xrow = ci.input_row(xrow, tap);
+        if (xrow < p.n) xrow = __ldg(rows_of + static_cast<int64_t>(tap) * p.n + xrow);
       const bool valid = t0 + row < p.n && xrow >= 0;
       const T* src = valid ? x + xrow * p.C + r * BS + ch * kVec : x;
       cp_async16(As + row * kPitchA + ch * kVec, src, valid);
@@ -533,7 +537,7 @@ void gather_product(const GatherProduct& p, cudaStream_t stream) {
         TS_CHECK(blocks <= INT32_MAX, ShapeError, "bsmm: " << p.n << " rows are too many for one launch");
         constexpr auto kernel = &gather_kernel<T, TO, BS, kTrans, false>;
         allow_smem<kernel>(Tile::kSmemBytes);
-        kernel<<<static_cast<unsigned>(blocks), kThreads, Tile::kSmemBytes, stream>>>(p, ConvIndex{});
+        kernel<<<static_cast<unsigned>(blocks), kThreads, Tile::kSmemBytes, stream>>>(p, 1, nullptr);
         TS_CUDA_LAUNCH_CHECK((kTrans ? "bsmm_dx" : "bsmm"));
         g_launches.fetch_add(1, std::memory_order_relaxed);
       };
@@ -556,12 +560,42 @@ void block_gradient(const BlockGradient& g, cudaStream_t stream) {
       using Tile = GradientTile<T, BS>;
       constexpr auto kernel = &gradient_kernel<T, TO, BS, false>;
       allow_smem<kernel>(Tile::kSmemBytes);
-      kernel<<<static_cast<unsigned>(g.groups), kThreads, Tile::kSmemBytes, stream>>>(g, ConvIndex{});
+      kernel<<<static_cast<unsigned>(g.groups), kThreads, Tile::kSmemBytes, stream>>>(g, 1, nullptr);
       TS_CUDA_LAUNCH_CHECK("bsmm_dw");
       g_launches.fetch_add(1, std::memory_order_relaxed);
     });
   });
 }
+
+namespace {
+
+// rows_of[t·rows + q] = input_row(q, t) (from_output) or output_row(q, t), -1 for padding.
+__global__ void conv_rows_kernel(ConvIndex ci, int64_t rows, bool from_output, int32_t* rows_of) {
+  const int64_t total = rows * ci.taps;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = e / rows, q = e % rows;
+    rows_of[e] = static_cast<int32_t>(from_output ? ci.input_row(q, t) : ci.output_row(q, t));
+  }
+}
+
+// The table of conv_rows_kernel for `rows` product rows, from the device's pool (freed in stream
+// order after the kernels that read it): the rows each tap reads are computed once per call
+// instead of per stage and block.
+Tensor conv_rows(const ConvIndex& ci, int64_t rows, bool from_output, int64_t a_rows, cudaStream_t stream) {
+  TS_CHECK(a_rows < INT32_MAX && rows * ci.taps < INT32_MAX, ShapeError,
+           "bsconv: " << rows << " rows × " << ci.taps << " taps are too many for the sm_80 kernels' row table");
+  int device = 0;
+  TS_CUDA_CHECK(cudaGetDevice(&device));
+  Tensor table = empty({rows * ci.taps}, TensorOptions(DType::i32).device(Device::cuda(device)));
+  const int64_t total = rows * ci.taps;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 4096));
+  conv_rows_kernel<<<blocks, 256, 0, stream>>>(ci, rows, from_output, static_cast<int32_t*>(table.data_ptr()));
+  TS_CUDA_LAUNCH_CHECK("bsconv (row table)");
+  return table;
+}
+
+}  // namespace
 
 bool conv_supported(const GatherProduct& p, int device) {
   return p.gate == nullptr && !p.accumulate && gather_supported(p, device);
@@ -585,7 +619,12 @@ void gather_conv(const GatherProduct& p, const ConvIndex& ci, cudaStream_t strea
         TS_CHECK(blocks <= INT32_MAX, ShapeError, (kTrans ? "bsconv_dx" : "bsconv") << ": too many rows for one launch");
         constexpr auto kernel = &gather_kernel<T, TO, BS, kTrans, true>;
         allow_smem<kernel>(Tile::kSmemBytes);
-        kernel<<<static_cast<unsigned>(blocks), kThreads, Tile::kSmemBytes, stream>>>(p, ci);
+        // dx reads dy's rows (output positions), the forward x's (input positions)
+        const int64_t a_rows = p.n / (kTrans ? ci.in_positions : ci.out_positions) *
+                               (kTrans ? ci.out_positions : ci.in_positions);
+        const Tensor rows_of = conv_rows(ci, p.n, !kTrans, a_rows, stream);
+        kernel<<<static_cast<unsigned>(blocks), kThreads, Tile::kSmemBytes, stream>>>(
+            p, static_cast<int>(ci.taps), static_cast<const int32_t*>(rows_of.data_ptr()));
         TS_CUDA_LAUNCH_CHECK((kTrans ? "bsconv_dx" : "bsconv"));
         g_launches.fetch_add(1, std::memory_order_relaxed);
         g_conv_launches.fetch_add(1, std::memory_order_relaxed);
@@ -611,7 +650,9 @@ void conv_gradient(const BlockGradient& g, const ConvIndex& ci, cudaStream_t str
       using Tile = GradientTile<T, BS>;
       constexpr auto kernel = &gradient_kernel<T, TO, BS, true>;
       allow_smem<kernel>(Tile::kSmemBytes);
-      kernel<<<static_cast<unsigned>(blocks), kThreads, Tile::kSmemBytes, stream>>>(g, ci);
+      const Tensor rows_of = conv_rows(ci, g.n, /*from_output=*/true, g.n / ci.out_positions * ci.in_positions, stream);
+      kernel<<<static_cast<unsigned>(blocks), kThreads, Tile::kSmemBytes, stream>>>(
+          g, static_cast<int>(ci.taps), static_cast<const int32_t*>(rows_of.data_ptr()));
       TS_CUDA_LAUNCH_CHECK("bsconv_dw");
       g_launches.fetch_add(1, std::memory_order_relaxed);
       g_conv_launches.fetch_add(1, std::memory_order_relaxed);

@@ -24,8 +24,9 @@ void block_gradient(const BlockGradient& g, cudaStream_t stream);
 
 /// The same kernels in convolution mode (bsconv, bsconv_dx: p.transpose_w; bsconv_dw), any
 /// geometry ci (stride, dilation, padding, 1-3 dimensions): a product's rows are the output's
-/// positions over the batch, the A row that one reads at a tap comes from ConvIndex (input_row;
-/// output_row for dx), -1 (padding) copies zeros. w is [nnz, taps, bs, bs] with p.nnz / g.nnz =
+/// positions over the batch, the A row that one reads at a tap comes from a table that a first
+/// kernel fills from ConvIndex once per call (input_row; output_row for dx; i32 [taps, rows] from
+/// the device's pool), -1 (padding) copies zeros. w is [nnz, taps, bs, bs] with p.nnz / g.nnz =
 /// nnz·taps; the lists and groups are the matmul's (per block). bsconv_dw runs a thread block per
 /// (block group of one block row, tap). No gate, no accumulate.
 bool conv_supported(const GatherProduct& p, int device);
