@@ -155,7 +155,8 @@ inline ConvTiles conv_tiles(const ConvIndex& ci, int64_t batch, bool dx, int32_t
     t.ext[a] = static_cast<int32_t>(out);
     t.a_ext[a] = static_cast<int32_t>(in);
     t.kernel[a] = used ? static_cast<int32_t>(ci.kernel[d]) : 1;
-    const int32_t pad = used ? static_cast<int32_t>(ci.pad_lo[d]) : 0, dil = used ? static_cast<int32_t>(ci.dilation[d]) : 1;
+    const int32_t pad = used ? static_cast<int32_t>(ci.pad_lo[d]) : 0;
+    const int32_t dil = used ? static_cast<int32_t>(ci.dilation[d]) : 1;
     t.off_base[a] = dx ? pad : -pad;
     t.off_step[a] = dx ? -dil : dil;
   }

@@ -267,7 +267,8 @@ Tensor dense_filter(const Tensor& w, const BlockLayout& l) {
       for (int64_t i = 0; i < bs; ++i)
         for (int64_t j = 0; j < bs; ++j) {
           const int64_t ci = l.block_row()[k] * bs + i, kc = l.block_col()[k] * bs + j;
-          d[static_cast<size_t>((kc * R * S + t) * C + ci)] = wv[static_cast<size_t>(((k * R * S + t) * bs + i) * bs + j)];
+          const size_t block_at = static_cast<size_t>(((k * R * S + t) * bs + i) * bs + j);
+          d[static_cast<size_t>((kc * R * S + t) * C + ci)] = wv[block_at];
         }
   return cast(from_vector(d, {K, R, S, C}), w.dtype()).to(kGpu);
 }
@@ -280,7 +281,8 @@ Tensor blocks_of(const Tensor& dense, const BlockLayout& l) {
       for (int64_t i = 0; i < bs; ++i)
         for (int64_t j = 0; j < bs; ++j) {
           const int64_t ci = l.block_row()[k] * bs + i, kc = l.block_col()[k] * bs + j;
-          w[static_cast<size_t>(((k * R * S + t) * bs + i) * bs + j)] = dv[static_cast<size_t>((kc * R * S + t) * C + ci)];
+          const size_t dense_at = static_cast<size_t>((kc * R * S + t) * C + ci);
+          w[static_cast<size_t>(((k * R * S + t) * bs + i) * bs + j)] = dv[dense_at];
         }
   return from_vector(w, {l.nnz(), R, S, bs, bs});
 }

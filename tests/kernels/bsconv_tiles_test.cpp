@@ -175,7 +175,8 @@ TEST(ConvTiles, ReplayedWalkGivesTheConvolutionItsInputGradientAndItsFilterGradi
             unravel(r, ct.box, off);
             for (int ax = 0; ax < ConvTiles::kAxes; ++ax) po[ax] = o0[ax] + off[ax], pa[ax] = a0[ax] + off[ax];
             const int64_t fo = flat(po, ct.ext), fa = flat(pa, ct.a_ext);
-            if (fo >= 0 && fa >= 0) dw[static_cast<size_t>(t)] += x[static_cast<size_t>(fa)] * dy[static_cast<size_t>(fo)];
+            if (fo >= 0 && fa >= 0)
+              dw[static_cast<size_t>(t)] += x[static_cast<size_t>(fa)] * dy[static_cast<size_t>(fo)];
           }
         }
       for (int64_t t = 0; t < ci.taps; ++t)
@@ -202,12 +203,15 @@ struct Box16 {  // a [rows, bs] box of 16-bit values, element (r, ch) = r·bs + 
   int value(int r, int ch) const { return r * bs + ch; }
   // ldmatrix x4: matrix j's row i from the 8 values at the byte offset lane 8j + i gives; thread
   // (g, t) gets rows g, columns 2t, 2t + 1 (transposing: rows 2t, 2t + 1, column g).
-  void ldmatrix(const std::vector<int>& lane_byte, bool trans, std::vector<std::array<std::pair<int, int>, 4>>& out) const {
+  using Fragments = std::vector<std::array<std::pair<int, int>, 4>>;  // per lane: a0 .. a3
+  void ldmatrix(const std::vector<int>& lane_byte, bool trans, Fragments& out) const {
     out.assign(32, {});
     for (int lane = 0; lane < 32; ++lane) {
       const int g = lane / 4, t = lane % 4;
       for (int j = 0; j < 4; ++j) {
-        auto at = [&](int row, int col) { return static_cast<int>(smem[static_cast<size_t>(lane_byte[8 * j + row] / 2 + col)]); };
+        auto at = [&](int row, int col) {
+          return static_cast<int>(smem[static_cast<size_t>(lane_byte[8 * j + row] / 2 + col)]);
+        };
         out[static_cast<size_t>(lane)][static_cast<size_t>(j)] =
             trans ? std::make_pair(at(2 * t, g), at(2 * t + 1, g)) : std::make_pair(at(g, 2 * t), at(g, 2 * t + 1));
       }
@@ -227,7 +231,7 @@ TEST(ConvTiles, HaloLanesLoadTheAFragmentsOfEveryTap) {
         const ConvTiles ct = conv_tiles(conv_index(g, in, "t"), 2, dx, 256);
         const Box16 box(ct.halo_rows(), bs);
         const std::string what = g.str() + " bs " + std::to_string(bs) + (dx ? " dx" : " fwd");
-        std::vector<std::array<std::pair<int, int>, 4>> regs;
+        Box16::Fragments regs;
         for (int32_t t = 0; t < ct.taps; t += 5)
           for (int c = 0; c < 2; ++c)
             for (int mi = 0; mi < 2; ++mi)

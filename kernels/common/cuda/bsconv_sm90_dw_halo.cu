@@ -190,7 +190,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int kk = 0; kk < kGroupKk; ++kk) {
           // B (k = position, n = j) = dY[position][j], MN-major as in the dW kernel
-          const uint64_t db = make_desc(dy_box(s) + (kg + kk) * 16 * kRowBytes, Tile::kDyBytes, 8 * kRowBytes, kRowBytes);
+          const uint64_t db =
+              make_desc(dy_box(s) + (kg + kk) * 16 * kRowBytes, Tile::kDyBytes, 8 * kRowBytes, kRowBytes);
 #pragma unroll
           for (int j = 0; j < 2; ++j) WgmmaRS<T, BS>::template run<1>(acc[j], a[kk][j], db);
         }

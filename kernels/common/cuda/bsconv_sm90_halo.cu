@@ -205,8 +205,9 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
 #pragma unroll
       for (int kk = 0; kk < BS / 16; ++kk) {
         // as the gather kernel's B: dx K-major (rows of W are n), fwd MN-major (rows of W are k)
-        const uint64_t db = kTransW ? make_desc(wblock(s) + kk * 32, 16, 8 * kRowBytes, kRowBytes)
-                                    : make_desc(wblock(s) + kk * 16 * kRowBytes, Tile::kWBytes, 8 * kRowBytes, kRowBytes);
+        const uint8_t* wb = wblock(s);
+        const uint64_t db = kTransW ? make_desc(wb + kk * 32, 16, 8 * kRowBytes, kRowBytes)
+                                    : make_desc(wb + kk * 16 * kRowBytes, Tile::kWBytes, 8 * kRowBytes, kRowBytes);
 #pragma unroll
         for (int mi = 0; mi < kMTiles; ++mi) WgmmaRS<T, BS>::template run<kTransW ? 0 : 1>(acc[mi], a[kk][mi], db);
       }

@@ -616,7 +616,8 @@ void gather_conv(const GatherProduct& p, const ConvIndex& ci, cudaStream_t strea
         constexpr bool kTrans = decltype(trans)::value;
         using Tile = GatherTile<T, BS, kTrans>;
         const int64_t tiles_m = (p.n + Tile::kBM - 1) / Tile::kBM, blocks = tiles_m * p.outs;
-        TS_CHECK(blocks <= INT32_MAX, ShapeError, (kTrans ? "bsconv_dx" : "bsconv") << ": too many rows for one launch");
+        TS_CHECK(blocks <= INT32_MAX, ShapeError,
+                 (kTrans ? "bsconv_dx" : "bsconv") << ": too many rows for one launch");
         constexpr auto kernel = &gather_kernel<T, TO, BS, kTrans, true>;
         allow_smem<kernel>(Tile::kSmemBytes);
         // dx reads dy's rows (output positions), the forward x's (input positions)

@@ -336,7 +336,8 @@ void launch(const BlockGradient& g, int device, cudaStream_t stream, const ConvT
     map_x = conv_map(g.x, g.in_dtype, g.C, ct.a_ext, BS, ct.box);
     map_dy = conv_map(g.dy, g.in_dtype, g.K, ct.ext, BS, ct.box);
   } else {
-    map_x = kT ? tensor_map(g.x, g.in_dtype, g.C, g.n, BS, Tile::kKT) : tensor_map(g.x, g.in_dtype, g.n, g.C, Tile::kKT, BS);
+    map_x = kT ? tensor_map(g.x, g.in_dtype, g.C, g.n, BS, Tile::kKT)
+               : tensor_map(g.x, g.in_dtype, g.n, g.C, Tile::kKT, BS);
     map_dy = kT ? tensor_map(g.dy, g.in_dtype, g.K, g.n, BS, Tile::kKT)
                 : tensor_map(g.dy, g.in_dtype, g.n, g.K, Tile::kKT, BS);
   }
@@ -352,8 +353,8 @@ void launch(const BlockGradient& g, int device, cudaStream_t stream, const ConvT
   if (parts > 1)
     partial = empty({parts * elems}, TensorOptions(DType::f32).device(Device::cuda(device)));
   const int grid = static_cast<int>(std::min<int64_t>(static_cast<int64_t>(g.col_runs) * parts, persistent));
-  kernel<<<grid, kThreads, Tile::kSmemBytes, stream>>>(map_x, map_dy, g, parts, part_steps,
-                                                       parts > 1 ? static_cast<float*>(partial.data_ptr()) : nullptr, ct);
+  float* partial_sums = parts > 1 ? static_cast<float*>(partial.data_ptr()) : nullptr;
+  kernel<<<grid, kThreads, Tile::kSmemBytes, stream>>>(map_x, map_dy, g, parts, part_steps, partial_sums, ct);
   TS_CUDA_LAUNCH_CHECK((kConv ? "bsconv_dw" : "bsmm_dw"));
   if (parts > 1 && g.gate != nullptr) {
     launch_bsmm_gate_epilogue<float, T, TO>(static_cast<const float*>(partial.data_ptr()), parts, g.nnz, BS, g.w,

@@ -26,7 +26,8 @@ struct DnnConv2d::Impl {
   int p = 0, q = 0;  // output sizes
 
   Tensor workspace(size_t bytes) const {
-    return empty({static_cast<int64_t>(std::max<size_t>(bytes, 16))}, TensorOptions(DType::u8).device(Device::cuda(device)));
+    const int64_t n = static_cast<int64_t>(std::max<size_t>(bytes, 16));
+    return empty({n}, TensorOptions(DType::u8).device(Device::cuda(device)));
   }
 };
 
