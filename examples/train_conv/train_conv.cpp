@@ -23,9 +23,9 @@
 
 #include "data/sampler.h"
 #include "data/text_dataset.h"
+#include "examples/common/causal_text_task.h"
 #include "examples/common/layout_check.h"
 #include "examples/common/trainer.h"
-#include "examples/sample/sampling.h"
 #include "models/conv_lm.h"
 #include "models/train/train.h"
 
@@ -43,60 +43,19 @@ nlohmann::json default_model() {
           {"block_size", 32}, {"density", 1.0}, {"edge_bias", true}, {"seed", 0}};
 }
 
-class ConvTask : public train::WindowTask {
- public:
-  ConvTask(const examples::TrainerFlags& f, ConvLM& model, optim::Optimizer& opt, const data::TextDataset& ds,
-           int64_t sample_chars, double temperature)
-      : train::WindowTask(
-            model, opt, [&model, B = f.batch](const Tensor& x, const Tensor& y) { return model.loss(x, y, B); },
-            data::RandomWindowSampler(ds.tokens(data::Part::train), f.batch, f.seq, f.seed, data::Layout::batch_major),
-            ds.tokens(data::Part::val), ds.vocab(), options(f, ds)),
-        model_(model), ds_(ds), sample_chars_(sample_chars), temperature_(temperature), sample_gen_(f.seed + 7),
-        dev_(examples::train_device(f)) {}
-
-  // sample_chars characters after a newline at `temperature` (0: greedy), from whole windows.
-  std::string sample() override {
-    const data::Vocabulary& v = ds_.vocab();
-    model_.eval();
-    NoGradGuard ng;
-    const std::vector<int32_t> ids = examples::sample_causal_windows(
-        [&](const Tensor& window) { return model_.logits(window.to(dev_), /*batch=*/1); }, model_.config().seq_len,
-        v.contains('\n') ? v.id('\n') : 0, sample_chars_, {temperature_, /*top_k=*/0}, sample_gen_);
-    model_.train();
-    return v.decode(ids);
-  }
-
-  void save_state(io::CheckpointData& ck) const override {
-    train::WindowTask::save_state(ck);
-    ck.rng["sample"] = sample_gen_.state();
-  }
-
-  void restore_state(const io::CheckpointData& ck, const std::string& path) override {
-    train::WindowTask::restore_state(ck, path);
-    if (ck.rng.count("sample")) sample_gen_.set_state(ck.rng.at("sample"));
-  }
-
- private:
-  static train::WindowTaskOptions options(const examples::TrainerFlags& f, const data::TextDataset& ds) {
-    train::WindowTaskOptions o;
-    o.test = ds.tokens(data::Part::test);
-    o.compiled = !f.eager;
-    o.micro_batches = f.micro_batches;
-    o.autocast = examples::train_dtype(f);
-    o.device = examples::train_device(f);
-    o.data_name = f.data;
-    o.dump_graph = f.dump_graph;
-    o.group = examples::process_group(f);
-    return o;
-  }
-
-  ConvLM& model_;
-  const data::TextDataset& ds_;
-  int64_t sample_chars_;
-  double temperature_;
-  Generator sample_gen_;
-  Device dev_;
-};
+// The library's window task options for train_conv's flags.
+train::WindowTaskOptions task_options(const examples::TrainerFlags& f, const data::TextDataset& ds) {
+  train::WindowTaskOptions o;
+  o.test = ds.tokens(data::Part::test);
+  o.compiled = !f.eager;
+  o.micro_batches = f.micro_batches;
+  o.autocast = examples::train_dtype(f);
+  o.device = examples::train_device(f);
+  o.data_name = f.data;
+  o.dump_graph = f.dump_graph;
+  o.group = examples::process_group(f);
+  return o;
+}
 
 }  // namespace
 
@@ -161,7 +120,10 @@ int main(int argc, char** argv) {
                                                         std::to_string(mc.density)
                                                   : std::string("dense"))
               << ", " << (f.eager ? "eager" : "compiled") << " step\n";
-    ConvTask task(f, model, *opts.opt, ds, sample_chars, temperature);
+    examples::CausalTextTask<ConvLM> task(
+        model, *opts.opt, [&model, B = f.batch](const Tensor& x, const Tensor& y) { return model.loss(x, y, B); },
+        data::RandomWindowSampler(ds.tokens(data::Part::train), f.batch, f.seq, f.seed, data::Layout::batch_major),
+        ds, task_options(f, ds), {sample_chars, temperature, f.seed + 7}, examples::train_device(f));
     const nlohmann::json config = examples::run_config(f, kModelType, mc.to_json());
     train::TrainOptions options = examples::train_options(f, "train_conv", argc, argv);
     return train::run_training(options, model, *opts.opt, config, task).exit_code();

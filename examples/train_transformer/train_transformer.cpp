@@ -31,9 +31,9 @@
 #include "core/graph/compile.h"
 #include "data/sampler.h"
 #include "data/text_dataset.h"
+#include "examples/common/causal_text_task.h"
 #include "examples/common/layout_check.h"
 #include "examples/common/trainer.h"
-#include "examples/sample/sampling.h"
 #include "models/train/train.h"
 #include "models/transformer_lm.h"
 
@@ -62,48 +62,24 @@ void check_batch_major(const data::Batch& b) {
                "train_transformer: window " << w << " has targets that are not its inputs shifted by one");
 }
 
-// The library's window task (compiled or eager steps, micro-batches, mixed precision, the sampler
-// and dropout state in checkpoints) with this trainer's text samples.
-class TransformerTask : public train::WindowTask {
+// The trainers' causal window task (examples/common/causal_text_task.h: the library's window task,
+// compiled or eager steps, micro-batches, mixed precision, the sampler and dropout state in
+// checkpoints, with text samples) over batch-major windows, checked once.
+class TransformerTask : public examples::CausalTextTask<TransformerLM> {
  public:
   TransformerTask(const examples::TrainerFlags& f, TransformerLM& model, optim::Optimizer& opt,
                   const data::TextDataset& ds, Generator& dropout_gen, int64_t sample_chars, double temperature,
                   std::shared_ptr<optim::ZeroUpdater> zero)
-      : train::WindowTask(
+      : examples::CausalTextTask<TransformerLM>(
             model, opt,
             [&model, &dropout_gen, B = f.batch](const Tensor& x, const Tensor& y) {
               return model.loss(x, y, B, dropout_gen);  // the dropout masks come from dropout_gen
             },
             data::RandomWindowSampler(ds.tokens(data::Part::train), f.batch, f.seq, f.seed, data::Layout::batch_major),
-            ds.tokens(data::Part::val), ds.vocab(), options(f, ds, dropout_gen, std::move(zero))),
-        model_(model), ds_(ds), sample_chars_(sample_chars), temperature_(temperature), sample_gen_(f.seed + 7),
-        dev_(examples::train_device(f)) {
+            ds, options(f, ds, dropout_gen, std::move(zero)), {sample_chars, temperature, f.seed + 7},
+            examples::train_device(f)) {
     data::RandomWindowSampler peek = sampler();  // a copy: the real sampler does not advance
     check_batch_major(peek.next());
-  }
-
-  // sample_chars characters after a newline, drawn at `temperature` (0: greedy). The model reads
-  // exactly T tokens: the context (the last T characters at most) at positions 0..n-1, then zeros.
-  // Attention is causal, so the logits at position n-1 depend on the context alone.
-  std::string sample() override {
-    const data::Vocabulary& v = ds_.vocab();
-    model_.eval();
-    NoGradGuard ng;
-    const std::vector<int32_t> ids = examples::sample_causal_windows(
-        [&](const Tensor& window) { return model_.logits(window.to(dev_), /*batch=*/1); }, model_.config().seq_len,
-        v.contains('\n') ? v.id('\n') : 0, sample_chars_, {temperature_, /*top_k=*/0}, sample_gen_);
-    model_.train();
-    return v.decode(ids);
-  }
-
-  void save_state(io::CheckpointData& ck) const override {
-    train::WindowTask::save_state(ck);
-    ck.rng["sample"] = sample_gen_.state();
-  }
-
-  void restore_state(const io::CheckpointData& ck, const std::string& path) override {
-    train::WindowTask::restore_state(ck, path);
-    if (ck.rng.count("sample")) sample_gen_.set_state(ck.rng.at("sample"));
   }
 
  private:
@@ -122,13 +98,6 @@ class TransformerTask : public train::WindowTask {
     o.zero = std::move(zero);              // --zero1
     return o;
   }
-
-  TransformerLM& model_;
-  const data::TextDataset& ds_;
-  int64_t sample_chars_;
-  double temperature_;
-  Generator sample_gen_;
-  Device dev_;  // --device: where the model and batches live
 };
 
 }  // namespace
