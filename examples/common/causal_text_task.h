@@ -18,11 +18,28 @@
 
 #include "core/autograd.h"
 #include "data/text_dataset.h"
+#include "examples/common/trainer.h"
 #include "examples/sample/sampling.h"
 #include "models/train/train.h"
 
 namespace tessera {
 namespace examples {
+
+/// The window task's options from the shared trainer flags: test split, compiled or eager steps,
+/// micro-batches, autocast dtype, device, data name, graph dump, and the process group (data
+/// parallel under mpirun or --dist-init; null otherwise). A trainer adds its own (dropout, ZeRO).
+inline train::WindowTaskOptions window_task_options(const TrainerFlags& f, const data::TextDataset& ds) {
+  train::WindowTaskOptions o;
+  o.test = ds.tokens(data::Part::test);
+  o.compiled = !f.eager;
+  o.micro_batches = f.micro_batches;
+  o.autocast = train_dtype(f);
+  o.device = train_device(f);
+  o.data_name = f.data;
+  o.dump_graph = f.dump_graph;
+  o.group = process_group(f);
+  return o;
+}
 
 struct TextSampleOptions {
   int64_t chars = 300;       ///< characters per sample

@@ -43,20 +43,6 @@ nlohmann::json default_model() {
           {"block_size", 32}, {"density", 1.0}, {"edge_bias", true}, {"seed", 0}};
 }
 
-// The library's window task options for train_conv's flags.
-train::WindowTaskOptions task_options(const examples::TrainerFlags& f, const data::TextDataset& ds) {
-  train::WindowTaskOptions o;
-  o.test = ds.tokens(data::Part::test);
-  o.compiled = !f.eager;
-  o.micro_batches = f.micro_batches;
-  o.autocast = examples::train_dtype(f);
-  o.device = examples::train_device(f);
-  o.data_name = f.data;
-  o.dump_graph = f.dump_graph;
-  o.group = examples::process_group(f);
-  return o;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -123,7 +109,7 @@ int main(int argc, char** argv) {
     examples::CausalTextTask<ConvLM> task(
         model, *opts.opt, [&model, B = f.batch](const Tensor& x, const Tensor& y) { return model.loss(x, y, B); },
         data::RandomWindowSampler(ds.tokens(data::Part::train), f.batch, f.seq, f.seed, data::Layout::batch_major),
-        ds, task_options(f, ds), {sample_chars, temperature, f.seed + 7}, examples::train_device(f));
+        ds, examples::window_task_options(f, ds), {sample_chars, temperature, f.seed + 7}, examples::train_device(f));
     const nlohmann::json config = examples::run_config(f, kModelType, mc.to_json());
     train::TrainOptions options = examples::train_options(f, "train_conv", argc, argv);
     return train::run_training(options, model, *opts.opt, config, task).exit_code();

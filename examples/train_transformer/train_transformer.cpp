@@ -85,17 +85,9 @@ class TransformerTask : public examples::CausalTextTask<TransformerLM> {
  private:
   static train::WindowTaskOptions options(const examples::TrainerFlags& f, const data::TextDataset& ds,
                                           Generator& dropout_gen, std::shared_ptr<optim::ZeroUpdater> zero) {
-    train::WindowTaskOptions o;
-    o.test = ds.tokens(data::Part::test);
-    o.compiled = !f.eager;
-    o.micro_batches = f.micro_batches;
-    o.autocast = examples::train_dtype(f);
-    o.device = examples::train_device(f);
+    train::WindowTaskOptions o = examples::window_task_options(f, ds);
     o.dropout_gen = &dropout_gen;
-    o.data_name = f.data;
-    o.dump_graph = f.dump_graph;
-    o.group = examples::process_group(f);  // data parallel under mpirun or --dist-init; null otherwise
-    o.zero = std::move(zero);              // --zero1
+    o.zero = std::move(zero);  // --zero1
     return o;
   }
 };
