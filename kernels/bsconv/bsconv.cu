@@ -71,11 +71,7 @@ void op::BsConv::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& 
           t.block_row);
       TS_CUDA_LAUNCH_CHECK(kName);
     };
-    if (attrs.f32_output) {
-      if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, double>) launch(cuda::TypeTag<float>{});
-    } else {
-      launch(tag);
-    }
+    cuda::with_output_type<T>(attrs.f32_output, launch);
   });
 }
 

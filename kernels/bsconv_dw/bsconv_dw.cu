@@ -104,11 +104,7 @@ void op::BsConvDw::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>
             rows_total, l.in_features(), l.out_features(), ci, t.block_row, t.block_col);
         TS_CUDA_LAUNCH_CHECK(kName);
       };
-      if (attrs.f32_output) {
-        if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, double>) launch(cuda::TypeTag<float>{});
-      } else {
-        launch(tag);
-      }
+      cuda::with_output_type<T>(attrs.f32_output, launch);
     });
   });
 }

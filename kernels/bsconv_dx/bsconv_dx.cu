@@ -67,11 +67,7 @@ void op::BsConvDx::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>
           elems, l.in_features(), l.out_features(), static_cast<int>(l.block_size()), ci, t.row_ptr, t.block_col);
       TS_CUDA_LAUNCH_CHECK(kName);
     };
-    if (attrs.f32_output) {
-      if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, double>) launch(cuda::TypeTag<float>{});
-    } else {
-      launch(tag);
-    }
+    cuda::with_output_type<T>(attrs.f32_output, launch);
   });
 }
 

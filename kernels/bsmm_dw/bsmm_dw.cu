@@ -118,11 +118,7 @@ void op::BsmmDw::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& 
                                                   out[1].data_ptr(), attrs.accumulate, stream);
         TS_CUDA_LAUNCH_CHECK("bsmm_dw (gate epilogue)");
       };
-      if (attrs.f32_output) {
-        if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, double>) launch(cuda::TypeTag<float>{});
-      } else {
-        launch(tag);
-      }
+      cuda::with_output_type<T>(attrs.f32_output, launch);
     });
   });
 }

@@ -60,6 +60,19 @@ void dispatch_cuda_any(DType dt, const char* op, F&& f) {
 }
 
 /// Calls f(TypeTag<T>{}) for the floating dtypes; DTypeError naming `op` otherwise.
+/// Calls launch(TypeTag<TO>{}) with an op's output element type for inputs of type T: float when
+/// f32_output (autocast's form, which the ops allow for bf16/f16 inputs only), else T.
+template <class T, class F>
+void with_output_type(bool f32_output, F&& launch) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    launch(TypeTag<T>{});  // f32_output is refused for these
+  } else if (f32_output) {
+    launch(TypeTag<float>{});
+  } else {
+    launch(TypeTag<T>{});
+  }
+}
+
 template <class F>
 void dispatch_cuda_float(DType dt, const char* op, F&& f) {
   switch (dt) {
