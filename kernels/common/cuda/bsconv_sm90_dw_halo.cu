@@ -257,11 +257,7 @@ void launch_dw_halo(const BlockGradient& g, const ConvTiles& ct, int device, cud
   const CUtensorMap map_x = conv_map(g.x, g.in_dtype, g.C, ct.a_ext, BS, ct.halo);
   const CUtensorMap map_dy = conv_map(g.dy, g.in_dtype, g.K, ct.ext, BS, ct.box);
   constexpr auto kernel = &dw_halo_kernel<T, TO, BS>;
-  int sms = 0, per_sm = 0;
-  TS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sm.total));
-  TS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, sm.total));
-  const int persistent = sms * std::max(per_sm, 1);
+  const int persistent = persistent_grid_sized<kernel>(sm.total, kThreads);
   const int steps = ct.total_tiles;
   const int chosen = dw_halo_parts(g.col_runs, steps, persistent);
   const int part_steps = (steps + chosen - 1) / chosen;

@@ -23,7 +23,6 @@
 // Deterministic: each output element is summed by one thread, over the list's blocks in order
 // and each block's taps in order, with no atomics on data.
 #include <algorithm>
-#include <type_traits>
 
 #include "kernels/common/cuda/bsmm_sm90.h"
 #include "kernels/common/cuda/bsmm_sm90_common.cuh"
@@ -261,12 +260,7 @@ void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
   const CUtensorMap map_w = tensor_map(p.w, p.in_dtype, static_cast<uint64_t>(p.nnz) * BS, BS, BS, BS);
   const CUtensorMap map_out = conv_map(p.out, p.out_dtype, p.out_cols, ct.ext, Tile::kOutCols, half);
   constexpr auto kernel = &halo_kernel<T, TO, BS, kTrans, kWGs, kMTiles>;
-  int device = 0, sms = 0, per_sm = 0;
-  TS_CUDA_CHECK(cudaGetDevice(&device));
-  TS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sm.total));
-  TS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Tile::kThreads, sm.total));
-  const int grid = static_cast<int>(std::min<int64_t>(items, static_cast<int64_t>(sms) * std::max(per_sm, 1)));
+  const int grid = static_cast<int>(std::min<int64_t>(items, persistent_grid_sized<kernel>(sm.total, Tile::kThreads)));
   kernel<<<grid, Tile::kThreads, sm.total, stream>>>(map_halo, map_w, map_out, p, static_cast<int>(items), ct, sm);
   TS_CUDA_LAUNCH_CHECK((kTrans ? "bsconv_dx (halo)" : "bsconv (halo)"));
   g_launches.fetch_add(1, std::memory_order_relaxed);

@@ -120,6 +120,25 @@ int persistent_grid(int smem_bytes, int threads = kThreads) {
 }
 
 
+/// persistent_grid for kernels whose dynamic shared memory depends on the call (the halo kernels):
+/// the limit set and the occupancy asked only when the size differs from the last call's (the
+/// limit set is always the cached size's).
+template <auto Kernel>
+int persistent_grid_sized(int smem_bytes, int threads) {
+  static std::atomic<int64_t> cached{0};  // (smem_bytes << 32) | grid
+  const int64_t c = cached.load(std::memory_order_relaxed);
+  if (c > 0 && (c >> 32) == smem_bytes) return static_cast<int>(c & 0xffffffff);
+  int device = 0, sms = 0, per_sm = 0;
+  TS_CUDA_CHECK(cudaGetDevice(&device));
+  TS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  TS_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  TS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, threads, smem_bytes));
+  const int grid = sms * (per_sm > 0 ? per_sm : 1);
+  cached.store((static_cast<int64_t>(smem_bytes) << 32) | grid, std::memory_order_relaxed);
+  return grid;
+}
+
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 bool half_dtype(DType dt) { return dt == DType::bf16 || dt == DType::f16; }
 
