@@ -2,15 +2,17 @@
 // convolution of the same shape, measured in the same run.
 //
 //   bsconv_gpu [--shapes n64h56c256,n32h28c512] [--block-sizes 32,64] [--densities 0.1,0.25,0.5,1]
-//              [--path tc|sm80|scalar] [--halo on|off] [--repeats N] [--quick] [--json FILE]
+//              [--path tc|sm80|scalar] [--halo on|off] [--halo-a auto|rs|ss|chunk] [--repeats N]
+//              [--quick] [--json FILE]
 //
 // Per shape (N × H × H × C → C channels, 3×3 filter, same padding, stride 1, bf16, channels
 // last), cuDNN's forward, data gradient and filter gradient with the fastest algorithm that
 // cudnnFind*AlgorithmEx reports (cuda::DnnConv2d: tensor-op math, f32 accumulation, workspaces
 // from tessera's pool); then per block size and density a random layout (seed 1234) and tessera's bsconv,
-// bsconv_dx and bsconv_dw. --path tc sets TESSERA_BSCONV_TC=1 (the tensor-core kernels of
-// bsmm_tc.h's run_conv; the default), sm80 also TESSERA_BSMM_PATH=sm80 (the A100 kernels),
-// scalar unsets them; --halo off sets TESSERA_BSCONV_HALO=0 (the
+// bsconv_dx and bsconv_dw. --path tc: the tensor-core kernels of bsmm_tc.h's run_conv (the
+// default), sm80 sets TESSERA_BSMM_PATH=sm80 (the A100 kernels), scalar TESSERA_BSMM_PATH=simt
+// (the scalar kernels); --halo-a sets TESSERA_BSCONV_HALO_A (bsconv_sm90_halo.cu's AMode);
+// --halo off sets TESSERA_BSCONV_HALO=0 (the
 // per-tap copies of the input instead of one halo box per block for bsconv and bsconv_dx).
 // Figures: median ms over --repeats timings of 10 back-to-back calls each (then synchronized;
 // divided by 10); useful TFLOP/s counting the stored blocks only (2·N·H·W·9·nnz·bs² flops); the
@@ -125,17 +127,21 @@ int main(int argc, char** argv) {
   std::vector<std::string> shapes{"n64h56c256", "n32h28c512"};
   std::vector<int64_t> block_sizes{32, 64};
   std::vector<double> densities{0.1, 0.25, 0.5, 1.0};
-  std::string path = "tc", halo = "on", json;
+  std::string path = "tc", halo = "on", halo_a = "auto", json;
   int repeats = 10;
   bool quick = false;
   app.add_option("--shapes", shapes, "nNhHcC: N × H × H × C → C")->delimiter(',');
   app.add_option("--block-sizes", block_sizes, "block sizes")->delimiter(',')->check(CLI::IsMember({8, 16, 32, 64}));
   app.add_option("--densities", densities, "layout densities")->delimiter(',')->check(CLI::Range(0.0, 1.0));
   app.add_option("--path", path,
-                 "tc: the tensor-core kernels (TESSERA_BSCONV_TC=1); sm80: their sm_80 form; scalar: the scalar ones")
+                 "tc: the tensor-core kernels; sm80: their sm_80 form; scalar: the scalar ones")
       ->check(CLI::IsMember({"tc", "sm80", "scalar"}));
   app.add_option("--halo", halo, "on: bsconv and bsconv_dx copy one halo box per block; off: one box per tap")
       ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--halo-a", halo_a,
+                 "how the halo kernel reads A: auto (its choice), rs (registers), ss (the swizzled box), chunk "
+                 "(8-channel boxes); ss and chunk where tile rows are 64+ positions")
+      ->check(CLI::IsMember({"auto", "rs", "ss", "chunk"}));
   app.add_option("--repeats", repeats, "timings per figure (median reported)")->check(CLI::PositiveNumber);
   app.add_flag("--quick", quick, "one small shape (a smoke run)");
   app.add_option("--json", json, "also write the figures to this JSON file");
@@ -145,18 +151,18 @@ int main(int argc, char** argv) {
     return quick ? 0 : 1;
   }
   try {
-    if (path == "scalar")
-      unsetenv("TESSERA_BSCONV_TC");
-    else
-      setenv("TESSERA_BSCONV_TC", "1", 1);
-    if (path == "sm80")
-      setenv("TESSERA_BSMM_PATH", "sm80", 1);
-    else
+    if (path == "tc")
       unsetenv("TESSERA_BSMM_PATH");
+    else
+      setenv("TESSERA_BSMM_PATH", path == "sm80" ? "sm80" : "simt", 1);
     if (halo == "off")
       setenv("TESSERA_BSCONV_HALO", "0", 1);
     else
       unsetenv("TESSERA_BSCONV_HALO");
+    if (halo_a == "auto")
+      unsetenv("TESSERA_BSCONV_HALO_A");
+    else
+      setenv("TESSERA_BSCONV_HALO_A", halo_a.c_str(), 1);
     if (quick) {
       shapes = {"n4h14c64"};
       block_sizes = {32};
@@ -167,6 +173,7 @@ int main(int argc, char** argv) {
     report.note("dtype", "bf16, f32 accumulation");
     report.note("path", path);
     report.note("halo", halo);
+    report.note("halo A", halo_a);
     report.note("filter", "3x3, same padding, stride 1");
     for (const std::string& s : shapes) bench_shape(report, parse_shape(s), block_sizes, densities, repeats);
     report.print(std::cout);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/autograd.h"
+#include "core/tracer_pause.h"
 #include "kernels/ops.h"
 #include "layers/block_sparse_linear.h"
 
@@ -169,6 +170,7 @@ Tensor EdgeBias::forward(const Tensor& y, const std::vector<int64_t>& in) const 
              "EdgeBias: inputs of size " << Shape(in) << " give " << e.count << " edge groups, the layer has "
                                          << count_);
     const int64_t n = static_cast<int64_t>(e.group.size());
+    TracerPause concrete;  // made once, outside a trace: a constant on y's device
     it = index_.emplace(key, from_vector<int32_t>(e.group, Shape({n})).to(y.device())).first;
   }
   return edge_bias(y, it->second, gain_, bias_);

@@ -22,7 +22,7 @@ data="$bundle/data/input.txt"
 if [[ $part == tests || $part == all ]]; then
   timeout 30 "$run" kernels_tests --gtest_filter='ConvTiles*' 2>&1 | tail -3 | tee "$out/tiles.log"
   # the log shows the test that was running if a kernel hangs
-  timeout 300 "$run" gpu_tests --gtest_filter='CudaBsConv*:CudaEdgeBias*' >"$out/gpu_tests.log" 2>&1
+  timeout 300 "$run" gpu_tests --gtest_filter='CudaBsConv*:CudaEdgeBias*:CudaConvLayers*' >"$out/gpu_tests.log" 2>&1
   grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|tests? ran|Failure" "$out/gpu_tests.log" | head -40
 fi
 if [[ $part == bench || $part == all ]]; then
@@ -40,7 +40,7 @@ for model in "dense:--width 128" "sparse:--width 256 --density 0.25" "dense136:-
   for seed in 0 1 2; do
     echo "{\"seed\": $seed}" >"$out/seed$seed.json"
     # shellcheck disable=SC2086  # flags is a word list
-    TESSERA_BSCONV_TC=1 timeout 60 "$run" train_conv --device cuda --dtype bf16 --data "$data" --steps 600 \
+    timeout 60 "$run" train_conv --device cuda --dtype bf16 --data "$data" --steps 600 \
       --eval-every 600 --seed $((seed == 0 ? 1 : seed)) --config "$out/seed$seed.json" $flags \
       --out "$out/$name.s$seed" >"$out/$name.s$seed.log" 2>&1
     echo "$name seed $seed: $(tail -2 "$out/$name.s$seed.log" | tr "\n" " ")"

@@ -31,10 +31,17 @@ static bool cuda_graphs_enabled() {
 
 Executor::Executor(Graph g) : graph_(std::move(g)), plan_(plan_memory(graph_)) {
   device_ = graph_.values.empty() ? Device::cpu() : graph_.values[0].meta.device;
-  for (const Value& v : graph_.values)
-    TS_CHECK(v.meta.device == device_, DeviceError,
-             "executor: value " << v.id << " (" << v.name << ") is on " << v.meta.device << ", value 0 on " << device_
-                                << ": a compiled step runs on one device (move the model and its inputs there)");
+  for (const Value& v : graph_.values) {
+    if (v.meta.device == device_) continue;
+    // name the value by what it is and the op that reads it (a constant has no name)
+    const std::string read_by = v.consumers.empty() ? std::string("no op")
+                                                    : graph_.nodes[static_cast<size_t>(v.consumers[0])].op->name();
+    TS_THROW(DeviceError, "executor: " << value_kind_name(v.kind) << " value " << v.id
+                                       << (v.name.empty() ? "" : " '" + v.name + "'") << " " << v.meta.dtype
+                                       << v.meta.shape << ", read by " << read_by << ", is on " << v.meta.device
+                                       << ", value 0 on " << device_
+                                       << ": a compiled step runs on one device (move the model and its inputs there)");
+  }
   capture_ = device_.is_cuda() && cuda_graphs_enabled();
   random_base_ = graph_.random_start;
   arena_ = Storage::allocate(plan_.arena_bytes, device_);

@@ -1,9 +1,9 @@
 // bsconv on the GPU. bf16/f16 (and f32 as tf32 where allowed) may take a tensor-core kernel in
 // convolution mode (bsmm_tc.h's run_conv, an implicit GEMM: per output tile and block column, the
-// stored blocks' taps in order, each a product of the input rows the tap reads; only under
-// TESSERA_BSCONV_TC=1 until checked on an H200). Otherwise a scalar kernel, one thread per output
-// element, summing in the order of bsconv.h (the column's blocks by increasing block row, then
-// taps, then the block's rows) in f32 for bf16/f16 (f64 for f64).
+// stored blocks' taps in order, each a product of the input rows the tap reads). Otherwise a
+// scalar kernel, one thread per output element, summing in the order of bsconv.h (the column's
+// blocks by increasing block row, then taps, then the block's rows) in f32 for bf16/f16 (f64 for
+// f64).
 #include <type_traits>
 
 #include "core/cuda/check.cuh"

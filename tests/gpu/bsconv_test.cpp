@@ -1,7 +1,7 @@
 // The CUDA kernels of bsconv, bsconv_dx, bsconv_dw, edge_bias and edge_bias_grad against the CPU
 // (in f64 on the same values), every dtype and block size, 1-D causal, 2-D strided and dilated
-// geometries, outputs poisoned first; the same bits twice. The tensor-core kernels
-// (TESSERA_BSCONV_TC=1 until they are the default) likewise on each path (sm_90a with halo boxes
+// geometries, outputs poisoned first; the same bits twice (TESSERA_BSMM_PATH=simt). The
+// tensor-core kernels (the default) likewise on each path (sm_90a with halo boxes
 // or per-tap copies, sm_80), at every block size and geometry they take, with the launch counts
 // saying which kernel ran.
 #include <gtest/gtest.h>
@@ -47,8 +47,16 @@ std::vector<Tensor> as_f64(const std::vector<Tensor>& in) {
   return out;
 }
 
+// The scalar kernels (TESSERA_BSMM_PATH=simt) for one scope: the tensor-core ones take bf16/f16
+// by default.
+struct ScalarKernels {
+  ScalarKernels() { setenv("TESSERA_BSMM_PATH", "simt", 1); }
+  ~ScalarKernels() { unsetenv("TESSERA_BSMM_PATH"); }
+};
+
 TEST(CudaBsConv, EveryOpMatchesTheCpuForEveryDtypeAndBlockSize) {
   REQUIRE_GPU();
+  const ScalarKernels scalar;
   uint64_t seed = 1;
   for (int64_t bs : {8, 16, 32, 64})
     for (const Geo& geo : geometries()) {
@@ -86,6 +94,7 @@ TEST(CudaBsConv, EveryOpMatchesTheCpuForEveryDtypeAndBlockSize) {
 
 TEST(CudaBsConv, TwoRunsGiveTheSameBits) {
   REQUIRE_GPU();
+  const ScalarKernels scalar;
   const LayoutPtr l = random_layout(64, 64, 32, 0.5, 3);
   const Geo geo = geometries()[0];
   const Tensor x = random(act(4, geo.in, 64), 1, DType::bf16).to(kGpu);
@@ -96,28 +105,33 @@ TEST(CudaBsConv, TwoRunsGiveTheSameBits) {
   EXPECT_TRUE(same_bits(bsconv_dw(x, dy, l, geo.g), bsconv_dw(x, dy, l, geo.g)));
 }
 
-// TESSERA_BSCONV_TC=1 (the tensor-core convolution kernels, bsmm_tc.h's run_conv), and one of
-// their paths, for one scope.
+// One path of the tensor-core convolution kernels (bsmm_tc.h's run_conv) for one scope.
 struct ConvPath {
   const char* name;
   const char* bsmm_path;  // TESSERA_BSMM_PATH (nullptr: unset)
   const char* halo;       // TESSERA_BSCONV_HALO
+  const char* halo_a;     // TESSERA_BSCONV_HALO_A: how the halo kernel reads A (nullptr: its choice)
 };
 class ConvPathGuard {
  public:
   explicit ConvPathGuard(const ConvPath& p) {
-    setenv("TESSERA_BSCONV_TC", "1", 1);
     if (p.bsmm_path) setenv("TESSERA_BSMM_PATH", p.bsmm_path, 1);
     setenv("TESSERA_BSCONV_HALO", p.halo, 1);
+    if (p.halo_a) setenv("TESSERA_BSCONV_HALO_A", p.halo_a, 1);
   }
   ~ConvPathGuard() {
-    unsetenv("TESSERA_BSCONV_TC");
     unsetenv("TESSERA_BSMM_PATH");
     unsetenv("TESSERA_BSCONV_HALO");
+    unsetenv("TESSERA_BSCONV_HALO_A");
   }
 };
-// sm_90a in halo mode where it fits, sm_90a with per-tap copies, and sm_80 (the A100 path, forced).
-const ConvPath kConvPaths[] = {{"sm90 halo", nullptr, "1"}, {"sm90 per-tap", nullptr, "0"}, {"sm80", "sm80", "1"}};
+// sm_90a in halo mode where it fits (A read as the kernel chooses, and each of its other forms
+// where the tiles allow them), sm_90a with per-tap copies, and sm_80 (the A100 path, forced).
+const ConvPath kConvPaths[] = {{"sm90 halo", nullptr, "1", nullptr},
+                               {"sm90 halo rs", nullptr, "1", "rs"},
+                               {"sm90 halo chunk", nullptr, "1", "chunk"},
+                               {"sm90 per-tap", nullptr, "0", nullptr},
+                               {"sm80", "sm80", "1", nullptr}};
 
 struct ConvLaunches {
   uint64_t sm90 = 0, halo = 0, sm80 = 0;
@@ -138,6 +152,7 @@ std::vector<Geo> tensor_core_geometries() {
           {{128}, conv_geometry({128}, {3}, {1}, {8}, ConvPadding::causal)},
           {{9, 7}, conv_geometry({9, 7}, {3, 3}, {1}, {1}, ConvPadding::same)},
           {{21, 19}, conv_geometry({21, 19}, {3, 3}, {1}, {2}, ConvPadding::same)},
+          {{5, 70}, conv_geometry({5, 70}, {3, 3}, {1}, {1}, ConvPadding::same)},  // tile rows of 64+
           {{8, 6}, conv_geometry({8, 6}, {2, 3}, {1}, {2}, ConvPadding::valid)},
           {{7, 10}, conv_geometry({7, 10}, {3, 2}, {1}, {1}, ConvPadding::explicit_pads, {2, 0}, {0, 3})},
           {{5, 4, 6}, conv_geometry({5, 4, 6}, {3, 3, 3}, {1}, {1}, ConvPadding::same)},
@@ -220,7 +235,7 @@ TEST(CudaBsConv, TensorCoreKernelsTakeF32AsTf32WhenAllowed) {
   ConvPathGuard guard(kConvPaths[0]);
   const LayoutPtr l = random_layout(96, 64, 32, 0.5, 9);
   uint64_t seed = 400;
-  for (const Geo& geo : {tensor_core_geometries()[3], tensor_core_geometries()[7]}) {
+  for (const Geo& geo : {tensor_core_geometries()[3], tensor_core_geometries()[8]}) {
     const Tensor x = random(act(4, geo.in, 96), ++seed, DType::f32);
     const Tensor w = random(detail::bsconv_weight_shape(*l, geo.g), ++seed, DType::f32);
     const op::BsConv::Attrs fa{l, geo.g, false};
@@ -309,7 +324,7 @@ TEST(CudaBsConv, AllBlocksLayoutEqualsCudnnConvolution) {
   for (const Case& c : cases)
     for (bool tc : {false, true}) {
       if (tc && !sm90_here()) continue;
-      if (tc) setenv("TESSERA_BSCONV_TC", "1", 1);
+      if (!tc) setenv("TESSERA_BSMM_PATH", "simt", 1);  // the scalar kernels
       const int64_t n = 5, R = c.g.kernel[0], S = c.g.kernel[1];
       const ConvIndex ci = conv_index(c.g, c.in, "test");
       const std::string what = c.g.str() + (tc ? " tensor cores" : " scalar");
@@ -329,7 +344,7 @@ TEST(CudaBsConv, AllBlocksLayoutEqualsCudnnConvolution) {
       EXPECT_TRUE(close_to(f64(bsconv(x, w, l, c.g)), f64(y), 1e-2)) << "forward " << what;
       EXPECT_TRUE(close_to(f64(bsconv_dx(dy, w, l, c.g, c.in)), f64(dx), 1e-2)) << "data gradient " << what;
       EXPECT_TRUE(close_to(f64(bsconv_dw(x, dy, l, c.g)), f64(blocks_of(dwd, *l)), 1e-2)) << "filter gradient " << what;
-      unsetenv("TESSERA_BSCONV_TC");
+      unsetenv("TESSERA_BSMM_PATH");
     }
 #endif
 }

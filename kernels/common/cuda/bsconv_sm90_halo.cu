@@ -23,6 +23,8 @@
 // Deterministic: each output element is summed by one thread, over the list's blocks in order
 // and each block's taps in order, with no atomics on data.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/common/cuda/bsmm_sm90.h"
 #include "kernels/common/cuda/bsmm_sm90_common.cuh"
@@ -37,6 +39,19 @@ std::atomic<uint64_t> g_halo_launches{0};
 namespace {
 
 constexpr int kSmemLimit = 227 * 1024;
+
+/// How the consumers read A (the taps' rows of the halo box), a kernel lab of three forms:
+///   rs:    ldmatrix into registers, register-A wgmma; each tap waits for its own products (any
+///          tile shape);
+///   ss:    shared-memory A: the descriptor of each m64 tile starts at its first halo row for the
+///          tap, in the box as TMA wrote it (swizzled rows of bs channels); the taps' products
+///          run back to back, a stage released one step later as in the gather kernel;
+///   chunk: as ss, the box copied without swizzle as bs/8 boxes of 8 channels (16 bytes) each,
+///          positions contiguous per chunk: the core matrices of a descriptor at any row are
+///          8 consecutive positions (LBO: the chunk's bytes, SBO: 128).
+/// ss and chunk want the 64 rows of each m64 tile consecutive in the halo box: box[0] a multiple
+/// of 64 (a tile row of 64 or more positions along the innermost axis).
+enum class AMode { rs, ss, chunk };
 
 template <int BS, int kWGs, int kMTiles, class TO>
 struct HaloTile {
@@ -57,15 +72,18 @@ struct HaloTile {
 /// Where the parts of the dynamic shared memory lie (byte offsets from its 1024-aligned start).
 struct HaloSmem {
   int halo_bytes;  ///< one halo slot, a multiple of 1024 (the swizzle repeats every 1024 bytes)
+  int chunk_bytes; ///< AMode::chunk: one 8-channel box of the slot (a multiple of 128)
   int stages;      ///< weight stages
   int w_at, staging_at, barriers_at, total;
 };
 
 template <int BS, int kWGs, int kMTiles, class TO>
-HaloSmem halo_smem(const ConvTiles& ct) {
+HaloSmem halo_smem(const ConvTiles& ct, AMode mode) {
   using Tile = HaloTile<BS, kWGs, kMTiles, TO>;
   HaloSmem m{};
-  m.halo_bytes = (ct.halo_rows() * Tile::kRowBytes + 1023) / 1024 * 1024;
+  m.chunk_bytes = (ct.halo_rows() * 16 + 127) / 128 * 128;
+  const int slot = mode == AMode::chunk ? BS / 8 * m.chunk_bytes : ct.halo_rows() * Tile::kRowBytes;
+  m.halo_bytes = (slot + 1023) / 1024 * 1024;
   const int fixed = 1024 + kWGs * Tile::kStagingBytes + Tile::kBarrierBytes;
   m.stages = std::min(Tile::kMaxStages, (kSmemLimit - fixed - 2 * m.halo_bytes - 1024) / Tile::kWBytes);
   m.w_at = 2 * m.halo_bytes;
@@ -75,7 +93,7 @@ HaloSmem halo_smem(const ConvTiles& ct) {
   return m;
 }
 
-template <class T, class TO, int BS, bool kTransW, int kWGs, int kMTiles>
+template <class T, class TO, int BS, bool kTransW, int kWGs, int kMTiles, AMode kMode>
 __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     halo_kernel(const __grid_constant__ CUtensorMap map_halo, const __grid_constant__ CUtensorMap map_w,
                 const __grid_constant__ CUtensorMap map_out, GatherProduct p, int items, ConvTiles ct, HaloSmem sm) {
@@ -143,7 +161,13 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
         const int h = hq % 2;
         mbar_wait(&halo_empty[h], ((hq / 2) & 1) ^ 1);
         mbar_arrive_expect_tx(&halo_full[h], halo_tx);
-        tma_load_5d(halo(h), &map_halo, &halo_full[h], in * BS, at);
+        if constexpr (kMode == AMode::chunk) {
+#pragma unroll
+          for (int j = 0; j < BS / 8; ++j)
+            tma_load_5d(halo(h) + j * sm.chunk_bytes, &map_halo, &halo_full[h], in * BS + 8 * j, at);
+        } else {
+          tma_load_5d(halo(h), &map_halo, &halo_full[h], in * BS, at);
+        }
         for (int t = 0; t < taps; ++t, ++it) {
           const int s = it % stages;
           mbar_wait(&empty[s], ((it / stages) & 1) ^ 1);
@@ -168,9 +192,11 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
   const int c = wg - 1, warp = (threadIdx.x / 32) % 4;
   int lane_row, lane_chunk0;  // conv_tiles.h's halo_a_lane: the lane's row of the warp's 16, its chunk at kk = 0
   halo_a_lane(lane, 0, lane_row, lane_chunk0);
+  // rs: the halo row of this lane's row at tap 0; ss, chunk: that of the m64 tile's first row
   int base_row[kMTiles];
 #pragma unroll
-  for (int mi = 0; mi < kMTiles; ++mi) base_row[mi] = ct.halo_row(c * Tile::kWgRows + mi * 64 + warp * 16 + lane_row);
+  for (int mi = 0; mi < kMTiles; ++mi)
+    base_row[mi] = ct.halo_row(c * Tile::kWgRows + mi * 64 + (kMode == AMode::rs ? warp * 16 + lane_row : 0));
   // The address of (halo row, this lane's chunk of k16 slice kk) in a halo box, swizzled as TMA wrote it.
   auto a_at = [&](const uint8_t* box, int row, int kk) {
     return box + swizzled_offset(row, lane_chunk0 + 2 * kk, kRowBytes);
@@ -189,6 +215,49 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     // The A fragments come from registers that ldmatrix writes: the step waits for its own
     // products (ptxas would serialize the wgmmas otherwise), and the other consumer warpgroup's
     // products run meanwhile.
+    if constexpr (kMode != AMode::rs) {
+      // A from shared memory: m64 tile mi of this warpgroup reads halo rows base_row[mi] +
+      // tap_rows(t) .. + 63 (consecutive: box[0] is a multiple of 64).
+      for (int e = 0; e < steps; ++e) {
+        const int qb = hq + e / taps, t = e % taps, s = (it + e) % stages;
+        if (t == 0) mbar_wait(&halo_full[qb % 2], (qb / 2) & 1);
+        mbar_wait(&full[s], ((it + e) / stages) & 1);
+        const uint8_t* box = halo(qb % 2);
+        const int shift = ct.tap_rows(t);
+        const uint8_t* wb = wblock(s);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BS / 16; ++kk) {
+          const uint64_t db = kTransW ? make_desc(wb + kk * 32, 16, 8 * kRowBytes, kRowBytes)
+                                      : make_desc(wb + kk * 16 * kRowBytes, Tile::kWBytes, 8 * kRowBytes, kRowBytes);
+#pragma unroll
+          for (int mi = 0; mi < kMTiles; ++mi) {
+            const int row = base_row[mi] + shift;
+            const uint64_t da = kMode == AMode::chunk
+                                    ? make_desc(box + row * 16 + kk * 2 * sm.chunk_bytes, sm.chunk_bytes, 128, 16)
+                                    : make_desc(box + row * kRowBytes + kk * 32, 16, 8 * kRowBytes, kRowBytes);
+            Wgmma<T, BS>::template run<0, kTransW ? 0 : 1>(acc[mi], da, db, e > 0 || kk > 0);
+          }
+        }
+        wgmma_commit();
+        wgmma_wait<1>();  // the previous step's products retired: its stage (and block) are free
+#pragma unroll
+        for (int mi = 0; mi < kMTiles; ++mi) fence_operands(acc[mi]);
+        __syncwarp();
+        if (e > 0 && lane == 0) {
+          mbar_arrive(&empty[(it + e - 1) % stages]);
+          if ((e - 1) % taps == taps - 1) mbar_arrive(&halo_empty[(hq + (e - 1) / taps) % 2]);
+        }
+      }
+      wgmma_wait<0>();
+#pragma unroll
+      for (int mi = 0; mi < kMTiles; ++mi) fence_operands(acc[mi]);
+      __syncwarp();
+      if (steps > 0 && lane == 0) {  // the last step is its block's last tap
+        mbar_arrive(&empty[(it + steps - 1) % stages]);
+        mbar_arrive(&halo_empty[(hq + (steps - 1) / taps) % 2]);
+      }
+    } else {
     for (int e = 0; e < steps; ++e) {
       const int qb = hq + e / taps, t = e % taps, s = (it + e) % stages;
       if (t == 0) mbar_wait(&halo_full[qb % 2], (qb / 2) & 1);
@@ -222,6 +291,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
         if (t == taps - 1) mbar_arrive(&halo_empty[qb % 2]);
       }
     }
+    }
     it += steps;
     hq += w.z - w.y;
 
@@ -248,18 +318,18 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
 #endif
 }
 
-template <class T, class TO, int BS, bool kTrans, int kWGs, int kMTiles>
+template <class T, class TO, int BS, bool kTrans, int kWGs, int kMTiles, AMode kMode>
 void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
   using Tile = HaloTile<BS, kWGs, kMTiles, TO>;
-  const HaloSmem sm = halo_smem<BS, kWGs, kMTiles, TO>(ct);
+  const HaloSmem sm = halo_smem<BS, kWGs, kMTiles, TO>(ct, kMode);
   const int64_t items = static_cast<int64_t>(ct.total_tiles) * p.outs;
   TS_CHECK(items < INT32_MAX, ShapeError, (kTrans ? "bsconv_dx" : "bsconv") << ": too many tiles for one launch");
   int32_t half[ConvTiles::kAxes], origin[ConvTiles::kAxes];
   ct.store_box(0, 0, kWGs, origin, half);
-  const CUtensorMap map_halo = conv_map(p.a, p.in_dtype, p.a_cols, ct.a_ext, BS, ct.halo);
+  const CUtensorMap map_halo = conv_map(p.a, p.in_dtype, p.a_cols, ct.a_ext, kMode == AMode::chunk ? 8 : BS, ct.halo);
   const CUtensorMap map_w = tensor_map(p.w, p.in_dtype, static_cast<uint64_t>(p.nnz) * BS, BS, BS, BS);
   const CUtensorMap map_out = conv_map(p.out, p.out_dtype, p.out_cols, ct.ext, Tile::kOutCols, half);
-  constexpr auto kernel = &halo_kernel<T, TO, BS, kTrans, kWGs, kMTiles>;
+  constexpr auto kernel = &halo_kernel<T, TO, BS, kTrans, kWGs, kMTiles, kMode>;
   const int grid = static_cast<int>(std::min<int64_t>(items, persistent_grid_sized<kernel>(sm.total, Tile::kThreads)));
   kernel<<<grid, Tile::kThreads, sm.total, stream>>>(map_halo, map_w, map_out, p, static_cast<int>(items), ct, sm);
   TS_CUDA_LAUNCH_CHECK((kTrans ? "bsconv_dx (halo)" : "bsconv (halo)"));
@@ -272,6 +342,20 @@ void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
 
 uint64_t halo_launch_count() { return g_halo_launches.load(std::memory_order_relaxed); }
 
+namespace {
+
+// The A mode of a call: TESSERA_BSCONV_HALO_A=rs|ss|chunk (the lab's switch) where the tiles
+// allow it, else ss where they do (box[0] a multiple of 64), else rs.
+AMode a_mode(const ConvTiles& ct) {
+  const bool consecutive = ct.box[0] % 64 == 0;
+  const char* e = std::getenv("TESSERA_BSCONV_HALO_A");
+  if (e && std::strcmp(e, "rs") == 0) return AMode::rs;
+  if (e && std::strcmp(e, "chunk") == 0 && consecutive) return AMode::chunk;
+  return consecutive ? AMode::ss : AMode::rs;
+}
+
+}  // namespace
+
 bool halo_pays(const GatherProduct& p, const ConvIndex& ci, int64_t batch) {
   if (ci.taps < 2) return false;  // a 1x1 filter has nothing to reuse
   bool fits = false;
@@ -280,7 +364,7 @@ bool halo_pays(const GatherProduct& p, const ConvIndex& ci, int64_t batch) {
     const ConvTiles ct = conv_tiles(ci, batch, decltype(trans)::value, 64 * kWGs * kMTiles);
     auto check = [&](auto tout) {
       using TO = typename decltype(tout)::type;
-      const HaloSmem sm = halo_smem<BS, kWGs, kMTiles, TO>(ct);
+      const HaloSmem sm = halo_smem<BS, kWGs, kMTiles, TO>(ct, a_mode(ct));
       fits = ct.halo_fits() && sm.stages >= 2 && sm.total <= kSmemLimit;
     };
     if (p.out_dtype == DType::f32) return check(TypeTag<float>{});
@@ -298,7 +382,11 @@ void gather_conv_halo(const GatherProduct& p, const ConvIndex& ci, int64_t batch
       constexpr int BS = decltype(bs)::value, kWGs = decltype(wgs)::value, kMTiles = decltype(mtiles)::value;
       constexpr bool kTrans = decltype(trans)::value;
       const ConvTiles ct = conv_tiles(ci, batch, kTrans, 64 * kWGs * kMTiles);
-      launch<T, TO, BS, kTrans, kWGs, kMTiles>(p, ct, stream);
+      switch (a_mode(ct)) {
+        case AMode::rs: return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::rs>(p, ct, stream);
+        case AMode::ss: return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::ss>(p, ct, stream);
+        case AMode::chunk: return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::chunk>(p, ct, stream);
+      }
     });
   });
 }

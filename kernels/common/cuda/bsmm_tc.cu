@@ -24,24 +24,17 @@ Path path_override() {
   return Path::automatic;
 }
 
-// The convolution kernels run only when TESSERA_BSCONV_TC=1 until they are checked on an H200
-// (see bsmm_tc.h).
-bool conv_opted_in() {
-  const char* e = std::getenv("TESSERA_BSCONV_TC");
-  return e && std::strcmp(e, "1") == 0;
-}
-
 }  // namespace
 
 namespace {
 
 enum class ConvKernel { none, sm80, sm90 };
 
-// The convolution kernel the rule picks (bsmm_tc.h): opted in, not forced to simt; sm_90a where
+// The convolution kernel the rule picks (bsmm_tc.h): not forced to simt; sm_90a where
 // its kernels take the call (not forced to sm80), else sm_80 where they do.
 ConvKernel conv_kernel(const GatherProduct& p, const ConvIndex& ci, int device) {
   const Path path = path_override();
-  if (!conv_opted_in() || path == Path::simt) return ConvKernel::none;
+  if (path == Path::simt) return ConvKernel::none;
 #ifdef TESSERA_HAVE_SM90A
   if (path == Path::automatic && sm90::conv_supported(p, ci, device)) return ConvKernel::sm90;
 #else
@@ -52,7 +45,7 @@ ConvKernel conv_kernel(const GatherProduct& p, const ConvIndex& ci, int device) 
 
 ConvKernel conv_gradient_kernel(const BlockGradient& g, const ConvIndex& ci, int device) {
   const Path path = path_override();
-  if (!conv_opted_in() || path == Path::simt) return ConvKernel::none;
+  if (path == Path::simt) return ConvKernel::none;
 #ifdef TESSERA_HAVE_SM90A
   if (path == Path::automatic && sm90::conv_gradient_supported(g, ci, device)) return ConvKernel::sm90;
 #else

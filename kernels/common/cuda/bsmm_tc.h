@@ -124,8 +124,7 @@ bool run_gradient(const BlockGradient& g, int device, cudaStream_t stream);
 ///     TESSERA_ALLOW_TF32=1;
 ///   - otherwise (or with a gate, accumulate, misaligned operands) the op's scalar kernel.
 /// conv_takes / conv_gradient_takes say whether a tensor-core kernel takes the call; run_conv /
-/// run_conv_gradient run it (DeviceError when none does). Not yet checked on a GPU, so they take
-/// a call only when TESSERA_BSCONV_TC=1 (read on every call). TESSERA_BSMM_PATH=sm80 forces the
+/// run_conv_gradient run it (DeviceError when none does). TESSERA_BSMM_PATH=sm80 forces the
 /// sm_80 kernels, simt the scalar ones; TESSERA_BSCONV_HALO=0 the sm_90a per-tap copies instead
 /// of the halo mode. run_conv_gradient wants g.col_run / g.col_runs from cuda::conv_dw_runs
 /// (layout_tables.h) for the sm_90a kernel, and the layout's dw_group / dw_groups for sm_80.
