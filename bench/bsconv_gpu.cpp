@@ -2,7 +2,7 @@
 // convolution of the same shape, measured in the same run.
 //
 //   bsconv_gpu [--shapes n64h56c256,n32h28c512] [--block-sizes 32,64] [--densities 0.1,0.25,0.5,1]
-//              [--path tc|sm80|scalar] [--halo on|off] [--halo-a auto|rs|ss|chunk] [--repeats N]
+//              [--path tc|sm80|scalar] [--halo on|off] [--halo-a auto|ss] [--repeats N]
 //              [--quick] [--json FILE]
 //
 // Per shape (N × H × H × C → C channels, 3×3 filter, same padding, stride 1, bf16, channels
@@ -139,9 +139,9 @@ int main(int argc, char** argv) {
   app.add_option("--halo", halo, "on: bsconv and bsconv_dx copy one halo box per block; off: one box per tap")
       ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--halo-a", halo_a,
-                 "how the halo kernel reads A: auto (its choice), rs (registers), ss (the swizzled box), chunk "
-                 "(8-channel boxes); ss and chunk where tile rows are 64+ positions")
-      ->check(CLI::IsMember({"auto", "rs", "ss", "chunk"}));
+                 "how the halo kernel reads A: auto (its choice, registers), ss (shared memory, where tile rows "
+                 "are 64+ positions)")
+      ->check(CLI::IsMember({"auto", "ss"}));
   app.add_option("--repeats", repeats, "timings per figure (median reported)")->check(CLI::PositiveNumber);
   app.add_flag("--quick", quick, "one small shape (a smoke run)");
   app.add_option("--json", json, "also write the figures to this JSON file");

@@ -11,7 +11,9 @@
 #
 #   scripts/conv_gpu.sh [BUNDLE [OUT [PART]]]   # defaults: dist, ./conv_gpu, all
 # PART: tests, bench, train or all (each part's commands fit one device call of 600 s even when
-# every one of them runs into its timeout: the tests 330 s, the benchmark 450 s, training 540 s).
+# every one of them runs into its timeout: the tests 330 s, the benchmark 450 s, training 540 s);
+# profile (not in all): ncu's tensor-pipe activity, throughputs and stall reasons of the forward
+# halo kernel (bs 32, density 0.25, N 64 × 56 × 56), 150 s.
 set -uo pipefail
 bundle=${1:-dist}
 out=${2:-conv_gpu}
@@ -32,6 +34,18 @@ if [[ $part == bench || $part == all ]]; then
     | tee "$out/bench_sm80.txt"
   timeout 100 "$run" bsconv_gpu --path scalar --shapes n32h28c512 --block-sizes 32 --densities 0.25 --repeats 3 \
     --json "$out/bench_scalar.json" | tee "$out/bench_scalar.txt"
+fi
+if [[ $part == profile ]]; then
+  metrics="regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio"
+  metrics+=",sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum"
+  metrics+=",sm__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__throughput.avg.pct_of_peak_sustained_elapsed"
+  metrics+=",lts__throughput.avg.pct_of_peak_sustained_elapsed,smsp__warps_active.avg.per_cycle_active"
+  # ncu wraps the program itself (dist/run only sets the library path)
+  LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu" timeout 150 ncu --clock-control none \
+    --kernel-name regex:halo_kernel --launch-count 1 --metrics "$metrics" "$bundle/bin/bsconv_gpu" \
+    --shapes n64h56c256 --block-sizes 32 --densities 0.25 --repeats 1 >"$out/ncu_halo.txt" 2>&1
+  grep -E "stalled|hmma|duration|throughput|warps_active" "$out/ncu_halo.txt"
+  exit 0
 fi
 [[ $part == train || $part == all ]] || exit 0
 for model in "dense:--width 128" "sparse:--width 256 --density 0.25" "dense136:--width 136 --block 8"; do

@@ -125,11 +125,10 @@ class ConvPathGuard {
     unsetenv("TESSERA_BSCONV_HALO_A");
   }
 };
-// sm_90a in halo mode where it fits (A read as the kernel chooses, and each of its other forms
-// where the tiles allow them), sm_90a with per-tap copies, and sm_80 (the A100 path, forced).
+// sm_90a in halo mode where it fits (A from registers, and from shared memory where the tiles
+// allow it), sm_90a with per-tap copies, and sm_80 (the A100 path, forced).
 const ConvPath kConvPaths[] = {{"sm90 halo", nullptr, "1", nullptr},
-                               {"sm90 halo rs", nullptr, "1", "rs"},
-                               {"sm90 halo chunk", nullptr, "1", "chunk"},
+                               {"sm90 halo ss", nullptr, "1", "ss"},
                                {"sm90 per-tap", nullptr, "0", nullptr},
                                {"sm80", "sm80", "1", nullptr}};
 

@@ -229,20 +229,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-/// dw[e] = partial[0][e] + partial[1][e] + ... (in that order), two elements per thread.
-template <class TO>
-__global__ void sum_halo_parts(const float* __restrict__ partial, TO* __restrict__ dw, int64_t elems, int parts) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * 2;
-  for (int64_t e = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 2; e < elems; e += stride) {
-    float s0 = partial[e], s1 = partial[e + 1];
-    for (int q = 1; q < parts; ++q) {
-      s0 += partial[q * elems + e];
-      s1 += partial[q * elems + e + 1];
-    }
-    store_pair(dw + e, s0, s1, false);
-  }
-}
-
 // Parts of the tiles: enough that runs × parts fill the grid twice, each part at least 4 tiles
 // (a fixed rule of the layout, the shape and the device: the same bits on every run).
 int dw_halo_parts(int runs, int steps, int grid) {
@@ -273,7 +259,7 @@ void launch_dw_halo(const BlockGradient& g, const ConvTiles& ct, int device, cud
   if (parts > 1) {
     const int threads = 256;
     const int blocks = static_cast<int>(std::min<int64_t>((elems / 2 + threads - 1) / threads, 8 * persistent));
-    sum_halo_parts<TO><<<blocks, threads, 0, stream>>>(static_cast<const float*>(partial.data_ptr()),
+    sum_parts<TO><<<blocks, threads, 0, stream>>>(static_cast<const float*>(partial.data_ptr()),
                                                        static_cast<TO*>(g.dw), elems, parts);
     TS_CUDA_LAUNCH_CHECK("bsconv_dw (halo, sum of parts)");
   }

@@ -5,11 +5,12 @@
 // (bsmm_sm90_gather.cu), tiles as in conv_tiles.h. Per list entry (stored block k, input block
 // column in(k)) the producer copies the halo box of A, the tile's positions widened by the
 // filter's reach (ConvTiles::halo: 66 × 6 positions for a 64 × 4 tile of a 3x3 filter), into one
-// of two halo slots, and the taps' weight blocks W[k, t] [bs, bs] into a ring of stages. Per tap
-// each consumer warp loads its A rows from the halo box with ldmatrix (the rows of tap t are
-// ConvTiles::halo_row(r) + tap_rows(t): any offset, any pitch, which a shared-memory descriptor
-// could not express) and multiplies them by the weight block with wgmma (A from registers; each
-// tap's products retire before the next tap's loads, while the other consumer warpgroup's run):
+// of two halo slots, and the taps' weight blocks W[k, t] [bs, bs] into a
+// ring of stages. Per tap each consumer warpgroup multiplies the tap's rows of the box (tile row r
+// reads ConvTiles::halo_row(r) + tap_rows(t)) by the weight block with wgmma, A read one of two
+// ways (AMode): ldmatrix into registers (any offset and pitch; each tap's products retire before
+// the next tap's loads, while the other consumer warpgroup's run), or shared-memory descriptors
+// where each m64 tile's rows are consecutive in the box:
 //
 //   acc [64, bs] += halo[rows of tap t] · W[k, t]        fwd (W MN-major)
 //   acc [64, bs] += halo[rows of tap t] · W[k, t]ᵀ       dx  (W K-major)
@@ -40,18 +41,18 @@ namespace {
 
 constexpr int kSmemLimit = 227 * 1024;
 
-/// How the consumers read A (the taps' rows of the halo box), a kernel lab of three forms:
-///   rs:    ldmatrix into registers, register-A wgmma; each tap waits for its own products (any
-///          tile shape);
-///   ss:    shared-memory A: the descriptor of each m64 tile starts at its first halo row for the
-///          tap, in the box as TMA wrote it (swizzled rows of bs channels); the taps' products
-///          run back to back, a stage released one step later as in the gather kernel;
-///   chunk: as ss, the box copied without swizzle as bs/8 boxes of 8 channels (16 bytes) each,
-///          positions contiguous per chunk: the core matrices of a descriptor at any row are
-///          8 consecutive positions (LBO: the chunk's bytes, SBO: 128).
-/// ss and chunk want the 64 rows of each m64 tile consecutive in the halo box: box[0] a multiple
-/// of 64 (a tile row of 64 or more positions along the innermost axis).
-enum class AMode { rs, ss, chunk };
+/// How the consumers read A (the taps' rows of the halo box):
+///   rs: ldmatrix into registers, register-A wgmma; each tap waits for its own products (any
+///       tile shape);
+///   ss: shared-memory A: the descriptor of each m64 tile starts at its first halo row for the
+///       tap, at any row of the box as TMA wrote it (swizzled rows of bs channels: the hardware
+///       swizzles the address it computes, as TMA did); the taps' products run back to back, a
+///       stage released one step later as in the gather kernel. It wants the 64 rows of each m64
+///       tile consecutive in the box: box[0] a multiple of 64 (tile rows of 64 or more positions
+///       along the innermost axis).
+/// Measured on the H200 (docs/convolution.md): as fast at bs 64, ss 20% slower at bs 32; a third
+/// form, unswizzled boxes of 8 channels, as fast as rs, was removed.
+enum class AMode { rs, ss };
 
 template <int BS, int kWGs, int kMTiles, class TO>
 struct HaloTile {
@@ -65,28 +66,27 @@ struct HaloTile {
   static constexpr int kStagingBytes = (BS / kOutCols) * kOutBoxBytes;
   static constexpr int kItemRing = 4;
   static constexpr int kMaxStages = 16;
-  // barriers (halo 2 + 2, stages 2·16, item ring 2·4) and the item ring's int4s, rounded up
+  // halo slots: the producer copies one block ahead (3 or 4 slots measured the same on the H200)
+  static constexpr int kSlots = 2;
+  // barriers (halo 2·2, stages 2·16, item ring 2·4) and the item ring's int4s, rounded up
   static constexpr int kBarrierBytes = 1024;
 };
 
 /// Where the parts of the dynamic shared memory lie (byte offsets from its 1024-aligned start).
 struct HaloSmem {
   int halo_bytes;  ///< one halo slot, a multiple of 1024 (the swizzle repeats every 1024 bytes)
-  int chunk_bytes; ///< AMode::chunk: one 8-channel box of the slot (a multiple of 128)
   int stages;      ///< weight stages
   int w_at, staging_at, barriers_at, total;
 };
 
 template <int BS, int kWGs, int kMTiles, class TO>
-HaloSmem halo_smem(const ConvTiles& ct, AMode mode) {
+HaloSmem halo_smem(const ConvTiles& ct) {
   using Tile = HaloTile<BS, kWGs, kMTiles, TO>;
   HaloSmem m{};
-  m.chunk_bytes = (ct.halo_rows() * 16 + 127) / 128 * 128;
-  const int slot = mode == AMode::chunk ? BS / 8 * m.chunk_bytes : ct.halo_rows() * Tile::kRowBytes;
-  m.halo_bytes = (slot + 1023) / 1024 * 1024;
+  m.halo_bytes = (ct.halo_rows() * Tile::kRowBytes + 1023) / 1024 * 1024;
   const int fixed = 1024 + kWGs * Tile::kStagingBytes + Tile::kBarrierBytes;
-  m.stages = std::min(Tile::kMaxStages, (kSmemLimit - fixed - 2 * m.halo_bytes - 1024) / Tile::kWBytes);
-  m.w_at = 2 * m.halo_bytes;
+  m.stages = std::min(Tile::kMaxStages, (kSmemLimit - fixed - Tile::kSlots * m.halo_bytes - 1024) / Tile::kWBytes);
+  m.w_at = Tile::kSlots * m.halo_bytes;
   m.staging_at = m.w_at + (m.stages * Tile::kWBytes + 1023) / 1024 * 1024;
   m.barriers_at = m.staging_at + kWGs * Tile::kStagingBytes;
   m.total = m.barriers_at + Tile::kBarrierBytes + 1024;  // + the alignment of the start
@@ -104,8 +104,8 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
   uint8_t* smem = align1024(smem_raw);
   uint8_t* staging = smem + sm.staging_at;  // [kWGs][kStagingBytes]
   uint64_t* halo_full = reinterpret_cast<uint64_t*>(smem + sm.barriers_at);
-  uint64_t* halo_empty = halo_full + 2;
-  uint64_t* full = halo_empty + 2;
+  uint64_t* halo_empty = halo_full + Tile::kSlots;
+  uint64_t* full = halo_empty + Tile::kSlots;
   uint64_t* empty = full + Tile::kMaxStages;
   uint64_t* item_full = empty + Tile::kMaxStages;
   uint64_t* item_empty = item_full + kRing;
@@ -113,10 +113,11 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
   auto halo = [&](int h) { return smem + h * sm.halo_bytes; };
   auto wblock = [&](int s) { return smem + sm.w_at + s * Tile::kWBytes; };
   const int stages = sm.stages, taps = ct.taps;
+  constexpr int slots = Tile::kSlots;
 
   const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < Tile::kSlots; ++h) {
       mbar_init(&halo_full[h], 1);
       mbar_init(&halo_empty[h], 4 * kWGs);
     }
@@ -158,16 +159,10 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
       ct.halo_origin(w.w, at);
       for (int q = w.y; q < w.z; ++q, ++hq) {
         const int k = p.list ? p.list[q] : q, in = p.list_in[q];
-        const int h = hq % 2;
-        mbar_wait(&halo_empty[h], ((hq / 2) & 1) ^ 1);
+        const int h = hq % slots;
+        mbar_wait(&halo_empty[h], ((hq / slots) & 1) ^ 1);
         mbar_arrive_expect_tx(&halo_full[h], halo_tx);
-        if constexpr (kMode == AMode::chunk) {
-#pragma unroll
-          for (int j = 0; j < BS / 8; ++j)
-            tma_load_5d(halo(h) + j * sm.chunk_bytes, &map_halo, &halo_full[h], in * BS + 8 * j, at);
-        } else {
-          tma_load_5d(halo(h), &map_halo, &halo_full[h], in * BS, at);
-        }
+        tma_load_5d(halo(h), &map_halo, &halo_full[h], in * BS, at);
         for (int t = 0; t < taps; ++t, ++it) {
           const int s = it % stages;
           mbar_wait(&empty[s], ((it / stages) & 1) ^ 1);
@@ -192,7 +187,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
   const int c = wg - 1, warp = (threadIdx.x / 32) % 4;
   int lane_row, lane_chunk0;  // conv_tiles.h's halo_a_lane: the lane's row of the warp's 16, its chunk at kk = 0
   halo_a_lane(lane, 0, lane_row, lane_chunk0);
-  // rs: the halo row of this lane's row at tap 0; ss, chunk: that of the m64 tile's first row
+  // rs: the halo row of this lane's row at tap 0; ss: that of the m64 tile's first row
   int base_row[kMTiles];
 #pragma unroll
   for (int mi = 0; mi < kMTiles; ++mi)
@@ -211,32 +206,46 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     for (int mi = 0; mi < kMTiles; ++mi)
 #pragma unroll
       for (int i = 0; i < BS / 2; ++i) acc[mi][i] = 0.f;
-    // Step e: tap e % taps of the item's block e / taps (block hq + e / taps of this thread block).
-    // The A fragments come from registers that ldmatrix writes: the step waits for its own
-    // products (ptxas would serialize the wgmmas otherwise), and the other consumer warpgroup's
-    // products run meanwhile.
-    if constexpr (kMode != AMode::rs) {
-      // A from shared memory: m64 tile mi of this warpgroup reads halo rows base_row[mi] +
-      // tap_rows(t) .. + 63 (consecutive: box[0] is a multiple of 64).
+    // Step e: tap e % taps of the item's block e / taps (block hq + e / taps of this thread
+    // block). It waits for its halo box (at the block's first tap) and its weight block, and
+    // multiplies the tap's rows of the box (halo row base_row + tap_rows(t) on) by the weight
+    // block: B as the gather kernel's, dx K-major (rows of W are n), fwd MN-major (rows of W are k).
+    struct Step {
+      const uint8_t* box;
+      int shift, s;
+    };
+    auto begin_step = [&](int e) {
+      const int qb = hq + e / taps, s = (it + e) % stages;
+      if (e % taps == 0) mbar_wait(&halo_full[qb % slots], (qb / slots) & 1);
+      mbar_wait(&full[s], ((it + e) / stages) & 1);
+      return Step{halo(qb % slots), ct.tap_rows(e % taps), s};
+    };
+    auto b_desc = [&](int s, int kk) {
+      const uint8_t* wb = wblock(s);
+      return kTransW ? make_desc(wb + kk * 32, 16, 8 * kRowBytes, kRowBytes)
+                     : make_desc(wb + kk * 16 * kRowBytes, Tile::kWBytes, 8 * kRowBytes, kRowBytes);
+    };
+    // Lane 0 releases step e's weight stage, and after its block's last tap the halo slot (the
+    // whole warp's reads of them came first: callers __syncwarp).
+    auto release = [&](int e) {
+      if (lane != 0) return;
+      mbar_arrive(&empty[(it + e) % stages]);
+      if (e % taps == taps - 1) mbar_arrive(&halo_empty[(hq + e / taps) % slots]);
+    };
+    if constexpr (kMode == AMode::ss) {
+      // A from shared memory, the m64 tile's descriptor at its first row for the tap (its 64
+      // rows consecutive); a step's stages are released once the next step's products are issued.
       for (int e = 0; e < steps; ++e) {
-        const int qb = hq + e / taps, t = e % taps, s = (it + e) % stages;
-        if (t == 0) mbar_wait(&halo_full[qb % 2], (qb / 2) & 1);
-        mbar_wait(&full[s], ((it + e) / stages) & 1);
-        const uint8_t* box = halo(qb % 2);
-        const int shift = ct.tap_rows(t);
-        const uint8_t* wb = wblock(s);
+        const Step st = begin_step(e);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BS / 16; ++kk) {
-          const uint64_t db = kTransW ? make_desc(wb + kk * 32, 16, 8 * kRowBytes, kRowBytes)
-                                      : make_desc(wb + kk * 16 * kRowBytes, Tile::kWBytes, 8 * kRowBytes, kRowBytes);
+          const uint64_t db = b_desc(st.s, kk);
 #pragma unroll
           for (int mi = 0; mi < kMTiles; ++mi) {
-            const int row = base_row[mi] + shift;
-            const uint64_t da = kMode == AMode::chunk
-                                    ? make_desc(box + row * 16 + kk * 2 * sm.chunk_bytes, sm.chunk_bytes, 128, 16)
-                                    : make_desc(box + row * kRowBytes + kk * 32, 16, 8 * kRowBytes, kRowBytes);
-            Wgmma<T, BS>::template run<0, kTransW ? 0 : 1>(acc[mi], da, db, e > 0 || kk > 0);
+            const uint8_t* a = st.box + (base_row[mi] + st.shift) * kRowBytes + kk * 32;
+            Wgmma<T, BS>::template run<0, kTransW ? 0 : 1>(acc[mi], make_desc(a, 16, 8 * kRowBytes, kRowBytes), db,
+                                                          e > 0 || kk > 0);
           }
         }
         wgmma_commit();
@@ -244,53 +253,37 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
 #pragma unroll
         for (int mi = 0; mi < kMTiles; ++mi) fence_operands(acc[mi]);
         __syncwarp();
-        if (e > 0 && lane == 0) {
-          mbar_arrive(&empty[(it + e - 1) % stages]);
-          if ((e - 1) % taps == taps - 1) mbar_arrive(&halo_empty[(hq + (e - 1) / taps) % 2]);
-        }
+        if (e > 0) release(e - 1);
       }
       wgmma_wait<0>();
 #pragma unroll
       for (int mi = 0; mi < kMTiles; ++mi) fence_operands(acc[mi]);
       __syncwarp();
-      if (steps > 0 && lane == 0) {  // the last step is its block's last tap
-        mbar_arrive(&empty[(it + steps - 1) % stages]);
-        mbar_arrive(&halo_empty[(hq + (steps - 1) / taps) % 2]);
-      }
+      if (steps > 0) release(steps - 1);
     } else {
-    for (int e = 0; e < steps; ++e) {
-      const int qb = hq + e / taps, t = e % taps, s = (it + e) % stages;
-      if (t == 0) mbar_wait(&halo_full[qb % 2], (qb / 2) & 1);
-      mbar_wait(&full[s], ((it + e) / stages) & 1);
-      const uint8_t* box = halo(qb % 2);
-      const int shift = ct.tap_rows(t);
-      uint32_t a[BS / 16][kMTiles][4];
+      // A from registers that ldmatrix writes: the step waits for its own products (ptxas would
+      // serialize the wgmmas otherwise), and the other consumer warpgroup's products run meanwhile.
+      for (int e = 0; e < steps; ++e) {
+        const Step st = begin_step(e);
+        uint32_t a[BS / 16][kMTiles][4];
 #pragma unroll
-      for (int kk = 0; kk < BS / 16; ++kk)
+        for (int kk = 0; kk < BS / 16; ++kk)
 #pragma unroll
-        for (int mi = 0; mi < kMTiles; ++mi) sm80::ldmatrix_x4(a[kk][mi], a_at(box, base_row[mi] + shift, kk));
-      wgmma_fence();
+          for (int mi = 0; mi < kMTiles; ++mi) sm80::ldmatrix_x4(a[kk][mi], a_at(st.box, base_row[mi] + st.shift, kk));
+        wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < BS / 16; ++kk) {
-        // as the gather kernel's B: dx K-major (rows of W are n), fwd MN-major (rows of W are k)
-        const uint8_t* wb = wblock(s);
-        const uint64_t db = kTransW ? make_desc(wb + kk * 32, 16, 8 * kRowBytes, kRowBytes)
-                                    : make_desc(wb + kk * 16 * kRowBytes, Tile::kWBytes, 8 * kRowBytes, kRowBytes);
+        for (int kk = 0; kk < BS / 16; ++kk) {
+          const uint64_t db = b_desc(st.s, kk);
 #pragma unroll
-        for (int mi = 0; mi < kMTiles; ++mi) WgmmaRS<T, BS>::template run<kTransW ? 0 : 1>(acc[mi], a[kk][mi], db);
+          for (int mi = 0; mi < kMTiles; ++mi) WgmmaRS<T, BS>::template run<kTransW ? 0 : 1>(acc[mi], a[kk][mi], db);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+#pragma unroll
+        for (int mi = 0; mi < kMTiles; ++mi) fence_operands(acc[mi]);
+        __syncwarp();
+        release(e);
       }
-      wgmma_commit();
-      wgmma_wait<0>();
-#pragma unroll
-      for (int mi = 0; mi < kMTiles; ++mi) fence_operands(acc[mi]);
-      // The whole warp's reads of the stage (and, after its block's last tap, the halo) come
-      // before lane 0 releases them.
-      __syncwarp();
-      if (lane == 0) {
-        mbar_arrive(&empty[s]);
-        if (t == taps - 1) mbar_arrive(&halo_empty[qb % 2]);
-      }
-    }
     }
     it += steps;
     hq += w.z - w.y;
@@ -321,12 +314,12 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
 template <class T, class TO, int BS, bool kTrans, int kWGs, int kMTiles, AMode kMode>
 void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
   using Tile = HaloTile<BS, kWGs, kMTiles, TO>;
-  const HaloSmem sm = halo_smem<BS, kWGs, kMTiles, TO>(ct, kMode);
+  const HaloSmem sm = halo_smem<BS, kWGs, kMTiles, TO>(ct);
   const int64_t items = static_cast<int64_t>(ct.total_tiles) * p.outs;
   TS_CHECK(items < INT32_MAX, ShapeError, (kTrans ? "bsconv_dx" : "bsconv") << ": too many tiles for one launch");
   int32_t half[ConvTiles::kAxes], origin[ConvTiles::kAxes];
   ct.store_box(0, 0, kWGs, origin, half);
-  const CUtensorMap map_halo = conv_map(p.a, p.in_dtype, p.a_cols, ct.a_ext, kMode == AMode::chunk ? 8 : BS, ct.halo);
+  const CUtensorMap map_halo = conv_map(p.a, p.in_dtype, p.a_cols, ct.a_ext, BS, ct.halo);
   const CUtensorMap map_w = tensor_map(p.w, p.in_dtype, static_cast<uint64_t>(p.nnz) * BS, BS, BS, BS);
   const CUtensorMap map_out = conv_map(p.out, p.out_dtype, p.out_cols, ct.ext, Tile::kOutCols, half);
   constexpr auto kernel = &halo_kernel<T, TO, BS, kTrans, kWGs, kMTiles, kMode>;
@@ -344,14 +337,12 @@ uint64_t halo_launch_count() { return g_halo_launches.load(std::memory_order_rel
 
 namespace {
 
-// The A mode of a call: TESSERA_BSCONV_HALO_A=rs|ss|chunk (the lab's switch) where the tiles
-// allow it, else ss where they do (box[0] a multiple of 64), else rs.
+// The A mode of a call: rs, or ss under TESSERA_BSCONV_HALO_A=ss where the tiles allow it
+// (box[0] a multiple of 64). rs is the default: as fast at bs 64, 20% faster at bs 32 (one run,
+// docs/convolution.md); ss stays for the lab until a profile says what limits both.
 AMode a_mode(const ConvTiles& ct) {
-  const bool consecutive = ct.box[0] % 64 == 0;
   const char* e = std::getenv("TESSERA_BSCONV_HALO_A");
-  if (e && std::strcmp(e, "rs") == 0) return AMode::rs;
-  if (e && std::strcmp(e, "chunk") == 0 && consecutive) return AMode::chunk;
-  return consecutive ? AMode::ss : AMode::rs;
+  return e && std::strcmp(e, "ss") == 0 && ct.box[0] % 64 == 0 ? AMode::ss : AMode::rs;
 }
 
 }  // namespace
@@ -364,7 +355,7 @@ bool halo_pays(const GatherProduct& p, const ConvIndex& ci, int64_t batch) {
     const ConvTiles ct = conv_tiles(ci, batch, decltype(trans)::value, 64 * kWGs * kMTiles);
     auto check = [&](auto tout) {
       using TO = typename decltype(tout)::type;
-      const HaloSmem sm = halo_smem<BS, kWGs, kMTiles, TO>(ct, a_mode(ct));
+      const HaloSmem sm = halo_smem<BS, kWGs, kMTiles, TO>(ct);
       fits = ct.halo_fits() && sm.stages >= 2 && sm.total <= kSmemLimit;
     };
     if (p.out_dtype == DType::f32) return check(TypeTag<float>{});
@@ -385,7 +376,6 @@ void gather_conv_halo(const GatherProduct& p, const ConvIndex& ci, int64_t batch
       switch (a_mode(ct)) {
         case AMode::rs: return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::rs>(p, ct, stream);
         case AMode::ss: return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::ss>(p, ct, stream);
-        case AMode::chunk: return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::chunk>(p, ct, stream);
       }
     });
   });

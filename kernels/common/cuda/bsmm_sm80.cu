@@ -303,7 +303,8 @@ struct GradientTile {
 };
 
 template <class T, class TO, int BS, bool kConv>
-__global__ void __launch_bounds__(kThreads) gradient_kernel(BlockGradient p, int taps_, const int32_t* rows_of) {
+__global__ void __launch_bounds__(kThreads)
+    gradient_kernel(BlockGradient p, int taps_, const int32_t* rows_of, int part_steps, float* partial) {
   using Tile = GradientTile<T, BS>;
   constexpr int kVec = Tile::kVec, kKT = Tile::kKT, kG = Tile::kG, kStages = Tile::kStages;
   constexpr int kPitchA = Tile::kPitchA, kPitchB = Tile::kPitchB;
@@ -312,8 +313,11 @@ __global__ void __launch_bounds__(kThreads) gradient_kernel(BlockGradient p, int
   T* smem = reinterpret_cast<T*>(smem_raw);
   __shared__ int cols[kG];
 
-  // A convolution's thread blocks are (group, tap): X's rows are those the output rows read at the tap.
-  const int taps = kConv ? taps_ : 1, tap = blockIdx.x % taps, group = blockIdx.x / taps;
+  // A convolution's thread blocks are (part, group, tap), tap fastest: X's rows are those the
+  // output rows read at the tap, over part `part` of the k-steps (all of them when partial is
+  // null; else the sums go to partial[part], f32, for sum_parts).
+  const int taps = kConv ? taps_ : 1, tap = blockIdx.x % taps, group = blockIdx.x / taps % p.groups;
+  const int part = blockIdx.x / taps / p.groups;
   const int k0 = p.group[2 * group], count = p.group[2 * group + 1];
   const int64_t r = p.block_row[k0];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -322,12 +326,14 @@ __global__ void __launch_bounds__(kThreads) gradient_kernel(BlockGradient p, int
   __syncthreads();
   const T* x = static_cast<const T*>(p.x);
   const T* dy = static_cast<const T*>(p.dy);
-  const int steps = static_cast<int>((p.n + kKT - 1) / kKT);
+  const int all_steps = static_cast<int>((p.n + kKT - 1) / kKT);
+  const int first = partial ? part * part_steps : 0;
+  const int steps = partial ? min(part_steps, all_steps - first) : all_steps;  // from step `first`
 
-  auto load_stage = [&](int s) {
+  auto load_stage = [&](int s) {  // s: this thread block's step (k-step first + s)
     T* As = smem + (s % kStages) * Tile::kStageElems;
     T* Bs = As + kKT * kPitchA;
-    const int64_t t0 = static_cast<int64_t>(s) * kKT;
+    const int64_t t0 = static_cast<int64_t>(first + s) * kKT;
     constexpr int kChunks = BS / kVec;
     for (int idx = tid; idx < kKT * kChunks; idx += kThreads) {
       const int row = idx / kChunks, ch = idx % kChunks;
@@ -438,6 +444,10 @@ __global__ void __launch_bounds__(kThreads) gradient_kernel(BlockGradient p, int
         if (i >= BS) continue;
         const int64_t at = (((static_cast<int64_t>(k0) + b) * taps + tap) * BS + i) * BS + j;
         const float v0 = acc[mt][nt][2 * h], v1 = acc[mt][nt][2 * h + 1];
+        if (partial) {  // no gate, no accumulate (conv_gradient_supported)
+          *reinterpret_cast<float2*>(partial + static_cast<int64_t>(part) * p.nnz * BS * BS + at) = make_float2(v0, v1);
+          continue;
+        }
         if (gated) {
           const float2 wv = load_pair(w + at);
           gsum[nt * 8 / BS] += v0 * wv.x + v1 * wv.y;
@@ -560,7 +570,7 @@ void block_gradient(const BlockGradient& g, cudaStream_t stream) {
       using Tile = GradientTile<T, BS>;
       constexpr auto kernel = &gradient_kernel<T, TO, BS, false>;
       allow_smem<kernel>(Tile::kSmemBytes);
-      kernel<<<static_cast<unsigned>(g.groups), kThreads, Tile::kSmemBytes, stream>>>(g, 1, nullptr);
+      kernel<<<static_cast<unsigned>(g.groups), kThreads, Tile::kSmemBytes, stream>>>(g, 1, nullptr, 0, nullptr);
       TS_CUDA_LAUNCH_CHECK("bsmm_dw");
       g_launches.fetch_add(1, std::memory_order_relaxed);
     });
@@ -639,22 +649,53 @@ void gather_conv(const GatherProduct& p, const ConvIndex& ci, cudaStream_t strea
   });
 }
 
+// Parts of the k-steps for conv_gradient: enough that (block group, tap, part) thread blocks fill
+// the multiprocessors four times, each part at least 8 steps of 32 positions (a fixed rule of the
+// layout, the shape and the device: the same bits on every run). Without parts a 3x3 filter over
+// a few groups gives fewer thread blocks than multiprocessors, each summing every position.
+int conv_gradient_parts(int64_t blocks, int steps) {
+  int device = 0, sms = 0;
+  TS_CUDA_CHECK(cudaGetDevice(&device));
+  TS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  int parts = 1;
+  while (parts < 64 && blocks * parts < 4 * sms && steps / (2 * parts) >= 8) parts *= 2;
+  return parts;
+}
+
 void conv_gradient(const BlockGradient& g, const ConvIndex& ci, cudaStream_t stream) {
   if (g.groups == 0) return;
   const int64_t blocks = static_cast<int64_t>(g.groups) * ci.taps;
-  TS_CHECK(blocks <= INT32_MAX, ShapeError, "bsconv_dw: too many (block group, tap) pairs for one launch");
+  const int steps = static_cast<int>((g.n + 31) / 32);  // GradientTile::kKT positions per step
+  const int chosen = conv_gradient_parts(blocks, steps);
+  const int part_steps = (steps + chosen - 1) / chosen;
+  const int parts = (steps + part_steps - 1) / part_steps;  // every part has steps
+  TS_CHECK(blocks * parts <= INT32_MAX, ShapeError, "bsconv_dw: too many (block group, tap) pairs for one launch");
   dispatch_types(g.in_dtype, g.out_dtype, [&](auto tin, auto tout) {
     using T = typename decltype(tin)::type;
     using TO = typename decltype(tout)::type;
     dispatch_block_size(g.bs, "bsconv_dw", [&](auto bs) {
       constexpr int BS = decltype(bs)::value;
       using Tile = GradientTile<T, BS>;
+      static_assert(Tile::kKT == 32, "conv_gradient counts steps of 32 positions");
       constexpr auto kernel = &gradient_kernel<T, TO, BS, true>;
       allow_smem<kernel>(Tile::kSmemBytes);
       const Tensor rows_of = conv_rows(ci, g.n, /*from_output=*/true, g.n / ci.out_positions * ci.in_positions, stream);
-      kernel<<<static_cast<unsigned>(blocks), kThreads, Tile::kSmemBytes, stream>>>(
-          g, static_cast<int>(ci.taps), static_cast<const int32_t*>(rows_of.data_ptr()));
+      const int64_t elems = g.nnz * BS * BS;
+      int device = 0;
+      TS_CUDA_CHECK(cudaGetDevice(&device));
+      Tensor partial;  // freed in stream order after the kernels below
+      if (parts > 1) partial = empty({parts * elems}, TensorOptions(DType::f32).device(Device::cuda(device)));
+      kernel<<<static_cast<unsigned>(blocks * parts), kThreads, Tile::kSmemBytes, stream>>>(
+          g, static_cast<int>(ci.taps), static_cast<const int32_t*>(rows_of.data_ptr()), part_steps,
+          parts > 1 ? static_cast<float*>(partial.data_ptr()) : nullptr);
       TS_CUDA_LAUNCH_CHECK("bsconv_dw");
+      if (parts > 1) {
+        const int threads = 256;
+        const int sum_blocks = static_cast<int>(std::min<int64_t>((elems / 2 + threads - 1) / threads, 4096));
+        sum_parts<TO><<<sum_blocks, threads, 0, stream>>>(static_cast<const float*>(partial.data_ptr()),
+                                                          static_cast<TO*>(g.dw), elems, parts);
+        TS_CUDA_LAUNCH_CHECK("bsconv_dw (sum of parts)");
+      }
       g_launches.fetch_add(1, std::memory_order_relaxed);
       g_conv_launches.fetch_add(1, std::memory_order_relaxed);
     });

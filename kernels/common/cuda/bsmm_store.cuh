@@ -89,5 +89,20 @@ __device__ __forceinline__ void store_one(TO* p, float v) {
   }
 }
 
+/// out[e] = partial[0][e] + partial[1][e] + ... (in that order), two elements per thread: the dW
+/// kernels' sums over parts of the positions, the same bits on every run (elems is even).
+template <class TO>
+__global__ void sum_parts(const float* __restrict__ partial, TO* __restrict__ out, int64_t elems, int parts) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * 2;
+  for (int64_t e = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 2; e < elems; e += stride) {
+    float s0 = partial[e], s1 = partial[e + 1];
+    for (int q = 1; q < parts; ++q) {
+      s0 += partial[q * elems + e];
+      s1 += partial[q * elems + e + 1];
+    }
+    store_pair(out + e, s0, s1, false);
+  }
+}
+
 }  // namespace cuda
 }  // namespace tessera
