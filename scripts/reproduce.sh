@@ -7,6 +7,7 @@
 #   scripts/reproduce.sh lstm                               # every model, seeds 1,2,3, 240 s each
 #   scripts/reproduce.sh lstm --models dense,sparse --seeds 1 --budget 240
 #   scripts/reproduce.sh lstm --plot-only                   # redraw from the run folders there
+#   scripts/reproduce.sh attention --device cpu --budget 5 --extra "--seq 256 --width 64"  # a smoke run
 #
 # Experiments (NAME):
 #   lstm   byte-level gcide (interleaved splits), batch 64 × 256 steps, bf16, AdamW at a constant
@@ -17,10 +18,25 @@
 #            sparse-ba  the same with a Barabási–Albert layout
 #            sparse-mlstm  the sparse model as a multiplicative LSTM (its extra W_mh makes the
 #                       recurrent parameters 5/4 of the others'; it runs step by step on the GPU)
+#   attention  byte-level gcide, context 4096, batch 8, a transformer of width 512, 8 layers, 8
+#          heads (head dim 64), attention blocks of 128, bf16, AdamW 1e-3 constant after 200
+#          warm-up steps; the models differ in their attention only (Child et al. 2019's claim):
+#            dense      dense causal
+#            fixed      the fixed pattern, stride 8 blocks (1024 positions)
+#            strided    the strided pattern, stride 8 blocks
+#   weights  byte-level gcide, context 1024, batch 32, 8 layers, head dim 64, otherwise as attention;
+#          equal parameters in the projections (12·width² per layer: 3.1M):
+#            dense      width 512, dense weights, 8 heads
+#            sparse     width 1024, 16 heads, the qkv/proj/fc/fc2 weights 1/4 dense in blocks of 64
+#   nanogpt  nanoGPT's shakespeare-char recipe (bench/train_step --quality: 6 × 384, context 256,
+#          dropout 0.2, 5000 steps of cosine decay; it stops where val loss <= 1.47): the time and
+#          step it takes, once (the recipe has no seed to vary); --budget caps its training time,
+#          --models and --seeds do not apply; no plot
 #
 # Options: --models A,B (default: all of the experiment's), --seeds 1,2,3, --budget SECONDS (240),
 # --out DIR (results/NAME), --device cuda|cpu, --bundle DIR (dist: its `run` starts the programs),
-# --plot-only. Run folders are OUT/MODEL-sSEED; the seed sets the model's initialization (the
+# --plot-only, --extra "FLAGS" (appended to every run's flags, the later flag winning: smoke runs
+# of small models). Run folders are OUT/MODEL-sSEED; the seed sets the model's initialization (the
 # config field "seed") and the sampling. gcide comes from data/fetch.sh (on a node without apt,
 # put gcide.dict.dz in $TESSERA_DATA_MIRROR/gcide/; bundle.sh copies it to dist/mirror when the
 # machine that builds the bundle has fetched it). A run folder that already holds a finished run
@@ -31,7 +47,7 @@ cd "$(dirname "$0")/.."
 die() { echo "reproduce.sh: $1" >&2; exit "${2:-1}"; }
 [[ $# -ge 1 ]] || die "usage: scripts/reproduce.sh NAME [--models A,B] [--seeds 1,2,3] [--budget S] [--out DIR] [--plot-only]" 2
 name=$1; shift
-models="" seeds=1,2,3 budget=240 out="" device=cuda bundle=dist plot_only=0
+models="" seeds=1,2,3 budget=240 out="" device=cuda bundle=dist plot_only=0 extra=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --models) models=$2; shift 2 ;;
@@ -41,6 +57,7 @@ while [[ $# -gt 0 ]]; do
     --device) device=$2; shift 2 ;;
     --bundle) bundle=$2; shift 2 ;;
     --plot-only) plot_only=1; shift ;;
+    --extra) extra=$2; shift 2 ;;
     *) die "unknown option '$1'" 2 ;;
   esac
 done
@@ -62,7 +79,31 @@ case $name in
     order="dense sparse sparse-ba sparse-mlstm"
     data_name=gcide
     ;;
-  *) die "unknown experiment '$name' (known: lstm)" 2 ;;
+  attention | weights)
+    program=train_transformer
+    common=(--dtype bf16 --batch 8 --seq 4096 --width 512 --layers 8 --heads 8 --attn-block 128 --steps 100000000
+            --lr 1e-3 --warmup 200 --schedule constant --eval-every 250 --eval-batches 8 --test-batches 32
+            --ckpt-every 0 --log-every 50 --sample-chars 0 --split interleaved)
+    if [[ $name == attention ]]; then
+      flags[dense]="--attn-layout dense"
+      flags[fixed]="--attn-layout fixed --stride 8"
+      flags[strided]="--attn-layout strided --stride 8"
+      order="dense fixed strided"
+    else
+      common+=(--batch 32 --seq 1024)  # the later flag wins
+      flags[dense]="--width 512 --heads 8"
+      flags[sparse]="--width 1024 --heads 16 --block 64 --density 0.25"
+      order="dense sparse"
+    fi
+    data_name=gcide
+    ;;
+  nanogpt)
+    program=train_step
+    order="nanogpt"
+    flags[nanogpt]=""
+    data_name=tinyshakespeare
+    ;;
+  *) die "unknown experiment '$name' (known: lstm, attention, weights, nanogpt)" 2 ;;
 esac
 models=${models:-${order// /,}}
 IFS=, read -r -a model_list <<<"$models"
@@ -75,6 +116,13 @@ if [[ $plot_only == 0 ]]; then
   if [[ -z ${TESSERA_DATA_MIRROR:-} && -d $bundle/mirror ]]; then export TESSERA_DATA_MIRROR=$bundle/mirror; fi
   data=$(data/fetch.sh "$data_name") || die "data/fetch.sh $data_name failed"
   mkdir -p "$out"
+  if [[ $name == nanogpt ]]; then
+    echo "reproduce.sh: nanoGPT's recipe, at most $budget s of training -> $out/quality.json"
+    # shellcheck disable=SC2086
+    "$bundle/run" train_step --quality --device "$device" --data "$data" --time-limit "$budget" \
+      --json "$out/quality.json" $extra 2>&1 | tee "$out/log.txt" || die "train_step --quality failed"
+    exit 0
+  fi
   for s in "${seed_list[@]}"; do
     for m in "${model_list[@]}"; do
       run=$out/$m-s$s
@@ -84,7 +132,7 @@ if [[ $plot_only == 0 ]]; then
       echo "reproduce.sh: $m seed $s, $budget s -> $run"
       # shellcheck disable=SC2086
       "$bundle/run" "$program" --device "$device" --data "$data" --out "$run" --seed "$s" \
-        --config "$run/model_seed.json" "${common[@]}" ${flags[$m]} --time-limit "$budget" >"$run/log.txt" 2>&1 ||
+        --config "$run/model_seed.json" "${common[@]}" ${flags[$m]} --time-limit "$budget" $extra >"$run/log.txt" 2>&1 ||
         die "$m seed $s failed: $(tail -n 1 "$run/log.txt")"
       tail -n 1 "$run/log.txt"
       touch "$run/done"
