@@ -167,7 +167,7 @@ std::vector<int32_t> encode_prompt(const std::string& prompt, const data::Vocabu
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Generate text from a train_lstm or train_transformer checkpoint"};
+  CLI::App app{"Generate text from a train_lstm, train_transformer or train_conv checkpoint"};
   std::string ckpt, prompt = "\n";
   int64_t chars = 200, count = 1;
   examples::SamplingOptions sopt{0.8, 0};
