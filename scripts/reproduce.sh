@@ -36,7 +36,9 @@
 # Options: --models A,B (default: all of the experiment's), --seeds 1,2,3, --budget SECONDS (240),
 # --out DIR (results/NAME), --device cuda|cpu, --bundle DIR (dist: its `run` starts the programs),
 # --plot-only, --extra "FLAGS" (appended to every run's flags, the later flag winning: smoke runs
-# of small models). Run folders are OUT/MODEL-sSEED; the seed sets the model's initialization (the
+# of small models), --gpus N (1: N runs at once, run k on GPU k mod N by CUDA_VISIBLE_DEVICES, one
+# run per GPU so that the equal time budgets stay comparable; with --device cpu, N processes at
+# once: smoke runs only). Run folders are OUT/MODEL-sSEED; the seed sets the model's initialization (the
 # config field "seed") and the sampling. gcide comes from data/fetch.sh (on a node without apt,
 # put gcide.dict.dz in $TESSERA_DATA_MIRROR/gcide/; bundle.sh copies it to dist/mirror when the
 # machine that builds the bundle has fetched it). A run folder that already holds a finished run
@@ -45,9 +47,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 die() { echo "reproduce.sh: $1" >&2; exit "${2:-1}"; }
-[[ $# -ge 1 ]] || die "usage: scripts/reproduce.sh NAME [--models A,B] [--seeds 1,2,3] [--budget S] [--out DIR] [--plot-only]" 2
+[[ $# -ge 1 ]] || die "usage: scripts/reproduce.sh NAME [--models A,B] [--seeds 1,2,3] [--budget S] [--out DIR] [--gpus N] [--plot-only]" 2
 name=$1; shift
-models="" seeds=1,2,3 budget=240 out="" device=cuda bundle=dist plot_only=0 extra=""
+models="" seeds=1,2,3 budget=240 out="" device=cuda bundle=dist plot_only=0 extra="" gpus=1
 while [[ $# -gt 0 ]]; do
   case $1 in
     --models) models=$2; shift 2 ;;
@@ -58,11 +60,13 @@ while [[ $# -gt 0 ]]; do
     --bundle) bundle=$2; shift 2 ;;
     --plot-only) plot_only=1; shift ;;
     --extra) extra=$2; shift 2 ;;
+    --gpus) gpus=$2; shift 2 ;;
     *) die "unknown option '$1'" 2 ;;
   esac
 done
 out=${out:-results/$name}
 [[ $budget =~ ^[0-9]+([.][0-9]+)?$ ]] || die "--budget '$budget' is not a number of seconds" 2
+[[ $gpus =~ ^[1-9][0-9]*$ ]] || die "--gpus '$gpus' is not a positive whole number" 2
 
 # model flags of the experiment
 declare -A flags
@@ -123,21 +127,74 @@ if [[ $plot_only == 0 ]]; then
       --json "$out/quality.json" $extra 2>&1 | tee "$out/log.txt" || die "train_step --quality failed"
     exit 0
   fi
+  # One run: model $1, seed $2 into its folder, on GPU $3 of the node (empty: the inherited ones),
+  # in the background; the subshell becomes the trainer (exec), so its pid is the trainer's.
+  start_run() {
+    local m=$1 s=$2 gpu=$3 run=$out/$1-s$2
+    (
+      [[ -z $gpu ]] || export CUDA_VISIBLE_DEVICES=$gpu
+      # shellcheck disable=SC2086
+      exec "$bundle/run" "$program" --device "$device" --data "$data" --out "$run" --seed "$s" \
+        --config "$run/model_seed.json" "${common[@]}" ${flags[$m]} --time-limit "$budget" $extra >"$run/log.txt" 2>&1
+    ) &
+  }
+  # The runs go out to --gpus slots; a failed run stops new ones, the running ones finish.
+  free=()
+  for ((g = 0; g < gpus; ++g)); do free+=("$g"); done
+  declare -A slot_of run_of  # pid -> slot, pid -> "model seed"
+  failed=0
+  # background runs ignore the terminal's SIGINT: pass it on as SIGTERM (the trainers stop cleanly)
+  stop_runs() {
+    local pid
+    for pid in "${!slot_of[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    exit 130
+  }
+  trap stop_runs INT TERM
+  wait_one() {  # waits for one run to end (polling: no `wait -n -p` before bash 5.1), frees its slot
+    local pid status m s
+    while :; do
+      for pid in "${!slot_of[@]}"; do
+        kill -0 "$pid" 2>/dev/null && continue
+        status=0
+        wait "$pid" || status=$?
+        read -r m s <<<"${run_of[$pid]}"
+        free+=("${slot_of[$pid]}")
+        unset "slot_of[$pid]" "run_of[$pid]"
+        if [[ $status != 0 ]]; then
+          echo "reproduce.sh: $m seed $s failed: $(tail -n 1 "$out/$m-s$s/log.txt")" >&2
+          failed=1
+        else
+          echo "reproduce.sh: $m seed $s: $(tail -n 1 "$out/$m-s$s/log.txt")"
+          touch "$out/$m-s$s/done"
+        fi
+        return
+      done
+      sleep 1
+    done
+  }
   for s in "${seed_list[@]}"; do
     for m in "${model_list[@]}"; do
       run=$out/$m-s$s
       if [[ -f $run/done ]]; then echo "reproduce.sh: $run is finished, kept"; continue; fi
+      while [[ ${#free[@]} -eq 0 ]]; do wait_one; done
+      [[ $failed == 0 ]] || break 2
       rm -rf "$run" && mkdir -p "$run"
       echo "{\"seed\": $s}" >"$run/model_seed.json"
-      echo "reproduce.sh: $m seed $s, $budget s -> $run"
-      # shellcheck disable=SC2086
-      "$bundle/run" "$program" --device "$device" --data "$data" --out "$run" --seed "$s" \
-        --config "$run/model_seed.json" "${common[@]}" ${flags[$m]} --time-limit "$budget" $extra >"$run/log.txt" 2>&1 ||
-        die "$m seed $s failed: $(tail -n 1 "$run/log.txt")"
-      tail -n 1 "$run/log.txt"
-      touch "$run/done"
+      slot=${free[0]}
+      free=("${free[@]:1}")
+      if [[ $gpus -gt 1 ]]; then
+        echo "reproduce.sh: $m seed $s, $budget s -> $run (GPU $slot)"
+        start_run "$m" "$s" "$slot"
+      else
+        echo "reproduce.sh: $m seed $s, $budget s -> $run"
+        start_run "$m" "$s" ""
+      fi
+      slot_of[$!]=$slot
+      run_of[$!]="$m $s"
     done
   done
+  while [[ ${#slot_of[@]} -gt 0 ]]; do wait_one; done
+  [[ $failed == 0 ]] || die "a run failed (above); finished runs are kept, so the same command goes on from there"
 fi
 
 # the curves of every finished run folder of the experiment's models
