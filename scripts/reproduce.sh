@@ -36,13 +36,14 @@
 # Options: --models A,B (default: all of the experiment's), --seeds 1,2,3, --budget SECONDS (240),
 # --out DIR (results/NAME), --device cuda|cpu, --bundle DIR (dist: its `run` starts the programs),
 # --plot-only, --extra "FLAGS" (appended to every run's flags, the later flag winning: smoke runs
-# of small models), --gpus N (1: N runs at once, run k on GPU k mod N by CUDA_VISIBLE_DEVICES, one
-# run per GPU so that the equal time budgets stay comparable; with --device cpu, N processes at
-# once: smoke runs only). Run folders are OUT/MODEL-sSEED; the seed sets the model's initialization (the
-# config field "seed") and the sampling. gcide comes from data/fetch.sh (on a node without apt,
-# put gcide.dict.dz in $TESSERA_DATA_MIRROR/gcide/; bundle.sh copies it to dist/mirror when the
-# machine that builds the bundle has fetched it). A run folder that already holds a finished run
-# (its metrics.jsonl ends with "done") is kept, so a series can be spread over several calls.
+# of small models), --gpus N (default 1: N runs at once, each on a GPU of its own by
+# CUDA_VISIBLE_DEVICES, so that the equal time budgets stay comparable; with --device cpu, N
+# processes at once: smoke runs only). Run folders are OUT/MODEL-sSEED; the seed sets the model's
+# initialization (the config field "seed") and the sampling. gcide comes from data/fetch.sh (on a
+# node without apt, put gcide.dict.dz in $TESSERA_DATA_MIRROR/gcide/; bundle.sh copies it to
+# dist/mirror when the machine that builds the bundle has fetched it). A run folder that already
+# holds a finished run (the file `done`, written when its trainer exited cleanly) is kept, so a
+# series can be spread over several calls.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
