@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# scripts/reproduce.sh without a GPU or gcide: its argument errors (exit 2, one line naming the
+# problem), and --plot-only on a copy of the committed gcide LSTM runs, which must give back the
+# committed summary and plot exactly (the figures in docs/results.md come from those folders).
+#
+#   tests/scripts/reproduce_test.sh REPO
+set -uo pipefail
+repo=${1:?usage: reproduce_test.sh REPO}
+script=$repo/scripts/reproduce.sh
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL: $1" >&2; fails=$((fails + 1)); }
+
+# expect_usage_error WORD ARGS...: exit 2 and one line on stderr that contains WORD
+expect_usage_error() {
+  local word=$1; shift
+  local err rc
+  err=$("$script" "$@" 2>&1 >/dev/null)
+  rc=$?
+  [[ $rc == 2 ]] || fail "reproduce.sh $* exited $rc, not 2"
+  [[ $(printf '%s\n' "$err" | wc -l) == 1 ]] || fail "reproduce.sh $*: not one line: $err"
+  [[ $err == *"$word"* ]] || fail "reproduce.sh $*: '$err' does not name '$word'"
+}
+expect_usage_error "usage"
+expect_usage_error "no-such-experiment" no-such-experiment --plot-only
+expect_usage_error "--gpus '0'" lstm --gpus 0 --plot-only
+expect_usage_error "--gpus 'two'" lstm --gpus two --plot-only
+expect_usage_error "--budget 'soon'" lstm --budget soon --plot-only
+expect_usage_error "no model 'wide'" lstm --models dense,wide --plot-only
+expect_usage_error "seed 'x'" lstm --seeds 1,x --plot-only
+expect_usage_error "--frobnicate" lstm --frobnicate
+
+# the committed runs, drawn again
+cp -r "$repo/docs/results/lstm_gcide" "$tmp/runs"
+rm -f "$tmp/runs/summary.json" "$tmp/runs/curves.svg"
+if "$script" lstm --plot-only --out "$tmp/runs" >"$tmp/table.md" 2>"$tmp/err"; then
+  cmp -s "$tmp/runs/summary.json" "$repo/docs/results/lstm_gcide/summary.json" ||
+    fail "--plot-only: summary.json differs from the committed one"
+  cmp -s "$tmp/runs/curves.svg" "$repo/docs/results/lstm_gcide/curves.svg" ||
+    fail "--plot-only: curves.svg differs from the committed one"
+  grep -q "^| sparse | 3 | 1.3793 " "$tmp/table.md" || fail "--plot-only: the table lacks the sparse row: $(cat "$tmp/table.md")"
+else
+  fail "--plot-only failed: $(cat "$tmp/err")"
+fi
+# no finished runs: one error line, exit 1
+mkdir -p "$tmp/empty"
+err=$("$script" lstm --plot-only --out "$tmp/empty" 2>&1 >/dev/null)
+rc=$?
+[[ $rc == 1 && $err == *"no finished runs"* ]] || fail "--plot-only on an empty folder: exit $rc, '$err'"
+
+[[ $fails == 0 ]] && echo "reproduce.sh: all checks passed"
+exit $((fails > 0))
