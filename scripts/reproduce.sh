@@ -183,13 +183,10 @@ if [[ $plot_only == 0 ]]; then
       echo "{\"seed\": $s}" >"$run/model_seed.json"
       slot=${free[0]}
       free=("${free[@]:1}")
-      if [[ $gpus -gt 1 ]]; then
-        echo "reproduce.sh: $m seed $s, $budget s -> $run (GPU $slot)"
-        start_run "$m" "$s" "$slot"
-      else
-        echo "reproduce.sh: $m seed $s, $budget s -> $run"
-        start_run "$m" "$s" ""
-      fi
+      gpu=""  # one slot: the GPUs the script was given
+      [[ $gpus -eq 1 ]] || gpu=$slot
+      echo "reproduce.sh: $m seed $s, $budget s -> $run${gpu:+ (GPU $gpu)}"
+      start_run "$m" "$s" "$gpu"
       slot_of[$!]=$slot
       run_of[$!]="$m $s"
     done
