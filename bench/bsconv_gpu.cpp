@@ -2,7 +2,8 @@
 // convolution of the same shape, measured in the same run.
 //
 //   bsconv_gpu [--shapes n64h56c256,n32h28c512] [--block-sizes 32,64] [--densities 0.1,0.25,0.5,1]
-//              [--path tc|sm80|scalar] [--halo on|off] [--halo-a auto|ss] [--repeats N]
+//              [--path tc|sm80|scalar] [--halo on|off] [--halo-a auto|ss] [--halo-rows auto|256|512]
+//              [--repeats N]
 //              [--quick] [--json FILE]
 //
 // Per shape (N × H × H × C → C channels, 3×3 filter, same padding, stride 1, bf16, channels
@@ -11,7 +12,8 @@
 // from tessera's pool); then per block size and density a random layout (seed 1234) and tessera's bsconv,
 // bsconv_dx and bsconv_dw. --path tc: the tensor-core kernels of bsmm_tc.h's run_conv (the
 // default), sm80 sets TESSERA_BSMM_PATH=sm80 (the A100 kernels), scalar TESSERA_BSMM_PATH=simt
-// (the scalar kernels); --halo-a sets TESSERA_BSCONV_HALO_A (bsconv_sm90_halo.cu's AMode);
+// (the scalar kernels); --halo-a sets TESSERA_BSCONV_HALO_A (bsconv_sm90_halo.cu's AMode),
+// --halo-rows TESSERA_BSCONV_HALO_ROWS (its rows per tile at bs 16/32: tall_tiles);
 // --halo off sets TESSERA_BSCONV_HALO=0 (the
 // per-tap copies of the input instead of one halo box per block for bsconv and bsconv_dx).
 // Figures: median ms over --repeats timings of 10 back-to-back calls each (then synchronized;
@@ -127,7 +129,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> shapes{"n64h56c256", "n32h28c512"};
   std::vector<int64_t> block_sizes{32, 64};
   std::vector<double> densities{0.1, 0.25, 0.5, 1.0};
-  std::string path = "tc", halo = "on", halo_a = "auto", json;
+  std::string path = "tc", halo = "on", halo_a = "auto", halo_rows = "auto", json;
   int repeats = 10;
   bool quick = false;
   app.add_option("--shapes", shapes, "nNhHcC: N × H × H × C → C")->delimiter(',');
@@ -142,6 +144,9 @@ int main(int argc, char** argv) {
                  "how the halo kernel reads A: auto (its choice, registers), ss (shared memory, where tile rows "
                  "are 64+ positions)")
       ->check(CLI::IsMember({"auto", "ss"}));
+  app.add_option("--halo-rows", halo_rows,
+                 "rows per tile of the halo kernel at bs 16/32: auto (its choice), 256, 512")
+      ->check(CLI::IsMember({"auto", "256", "512"}));
   app.add_option("--repeats", repeats, "timings per figure (median reported)")->check(CLI::PositiveNumber);
   app.add_flag("--quick", quick, "one small shape (a smoke run)");
   app.add_option("--json", json, "also write the figures to this JSON file");
@@ -163,6 +168,10 @@ int main(int argc, char** argv) {
       unsetenv("TESSERA_BSCONV_HALO_A");
     else
       setenv("TESSERA_BSCONV_HALO_A", halo_a.c_str(), 1);
+    if (halo_rows == "auto")
+      unsetenv("TESSERA_BSCONV_HALO_ROWS");
+    else
+      setenv("TESSERA_BSCONV_HALO_ROWS", halo_rows.c_str(), 1);
     if (quick) {
       shapes = {"n4h14c64"};
       block_sizes = {32};
@@ -174,6 +183,7 @@ int main(int argc, char** argv) {
     report.note("path", path);
     report.note("halo", halo);
     report.note("halo A", halo_a);
+    report.note("halo rows", halo_rows);
     report.note("filter", "3x3, same padding, stride 1");
     for (const std::string& s : shapes) bench_shape(report, parse_shape(s), block_sizes, densities, repeats);
     report.print(std::cout);

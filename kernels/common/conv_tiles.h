@@ -50,15 +50,31 @@ struct ConvTiles {
       mt /= tiles[a];
     }
   }
-  /// The first position of A's box for tap t of tile mt (spatial coordinates may be negative or
-  /// past A's end: the copy reads zeros there).
-  TS_CONV_HD void a_origin(int64_t mt, int32_t t, int32_t (&c)[kAxes]) const {
-    origin(mt, c);
+  /// Moves c from the origin of tile mt to that of tile mt + 1 (an odometer over the axes,
+  /// innermost first, as origin numbers the tiles): no division, for the kernels' per-tile steps.
+  TS_CONV_HD void next_origin(int32_t (&c)[kAxes]) const {
+    for (int a = 0; a < kAxes; ++a) {
+      c[a] += box[a];
+      if (c[a] < tiles[a] * box[a]) return;
+      c[a] = 0;
+    }
+  }
+  /// How far A's box for tap t lies from its tile's origin, per axis (the batch axis: 0).
+  TS_CONV_HD void tap_offset(int32_t t, int32_t (&d)[kAxes]) const {
     for (int a = 0; a < 3; ++a) {
       const int32_t k = t % kernel[a];
       t /= kernel[a];
-      c[a] += off_base[a] + k * off_step[a];
+      d[a] = off_base[a] + k * off_step[a];
     }
+    d[3] = 0;
+  }
+  /// The first position of A's box for tap t of tile mt (spatial coordinates may be negative or
+  /// past A's end: the copy reads zeros there): origin(mt) + tap_offset(t).
+  TS_CONV_HD void a_origin(int64_t mt, int32_t t, int32_t (&c)[kAxes]) const {
+    origin(mt, c);
+    int32_t d[kAxes];
+    tap_offset(t, d);
+    for (int a = 0; a < kAxes; ++a) c[a] += d[a];
   }
   /// The first position of tile mt's halo box.
   TS_CONV_HD void halo_origin(int64_t mt, int32_t (&c)[kAxes]) const {

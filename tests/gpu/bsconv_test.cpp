@@ -111,6 +111,7 @@ struct ConvPath {
   const char* bsmm_path;  // TESSERA_BSMM_PATH (nullptr: unset)
   const char* halo;       // TESSERA_BSCONV_HALO
   const char* halo_a;     // TESSERA_BSCONV_HALO_A: how the halo kernel reads A (nullptr: its choice)
+  const char* halo_rows;  // TESSERA_BSCONV_HALO_ROWS: its rows per tile at bs 16/32 (nullptr: its choice)
 };
 class ConvPathGuard {
  public:
@@ -118,27 +119,31 @@ class ConvPathGuard {
     if (p.bsmm_path) setenv("TESSERA_BSMM_PATH", p.bsmm_path, 1);
     setenv("TESSERA_BSCONV_HALO", p.halo, 1);
     if (p.halo_a) setenv("TESSERA_BSCONV_HALO_A", p.halo_a, 1);
+    if (p.halo_rows) setenv("TESSERA_BSCONV_HALO_ROWS", p.halo_rows, 1);
   }
   ~ConvPathGuard() {
     unsetenv("TESSERA_BSMM_PATH");
     unsetenv("TESSERA_BSCONV_HALO");
     unsetenv("TESSERA_BSCONV_HALO_A");
+    unsetenv("TESSERA_BSCONV_HALO_ROWS");
   }
 };
 // sm_90a in halo mode where it fits (A from registers, and from shared memory where the tiles
-// allow it), sm_90a with per-tap copies, and sm_80 (the A100 path, forced).
-const ConvPath kConvPaths[] = {{"sm90 halo", nullptr, "1", nullptr},
-                               {"sm90 halo ss", nullptr, "1", "ss"},
-                               {"sm90 per-tap", nullptr, "0", nullptr},
-                               {"sm80", "sm80", "1", nullptr}};
+// allow it; tall 512-row tiles at bs 16/32 forced, since these small calls take 256), sm_90a with
+// per-tap copies, and sm_80 (the A100 path, forced).
+const ConvPath kConvPaths[] = {{"sm90 halo", nullptr, "1", nullptr, "256"},
+                               {"sm90 halo tall", nullptr, "1", nullptr, "512"},
+                               {"sm90 halo ss", nullptr, "1", "ss", nullptr},
+                               {"sm90 per-tap", nullptr, "0", nullptr, nullptr},
+                               {"sm80", "sm80", "1", nullptr, nullptr}};
 
 struct ConvLaunches {
-  uint64_t sm90 = 0, halo = 0, sm80 = 0;
+  uint64_t sm90 = 0, halo = 0, sm80 = 0, tall = 0;
 };
 ConvLaunches conv_launches() {
 #ifdef TESSERA_WITH_CUDA
   return {cuda::bsmm_launches(cuda::BsmmKernel::sm90_conv), cuda::bsmm_launches(cuda::BsmmKernel::sm90_halo),
-          cuda::bsmm_launches(cuda::BsmmKernel::sm80_conv)};
+          cuda::bsmm_launches(cuda::BsmmKernel::sm80_conv), cuda::bsmm_launches(cuda::BsmmKernel::sm90_halo_tall)};
 #else
   return {};
 #endif
@@ -172,9 +177,12 @@ bool strided(const ConvGeometry& g) {
   const ConvLaunches now = conv_launches();
   const bool want90 = sm90_case && path.bsmm_path == nullptr;
   const uint64_t d90 = now.sm90 - before.sm90, d80 = now.sm80 - before.sm80, dh = now.halo - before.halo;
-  const bool ok = d90 == (want90 ? 1u : 0u) && d80 == (want90 ? 0u : 1u) && (std::string(path.halo) == "1" || dh == 0);
+  const bool no_tall = path.halo_rows == nullptr || std::string(path.halo_rows) != "512";
+  const bool ok = d90 == (want90 ? 1u : 0u) && d80 == (want90 ? 0u : 1u) &&
+                  (std::string(path.halo) == "1" || dh == 0) && (!no_tall || now.tall == before.tall);
   if (ok) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "launched sm90 " << d90 << " (halo " << dh << "), sm80 " << d80
+  return ::testing::AssertionFailure() << "launched sm90 " << d90 << " (halo " << dh << ", tall "
+                                       << now.tall - before.tall << "), sm80 " << d80
                                        << "; want sm90 " << want90;
 }
 
@@ -224,6 +232,7 @@ TEST(CudaBsConv, TensorCoreKernelsMatchTheCpu) {
           }
         }
   EXPECT_GT(conv_launches().halo, start.halo) << "no call took the halo kernel";
+  EXPECT_GT(conv_launches().tall, start.tall) << "no call took the halo kernel's tall tiles";
 }
 
 // f32 operands on the sm_80 kernels with TF32 allowed (within 2e-3 of the CPU's f64 sums, relative

@@ -14,6 +14,7 @@
 
 #include "kernels/common/conv_geometry.h"
 #include "kernels/common/conv_tiles.h"
+#include "kernels/common/ring_cursor.h"
 
 namespace tessera {
 namespace {
@@ -284,6 +285,72 @@ TEST(ConvTiles, HaloLanesLoadTheAFragmentsOfEveryTap) {
                 }
               }
             }
+      }
+}
+
+// The kernels walk the tiles of a part without division (next_origin) and place a tap's box by
+// its offset from the tile's origin (tap_offset): the odometer must visit origin(mt) for every mt
+// in order, and tap t's offset is tap (k0, k1, k2)'s, t = k0 + kernel0·(k1 + kernel1·k2),
+// counted here without division.
+TEST(ConvTiles, TheTileOdometerAndTheTapOffsetsAgreeWithTheirDefinitions) {
+  for (const Case& c : cases()) {
+    const ConvIndex ci = conv_index(c.g, c.in, "test");
+    for (bool dx : {false, true})
+      for (int32_t rows : {64, 128, 256})
+        for (int64_t batch : {1, 5}) {
+          const ConvTiles ct = conv_tiles(ci, batch, dx, rows);
+          int32_t walked[ConvTiles::kAxes];
+          ct.origin(0, walked);
+          for (int64_t mt = 0; mt < ct.total_tiles; ++mt) {
+            int32_t want[ConvTiles::kAxes];
+            ct.origin(mt, want);
+            for (int a = 0; a < ConvTiles::kAxes; ++a)
+              ASSERT_EQ(walked[a], want[a]) << c.g.str() << " tile " << mt << " axis " << a;
+            ct.next_origin(walked);
+          }
+          int32_t t = 0;
+          for (int32_t k2 = 0; k2 < ct.kernel[2]; ++k2)
+            for (int32_t k1 = 0; k1 < ct.kernel[1]; ++k1)
+              for (int32_t k0 = 0; k0 < ct.kernel[0]; ++k0, ++t) {
+                int32_t d[ConvTiles::kAxes];
+                ct.tap_offset(t, d);
+                const int32_t k[3] = {k0, k1, k2};
+                for (int a = 0; a < 3; ++a) EXPECT_EQ(d[a], ct.off_base[a] + k[a] * ct.off_step[a]) << c.g.str();
+                EXPECT_EQ(d[3], 0);
+              }
+          EXPECT_EQ(t, ct.taps);
+        }
+  }
+}
+
+// The halo kernel's consumers and producer walk a launch's (entry, tap) steps with counters
+// (HaloStepWalk, RingCursor) instead of the divisions they replace: step number `it` of the
+// launch, entry number `hq`: tap (it - first step of the entry), stage it % stages with phase
+// (it / stages) & 1, halo slot hq % slots with phase (hq / slots) & 1. Work items of several
+// entries (none too), every filter size the kernels take, few and many stages.
+TEST(ConvTiles, TheHaloKernelsStepWalkEqualsItsDivisions) {
+  const std::vector<int> entries = {3, 0, 1, 7, 2, 0, 0, 5, 1, 4};
+  for (int32_t taps : {1, 2, 3, 9, 27, 64})
+    for (int32_t stages : {2, 3, 7, 16})
+      for (int32_t slots : {2, 3}) {
+        HaloStepWalk walk;
+        RingCursor items;
+        int64_t it = 0, hq = 0;
+        for (size_t n = 0; n < entries.size(); ++n) {
+          EXPECT_EQ(items.slot, static_cast<int32_t>(n % 4));
+          EXPECT_EQ(items.phase, static_cast<uint32_t>((n / 4) & 1));
+          items.next(4);
+          for (int q = 0; q < entries[n]; ++q, ++hq)
+            for (int32_t t = 0; t < taps; ++t, ++it) {
+              ASSERT_EQ(walk.tap, t);
+              EXPECT_EQ(walk.first_tap(), t == 0);
+              ASSERT_EQ(walk.stage.slot, static_cast<int32_t>(it % stages)) << taps << " " << stages;
+              ASSERT_EQ(walk.stage.phase, static_cast<uint32_t>((it / stages) & 1));
+              ASSERT_EQ(walk.slot.slot, static_cast<int32_t>(hq % slots));
+              ASSERT_EQ(walk.slot.phase, static_cast<uint32_t>((hq / slots) & 1));
+              walk.next(taps, stages, slots);
+            }
+        }
       }
 }
 

@@ -19,9 +19,8 @@
 // Against the per-tap copies of the dW kernel (one [64, bs] x strip per entry and 64 positions)
 // this copies about 2.2x fewer bytes per flop at bs 32 and 3x at bs 16 for a 3x3 filter (at bs 64
 // a run has 4 entries and the halo does not pay: the dW kernel keeps it). The loads of a group of
-// four k16 slices go to registers, their products retire before the next group's loads (ptxas
-// serializes wgmmas whose register inputs are written while they run); the two consumer
-// warpgroups overlap each other.
+// four k16 slices go to registers while the group before multiplies (two buffers; ptxas keeps
+// the wgmmas asynchronous as long as no instruction writes the registers of one in flight).
 //
 // Stores as the dW kernel: one part stores dw (k·taps + t), several parts their f32 partial sums
 // that a second kernel adds in order. Deterministic: each element is summed by one thread, over
@@ -33,6 +32,7 @@
 #include "kernels/common/cuda/bsmm_sm90.h"
 #include "kernels/common/cuda/bsmm_sm90_common.cuh"
 #include "kernels/common/cuda/mma_sm80.cuh"
+#include "kernels/common/ring_cursor.h"
 
 namespace tessera {
 namespace cuda {
@@ -115,7 +115,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       prefetch_tma_map(&map_x);
       prefetch_tma_map(&map_dy);
     }
-    int it = 0, taken = blockIdx.x;
+    RingCursor stage;
+    int taken = blockIdx.x;
     for (int n = 0;; ++n) {
       const int4 w = next_run_item<kRing>(p, items, n, taken, lane, item_full, item_empty, ring);
       if (w.y == 0) break;
@@ -123,18 +124,20 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int row = lane < blocks ? p.col_rows[first_block + lane] : 0;  // the block row of lane's block
       const uint32_t tx = static_cast<uint32_t>(Tile::kDyBytes + blocks * ct.halo_rows() * kRowBytes);
       const int first = w.z * part_steps, last = min(steps, first + part_steps);
-      for (int step = first; step < last; ++step, ++it) {
-        const int s = it % stages;
-        int32_t at[ConvTiles::kAxes];
+      int32_t origin[ConvTiles::kAxes];  // the tile's, walked from tile to tile without division
+      ct.origin(first, origin);
+      for (int step = first; step < last; ++step, stage.next(stages), ct.next_origin(origin)) {
+        const int s = stage.slot;
         if (lane == 0) {
-          mbar_wait(&empty[s], ((it / stages) & 1) ^ 1);
+          mbar_wait(&empty[s], stage.phase ^ 1);
           mbar_arrive_expect_tx(&full[s], tx);
-          ct.origin(step, at);
-          tma_load_5d(dy_box(s), &map_dy, &full[s], w.w * BS, at);
+          tma_load_5d(dy_box(s), &map_dy, &full[s], w.w * BS, origin);
         }
         __syncwarp();  // the stage is claimed and its byte count set before the copies land
         if (lane < blocks) {
-          ct.halo_origin(step, at);
+          int32_t at[ConvTiles::kAxes];  // the halo box: ConvTiles::halo_origin
+#pragma unroll
+          for (int a = 0; a < ConvTiles::kAxes; ++a) at[a] = origin[a] + (a < 3 ? ct.halo_lo[a] : 0);
           tma_load_5d(halo(s, lane), &map_x, &full[s], row * BS, at);
         }
       }
@@ -155,7 +158,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int kk = 0; kk < kPositions / 16; ++kk) lane_row[kk] = ct.halo_row(16 * kk + lane_pos);
   auto a_at = [&](const uint8_t* box, int row) { return box + swizzled_offset(row, lane_chunk, kRowBytes); };
-  int it = 0;
+  RingCursor stage;
   for (int n = 0;; ++n) {
     const int4 w = receive_item<kRing>(n, item_full, item_empty, ring, lane);
     if (w.y == 0) break;
@@ -175,17 +178,27 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int j = 0; j < 2; ++j)
 #pragma unroll
       for (int i = 0; i < BS / 2; ++i) acc[j][i] = 0.f;
-    for (int step = first; step < last; ++step, ++it) {
-      const int s = it % stages;
-      mbar_wait(&full[s], (it / stages) & 1);
-#pragma unroll
-      for (int kg = 0; kg < kPositions / 16; kg += kGroupKk) {
-        uint32_t a[kGroupKk][2][4];
+    // Per tile: four groups of four k16 slices of positions. A group's A fragments are loaded
+    // while the group before it multiplies (two register buffers, named at compile time); the
+    // tile's last products retire before its stage is released. (Carrying the last group over
+    // into the next tile, the first group's loads under it, made ptxas serialize every wgmma:
+    // C7513.)
+    constexpr int kGroups = kPositions / 16 / kGroupKk;
+    for (int step = first; step < last; ++step, stage.next(stages)) {
+      const int s = stage.slot;
+      mbar_wait(&full[s], stage.phase);
+      uint32_t a[2][kGroupKk][2][4];
+      auto load_group = [&](uint32_t(&ag)[kGroupKk][2][4], int kg) {
 #pragma unroll
         for (int kk = 0; kk < kGroupKk; ++kk)
 #pragma unroll
           for (int j = 0; j < 2; ++j)
-            sm80::ldmatrix_x4_trans(a[kk][j], a_at(halo(s, hslot[j]), lane_row[kg + kk] + shift[j]));
+            sm80::ldmatrix_x4_trans(ag[kk][j], a_at(halo(s, hslot[j]), lane_row[kg + kk] + shift[j]));
+      };
+      load_group(a[0], 0);
+#pragma unroll
+      for (int g4 = 0; g4 < kGroups; ++g4) {
+        const int kg = g4 * kGroupKk;
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kGroupKk; ++kk) {
@@ -193,13 +206,17 @@ __global__ void __launch_bounds__(kThreads, 1)
           const uint64_t db =
               make_desc(dy_box(s) + (kg + kk) * 16 * kRowBytes, Tile::kDyBytes, 8 * kRowBytes, kRowBytes);
 #pragma unroll
-          for (int j = 0; j < 2; ++j) WgmmaRS<T, BS>::template run<1>(acc[j], a[kk][j], db);
+          for (int j = 0; j < 2; ++j) WgmmaRS<T, BS>::template run<1>(acc[j], a[g4 % 2][kk][j], db);
         }
         wgmma_commit();
-        wgmma_wait<0>();
+        wgmma_wait<1>();  // the group before this one retired: its buffer is free for the next group
 #pragma unroll
         for (int j = 0; j < 2; ++j) fence_operands(acc[j]);
+        if (g4 + 1 < kGroups) load_group(a[(g4 + 1) % 2], kg + kGroupKk);
       }
+      wgmma_wait<0>();
+#pragma unroll
+      for (int j = 0; j < 2; ++j) fence_operands(acc[j]);
       // The whole warp's reads of the stage come before lane 0 releases it.
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty[s]);

@@ -8,8 +8,7 @@
 // of two halo slots, and the taps' weight blocks W[k, t] [bs, bs] into a
 // ring of stages. Per tap each consumer warpgroup multiplies the tap's rows of the box (tile row r
 // reads ConvTiles::halo_row(r) + tap_rows(t)) by the weight block with wgmma, A read one of two
-// ways (AMode): ldmatrix into registers (any offset and pitch; each tap's products retire before
-// the next tap's loads, while the other consumer warpgroup's run), or shared-memory descriptors
+// ways (AMode): ldmatrix into registers (any offset and pitch), or shared-memory descriptors
 // where each m64 tile's rows are consecutive in the box:
 //
 //   acc [64, bs] += halo[rows of tap t] · W[k, t]        fwd (W MN-major)
@@ -21,6 +20,14 @@
 // halo slot when its block's last tap's did. The tile goes out as in the gather kernel (a TMA
 // store of each consumer warpgroup's box).
 //
+// A step is short (at bs 32, 128 cycles of tensor work per thread block), so what a step costs
+// besides its products decides the speed (docs/convolution.md, "the profile"). The steps are
+// walked with counters (ring_cursor.h: no division on the way), the taps' row offsets come from
+// a table made once per thread block, and each step's products run while the next step's
+// barriers are waited for and, in register mode, its A fragments loaded (two buffers). At block
+// sizes 16 and 32 large calls take tall tiles of 512 rows (four m64 tiles per consumer
+// warpgroup), which spread a step's fixed cost over twice the products.
+//
 // Deterministic: each output element is summed by one thread, over the list's blocks in order
 // and each block's taps in order, with no atomics on data.
 #include <algorithm>
@@ -30,12 +37,14 @@
 #include "kernels/common/cuda/bsmm_sm90.h"
 #include "kernels/common/cuda/bsmm_sm90_common.cuh"
 #include "kernels/common/cuda/mma_sm80.cuh"
+#include "kernels/common/ring_cursor.h"
 
 namespace tessera {
 namespace cuda {
 namespace sm90 {
 
 std::atomic<uint64_t> g_halo_launches{0};
+std::atomic<uint64_t> g_halo_tall_launches{0};
 
 namespace {
 
@@ -68,8 +77,11 @@ struct HaloTile {
   static constexpr int kMaxStages = 16;
   // halo slots: the producer copies one block ahead (3 or 4 slots measured the same on the H200)
   static constexpr int kSlots = 2;
-  // barriers (halo 2·2, stages 2·16, item ring 2·4) and the item ring's int4s, rounded up
+  // barriers (halo 2·2, stages 2·16, item ring 2·4), the item ring's int4s and the taps' row
+  // offsets (at most 64 ints: conv_tiles_support), rounded up
   static constexpr int kBarrierBytes = 1024;
+  static_assert((2 * kSlots + 2 * kMaxStages + 2 * kItemRing) * 8 + kItemRing * 16 + 64 * 4 <= kBarrierBytes,
+                "the barriers, item ring and tap table outgrow their part of shared memory");
 };
 
 /// Where the parts of the dynamic shared memory lie (byte offsets from its 1024-aligned start).
@@ -110,6 +122,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
   uint64_t* item_full = empty + Tile::kMaxStages;
   uint64_t* item_empty = item_full + kRing;
   int4* ring = reinterpret_cast<int4*>(item_empty + kRing);  // (o, begin, end, tile); o < 0: no more
+  int32_t* tap_row = reinterpret_cast<int32_t*>(ring + kRing);  // [taps]: ConvTiles::tap_rows of each tap
   auto halo = [&](int h) { return smem + h * sm.halo_bytes; };
   auto wblock = [&](int s) { return smem + sm.w_at + s * Tile::kWBytes; };
   const int stages = sm.stages, taps = ct.taps;
@@ -131,17 +144,22 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     }
     fence_barrier_init();
   }
+  if (threadIdx.x < taps) tap_row[threadIdx.x] = ct.tap_rows(threadIdx.x);  // the only divisions of the walk
   __syncthreads();
 
+  // Tall tiles (4 m64 tiles per consumer warpgroup): the producer warpgroup gives registers to
+  // the consumers' accumulators and two A buffers, as the gather kernel's column pairs do.
+  constexpr bool kTall = kMTiles == 4;
   if (wg == 0) {
     // Producer: one thread takes the items (the first by blockIdx.x, then the layout's counter),
     // hands each to the consumers and copies, per list entry, the halo box and the taps' blocks.
+    if constexpr (kTall) setmaxnreg_dec<40>();
     if (threadIdx.x != 0) return;
     prefetch_tma_map(&map_halo);
     prefetch_tma_map(&map_w);
     const uint32_t halo_tx = static_cast<uint32_t>(ct.halo_rows() * kRowBytes);
-    int it = 0, hq = 0, n = 0;
-    for (int item = blockIdx.x;; ++n) {
+    RingCursor stage, slot, item_slot;
+    for (int item = blockIdx.x;;) {
       int4 w = make_int4(-1, 0, 0, 0);
       if (item < items) {
         int oi;
@@ -150,24 +168,24 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
         w.y = p.work[3 * oi + 1];
         w.z = p.work[3 * oi + 2];
       }
-      const int slot = n % kRing;
-      mbar_wait(&item_empty[slot], ((n / kRing) & 1) ^ 1);
-      ring[slot] = w;
-      mbar_arrive(&item_full[slot]);
+      mbar_wait(&item_empty[item_slot.slot], item_slot.phase ^ 1);
+      ring[item_slot.slot] = w;
+      mbar_arrive(&item_full[item_slot.slot]);
+      item_slot.next(kRing);
       if (w.x < 0) break;
       int32_t at[ConvTiles::kAxes];
       ct.halo_origin(w.w, at);
-      for (int q = w.y; q < w.z; ++q, ++hq) {
+      for (int q = w.y; q < w.z; ++q) {
         const int k = p.list ? p.list[q] : q, in = p.list_in[q];
-        const int h = hq % slots;
-        mbar_wait(&halo_empty[h], ((hq / slots) & 1) ^ 1);
-        mbar_arrive_expect_tx(&halo_full[h], halo_tx);
-        tma_load_5d(halo(h), &map_halo, &halo_full[h], in * BS, at);
-        for (int t = 0; t < taps; ++t, ++it) {
-          const int s = it % stages;
-          mbar_wait(&empty[s], ((it / stages) & 1) ^ 1);
-          mbar_arrive_expect_tx(&full[s], Tile::kWBytes);
-          tma_load_2d(wblock(s), &map_w, &full[s], 0, (k * taps + t) * BS);
+        mbar_wait(&halo_empty[slot.slot], slot.phase ^ 1);
+        mbar_arrive_expect_tx(&halo_full[slot.slot], halo_tx);
+        tma_load_5d(halo(slot.slot), &map_halo, &halo_full[slot.slot], in * BS, at);
+        slot.next(slots);
+        for (int t = 0, row = k * taps * BS; t < taps; ++t, row += BS) {
+          mbar_wait(&empty[stage.slot], stage.phase ^ 1);
+          mbar_arrive_expect_tx(&full[stage.slot], Tile::kWBytes);
+          tma_load_2d(wblock(stage.slot), &map_w, &full[stage.slot], 0, row);
+          stage.next(stages);
         }
       }
       item = static_cast<int>(gridDim.x) + atomicAdd(p.counter, 1);
@@ -181,6 +199,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     return;
   }
 
+  if constexpr (kTall) setmaxnreg_inc<232>();
   // Consumers: warpgroup c multiplies tile rows 64·kMTiles·c .., m64 tile mi at rows + 64·mi;
   // warp w of the warpgroup its rows 16w .. 16w + 15 of each. Lane l loads row l % 16 of them
   // (ldmatrix x4: lanes 0-15 the k columns 0-7 of a k16 slice, lanes 16-31 columns 8-15).
@@ -196,7 +215,34 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
   auto a_at = [&](const uint8_t* box, int row, int kk) {
     return box + swizzled_offset(row, lane_chunk0 + 2 * kk, kRowBytes);
   };
-  int it = 0, hq = 0;
+  // A step: tap `walk.tap` of a list entry, its halo box in slot h, its weight block in stage s.
+  struct Step {
+    int h, shift, s;
+    bool last_tap;  // the entry's last tap: its products retired free the halo slot too
+  };
+  HaloStepWalk walk;  // over the launch's steps, across work items
+  // Waits for the walk's step (its halo box at the entry's first tap, and its weight block), then
+  // moves the walk on.
+  auto begin_step = [&]() {
+    if (walk.first_tap()) mbar_wait(&halo_full[walk.slot.slot], walk.slot.phase);
+    mbar_wait(&full[walk.stage.slot], walk.stage.phase);
+    const Step st{walk.slot.slot, ld_shared(tap_row + walk.tap), walk.stage.slot, walk.tap == taps - 1};
+    walk.next(taps, stages, slots);
+    return st;
+  };
+  // B as the gather kernel's: dx K-major (rows of W are n), fwd MN-major (rows of W are k).
+  auto b_desc = [&](int s, int kk) {
+    const uint8_t* wb = wblock(s);
+    return kTransW ? make_desc(wb + kk * 32, 16, 8 * kRowBytes, kRowBytes)
+                   : make_desc(wb + kk * 16 * kRowBytes, Tile::kWBytes, 8 * kRowBytes, kRowBytes);
+  };
+  // Lane 0 releases a step's weight stage, and after its entry's last tap the halo slot (the
+  // whole warp's reads of them came first: callers __syncwarp).
+  auto release = [&](const Step& st) {
+    if (lane != 0) return;
+    mbar_arrive(&empty[st.s]);
+    if (st.last_tap) mbar_arrive(&halo_empty[st.h]);
+  };
   for (int n = 0;; ++n) {
     const int4 w = receive_item<kRing>(n, item_full, item_empty, ring, lane);
     if (w.x < 0) break;
@@ -206,70 +252,52 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     for (int mi = 0; mi < kMTiles; ++mi)
 #pragma unroll
       for (int i = 0; i < BS / 2; ++i) acc[mi][i] = 0.f;
-    // Step e: tap e % taps of the item's block e / taps (block hq + e / taps of this thread
-    // block). It waits for its halo box (at the block's first tap) and its weight block, and
-    // multiplies the tap's rows of the box (halo row base_row + tap_rows(t) on) by the weight
-    // block: B as the gather kernel's, dx K-major (rows of W are n), fwd MN-major (rows of W are k).
-    struct Step {
-      const uint8_t* box;
-      int shift, s;
+    // Step e multiplies the tap's rows of the box (halo row base_row + shift on) by the weight
+    // block. Its products run while the next step's barriers are waited for (and, rs, its A
+    // fragments loaded); a step's stage (and its entry's slot after the last tap) is released
+    // once its products retired, one step later.
+    auto retire_previous = [&](bool any, const Step& prev) {
+      wgmma_wait<1>();  // the products of the step before the one just issued retired
+#pragma unroll
+      for (int mi = 0; mi < kMTiles; ++mi) fence_operands(acc[mi]);
+      __syncwarp();
+      if (any) release(prev);
     };
-    auto begin_step = [&](int e) {
-      const int qb = hq + e / taps, s = (it + e) % stages;
-      if (e % taps == 0) mbar_wait(&halo_full[qb % slots], (qb / slots) & 1);
-      mbar_wait(&full[s], ((it + e) / stages) & 1);
-      return Step{halo(qb % slots), ct.tap_rows(e % taps), s};
-    };
-    auto b_desc = [&](int s, int kk) {
-      const uint8_t* wb = wblock(s);
-      return kTransW ? make_desc(wb + kk * 32, 16, 8 * kRowBytes, kRowBytes)
-                     : make_desc(wb + kk * 16 * kRowBytes, Tile::kWBytes, 8 * kRowBytes, kRowBytes);
-    };
-    // Lane 0 releases step e's weight stage, and after its block's last tap the halo slot (the
-    // whole warp's reads of them came first: callers __syncwarp).
-    auto release = [&](int e) {
-      if (lane != 0) return;
-      mbar_arrive(&empty[(it + e) % stages]);
-      if (e % taps == taps - 1) mbar_arrive(&halo_empty[(hq + e / taps) % slots]);
-    };
+    Step prev{}, cur{};
     if constexpr (kMode == AMode::ss) {
-      // A from shared memory, the m64 tile's descriptor at its first row for the tap (its 64
-      // rows consecutive); a step's stages are released once the next step's products are issued.
+      // A from shared memory: the m64 tile's descriptor at its first row for the tap (its 64 rows
+      // consecutive in the box).
       for (int e = 0; e < steps; ++e) {
-        const Step st = begin_step(e);
+        cur = begin_step();
+        const uint8_t* box = halo(cur.h);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BS / 16; ++kk) {
-          const uint64_t db = b_desc(st.s, kk);
+          const uint64_t db = b_desc(cur.s, kk);
 #pragma unroll
           for (int mi = 0; mi < kMTiles; ++mi) {
-            const uint8_t* a = st.box + (base_row[mi] + st.shift) * kRowBytes + kk * 32;
+            const uint8_t* a = box + (base_row[mi] + cur.shift) * kRowBytes + kk * 32;
             Wgmma<T, BS>::template run<0, kTransW ? 0 : 1>(acc[mi], make_desc(a, 16, 8 * kRowBytes, kRowBytes), db,
                                                           e > 0 || kk > 0);
           }
         }
         wgmma_commit();
-        wgmma_wait<1>();  // the previous step's products retired: its stage (and block) are free
-#pragma unroll
-        for (int mi = 0; mi < kMTiles; ++mi) fence_operands(acc[mi]);
-        __syncwarp();
-        if (e > 0) release(e - 1);
+        retire_previous(e > 0, prev);
+        prev = cur;
       }
-      wgmma_wait<0>();
-#pragma unroll
-      for (int mi = 0; mi < kMTiles; ++mi) fence_operands(acc[mi]);
-      __syncwarp();
-      if (steps > 0) release(steps - 1);
     } else {
-      // A from registers that ldmatrix writes: the step waits for its own products (ptxas would
-      // serialize the wgmmas otherwise), and the other consumer warpgroup's products run meanwhile.
-      for (int e = 0; e < steps; ++e) {
-        const Step st = begin_step(e);
-        uint32_t a[BS / 16][kMTiles][4];
+      // A from registers that ldmatrix writes, two steps' fragments: step e + 1's are loaded while
+      // step e's products run (into the buffer of step e - 1, whose products retired first).
+      // Unrolled by two, so that each buffer is named at compile time (registers).
+      uint32_t a0[BS / 16][kMTiles][4], a1[BS / 16][kMTiles][4];
+      auto load_a = [&](uint32_t(&a)[BS / 16][kMTiles][4], const Step& st) {
+        const uint8_t* box = halo(st.h);
 #pragma unroll
         for (int kk = 0; kk < BS / 16; ++kk)
 #pragma unroll
-          for (int mi = 0; mi < kMTiles; ++mi) sm80::ldmatrix_x4(a[kk][mi], a_at(st.box, base_row[mi] + st.shift, kk));
+          for (int mi = 0; mi < kMTiles; ++mi) sm80::ldmatrix_x4(a[kk][mi], a_at(box, base_row[mi] + st.shift, kk));
+      };
+      auto issue = [&](const uint32_t(&a)[BS / 16][kMTiles][4], const Step& st) {
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BS / 16; ++kk) {
@@ -278,15 +306,31 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
           for (int mi = 0; mi < kMTiles; ++mi) WgmmaRS<T, BS>::template run<kTransW ? 0 : 1>(acc[mi], a[kk][mi], db);
         }
         wgmma_commit();
-        wgmma_wait<0>();
-#pragma unroll
-        for (int mi = 0; mi < kMTiles; ++mi) fence_operands(acc[mi]);
-        __syncwarp();
-        release(e);
+      };
+      if (steps > 0) {
+        cur = begin_step();
+        load_a(a0, cur);
+      }
+      for (int e = 0; e < steps; e += 2) {
+        issue(a0, cur);
+        retire_previous(e > 0, prev);
+        prev = cur;
+        if (e + 1 == steps) break;
+        cur = begin_step();
+        load_a(a1, cur);
+        issue(a1, cur);
+        retire_previous(true, prev);
+        prev = cur;
+        if (e + 2 == steps) break;
+        cur = begin_step();
+        load_a(a0, cur);
       }
     }
-    it += steps;
-    hq += w.z - w.y;
+    wgmma_wait<0>();
+#pragma unroll
+    for (int mi = 0; mi < kMTiles; ++mi) fence_operands(acc[mi]);
+    __syncwarp();
+    if (steps > 0) release(prev);
 
     // out = acc through the warpgroup's staging and a TMA store of its box (as gather_kernel)
     uint8_t* mine = staging + c * Tile::kStagingBytes;
@@ -329,20 +373,65 @@ void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
   g_launches.fetch_add(1, std::memory_order_relaxed);
   g_conv_launches.fetch_add(1, std::memory_order_relaxed);
   g_halo_launches.fetch_add(1, std::memory_order_relaxed);
+  if (kMTiles == 4) g_halo_tall_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace
 
 uint64_t halo_launch_count() { return g_halo_launches.load(std::memory_order_relaxed); }
+uint64_t halo_tall_launch_count() { return g_halo_tall_launches.load(std::memory_order_relaxed); }
 
 namespace {
 
 // The A mode of a call: rs, or ss under TESSERA_BSCONV_HALO_A=ss where the tiles allow it
 // (box[0] a multiple of 64). rs is the default: as fast at bs 64, 20% faster at bs 32 (one run,
 // docs/convolution.md); ss stays for the lab until a profile says what limits both.
-AMode a_mode(const ConvTiles& ct) {
+bool ss_asked() {
   const char* e = std::getenv("TESSERA_BSCONV_HALO_A");
-  return e && std::strcmp(e, "ss") == 0 && ct.box[0] % 64 == 0 ? AMode::ss : AMode::rs;
+  return e && std::strcmp(e, "ss") == 0;
+}
+AMode a_mode(const ConvTiles& ct) { return ss_asked() && ct.box[0] % 64 == 0 ? AMode::ss : AMode::rs; }
+
+// Rows per tile of the halo kernel: the gather kernel's (with_gather_tile), except that at block
+// sizes 16 and 32 a call of at least kTallFrom rows takes 512-row tiles (two consumer warpgroups
+// of four m64 tiles, A in registers): a step's fixed cost (its barrier waits, the walk, the
+// weight block's descriptors) is then spread over twice the products. TESSERA_BSCONV_HALO_ROWS
+// = 256 or 512 forces the choice where it applies (the lab's switch).
+constexpr int64_t kTallFrom = 16384;
+
+bool tall_tiles(const GatherProduct& p) {
+  if (!(p.bs == 16 || p.bs == 32) || p.n <= 128 || ss_asked()) return false;
+  if (const char* e = std::getenv("TESSERA_BSCONV_HALO_ROWS")) {
+    const bool ok = std::strcmp(e, "256") == 0 || std::strcmp(e, "512") == 0;
+    TS_CHECK(ok, ValueError, "TESSERA_BSCONV_HALO_ROWS must be 256 or 512, not '" << e << "'");
+    return std::strcmp(e, "512") == 0;
+  }
+  return p.n >= kTallFrom;
+}
+
+/// Whether the halo kernel's tiles for (BS, kWGs, kMTiles) fit ci: each halo extent one TMA box,
+/// two weight stages at least, the shared memory a thread block may have.
+template <int BS, int kWGs, int kMTiles>
+bool halo_fits(const GatherProduct& p, const ConvIndex& ci, int64_t batch, bool dx) {
+  const ConvTiles ct = conv_tiles(ci, batch, dx, 64 * kWGs * kMTiles);
+  const HaloSmem sm = p.out_dtype == DType::f32 ? halo_smem<BS, kWGs, kMTiles, float>(ct)
+                                                : halo_smem<BS, kWGs, kMTiles, __half>(ct);  // bf16: the same sizes
+  return ct.halo_fits() && sm.stages >= 2 && sm.total <= kSmemLimit;
+}
+
+/// Calls f(bs, transpose_w, warpgroups, m64 tiles) with the halo kernel's tile for p and ci:
+/// tall tiles where tall_tiles asks for them and they fit, else the gather kernel's.
+template <class F>
+void with_halo_tile(const GatherProduct& p, const ConvIndex& ci, int64_t batch, F&& f) {
+  const bool tall = tall_tiles(p);
+  with_gather_tile(p, [&](auto bs, auto trans, auto wgs, auto mtiles) {
+    constexpr int BS = decltype(bs)::value, kWGs = decltype(wgs)::value;
+    if constexpr (BS <= 32 && kWGs == 2) {
+      if (tall && halo_fits<BS, kWGs, 4>(p, ci, batch, decltype(trans)::value))
+        return f(bs, trans, wgs, std::integral_constant<int, 4>{});
+    }
+    return f(bs, trans, wgs, mtiles);
+  });
 }
 
 }  // namespace
@@ -350,16 +439,9 @@ AMode a_mode(const ConvTiles& ct) {
 bool halo_pays(const GatherProduct& p, const ConvIndex& ci, int64_t batch) {
   if (ci.taps < 2) return false;  // a 1x1 filter has nothing to reuse
   bool fits = false;
-  with_gather_tile(p, [&](auto bs, auto trans, auto wgs, auto mtiles) {
+  with_halo_tile(p, ci, batch, [&](auto bs, auto trans, auto wgs, auto mtiles) {
     constexpr int BS = decltype(bs)::value, kWGs = decltype(wgs)::value, kMTiles = decltype(mtiles)::value;
-    const ConvTiles ct = conv_tiles(ci, batch, decltype(trans)::value, 64 * kWGs * kMTiles);
-    auto check = [&](auto tout) {
-      using TO = typename decltype(tout)::type;
-      const HaloSmem sm = halo_smem<BS, kWGs, kMTiles, TO>(ct);
-      fits = ct.halo_fits() && sm.stages >= 2 && sm.total <= kSmemLimit;
-    };
-    if (p.out_dtype == DType::f32) return check(TypeTag<float>{});
-    return check(TypeTag<__half>{});  // 16-bit outputs: the same sizes for bf16
+    fits = halo_fits<BS, kWGs, kMTiles>(p, ci, batch, decltype(trans)::value);
   });
   return fits;
 }
@@ -369,13 +451,17 @@ void gather_conv_halo(const GatherProduct& p, const ConvIndex& ci, int64_t batch
   dispatch_types(p.in_dtype, p.out_dtype, [&](auto tin, auto tout) {
     using T = typename decltype(tin)::type;
     using TO = typename decltype(tout)::type;
-    with_gather_tile(p, [&](auto bs, auto trans, auto wgs, auto mtiles) {
+    with_halo_tile(p, ci, batch, [&](auto bs, auto trans, auto wgs, auto mtiles) {
       constexpr int BS = decltype(bs)::value, kWGs = decltype(wgs)::value, kMTiles = decltype(mtiles)::value;
       constexpr bool kTrans = decltype(trans)::value;
       const ConvTiles ct = conv_tiles(ci, batch, kTrans, 64 * kWGs * kMTiles);
-      switch (a_mode(ct)) {
-        case AMode::rs: return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::rs>(p, ct, stream);
-        case AMode::ss: return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::ss>(p, ct, stream);
+      if constexpr (kMTiles == 4) {  // tall tiles: A in registers only (tall_tiles)
+        return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::rs>(p, ct, stream);
+      } else {
+        switch (a_mode(ct)) {
+          case AMode::rs: return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::rs>(p, ct, stream);
+          case AMode::ss: return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::ss>(p, ct, stream);
+        }
       }
     });
   });

@@ -59,6 +59,7 @@ struct Chunk {
   int4 head;              ///< (o, first entry of this chunk, end entry, row tile); o < 0: no more items
   int first;              ///< 1 for the item's first chunk
   int in[32];             ///< input block of each entry
+  int tap[32];            ///< convolution: each entry's filter tap
   int k[kCols][32];       ///< weight blocks (-1: a pair's missing one)
   float gate[kCols][32];  ///< their gates (gated kernels)
 };
@@ -191,7 +192,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
         // block, weight blocks (a pair's missing one: -1) and gates.
         for (int base = w.y;; base += 32) {
           const int q = base + lane;
-          int in = 0, k[kCols];
+          int in = 0, k[kCols], tap = 0;
           float gv[kCols];
 #pragma unroll
           for (int cc = 0; cc < kCols; ++cc) k[cc] = -1, gv[cc] = 0.f;
@@ -204,7 +205,8 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
               // Entry q is tap q % taps of the block at list position q / taps: weight rows
               // (k·taps + tap)·bs of w [nnz, taps, bs, bs]
               const int pq = q / taps;
-              k[0] = (p.list ? p.list[pq] : pq) * taps + (q - pq * taps);
+              tap = q - pq * taps;
+              k[0] = (p.list ? p.list[pq] : pq) * taps + tap;
               in = p.list_in[pq];
             } else {
               k[0] = p.list ? p.list[q] : q;
@@ -221,6 +223,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
             ch.first = base == w.y;
           }
           ch.in[lane] = in;
+          ch.tap[lane] = tap;
 #pragma unroll
           for (int cc = 0; cc < kCols; ++cc) {
             ch.k[cc][lane] = k[cc];
@@ -263,6 +266,11 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
         gv[cc] = ch.gate[cc][lane];
       }
       const int o = head.x, base = head.y, end = head.z, mt = head.w;
+      // Convolution: where lane's entry's box of A starts, the tile's origin moved by its tap (the
+      // divisions once per chunk, in parallel, not per copy)
+      int32_t a_at[ConvTiles::kAxes] = {0, 0, 0, 0};
+      if constexpr (kConv)
+        if (o >= 0) ct.a_origin(mt, ch.tap[lane], a_at);
       if (o < 0 || first) {
         // The item's first chunk (or the end): hand the item (o, begin, end, row tile) to the consumers.
         if (lane == 0) {
@@ -284,6 +292,10 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
           kj[cc] = __shfl_sync(0xffffffffu, k[cc], j);
           gj[cc] = __shfl_sync(0xffffffffu, gv[cc], j);
         }
+        int32_t at[ConvTiles::kAxes] = {0, 0, 0, 0};  // convolution: entry j's box of A
+        if constexpr (kConv)
+#pragma unroll
+          for (int a = 0; a < ConvTiles::kAxes; ++a) at[a] = __shfl_sync(0xffffffffu, a_at[a], j);
         if (lane == 0) {
           const int s = it % kStages;
           mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
@@ -292,8 +304,6 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
             for (int cc = 0; cc < kCols; ++cc) gates[s * kCols + cc] = gj[cc];  // published by the arrive below
           mbar_arrive_expect_tx(&full[s], Tile::kStageBytes);
           if constexpr (kConv) {  // the tile's box of A moved by the tap's offset
-            int32_t at[ConvTiles::kAxes];
-            ct.a_origin(mt, kj[0] % taps, at);
             tma_load_5d(strip(s), &map_a, &full[s], inj * BS, at);
           } else {
             tma_load_2d(strip(s), &map_a, &full[s], inj * BS, mt * Tile::kBM);

@@ -119,11 +119,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int4 w = next_run_item<kRing>(p, items, n, taken, lane, item_full, item_empty, ring);
       if (w.y == 0) break;
       const int count = w.y, first = w.z * part_steps, last = min(steps, first + part_steps);
-      int row = 0, tap = 0;  // the block row (and tap) of lane's block
+      int row = 0;  // the block row of lane's block
+      // Convolution: the tile's origin, walked from tile to tile without division, and how far
+      // the box of x that lane's block reads lies from it (its tap's offset)
+      int32_t origin[ConvTiles::kAxes] = {0, 0, 0, 0}, tap_off[ConvTiles::kAxes] = {0, 0, 0, 0};
+      if constexpr (kConv) ct.origin(first, origin);
       if (lane < count) {
         const int q = w.x + lane;
         row = p.col_rows[q / taps];
-        tap = q % taps;
+        if constexpr (kConv) ct.tap_offset(q % taps, tap_off);
       }
       for (int step = first; step < last; ++step, ++it) {
         const int s = it % kStages;
@@ -131,9 +135,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
           mbar_arrive_expect_tx(&full[s], (1 + count) * Tile::kStripBytes);
           if constexpr (kConv) {  // the tile's box of dY
-            int32_t at[ConvTiles::kAxes];
-            ct.origin(step, at);
-            tma_load_5d(strip(s, 0), &map_dy, &full[s], w.w * BS, at);
+            tma_load_5d(strip(s, 0), &map_dy, &full[s], w.w * BS, origin);
           } else if constexpr (kT) {
             tma_load_2d(strip(s, 0), &map_dy, &full[s], step * Tile::kKT, w.w * BS);
           } else {
@@ -144,13 +146,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (lane < count) {
           if constexpr (kConv) {  // the box of x that the tile's positions read at the block's tap
             int32_t at[ConvTiles::kAxes];
-            ct.a_origin(step, tap, at);
+#pragma unroll
+            for (int a = 0; a < ConvTiles::kAxes; ++a) at[a] = origin[a] + tap_off[a];
             tma_load_5d(strip(s, 1 + lane), &map_x, &full[s], row * BS, at);
           } else if constexpr (kT)
             tma_load_2d(strip(s, 1 + lane), &map_x, &full[s], step * Tile::kKT, row * BS);
           else
             tma_load_2d(strip(s, 1 + lane), &map_x, &full[s], row * BS, step * Tile::kKT);
         }
+        if constexpr (kConv) ct.next_origin(origin);
       }
     }
     return;

@@ -156,6 +156,7 @@ uint64_t bsmm_launches(BsmmKernel kernel) {
   if (kernel == BsmmKernel::sm90_pairs) return sm90::pair_launch_count();
   if (kernel == BsmmKernel::sm90_conv) return sm90::conv_launch_count();
   if (kernel == BsmmKernel::sm90_halo) return sm90::halo_launch_count();
+  if (kernel == BsmmKernel::sm90_halo_tall) return sm90::halo_tall_launch_count();
   return sm90::launch_count();
 #else
   return 0;

@@ -31,6 +31,14 @@ namespace sm90 {
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
+/// *p for p in shared memory that the compiler cannot tell is there (an offset into the dynamic
+/// shared memory after alignment): ld.shared instead of a generic load. Volatile, so that it
+/// stays after the barrier that published the value.
+__device__ __forceinline__ int32_t ld_shared(const int32_t* p) {
+  int32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(smem_addr(p)));
+  return v;
+}
 
 // ---- mbarriers ----
 
