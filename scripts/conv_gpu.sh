@@ -13,7 +13,8 @@
 # PART: tests, bench, train or all (each part's commands fit one device call of 600 s even when
 # every one of them runs into its timeout: the tests 330 s, the benchmark 450 s, training 540 s);
 # profile (not in all): ncu's tensor-pipe activity, throughputs and stall reasons of the forward
-# halo kernel (bs 32, density 0.25, N 64 × 56 × 56), 150 s.
+# halo kernel (bs 32, density 0.25, N 64 × 56 × 56), 150 s; rows (not in all): the halo kernel's
+# tall 512-row tiles against 256-row ones at bs 32 (TESSERA_BSCONV_HALO_ROWS), 200 s.
 set -uo pipefail
 bundle=${1:-dist}
 out=${2:-conv_gpu}
@@ -34,6 +35,13 @@ if [[ $part == bench || $part == all ]]; then
     | tee "$out/bench_sm80.txt"
   timeout 100 "$run" bsconv_gpu --path scalar --shapes n32h28c512 --block-sizes 32 --densities 0.25 --repeats 3 \
     --json "$out/bench_scalar.json" | tee "$out/bench_scalar.txt"
+fi
+if [[ $part == rows ]]; then
+  for rows in 256 512; do
+    timeout 100 "$run" bsconv_gpu --halo-rows $rows --block-sizes 32 --densities 0.25,1 \
+      --json "$out/bench_rows$rows.json" | tee "$out/bench_rows$rows.txt"
+  done
+  exit 0
 fi
 if [[ $part == profile ]]; then
   metrics="regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio"
