@@ -137,19 +137,25 @@ __global__ void __launch_bounds__(160)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int row = warp * 16 + g + 8 * hh;
+#pragma unroll
+      for (int c = 0; c < 8; ++c)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) sacc[4 * c + 2 * hh + e] *= scale_log2;
+      if (diagonal)  // the causal mask, on the diagonal block only (the same for the whole warpgroup)
+#pragma unroll
+        for (int c = 0; c < 8; ++c)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            if (8 * c + 2 * t + e > row) sacc[4 * c + 2 * hh + e] = -INFINITY;
       float mx = -INFINITY;
 #pragma unroll
       for (int c = 0; c < 8; ++c)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float& x = sacc[4 * c + 2 * hh + e];
-          x = diagonal && 8 * c + 2 * t + e > row ? -INFINITY : x * scale_log2;
-          mx = fmaxf(mx, x);
-        }
+        for (int e = 0; e < 2; ++e) mx = fmaxf(mx, sacc[4 * c + 2 * hh + e]);
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_new = fmaxf(m[hh], mx);  // finite: key 0 of the block is allowed for every row
-      alpha[hh] = exp2f(m[hh] - m_new);      // 0 on the first block (m = -inf)
+      alpha[hh] = flash::exp2_ftz(m[hh] - m_new);      // 0 on the first block (m = -inf)
       m[hh] = m_new;
       float sum = 0.f;
 #pragma unroll
@@ -157,7 +163,7 @@ __global__ void __launch_bounds__(160)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = sacc[4 * c + 2 * hh + e];
-          x = exp2f(x - m_new);
+          x = flash::exp2_ftz(x - m_new);
           sum += x;
         }
       l[hh] = alpha[hh] * l[hh] + sum;

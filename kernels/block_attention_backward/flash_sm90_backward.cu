@@ -150,10 +150,19 @@ __global__ void __launch_bounds__(kBwdThreads)
     for (int c = 0; c < 8; ++c)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int hh = e / 2, row = warp * 16 + g + 8 * hh, key = 8 * c + 2 * t + (e & 1);
-        const float pr = diagonal && key > row ? 0.f : exp2f(sacc[4 * c + e] * scale_log2 - lse2[hh]);
-        sacc[4 * c + e] = pr * (dp[4 * c + e] - dl[hh]);  // dS
+        float& x = sacc[4 * c + e];
+        x = flash::exp2_ftz(x * scale_log2 - lse2[e / 2]);  // P (before the mask)
       }
+    if (diagonal)  // the causal mask, on the diagonal block only (the same for the whole warpgroup)
+#pragma unroll
+      for (int c = 0; c < 8; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (8 * c + 2 * t + (e & 1) > warp * 16 + g + 8 * (e / 2)) sacc[4 * c + e] = 0.f;  // key > row
+#pragma unroll
+    for (int c = 0; c < 8; ++c)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sacc[4 * c + e] *= dp[4 * c + e] - dl[e / 2];  // dS = P ⊙ (dP − δ)
     wgmma_fence();
     product_rs<T>(acc, sacc, sk(s));  // dQ += dS·K_j
     wgmma_commit();
@@ -244,14 +253,30 @@ __global__ void __launch_bounds__(kBwdThreads)
       for (int c = 0; c < 8; ++c)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int query = 8 * c + 2 * t + e;
-          const float l2 = bl[query] * kLog2e, dq = bd[query];
+          const float l2 = bl[8 * c + 2 * t + e] * kLog2e;
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
-            const int key = warp * 16 + g + 8 * hh, x = 4 * c + 2 * hh + e;
-            const float pr = diagonal && key > query ? 0.f : exp2f(st[x] * scale_log2 - l2);
-            st[x] = pr;                      // Pᵀ
-            dpt[x] = pr * (dpt[x] - dq);     // dSᵀ
+            float& x = st[4 * c + 2 * hh + e];
+            x = flash::exp2_ftz(x * scale_log2 - l2);  // Pᵀ (before the mask)
+          }
+        }
+      if (diagonal)  // the causal mask, on the diagonal block only (the same for the whole warpgroup)
+#pragma unroll
+        for (int c = 0; c < 8; ++c)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh)
+              if (warp * 16 + g + 8 * hh > 8 * c + 2 * t + e) st[4 * c + 2 * hh + e] = 0.f;  // key > query
+#pragma unroll
+      for (int c = 0; c < 8; ++c)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float dq = bd[8 * c + 2 * t + e];
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int x = 4 * c + 2 * hh + e;
+            dpt[x] = st[x] * (dpt[x] - dq);  // dSᵀ (st is now Pᵀ)
           }
         }
       wgmma_fence();
