@@ -92,14 +92,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
-    for (int s = 0; s < stages; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], kConsumerWarps);
-    }
-    for (int s = 0; s < kRing; ++s) {
-      mbar_init(&item_full[s], 1);
-      mbar_init(&item_empty[s], kConsumerWarps);
-    }
+    init_barrier_pairs(full, empty, stages, kConsumerWarps);
+    init_barrier_pairs(item_full, item_empty, kRing, kConsumerWarps);
     fence_barrier_init();
   }
   __syncthreads();
@@ -260,7 +254,7 @@ void launch_dw_halo(const BlockGradient& g, const ConvTiles& ct, int device, cud
   const CUtensorMap map_x = conv_map(g.x, g.in_dtype, g.C, ct.a_ext, BS, ct.halo);
   const CUtensorMap map_dy = conv_map(g.dy, g.in_dtype, g.K, ct.ext, BS, ct.box);
   constexpr auto kernel = &dw_halo_kernel<T, TO, BS>;
-  const int persistent = persistent_grid_sized<kernel>(sm.total, kThreads);
+  const int persistent = persistent_grid<kernel>(sm.total, kThreads);
   const int steps = ct.total_tiles;
   const int chosen = dw_halo_parts(g.col_runs, steps, persistent);
   const int part_steps = (steps + chosen - 1) / chosen;

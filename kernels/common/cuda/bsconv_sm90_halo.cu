@@ -130,18 +130,9 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
 
   const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
-    for (int h = 0; h < Tile::kSlots; ++h) {
-      mbar_init(&halo_full[h], 1);
-      mbar_init(&halo_empty[h], 4 * kWGs);
-    }
-    for (int s = 0; s < stages; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 4 * kWGs);
-    }
-    for (int s = 0; s < kRing; ++s) {
-      mbar_init(&item_full[s], 1);
-      mbar_init(&item_empty[s], 4 * kWGs);
-    }
+    init_barrier_pairs(halo_full, halo_empty, Tile::kSlots, 4 * kWGs);
+    init_barrier_pairs(full, empty, stages, 4 * kWGs);
+    init_barrier_pairs(item_full, item_empty, kRing, 4 * kWGs);
     fence_barrier_init();
   }
   if (threadIdx.x < taps) tap_row[threadIdx.x] = ct.tap_rows(threadIdx.x);  // the only divisions of the walk
@@ -367,7 +358,7 @@ void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
   const CUtensorMap map_w = tensor_map(p.w, p.in_dtype, static_cast<uint64_t>(p.nnz) * BS, BS, BS, BS);
   const CUtensorMap map_out = conv_map(p.out, p.out_dtype, p.out_cols, ct.ext, Tile::kOutCols, half);
   constexpr auto kernel = &halo_kernel<T, TO, BS, kTrans, kWGs, kMTiles, kMode>;
-  const int grid = static_cast<int>(std::min<int64_t>(items, persistent_grid_sized<kernel>(sm.total, Tile::kThreads)));
+  const int grid = static_cast<int>(std::min<int64_t>(items, persistent_grid<kernel>(sm.total, Tile::kThreads)));
   kernel<<<grid, Tile::kThreads, sm.total, stream>>>(map_halo, map_w, map_out, p, static_cast<int>(items), ct, sm);
   TS_CUDA_LAUNCH_CHECK((kTrans ? "bsconv_dx (halo)" : "bsconv (halo)"));
   g_launches.fetch_add(1, std::memory_order_relaxed);

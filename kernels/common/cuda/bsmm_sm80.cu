@@ -653,9 +653,8 @@ void gather_conv(const GatherProduct& p, const ConvIndex& ci, cudaStream_t strea
 // the multiprocessors four times, each part at least 8 steps of 32 positions (a fixed rule of the
 // layout, the shape and the device: the same bits on every run). Without parts a 3x3 filter over
 // a few groups gives fewer thread blocks than multiprocessors, each summing every position.
-int conv_gradient_parts(int64_t blocks, int steps) {
-  int device = 0, sms = 0;
-  TS_CUDA_CHECK(cudaGetDevice(&device));
+int conv_gradient_parts(int64_t blocks, int steps, int device) {
+  int sms = 0;
   TS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   int parts = 1;
   while (parts < 64 && blocks * parts < 4 * sms && steps / (2 * parts) >= 8) parts *= 2;
@@ -666,7 +665,9 @@ void conv_gradient(const BlockGradient& g, const ConvIndex& ci, cudaStream_t str
   if (g.groups == 0) return;
   const int64_t blocks = static_cast<int64_t>(g.groups) * ci.taps;
   const int steps = static_cast<int>((g.n + 31) / 32);  // GradientTile::kKT positions per step
-  const int chosen = conv_gradient_parts(blocks, steps);
+  int device = 0;
+  TS_CUDA_CHECK(cudaGetDevice(&device));
+  const int chosen = conv_gradient_parts(blocks, steps, device);
   const int part_steps = (steps + chosen - 1) / chosen;
   const int parts = (steps + part_steps - 1) / part_steps;  // every part has steps
   TS_CHECK(blocks * parts <= INT32_MAX, ShapeError, "bsconv_dw: too many (block group, tap) pairs for one launch");
@@ -681,8 +682,6 @@ void conv_gradient(const BlockGradient& g, const ConvIndex& ci, cudaStream_t str
       allow_smem<kernel>(Tile::kSmemBytes);
       const Tensor rows_of = conv_rows(ci, g.n, /*from_output=*/true, g.n / ci.out_positions * ci.in_positions, stream);
       const int64_t elems = g.nnz * BS * BS;
-      int device = 0;
-      TS_CUDA_CHECK(cudaGetDevice(&device));
       Tensor partial;  // freed in stream order after the kernels below
       if (parts > 1) partial = empty({parts * elems}, TensorOptions(DType::f32).device(Device::cuda(device)));
       kernel<<<static_cast<unsigned>(blocks * parts), kThreads, Tile::kSmemBytes, stream>>>(

@@ -103,28 +103,11 @@ CUtensorMap conv_map(const void* base, DType dt, uint64_t channels, const int32_
 }
 
 
-/// Thread blocks of `kernel` that fit on one multiprocessor, times the multiprocessors.
+/// Thread blocks of `kernel` that fit on one multiprocessor, times the multiprocessors, for
+/// `smem_bytes` of dynamic shared memory (it sets the kernel's limit): asked again only when the
+/// size differs from the last call's (the halo kernels' sizes depend on the call).
 template <auto Kernel>
 int persistent_grid(int smem_bytes, int threads = kThreads) {
-  static std::atomic<int> cached{0};
-  int v = cached.load(std::memory_order_relaxed);
-  if (v > 0) return v;
-  int device = 0, sms = 0, per_sm = 0;
-  TS_CUDA_CHECK(cudaGetDevice(&device));
-  TS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  TS_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-  TS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, threads, smem_bytes));
-  v = sms * (per_sm > 0 ? per_sm : 1);
-  cached.store(v, std::memory_order_relaxed);
-  return v;
-}
-
-
-/// persistent_grid for kernels whose dynamic shared memory depends on the call (the halo kernels):
-/// the limit set and the occupancy asked only when the size differs from the last call's (the
-/// limit set is always the cached size's).
-template <auto Kernel>
-int persistent_grid_sized(int smem_bytes, int threads) {
   static std::atomic<int64_t> cached{0};  // (smem_bytes << 32) | grid
   const int64_t c = cached.load(std::memory_order_relaxed);
   if (c > 0 && (c >> 32) == smem_bytes) return static_cast<int>(c & 0xffffffff);
@@ -136,6 +119,16 @@ int persistent_grid_sized(int smem_bytes, int threads) {
   const int grid = sms * (per_sm > 0 ? per_sm : 1);
   cached.store((static_cast<int64_t>(smem_bytes) << 32) | grid, std::memory_order_relaxed);
   return grid;
+}
+
+/// Thread 0's set-up of `n` full/empty barrier pairs (pipeline stages, work-item ring slots): full
+/// completes on the producer's one arrival (and its copies' bytes), empty on one arrival per
+/// consumer warp. fence_barrier_init() after the last pair.
+__device__ __forceinline__ void init_barrier_pairs(uint64_t* full, uint64_t* empty, int n, int consumer_warps) {
+  for (int s = 0; s < n; ++s) {
+    mbar_init(&full[s], 1);
+    mbar_init(&empty[s], consumer_warps);
+  }
 }
 
 

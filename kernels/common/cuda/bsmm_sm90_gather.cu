@@ -143,14 +143,8 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
 
   const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 4 * kWGs);
-    }
-    for (int s = 0; s < kRing; ++s) {
-      mbar_init(&item_full[s], 1);
-      mbar_init(&item_empty[s], 4 * kWGs);
-    }
+    init_barrier_pairs(full, empty, kStages, 4 * kWGs);
+    init_barrier_pairs(item_full, item_empty, kRing, 4 * kWGs);
     for (int s = 0; s < kChunks; ++s) {
       mbar_init(&chunk_full[s], 32);
       mbar_init(&chunk_empty[s], 32);

@@ -83,14 +83,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], kConsumerWarps);
-    }
-    for (int s = 0; s < kRing; ++s) {
-      mbar_init(&item_full[s], 1);
-      mbar_init(&item_empty[s], kConsumerWarps);
-    }
+    init_barrier_pairs(full, empty, kStages, kConsumerWarps);
+    init_barrier_pairs(item_full, item_empty, kRing, kConsumerWarps);
     fence_barrier_init();
   }
   __syncthreads();
