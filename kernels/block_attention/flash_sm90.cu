@@ -132,15 +132,14 @@ __global__ void __launch_bounds__(160)
     wgmma_commit();
   };
   // The online softmax of S_n in place (S becomes P); alpha = 2^(m_old − m_new) per row; l updated.
+  // m is in log2 units (scores × scale·log2 e); the scale enters with the subtraction of the max,
+  // x·scale − m_new in one FFMA (the max of the raw scores, then scaled: the same bits as the max
+  // of the scaled ones, the scale being positive).
   auto softmax = [&](int n) {
     const bool diagonal = key_blocks[begin + n] == i;
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int row = warp * 16 + g + 8 * hh;
-#pragma unroll
-      for (int c = 0; c < 8; ++c)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) sacc[4 * c + 2 * hh + e] *= scale_log2;
       if (diagonal)  // the causal mask, on the diagonal block only (the same for the whole warpgroup)
 #pragma unroll
         for (int c = 0; c < 8; ++c)
@@ -154,8 +153,8 @@ __global__ void __launch_bounds__(160)
         for (int e = 0; e < 2; ++e) mx = fmaxf(mx, sacc[4 * c + 2 * hh + e]);
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[hh], mx);  // finite: key 0 of the block is allowed for every row
-      alpha[hh] = flash::exp2_ftz(m[hh] - m_new);      // 0 on the first block (m = -inf)
+      const float m_new = fmaxf(m[hh], mx * scale_log2);  // finite: key 0 of the block is allowed for every row
+      alpha[hh] = flash::exp2_ftz(m[hh] - m_new);         // 0 on the first block (m = -inf)
       m[hh] = m_new;
       float sum = 0.f;
 #pragma unroll
@@ -163,7 +162,7 @@ __global__ void __launch_bounds__(160)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = sacc[4 * c + 2 * hh + e];
-          x = flash::exp2_ftz(x - m_new);
+          x = flash::exp2_ftz(fmaf(x, scale_log2, -m_new));
           sum += x;
         }
       l[hh] = alpha[hh] * l[hh] + sum;

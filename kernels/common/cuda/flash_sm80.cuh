@@ -48,11 +48,12 @@ __device__ __forceinline__ int swizzled_key(int nt, int e, int t) {
 /// range check and two multiplies around it for results below 2^-126, which it returns as
 /// subnormals; here they are 0 (a probability under 1e-38 beside the row's maximum, 1). Every
 /// other result has the same bits as exp2f's; 2^-inf = 0 (the masked scores). The sm_90a
-/// kernels use it (with the causal mask applied on diagonal blocks only, a branch the whole
-/// warpgroup takes alike): per 64-key block, bf16, D 64, by scripts/sass.py, the forward's loop
-/// 490 -> 308 instructions, dK/dV's 772 -> about 404, whose wgmmas ptxas no longer serializes
-/// (C7520 gone), dQ's 574 -> about 310. The mma.sync kernels keep exp2f (with the bare ex2 one
-/// of their dQ variants spilled).
+/// kernels use it, with the causal mask applied on diagonal blocks only (a branch the whole
+/// warpgroup takes alike): per 64-key block of a warp (bf16, D 64, scripts/sass.py) the
+/// forward's loop went from 490 to 278 instructions (with the scale folded into the subtraction
+/// of the max), dK/dV's from 772 to about 404 (its wgmmas no longer serialized: C7520 gone) and
+/// dQ's from 574 to about 310. The mma.sync kernels keep exp2f (with the bare ex2 one of their
+/// dQ variants spilled).
 __device__ __forceinline__ float exp2_ftz(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
