@@ -250,16 +250,18 @@ __global__ void __launch_bounds__(kBwdThreads)
       const float* bl = slse(s);
       const float* bd = sdl(s);
 #pragma unroll
-      for (int c = 0; c < 8; ++c)
+      for (int c = 0; c < 8; ++c) {
+        const float2 lc = ld_shared2(bl + 8 * c + 2 * t);  // the stage's lse of queries 8c + 2t, +1
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float l2 = bl[8 * c + 2 * t + e] * kLog2e;
+          const float l2 = (e == 0 ? lc.x : lc.y) * kLog2e;
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
             float& x = st[4 * c + 2 * hh + e];
             x = flash::exp2_ftz(x * scale_log2 - l2);  // Pᵀ (before the mask)
           }
         }
+      }
       if (diagonal)  // the causal mask, on the diagonal block only (the same for the whole warpgroup)
 #pragma unroll
         for (int c = 0; c < 8; ++c)
@@ -269,16 +271,18 @@ __global__ void __launch_bounds__(kBwdThreads)
             for (int hh = 0; hh < 2; ++hh)
               if (warp * 16 + g + 8 * hh > 8 * c + 2 * t + e) st[4 * c + 2 * hh + e] = 0.f;  // key > query
 #pragma unroll
-      for (int c = 0; c < 8; ++c)
+      for (int c = 0; c < 8; ++c) {
+        const float2 dc = ld_shared2(bd + 8 * c + 2 * t);  // their δ
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float dq = bd[8 * c + 2 * t + e];
+          const float dq = e == 0 ? dc.x : dc.y;
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
             const int x = 4 * c + 2 * hh + e;
             dpt[x] = st[x] * (dpt[x] - dq);  // dSᵀ (st is now Pᵀ)
           }
         }
+      }
       wgmma_fence();
       product_rs<T>(acc_dv, st, sg(s));   // dV += Pᵀ·dO_i
       product_rs<T>(acc_dk, dpt, sq(s));  // dK += dSᵀ·Q_i

@@ -39,6 +39,12 @@ __device__ __forceinline__ int32_t ld_shared(const int32_t* p) {
   asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(smem_addr(p)));
   return v;
 }
+/// p[0], p[1] for p in shared memory, 8-byte aligned, as ld_shared.
+__device__ __forceinline__ float2 ld_shared2(const float* p) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(smem_addr(p)));
+  return v;
+}
 
 // ---- mbarriers ----
 
