@@ -126,6 +126,11 @@ TS_CONV_HD int swizzled_offset(int row, int chunk, int row_bytes) {
   return byte ^ (((byte >> 7) & (row_bytes / 16 - 1)) << 4);
 }
 
+/// The same lane's offset at k16 slice kk of the row, from its offset at slice 0 (chunk 0 or 1):
+/// chunk c + 2·kk = c | 2·kk, and the swizzle XORs the chunk with row bits, so the offset is
+/// off0 XOR 32·kk (rows of 2·kk + 2 chunks or more: every slice of a block's row).
+TS_CONV_HD int swizzled_slice(int off0, int kk) { return off0 ^ (32 * kk); }
+
 /// The halo kernels' ldmatrix x4 lanes (an A fragment of 16 rows × 16 columns per warp: a0 rows
 /// 0-7 / columns 0-7, a1 rows 8-15, a2 columns 8-15, a3 both, the lanes 8j .. 8j + 7 giving the
 /// addresses of matrix j's rows):

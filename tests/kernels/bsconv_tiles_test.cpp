@@ -247,10 +247,14 @@ TEST(ConvTiles, HaloLanesLoadTheAFragmentsOfEveryTap) {
                     const int first = c * wg_rows + mi * 64 + w * 16;  // the warp's first tile row
                     std::vector<int> lane_byte(32);
                     for (int lane = 0; lane < 32; ++lane) {
-                      int row, chunk;
+                      int row, chunk, chunk0;
                       halo_a_lane(lane, kk, row, chunk);
-                      lane_byte[static_cast<size_t>(lane)] =
-                          swizzled_offset(ct.halo_row(first + row) + ct.tap_rows(t), chunk, 2 * bs);
+                      halo_a_lane(lane, 0, row, chunk0);
+                      const int hrow = ct.halo_row(first + row) + ct.tap_rows(t);
+                      // the kernel's address: slice 0's offset, moved to slice kk (swizzled_slice)
+                      lane_byte[static_cast<size_t>(lane)] = swizzled_slice(swizzled_offset(hrow, chunk0, 2 * bs), kk);
+                      ASSERT_EQ(lane_byte[static_cast<size_t>(lane)], swizzled_offset(hrow, chunk, 2 * bs))
+                          << what << " lane " << lane << " slice " << kk;
                     }
                     box.ldmatrix(lane_byte, false, regs);
                     for (int lane = 0; lane < 32; ++lane) {

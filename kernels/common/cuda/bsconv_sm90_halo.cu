@@ -203,9 +203,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
   for (int mi = 0; mi < kMTiles; ++mi)
     base_row[mi] = ct.halo_row(c * Tile::kWgRows + mi * 64 + (kMode == AMode::rs ? warp * 16 + lane_row : 0));
   // The address of (halo row, this lane's chunk of k16 slice kk) in a halo box, swizzled as TMA wrote it.
-  auto a_at = [&](const uint8_t* box, int row, int kk) {
-    return box + swizzled_offset(row, lane_chunk0 + 2 * kk, kRowBytes);
-  };
+  auto a_off = [&](int row) { return swizzled_offset(row, lane_chunk0, kRowBytes); };  // at slice 0
   // A step: tap `walk.tap` of a list entry, its halo box in slot h, its weight block in stage s.
   struct Step {
     int h, shift, s;
@@ -284,9 +282,11 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
       auto load_a = [&](uint32_t(&a)[BS / 16][kMTiles][4], const Step& st) {
         const uint8_t* box = halo(st.h);
 #pragma unroll
-        for (int kk = 0; kk < BS / 16; ++kk)
+        for (int mi = 0; mi < kMTiles; ++mi) {
+          const int off0 = a_off(base_row[mi] + st.shift);
 #pragma unroll
-          for (int mi = 0; mi < kMTiles; ++mi) sm80::ldmatrix_x4(a[kk][mi], a_at(box, base_row[mi] + st.shift, kk));
+          for (int kk = 0; kk < BS / 16; ++kk) sm80::ldmatrix_x4(a[kk][mi], box + swizzled_slice(off0, kk));
+        }
       };
       auto issue = [&](const uint32_t(&a)[BS / 16][kMTiles][4], const Step& st) {
         wgmma_fence();
