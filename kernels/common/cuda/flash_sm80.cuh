@@ -51,7 +51,7 @@ __device__ __forceinline__ int swizzled_key(int nt, int e, int t) {
 /// kernels use it, with the causal mask applied on diagonal blocks only (a branch the whole
 /// warpgroup takes alike): per 64-key block of a warp (bf16, D 64, scripts/sass.py) the
 /// forward's loop went from 490 to 278 instructions (with the scale folded into the subtraction
-/// of the max), dK/dV's from 772 to about 404 (its wgmmas no longer serialized: C7520 gone) and
+/// of the max), dK/dV's from 772 to about 390 (its wgmmas no longer serialized: C7520 gone) and
 /// dQ's from 574 to about 310. The mma.sync kernels keep exp2f (with the bare ex2 one of their
 /// dQ variants spilled).
 __device__ __forceinline__ float exp2_ftz(float x) {
