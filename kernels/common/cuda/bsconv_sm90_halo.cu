@@ -220,10 +220,11 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     return st;
   };
   // B as the gather kernel's: dx K-major (rows of W are n), fwd MN-major (rows of W are k).
+  const uint64_t b_desc0 = kTransW ? make_desc(wblock(0), 16, 8 * kRowBytes, kRowBytes)
+                                    : make_desc(wblock(0), Tile::kWBytes, 8 * kRowBytes, kRowBytes);
   auto b_desc = [&](int s, int kk) {
-    const uint8_t* wb = wblock(s);
-    return kTransW ? make_desc(wb + kk * 32, 16, 8 * kRowBytes, kRowBytes)
-                   : make_desc(wb + kk * 16 * kRowBytes, Tile::kWBytes, 8 * kRowBytes, kRowBytes);
+    const uint32_t bytes = static_cast<uint32_t>(s * Tile::kWBytes + kk * (kTransW ? 32 : 16 * kRowBytes));
+    return (b_desc0 & 0xFFFFFFFF00000000ull) | static_cast<uint32_t>(static_cast<uint32_t>(b_desc0) + (bytes >> 4));
   };
   // Lane 0 releases a step's weight stage, and after its entry's last tap the halo slot (the
   // whole warp's reads of them came first: callers __syncwarp).
