@@ -254,6 +254,44 @@ TEST(CudaFlashAttention, TwoRunsGiveTheSameBits) {
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(gpu_test::same_bits(a[i], b[i])) << "gradient " << i;
 }
 
+// Rows of many blocks and sharp scores, as in training at long context: T 2048 (32 blocks of 64,
+// 16 of 128), q scaled by 4 (scores of standard deviation 4: a few keys take most of each row's
+// weight), dense causal, fixed and strided with stride 8 blocks as train_transformer's runs use.
+// Forward (o, lse) and backward (dq, dk, dv) of the default kernels (the sm_90a ones where the GPU
+// has them) and of the mma.sync ones against the f64 CPU reference.
+TEST(CudaFlashAttention, LongRowsWithSharpScoresMatchTheCpu) {
+  REQUIRE_GPU();
+  const int64_t T = 2048, H = 2, D = 64;
+  uint64_t seed = 9700;
+  for (int64_t bs : {64, 128})
+    for (const AttentionLayoutPtr& l : {AttentionLayout::dense_causal(T, bs, H), AttentionLayout::fixed(T, bs, H, 8, 1),
+                                        AttentionLayout::strided(T, bs, H, 8)}) {
+      const Shape s{1, H, T, D};
+      const DType dt = DType::bf16;
+      const Tensor q = cast(mul(random(s, seed += 4, DType::f64), 4.0), dt);
+      const std::vector<Tensor> qkv{q, random(s, seed + 1, dt), random(s, seed + 2, dt)};
+      const Tensor g = random(s, seed + 3, dt);
+      std::vector<Tensor> in64;
+      for (const Tensor& t : qkv) in64.push_back(cast(t, DType::f64));
+      const std::vector<Tensor> fwd = call<op::BlockAttention>({l, 0}, in64);
+      const std::vector<Tensor> want =
+          call<op::BlockAttentionBackward>({l, 0}, {cast(g, DType::f64), in64[0], in64[1], in64[2], fwd[0], fwd[1]});
+      const std::vector<Tensor> in{g, qkv[0], qkv[1], qkv[2], cast(fwd[0], dt), cast(fwd[1], DType::f32)};
+      for (const char* path : {"default", "sm80"}) {
+        if (std::string(path) == "sm80") setenv("TESSERA_ATTENTION_PATH", "sm80", 1);
+        const std::string what = l->str() + " bs " + std::to_string(bs) + ", path " + path;
+        const std::vector<Tensor> o = run_on_gpu_host<op::BlockAttention>({l, 0}, qkv);
+        EXPECT_TRUE(close_to(cast(o[0], DType::f64), fwd[0], 2e-2)) << "o, " << what;
+        EXPECT_TRUE(close_to(cast(o[1], DType::f64), fwd[1], 1e-4)) << "lse, " << what;
+        const std::vector<Tensor> got = run_on_gpu_host<op::BlockAttentionBackward>({l, 0}, in);
+        const char* names[] = {"dq", "dk", "dv"};
+        for (int k = 0; k < 3; ++k)
+          EXPECT_TRUE(close_to(cast(got[k], DType::f64), want[k], 3e-2)) << names[k] << ", " << what;
+        unsetenv("TESSERA_ATTENTION_PATH");
+      }
+    }
+}
+
 TEST(CudaFlashAttention, GradientsThroughAutogradMatchTheCpu) {
   REQUIRE_GPU();
   const AttentionLayoutPtr l = AttentionLayout::fixed(4 * 32, 32, 2, 2, 1);
