@@ -9,12 +9,14 @@ namespace {
 void check_step(int64_t t) { TS_CHECK(t >= 0, ValueError, "lr schedule: step must be >= 0, got " << t); }
 }  // namespace
 
-ConstantLR::ConstantLR(double lr) : lr_(lr) {
+ConstantLR::ConstantLR(double lr, int64_t warmup_steps) : lr_(lr), warmup_(warmup_steps) {
   TS_CHECK(std::isfinite(lr) && lr >= 0, ValueError, "ConstantLR: lr must be finite and >= 0, got " << lr);
+  TS_CHECK(warmup_steps >= 0, ValueError, "ConstantLR: warmup_steps must be >= 0, got " << warmup_steps);
 }
 
 double ConstantLR::lr_at(int64_t t) const {
   check_step(t);
+  if (warmup_ > 0 && t <= warmup_) return lr_ * static_cast<double>(t) / static_cast<double>(warmup_);
   return lr_;
 }
 

@@ -11,7 +11,8 @@
 //   t <= W (W > 0):  peak · t / W                       (linear warmup: peak/W at t = 1, peak at t = W)
 //   W < t < T:       floor + (peak - floor) · f((t - W) / (T - W))
 //   t >= T:          floor
-// with f(x) = 1 - x (WarmupLinear) or (1 + cos(πx)) / 2 (WarmupCosine).
+// with f(x) = 1 - x (WarmupLinear) or (1 + cos(πx)) / 2 (WarmupCosine). ConstantLR(lr, W) is
+// lr · t / W for t <= W and lr after it (no warmup for W = 0).
 #pragma once
 
 #include <cstdint>
@@ -30,15 +31,16 @@ class LRSchedule {
   void apply(Optimizer& opt) const { opt.set_lr(lr_at(opt.step_count() + 1)); }
 };
 
-/// The same lr at every step.
+/// Linear warmup over warmup_steps (none by default), then the same lr at every step.
 class ConstantLR : public LRSchedule {
  public:
-  /// ValueError unless lr is finite and >= 0.
-  explicit ConstantLR(double lr);
+  /// ValueError unless lr is finite and >= 0 and warmup_steps >= 0.
+  explicit ConstantLR(double lr, int64_t warmup_steps = 0);
   double lr_at(int64_t t) const override;
 
  private:
   double lr_;
+  int64_t warmup_;
 };
 
 /// Linear warmup to `peak`, then a decay to `floor` at total_steps (see the top of this file).

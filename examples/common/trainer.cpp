@@ -51,8 +51,9 @@ void add_trainer_flags(CLI::App& app, TrainerFlags& f) {
   g->add_option("--batch", f.batch, "sequences per batch")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   g->add_option("--seq", f.seq, "tokens per sequence")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   g->add_option("--lr", f.lr, "peak learning rate")->check(CLI::Range(0.0, 10.0))->capture_default_str();
-  g->add_option("--warmup", f.warmup, "linear warm-up steps")->check(CLI::NonNegativeNumber)->capture_default_str();
-  g->add_option("--schedule", f.schedule, "learning-rate schedule")
+  g->add_option("--warmup", f.warmup, "linear warm-up steps (every schedule)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  g->add_option("--schedule", f.schedule, "after the warm-up: cosine or linear decay to lr/10 at --steps, or constant")
       ->check(CLI::IsMember({"cosine", "linear", "constant"}))->capture_default_str();
   g->add_option("--clip", f.clip, "gradient-norm clip (0: off)")->check(CLI::NonNegativeNumber)->capture_default_str();
   g->add_option("--optimizer", f.optimizer, "optimizer")
@@ -283,8 +284,10 @@ Optimizers make_optimizers(const TrainerFlags& f, const std::vector<graph::Named
 }
 
 std::unique_ptr<optim::LRSchedule> make_schedule(const TrainerFlags& f) {
+  // The constant schedule's warm-up does not depend on --steps, so a run resumed with another
+  // --steps follows the same rates; a decay needs its warm-up within the total.
+  if (f.schedule == "constant") return std::make_unique<optim::ConstantLR>(f.lr, f.warmup);
   const int64_t warmup = std::min(f.warmup, f.steps);
-  if (f.schedule == "constant") return std::make_unique<optim::ConstantLR>(f.lr);
   if (f.schedule == "linear") return std::make_unique<optim::WarmupLinear>(f.lr, warmup, f.steps, f.lr / 10);
   return std::make_unique<optim::WarmupCosine>(f.lr, warmup, f.steps, f.lr / 10);
 }

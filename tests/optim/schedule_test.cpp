@@ -22,6 +22,15 @@ TEST(Schedule, Constant) {
   for (int64_t t : {0, 1, 7, 1000000}) EXPECT_EQ(c.lr_at(t), 3e-4);
 }
 
+TEST(Schedule, ConstantAfterWarmup) {
+  ConstantLR c(1e-3, 200);
+  EXPECT_EQ(c.lr_at(0), 0.0);
+  EXPECT_DOUBLE_EQ(c.lr_at(1), 5e-6);
+  EXPECT_DOUBLE_EQ(c.lr_at(100), 5e-4);
+  EXPECT_DOUBLE_EQ(c.lr_at(200), 1e-3);  // end of warmup: the lr
+  for (int64_t t : {201, 5000, 1000000}) EXPECT_EQ(c.lr_at(t), 1e-3);
+}
+
 TEST(Schedule, WarmupLinearBoundaries) {
   // peak 1e-3, warmup 10, total 110, floor 1e-4: the decay covers 100 steps.
   WarmupLinear s(1e-3, 10, 110, 1e-4);
@@ -77,6 +86,7 @@ TEST(Schedule, ApplySetsTheNextStepsRate) {
 
 TEST(Schedule, Errors) {
   expect_error<ValueError>([] { ConstantLR(-1.0); }, {"ConstantLR", "lr"});
+  expect_error<ValueError>([] { ConstantLR(1.0, -1); }, {"ConstantLR", "warmup_steps"});
   expect_error<ValueError>([] { WarmupLinear(1.0, 10, 5); }, {"warmup_steps", "total_steps"});
   expect_error<ValueError>([] { WarmupCosine(1.0, -1, 5); }, {"warmup_steps"});
   expect_error<ValueError>([] { WarmupCosine(1.0, 1, 5, 2.0); }, {"floor", "peak"});
