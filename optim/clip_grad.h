@@ -25,6 +25,17 @@ namespace optim {
 /// can be traced.
 Tensor global_grad_norm(const std::vector<Tensor>& grads);
 
+/// The output under which a compiled step gives the global gradient norm its update clipped with
+/// (CompiledStep::fetch; present when the step's updater clips).
+inline constexpr const char* kGradNormOutput = "optim/grad_norm";
+
+/// Reports the norm an update clips with: in a traced step it becomes the step's output
+/// kGradNormOutput; eagerly it is stored in `last` (read it with grad_norm_value).
+void report_grad_norm(const Tensor& norm, Tensor& last);
+
+/// The value of a norm report_grad_norm stored (a copy to the host), NaN when none is.
+double grad_norm_value(const Tensor& last);
+
 /// The clip factor for a 0-d f64 `norm`: min(1, max_norm / (norm + 1e-6)) when norm is finite,
 /// 1 otherwise; a 0-d f64 tensor. Made of ops only.
 Tensor clip_factor(const Tensor& norm, double max_norm);

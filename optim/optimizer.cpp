@@ -57,8 +57,13 @@ Tensor Optimizer::step_clip_factor(const std::vector<Tensor>& grads) {
            "optimizer: got " << grads.size() << " gradients for " << params_.size() << " parameters");
   // The clip factor comes from every gradient of the step, before any update.
   const bool any = std::any_of(grads.begin(), grads.end(), [](const Tensor& g) { return g.defined(); });
-  return clip_norm_ > 0 && any ? clip_factor(global_grad_norm(grads), clip_norm_) : Tensor();
+  if (clip_norm_ <= 0 || !any) return Tensor();
+  const Tensor norm = global_grad_norm(grads);
+  report_grad_norm(norm, last_grad_norm_);
+  return clip_factor(norm, clip_norm_);
 }
+
+double Optimizer::last_grad_norm() const { return grad_norm_value(last_grad_norm_); }
 
 template <class Fn>
 void Optimizer::for_each_update(const std::vector<Tensor>& grads, const Tensor& lr, const Tensor& step, Fn&& fn) {

@@ -65,6 +65,9 @@ class Optimizer : public ParamUpdater {
   /// step keeps the setting it was traced with. ValueError unless max_norm >= 0.
   void set_clip_norm(double max_norm);
   double clip_norm() const { return clip_norm_; }
+  /// The global gradient norm (before clipping) of the last eager update that clipped; NaN when
+  /// none has. A compiled step gives its own as the output optim::kGradNormOutput.
+  double last_grad_norm() const;
 
   /// Every state tensor (e.g. momentum buffers), in a fixed order; for tracing and checkpoints.
   /// Optimizers with per-parameter state list it state-major: state()[k * params().size() + i]
@@ -105,6 +108,7 @@ class Optimizer : public ParamUpdater {
   double clip_norm_ = 0;
 
  private:
+  Tensor last_grad_norm_;  // of the last eager update that clipped (0-d f64)
   // Calls fn(i, update_scaled(i, grads[i], lr, step, clip factor or none)) for each defined
   // gradient, in order.
   template <class Fn>

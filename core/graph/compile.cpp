@@ -74,6 +74,8 @@ void CompiledStep::launch(const std::map<std::string, Tensor>& inputs) {
 
 Tensor CompiledStep::fetch(const std::string& name) const { return current_->fetch(name); }
 
+bool CompiledStep::has_output(const std::string& name) const { return current_->graph().find_output(name) >= 0; }
+
 std::string CompiledStep::summary() const {
   return current_->graph().summary() + "memory: " + current_->plan().summary() + "\n";
 }

@@ -51,6 +51,8 @@ class CompiledStep {
   /// Copy of a named output of the last run: "loss", a mark_output() name, or "grad/<param>"
   /// without an updater.
   Tensor fetch(const std::string& name) const;
+  /// Whether the step has the output `name` (fetch() throws for one it has not).
+  bool has_output(const std::string& name) const;
 
   /// The plan used by the last run (or built by the constructor).
   const graph::Executor& executor() const { return *current_; }

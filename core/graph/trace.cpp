@@ -291,6 +291,8 @@ void mark_output(const std::string& name, const Tensor& t) {
   if (g_active) g_active->mark_output(name, t);
 }
 
+bool tracing() { return g_active != nullptr; }
+
 Graph trace_step(const LossFn& loss_fn, const std::vector<std::pair<std::string, TensorMeta>>& inputs,
                  const std::vector<NamedParam>& params, ParamUpdater* updater, Generator* rng) {
   Graph g;

@@ -43,6 +43,10 @@ Graph trace_step(const LossFn& loss_fn, const std::vector<std::pair<std::string,
 /// ValueError when the name is empty, "loss", starts with "grad/", or is marked twice.
 void mark_output(const std::string& name, const Tensor& t);
 
+/// Whether a step is being traced on this thread (inside trace_step's loss function, backward
+/// or update): tensors made then are symbolic and hold no values.
+bool tracing();
+
 /// Begin/end of a recompute region in the active trace (no-ops when not tracing); prefer recompute().
 void begin_recompute_region();
 void end_recompute_region();

@@ -114,6 +114,7 @@ class LstmTask : public train::TrainTask {
   }
 
   int64_t tokens_per_step() const override { return world_ * f_.batch * f_.seq; }
+  double last_grad_norm() const override { return train::last_step_grad_norm(step_ ? &*step_ : nullptr, opt_); }
 
   // Random validation windows from a fixed seed (the same windows at every evaluation), zero state.
   double evaluate(int64_t batches) override {

@@ -70,7 +70,7 @@ void RunFolder::log(const nlohmann::json& row) {
   TS_CHECK(metrics_.good(), IOError, "cannot write '" << path("metrics.jsonl") << "'");
   const double wall = logging::EventWriter::now();
   const int64_t step = row["step"].get<int64_t>();
-  for (const char* key : {"train_loss", "val_loss", "lr", "tokens_per_s"})
+  for (const char* key : {"train_loss", "val_loss", "lr", "tokens_per_s", "grad_norm"})
     if (row.contains(key) && row[key].is_number()) events_->add_scalar(key, row[key].get<double>(), step, wall);
   add_to_curves(row);
 }

@@ -2,7 +2,9 @@
 //   config.json        the run's configuration (written once, atomically)
 //   metrics.jsonl      one JSON object per logged step: step, train_loss, lr, tokens_per_s,
 //                      elapsed_s (wall time since the loop started), train_s (the same less the
-//                      evaluations: what time_limit_s counts), and val_loss on evaluation steps
+//                      evaluations: what time_limit_s counts), grad_norm (the global gradient
+//                      norm before clipping, when the task measures it), and val_loss on
+//                      evaluation steps
 //   events.out.tfevents.*   TensorBoard scalars: the same metrics (core/logging/event_writer.h)
 //   loss.svg           train and val loss curves, redrawn at each evaluation
 //   samples.txt        text samples appended at each evaluation (when the task makes them)

@@ -13,15 +13,22 @@
 #include <sstream>
 
 #include "core/distributed/data_parallel.h"
+#include "core/graph/compile.h"
 #include "core/error.h"
 #include "models/model_checkpoint.h"
 #include "models/train/run_folder.h"
 #include "models/train/stop_signal.h"
+#include "optim/clip_grad.h"
 
 namespace fs = std::filesystem;
 
 namespace tessera {
 namespace train {
+
+double last_step_grad_norm(const CompiledStep* step, const optim::Optimizer& opt) {
+  if (step && step->has_output(optim::kGradNormOutput)) return step->fetch(optim::kGradNormOutput).item<double>();
+  return opt.last_grad_norm();
+}
 
 void TrainOptions::validate() const {
   TS_CHECK(!out.empty(), ValueError, "TrainOptions: out (the run folder) must not be empty");
@@ -128,6 +135,8 @@ class Loop {
                               {"tokens_per_s", (step_ - last_log_step) * task_.tokens_per_step() /
                                                    std::max(1e-9, now - last_log_t)},
                               {"elapsed_s", now}, {"train_s", now - eval_s}};
+        const double grad_norm = task_.last_grad_norm();
+        if (std::isfinite(grad_norm)) row["grad_norm"] = grad_norm;
         last_log_step = step_;
         last_log_t = now;
         if (eval) {
@@ -143,6 +152,7 @@ class Loop {
         if (!tty && !o_.quiet) {
           std::cout << "step " << step_ << "/" << o_.steps << "  loss " << fmt(loss, 4) << "  lr " << lr << "  "
                     << fmt(tok_s, 0) << " tok/s  " << fmt(now, 1) << "s";
+          if (row.contains("grad_norm")) std::cout << "  grad_norm " << fmt(row["grad_norm"].get<double>(), 3);
           if (eval) std::cout << "  val_loss " << fmt(res_.val_loss, 4);
           std::cout << "\n" << std::flush;
         }

@@ -54,7 +54,15 @@
 #include "optim/zero.h"
 
 namespace tessera {
+class CompiledStep;
+
 namespace train {
+
+/// The global gradient norm (before clipping) of a task's last step: the compiled step's output
+/// optim::kGradNormOutput when it has one (its updater clips), else the optimizer's last eager
+/// one (eager steps, and the eager update after micro-batches); NaN without clipping. What
+/// TrainTask::last_grad_norm returns for tasks that run `step` (null: eager) and `opt`.
+double last_step_grad_norm(const CompiledStep* step, const optim::Optimizer& opt);
 
 /// What one training step is, and the state it must keep across a resume.
 class TrainTask {
@@ -62,6 +70,9 @@ class TrainTask {
   virtual ~TrainTask() = default;
   /// One optimizer update (the learning rate is already set); returns the training loss.
   virtual double train_step() = 0;
+  /// The global gradient norm of the last train_step, before clipping; NaN when the step does
+  /// not measure it (the default; the window tasks measure it when the optimizer clips).
+  virtual double last_grad_norm() const { return std::numeric_limits<double>::quiet_NaN(); }
   /// Tokens (or examples) consumed by one train_step(): the progress line's rate.
   virtual int64_t tokens_per_step() const = 0;
   /// Mean validation loss over `batches` batches (no parameter changes).

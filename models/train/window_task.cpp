@@ -132,6 +132,8 @@ int64_t WindowTask::tokens_per_step() const {
   return options_.micro_batches * sampler_.batch() * sampler_.seq();  // every rank's (the global batch)
 }
 
+double WindowTask::last_grad_norm() const { return last_step_grad_norm(step_ ? &*step_ : nullptr, opt_); }
+
 double WindowTask::train_step() {
   if (options_.micro_batches > 1) return global_mean(accumulate_step());
   const data::Batch b = local(sampler_.next());

@@ -92,6 +92,8 @@ class WindowTask : public TrainTask {
 
   double train_step() override;
   int64_t tokens_per_step() const override;
+  /// last_step_grad_norm of this task's step and optimizer.
+  double last_grad_norm() const override;
   double evaluate(int64_t batches) override;
   /// evaluate's windows over options.test (NaN when it is null or not longer than a window).
   double evaluate_test(int64_t batches) override;

@@ -1,8 +1,10 @@
 // Every optimizer in a compiled training step (core/graph/compile.h) against eager steps:
 // losses, parameters and state bitwise equal on the CPU, with global-norm clipping inside the
-// update (active and inactive) and parameter groups whose order differs from the model's.
+// update (active and inactive; the norm it clips with, eager and as the step's output) and
+// parameter groups whose order differs from the model's.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <map>
 #include <string>
@@ -54,19 +56,27 @@ void expect_same_training(const Options& options, double clip_norm, int steps = 
   opt_traced.set_clip_norm(clip_norm);
   const Inputs in = batch();
   CompiledStep step = compile(traced.loss, traced.params, &opt_traced, in);
+  EXPECT_EQ(step.has_output(optim::kGradNormOutput), clip_norm > 0);
   for (int s = 0; s < steps; ++s) {
     Tensor loss = eager.loss(in);
     loss.backward();
+    std::vector<Tensor> grads;
+    for (const auto& p : eager.params) grads.push_back(p.tensor.grad());
+    const double norm = optim::global_grad_norm(grads).item<double>();
+    // The first step's gradients are big enough for the small clip norm to engage.
     if (s == 0 && clip_norm > 0) {
-      // The first step's gradients are big enough for the small clip norm to engage.
-      std::vector<Tensor> grads;
-      for (const auto& p : eager.params) grads.push_back(p.tensor.grad());
-      const double norm = optim::global_grad_norm(grads).item<double>();
       EXPECT_EQ(norm > clip_norm, clip_norm < 1.0) << "norm " << norm;
     }
     opt_eager.step();
     opt_eager.zero_grad();
     ASSERT_EQ(step.run(in), loss.item<double>()) << "loss differs at step " << s;
+    // The norm the update clipped with (before clipping), eager and compiled: bitwise the same.
+    if (clip_norm > 0) {
+      EXPECT_EQ(opt_eager.last_grad_norm(), norm) << "step " << s;
+      EXPECT_EQ(step.fetch(optim::kGradNormOutput).item<double>(), norm) << "step " << s;
+    } else {
+      EXPECT_TRUE(std::isnan(opt_eager.last_grad_norm())) << "no clipping, no norm";
+    }
   }
   EXPECT_EQ(opt_traced.step_count(), steps);
   for (size_t i = 0; i < eager.params.size(); ++i)
