@@ -36,7 +36,9 @@
 #
 # Options: --models A,B (default: all of the experiment's), --seeds 1,2,3, --budget SECONDS (240),
 # --out DIR (results/NAME), --device cuda|cpu, --bundle DIR (dist: its `run` starts the programs),
-# --plot-only, --extra "FLAGS" (appended to every run's flags, the later flag winning: smoke runs
+# --plot-only, --pack FILE (at the end, a .tar.gz of OUT's small files: each run folder's
+# metrics.jsonl, config.json, log.txt and done, the summary and the plot, no checkpoints; paths
+# relative to the checkout, like OUT: what to take off a GPU node), --extra "FLAGS" (appended to every run's flags, the later flag winning: smoke runs
 # of small models), --gpus N (default 1: N runs at once, each on a GPU of its own by
 # CUDA_VISIBLE_DEVICES, so that the equal time budgets stay comparable; with --device cpu, N
 # processes at once: smoke runs only). Run folders are OUT/MODEL-sSEED; the seed sets the model's
@@ -51,8 +53,11 @@ cd "$(dirname "$0")/.."
 die() { echo "reproduce.sh: $1" >&2; exit "${2:-1}"; }
 [[ $# -ge 1 ]] || die "usage: scripts/reproduce.sh NAME [--models A,B] [--seeds 1,2,3] [--budget S] [--out DIR] [--gpus N] [--plot-only]" 2
 name=$1; shift
-models="" seeds=1,2,3 budget=240 out="" device=cuda bundle=dist plot_only=0 extra="" gpus=1
+models="" seeds=1,2,3 budget=240 out="" device=cuda bundle=dist plot_only=0 extra="" gpus=1 pack=""
 while [[ $# -gt 0 ]]; do
+  case $1 in --models | --seeds | --budget | --out | --device | --bundle | --extra | --gpus | --pack)
+    [[ $# -ge 2 ]] || die "option '$1' needs a value" 2 ;;
+  esac
   case $1 in
     --models) models=$2; shift 2 ;;
     --seeds) seeds=$2; shift 2 ;;
@@ -63,12 +68,25 @@ while [[ $# -gt 0 ]]; do
     --plot-only) plot_only=1; shift ;;
     --extra) extra=$2; shift 2 ;;
     --gpus) gpus=$2; shift 2 ;;
+    --pack) pack=$2; shift 2 ;;
     *) die "unknown option '$1'" 2 ;;
   esac
 done
 out=${out:-results/$name}
 [[ $budget =~ ^[0-9]+([.][0-9]+)?$ ]] || die "--budget '$budget' is not a number of seconds" 2
 [[ $gpus =~ ^[1-9][0-9]*$ ]] || die "--gpus '$gpus' is not a positive whole number" 2
+
+# --pack: OUT's small files into one archive (run folders one level down; no checkpoints)
+pack_results() {
+  [[ -n $pack ]] || return 0
+  local files
+  files=$(cd "$out" && find . -maxdepth 2 -type f \( -name metrics.jsonl -o -name config.json -o -name log.txt \
+    -o -name 'done' -o -name model_seed.json -o -name summary.json -o -name curves.svg -o -name quality.json \) | sort)
+  [[ -n $files ]] || die "--pack: nothing to pack in '$out'"
+  # shellcheck disable=SC2086
+  tar czf "$pack" -C "$out" $files || die "--pack: cannot write '$pack'"
+  echo "reproduce.sh: packed $(wc -w <<<"$files") files of $out into $pack"
+}
 
 # model flags of the experiment
 declare -A flags
@@ -127,6 +145,7 @@ if [[ $plot_only == 0 ]]; then
     # shellcheck disable=SC2086
     "$bundle/run" train_step --quality --device "$device" --data "$data" --time-limit "$budget" \
       --json "$out/quality.json" $extra 2>&1 | tee "$out/log.txt" || die "train_step --quality failed"
+    pack_results
     exit 0
   fi
   # One run: model $1, seed $2 into its folder, on GPU $3 of the node (empty: the inherited ones),
@@ -193,7 +212,10 @@ if [[ $plot_only == 0 ]]; then
     done
   done
   while [[ ${#slot_of[@]} -gt 0 ]]; do wait_one; done
-  [[ $failed == 0 ]] || die "a run failed (above); finished runs are kept, so the same command goes on from there"
+  if [[ $failed != 0 ]]; then
+    pack_results
+    die "a run failed (above); finished runs are kept, so the same command goes on from there"
+  fi
 fi
 
 # the curves of every finished run folder of the experiment's models
@@ -205,3 +227,4 @@ done
 [[ ${#specs[@]} -gt 0 ]] || die "no finished runs in $out"
 python3 scripts/plot_runs.py --out "$out/curves.svg" --json "$out/summary.json" \
   --title "$name: val bits per byte (gcide), ${budget} s of training per run" "${specs[@]}"
+pack_results

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/reproduce.sh without a GPU or gcide: its argument errors (exit 2, one line naming the
 # problem), and --plot-only on a copy of the committed gcide LSTM runs, which must give back the
-# committed summary and plot exactly (the figures in docs/results.md come from those folders).
+# committed summary and plot exactly (the figures in docs/results.md come from those folders),
+# and --pack's archive of a run series (its small files, no checkpoints).
 #
 #   tests/scripts/reproduce_test.sh REPO
 set -uo pipefail
@@ -43,6 +44,19 @@ if "$script" lstm --plot-only --out "$tmp/runs" >"$tmp/table.md" 2>"$tmp/err"; t
 else
   fail "--plot-only failed: $(cat "$tmp/err")"
 fi
+# --pack: the runs' small files and the plot in one archive, the checkpoints left out
+touch "$tmp/runs/sparse-s1/ckpt.h5"
+if "$script" lstm --plot-only --out "$tmp/runs" --pack "$tmp/runs.tgz" >/dev/null 2>"$tmp/err"; then
+  tar tzf "$tmp/runs.tgz" >"$tmp/list" || fail "--pack: '$tmp/runs.tgz' is not a gzipped tar"
+  for f in ./sparse-s1/metrics.jsonl ./sparse-s1/config.json ./sparse-s1/done ./dense-s3/metrics.jsonl ./summary.json \
+           ./curves.svg; do
+    grep -qx "$f" "$tmp/list" || fail "--pack: the archive lacks $f"
+  done
+  grep -q "ckpt.h5" "$tmp/list" && fail "--pack: the archive holds a checkpoint"
+else
+  fail "--plot-only --pack failed: $(cat "$tmp/err")"
+fi
+expect_usage_error "--pack" lstm --pack
 # no finished runs: one error line, exit 1
 mkdir -p "$tmp/empty"
 err=$("$script" lstm --plot-only --out "$tmp/empty" 2>&1 >/dev/null)
