@@ -13,8 +13,8 @@
 #include <sstream>
 
 #include "core/distributed/data_parallel.h"
-#include "core/graph/compile.h"
 #include "core/error.h"
+#include "core/graph/compile.h"
 #include "models/model_checkpoint.h"
 #include "models/train/run_folder.h"
 #include "models/train/stop_signal.h"
