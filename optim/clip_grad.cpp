@@ -65,16 +65,12 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, bool e
   return norm;
 }
 
-void report_grad_norm(const Tensor& norm, Tensor& last) {
+void report_grad_norm(const Tensor& norm, Tensor* last) {
   if (graph::tracing()) {
     graph::mark_output(kGradNormOutput, norm);
-  } else {
-    last = norm;
+  } else if (last) {
+    *last = norm;
   }
-}
-
-double grad_norm_value(const Tensor& last) {
-  return last.defined() ? last.to(Device::cpu()).item<double>() : std::numeric_limits<double>::quiet_NaN();
 }
 
 }  // namespace optim

@@ -30,11 +30,8 @@ Tensor global_grad_norm(const std::vector<Tensor>& grads);
 inline constexpr const char* kGradNormOutput = "optim/grad_norm";
 
 /// Reports the norm an update clips with: in a traced step it becomes the step's output
-/// kGradNormOutput; eagerly it is stored in `last` (read it with grad_norm_value).
-void report_grad_norm(const Tensor& norm, Tensor& last);
-
-/// The value of a norm report_grad_norm stored (a copy to the host), NaN when none is.
-double grad_norm_value(const Tensor& last);
+/// kGradNormOutput; eagerly it is stored in `*last` (when last is not null).
+void report_grad_norm(const Tensor& norm, Tensor* last);
 
 /// The clip factor for a 0-d f64 `norm`: min(1, max_norm / (norm + 1e-6)) when norm is finite,
 /// 1 otherwise; a 0-d f64 tensor. Made of ops only.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include "core/autograd.h"
@@ -59,11 +60,13 @@ Tensor Optimizer::step_clip_factor(const std::vector<Tensor>& grads) {
   const bool any = std::any_of(grads.begin(), grads.end(), [](const Tensor& g) { return g.defined(); });
   if (clip_norm_ <= 0 || !any) return Tensor();
   const Tensor norm = global_grad_norm(grads);
-  report_grad_norm(norm, last_grad_norm_);
+  report_grad_norm(norm, &last_grad_norm_);
   return clip_factor(norm, clip_norm_);
 }
 
-double Optimizer::last_grad_norm() const { return grad_norm_value(last_grad_norm_); }
+double Optimizer::last_grad_norm() const {
+  return last_grad_norm_.defined() ? last_grad_norm_.item<double>() : std::numeric_limits<double>::quiet_NaN();
+}
 
 template <class Fn>
 void Optimizer::for_each_update(const std::vector<Tensor>& grads, const Tensor& lr, const Tensor& step, Fn&& fn) {

@@ -141,8 +141,7 @@ std::vector<ParamWrite> ZeroUpdater::update_all(const std::vector<Tensor>& grads
       sq = collective_wait(all_reduce(sq, group_, /*average=*/false, ticket), group_, ticket);
       norm = sqrt(reshape(sq, std::vector<int64_t>{}));
     }
-    Tensor unused;  // ZeRO steps are compiled: the norm is the step's output
-    report_grad_norm(norm, unused);
+    report_grad_norm(norm, nullptr);  // ZeRO steps are compiled: the norm is the step's output
     factor = clip_factor(norm, clip_norm_);
   }
   // 3. the owned parameters' updates; their new values go out in step 4

@@ -60,6 +60,26 @@ std::vector<AttentionLayoutPtr> layouts(int64_t bs, int64_t H) {
           AttentionLayout::from_masks(T, bs, masks)};
 }
 
+// The f64 CPU forward and backward of 16-bit q, k, v and dO (of dtype dt), and the backward op's
+// inputs as the GPU gets them: the reference's o and lse rounded as the GPU's forward stores them.
+struct AttentionReference {
+  std::vector<Tensor> fwd;              // o, lse (f64)
+  std::vector<Tensor> grads;            // dq, dk, dv (f64)
+  std::vector<Tensor> backward_inputs;  // dO, q, k, v, o (dt), lse (f32)
+};
+
+AttentionReference attention_reference(const AttentionLayoutPtr& l, const std::vector<Tensor>& qkv, const Tensor& g,
+                                       DType dt) {
+  std::vector<Tensor> in64;
+  for (const Tensor& t : qkv) in64.push_back(cast(t, DType::f64));
+  AttentionReference r;
+  r.fwd = call<op::BlockAttention>({l, 0}, in64);
+  r.grads = call<op::BlockAttentionBackward>(
+      {l, 0}, {cast(g, DType::f64), in64[0], in64[1], in64[2], r.fwd[0], r.fwd[1]});
+  r.backward_inputs = {g, qkv[0], qkv[1], qkv[2], cast(r.fwd[0], dt), cast(r.fwd[1], DType::f32)};
+  return r;
+}
+
 TEST(CudaFlashAttention, ForwardMatchesTheCpuForEveryHeadDimBlockSizeDtypeAndLayout) {
   REQUIRE_GPU();
   uint64_t seed = 8000;
@@ -136,13 +156,9 @@ TEST(CudaFlashAttention, HopperForwardMatchesTheCpuAndTheMmaSyncKernel) {
   auto check_backward = [&](const AttentionLayoutPtr& l, const Shape& sq, const Shape& skv, DType dt,
                             const std::string& what) {
     const std::vector<Tensor> qkv{random(sq, seed += 4, dt), random(skv, seed + 1, dt), random(skv, seed + 2, dt)};
-    const Tensor g = random(sq, seed + 3, dt);
-    std::vector<Tensor> in64;
-    for (const Tensor& t : qkv) in64.push_back(cast(t, DType::f64));
-    const std::vector<Tensor> fwd = call<op::BlockAttention>({l, 0}, in64);
-    const std::vector<Tensor> want =
-        call<op::BlockAttentionBackward>({l, 0}, {cast(g, DType::f64), in64[0], in64[1], in64[2], fwd[0], fwd[1]});
-    const std::vector<Tensor> in{g, qkv[0], qkv[1], qkv[2], cast(fwd[0], dt), cast(fwd[1], DType::f32)};
+    const AttentionReference ref = attention_reference(l, qkv, random(sq, seed + 3, dt), dt);
+    const std::vector<Tensor>& in = ref.backward_inputs;
+    const std::vector<Tensor>& want = ref.grads;
     const uint64_t before = sm90_backward_launches();
     const std::vector<Tensor> got = run_on_gpu_host<op::BlockAttentionBackward>({l, 0}, in);
     EXPECT_EQ(sm90_backward_launches(), before + want90) << "the sm_90a backward, " << what;
@@ -186,16 +202,11 @@ TEST(CudaFlashAttention, BackwardMatchesTheCpuForEveryHeadDimBlockSizeDtypeAndLa
         for (const AttentionLayoutPtr& l : layouts(bs, 3)) {
           const Shape s{1, 3, l->seq_len(), D};
           const std::vector<Tensor> qkv{random(s, seed += 4, dt), random(s, seed + 1, dt), random(s, seed + 2, dt)};
-          const Tensor g = random(s, seed + 3, dt);
-          std::vector<Tensor> in64;
-          for (const Tensor& t : qkv) in64.push_back(cast(t, DType::f64));
-          const std::vector<Tensor> fwd = call<op::BlockAttention>({l, 0}, in64);  // o, lse in f64
-          const std::vector<Tensor> want =
-              call<op::BlockAttentionBackward>({l, 0}, {cast(g, DType::f64), in64[0], in64[1], in64[2], fwd[0], fwd[1]});
-          const std::vector<Tensor> in{g, qkv[0], qkv[1], qkv[2], cast(fwd[0], dt), cast(fwd[1], DType::f32)};
+          const AttentionReference ref = attention_reference(l, qkv, random(s, seed + 3, dt), dt);
+          const std::vector<Tensor>& want = ref.grads;
           const std::string what = l->str() + " " + dtype_name(dt) + " D " + std::to_string(D);
           const uint64_t before = flash_backward_launches();
-          const std::vector<Tensor> got = run_on_gpu_host<op::BlockAttentionBackward>({l, 0}, in);
+          const std::vector<Tensor> got = run_on_gpu_host<op::BlockAttentionBackward>({l, 0}, ref.backward_inputs);
           EXPECT_EQ(flash_backward_launches(), before + 1) << "the tensor-core kernels, " << what;
           const char* names[] = {"dq", "dk", "dv"};
           for (int i = 0; i < 3; ++i)
@@ -270,23 +281,17 @@ TEST(CudaFlashAttention, LongRowsWithSharpScoresMatchTheCpu) {
       const DType dt = DType::bf16;
       const Tensor q = cast(mul(random(s, seed += 4, DType::f64), 4.0), dt);
       const std::vector<Tensor> qkv{q, random(s, seed + 1, dt), random(s, seed + 2, dt)};
-      const Tensor g = random(s, seed + 3, dt);
-      std::vector<Tensor> in64;
-      for (const Tensor& t : qkv) in64.push_back(cast(t, DType::f64));
-      const std::vector<Tensor> fwd = call<op::BlockAttention>({l, 0}, in64);
-      const std::vector<Tensor> want =
-          call<op::BlockAttentionBackward>({l, 0}, {cast(g, DType::f64), in64[0], in64[1], in64[2], fwd[0], fwd[1]});
-      const std::vector<Tensor> in{g, qkv[0], qkv[1], qkv[2], cast(fwd[0], dt), cast(fwd[1], DType::f32)};
+      const AttentionReference ref = attention_reference(l, qkv, random(s, seed + 3, dt), dt);
       for (const char* path : {"default", "sm80"}) {
         if (std::string(path) == "sm80") setenv("TESSERA_ATTENTION_PATH", "sm80", 1);
         const std::string what = l->str() + " bs " + std::to_string(bs) + ", path " + path;
         const std::vector<Tensor> o = run_on_gpu_host<op::BlockAttention>({l, 0}, qkv);
-        EXPECT_TRUE(close_to(cast(o[0], DType::f64), fwd[0], 2e-2)) << "o, " << what;
-        EXPECT_TRUE(close_to(cast(o[1], DType::f64), fwd[1], 1e-4)) << "lse, " << what;
-        const std::vector<Tensor> got = run_on_gpu_host<op::BlockAttentionBackward>({l, 0}, in);
+        EXPECT_TRUE(close_to(cast(o[0], DType::f64), ref.fwd[0], 2e-2)) << "o, " << what;
+        EXPECT_TRUE(close_to(cast(o[1], DType::f64), ref.fwd[1], 1e-4)) << "lse, " << what;
+        const std::vector<Tensor> got = run_on_gpu_host<op::BlockAttentionBackward>({l, 0}, ref.backward_inputs);
         const char* names[] = {"dq", "dk", "dv"};
         for (int k = 0; k < 3; ++k)
-          EXPECT_TRUE(close_to(cast(got[k], DType::f64), want[k], 3e-2)) << names[k] << ", " << what;
+          EXPECT_TRUE(close_to(cast(got[k], DType::f64), ref.grads[k], 3e-2)) << names[k] << ", " << what;
         unsetenv("TESSERA_ATTENTION_PATH");
       }
     }
