@@ -60,6 +60,8 @@ void add_trainer_flags(CLI::App& app, TrainerFlags& f) {
       ->check(CLI::IsMember({"adamw", "adam", "sgd", "adafactor"}))->capture_default_str();
   g->add_option("--weight-decay", f.weight_decay, "weight decay")->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  g->add_option("--beta2", f.beta2, "adam/adamw: decay of the squared-gradient average (beta1 is 0.9)")
+      ->check(CLI::Range(0.0, 0.999999))->capture_default_str();
   g->add_option("--seed", f.seed, "seed of the data order and of sampling")->capture_default_str();
   g->add_option("--device", f.device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   g->add_option("--dtype", f.dtype, "f32 | bf16 | f16")->check(CLI::IsMember({"f32", "bf16", "f16"}))
@@ -243,15 +245,20 @@ nlohmann::json run_config(const TrainerFlags& f, const std::string& model_type, 
       model_type, model,
       {{"data", f.data}, {"split", canonical_split(f.split)}, {"steps", f.steps}, {"batch", f.batch}, {"seq", f.seq},
        {"lr", f.lr}, {"warmup", f.warmup}, {"schedule", f.schedule}, {"clip", f.clip}, {"optimizer", f.optimizer},
-       {"weight_decay", f.weight_decay}, {"seed", f.seed}, {"eager", f.eager}, {"micro_batches", f.micro_batches}, {"dtype", f.dtype}});
+       {"beta2", f.beta2}, {"weight_decay", f.weight_decay}, {"seed", f.seed}, {"eager", f.eager},
+       {"micro_batches", f.micro_batches}, {"dtype", f.dtype}});
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerFlags& f, std::vector<Tensor> params) {
   std::unique_ptr<optim::Optimizer> opt;
+  TS_CHECK(f.beta2 == TrainerFlags{}.beta2 || f.optimizer == "adamw" || f.optimizer == "adam", ValueError,
+           "--beta2 applies to adamw and adam, not " << f.optimizer);
   if (f.optimizer == "adamw") {
-    opt = std::make_unique<optim::AdamW>(std::move(params), optim::AdamWOptions(f.lr).weight_decay(f.weight_decay));
+    opt = std::make_unique<optim::AdamW>(std::move(params),
+                                         optim::AdamWOptions(f.lr).betas(0.9, f.beta2).weight_decay(f.weight_decay));
   } else if (f.optimizer == "adam") {
-    opt = std::make_unique<optim::Adam>(std::move(params), optim::AdamOptions(f.lr).weight_decay(f.weight_decay));
+    opt = std::make_unique<optim::Adam>(std::move(params),
+                                        optim::AdamOptions(f.lr).betas(0.9, f.beta2).weight_decay(f.weight_decay));
   } else if (f.optimizer == "sgd") {
     opt = std::make_unique<optim::SGD>(std::move(params),
                                        optim::SGDOptions(f.lr).momentum(0.9).weight_decay(f.weight_decay));

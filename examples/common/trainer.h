@@ -45,6 +45,7 @@ struct TrainerFlags {
   double clip = 1.0;        ///< global gradient-norm clip; 0 = off
   std::string optimizer = "adamw";   ///< adamw | adam | sgd | adafactor
   double weight_decay = 0.0;
+  double beta2 = 0.999;     ///< adam/adamw: decay of the squared-gradient average (0.95 steadies long runs)
   uint64_t seed = 1;        ///< data order and sampling
   std::string device = "cpu";
   std::string dtype = "f32";

@@ -257,7 +257,7 @@ bool launch(const FlashForward& f, cudaStream_t stream) {
 }  // namespace
 
 bool flash_forward_supported(const FlashForward& f, int device) {
-  if (flash90::forced_off()) return false;
+  if (flash90::forced_off(/*backward=*/false)) return false;
   if (f.dtype != DType::bf16 && f.dtype != DType::f16) return false;
   if (f.bs != kBlock || (f.D != 64 && f.D != 128) || f.dropout.on()) return false;
   if (f.B * f.H * f.nb > INT32_MAX || f.nb * kBlock > INT32_MAX) return false;

@@ -333,7 +333,7 @@ bool launch(const FlashBackward& f, cudaStream_t stream) {
 }  // namespace
 
 bool flash_backward_supported(const FlashBackward& f, int device) {
-  if (flash90::forced_off()) return false;
+  if (flash90::forced_off(/*backward=*/true)) return false;
   if (f.dtype != DType::bf16 && f.dtype != DType::f16) return false;
   if (f.bs != kBlock || f.D != kD || f.dropout.on()) return false;
   if (f.B * f.H * f.nb > INT32_MAX || f.nb * kBlock > INT32_MAX) return false;

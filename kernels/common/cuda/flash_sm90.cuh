@@ -36,13 +36,13 @@ inline bool head_map(CUtensorMap* map, const void* base, DType dt, int64_t D, in
 }
 
 /// TESSERA_ATTENTION_PATH=sm80 or TESSERA_BSMM_PATH=sm80 (read on every call): the mma.sync
-/// kernels, also on Hopper.
-inline bool forced_off() {
-  for (const char* var : {"TESSERA_ATTENTION_PATH", "TESSERA_BSMM_PATH"}) {
-    const char* v = std::getenv(var);
-    if (v && std::strcmp(v, "sm80") == 0) return true;
-  }
-  return false;
+/// kernels, also on Hopper; TESSERA_ATTENTION_PATH=sm80-forward or sm80-backward: those for that
+/// pass only (the other on sm_90a), to tell which pass a difference comes from.
+inline bool forced_off(bool backward) {
+  const char* a = std::getenv("TESSERA_ATTENTION_PATH");
+  const char* b = std::getenv("TESSERA_BSMM_PATH");
+  if ((a && std::strcmp(a, "sm80") == 0) || (b && std::strcmp(b, "sm80") == 0)) return true;
+  return a && std::strcmp(a, backward ? "sm80-backward" : "sm80-forward") == 0;
 }
 
 }  // namespace flash90
