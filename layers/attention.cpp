@@ -88,6 +88,10 @@ MultiHeadAttention::MultiHeadAttention(const AttentionOptions& o, Generator& gen
                      gen);
   register_module("qkv", qkv_.module());
   register_module("proj", proj_.module());
+  if (o.qk_norm()) {
+    q_norm_ = register_module("q_norm", std::make_shared<LayerNorm>(LayerNormOptions(C).dtype(o.dtype())));
+    k_norm_ = register_module("k_norm", std::make_shared<LayerNorm>(LayerNormOptions(Hkv * (C / H)).dtype(o.dtype())));
+  }
   drop_ = register_module("drop", std::make_shared<Dropout>(DropoutOptions(o.dropout())));
 }
 
@@ -96,11 +100,22 @@ bool MultiHeadAttention::uses_dense_path(const Device& device) const {
   return options_.impl() == AttentionImpl::dense;
 }
 
+Tensor MultiHeadAttention::project(const Tensor& x) const {
+  const Tensor y = qkv_.forward(x);
+  if (!q_norm_) return autocast::operand(y);
+  // [B*n, C | Hkv·D | Hkv·D]: the norms write the operand dtype directly, as ln_f does.
+  const int64_t C = options_.width(), KD = options_.kv_heads() * (C / options_.heads());
+  const DType dt = autocast::operand_dtype(y);
+  return concat({q_norm_->forward(slice(y, 1, 0, C), dt), k_norm_->forward(slice(y, 1, C, C + KD), dt),
+                 autocast::operand(slice(y, 1, C + KD, C + 2 * KD))},
+                1);
+}
+
 std::vector<Tensor> MultiHeadAttention::heads_apart(const Tensor& x, int64_t B, int64_t n) const {
   const int64_t H = options_.heads(), D = options_.width() / H, Hkv = options_.kv_heads();
   if (Hkv != H) {
     // [B*n, (H + 2·Hkv)·D], columns q | k | v -> q [B, H, n, D], k, v [B, Hkv, n, D].
-    const Tensor y = autocast::operand(qkv_.forward(x));
+    const Tensor y = project(x);
     auto apart = [&](int64_t first, int64_t heads) {
       return permute(reshape(slice(y, 1, first * D, (first + heads) * D), {B, n, heads, D}), {0, 2, 1, 3});
     };
@@ -109,7 +124,7 @@ std::vector<Tensor> MultiHeadAttention::heads_apart(const Tensor& x, int64_t B, 
   // [B*n, 3C] -> [B, n, 3, H, D] -> [3, B, H, n, D] -> q, k, v [B, H, n, D]. Under autocast q, k,
   // v are cast once, here: the heads are moved, the scores and probabilities made and the
   // output merged in bf16/f16; proj's product returns f32.
-  Tensor qkv = permute(reshape(autocast::operand(qkv_.forward(x)), {B, n, 3, H, D}), {2, 0, 3, 1, 4});
+  Tensor qkv = permute(reshape(project(x), {B, n, 3, H, D}), {2, 0, 3, 1, 4});
   std::vector<Tensor> parts = split(qkv, {1, 1, 1}, 0);
   for (Tensor& p : parts) p = reshape(p, {B, H, n, D});
   return parts;
@@ -148,7 +163,7 @@ Tensor MultiHeadAttention::forward(const Tensor& x, int64_t B, Generator& dropou
     // block_attention on the projection's rows as they are ([B*T, (H + 2·Hkv)·D] in, [B*T, C]
     // out): no copies to move the heads apart and back. Under autocast qkv is cast once, here.
     const double pa = is_training() ? options_.attention_dropout() : 0;
-    const Tensor qkv = autocast::operand(qkv_.forward(x));
+    const Tensor qkv = project(x);
     y = proj_.forward(block_attention_packed(qkv, H, options_.kv_heads(), layout_, options_.scale(), pa, dropout_gen));
   }
   if (is_training() && options_.dropout() > 0) y = drop_->forward(y, dropout_gen);

@@ -21,6 +21,7 @@
 #include "core/random.h"
 #include "core/sparse/attention_layout.h"
 #include "layers/dropout.h"
+#include "layers/layer_norm.h"
 #include "layers/module.h"
 #include "layers/projection.h"
 
@@ -91,6 +92,11 @@ struct AttentionOptions {
   /// default, adds no op): inside block_attention's kernels for every layout, with the mask the
   /// `dropout` op would draw on the dense probabilities (so the dense path draws the same one).
   AttentionOptions& attention_dropout(double p) { attention_dropout_ = p; return *this; }
+  /// LayerNorm on the queries and on the keys before the scores (false, the default, adds none):
+  /// q = LN_q(q) over its C columns, k = LN_k(k) over its Hkv·D columns, each with its own gain
+  /// and bias (OLMo 2's QK-norm). It bounds the attention logits, whose growth destabilizes long
+  /// runs at high learning rates (Dehghani et al. 2023, Wortsman et al. 2023).
+  AttentionOptions& qk_norm(bool on) { qk_norm_ = on; return *this; }
 
   int64_t width() const { return width_; }
   int64_t heads() const { return heads_; }
@@ -112,6 +118,7 @@ struct AttentionOptions {
   DType dtype() const { return dtype_; }
   AttentionImpl impl() const { return impl_; }
   double attention_dropout() const { return attention_dropout_; }
+  bool qk_norm() const { return qk_norm_; }
 
  private:
   int64_t width_, heads_, seq_len_;
@@ -129,6 +136,7 @@ struct AttentionOptions {
   DType dtype_ = DType::f32;
   AttentionImpl impl_ = AttentionImpl::automatic;
   double attention_dropout_ = 0;
+  bool qk_norm_ = false;
 };
 
 /// The attention layout `o` describes: o.layout() when given (checked against heads and seq_len),
@@ -145,6 +153,7 @@ struct KVCache {
 
 /// forward(x [B*T, C], B), rows batch-major (row b*T + t):
 ///   qkv = x·Wqkv + bqkv                       [B*T, 3C] -> [B, T, 3, H, D] -> [3, B, H, T, D]
+///   with qk_norm: qkv = [LN_q(q) | LN_k(k) | v] over q's C and k's Hkv·D columns
 ///   q, k, v = split(qkv)                      [B, H, T, D] each
 ///     (kv_heads Hkv < H: qkv [B*T, C + 2·Hkv·D], columns q | k | v, each head-major; q [B, H, T, D],
 ///      k, v [B, Hkv, T, D])
@@ -158,7 +167,8 @@ struct KVCache {
 ///       o = p·v                               [B*H, T, D] -> [B, H, T, D]
 ///   y = merge_heads(o)·Wproj + bproj          [B, T, H, D] -> [B*T, C] -> [B*T, C]
 ///   y = dropout(y) while training with p > 0.
-/// Parameters: "qkv.*" and "proj.*" (Linear or BlockSparseLinear parameters).
+/// Parameters: "qkv.*" and "proj.*" (Linear or BlockSparseLinear parameters); with qk_norm also
+/// "q_norm.gamma", "q_norm.beta", "k_norm.gamma", "k_norm.beta".
 class MultiHeadAttention : public Module {
  public:
   /// ValueError/ShapeError naming the bad option (sizes, width % heads, layout, projections,
@@ -190,6 +200,9 @@ class MultiHeadAttention : public Module {
   bool uses_dense_path(const Device& device) const;
 
  private:
+  // x [B*n, C] -> the qkv projection [B*n, (H + 2·Hkv)·D] in the operand dtype (under autocast
+  // cast once, here), its q and k columns layer-normed with qk_norm.
+  Tensor project(const Tensor& x) const;
   // q, k, v [B, H, n, D] of x [B*n, C]: the qkv projection with the heads apart (forward's and
   // decode's; under autocast cast once, here).
   std::vector<Tensor> heads_apart(const Tensor& x, int64_t batch, int64_t n) const;
@@ -203,6 +216,7 @@ class MultiHeadAttention : public Module {
   AttentionLayoutPtr layout_;
   bool dense_causal_ = false;  // layout_ keeps every causal block
   Projection qkv_, proj_;
+  std::shared_ptr<LayerNorm> q_norm_, k_norm_;  // qk_norm only
   std::shared_ptr<Dropout> drop_;
 };
 

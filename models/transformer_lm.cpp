@@ -34,6 +34,7 @@ TransformerLMConfig TransformerLMConfig::from_json(const nlohmann::json& j) {
   c.tied = r.get<bool>("tied", c.tied);
   c.dropout = r.get<double>("dropout", c.dropout);
   c.attention_dropout = r.get<double>("attention_dropout", c.attention_dropout);
+  c.qk_norm = r.get<bool>("qk_norm", c.qk_norm);
   c.attn_impl = r.get<std::string>("attn_impl", c.attn_impl);
   c.recompute = r.get<bool>("recompute", c.recompute);
   c.seed = r.get<int64_t>("seed", c.seed);
@@ -91,6 +92,7 @@ nlohmann::json TransformerLMConfig::to_json() const {
                         {"tied", tied},
                         {"dropout", dropout},
                         {"attention_dropout", attention_dropout},
+                        {"qk_norm", qk_norm},
                         {"attn_impl", attn_impl},
                         {"recompute", recompute},
                         {"seed", seed}};
@@ -136,6 +138,7 @@ TransformerLM::TransformerLM(const TransformerLMConfig& cfg) : cfg_(cfg) {
                                     .density(cfg.density, s)
                                     .dropout(cfg.dropout)
                                     .attention_dropout(cfg.attention_dropout)
+                                    .qk_norm(cfg.qk_norm)
                                     .impl(nn::attention_impl_from_string(cfg.attn_impl));
     blocks_->add(std::make_shared<nn::TransformerBlock>(nn::TransformerBlockOptions(attn)
                                                             .mlp_ratio(cfg.mlp_ratio)

@@ -23,6 +23,7 @@
 //   tied             output projection = token embedding transposed  (true)
 //   dropout          p in [0, 1) on embeddings, attention and MLP outputs (0; compiled: pass dropout_gen as compile()'s rng)
 //   attention_dropout p in [0, 1) on the attention probabilities, any attn_layout (0)
+//   qk_norm          LayerNorm on the queries and keys (OLMo 2's QK-norm; bounds the logits) (false)
 //   attn_impl        "auto": block_attention (fused) for every layout; "dense": matmul, causal_softmax,
 //                    dropout, matmul (attn_layout "dense" only; a reference for measurements)   ("auto")
 //   recompute        each block a graph::recompute region           (false)
@@ -59,6 +60,7 @@ struct TransformerLMConfig {
   bool tied = true;
   double dropout = 0.0;
   double attention_dropout = 0.0;
+  bool qk_norm = false;
   std::string attn_impl = "auto";
   bool recompute = false;
   int64_t seed = 0;
@@ -79,7 +81,8 @@ struct TransformerLMConfig {
 ///   (under autocast ln_f writes the product's bf16/f16 operand directly, as the blocks do)
 /// loss = mean cross entropy of the logits against targets.
 /// Parameters: "tok_emb.weight", "pos_emb", "blocks.<l>.{ln1,attn.qkv,attn.proj,ln2,fc,fc2}.*",
-/// "ln_f.gamma", "ln_f.beta", "out.weight" (untied only). Initialized from Generator(seed).
+/// "ln_f.gamma", "ln_f.beta", "out.weight" (untied only); with qk_norm
+/// "blocks.<l>.attn.{q_norm,k_norm}.{gamma,beta}". Initialized from Generator(seed).
 class TransformerLM : public nn::Module {
  public:
   /// Validates `cfg` (ValueError naming the field) and builds the parameters.

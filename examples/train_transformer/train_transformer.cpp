@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
   int64_t width = 0, layers = 0, heads = 0, block = 0, attn_block = 0, window = 0, stride = 0, sample_chars = 300;
   double density = 0, dropout = 0, temperature = 0.8;
   std::string attn_layout, activation;
-  bool recompute = false;
+  bool recompute = false, qk_norm = false;
   CLI::Option_group* m = app.add_option_group("Model");
   m->add_option("--width,--hidden", width, "model width, a multiple of --heads (default 128)");
   m->add_option("--layers", layers, "transformer blocks (default 4)");
@@ -124,6 +124,7 @@ int main(int argc, char** argv) {
   m->add_option("--window", window, "local: attention blocks seen, itself included (default 4)");
   m->add_option("--stride", stride, "fixed/strided: stride in attention blocks (default 4)");
   m->add_option("--dropout", dropout, "dropout on embeddings, attention and MLP outputs (default 0)");
+  m->add_flag("--qk-norm", qk_norm, "LayerNorm on the queries and keys (bounds the attention logits)");
   m->add_flag("--recompute", recompute, "recompute each block's activations in the backward pass");
   m->add_option("--activation", activation, "gelu | gelu_tanh | fast_gelu (default gelu)")
       ->check(CLI::IsMember({"gelu", "gelu_tanh", "fast_gelu"}));
@@ -151,6 +152,7 @@ int main(int argc, char** argv) {
     if (app.count("--stride")) cfg["stride"] = stride;
     if (app.count("--dropout")) cfg["dropout"] = dropout;
     if (recompute) cfg["recompute"] = true;
+    if (qk_norm) cfg["qk_norm"] = true;
     if (app.count("--activation")) cfg["activation"] = activation;
 
     const data::TextDataset ds = examples::load_text(f, ck ? &*ck : nullptr);

@@ -1,9 +1,10 @@
 // nn::MultiHeadAttention on CUDA (label `gpu`; skipped visibly without a GPU): both impls there
 // ("auto": block_attention for the dense causal layout too; "dense": matmul, causal_softmax,
-// matmul) equal the CPU's block_attention path (outputs, input and parameter gradients; f32 and
-// f64; bf16/f16 outputs); dropout on the attention probabilities draws the CPU's masks from the
-// same generator state on both; a compiled step (captured as a CUDA graph, the Philox base fed
-// per run) equals the eager GPU steps, on the scalar kernels (f32) and the tensor-core ones (bf16).
+// matmul) equal the CPU's block_attention path, with and without qk_norm (outputs, input and
+// parameter gradients; f32 and f64; bf16/f16 outputs); dropout on the attention probabilities
+// draws the CPU's masks from the same generator state on both; a compiled step (captured as a
+// CUDA graph, the Philox base fed per run) equals the eager GPU steps, on the scalar kernels (f32)
+// and the tensor-core ones (bf16).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -58,10 +59,12 @@ void expect_same(const Result& gpu, const Result& cpu, const nn::MultiHeadAttent
 TEST(CudaAttentionDensePath, EveryImplOnCudaEqualsCpuBlockAttention) {
   REQUIRE_GPU();
   for (const char* impl : {"auto", "dense"})
-  for (DType dt : {DType::f32, DType::f64}) {
-    SCOPED_TRACE(std::string(impl) + " " + dtype_name(dt));
+  for (DType dt : {DType::f32, DType::f64})
+  for (bool qk : {false, true}) {  // qk: LayerNorm on the queries and keys
+    SCOPED_TRACE(std::string(impl) + " " + dtype_name(dt) + (qk ? " qk_norm" : ""));
     Generator i1(1), i2(1);  // same parameters
-    nn::MultiHeadAttention cpu(opts(dt), i1), gpu(opts(dt).impl(nn::attention_impl_from_string(impl)), i2);
+    nn::MultiHeadAttention cpu(opts(dt).qk_norm(qk), i1),
+        gpu(opts(dt).qk_norm(qk).impl(nn::attention_impl_from_string(impl)), i2);
     gpu.to(kGpu);
     ASSERT_FALSE(cpu.uses_dense_path(Device::cpu()));
     ASSERT_EQ(gpu.uses_dense_path(kGpu), std::string(impl) == "dense");

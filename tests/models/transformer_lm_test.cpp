@@ -49,8 +49,8 @@ TEST(TransformerLMConfig, JsonRoundTrip) {
   const json j =
       json::parse(R"({"vocab": 300, "seq_len": 64, "width": 48, "layers": 3, "heads": 6, "mlp_ratio": 3,
       "activation": "gelu_tanh", "attn_block": 16, "attn_layout": "fixed", "window": 2, "stride": 2, "summary": 1,
-      "linear_block": 16, "density": 0.25, "tied": false, "dropout": 0.1, "attention_dropout": 0.0, "attn_impl": "auto",
-      "recompute": true, "seed": 9})");
+      "linear_block": 16, "density": 0.25, "tied": false, "dropout": 0.1, "attention_dropout": 0.0, "qk_norm": true,
+      "attn_impl": "auto", "recompute": true, "seed": 9})");
   TransformerLMConfig c = TransformerLMConfig::from_json(j);
   EXPECT_EQ(c.vocab, 300);
   EXPECT_EQ(c.heads, 6);
@@ -58,6 +58,7 @@ TEST(TransformerLMConfig, JsonRoundTrip) {
   EXPECT_EQ(c.density, 0.25);
   EXPECT_FALSE(c.tied);
   EXPECT_TRUE(c.recompute);
+  EXPECT_TRUE(c.qk_norm);
   EXPECT_EQ(c.to_json(), j);
   EXPECT_EQ(TransformerLMConfig::from_json(c.to_json()).to_json(), j);
   // attention_dropout round-trips (dense layout); a config without it reads as 0.
@@ -66,6 +67,10 @@ TEST(TransformerLMConfig, JsonRoundTrip) {
   jd["attention_dropout"] = 0.2;
   EXPECT_EQ(TransformerLMConfig::from_json(jd).attention_dropout, 0.2);
   EXPECT_EQ(TransformerLMConfig::from_json(jd).to_json(), jd);
+  // A config written before qk_norm existed reads as without it.
+  EXPECT_EQ(jd.at("qk_norm"), false);
+  jd.erase("qk_norm");
+  EXPECT_FALSE(TransformerLMConfig::from_json(jd).qk_norm);
   // Defaults fill everything but vocab.
   TransformerLMConfig d = TransformerLMConfig::from_json(json{{"vocab", 256}});
   EXPECT_EQ(d.to_json(), [] {
