@@ -7,9 +7,12 @@
 // gradients through autograd match the CPU's. The sm_90a forward (flash_sm90.h) where the GPU and
 // the build have it: blocks 64 and 128 × head dims 64 and 128 × dtype × layout kind, grouped-query
 // heads, against the CPU and the mma.sync kernel (TESSERA_ATTENTION_PATH=sm80); the sm_90a
-// backward (head dim 64) likewise.
+// backward (head dim 64) likewise. On both families: long rows with sharp scores (T 2048), and
+// forward rounding without a bias at T 4096.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -295,6 +298,46 @@ TEST(CudaFlashAttention, LongRowsWithSharpScoresMatchTheCpu) {
         unsetenv("TESSERA_ATTENTION_PATH");
       }
     }
+}
+
+// Rounding without a bias: at T 4096 with sharper scores (q scaled by 6) the outputs of both
+// forward kernel families differ from the f64 reference by rounding that averages out. Over the
+// [1, 4, 4096, 64] output, bias = Σ e·o_ref / Σ o_ref² (e = o − o_ref: a systematic rescaling of
+// o shows here, bf16 rounding averages to ~1e-6) and the mean lse error; the sm_90a forward's rms
+// error is within 1.25x the mma.sync one's. (The training runs of docs/results.md section 2
+// diverge on the sm_90a forward and not on the mma.sync one; this is what a bias would show.)
+TEST(CudaFlashAttention, ForwardRoundingHasNoBias) {
+  REQUIRE_GPU();
+  const int64_t T = 4096, H = 4, D = 64;
+  const AttentionLayoutPtr l = AttentionLayout::dense_causal(T, 128, H);
+  const Shape s{1, H, T, D};
+  const DType dt = DType::bf16;
+  const std::vector<Tensor> qkv{cast(mul(random(s, 9800, DType::f64), 6.0), dt), random(s, 9801, dt),
+                                random(s, 9802, dt)};
+  const AttentionReference ref = attention_reference(l, qkv, random(s, 9803, dt), dt);
+  const std::vector<double> o_ref = ref.fwd[0].to_vector<double>(), lse_ref = ref.fwd[1].to_vector<double>();
+  double rms[2] = {0, 0};
+  const char* paths[] = {"default", "sm80"};
+  for (int k = 0; k < 2; ++k) {
+    if (k == 1) setenv("TESSERA_ATTENTION_PATH", "sm80", 1);
+    const std::vector<Tensor> out = run_on_gpu_host<op::BlockAttention>({l, 0}, qkv);
+    unsetenv("TESSERA_ATTENTION_PATH");
+    const std::vector<double> o = cast(out[0], DType::f64).to_vector<double>();
+    const std::vector<double> lse = cast(out[1], DType::f64).to_vector<double>();
+    double num = 0, den = 0, sq = 0, lse_mean = 0;
+    for (size_t i = 0; i < o.size(); ++i) {
+      num += (o[i] - o_ref[i]) * o_ref[i];
+      den += o_ref[i] * o_ref[i];
+      sq += (o[i] - o_ref[i]) * (o[i] - o_ref[i]);
+    }
+    for (size_t i = 0; i < lse.size(); ++i) lse_mean += (lse[i] - lse_ref[i]) / static_cast<double>(lse.size());
+    rms[k] = std::sqrt(sq / static_cast<double>(o.size()));
+    std::printf("  %s forward: bias %.3g, rms error %.3g, mean lse error %.3g\n", paths[k], num / den, rms[k],
+                lse_mean);
+    EXPECT_LT(std::fabs(num / den), 2e-4) << paths[k];
+    EXPECT_LT(std::fabs(lse_mean), 1e-5) << paths[k];
+  }
+  EXPECT_LE(rms[0], 1.25 * rms[1]) << "the default (sm_90a on Hopper) forward against the mma.sync one";
 }
 
 TEST(CudaFlashAttention, GradientsThroughAutogradMatchTheCpu) {
