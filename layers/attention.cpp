@@ -1,6 +1,8 @@
 #include "layers/attention.h"
 
 #include <algorithm>
+#include <cmath>
+#include <vector>
 
 #include "core/autocast.h"
 #include "kernels/ops.h"
@@ -109,6 +111,26 @@ Tensor MultiHeadAttention::project(const Tensor& x) const {
   return concat({q_norm_->forward(slice(y, 1, 0, C), dt), k_norm_->forward(slice(y, 1, C, C + KD), dt),
                  autocast::operand(slice(y, 1, C + KD, C + 2 * KD))},
                 1);
+}
+
+double MultiHeadAttention::max_logit(const Tensor& x, int64_t rows) const {
+  const int64_t T = options_.seq_len(), C = options_.width(), H = options_.heads(), D = C / H;
+  const int64_t Hkv = options_.kv_heads();
+  TS_CHECK(x.dim() == 2 && x.size(0) == T && x.size(1) == C, ShapeError,
+           "MultiHeadAttention::max_logit: x " << x.meta() << " must be one sequence [T, C] = [" << T << ", " << C
+                                               << "]");
+  TS_CHECK(rows >= 1 && rows <= T, ValueError,
+           "MultiHeadAttention::max_logit: rows " << rows << " not in [1, " << T << "]");
+  const Tensor y = cast(project(x), DType::f32);  // [T, C + 2·Hkv·D]
+  // q of the last rows queries [H, rows, D]; k [H, T, D] (key/value head h / G for query head h)
+  const Tensor q = permute(reshape(slice(slice(y, 0, T - rows, T), 1, 0, C), {rows, H, D}), {1, 0, 2});
+  Tensor k = reshape(permute(reshape(slice(y, 1, C, C + Hkv * D), {T, Hkv, D}), {1, 0, 2}), {1, Hkv, T, D});
+  k = reshape(all_heads(k), {H, T, D});
+  std::vector<float> mask(static_cast<size_t>(rows * T), 0.f);  // -inf at keys after the query
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t s = T - rows + i + 1; s < T; ++s) mask[static_cast<size_t>(i * T + s)] = -INFINITY;
+  const Tensor s = add(matmul(q, k, false, true), from_vector(mask, {rows, T}).to(x.device()));  // [H, rows, T]
+  return max(s).to(Device::cpu()).to_vector<double>()[0] * detail::attention_scale(options_.scale(), D);
 }
 
 std::vector<Tensor> MultiHeadAttention::heads_apart(const Tensor& x, int64_t B, int64_t n) const {

@@ -189,6 +189,11 @@ class MultiHeadAttention : public Module {
   /// len + n passes seq_len; ShapeError when x or the cache does not fit.
   Tensor decode(const Tensor& x, int64_t batch, KVCache& cache) const;
 
+  /// A probe of attention-logit growth: the largest logit scale·q·k of the last `rows` queries of
+  /// one sequence x [T, C] over their causal keys (every key <= the query, whatever the layout
+  /// keeps), per the current parameters, in f32. No graph is recorded under NoGradGuard.
+  double max_logit(const Tensor& x, int64_t rows) const;
+
   const AttentionLayoutPtr& layout() const { return layout_; }
   /// {none, layout()}: what checkpoints save as this module's /layout/<path>.
   ModuleLayouts layouts() const override { return {nullptr, layout_}; }

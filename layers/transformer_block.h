@@ -86,6 +86,8 @@ class TransformerBlock : public Module {
   Tensor decode(const Tensor& x, int64_t batch, KVCache& cache) const;
 
   const MultiHeadAttention& attention() const { return *attn_; }
+  /// What the attention reads: ln1(x), f32 for f32 x (the probe of TransformerLM::max_attention_logits).
+  Tensor attention_input(const Tensor& x) const { return ln1_->forward(x); }
   const Projection& fc() const { return fc_; }
   const Projection& fc2() const { return fc2_; }
   const TransformerBlockOptions& options() const { return options_; }

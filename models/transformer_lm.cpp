@@ -176,6 +176,19 @@ Tensor TransformerLM::logits(const Tensor& ids, int64_t B, Generator& dropout_ge
   return out_ ? out_->forward(x) : matmul(x, tok_emb_->weight(), false, true);  // [B*T, V]
 }
 
+std::vector<double> TransformerLM::max_attention_logits(const Tensor& ids, int64_t rows) const {
+  const int64_t T = cfg_.seq_len;
+  TS_CHECK(ids.dim() == 1 && ids.size(0) == T, ShapeError,
+           "TransformerLM::max_attention_logits: ids " << ids.meta() << " must be one sequence [" << T << "]");
+  Tensor x = add(tok_emb_->forward(ids), pos_emb_);  // [T, C]
+  std::vector<double> out;
+  for (const auto& blk : blocks_->list) {
+    out.push_back(blk->attention().max_logit(blk->attention_input(x), rows));
+    x = blk->forward(x, 1);
+  }
+  return out;
+}
+
 TransformerLM::DecodeState TransformerLM::start_decoding(int64_t batch) const {
   TS_CHECK(batch >= 1, ValueError, "TransformerLM::start_decoding: batch must be >= 1, got " << batch);
   DecodeState s;

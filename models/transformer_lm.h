@@ -95,6 +95,11 @@ class TransformerLM : public nn::Module {
   Tensor loss(const Tensor& ids, const Tensor& targets, int64_t batch,
               Generator& dropout_gen = default_generator()) const;
 
+  /// A probe of attention-logit growth: per layer, MultiHeadAttention::max_logit of the last
+  /// `rows` queries of one sequence ids i32 [T] (f32, whatever autocast says; no dropout). Call it
+  /// under NoGradGuard in eval mode.
+  std::vector<double> max_attention_logits(const Tensor& ids, int64_t rows) const;
+
   /// Incremental decoding (generation with a key/value cache): the keys and values of every
   /// layer for the positions fed so far, of `batch` sequences.
   struct DecodeState {

@@ -25,6 +25,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <optional>
 
@@ -109,7 +110,7 @@ int main(int argc, char** argv) {
   int64_t width = 0, layers = 0, heads = 0, block = 0, attn_block = 0, window = 0, stride = 0, sample_chars = 300;
   double density = 0, dropout = 0, temperature = 0.8;
   std::string attn_layout, activation;
-  bool recompute = false, qk_norm = false;
+  bool recompute = false, qk_norm = false, log_logits = false;
   CLI::Option_group* m = app.add_option_group("Model");
   m->add_option("--width,--hidden", width, "model width, a multiple of --heads (default 128)");
   m->add_option("--layers", layers, "transformer blocks (default 4)");
@@ -125,6 +126,9 @@ int main(int argc, char** argv) {
   m->add_option("--stride", stride, "fixed/strided: stride in attention blocks (default 4)");
   m->add_option("--dropout", dropout, "dropout on embeddings, attention and MLP outputs (default 0)");
   m->add_flag("--qk-norm", qk_norm, "LayerNorm on the queries and keys (bounds the attention logits)");
+  m->add_flag("--log-attention-logits", log_logits,
+              "at each evaluation, log each layer's largest attention logit (the last 256 queries of the first "
+              "val window): a probe of logit growth");
   m->add_flag("--recompute", recompute, "recompute each block's activations in the backward pass");
   m->add_option("--activation", activation, "gelu | gelu_tanh | fast_gelu (default gelu)")
       ->check(CLI::IsMember({"gelu", "gelu_tanh", "fast_gelu"}));
@@ -184,6 +188,26 @@ int main(int argc, char** argv) {
       if (options.group->rank() == 0)
         std::cout << "train_transformer: ZeRO-1: rank 0 holds " << mine << " of " << all
                   << " bytes of optimizer state\n";
+    }
+    if (log_logits) {
+      // one fixed window (the first of the val split), the last 256 queries, the model in eval mode
+      const std::vector<int32_t>& val = *ds.tokens(data::Part::val);
+      TS_CHECK(static_cast<int64_t>(val.size()) >= mc.seq_len, ValueError,
+               "--log-attention-logits: the val split is shorter than one window of " << mc.seq_len);
+      const std::vector<int32_t> window(val.begin(), val.begin() + mc.seq_len);
+      const Tensor probe = from_vector(window, {mc.seq_len}).to(examples::train_device(f));
+      const bool lead = !options.group || options.group->rank() == 0;
+      options.on_eval = [&model, probe, lead, rows = std::min<int64_t>(256, mc.seq_len)](int64_t step, double) {
+        if (!lead) return;
+        NoGradGuard no_grad;
+        const bool training = model.is_training();
+        model.eval();
+        const std::vector<double> m = model.max_attention_logits(probe, rows);
+        model.train(training);
+        std::cout << "attention logits at step " << step << ": largest per layer";
+        for (double v : m) std::cout << " " << std::fixed << std::setprecision(2) << v;
+        std::cout << std::defaultfloat << std::endl;
+      };
     }
     return train::run_training(options, model, *opt, config, task).exit_code();  // 130 / 143 after SIGINT / SIGTERM (a checkpoint was written)
   } catch (const std::exception& e) {

@@ -1,10 +1,13 @@
 // nn::MultiHeadAttention with qk_norm (LayerNorm on the queries and keys): values against a
 // reference written as plain loops (both impls, and with grouped-query heads), decoding equal to
-// forward, its parameters, and f64 gradient checks of the input and every parameter.
+// forward, its parameters, and f64 gradient checks of the input and every parameter; the
+// max_logit probe of logit growth against loops.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gradcheck.h"
@@ -152,6 +155,57 @@ TEST(MultiHeadAttentionQkNorm, DecodingEqualsForward) {
     for (int64_t b = 0; b < B; ++b)
       for (int64_t c = 0; c < 16; ++c) ASSERT_NEAR(y[b * 16 + c], want[(b * T + t) * 16 + c], 1e-10) << "t " << t;
   }
+}
+
+// max_logit (the probe of logit growth): the largest scale·q·k of the last `rows` queries over
+// their causal keys, with and without qk_norm and with grouped-query heads, against loops.
+TEST(MultiHeadAttentionQkNorm, MaxLogitProbeMatchesLoops) {
+  for (int64_t kv : {0, 2})
+    for (bool qk : {false, true}) {
+      SCOPED_TRACE(std::string(qk ? "qk_norm" : "plain") + " kv_heads " + std::to_string(kv));
+      Generator gen(12);
+      nn::MultiHeadAttention attn(tiny(16, 4, 16).kv_heads(kv).qk_norm(qk), gen);
+      if (qk) randomize_norms(attn, 41);
+      const auto& o = attn.options();
+      const int64_t T = 16, C = 16, H = 4, D = 4, K = o.kv_heads(), W = C + 2 * K * D, rows = 5;
+      const Tensor x = mul(test_randn({T, C}, 13), 3.0);
+      // q, k by loops (with the norms when on)
+      const std::vector<double> xs = x.to_vector<double>(), wq = param(attn, "qkv.weight"),
+                                bq = param(attn, "qkv.bias");
+      std::vector<double> y(static_cast<size_t>(T * W));
+      for (int64_t t = 0; t < T; ++t) {
+        double* r = &y[t * W];
+        for (int64_t j = 0; j < W; ++j) {
+          r[j] = bq[j];
+          for (int64_t c = 0; c < C; ++c) r[j] += xs[t * C + c] * wq[c * W + j];
+        }
+        if (qk) {
+          for (auto [first, n, name] : {std::tuple<int64_t, int64_t, const char*>{0, C, "q_norm"},
+                                        std::tuple<int64_t, int64_t, const char*>{C, K * D, "k_norm"}}) {
+            const std::vector<double> g = param(attn, std::string(name) + ".gamma"),
+                                      b = param(attn, std::string(name) + ".beta");
+            double mean = 0, var = 0;
+            for (int64_t j = 0; j < n; ++j) mean += r[first + j] / n;
+            for (int64_t j = 0; j < n; ++j) var += (r[first + j] - mean) * (r[first + j] - mean) / n;
+            for (int64_t j = 0; j < n; ++j) r[first + j] = (r[first + j] - mean) / std::sqrt(var + 1e-5) * g[j] + b[j];
+          }
+        }
+      }
+      double want = -1e300;
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t t = T - rows; t < T; ++t)
+          for (int64_t u = 0; u <= t; ++u) {
+            double dot = 0;
+            for (int64_t d = 0; d < D; ++d) dot += y[t * W + h * D + d] * y[u * W + C + (h / (H / K)) * D + d];
+            want = std::max(want, dot / std::sqrt(static_cast<double>(D)));
+          }
+      // f32 scores: agreement to f32 rounding
+      EXPECT_NEAR(attn.max_logit(x, rows), want, 1e-5 * std::max(1.0, std::fabs(want)));
+    }
+  Generator gen(1);
+  nn::MultiHeadAttention attn(tiny(16, 4, 16), gen);
+  EXPECT_THROW(attn.max_logit(test_randn({8, 16}, 1), 2), ShapeError);
+  EXPECT_THROW(attn.max_logit(test_randn({16, 16}, 1), 17), ValueError);
 }
 
 TEST(MultiHeadAttentionQkNorm, Gradients) {
