@@ -21,13 +21,9 @@ using Kind = nn::AttentionLayoutKind;
 using Impl = nn::AttentionImpl;
 using testing::gradcheck;
 using testing::parameters_gradcheck;
+using testing::set_values;
 using testing::test_randn;
 
-// Overwrites a parameter's values (no autograd history).
-void set_values(const Tensor& p, const Tensor& values) {
-  std::vector<double> v = values.to_vector<double>();
-  convert_elements(v.data(), DType::f64, p.data_ptr(), p.dtype(), p.numel());
-}
 
 std::vector<double> param(const nn::Module& m, const std::string& name) {
   for (const auto& p : m.named_parameters())

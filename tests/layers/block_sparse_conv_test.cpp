@@ -19,13 +19,9 @@ using nn::BlockSparseConvOptions;
 using testing::all_close;
 using testing::expect_error;
 using testing::parameters_gradcheck;
+using testing::set_values;
 using testing::test_rand;
 using testing::test_randn;
-
-void set_values(const Tensor& p, const Tensor& values) {
-  std::vector<double> v = values.to_vector<double>();
-  convert_elements(v.data(), DType::f64, p.data_ptr(), p.dtype(), p.numel());
-}
 
 // 3x3 blocks of 8 with block column 1 empty.
 LayoutPtr holey_layout() { return BlockLayout::from_mask(24, 24, 8, {1, 0, 1, 0, 0, 1, 1, 0, 0}); }

@@ -19,14 +19,10 @@ using testing::all_close;
 using testing::dense_from_blocks;
 using testing::expect_error;
 using testing::parameters_gradcheck;
+using testing::set_values;
 using testing::test_rand;
 using testing::test_randn;
 
-// Overwrites a parameter's values (no autograd history).
-void set_values(const Tensor& p, const Tensor& values) {
-  std::vector<double> v = values.to_vector<double>();
-  convert_elements(v.data(), DType::f64, p.data_ptr(), p.dtype(), p.numel());
-}
 
 // 3x4 blocks of 8 with block row 1 and block column 2 empty.
 LayoutPtr holey_layout() { return BlockLayout::from_mask(24, 32, 8, {1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1}); }

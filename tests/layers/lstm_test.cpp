@@ -22,6 +22,7 @@ using testing::dense_from_blocks;
 using testing::expect_error;
 using testing::gradcheck;
 using testing::parameters_gradcheck;
+using testing::set_values;
 using testing::test_randn;
 
 // The parameter called `name` ("wx.weight", "bias", ...).
@@ -32,11 +33,6 @@ Tensor param(const nn::Module& m, const std::string& name) {
   return Tensor();
 }
 
-// Overwrites a parameter's values (no autograd history).
-void set_values(const Tensor& p, const Tensor& values) {
-  std::vector<double> v = values.to_vector<double>();
-  convert_elements(v.data(), DType::f64, p.data_ptr(), p.dtype(), p.numel());
-}
 
 // Gives every parameter random values (biases and gains included, so none is trivially 0 or 1).
 void randomize(const nn::Module& m, uint64_t seed) {

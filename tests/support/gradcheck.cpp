@@ -115,6 +115,11 @@ Tensor test_rand(const Shape& shape, double low, double high, uint64_t seed, DTy
   return uniform(shape, low, high, gen, dtype);
 }
 
+void set_values(const Tensor& p, const Tensor& values) {
+  std::vector<double> v = values.to_vector<double>();
+  convert_elements(v.data(), DType::f64, p.data_ptr(), p.dtype(), p.numel());
+}
+
 ::testing::AssertionResult all_close(const Tensor& actual, const std::vector<double>& expected, double rtol, double atol) {
   if (actual.numel() != static_cast<int64_t>(expected.size()))
     return ::testing::AssertionFailure() << "all_close: " << actual.numel() << " elements vs " << expected.size()

@@ -48,6 +48,8 @@ using TensorFn = std::function<Tensor(const std::vector<Tensor>&)>;
 Tensor test_randn(const Shape& shape, uint64_t seed = 1, DType dtype = DType::f64);
 /// Random uniform [low, high) tensor.
 Tensor test_rand(const Shape& shape, double low, double high, uint64_t seed = 1, DType dtype = DType::f64);
+/// Overwrites a (CPU) parameter's values with `values` (same element count; no autograd history).
+void set_values(const Tensor& p, const Tensor& values);
 
 /// Elementwise |a - b| <= atol + rtol * |b|; the message names the first bad index.
 ::testing::AssertionResult all_close(const Tensor& actual, const std::vector<double>& expected,
