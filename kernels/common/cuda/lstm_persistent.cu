@@ -116,6 +116,7 @@ struct Params {
   uint16_t it_group[kMaxItems], it_begin[kMaxItems], it_end[kMaxItems];
   uint8_t it_part[kMaxItems], it_parts[kMaxItems];
 };
+static_assert(sizeof(Params) <= 4000, "kernel parameters are limited to 4 KB");
 
 // The gate activations from the fast exponential (__expf: about 2 ulp) and an approximate
 // reciprocal; tanh(v) = 1 − 2/(1 + e^{2v}) is within about 1e-7 absolute. e^x overflowing to inf
