@@ -139,6 +139,20 @@ TEST(LstmRecurrenceGpu, BarabasiAlbertHubsSplitOverBlocks) {
   EXPECT_FALSE(cuda::plan_recurrence(kGpu.index, DType::bf16, 64, 4096, gate_layout(4096, 32, 0.0625, 5), false).packing);
 }
 
+// Split groups forced on a small layer (TESSERA_LSTM_SPLIT_CHUNKS=2: every group of about 4
+// chunks cut into parts of at most 2, each in a block of its own): batch 1, 7 and 64, both
+// directions, against the CPU and the same bits twice.
+TEST(LstmRecurrenceGpu, ForcedSplitsMatchTheCpu) {
+  REQUIRE_GPU();
+  setenv("TESSERA_LSTM_SPLIT_CHUNKS", "2", 1);
+  const LayoutPtr l = gate_layout(256, 32, 0.5, 5);
+  const cuda::RecurrencePlan plan = cuda::plan_recurrence(kGpu.index, DType::bf16, 7, 256, l, false);
+  EXPECT_TRUE(plan.packing && plan.packing->split_groups > 0) << plan.reason;
+  for (int64_t b : {1, 7, 64}) check_case({4, b, 256, 32, 0.5}, DType::bf16);
+  check_case({3, 7, 256, 32, 0.5}, DType::f16);
+  unsetenv("TESSERA_LSTM_SPLIT_CHUNKS");
+}
+
 // Dense layers split K over pairs of thread blocks (a cluster; none with TESSERA_LSTM_CLUSTER=1):
 // both ways against the CPU, forward and backward, with the plans checked where the device has
 // clusters (compute capability 9.0 and the sm_90 build), so that each kernel runs, not only the

@@ -878,6 +878,19 @@ int resident_clusters(int device, DType dtype, bool backward, int units, int clu
   return n;
 }
 
+// TESSERA_LSTM_SPLIT_CHUNKS=n (tests): block-sparse layers split every group into parts of at most
+// n chunks over blocks, as the plan does by itself only where a group does not fit one block; 0
+// (unset): not forced.
+int requested_split_chunks() {
+  const char* e = std::getenv("TESSERA_LSTM_SPLIT_CHUNKS");
+  if (!e || !*e) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(e, &end, 10);
+  TS_CHECK(*end == 0 && n >= 1 && n <= 4096, ValueError,
+           "TESSERA_LSTM_SPLIT_CHUNKS='" << e << "': expected a number of chunks from 1 to 4096");
+  return static_cast<int>(n);
+}
+
 // The cluster size of the dense layers' K split: TESSERA_LSTM_CLUSTER (1: no split; 2: pairs) for
 // both directions, else `fallback`.
 int requested_cluster(int fallback) {
@@ -1026,7 +1039,8 @@ RecurrencePlan plan_for_cluster(int device, DType dtype, int64_t batch, int64_t 
     pl.smem = fixed_bytes + std::max(static_cast<size_t>(pl.ring) * stage_bytes(pl.stage_k), red);
     return pl.ring >= kMinStages && pl.smem <= lim.smem;
   };
-  if (fit_ring(plan, fixed)) return plan;
+  const int forced_part = layout && cluster == 1 ? requested_split_chunks() : 0;
+  if (forced_part == 0 && fit_ring(plan, fixed)) return plan;
   if (layout && cluster == 1) {
     // Groups too large for one block (Barabási–Albert hubs): split them into parts over blocks,
     // the largest parts that fit.
@@ -1037,7 +1051,7 @@ RecurrencePlan plan_for_cluster(int device, DType dtype, int64_t batch, int64_t 
       chunks[static_cast<size_t>(grp)] = ptr[c + 1] - ptr[c];
     }
     const int largest = *std::max_element(chunks.begin(), chunks.end());
-    for (int part = largest - 1; part >= 1; --part) {
+    for (int part = forced_part > 0 ? forced_part : largest - 1; part >= 1; --part) {
       std::optional<RecurrencePacking> packed =
           pack_recurrence_items(chunks, part, std::min(lim.sms, kMaxItemBlocks), kMaxGroupsPerBlock);
       if (!packed) break;  // smaller parts need more blocks still
@@ -1069,6 +1083,7 @@ RecurrencePlan plan_for_cluster(int device, DType dtype, int64_t batch, int64_t 
         sp.packing = std::make_shared<const RecurrencePacking>(std::move(*packed));
         return sp;
       }
+      if (forced_part > 0) break;
     }
   }
   return fail("W_h's slices need " + std::to_string(fixed + kMinStages * stage_bytes(128)) +
