@@ -307,7 +307,7 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
   int n_groups = 0;
   int g_unit0[kMaxGroupsPerBlock], g_chunks[kMaxGroupsPerBlock], g_chunk0[kMaxGroupsPerBlock],
       g_wrow0[kMaxGroupsPerBlock];
-  int g_begin[kMaxGroupsPerBlock], g_item[kMaxGroupsPerBlock];  // split groups: first chunk, item (-1: none)
+  int g_item[kMaxGroupsPerBlock];  // split groups: the group's item (-1: none)
   {
     int chunk_at = 0, row_at = 0;
     const int i0 = p.n_items > 0 ? p.item_first[blockIdx.x] : 0, i1 = p.n_items > 0 ? p.item_first[blockIdx.x + 1] : 0;
@@ -328,7 +328,6 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
         const int r0 = u0 / p.bs;
         nch = p.row_ptr[r0 + 1] - p.row_ptr[r0];
       }
-      g_begin[n_groups] = item >= 0 ? p.it_begin[item] : 0;
       g_item[n_groups] = item;
       g_unit0[n_groups] = u0;
       g_chunks[n_groups] = nch;
@@ -344,7 +343,8 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
   __syncthreads();
   const T* w = static_cast<const T*>(p.w);
   for (int gi = 0; gi < n_groups; ++gi) {
-    const int u0 = g_unit0[gi], nch = g_chunks[gi], b0 = g_begin[gi];  // b0: a part's first chunk
+    const int u0 = g_unit0[gi], nch = g_chunks[gi];
+    const int b0 = g_item[gi] >= 0 ? p.it_begin[g_item[gi]] : 0;  // a part's first chunk
     T* wg = w_s + static_cast<size_t>(g_wrow0[gi]) * N;
     int32_t* cols = a_col + g_chunk0[gi];
     for (int j = tid; j < nch; j += kThreads) {
@@ -449,8 +449,10 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
     for (int gi = 0; gi < n_groups; ++gi) {
       const int u0 = g_unit0[gi], nch = g_chunks[gi];
       // a split group's part k > 0 only hands its sums to the owner (part 0), which runs the epilogue
-      const int item = g_item[gi], parts = item >= 0 ? p.it_parts[item] : 1;
-      const bool owner = item < 0 || p.it_part[item] == 0;
+      const int item = g_item[gi];
+      // (read from the parameters where used: registers are short in the U 64 backward)
+      auto owner = [&] { return item < 0 || p.it_part[item] == 0; };
+      auto parts = [&] { return item >= 0 ? static_cast<int>(p.it_parts[item]) : 1; };
       const int32_t* cols = a_col + g_chunk0[gi];
       const T* wg = w_s + static_cast<size_t>(g_wrow0[gi]) * N;
       const int k_rows = (nch * p.chunk + 15) / 16 * 16;  // the group's K, in whole k16 slices
@@ -458,14 +460,14 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
 
       // epilogue inputs of this step: the forward's gx_t in the first copy group; the
       // backward's into registers (read in the epilogue, after the product)
-      if (!kBackward && owner) {
+      if (!kBackward && owner()) {
         const T* gx = static_cast<const T*>(p.gx) + static_cast<int64_t>(t) * B * G4 + u0;
         for (int g = 0; g < 4; ++g)
           copy_rows(ep_base + g * U * 2, 4 * U * 2, gx + g * H, static_cast<int64_t>(G4) * 2, B, U * 2);
       }
       float e_gate[kBackward ? K::kEpPerThread : 1][4], e_c[kBackward ? K::kEpPerThread : 1],
           e_cp[kBackward ? K::kEpPerThread : 1], e_dy[kBackward ? K::kEpPerThread : 1];
-      if (kBackward && !final_phase && owner) {
+      if (kBackward && !final_phase && owner()) {
 #pragma unroll
         for (int q = 0; q < K::kEpPerThread; ++q) {
           const int e = tid + q * kThreads, b = e / U, j = e % U;
@@ -610,7 +612,7 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
       } else {
         __syncthreads();
       }
-      if (item >= 0 && !owner) {
+      if (!owner()) {
         // a part: its sums [B, N] (K-split partials in order) to L2, then the flag of this phase
         if (has_product) {
           float* dst = p.partials + static_cast<size_t>(item) * kMaxBatch * N;
@@ -630,11 +632,11 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
         __syncthreads();  // red is reused by the next item
         continue;
       }
-      if (parts > 1 && has_product) {
+      if (parts() > 1 && has_product) {
         // the owner: its parts' sums of this phase are in L2 once their flags say ph + 1 (the parts
         // wait on nothing, and every block is resident: no deadlock)
         if (tid == 0) {
-          for (int k = 1; k < parts; ++k) {
+          for (int k = 1; k < parts(); ++k) {
             unsigned seen;
             do {
               asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(p.flags + item + k) : "memory");
@@ -661,7 +663,7 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
             for (int q = 0; q < wk_count; ++q) v += red[(static_cast<size_t>(q) * kMaxBatch + b) * RS + col];
           }
         }
-        for (int k = 1; k < parts; ++k)  // a split group's other parts, in order (L2, not L1: written this phase)
+        for (int k = 1; k < parts(); ++k)  // a split group's other parts, in order (L2, not L1: written this phase)
           v += __ldcg(p.partials + (static_cast<size_t>(item + k) * kMaxBatch + b) * N + col);
         return v;
       };
