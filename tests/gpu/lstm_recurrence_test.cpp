@@ -78,8 +78,8 @@ std::vector<Tensor> inputs(const Case& k, const LayoutPtr& layout, DType dt) {
 
 const char* kNames[] = {"y", "hT", "cT", "dgx", "dh0", "dc0", "dwh"};
 
-void check_case(const Case& k, DType dt) {
-  const LayoutPtr layout = k.bs ? gate_layout(k.hidden, k.bs, k.density, 5) : nullptr;
+void check_case(const Case& k, DType dt, const LayoutPtr& given = nullptr) {
+  const LayoutPtr layout = given ? given : k.bs ? gate_layout(k.hidden, k.bs, k.density, 5) : nullptr;
   const std::vector<Tensor> in = inputs(k, layout, dt);
   const TensorMeta gx{in[0].shape(), dt, kGpu};
   ASSERT_TRUE(lstm_recurrence_fused(gx, k.hidden, layout))
@@ -115,6 +115,42 @@ TEST(LstmRecurrenceGpu, DenseMatchesTheCpuForEveryBatch) {
   check_case({5, 7, 64, 0, 1.0}, DType::f16);
   for (DType dt : {DType::bf16, DType::f16})
     check_case({3, 16, 1024, 0, 1.0}, dt);  // 128 groups of 8 units: the trainer's shape
+}
+
+// Barabási–Albert hubs: in the layout train_lstm --layout ba trains at seed 1 (generator seed
+// 1001) the busiest 32-unit groups' W_h slices (51 blocks: 408 KB forward, 204 blocks backward)
+// pass one block's shared memory; the plan splits them into parts over blocks
+// (RecurrencePlan::packing: parts' f32 sums added by the owner in order), merging the lightest
+// groups where blocks run out, and the results match the CPU, the same bits twice. The random
+// layout's plan does not split.
+TEST(LstmRecurrenceGpu, BarabasiAlbertHubsSplitOverBlocks) {
+  REQUIRE_GPU();
+  const LayoutPtr ba = nn::lstm_gate_layout(*barabasi_albert_layout(4096, 4096, 32, 4, 1001));
+  for (bool backward : {false, true}) {
+    const cuda::RecurrencePlan plan = cuda::plan_recurrence(kGpu.index, DType::bf16, 64, 4096, ba, backward);
+    ASSERT_TRUE(plan.reason.empty()) << plan.reason;
+    ASSERT_TRUE(plan.packing) << (backward ? "backward" : "forward") << ": no split";
+    EXPECT_GT(plan.packing->split_groups, 0);
+    std::cout << (backward ? "backward" : "forward") << ": " << plan.packing->split_groups << " groups split, "
+              << plan.grid << " blocks, busiest " << plan.max_chunks << " chunks" << std::endl;
+  }
+  for (DType dt : {DType::bf16, DType::f16}) check_case({3, 64, 4096, 32, 0.0}, dt, ba);
+  check_case({2, 7, 4096, 32, 0.0}, DType::bf16, ba);
+  EXPECT_FALSE(cuda::plan_recurrence(kGpu.index, DType::bf16, 64, 4096, gate_layout(4096, 32, 0.0625, 5), false).packing);
+}
+
+// Split groups forced on a small layer (TESSERA_LSTM_SPLIT_CHUNKS=2: every group of about 4
+// chunks cut into parts of at most 2, each in a block of its own): batch 1, 7 and 64, both
+// directions, against the CPU and the same bits twice.
+TEST(LstmRecurrenceGpu, ForcedSplitsMatchTheCpu) {
+  REQUIRE_GPU();
+  setenv("TESSERA_LSTM_SPLIT_CHUNKS", "2", 1);
+  const LayoutPtr l = gate_layout(256, 32, 0.5, 5);
+  const cuda::RecurrencePlan plan = cuda::plan_recurrence(kGpu.index, DType::bf16, 7, 256, l, false);
+  EXPECT_TRUE(plan.packing && plan.packing->split_groups > 0) << plan.reason;
+  for (int64_t b : {1, 7, 64}) check_case({4, b, 256, 32, 0.5}, DType::bf16);
+  check_case({3, 7, 256, 32, 0.5}, DType::f16);
+  unsetenv("TESSERA_LSTM_SPLIT_CHUNKS");
 }
 
 // Dense layers split K over pairs of thread blocks (a cluster; none with TESSERA_LSTM_CLUSTER=1):

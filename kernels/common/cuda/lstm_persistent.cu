@@ -22,6 +22,11 @@
 // docs/lstm_gpu.md).
 // Dense layers split K over pairs of blocks (a thread block cluster; see lstm_persistent_kernel),
 // so that each reads half of the step's operand.
+// Split groups: where a block-sparse layout's largest groups' slices do not fit one block (the hubs
+// of a Barabási–Albert layout), the plan cuts those groups' K into parts, each alone in a block
+// (recurrence_items.h). A part k > 0 writes its f32 sums of the step to L2 and raises its flag to
+// the phase; the owner (part 0) waits for its parts' flags and adds their sums in part order
+// before its epilogue. The parts wait on nothing and the launch is cooperative, so the wait ends.
 // The launch is cooperative: the driver guarantees that all blocks are resident at once (or
 // refuses it), so the barrier cannot wait on a block that never runs, whatever else shares the
 // GPU. Every sum has a fixed order (each output element is summed by one thread, K in order, then
@@ -33,6 +38,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -63,6 +69,8 @@ constexpr int kMaxStageK = 256;
 __host__ __device__ constexpr int stage_bytes(int stage_k) { return kMaxBatch * (stage_k + 8) * 2; }
 constexpr int kMinStages = 2, kMaxStages = 15;  // cp.async ring depth: as deep as shared memory allows
 constexpr int kMaxGroupsPerBlock = 4;
+// Split groups (RecurrencePlan::packing): the items travel in the kernel's parameters (4 KB in all).
+constexpr int kMaxItems = 320, kMaxItemBlocks = 160;
 // The dense layers' default K split over clusters (TESSERA_LSTM_CLUSTER overrides): measured on
 // the H200, see docs/lstm_gpu.md.
 constexpr int kForwardCluster = 2, kBackwardCluster = 2;
@@ -98,7 +106,17 @@ struct Params {
   void* dh0;
   void* dc0;
   unsigned* counter;
+  // split groups (n_items > 0): block b's items are [item_first[b], item_first[b + 1]); a part
+  // k > 0 of a group writes its f32 sums [64, N] to partials[item] and then flags[item] = phase + 1;
+  // the owner (part 0, item i) adds those of items i + 1 … i + parts − 1 in order.
+  int n_items;
+  float* partials;
+  unsigned* flags;
+  uint16_t item_first[kMaxItemBlocks + 1];
+  uint16_t it_group[kMaxItems], it_begin[kMaxItems], it_end[kMaxItems];
+  uint8_t it_part[kMaxItems], it_parts[kMaxItems];
 };
+static_assert(sizeof(Params) <= 4000, "kernel parameters are limited to 4 KB");
 
 // The gate activations from the fast exponential (__expf: about 2 ulp) and an approximate
 // reciprocal; tanh(v) = 1 − 2/(1 + e^{2v}) is within about 1e-7 absolute. e^x overflowing to inf
@@ -289,12 +307,19 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
   int n_groups = 0;
   int g_unit0[kMaxGroupsPerBlock], g_chunks[kMaxGroupsPerBlock], g_chunk0[kMaxGroupsPerBlock],
       g_wrow0[kMaxGroupsPerBlock];
+  int g_item[kMaxGroupsPerBlock];  // split groups: the group's item (-1: none)
   {
     int chunk_at = 0, row_at = 0;
-    for (int grp = blockIdx.x; grp < p.groups && n_groups < kMaxGroupsPerBlock; grp += gridDim.x) {
+    const int i0 = p.n_items > 0 ? p.item_first[blockIdx.x] : 0, i1 = p.n_items > 0 ? p.item_first[blockIdx.x + 1] : 0;
+    for (int k = 0; n_groups < kMaxGroupsPerBlock; ++k) {
+      const int item = p.n_items > 0 ? i0 + k : -1;
+      const int grp = p.n_items > 0 ? (item < i1 ? p.it_group[item] : p.groups) : blockIdx.x + k * gridDim.x;
+      if (grp >= p.groups) break;
       const int u0 = grp * U;
       int nch;
-      if (p.bs == 0) {
+      if (item >= 0) {
+        nch = p.it_end[item] - p.it_begin[item];
+      } else if (p.bs == 0) {
         nch = (kBackward ? G4 : H) / p.chunk / kCluster;
       } else if (!kBackward) {
         const int c0 = u0 / p.bs;
@@ -303,6 +328,7 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
         const int r0 = u0 / p.bs;
         nch = p.row_ptr[r0 + 1] - p.row_ptr[r0];
       }
+      g_item[n_groups] = item;
       g_unit0[n_groups] = u0;
       g_chunks[n_groups] = nch;
       g_chunk0[n_groups] = chunk_at;
@@ -318,15 +344,16 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
   const T* w = static_cast<const T*>(p.w);
   for (int gi = 0; gi < n_groups; ++gi) {
     const int u0 = g_unit0[gi], nch = g_chunks[gi];
+    const int b0 = g_item[gi] >= 0 ? p.it_begin[g_item[gi]] : 0;  // a part's first chunk
     T* wg = w_s + static_cast<size_t>(g_wrow0[gi]) * N;
     int32_t* cols = a_col + g_chunk0[gi];
     for (int j = tid; j < nch; j += kThreads) {
       if (p.bs == 0) {
         cols[j] = (crank * nch + j) * p.chunk;
       } else if (!kBackward) {
-        cols[j] = p.block_row[p.col_blocks[p.col_ptr[u0 / p.bs] + j]] * p.bs;
+        cols[j] = p.block_row[p.col_blocks[p.col_ptr[u0 / p.bs] + b0 + j]] * p.bs;
       } else {
-        cols[j] = p.block_col[p.row_ptr[u0 / p.bs] + j] * p.bs;
+        cols[j] = p.block_col[p.row_ptr[u0 / p.bs] + b0 + j] * p.bs;
       }
     }
     const int rows = nch * p.chunk;
@@ -342,7 +369,7 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
           src = w + static_cast<int64_t>(crank * rows + k) * G4 + g * H + uc + j8;
         } else {
           const int bs = p.bs, q = H / bs, c0 = u0 / bs, ch = k / bs, kk = k % bs;
-          const int blk = p.col_blocks[p.col_ptr[g * q + c0] + ch];
+          const int blk = p.col_blocks[p.col_ptr[g * q + c0] + b0 + ch];
           src = w + (static_cast<int64_t>(blk) * bs + kk) * bs + (uc - c0 * bs) + j8;
         }
         *reinterpret_cast<uint4*>(wg + K::w_index(k, g * CU + j8)) = *reinterpret_cast<const uint4*>(src);
@@ -358,7 +385,7 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
           v = w[static_cast<int64_t>(uc + j) * G4 + crank * rows + k];
         } else {
           const int bs = p.bs, r0 = u0 / bs, ch = k / bs, kk = k % bs;
-          const int blk = p.row_ptr[r0] + ch;
+          const int blk = p.row_ptr[r0] + b0 + ch;
           v = w[(static_cast<int64_t>(blk) * bs + (uc - r0 * bs) + j) * bs + kk];
         }
         wg[K::w_index(k, j)] = v;
@@ -421,6 +448,11 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
     }
     for (int gi = 0; gi < n_groups; ++gi) {
       const int u0 = g_unit0[gi], nch = g_chunks[gi];
+      // a split group's part k > 0 only hands its sums to the owner (part 0), which runs the epilogue
+      const int item = g_item[gi];
+      // (read from the parameters where used: registers are short in the U 64 backward)
+      auto owner = [&] { return item < 0 || p.it_part[item] == 0; };
+      auto parts = [&] { return item >= 0 ? static_cast<int>(p.it_parts[item]) : 1; };
       const int32_t* cols = a_col + g_chunk0[gi];
       const T* wg = w_s + static_cast<size_t>(g_wrow0[gi]) * N;
       const int k_rows = (nch * p.chunk + 15) / 16 * 16;  // the group's K, in whole k16 slices
@@ -428,14 +460,14 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
 
       // epilogue inputs of this step: the forward's gx_t in the first copy group; the
       // backward's into registers (read in the epilogue, after the product)
-      if (!kBackward) {
+      if (!kBackward && owner()) {
         const T* gx = static_cast<const T*>(p.gx) + static_cast<int64_t>(t) * B * G4 + u0;
         for (int g = 0; g < 4; ++g)
           copy_rows(ep_base + g * U * 2, 4 * U * 2, gx + g * H, static_cast<int64_t>(G4) * 2, B, U * 2);
       }
       float e_gate[kBackward ? K::kEpPerThread : 1][4], e_c[kBackward ? K::kEpPerThread : 1],
           e_cp[kBackward ? K::kEpPerThread : 1], e_dy[kBackward ? K::kEpPerThread : 1];
-      if (kBackward && !final_phase) {
+      if (kBackward && !final_phase && owner()) {
 #pragma unroll
         for (int q = 0; q < K::kEpPerThread; ++q) {
           const int e = tid + q * kThreads, b = e / U, j = e % U;
@@ -580,6 +612,40 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
       } else {
         __syncthreads();
       }
+      if (!owner()) {
+        // a part: its sums [B, N] (K-split partials in order) to L2, then the flag of this phase
+        if (has_product) {
+          float* dst = p.partials + static_cast<size_t>(item) * kMaxBatch * N;
+          for (int e = tid; e < B * N; e += kThreads) {
+            const int b = e / N, col = e % N;
+            float v = 0.f;
+            for (int q = 0; q < wk_count; ++q) v += red[(static_cast<size_t>(q) * kMaxBatch + b) * RS + col];
+            __stcg(dst + b * N + col, v);
+          }
+          __syncthreads();
+          if (tid == 0) {
+            __threadfence();
+            asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(p.flags + item), "r"(static_cast<unsigned>(ph + 1))
+                         : "memory");
+          }
+        }
+        __syncthreads();  // red is reused by the next item
+        continue;
+      }
+      if (parts() > 1 && has_product) {
+        // the owner: its parts' sums of this phase are in L2 once their flags say ph + 1 (the parts
+        // wait on nothing, and every block is resident: no deadlock)
+        if (tid == 0) {
+          for (int k = 1; k < parts(); ++k) {
+            unsigned seen;
+            do {
+              asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(p.flags + item + k) : "memory");
+            } while (seen < static_cast<unsigned>(ph + 1));
+          }
+          __threadfence();
+        }
+        __syncthreads();
+      }
 
       // epilogue: one thread per (row b, unit j) of the group
       float* st = state + gi * kMaxBatch * U;
@@ -597,6 +663,8 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
             for (int q = 0; q < wk_count; ++q) v += red[(static_cast<size_t>(q) * kMaxBatch + b) * RS + col];
           }
         }
+        for (int k = 1; k < parts(); ++k)  // a split group's other parts, in order (L2, not L1: written this phase)
+          v += __ldcg(p.partials + (static_cast<size_t>(item + k) * kMaxBatch + b) * N + col);
         return v;
       };
       if constexpr (!kBackward) {
@@ -812,6 +880,19 @@ int resident_clusters(int device, DType dtype, bool backward, int units, int clu
   return n;
 }
 
+// TESSERA_LSTM_SPLIT_CHUNKS=n (tests): block-sparse layers split every group into parts of at most
+// n chunks over blocks, as the plan does by itself only where a group does not fit one block; 0
+// (unset): not forced.
+int requested_split_chunks() {
+  const char* e = std::getenv("TESSERA_LSTM_SPLIT_CHUNKS");
+  if (!e || !*e) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(e, &end, 10);
+  TS_CHECK(*end == 0 && n >= 1 && n <= 4096, ValueError,
+           "TESSERA_LSTM_SPLIT_CHUNKS='" << e << "': expected a number of chunks from 1 to 4096");
+  return static_cast<int>(n);
+}
+
 // The cluster size of the dense layers' K split: TESSERA_LSTM_CLUSTER (1: no split; 2: pairs) for
 // both directions, else `fallback`.
 int requested_cluster(int fallback) {
@@ -953,15 +1034,62 @@ RecurrencePlan plan_for_cluster(int device, DType dtype, int64_t batch, int64_t 
   }
 #undef TS_RECURRENCE_SMEM
   // the cp.async ring takes what is left, kMinStages … kMaxStages stages (and holds the partial sums)
-  const size_t left = lim.smem > fixed ? lim.smem - fixed : 0;
-  plan.stage_k = left / stage_bytes(256) >= 3 ? 256 : 128;
-  plan.ring = static_cast<int>(std::min<size_t>(kMaxStages, left / stage_bytes(plan.stage_k)));
-  plan.smem = fixed + std::max(static_cast<size_t>(plan.ring) * stage_bytes(plan.stage_k), red);
-  if (plan.ring < kMinStages || plan.smem > lim.smem) {
-    return fail("W_h's slices need " + std::to_string(fixed + kMinStages * stage_bytes(128)) +
-                " bytes of shared memory per block, more than the " + std::to_string(lim.smem) + " an SM has");
+  auto fit_ring = [&](RecurrencePlan& pl, size_t fixed_bytes) {
+    const size_t left = lim.smem > fixed_bytes ? lim.smem - fixed_bytes : 0;
+    pl.stage_k = left / stage_bytes(256) >= 3 ? 256 : 128;
+    pl.ring = static_cast<int>(std::min<size_t>(kMaxStages, left / stage_bytes(pl.stage_k)));
+    pl.smem = fixed_bytes + std::max(static_cast<size_t>(pl.ring) * stage_bytes(pl.stage_k), red);
+    return pl.ring >= kMinStages && pl.smem <= lim.smem;
+  };
+  const int forced_part = layout && cluster == 1 ? requested_split_chunks() : 0;
+  if (forced_part == 0 && fit_ring(plan, fixed)) return plan;
+  if (layout && cluster == 1) {
+    // Groups too large for one block (Barabási–Albert hubs): split them into parts over blocks,
+    // the largest parts that fit.
+    std::vector<int> chunks(static_cast<size_t>(plan.groups));
+    for (int grp = 0; grp < plan.groups; ++grp) {
+      const std::vector<int32_t>& ptr = backward ? layout->row_ptr() : layout->col_ptr();
+      const int64_t c = static_cast<int64_t>(grp) * units / bs;
+      chunks[static_cast<size_t>(grp)] = ptr[c + 1] - ptr[c];
+    }
+    const int largest = *std::max_element(chunks.begin(), chunks.end());
+    for (int part = forced_part > 0 ? forced_part : largest - 1; part >= 1; --part) {
+      std::optional<RecurrencePacking> packed =
+          pack_recurrence_items(chunks, part, std::min(lim.sms, kMaxItemBlocks), kMaxGroupsPerBlock);
+      if (!packed) break;  // smaller parts need more blocks still
+      int items = 0;
+      for (const auto& b : packed->blocks) items += static_cast<int>(b.size());
+      if (items > kMaxItems) break;
+      RecurrencePlan sp = plan;
+      sp.grid = static_cast<int>(packed->blocks.size());
+      sp.groups_per_block = packed->max_groups;
+      sp.max_chunks = packed->max_chunks;
+      sp.w_rows = 0;
+      for (const auto& b : packed->blocks) {
+        int rows = 0;
+        for (const RecurrenceItem& it : b) rows += ((it.end - it.begin) * sp.chunk + 15) / 16 * 16;
+        sp.w_rows = std::max(sp.w_rows, rows);
+      }
+      size_t sp_fixed = 0;
+      switch (units) {
+        case 8: sp_fixed = backward ? fixed_smem_for<8, true, 1>(sp.w_rows, sp.max_chunks, sp.groups_per_block)
+                                    : fixed_smem_for<8, false, 1>(sp.w_rows, sp.max_chunks, sp.groups_per_block); break;
+        case 16: sp_fixed = backward ? fixed_smem_for<16, true, 1>(sp.w_rows, sp.max_chunks, sp.groups_per_block)
+                                     : fixed_smem_for<16, false, 1>(sp.w_rows, sp.max_chunks, sp.groups_per_block); break;
+        case 32: sp_fixed = backward ? fixed_smem_for<32, true, 1>(sp.w_rows, sp.max_chunks, sp.groups_per_block)
+                                     : fixed_smem_for<32, false, 1>(sp.w_rows, sp.max_chunks, sp.groups_per_block); break;
+        default: sp_fixed = backward ? fixed_smem_for<64, true, 1>(sp.w_rows, sp.max_chunks, sp.groups_per_block)
+                                     : fixed_smem_for<64, false, 1>(sp.w_rows, sp.max_chunks, sp.groups_per_block); break;
+      }
+      if (fit_ring(sp, sp_fixed)) {
+        sp.packing = std::make_shared<const RecurrencePacking>(std::move(*packed));
+        return sp;
+      }
+      if (forced_part > 0) break;
+    }
   }
-  return plan;
+  return fail("W_h's slices need " + std::to_string(fixed + kMinStages * stage_bytes(128)) +
+              " bytes of shared memory per block, more than the " + std::to_string(lim.smem) + " an SM has");
 }
 
 }  // namespace
@@ -995,6 +1123,23 @@ Params base_params(const Tensor& wh, const LayoutPtr& layout, const RecurrencePl
   p.stage_k = plan.stage_k;
   p.groups_per_block = plan.groups_per_block;
   p.w = wh.data_ptr();
+  p.n_items = 0;
+  if (plan.packing) {
+    int idx = 0;
+    for (size_t b = 0; b < plan.packing->blocks.size(); ++b) {
+      p.item_first[b] = static_cast<uint16_t>(idx);
+      for (const RecurrenceItem& it : plan.packing->blocks[b]) {
+        p.it_group[idx] = static_cast<uint16_t>(it.group);
+        p.it_begin[idx] = static_cast<uint16_t>(it.begin);
+        p.it_end[idx] = static_cast<uint16_t>(it.end);
+        p.it_part[idx] = static_cast<uint8_t>(it.part);
+        p.it_parts[idx] = static_cast<uint8_t>(it.parts);
+        ++idx;
+      }
+    }
+    p.item_first[plan.packing->blocks.size()] = static_cast<uint16_t>(idx);
+    p.n_items = idx;
+  }
   if (layout) {
     const BlockTables t = device_tables(layout, wh.device().index);
     p.col_ptr = t.col_ptr;
@@ -1006,14 +1151,20 @@ Params base_params(const Tensor& wh, const LayoutPtr& layout, const RecurrencePl
   return p;
 }
 
-// A zeroed barrier counter for one launch, stream-ordered (capturable).
+// A zeroed barrier counter for one launch, stream-ordered (capturable); with split groups also
+// their zeroed flags [items] and the scratch of their partial sums [items, 64, N] f32.
 struct Counter {
-  Counter(int device, cudaStream_t stream) : device_(device) {
-    ptr_ = static_cast<unsigned*>(allocate(sizeof(unsigned), device));
-    TS_CUDA_CHECK(cudaMemsetAsync(ptr_, 0, sizeof(unsigned), stream));
+  Counter(int device, cudaStream_t stream, int items = 0, int n = 0) : device_(device) {
+    flag_bytes_ = (static_cast<size_t>(1 + items) * sizeof(unsigned) + 255) / 256 * 256;
+    bytes_ = flag_bytes_ + static_cast<size_t>(items) * kMaxBatch * n * sizeof(float);
+    ptr_ = static_cast<unsigned*>(allocate(bytes_, device));
+    TS_CUDA_CHECK(cudaMemsetAsync(ptr_, 0, flag_bytes_, stream));
   }
-  ~Counter() { deallocate(ptr_, sizeof(unsigned), device_); }
+  ~Counter() { deallocate(ptr_, bytes_, device_); }
+  unsigned* flags() const { return ptr_ + 1; }
+  float* partials() const { return reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(ptr_) + flag_bytes_); }
   unsigned* ptr_;
+  size_t flag_bytes_ = 0, bytes_ = 0;
   int device_;
 };
 
@@ -1041,8 +1192,10 @@ void recurrence_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, co
   p.gates = static_cast<float*>(gates.data_ptr());
   p.cells = static_cast<float*>(cells.data_ptr());
   const cudaStream_t stream = current_stream(y);
-  Counter counter(device, stream);
+  Counter counter(device, stream, p.n_items, 4 * plan.units);
   p.counter = counter.ptr_;
+  p.flags = counter.flags();
+  p.partials = counter.partials();
   if (gx.dtype() == DType::bf16) {
     launch_units<__nv_bfloat16, false>(p, plan, stream);
   } else {
@@ -1069,8 +1222,10 @@ void recurrence_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT,
   p.dh0 = dh0.data_ptr();
   p.dc0 = dc0.data_ptr();
   const cudaStream_t stream = current_stream(dpre);
-  Counter counter(device, stream);
+  Counter counter(device, stream, p.n_items, plan.units);
   p.counter = counter.ptr_;
+  p.flags = counter.flags();
+  p.partials = counter.partials();
   if (dy.dtype() == DType::bf16) {
     launch_units<__nv_bfloat16, true>(p, plan, stream);
   } else {

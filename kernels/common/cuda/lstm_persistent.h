@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "core/sparse/block_layout.h"
 #include "core/tensor.h"
+#include "kernels/common/recurrence_items.h"
 
 namespace tessera {
 namespace cuda {
@@ -26,6 +28,10 @@ struct RecurrencePlan {
   int stage_k = 0;        ///< K columns per stage: 256 where 3 such stages fit, else 128
   int cluster = 1;        ///< the backward's K split: blocks per thread block cluster (1: none; see the .cu)
   size_t smem = 0;
+  /// Set where a block-sparse layout's largest groups do not fit one block (Barabási–Albert hubs):
+  /// the groups split into parts over blocks and each block's items (recurrence_items.h); the
+  /// grid is then one block per packed block. Null: group g in block g % grid, as it always was.
+  std::shared_ptr<const RecurrencePacking> packing;
   std::string reason;
 };
 

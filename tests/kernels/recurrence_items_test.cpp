@@ -1,0 +1,124 @@
+// pack_recurrence_items: how the persistent LSTM recurrence deals groups of hidden units (and
+// the parts of groups too large for one block) out to thread blocks: near-equal parts, parts
+// alone in their blocks, the lightest whole groups merged when blocks run out, every chunk dealt
+// once; on the Barabási–Albert layout that trains (seed 1001) the busiest block drops from 51
+// chunks to 16.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/sparse/generators.h"
+#include "kernels/common/recurrence_items.h"
+
+namespace tessera {
+namespace {
+
+using Items = std::vector<RecurrenceItem>;
+
+// Every group's chunks [0, c) dealt exactly once, in parts 0 .. parts-1 in order; a part of a
+// split group alone in its block; block loads and group counts as reported.
+void expect_consistent(const RecurrencePacking& p, const std::vector<int>& chunks, int max_part, int max_blocks,
+                       int max_groups_per_block) {
+  EXPECT_LE(static_cast<int>(p.blocks.size()), max_blocks);
+  std::map<int, Items> by_group;
+  int max_chunks = 0, max_groups = 0;
+  for (const Items& b : p.blocks) {
+    ASSERT_FALSE(b.empty());
+    int load = 0;
+    for (const RecurrenceItem& it : b) {
+      load += it.end - it.begin;
+      by_group[it.group].push_back(it);
+      if (it.parts > 1) {
+        EXPECT_EQ(b.size(), 1u) << "a part of group " << it.group << " shares its block";
+        EXPECT_LE(it.end - it.begin, max_part);
+      }
+    }
+    max_chunks = std::max(max_chunks, load);
+    max_groups = std::max(max_groups, static_cast<int>(b.size()));
+  }
+  EXPECT_EQ(p.max_chunks, max_chunks);
+  EXPECT_EQ(p.max_groups, max_groups);
+  EXPECT_LE(max_groups, max_groups_per_block);
+  ASSERT_EQ(by_group.size(), chunks.size());
+  for (auto& [g, items] : by_group) {
+    std::sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return a.part < b.part; });
+    int next = 0;
+    for (size_t k = 0; k < items.size(); ++k) {
+      EXPECT_EQ(items[k].part, static_cast<int>(k)) << "group " << g;
+      EXPECT_EQ(items[k].parts, static_cast<int>(items.size())) << "group " << g;
+      EXPECT_EQ(items[k].begin, next) << "group " << g;
+      next = items[k].end;
+    }
+    EXPECT_EQ(next, chunks[static_cast<size_t>(g)]) << "group " << g;
+  }
+}
+
+TEST(RecurrenceItems, GroupsThatFitTakeABlockEach) {
+  const std::optional<RecurrencePacking> p = pack_recurrence_items({3, 0, 5}, 16, 8, 4);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->blocks, (std::vector<Items>{{{0, 0, 3, 0, 1}}, {{1, 0, 0, 0, 1}}, {{2, 0, 5, 0, 1}}}));
+  EXPECT_EQ(p->max_chunks, 5);
+  EXPECT_EQ(p->split_groups, 0);
+}
+
+TEST(RecurrenceItems, LargeGroupsSplitIntoNearEqualParts) {
+  const std::optional<RecurrencePacking> p = pack_recurrence_items({10, 51}, 16, 8, 4);
+  ASSERT_TRUE(p);
+  // 51 chunks: 4 parts of 13, 13, 13, 12
+  EXPECT_EQ(p->blocks, (std::vector<Items>{{{0, 0, 10, 0, 1}},
+                                            {{1, 0, 13, 0, 4}},
+                                            {{1, 13, 26, 1, 4}},
+                                            {{1, 26, 39, 2, 4}},
+                                            {{1, 39, 51, 3, 4}}}));
+  EXPECT_EQ(p->max_chunks, 13);
+  EXPECT_EQ(p->split_groups, 1);
+}
+
+TEST(RecurrenceItems, TheLightestWholeGroupsShareBlocksWhenBlocksRunOut) {
+  // 40 chunks -> parts 14, 13, 13; 7 blocks for 5: groups 1 + 2 (3 chunks), then + 4 (6 chunks)
+  const std::vector<int> chunks{5, 1, 2, 40, 3};
+  const std::optional<RecurrencePacking> p = pack_recurrence_items(chunks, 16, 5, 4);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->blocks, (std::vector<Items>{{{0, 0, 5, 0, 1}},
+                                            {{1, 0, 1, 0, 1}, {2, 0, 2, 0, 1}, {4, 0, 3, 0, 1}},
+                                            {{3, 0, 14, 0, 3}},
+                                            {{3, 14, 27, 1, 3}},
+                                            {{3, 27, 40, 2, 3}}}));
+  EXPECT_EQ(p->max_chunks, 14);
+  EXPECT_EQ(p->max_groups, 3);
+  expect_consistent(*p, chunks, 16, 5, 4);
+}
+
+TEST(RecurrenceItems, TheTrainedBarabasiAlbertLayoutFits) {
+  // The recurrent layout of train_lstm --layout ba --hidden 4096 --block 32 at seed 1 (layout seed
+  // 1001): a 32-unit group's forward K is its per-gate block column. Its busiest holds 51 blocks
+  // (408 KB of W_h in bf16, past the 227 KB of one block); split into parts of at most 16 over
+  // the H100's 132 SMs, no block holds more than 16.
+  const LayoutPtr l = barabasi_albert_layout(4096, 4096, 32, 4, 1001);
+  std::vector<int> chunks;
+  for (int64_t c = 0; c < l->block_cols(); ++c) chunks.push_back(l->col_ptr()[c + 1] - l->col_ptr()[c]);
+  ASSERT_EQ(*std::max_element(chunks.begin(), chunks.end()), 51);
+  std::string why;
+  const std::optional<RecurrencePacking> p = pack_recurrence_items(chunks, 16, 132, 4, &why);
+  ASSERT_TRUE(p) << why;
+  expect_consistent(*p, chunks, 16, 132, 4);
+  EXPECT_LE(p->max_chunks, 16);
+  EXPECT_GE(p->split_groups, 4);
+}
+
+TEST(RecurrenceItems, TooManyPartsAreRefusedWithTheReason) {
+  std::string why;
+  EXPECT_FALSE(pack_recurrence_items({40, 40}, 16, 4, 4, &why));  // 6 parts, 4 blocks
+  EXPECT_NE(why.find("6 blocks of work (2 groups split into parts of at most 16 chunks) do not fit 4 blocks"),
+            std::string::npos)
+      << why;
+  EXPECT_FALSE(pack_recurrence_items({1, 1, 1, 1, 1}, 16, 1, 4, &why));  // 5 groups, at most 4 a block
+  EXPECT_THROW(pack_recurrence_items({1}, 0, 1, 1), ValueError);
+  EXPECT_THROW(pack_recurrence_items({-1}, 4, 1, 1), ValueError);
+}
+
+}  // namespace
+}  // namespace tessera
