@@ -663,8 +663,11 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
             for (int q = 0; q < wk_count; ++q) v += red[(static_cast<size_t>(q) * kMaxBatch + b) * RS + col];
           }
         }
-        for (int k = 1; k < parts(); ++k)  // a split group's other parts, in order (L2, not L1: written this phase)
-          v += __ldcg(p.partials + (static_cast<size_t>(item + k) * kMaxBatch + b) * N + col);
+        // a split group's other parts, in order (L2, not L1: written this phase); none in the
+        // backward's phase 0, which has no product (the scratch then holds nothing of this launch)
+        if (has_product)
+          for (int k = 1; k < parts(); ++k)
+            v += __ldcg(p.partials + (static_cast<size_t>(item + k) * kMaxBatch + b) * N + col);
         return v;
       };
       if constexpr (!kBackward) {
@@ -880,9 +883,9 @@ int resident_clusters(int device, DType dtype, bool backward, int units, int clu
   return n;
 }
 
-// TESSERA_LSTM_SPLIT_CHUNKS=n (tests): block-sparse layers split every group into parts of at most
-// n chunks over blocks, as the plan does by itself only where a group does not fit one block; 0
-// (unset): not forced.
+// TESSERA_LSTM_SPLIT_CHUNKS=n (tests): block-sparse layers split every group of more than n chunks
+// into parts of at most n chunks over blocks (or of the fewest more whose blocks fit the grid), as
+// the plan does by itself only where a group does not fit one block; 0 (unset): not forced.
 int requested_split_chunks() {
   const char* e = std::getenv("TESSERA_LSTM_SPLIT_CHUNKS");
   if (!e || !*e) return 0;
@@ -1053,13 +1056,23 @@ RecurrencePlan plan_for_cluster(int device, DType dtype, int64_t batch, int64_t 
       chunks[static_cast<size_t>(grp)] = ptr[c + 1] - ptr[c];
     }
     const int largest = *std::max_element(chunks.begin(), chunks.end());
-    for (int part = forced_part > 0 ? forced_part : largest - 1; part >= 1; --part) {
+    std::string why;          // the last split's reason for not fitting
+    bool out_of_blocks = false;  // ... the grid or the parameters: smaller parts fit less still
+    // the plan with groups split into parts of at most `part` chunks, if it fits
+    auto split_plan = [&](int part) -> std::optional<RecurrencePlan> {
       std::optional<RecurrencePacking> packed =
-          pack_recurrence_items(chunks, part, std::min(lim.sms, kMaxItemBlocks), kMaxGroupsPerBlock);
-      if (!packed) break;  // smaller parts need more blocks still
+          pack_recurrence_items(chunks, part, std::min(lim.sms, kMaxItemBlocks), kMaxGroupsPerBlock, &why);
+      if (!packed) {
+        out_of_blocks = true;
+        return std::nullopt;
+      }
       int items = 0;
       for (const auto& b : packed->blocks) items += static_cast<int>(b.size());
-      if (items > kMaxItems) break;
+      if (items > kMaxItems) {
+        why = std::to_string(items) + " items, more than the kernel parameters hold (" + std::to_string(kMaxItems) + ")";
+        out_of_blocks = true;
+        return std::nullopt;
+      }
       RecurrencePlan sp = plan;
       sp.grid = static_cast<int>(packed->blocks.size());
       sp.groups_per_block = packed->max_groups;
@@ -1081,11 +1094,34 @@ RecurrencePlan plan_for_cluster(int device, DType dtype, int64_t batch, int64_t 
         default: sp_fixed = backward ? fixed_smem_for<64, true, 1>(sp.w_rows, sp.max_chunks, sp.groups_per_block)
                                      : fixed_smem_for<64, false, 1>(sp.w_rows, sp.max_chunks, sp.groups_per_block); break;
       }
-      if (fit_ring(sp, sp_fixed)) {
-        sp.packing = std::make_shared<const RecurrencePacking>(std::move(*packed));
-        return sp;
+      if (!fit_ring(sp, sp_fixed)) {
+        why = "the busiest block's slices (" + std::to_string(sp_fixed) + " bytes) leave no room for the ring";
+        return std::nullopt;
       }
-      if (forced_part > 0) break;
+      sp.packing = std::make_shared<const RecurrencePacking>(std::move(*packed));
+      return sp;
+    };
+    if (forced_part > 0) {
+      // forced: the smallest parts from forced_part up whose blocks fit the grid (a backward group,
+      // four gates' rows, may need longer parts than its forward column)
+      for (int part = forced_part; part < largest; ++part)
+        if (std::optional<RecurrencePlan> sp = split_plan(part)) return *sp;
+      if (largest <= forced_part && fit_ring(plan, fixed)) return plan;  // nothing to split
+    } else {
+      // the largest parts that fit (smaller parts need more blocks, and fail once they run out)
+      for (int part = largest - 1; part >= 1; --part) {
+        if (std::optional<RecurrencePlan> sp = split_plan(part)) return *sp;
+        if (out_of_blocks) break;
+      }
+    }
+    if (forced_part > 0) {
+      return fail("TESSERA_LSTM_SPLIT_CHUNKS=" + std::to_string(forced_part) + ": no split of the groups fits" +
+                  (why.empty() ? std::string() : ": " + why));
+    }
+    if (!why.empty()) {
+      return fail("W_h's slices need " + std::to_string(fixed + kMinStages * stage_bytes(128)) +
+                  " bytes of shared memory per block, more than the " + std::to_string(lim.smem) +
+                  " an SM has, and split over blocks: " + why);
     }
   }
   return fail("W_h's slices need " + std::to_string(fixed + kMinStages * stage_bytes(128)) +
