@@ -20,8 +20,10 @@
 #            sparse-mlstm  the sparse model as a multiplicative LSTM (its extra W_mh makes the
 #                       recurrent parameters 5/4 of the others'; it runs step by step on the GPU)
 #   attention  byte-level gcide, context 4096, batch 8, a transformer of width 512, 8 layers, 8
-#          heads (head dim 64), attention blocks of 128, bf16, AdamW 1e-3 constant after 200
-#          warm-up steps; the models differ in their attention only (Child et al. 2019's claim):
+#          heads (head dim 64), attention blocks of 128, QK-norm (LayerNorm on queries and keys), bf16,
+#          AdamW at 6e-4 constant after 200 warm-up steps, β2 0.95, weight decay 0.1 (without
+#          QK-norm the attention logits grow until the runs diverge: docs/results.md, section 2);
+#          the models differ in their attention only (Child et al. 2019's claim):
 #            dense      dense causal
 #            fixed      the fixed pattern, stride 8 blocks (1024 positions)
 #            strided    the strided pattern, stride 8 blocks
@@ -106,8 +108,9 @@ case $name in
   attention | weights)
     program=train_transformer
     common=(--dtype bf16 --batch 8 --seq 4096 --width 512 --layers 8 --heads 8 --attn-block 128 --steps 100000000
-            --lr 1e-3 --warmup 200 --schedule constant --eval-every 250 --eval-batches 8 --test-batches 32
-            --ckpt-every 0 --log-every 50 --sample-chars 0 --split interleaved)
+            --lr 6e-4 --beta2 0.95 --weight-decay 0.1 --qk-norm --warmup 200 --schedule constant
+            --eval-every 250 --eval-batches 8 --test-batches 32 --ckpt-every 0 --log-every 50 --sample-chars 0
+            --split interleaved)
     if [[ $name == attention ]]; then
       flags[dense]="--attn-layout dense"
       flags[fixed]="--attn-layout fixed --stride 8"
