@@ -67,6 +67,8 @@
   X(CrossEntropyBackward)                 \
   X(LayerNorm)                            \
   X(LayerNormBackward)                    \
+  X(QkLayerNorm)                          \
+  X(QkLayerNormBackward)                  \
   X(LstmGates)                            \
   X(LstmGatesBackward)                    \
   X(CudnnLstm)                            \

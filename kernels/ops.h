@@ -65,6 +65,8 @@
 #include "kernels/operators.h"
 #include "kernels/permute/permute.h"
 #include "kernels/pow_scalar/pow_scalar.h"
+#include "kernels/qk_layer_norm/qk_layer_norm.h"
+#include "kernels/qk_layer_norm_backward/qk_layer_norm_backward.h"
 #include "kernels/relu/relu.h"
 #include "kernels/reshape/reshape.h"
 #include "kernels/rsqrt/rsqrt.h"

@@ -105,13 +105,10 @@ bool MultiHeadAttention::uses_dense_path(const Device& device) const {
 Tensor MultiHeadAttention::project(const Tensor& x) const {
   const Tensor y = qkv_.forward(x);
   if (!q_norm_) return autocast::operand(y);
-  // [B*n, C | Hkv·D | Hkv·D]: the norms write the operand dtype directly, as ln_f does. One split,
-  // not three slices: its backward is one concat, where each slice's would be a zero-filled
-  // [B*n, C + 2·Hkv·D] gradient, and the three then summed.
-  const int64_t C = options_.width(), KD = options_.kv_heads() * (C / options_.heads());
-  const DType dt = autocast::operand_dtype(y);
-  const std::vector<Tensor> qkv = split(y, {C, KD, KD}, 1);
-  return concat({q_norm_->forward(qkv[0], dt), k_norm_->forward(qkv[1], dt), autocast::operand(qkv[2])}, 1);
+  // [B*n, C | Hkv·D | Hkv·D] in one pass (qk_layer_norm: the norms on q's and k's columns in
+  // place, v's copied), written in the operand dtype directly, as ln_f does.
+  return qk_layer_norm(y, options_.width(), q_norm_->gamma(), q_norm_->beta(), k_norm_->gamma(), k_norm_->beta(),
+                       q_norm_->options().eps(), autocast::operand_dtype(y));
 }
 
 double MultiHeadAttention::max_logit(const Tensor& x, int64_t rows) const {

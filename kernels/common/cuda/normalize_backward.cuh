@@ -21,7 +21,7 @@ template <class T, class TG, int kIters, bool kWarp, bool kVec>
 __global__ void __launch_bounds__(kWarp ? 32 * norm::kWarpsPerBlock : norm::kBwdMaxThreads)
     normalize_backward_kernel(const TG* g, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd, const TG* y,
                               const T* gamma, T* dx, acc_t<T>* partial, int64_t rows, int gs, int64_t nseg,
-                              int64_t per_block, int64_t nblocks) {
+                              int64_t ld, int64_t per_block, int64_t nblocks) {
   using A = acc_t<T>;
   using AP = norm::AccPack<T>;
   using Team = norm::Team<kWarp>;
@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kWarp ? 32 * norm::kWarpsPerBlock : norm::kBwd
     }
     const int64_t r1 = ::min(rows, (b + 1) * per_block);
     for (int64_t r = b * per_block + team; r < r1; r += teams) {
-      const int64_t u = r * nseg + s, off = u * gs;
+      const int64_t u = r * nseg + s, off = r * ld + p;
       Pack<TG, V> gv[kIters];  // gz
       norm::Pack<T> xv[kIters];
 #pragma unroll
@@ -147,7 +147,7 @@ template <class T, class TG>
 __global__ void normalize_backward_generic_kernel(const TG* g, const T* x, const acc_t<T>* mean,
                                                   const acc_t<T>* rstd, const TG* y, const T* gamma, T* dx,
                                                   acc_t<T>* partial, int64_t rows, int64_t gs, int64_t nseg,
-                                                  int64_t per_block, int64_t nblocks) {
+                                                  int64_t ld, int64_t per_block, int64_t nblocks) {
   using A = acc_t<T>;
   const int64_t c = gs * nseg;
   for (int64_t bid = blockIdx.x; bid < nblocks * nseg; bid += gridDim.x) {
@@ -157,7 +157,7 @@ __global__ void normalize_backward_generic_kernel(const TG* g, const T* x, const
     for (int64_t j = threadIdx.x; j < gs; j += blockDim.x) pg[j] = pb[j] = A(0);
     const int64_t r1 = ::min(rows, (b + 1) * per_block);
     for (int64_t r = b * per_block; r < r1; ++r) {
-      const int64_t u = r * nseg + s, off = u * gs;
+      const int64_t u = r * nseg + s, off = r * ld + p;
       const A mu = mean[u], rs = rstd[u];
       TwoSums<A> t{A(0), A(0)};  // Σ gh, Σ gh·xhat
       for (int64_t j = threadIdx.x; j < gs; j += blockDim.x) {
@@ -213,14 +213,15 @@ __global__ void __launch_bounds__(1024)
 /// dx, dgamma, dbeta of the group normalization (y: the forward output when it applied ReLU,
 /// else null; gamma may be null). Row blocks of R rows: register paths R = max(16, ⌈rows·S /
 /// 1024⌉) (about 1024 blocks), generic path at most 512 row blocks; the order of every sum
-/// depends on the shape only.
+/// depends on the shape only. ld: the row stride of g, x, y and dx in elements (0: S·G).
 template <class T, class TG = T>
 void normalize_backward(const TG* g, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd, const TG* y,
                         const T* gamma, T* dx, T* dgamma, T* dbeta, int64_t rows, int64_t gs, int64_t nseg,
-                        Device device, cudaStream_t stream, const char* op) {
+                        Device device, cudaStream_t stream, const char* op, int64_t ld = 0) {
   using namespace norm;
   using A = acc_t<T>;
   constexpr int V = kPack<T>;
+  if (ld == 0) ld = gs * nseg;
   const int64_t c = gs * nseg, packs = (gs + V - 1) / V;
   const bool warp = packs <= 32 * kBwdIters<T>;
   const bool block = !warp && packs <= int64_t{kBwdMaxThreads} * kBwdIters<T>;
@@ -231,7 +232,7 @@ void normalize_backward(const TG* g, const T* x, const acc_t<T>* mean, const acc
   Tensor partial = empty({nblocks > 0 ? nblocks * 2 * c : 1}, TensorOptions(acc_dtype).device(device));
   A* part = static_cast<A*>(partial.data_ptr());  // [nb, 2, C]
   if (nblocks > 0) {
-    const bool vec = gs % V == 0 && pack_aligned<V>(g) && aligned16(x) && pack_aligned<V>(y) && aligned16(gamma) &&
+    const bool vec = gs % V == 0 && ld % V == 0 && pack_aligned<V>(g) && aligned16(x) && pack_aligned<V>(y) && aligned16(gamma) &&
                      aligned16(dx);  // g, y: 16 or 8 bytes
     const int n = static_cast<int>(std::min<int64_t>(gs, INT32_MAX));  // gs itself on the register paths
     const unsigned grid = grid_for_rows(nblocks * nseg);
@@ -241,18 +242,18 @@ void normalize_backward(const TG* g, const T* x, const acc_t<T>* mean, const acc
         with_iters<kBwdIters<T>>((packs + 31) / 32, [&](auto ki) {
           normalize_backward_kernel<T, TG, decltype(ki)::value, true, decltype(kv)::value>
               <<<grid, 32 * kWarpsPerBlock, smem, stream>>>(g, x, mean, rstd, y, gamma, dx, part, rows, n, nseg,
-                                                            per_block, nblocks);
+                                                            ld, per_block, nblocks);
         });
       });
     } else if (block) {
       with_vec(vec, [&](auto kv) {
         normalize_backward_kernel<T, TG, kBwdIters<T>, false, decltype(kv)::value>
             <<<grid, team_threads(packs, kBwdIters<T>), 0, stream>>>(g, x, mean, rstd, y, gamma, dx, part, rows, n,
-                                                                     nseg, per_block, nblocks);
+                                                                     nseg, ld, per_block, nblocks);
       });
     } else {
       normalize_backward_generic_kernel<<<grid, threads_for(gs), 0, stream>>>(g, x, mean, rstd, y, gamma, dx, part,
-                                                                              rows, gs, nseg, per_block, nblocks);
+                                                                              rows, gs, nseg, ld, per_block, nblocks);
     }
     TS_CUDA_LAUNCH_CHECK(op);
   }
