@@ -81,4 +81,20 @@ std::optional<RecurrencePacking> pack_recurrence_items(const std::vector<int>& c
   return out;
 }
 
+std::optional<RecurrencePacking> balanced_recurrence_packing(
+    const std::vector<int>& chunks, int max_blocks, int max_groups_per_block,
+    const std::function<bool(const RecurrencePacking&, std::string* why)>& fits, std::string* why) {
+  const int largest = chunks.empty() ? 0 : *std::max_element(chunks.begin(), chunks.end());
+  std::optional<RecurrencePacking> best;
+  std::string last_why = "no group has more than one chunk to split";
+  for (int part = largest - 1; part >= 1; --part) {
+    std::optional<RecurrencePacking> p = pack_recurrence_items(chunks, part, max_blocks, max_groups_per_block, &last_why);
+    if (!p) break;  // shorter parts need more blocks still
+    if (!fits(*p, &last_why)) continue;
+    if (!best || p->max_chunks < best->max_chunks) best = std::move(p);
+  }
+  if (!best && why) *why = last_why;
+  return best;
+}
+
 }  // namespace tessera

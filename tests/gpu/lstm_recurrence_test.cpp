@@ -121,8 +121,9 @@ TEST(LstmRecurrenceGpu, DenseMatchesTheCpuForEveryBatch) {
 // 1001) the busiest 32-unit groups' W_h slices (51 blocks: 408 KB forward, 204 blocks backward)
 // pass one block's shared memory; the plan splits them into parts over blocks
 // (RecurrencePlan::packing: parts' f32 sums added by the owner in order), merging the lightest
-// groups where blocks run out, and the results match the CPU, the same bits twice. The random
-// layout's plan does not split.
+// groups where blocks run out, balanced (the busiest block 12 chunks forward, 48 backward: see
+// recurrence_items_test.cpp), and the results match the CPU, the same bits twice. The random
+// layout's plan does not split (unless TESSERA_LSTM_BALANCE=1: the next test).
 TEST(LstmRecurrenceGpu, BarabasiAlbertHubsSplitOverBlocks) {
   REQUIRE_GPU();
   const LayoutPtr ba = nn::lstm_gate_layout(*barabasi_albert_layout(4096, 4096, 32, 4, 1001));
@@ -140,6 +141,26 @@ TEST(LstmRecurrenceGpu, BarabasiAlbertHubsSplitOverBlocks) {
   // 1.7%), the rounding of few terms; f16 takes the same code 8× tighter
   check_case({2, 7, 4096, 32, 0.0}, DType::f16, ba);
   EXPECT_FALSE(cuda::plan_recurrence(kGpu.index, DType::bf16, 64, 4096, gate_layout(4096, 32, 0.0625, 5), false).packing);
+}
+
+// TESSERA_LSTM_BALANCE=1 on the trainer's random layout (H 4096, 1/16, bs 32), whose groups all
+// fit a block: the plan splits the longest backward rows where that lowers the busiest block's
+// chunks (68 unsplit), and the results match the CPU, the same bits twice.
+TEST(LstmRecurrenceGpu, BalancedRandomLayoutMatchesTheCpu) {
+  REQUIRE_GPU();
+  struct Balance {  // unset again however the test ends
+    Balance() { setenv("TESSERA_LSTM_BALANCE", "1", 1); }
+    ~Balance() { unsetenv("TESSERA_LSTM_BALANCE"); }
+  } balance;
+  const LayoutPtr l = gate_layout(4096, 32, 0.0625, 5);
+  const cuda::RecurrencePlan plan = cuda::plan_recurrence(kGpu.index, DType::bf16, 64, 4096, l, true);
+  ASSERT_TRUE(plan.reason.empty()) << plan.reason;
+  ASSERT_TRUE(plan.packing) << "backward: not split";
+  EXPECT_LT(plan.max_chunks, 68);
+  std::cout << "backward: " << plan.packing->split_groups << " groups split, " << plan.grid << " blocks, busiest "
+            << plan.max_chunks << " chunks" << std::endl;
+  check_case({3, 64, 4096, 32, 0.0625}, DType::bf16);
+  check_case({2, 7, 4096, 32, 0.0625}, DType::f16);
 }
 
 // Split groups forced on a small layer (TESSERA_LSTM_SPLIT_CHUNKS=2: the forward's groups of about

@@ -2,16 +2,21 @@
 // the parts of groups too large for one block) out to thread blocks: near-equal parts, parts
 // alone in their blocks, the lightest whole groups merged when blocks run out, every chunk dealt
 // once; on the Barabási–Albert layout that trains (seed 1001) the busiest block drops from 51
-// chunks to 16.
+// chunks to 16; the balanced packing (the fewest chunks in the busiest block) to 12 forward and
+// 48 backward.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
+#include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "core/sparse/generators.h"
 #include "kernels/common/recurrence_items.h"
+#include "layers/lstm.h"
 
 namespace tessera {
 namespace {
@@ -118,6 +123,43 @@ TEST(RecurrenceItems, TooManyPartsAreRefusedWithTheReason) {
   EXPECT_FALSE(pack_recurrence_items({1, 1, 1, 1, 1}, 16, 1, 4, &why));  // 5 groups, at most 4 a block
   EXPECT_THROW(pack_recurrence_items({1}, 0, 1, 1), ValueError);
   EXPECT_THROW(pack_recurrence_items({-1}, 4, 1, 1), ValueError);
+}
+
+// The balanced packing on the trained Barabási–Albert layout as the LSTM plans it (nn::LSTM's
+// gate layout; 32-unit groups: the forward's K per group is gate 0's block column, the
+// backward's the block row of all four gates), on 132 blocks: the busiest block holds 12 chunks
+// forward (unsplit 51, random layout 14) and 48 backward (unsplit 204, random 68). A `fits` that
+// refuses busier blocks than 40 backward leaves no packing, and says why.
+TEST(RecurrenceItems, BalancedPackingOfTheTrainedBarabasiAlbertLayout) {
+  const LayoutPtr ba = nn::lstm_gate_layout(*barabasi_albert_layout(4096, 4096, 32, 4, 1001));
+  auto any = [](const RecurrencePacking&, std::string*) { return true; };
+  for (bool backward : {false, true}) {
+    const std::vector<int32_t>& ptr = backward ? ba->row_ptr() : ba->col_ptr();
+    std::vector<int> chunks;
+    for (int g = 0; g < 128; ++g) chunks.push_back(ptr[g + 1] - ptr[g]);
+    ASSERT_EQ(*std::max_element(chunks.begin(), chunks.end()), backward ? 204 : 51);
+    const std::optional<RecurrencePacking> p = balanced_recurrence_packing(chunks, 132, 4, any);
+    ASSERT_TRUE(p);
+    EXPECT_EQ(p->max_chunks, backward ? 48 : 12);
+    EXPECT_LE(static_cast<int>(p->blocks.size()), 132);
+    int dealt = 0;
+    for (const Items& b : p->blocks)
+      for (const RecurrenceItem& it : b) dealt += it.end - it.begin;
+    EXPECT_EQ(dealt, std::accumulate(chunks.begin(), chunks.end(), 0));
+    if (backward) {
+      std::string why;
+      auto at_most_40 = [](const RecurrencePacking& q, std::string* w) {
+        if (q.max_chunks <= 40) return true;
+        *w = "busiest " + std::to_string(q.max_chunks);
+        return false;
+      };
+      EXPECT_FALSE(balanced_recurrence_packing(chunks, 132, 4, at_most_40, &why));
+      EXPECT_FALSE(why.empty());
+    }
+  }
+  std::string why;  // nothing to split
+  EXPECT_FALSE(balanced_recurrence_packing({1, 1}, 4, 4, any, &why));
+  EXPECT_NE(why.find("no group has more than one chunk"), std::string::npos) << why;
 }
 
 }  // namespace

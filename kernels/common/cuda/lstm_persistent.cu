@@ -896,6 +896,17 @@ int requested_split_chunks() {
   return static_cast<int>(n);
 }
 
+// TESSERA_LSTM_BALANCE=1: block-sparse layers whose groups all fit a block split them anyway
+// where that lowers the busiest block's chunks (the balanced packing of recurrence_items.h); 0 or
+// unset: only groups that do not fit split. Off by default until timed against the unsplit plan.
+bool requested_balance() {
+  const char* e = std::getenv("TESSERA_LSTM_BALANCE");
+  if (!e || !*e) return false;
+  const std::string v(e);
+  TS_CHECK(v == "0" || v == "1", ValueError, "TESSERA_LSTM_BALANCE='" << v << "': expected 0 or 1");
+  return v == "1";
+}
+
 // The cluster size of the dense layers' K split: TESSERA_LSTM_CLUSTER (1: no split; 2: pairs) for
 // both directions, else `fallback`.
 int requested_cluster(int fallback) {
@@ -1045,10 +1056,11 @@ RecurrencePlan plan_for_cluster(int device, DType dtype, int64_t batch, int64_t 
     return pl.ring >= kMinStages && pl.smem <= lim.smem;
   };
   const int forced_part = layout && cluster == 1 ? requested_split_chunks() : 0;
-  if (forced_part == 0 && fit_ring(plan, fixed)) return plan;
+  const bool balance = layout && cluster == 1 && requested_balance();
+  const bool unsplit_fits = fit_ring(plan, fixed);
+  if (forced_part == 0 && !balance && unsplit_fits) return plan;
   if (layout && cluster == 1) {
-    // Groups too large for one block (Barabási–Albert hubs): split them into parts over blocks,
-    // the largest parts that fit.
+    // Split groups (Barabási–Albert hubs, or balance): each group's chunks (its K) ...
     std::vector<int> chunks(static_cast<size_t>(plan.groups));
     for (int grp = 0; grp < plan.groups; ++grp) {
       const std::vector<int32_t>& ptr = backward ? layout->row_ptr() : layout->col_ptr();
@@ -1056,29 +1068,22 @@ RecurrencePlan plan_for_cluster(int device, DType dtype, int64_t batch, int64_t 
       chunks[static_cast<size_t>(grp)] = ptr[c + 1] - ptr[c];
     }
     const int largest = *std::max_element(chunks.begin(), chunks.end());
-    std::string why;          // the last split's reason for not fitting
-    bool out_of_blocks = false;  // ... the grid or the parameters: smaller parts fit less still
-    // the plan with groups split into parts of at most `part` chunks, if it fits
-    auto split_plan = [&](int part) -> std::optional<RecurrencePlan> {
-      std::optional<RecurrencePacking> packed =
-          pack_recurrence_items(chunks, part, std::min(lim.sms, kMaxItemBlocks), kMaxGroupsPerBlock, &why);
-      if (!packed) {
-        out_of_blocks = true;
-        return std::nullopt;
-      }
+    const int max_blocks = std::min(lim.sms, kMaxItemBlocks);
+    // ... and the plan of a packing of them, if its items fit the parameters and its busiest
+    // block's slices the shared memory (else why not)
+    auto plan_for_packing = [&](const RecurrencePacking& packed, std::string* why) -> std::optional<RecurrencePlan> {
       int items = 0;
-      for (const auto& b : packed->blocks) items += static_cast<int>(b.size());
+      for (const auto& b : packed.blocks) items += static_cast<int>(b.size());
       if (items > kMaxItems) {
-        why = std::to_string(items) + " items, more than the kernel parameters hold (" + std::to_string(kMaxItems) + ")";
-        out_of_blocks = true;
+        *why = std::to_string(items) + " items, more than the kernel parameters hold (" + std::to_string(kMaxItems) + ")";
         return std::nullopt;
       }
       RecurrencePlan sp = plan;
-      sp.grid = static_cast<int>(packed->blocks.size());
-      sp.groups_per_block = packed->max_groups;
-      sp.max_chunks = packed->max_chunks;
+      sp.grid = static_cast<int>(packed.blocks.size());
+      sp.groups_per_block = packed.max_groups;
+      sp.max_chunks = packed.max_chunks;
       sp.w_rows = 0;
-      for (const auto& b : packed->blocks) {
+      for (const auto& b : packed.blocks) {
         int rows = 0;
         for (const RecurrenceItem& it : b) rows += ((it.end - it.begin) * sp.chunk + 15) / 16 * 16;
         sp.w_rows = std::max(sp.w_rows, rows);
@@ -1095,34 +1100,33 @@ RecurrencePlan plan_for_cluster(int device, DType dtype, int64_t batch, int64_t 
                                      : fixed_smem_for<64, false, 1>(sp.w_rows, sp.max_chunks, sp.groups_per_block); break;
       }
       if (!fit_ring(sp, sp_fixed)) {
-        why = "the busiest block's slices (" + std::to_string(sp_fixed) + " bytes) leave no room for the ring";
+        *why = "the busiest block's slices (" + std::to_string(sp_fixed) + " bytes) leave no room for the ring";
         return std::nullopt;
       }
-      sp.packing = std::make_shared<const RecurrencePacking>(std::move(*packed));
+      sp.packing = std::make_shared<const RecurrencePacking>(packed);
       return sp;
     };
+    std::string why;
     if (forced_part > 0) {
-      // forced: the smallest parts from forced_part up whose blocks fit the grid (a backward group,
+      // forced: the shortest parts from forced_part up whose blocks fit the grid (a backward group,
       // four gates' rows, may need longer parts than its forward column)
       for (int part = forced_part; part < largest; ++part)
-        if (std::optional<RecurrencePlan> sp = split_plan(part)) return *sp;
-      if (largest <= forced_part && fit_ring(plan, fixed)) return plan;  // nothing to split
-    } else {
-      // the largest parts that fit (smaller parts need more blocks, and fail once they run out)
-      for (int part = largest - 1; part >= 1; --part) {
-        if (std::optional<RecurrencePlan> sp = split_plan(part)) return *sp;
-        if (out_of_blocks) break;
-      }
-    }
-    if (forced_part > 0) {
+        if (std::optional<RecurrencePacking> packed =
+                pack_recurrence_items(chunks, part, max_blocks, kMaxGroupsPerBlock, &why))
+          if (std::optional<RecurrencePlan> sp = plan_for_packing(*packed, &why)) return *sp;
+      if (largest <= forced_part && unsplit_fits) return plan;  // nothing to split
       return fail("TESSERA_LSTM_SPLIT_CHUNKS=" + std::to_string(forced_part) + ": no split of the groups fits" +
                   (why.empty() ? std::string() : ": " + why));
     }
-    if (!why.empty()) {
-      return fail("W_h's slices need " + std::to_string(fixed + kMinStages * stage_bytes(128)) +
-                  " bytes of shared memory per block, more than the " + std::to_string(lim.smem) +
-                  " an SM has, and split over blocks: " + why);
-    }
+    // the balanced packing (the fewest chunks in the busiest block: it sets the step's time)
+    const std::optional<RecurrencePacking> packed = balanced_recurrence_packing(
+        chunks, max_blocks, kMaxGroupsPerBlock,
+        [&](const RecurrencePacking& p, std::string* w) { return plan_for_packing(p, w).has_value(); }, &why);
+    if (unsplit_fits && (!packed || packed->max_chunks >= plan.max_chunks)) return plan;  // balance: no better
+    if (packed) return *plan_for_packing(*packed, &why);
+    return fail("W_h's slices need " + std::to_string(fixed + kMinStages * stage_bytes(128)) +
+                " bytes of shared memory per block, more than the " + std::to_string(lim.smem) +
+                " an SM has, and split over blocks: " + why);
   }
   return fail("W_h's slices need " + std::to_string(fixed + kMinStages * stage_bytes(128)) +
               " bytes of shared memory per block, more than the " + std::to_string(lim.smem) + " an SM has");
@@ -1138,7 +1142,41 @@ RecurrencePlan plan_recurrence(int device, DType dtype, int64_t batch, int64_t h
     RecurrencePlan plan = plan_for_cluster(device, dtype, batch, hidden, layout, backward, cluster);
     if (plan.reason.empty()) return plan;
   }
-  return plan_for_cluster(device, dtype, batch, hidden, layout, backward, 1);
+  if (!layout) return plan_for_cluster(device, dtype, batch, hidden, layout, backward, 1);
+  // Block-sparse plans are cached: the balanced packing scans up to a few hundred packings (a few
+  // ms on the trained Barabási–Albert layout), and eager steps plan every launch. An entry holds
+  // its layout weakly, so it matches only while that very object lives (layouts are immutable);
+  // the key holds every other input, the environment's switches included.
+  struct Entry {
+    std::weak_ptr<const BlockLayout> layout;
+    const BlockLayout* raw;
+    int device;
+    DType dtype;
+    int64_t batch, hidden;
+    bool backward, balance;
+    int split;
+    RecurrencePlan plan;
+  };
+  static std::mutex mutex;
+  static std::vector<Entry> cache;
+  const int split = requested_split_chunks();
+  const bool balance = requested_balance();
+  auto same = [&](const Entry& e) {
+    return !e.layout.expired() && e.raw == layout.get() && e.device == device && e.dtype == dtype &&
+           e.batch == batch && e.hidden == hidden && e.backward == backward && e.balance == balance && e.split == split;
+  };
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (const Entry& e : cache)
+      if (same(e)) return e.plan;
+  }
+  RecurrencePlan plan = plan_for_cluster(device, dtype, batch, hidden, layout, backward, 1);
+  std::lock_guard<std::mutex> lock(mutex);
+  cache.erase(std::remove_if(cache.begin(), cache.end(), [](const Entry& e) { return e.layout.expired(); }),
+              cache.end());
+  if (cache.size() >= 64) cache.erase(cache.begin());
+  cache.push_back({layout, layout.get(), device, dtype, batch, hidden, backward, balance, split, plan});
+  return plan;
 }
 
 namespace {
