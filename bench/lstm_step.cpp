@@ -5,7 +5,7 @@
 // (graph::compile without an optimizer: forward + backward traced once, replayed as a CUDA graph).
 //
 //   lstm_step [--device cuda|cpu] [--hidden 1024,2048] [--batch 64] [--steps 256] [--dtypes f32,bf16]
-//             [--sparse H:density:bs,...] [--repeats N] [--warmup N] [--quick] [--json FILE]
+//             [--sparse H:density:bs[:ba],...] [--repeats N] [--warmup N] [--quick] [--json FILE]
 //
 // Input size = hidden size, one layer, forget_bias 1, random inputs x [T, B, H] (time-major),
 // zero initial state, parameters from one seed (both layers equal). Rows per (hidden, dtype):
@@ -20,7 +20,8 @@
 // tessera's stream (start before the step is queued, stop after it: host overhead included).
 // Block-sparse layers (--sparse H:density:bs, default: the recurrent parameter counts of dense
 // H 1024 and 2048 at several widths, bs 32 and 64), tessera's nn::LSTM with random layouts on
-// both weights, eager and compiled (and compiled step-wise, fuse(false)): their ratio is to the cuDNN graph time of the dense layer
+// both weights (H:density:bs:ba: the Barabási–Albert layout train_lstm --layout ba trains at seed
+// 1, m = round(density·H/bs / 2) edges per node, generator seed 1001), eager and compiled (and compiled step-wise, fuse(false)): their ratio is to the cuDNN graph time of the dense layer
 // with the same recurrent parameter count (H·√density) when this run measured it, else to their
 // own eager time. Each sparse row notes one step's traffic (W_h's bytes plus the h strips its
 // blocks read, nnz·bs·B, forward; the backward moves about twice that again) and that traffic's
@@ -50,6 +51,7 @@
 #include "common/bench_report.h"
 #include "core/cuda/runtime.h"
 #include "core/graph/compile.h"
+#include "core/sparse/generators.h"
 #include "kernels/ops.h"
 #include "layers/lstm.h"
 
@@ -64,9 +66,11 @@ struct Options {
   std::vector<int64_t> hidden{1024, 2048};
   int64_t batch = 64, steps = 256;
   std::vector<std::string> dtypes{"f32", "bf16"};
-  /// Block-sparse layers "H:density:bs" (random layouts; input and recurrent weights alike).
-  std::vector<std::string> sparse{"2048:0.25:32", "4096:0.0625:32", "8192:0.015625:32", "4096:0.25:32",
-                                  "8192:0.0625:32", "2048:0.25:64", "4096:0.0625:64", "8192:0.0625:64"};
+  /// Block-sparse layers "H:density:bs[:ba]" (random or Barabási–Albert layouts; input and
+  /// recurrent weights alike).
+  std::vector<std::string> sparse{"2048:0.25:32",   "4096:0.0625:32", "4096:0.0625:32:ba", "8192:0.015625:32",
+                                  "4096:0.25:32",   "8192:0.0625:32", "2048:0.25:64",      "4096:0.0625:64",
+                                  "8192:0.0625:64"};
   int repeats = 20, warmup = 3;
   bool quick = false;
   std::string json;
@@ -352,17 +356,28 @@ void bench_step_floor(BenchReport& report, Timer& timer, const Options& o,
 struct SparseSpec {
   int64_t hidden = 0, bs = 0;
   double density = 0;
+  bool ba = false;  ///< the Barabási–Albert layout, else random
 };
 
-// "H:density:bs" (ValueError naming the text otherwise; the layer checks H against bs).
+// "H:density:bs" or "H:density:bs:ba" (ValueError naming the text otherwise; the layer checks H
+// against bs).
 SparseSpec parse_sparse(const std::string& spec) {
   SparseSpec p;
   char c1 = 0, c2 = 0;
-  std::istringstream in(spec);
+  std::string head = spec, kind;
+  const size_t third = spec.find(':', spec.find(':', spec.find(':') + 1) + 1);
+  if (third != std::string::npos) {
+    head = spec.substr(0, third);
+    kind = spec.substr(third + 1);
+  }
+  std::istringstream in(head);
   in >> p.hidden >> c1 >> p.density >> c2 >> p.bs;
+  p.ba = kind == "ba";
   TS_CHECK(in && in.eof() && c1 == ':' && c2 == ':' && p.hidden > 0 && p.density > 0 && p.density <= 1 &&
-               BlockLayout::valid_block_size(p.bs),
-           ValueError, "--sparse '" << spec << "' must be H:density:bs with density in (0, 1] and bs 8/16/32/64, e.g. 4096:0.0625:32");
+               BlockLayout::valid_block_size(p.bs) && (third == std::string::npos || p.ba),
+           ValueError,
+           "--sparse '" << spec
+                        << "' must be H:density:bs[:ba] with density in (0, 1] and bs 8/16/32/64, e.g. 4096:0.0625:32");
   return p;
 }
 
@@ -373,10 +388,15 @@ void bench_sparse_case(BenchReport& report, Timer& timer, const Options& o, Devi
   const double density = p.density;
   const int64_t b = o.batch, t = o.steps;
   const std::string shape = "B" + std::to_string(b) + " T" + std::to_string(t) + " H" + std::to_string(hidden) +
-                            " d" + fmt(density, 4) + " bs" + std::to_string(bs);
+                            " d" + fmt(density, 4) + " bs" + std::to_string(bs) + (p.ba ? " ba" : "");
   const std::string tag = std::string(" ") + dtype_name(dt);
   Generator gen(7);
-  const nn::LSTMOptions lo = nn::LSTMOptions(hidden, hidden).forget_bias(1.0).dtype(dt).block_size(bs).density(density);
+  nn::LSTMOptions lo = nn::LSTMOptions(hidden, hidden).forget_bias(1.0).dtype(dt).block_size(bs).density(density);
+  if (p.ba) {  // as CharLSTMLM builds it (models/char_lstm_lm.cpp) at seed 1
+    const int64_t n = hidden / bs, m = std::clamp<int64_t>(std::llround(density * n / 2), 1, n - 1);
+    const LayoutPtr l = barabasi_albert_layout(hidden, hidden, bs, m, 1001);
+    lo.input_layout(l).recurrent_layout(l);
+  }
   nn::LSTM lstm(lo, gen);
   lstm.to(dev);
   Generator gen2(7);
@@ -460,7 +480,7 @@ int main(int argc, char** argv) {
     if (!app.count("--steps")) o.steps = 8;
     if (!app.count("--repeats")) o.repeats = 2;
     if (!app.count("--warmup")) o.warmup = 1;
-    if (!app.count("--sparse")) o.sparse = {"64:0.5:16"};
+    if (!app.count("--sparse")) o.sparse = {"64:0.5:16", "64:0.5:16:ba"};
   }
   if (o.sparse == std::vector<std::string>{"none"}) o.sparse.clear();
 
@@ -484,6 +504,8 @@ int main(int argc, char** argv) {
     report.note("f32 math", std::string(tf32 ? "TF32 tensor cores allowed (TESSERA_ALLOW_TF32=1)"
                                              : "full f32, no TF32 (set TESSERA_ALLOW_TF32=1 to allow it)") +
                                 "; PyTorch's cuDNN RNNs allow TF32 by default (torch.backends.cudnn.allow_tf32)");
+    if (const char* balance = std::getenv("TESSERA_LSTM_BALANCE"))
+      report.note("TESSERA_LSTM_BALANCE", std::string(balance) + " (1: layouts that fit split where that balances the blocks)");
     Timer timer(dev);
     bool ok = true;
     std::map<std::pair<int64_t, DType>, double> cudnn_graph_ms;
