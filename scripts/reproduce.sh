@@ -108,7 +108,7 @@ case $name in
   attention | weights)
     program=train_transformer
     common=(--dtype bf16 --batch 8 --seq 4096 --width 512 --layers 8 --heads 8 --attn-block 128 --steps 100000000
-            --lr 6e-4 --beta2 0.95 --weight-decay 0.1 --qk-norm --warmup 200 --schedule constant
+            --lr 6e-4 --beta2 0.95 --weight-decay 0.1 --qk-norm --log-attention-logits --warmup 200 --schedule constant
             --eval-every 250 --eval-batches 8 --test-batches 32 --ckpt-every 0 --log-every 50 --sample-chars 0
             --split interleaved)
     if [[ $name == attention ]]; then

@@ -88,7 +88,8 @@ std::optional<RecurrencePacking> balanced_recurrence_packing(
   std::optional<RecurrencePacking> best;
   std::string last_why = "no group has more than one chunk to split";
   for (int part = largest - 1; part >= 1; --part) {
-    std::optional<RecurrencePacking> p = pack_recurrence_items(chunks, part, max_blocks, max_groups_per_block, &last_why);
+    std::optional<RecurrencePacking> p =
+        pack_recurrence_items(chunks, part, max_blocks, max_groups_per_block, &last_why);
     if (!p) break;  // shorter parts need more blocks still
     if (!fits(*p, &last_why)) continue;
     if (!best || p->max_chunks < best->max_chunks) best = std::move(p);

@@ -56,7 +56,9 @@ TEST(QkLayerNorm, EqualsLayerNormOnTheColumnsAndCopiesV) {
 
 TEST(QkLayerNorm, Gradients) {
   auto f = [](int64_t cq) {
-    return [cq](const std::vector<Tensor>& x) { return qk_layer_norm(x[0], cq, x[1], x[2], x[3], x[4], 1e-5, DType::f64); };
+    return [cq](const std::vector<Tensor>& x) {
+      return qk_layer_norm(x[0], cq, x[1], x[2], x[3], x[4], 1e-5, DType::f64);
+    };
   };
   EXPECT_TRUE(gradcheck(f(6), {test_randn({3, 14}, 1), test_randn({6}, 2), test_randn({6}, 3), test_randn({4}, 4),
                                test_randn({4}, 5)}));
@@ -83,7 +85,8 @@ TEST(QkLayerNorm, BackwardMatchesAutogradThroughTheSplitPath) {
 
 TEST(QkLayerNorm, Errors) {
   const Tensor y = zeros({2, 10}), p4 = zeros({4}), p3 = zeros({3});
-  expect_error<ValueError>([&] { qk_layer_norm(y, 5, zeros({5}), zeros({5}), zeros({2}), zeros({2}), 1e-5, DType::f32); },
+  const Tensor p5 = zeros({5}), p2 = zeros({2});
+  expect_error<ValueError>([&] { qk_layer_norm(y, 5, p5, p5, p2, p2, 1e-5, DType::f32); },
                            {"qk_layer_norm", "10 columns", "q_cols 5"});
   expect_error<ValueError>([&] { qk_layer_norm(y, 10, zeros({10}), zeros({10}), p3, p3, 1e-5, DType::f32); },
                            {"qk_layer_norm", "q_cols 10"});

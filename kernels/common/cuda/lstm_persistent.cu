@@ -1075,7 +1075,8 @@ RecurrencePlan plan_for_cluster(int device, DType dtype, int64_t batch, int64_t 
       int items = 0;
       for (const auto& b : packed.blocks) items += static_cast<int>(b.size());
       if (items > kMaxItems) {
-        *why = std::to_string(items) + " items, more than the kernel parameters hold (" + std::to_string(kMaxItems) + ")";
+        *why = std::to_string(items) + " items, more than the kernel parameters hold (" +
+               std::to_string(kMaxItems) + ")";
         return std::nullopt;
       }
       RecurrencePlan sp = plan;

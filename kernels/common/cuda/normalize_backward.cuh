@@ -232,8 +232,8 @@ void normalize_backward(const TG* g, const T* x, const acc_t<T>* mean, const acc
   Tensor partial = empty({nblocks > 0 ? nblocks * 2 * c : 1}, TensorOptions(acc_dtype).device(device));
   A* part = static_cast<A*>(partial.data_ptr());  // [nb, 2, C]
   if (nblocks > 0) {
-    const bool vec = gs % V == 0 && ld % V == 0 && pack_aligned<V>(g) && aligned16(x) && pack_aligned<V>(y) && aligned16(gamma) &&
-                     aligned16(dx);  // g, y: 16 or 8 bytes
+    const bool vec = gs % V == 0 && ld % V == 0 && pack_aligned<V>(g) && aligned16(x) && pack_aligned<V>(y) &&
+                     aligned16(gamma) && aligned16(dx);  // g, y: 16 or 8 bytes
     const int n = static_cast<int>(std::min<int64_t>(gs, INT32_MAX));  // gs itself on the register paths
     const unsigned grid = grid_for_rows(nblocks * nseg);
     if (warp) {
