@@ -29,5 +29,30 @@ void normalize_group(const T* x, T* y, int64_t n, const T* gamma, const T* beta,
   if (beta) ys += ConstArrayMap<T>(beta, n);
 }
 
+/// Backward of one group of n features from its output gradient g, x, and the saved mu and rstd
+/// (gamma may be null), in double: with xhat = (x − mu)·rstd and gh = g·gamma,
+///   dx = rstd · (gh − mean(gh) − xhat · mean(gh · xhat)),
+/// and adds the group's g·xhat and g into dgamma_part, dbeta_part [n] (a row block's sums of
+/// reduce_norm_param_grads).
+template <class T>
+void normalize_group_backward(const T* g, const T* x, int64_t n, double mu, double rs, const T* gamma, T* dx,
+                              double* dgamma_part, double* dbeta_part) {
+  double sum_gh = 0, sum_gh_xhat = 0;  // n·mean(gh), n·mean(gh · xhat)
+  for (int64_t j = 0; j < n; ++j) {
+    const double xhat = (x[j] - mu) * rs;
+    const double gh = gamma ? static_cast<double>(g[j]) * gamma[j] : static_cast<double>(g[j]);
+    sum_gh += gh;
+    sum_gh_xhat += gh * xhat;
+    dgamma_part[j] += g[j] * xhat;
+    dbeta_part[j] += g[j];
+  }
+  const double m_gh = sum_gh / static_cast<double>(n), m_gh_xhat = sum_gh_xhat / static_cast<double>(n);
+  for (int64_t j = 0; j < n; ++j) {
+    const double xhat = (x[j] - mu) * rs;
+    const double gh = gamma ? static_cast<double>(g[j]) * gamma[j] : static_cast<double>(g[j]);
+    dx[j] = static_cast<T>(rs * (gh - m_gh - xhat * m_gh_xhat));
+  }
+}
+
 }  // namespace cpu
 }  // namespace tessera

@@ -1,6 +1,7 @@
 #include "kernels/layer_norm_backward/layer_norm_backward.h"
 
 #include "kernels/common/dispatch.h"
+#include "kernels/common/normalize.h"
 #include "kernels/common/normalize_checks.h"
 #include "kernels/common/normalize_param_grads.h"
 #include "kernels/layer_norm/layer_norm.h"
@@ -45,28 +46,9 @@ void op::LayerNormBackward::cpu(const std::vector<Tensor>& in, const std::vector
     T* dx = out[0].data<T>();
     // Rows [r0, r1): dx, and their g·xhat and g added into the block's dgamma_b, dbeta_b [C].
     auto block_rows = [&](int64_t r0, int64_t r1, double* dgamma_b, double* dbeta_b) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const T* gr = g + r * c;
-        const T* xr = x + r * c;
-        const double mu = mean[r], rs = rstd[r];
-        // term sums: mean_C(gh) and mean_C(gh · xhat), in double.
-        double sum_gh = 0, sum_gh_xhat = 0;
-        for (int64_t j = 0; j < c; ++j) {
-          const double xhat = (xr[j] - mu) * rs;
-          const double gh = gamma ? static_cast<double>(gr[j]) * gamma[j] : static_cast<double>(gr[j]);
-          sum_gh += gh;
-          sum_gh_xhat += gh * xhat;
-          dgamma_b[j] += gr[j] * xhat;
-          dbeta_b[j] += gr[j];
-        }
-        const double m_gh = sum_gh / static_cast<double>(c), m_gh_xhat = sum_gh_xhat / static_cast<double>(c);
-        // dx = rstd · (gh − mean(gh) − xhat · mean(gh · xhat))
-        for (int64_t j = 0; j < c; ++j) {
-          const double xhat = (xr[j] - mu) * rs;
-          const double gh = gamma ? static_cast<double>(gr[j]) * gamma[j] : static_cast<double>(gr[j]);
-          dx[r * c + j] = static_cast<T>(rs * (gh - m_gh - xhat * m_gh_xhat));
-        }
-      }
+      for (int64_t r = r0; r < r1; ++r)
+        cpu::normalize_group_backward<T>(g + r * c, x + r * c, c, mean[r], rstd[r], gamma, dx + r * c, dgamma_b,
+                                         dbeta_b);
     };
     // dgamma/dbeta [C]: the deterministic row-block reduction of kernels/common/normalize_param_grads.h.
     cpu::reduce_norm_param_grads<T>(rows, c, out[1].data<T>(), out[2].data<T>(), block_rows);

@@ -1,6 +1,7 @@
 #include "kernels/qk_layer_norm_backward/qk_layer_norm_backward.h"
 
 #include "kernels/common/dispatch.h"
+#include "kernels/common/normalize.h"
 #include "kernels/common/normalize_checks.h"
 #include "kernels/common/normalize_param_grads.h"
 #include "kernels/layer_norm/layer_norm.h"
@@ -41,22 +42,8 @@ void segment_backward(const T* g, const T* x, const T* mean, const T* rstd, cons
                       int64_t ld, int64_t col0, int64_t n, T* dgamma, T* dbeta) {
   auto block_rows = [&](int64_t r0, int64_t r1, double* dgamma_b, double* dbeta_b) {
     for (int64_t r = r0; r < r1; ++r) {
-      const T* gr = g + r * ld + col0;
-      const T* xr = x + r * ld + col0;
-      const double mu = mean[r], rs = rstd[r];
-      double sum_gh = 0, sum_gh_xhat = 0;  // n·mean(gh), n·mean(gh · xhat)
-      for (int64_t j = 0; j < n; ++j) {
-        const double xhat = (xr[j] - mu) * rs, gh = static_cast<double>(gr[j]) * gamma[j];
-        sum_gh += gh;
-        sum_gh_xhat += gh * xhat;
-        dgamma_b[j] += gr[j] * xhat;
-        dbeta_b[j] += gr[j];
-      }
-      const double m_gh = sum_gh / static_cast<double>(n), m_gh_xhat = sum_gh_xhat / static_cast<double>(n);
-      for (int64_t j = 0; j < n; ++j) {
-        const double xhat = (xr[j] - mu) * rs, gh = static_cast<double>(gr[j]) * gamma[j];
-        dx[r * ld + col0 + j] = static_cast<T>(rs * (gh - m_gh - xhat * m_gh_xhat));
-      }
+      const int64_t at = r * ld + col0;
+      cpu::normalize_group_backward<T>(g + at, x + at, n, mean[r], rstd[r], gamma, dx + at, dgamma_b, dbeta_b);
     }
   };
   cpu::reduce_norm_param_grads<T>(rows, n, dgamma, dbeta, block_rows);

@@ -36,6 +36,13 @@ namespace {
 using namespace gpu_test;
 using testing::test_randn;
 
+// An environment variable set for the scope, unset again however the test ends.
+struct ScopedEnv {
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+  const char* name_;
+};
+
 LayoutPtr gate_layout(int64_t hs, int64_t bs, double density, uint64_t seed) {
   return nn::lstm_gate_layout(*random_layout(hs, hs, bs, density, seed));
 }
@@ -149,10 +156,7 @@ TEST(LstmRecurrenceGpu, BarabasiAlbertHubsSplitOverBlocks) {
 // chunks (68 unsplit), and the results match the CPU, the same bits twice.
 TEST(LstmRecurrenceGpu, BalancedRandomLayoutMatchesTheCpu) {
   REQUIRE_GPU();
-  struct Balance {  // unset again however the test ends
-    Balance() { setenv("TESSERA_LSTM_BALANCE", "1", 1); }
-    ~Balance() { unsetenv("TESSERA_LSTM_BALANCE"); }
-  } balance;
+  const ScopedEnv balance("TESSERA_LSTM_BALANCE", "1");
   const LayoutPtr l = gate_layout(4096, 32, 0.0625, 5);
   const cuda::RecurrencePlan plan = cuda::plan_recurrence(kGpu.index, DType::bf16, 64, 4096, l, true);
   ASSERT_TRUE(plan.reason.empty()) << plan.reason;
@@ -170,10 +174,7 @@ TEST(LstmRecurrenceGpu, BalancedRandomLayoutMatchesTheCpu) {
 // directions, against the CPU and the same bits twice.
 TEST(LstmRecurrenceGpu, ForcedSplitsMatchTheCpu) {
   REQUIRE_GPU();
-  struct Forced {  // unset again however the test ends
-    Forced() { setenv("TESSERA_LSTM_SPLIT_CHUNKS", "2", 1); }
-    ~Forced() { unsetenv("TESSERA_LSTM_SPLIT_CHUNKS"); }
-  } forced;
+  const ScopedEnv forced("TESSERA_LSTM_SPLIT_CHUNKS", "2");
   const LayoutPtr l = gate_layout(256, 32, 0.5, 5);
   for (bool backward : {false, true}) {
     const cuda::RecurrencePlan plan = cuda::plan_recurrence(kGpu.index, DType::bf16, 7, 256, l, backward);
