@@ -285,6 +285,20 @@ void bench_recurrence_ops(BenchReport& report, Timer& timer, const Options& o, D
   auto backward = [&] { call<op::LstmRecurrenceBackward>({layout}, {dy, h0, h0, fwd[3], fwd[4], h0, wh}); };
   std::vector<std::function<void()>> fns{forward, backward};
   std::vector<std::string> names{"recurrence fwd", "recurrence bwd"};
+#ifdef TESSERA_WITH_CUDA
+  if (dev.is_cuda())  // how each direction's kernel holds W_h (resident, split over blocks, or streamed)
+    for (bool bwd : {false, true}) {
+      const cuda::RecurrencePlan p = cuda::plan_recurrence(dev.index, dt, b, hidden, layout, bwd);
+      std::ostringstream os;
+      os << p.grid << " blocks of " << p.units << "-unit groups, clusters of " << p.cluster << ", ring " << p.ring
+         << " x " << p.stage_k << " K, " << p.smem << " B shared; "
+         << (p.stream_rows > 0 ? "W streamed: " + std::to_string(p.resident_stages) + " resident stages, " +
+                                     std::to_string(p.stream_rows) + " rows from L2 per step"
+             : p.packing      ? "W resident, groups split over blocks"
+                              : "W resident");
+      report.note(std::string(bwd ? "plan bwd " : "plan fwd ") + shape, os.str());
+    }
+#endif
   if (!layout && dev.is_cuda()) {
     // the dense layers' K split over clusters forced to each size (TESSERA_LSTM_CLUSTER), same run
     for (const char* c : {"1", "2"}) {
@@ -504,6 +518,8 @@ int main(int argc, char** argv) {
     report.note("f32 math", std::string(tf32 ? "TF32 tensor cores allowed (TESSERA_ALLOW_TF32=1)"
                                              : "full f32, no TF32 (set TESSERA_ALLOW_TF32=1 to allow it)") +
                                 "; PyTorch's cuDNN RNNs allow TF32 by default (torch.backends.cudnn.allow_tf32)");
+    if (const char* res = std::getenv("TESSERA_LSTM_RESIDENT_STAGES"))
+      report.note("TESSERA_LSTM_RESIDENT_STAGES", std::string(res) + " (W_h streamed past that many resident stages)");
     if (const char* balance = std::getenv("TESSERA_LSTM_BALANCE"))
       report.note("TESSERA_LSTM_BALANCE", std::string(balance) + " (1: layouts that fit split where that balances the blocks)");
     Timer timer(dev);

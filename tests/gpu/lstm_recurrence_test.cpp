@@ -217,6 +217,47 @@ TEST(LstmRecurrenceGpu, DenseMatchesTheCpuWithAndWithoutTheClusterSplit) {
   unsetenv("TESSERA_LSTM_CLUSTER");
 }
 
+// Streamed W (RecurrencePlan::stream_rows): where a block's slice of W_h passes its shared memory
+// (dense H 2048 and the layers of its parameter count), its first stages of 128 K rows stay
+// resident and the rest comes from L2 each step, through the ring. Forced on small layers
+// (TESSERA_LSTM_RESIDENT_STAGES 0 and 1): dense with and without the cluster split, block-sparse
+// bs 8 (a group's K padded to whole 16-row slices) to 64, batch 1, 7 and 64, bf16 and f16, both
+// directions; then dense H 2048, which streams by itself; all against the CPU, the same bits twice.
+TEST(LstmRecurrenceGpu, StreamedWMatchesTheCpu) {
+  REQUIRE_GPU();
+  for (const char* res : {"0", "1"}) {
+    const ScopedEnv forced("TESSERA_LSTM_RESIDENT_STAGES", res);
+    for (const char* split : {"1", "2"}) {
+      const ScopedEnv cluster("TESSERA_LSTM_CLUSTER", split);
+      for (bool backward : {false, true}) {
+        const cuda::RecurrencePlan plan = cuda::plan_recurrence(kGpu.index, DType::bf16, 7, 512, nullptr, backward);
+        EXPECT_TRUE(plan.reason.empty()) << plan.reason;
+        EXPECT_GT(plan.stream_rows, 0) << "resident " << res << ", cluster " << split << (backward ? ", backward" : "");
+        EXPECT_EQ(plan.resident_stages, std::atoi(res));
+      }
+      for (int64_t b : {1, 7, 64}) check_case({4, b, 512, 0, 1.0}, DType::bf16);
+      check_case({3, 7, 512, 0, 1.0}, DType::f16);
+    }
+    const cuda::RecurrencePlan sparse = cuda::plan_recurrence(kGpu.index, DType::bf16, 64, 512,
+                                                              gate_layout(512, 32, 0.25, 5), true);
+    EXPECT_GT(sparse.stream_rows, 0) << sparse.reason;
+    check_case({4, 7, 128, 8, 0.5}, DType::bf16);
+    check_case({4, 64, 512, 32, 0.25}, DType::bf16);
+    check_case({3, 7, 512, 64, 0.5}, DType::f16);
+    check_case({3, 1, 256, 16, 0.5}, DType::bf16);
+  }
+  for (bool backward : {false, true}) {
+    const cuda::RecurrencePlan plan = cuda::plan_recurrence(kGpu.index, DType::bf16, 64, 2048, nullptr, backward);
+    ASSERT_TRUE(plan.reason.empty()) << plan.reason;
+    EXPECT_GT(plan.stream_rows, 0);
+    std::cout << "dense H 2048 " << (backward ? "backward" : "forward") << ": " << plan.grid << " blocks, clusters of "
+              << plan.cluster << ", " << plan.resident_stages << " resident stages of 128 rows, " << plan.stream_rows
+              << " rows streamed, ring " << plan.ring << ", " << plan.smem << " bytes" << std::endl;
+  }
+  check_case({2, 7, 2048, 0, 1.0}, DType::bf16);
+  check_case({2, 64, 2048, 0, 1.0}, DType::f16);
+}
+
 TEST(LstmRecurrenceGpu, BlockSparseMatchesTheCpuForEveryBlockSizeAndBatch) {
   REQUIRE_GPU();
   const Case cases[] = {{6, 7, 64, 8, 0.5}, {6, 64, 128, 16, 0.25}, {6, 1, 256, 32, 0.25}, {6, 7, 256, 64, 0.5},
@@ -237,10 +278,17 @@ TEST(LstmRecurrenceGpu, ProblemsTheKernelDoesNotTakeAreNamed) {
   EXPECT_FALSE(lstm_recurrence_fused(TensorMeta{Shape({4, 65, 256}), DType::bf16, kGpu}, 64, nullptr));
   EXPECT_FALSE(lstm_recurrence_fused(TensorMeta{Shape({4, 8, 256}), DType::f32, kGpu}, 64, nullptr));
   EXPECT_FALSE(lstm_recurrence_fused(TensorMeta{Shape({4, 8, 4 * 96}), DType::bf16, kGpu}, 96, nullptr));
-  // dense H 2048: W_h is 32 MB in bf16, more than all shared memory
-  const TensorMeta big{Shape({4, 8, 4 * 2048}), DType::bf16, kGpu};
-  EXPECT_NE(detail::recurrence_unfused_reason(big, 2048, nullptr).find("shared memory"), std::string::npos)
-      << detail::recurrence_unfused_reason(big, 2048, nullptr);
+  // dense H 8704: 136 groups of 64 units, two in some blocks, whose slices (4.5 MB a group) pass
+  // shared memory, and streamed W takes one group per block
+  const TensorMeta big{Shape({4, 8, 4 * 8704}), DType::bf16, kGpu};
+  const std::string why = detail::recurrence_unfused_reason(big, 8704, nullptr);
+  EXPECT_NE(why.find("shared memory"), std::string::npos) << why;
+  EXPECT_NE(why.find("streaming W takes one"), std::string::npos) << why;
+  {
+    const ScopedEnv bad("TESSERA_LSTM_RESIDENT_STAGES", "x");
+    testing::expect_error<ValueError>([] { cuda::plan_recurrence(kGpu.index, DType::bf16, 7, 128, nullptr, true); },
+                                      {"TESSERA_LSTM_RESIDENT_STAGES", "'x'"});
+  }
   const Tensor h = zeros({65, 64}, TensorOptions(DType::bf16).device(kGpu));
   testing::expect_error<NotImplementedError>(
       [&] { lstm_recurrence(zeros({2, 65, 256}, TensorOptions(DType::bf16).device(kGpu)), h, h,

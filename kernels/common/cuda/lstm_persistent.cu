@@ -27,6 +27,10 @@
 // (recurrence_items.h). A part k > 0 writes its f32 sums of the step to L2 and raises its flag to
 // the phase; the owner (part 0) waits for its parts' flags and adds their sums in part order
 // before its epilogue. The parts wait on nothing and the launch is cooperative, so the wait ends.
+// Streamed W: where a block's slice of W_h does not fit its shared memory (one group per block:
+// dense H 2048 and the layers of its parameter count), its first stages stay resident and the
+// block copies the rest to its own image in global memory at the start of the launch; each later
+// stage's W rows then come from L2 into the ring slot beside the stage's operand (kStream).
 // The launch is cooperative: the driver guarantees that all blocks are resident at once (or
 // refuses it), so the barrier cannot wait on a block that never runs, whatever else shares the
 // GPU. Every sum has a fixed order (each output element is summed by one thread, K in order, then
@@ -35,11 +39,8 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 #include <mutex>
-#include <optional>
-#include <string>
 #include <tuple>
 #include <vector>
 
@@ -50,6 +51,7 @@
 #include "kernels/common/cuda/layout_tables.h"
 #include "kernels/common/cuda/lstm_persistent.h"
 #include "kernels/common/cuda/mma_sm80.cuh"
+#include "kernels/common/recurrence_geometry.h"
 
 namespace tessera {
 namespace cuda {
@@ -60,21 +62,8 @@ using sm80::cp_async16;
 using sm80::cp_async_commit;
 using sm80::cp_async_wait;
 
-constexpr int kThreads = 512, kWarps = 16;
-constexpr int kMaxBatch = 64;              // rows of the product (B, padded to 16)
-// K columns per pipeline stage: 256 where three such stages fit beside W_h's slice, else 128
-// (fewer, larger stages: fewer barriers per step). Rows of a stage are padded by 16 bytes, so
-// that the 8 rows one ldmatrix phase reads fall on distinct banks.
-constexpr int kMaxStageK = 256;
-__host__ __device__ constexpr int stage_bytes(int stage_k) { return kMaxBatch * (stage_k + 8) * 2; }
-constexpr int kMinStages = 2, kMaxStages = 15;  // cp.async ring depth: as deep as shared memory allows
-constexpr int kMaxGroupsPerBlock = 4;
-// Split groups (RecurrencePlan::packing): the items travel in the kernel's parameters (4 KB in all).
-constexpr int kMaxItems = 320, kMaxItemBlocks = 160;
-// The dense layers' default K split over clusters (TESSERA_LSTM_CLUSTER overrides): measured on
-// the H200, see docs/lstm_gpu.md.
-constexpr int kForwardCluster = 2, kBackwardCluster = 2;
-constexpr int kDenseChunk = 64;
+// the kernels' shapes and shared-memory budget, shared with the plan (recurrence_plan.cpp)
+using namespace recurrence;
 
 struct Params {
   int steps, batch, hidden, groups, bs;  // bs 0: dense
@@ -115,6 +104,12 @@ struct Params {
   uint16_t item_first[kMaxItemBlocks + 1];
   uint16_t it_group[kMaxItems], it_begin[kMaxItems], it_end[kMaxItems];
   uint8_t it_part[kMaxItems], it_parts[kMaxItems];
+  // streamed W (img_rows > 0; one group per block): stages s < res_stages of the product read W's
+  // slice from shared memory, later ones from the block's image of its remaining rows, img +
+  // blockIdx.x·img_rows·N (rows res_stages·stage_k … in the shared-memory layout, built by the
+  // block at the start of the launch), copied into the ring beside the stage's operand
+  int res_stages, img_rows;
+  void* img;
 };
 static_assert(sizeof(Params) <= 4000, "kernel parameters are limited to 4 KB");
 
@@ -231,7 +226,7 @@ struct Kernel {
   static constexpr int kPairs = 4 * (N / TN) > kWarps ? 4 * (N / TN) / kWarps : 1;  // tiles per warp, at most
   static constexpr int RS = N + 4;                          // f32 partial-sum row stride
   // forward: gx_t [64, 4U] staged in shared memory; the backward's epilogue inputs go to registers
-  static constexpr int kEpBytes = kBackward ? 0 : kMaxBatch * 4 * U * 2;
+  static constexpr int kEpBytes = epilogue_bytes(U, kBackward);
   // (row, unit) pairs of one group per thread in the backward epilogue
   static constexpr int kEpPerThread = kMaxBatch * U / kThreads > 0 ? kMaxBatch * U / kThreads : 1;
   // The product loop takes kRound K slices of a warp per round, all their fragments loaded before
@@ -252,21 +247,13 @@ struct Kernel {
     return r * N + swizzle(r, col / 8) * 8 + col % 8;
   }
 
-  // Dynamic shared memory: [W region][ring ∪ partial sums][epilogue staging][state][chunk tables].
-  // Everything but the ring; the ring takes what is left (kMinStages … kMaxStages stages).
-  static size_t fixed_bytes(int w_rows, int max_chunks, int groups_per_block) {
-    const size_t w = static_cast<size_t>(w_rows) * N * 2;
-    const size_t state = static_cast<size_t>(groups_per_block) * kMaxBatch * U * 4;
-    return w + kEpBytes + state + static_cast<size_t>(max_chunks) * 4 + 256;
-  }
-  __host__ __device__ static size_t red_bytes(int wk) { return static_cast<size_t>(wk) * kMaxBatch * RS * 4; }
+  // Dynamic shared memory: [W region][ring ∪ partial sums][epilogue staging][state][chunk tables]
+  // (recurrence_geometry.h).
+  __device__ static size_t red_bytes(int wk) { return partial_sum_bytes(N, wk); }
   // The product column of column col of the block's own group (gate col / U, unit col % U):
   // gate-major over the cluster's units, this block's units at rank·U.
   __device__ static int own_column(int col, int rank) { return (col / U) * CU + rank * U + col % U; }
 };
-
-// The K-split of a product with `tiles` warp tiles: warps split K when the tiles are fewer.
-__host__ __device__ inline int k_split(int tiles) { return tiles >= kWarps ? 1 : kWarps / tiles; }
 
 // The K split over a cluster (kCluster > 1, dense layers): the kCluster blocks of a cluster
 // (consecutive blockIdx.x) share kCluster groups of U units; block rank r holds W_h's slice for
@@ -276,7 +263,9 @@ __host__ __device__ inline int k_split(int tiles) { return tiles >= kWarps ? 1 :
 // [B, N] stays in its shared memory; after a cluster barrier each block sums the columns of its
 // own group from every peer (distributed shared memory, ranks in order) and runs that group's
 // epilogue.
-template <class T, int U, bool kBackward, int kCluster = 1>
+// kStream: streamed W (Params::img; a template parameter so that the kernels without it keep their
+// registers: the U 64 backward has none to spare).
+template <class T, int U, bool kBackward, int kCluster = 1, bool kStream = false>
 __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) {
   using K = Kernel<T, U, kBackward, kCluster>;
   constexpr int N = K::N, TN = K::TN, RS = K::RS;
@@ -291,8 +280,12 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
   // carve shared memory
   T* w_s = reinterpret_cast<T*>(smem);
   unsigned char* ring_base = smem + static_cast<size_t>(p.w_rows) * N * 2;
-  const int stage_k = p.stage_k, stage_stride = stage_k + 8, stage_b = stage_bytes(stage_k);
-  const size_t ring_bytes = static_cast<size_t>(R) * stage_b;
+  // (streamed W: stages of 128 K rows always, so that the ring's strides are constants)
+  const int stage_k = kStream ? 128 : p.stage_k, stage_stride = stage_k + 8, stage_b = stage_bytes(stage_k);
+  // a ring slot: the operand's stage, then (streamed W) the stage's W rows [stage_k, N]
+  constexpr bool streamed = kStream;
+  const int slot_b = stage_b + (streamed ? stage_k * N * 2 : 0);
+  const size_t ring_bytes = static_cast<size_t>(R) * slot_b;
   const size_t red_bytes = K::red_bytes(wk_count);
   unsigned char* ep_base = ring_base + (red_bytes > ring_bytes ? red_bytes : ring_bytes);
   float* state = reinterpret_cast<float*>(ep_base + K::kEpBytes);  // [groups of this block][64][U]
@@ -338,10 +331,19 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
       ++n_groups;
     }
   }
-  // zero the W region (rows past a group's K stay zero), then fill
+  // zero the W region (rows past a group's K stay zero), then fill; streamed W: rows res_rows …
+  // go to the block's image in global memory instead, in the same layout (rows counted from res_rows)
   for (int i = tid; i < p.w_rows * N / 8; i += kThreads) reinterpret_cast<uint4*>(w_s)[i] = make_uint4(0, 0, 0, 0);
   __syncthreads();
   const T* w = static_cast<const T*>(p.w);
+  const int res_rows = streamed ? p.res_stages * stage_k : 0;
+  T* img = streamed ? static_cast<T*>(p.img) + static_cast<size_t>(blockIdx.x) * p.img_rows * N : nullptr;
+  auto w_at = [&](T* wg, int k, int col) {
+    if constexpr (streamed) {
+      if (k >= res_rows) return img + K::w_index(k - res_rows, col);
+    }
+    return wg + K::w_index(k, col);
+  };
   for (int gi = 0; gi < n_groups; ++gi) {
     const int u0 = g_unit0[gi], nch = g_chunks[gi];
     const int b0 = g_item[gi] >= 0 ? p.it_begin[g_item[gi]] : 0;  // a part's first chunk
@@ -372,7 +374,7 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
           const int blk = p.col_blocks[p.col_ptr[g * q + c0] + b0 + ch];
           src = w + (static_cast<int64_t>(blk) * bs + kk) * bs + (uc - c0 * bs) + j8;
         }
-        *reinterpret_cast<uint4*>(wg + K::w_index(k, g * CU + j8)) = *reinterpret_cast<const uint4*>(src);
+        *reinterpret_cast<uint4*>(w_at(wg, k, g * CU + j8)) = *reinterpret_cast<const uint4*>(src);
       }
     } else {
       // wg(k, j) = W_h[uc + j][column k of the chunk list] for the N units from the cluster's first
@@ -388,8 +390,14 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
           const int blk = p.row_ptr[r0] + b0 + ch;
           v = w[(static_cast<int64_t>(blk) * bs + (uc - r0 * bs) + j) * bs + kk];
         }
-        wg[K::w_index(k, j)] = v;
+        *w_at(wg, k, j) = v;
       }
+    }
+    // the image's rows past the group's K, up to whole stages: zeros (the product reads them up to
+    // whole 16-row slices, and the ring copies whole stages)
+    if constexpr (streamed) {
+      const int z0 = max(rows, res_rows), z1 = (rows + stage_k - 1) / stage_k * stage_k;
+      for (int e = tid; e < (z1 - z0) * N; e += kThreads) img[static_cast<size_t>(z0 - res_rows) * N + e] = from_acc<T>(0.f);
     }
     // initial state: c0 (forward) or dcT (backward), f32
     const T* s0 = static_cast<const T*>(kBackward ? p.dc_last : p.c0);
@@ -397,6 +405,7 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
     for (int e = tid; e < B * U; e += kThreads)
       st[e] = to_acc(s0[static_cast<int64_t>(e / U) * H + u0 + e % U]);
   }
+  if constexpr (streamed) __threadfence();  // the image's writes before the ring's cp.async reads of them (L2)
   __syncthreads();
 
 
@@ -486,7 +495,7 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
       // stage s of the product: K columns s·stage_k … of the group's chunk list, rows 0 … 16·mt_count
       // (pad rows and columns past the list get zeros).
       auto load_stage = [&](int s, int slot) {
-        const uint32_t dst = ring_s + slot * stage_b;
+        const uint32_t dst = ring_s + slot * slot_b;
         const int kk = s * stage_k + copy_col, ch = kk >> p.log_chunk;
         const T* src0 = ch < nch ? a_src + cols[ch] + (kk & (p.chunk - 1)) : nullptr;
 #pragma unroll
@@ -495,6 +504,18 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
           if (r >= copy_row_end) break;
           const bool valid = src0 != nullptr && r < B;
           cp_async16_s(dst + (r * stage_stride + copy_col) * 2, valid ? src0 + r * lda : a_src, valid);
+        }
+        if constexpr (streamed) {
+          if (s >= p.res_stages) {  // W's rows of the stage: a whole stage of the image, contiguous
+            constexpr int kPieces = 128 * N / 8, kWCopies = (kPieces + kThreads - 1) / kThreads;
+            const T* src = static_cast<const T*>(p.img) +
+                           (static_cast<size_t>(blockIdx.x) * p.img_rows + (s - p.res_stages) * 128) * N;
+#pragma unroll
+            for (int i = 0; i < kWCopies; ++i) {
+              const int q = tid + i * kThreads;
+              if (kPieces % kThreads == 0 || q < kPieces) cp_async16_s(dst + stage_b + q * 16, src + q * 8, true);
+            }
+          }
         }
       };
 
@@ -528,12 +549,12 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
           load_slot = load_slot + 1 == R ? 0 : load_slot + 1;
         }
         cp_async_commit();
-        const uint32_t a_stage = ring_s + use_slot * stage_b;
+        const uint32_t a_stage = ring_s + use_slot * slot_b;
         use_slot = use_slot + 1 == R ? 0 : use_slot + 1;
         if (!tile_on[0]) continue;
         // the K-split: global slice s·slices + sl belongs to warp set (s·slices + sl) mod wk_count
         const int s0 = s * slices, end = min(slices, k_slices - s0);
-        const uint32_t w_stage = wg_s + s0 * 16 * N * 2;
+        const uint32_t w_stage = streamed && s >= p.res_stages ? a_stage + stage_b : wg_s + s0 * 16 * N * 2;
         // one slice: A [16 rows, 16 K] of the stage, B [16 K, TN] of W, per tile of this warp
         auto load_slice = [&](uint32_t (&a)[K::kPairs][4], uint32_t (&b)[K::kPairs][TN / 4], int sl) {
 #pragma unroll
@@ -787,14 +808,12 @@ void launch_cooperative(void (*kernel)(KernelArgs...), int grid, size_t smem, cu
 
 template <class T, int U, bool kBackward, int kCluster = 1>
 void launch(const Params& prm, const RecurrencePlan& plan, cudaStream_t stream) {
-  launch_cooperative(lstm_persistent_kernel<T, U, kBackward, kCluster>, plan.grid, plan.smem, stream, kCluster, prm);
-}
-
-// The cluster sizes the K split is built for: pairs at 8 and 16 units per group (the dense layers
-// up to H 2112, whose blocks read all of h or dpre per step). Clusters of 4 were slower on the
-// H200 in both directions (docs/lstm_gpu.md) and are not built.
-constexpr bool has_cluster_kernel(int units, int cluster) {
-  return cluster == 1 || ((units == 8 || units == 16) && cluster == 2);
+  if (plan.stream_rows > 0) {
+    launch_cooperative(lstm_persistent_kernel<T, U, kBackward, kCluster, true>, plan.grid, plan.smem, stream, kCluster,
+                       prm);
+  } else {
+    launch_cooperative(lstm_persistent_kernel<T, U, kBackward, kCluster>, plan.grid, plan.smem, stream, kCluster, prm);
+  }
 }
 
 template <class T, bool kBackward, int U>
@@ -815,16 +834,6 @@ void launch_units(const Params& prm, const RecurrencePlan& plan, cudaStream_t st
     case 64: return launch<T, 64, kBackward>(prm, plan, stream);
     default: TS_THROW(ValueError, "lstm_recurrence: no kernel for " << plan.units << " units per group");
   }
-}
-
-// Shared memory of a kernel (its bytes do not depend on the element type: bf16 and f16 alike).
-template <int U, bool kBackward, int kCluster>
-size_t fixed_smem_for(int w_rows, int max_chunks, int groups_per_block) {
-  return Kernel<__nv_bfloat16, U, kBackward, kCluster>::fixed_bytes(w_rows, max_chunks, groups_per_block);
-}
-template <int U, bool kBackward, int kCluster>
-size_t red_smem_for(int wk) {
-  return Kernel<__nv_bfloat16, U, kBackward, kCluster>::red_bytes(wk);
 }
 
 // How many clusters of `cluster` blocks of `kernel` (kThreads each, `smem` bytes of dynamic shared
@@ -883,49 +892,11 @@ int resident_clusters(int device, DType dtype, bool backward, int units, int clu
   return n;
 }
 
-// TESSERA_LSTM_SPLIT_CHUNKS=n (tests): block-sparse layers split every group of more than n chunks
-// into parts of at most n chunks over blocks (or of the fewest more whose blocks fit the grid), as
-// the plan does by itself only where a group does not fit one block; 0 (unset): not forced.
-int requested_split_chunks() {
-  const char* e = std::getenv("TESSERA_LSTM_SPLIT_CHUNKS");
-  if (!e || !*e) return 0;
-  char* end = nullptr;
-  const long n = std::strtol(e, &end, 10);
-  TS_CHECK(*end == 0 && n >= 1 && n <= 4096, ValueError,
-           "TESSERA_LSTM_SPLIT_CHUNKS='" << e << "': expected a number of chunks from 1 to 4096");
-  return static_cast<int>(n);
-}
-
-// TESSERA_LSTM_BALANCE=1: block-sparse layers whose groups all fit a block split them anyway
-// where that lowers the busiest block's chunks (the balanced packing of recurrence_items.h); 0 or
-// unset: only groups that do not fit split. Off by default until timed against the unsplit plan.
-bool requested_balance() {
-  const char* e = std::getenv("TESSERA_LSTM_BALANCE");
-  if (!e || !*e) return false;
-  const std::string v(e);
-  TS_CHECK(v == "0" || v == "1", ValueError, "TESSERA_LSTM_BALANCE='" << v << "': expected 0 or 1");
-  return v == "1";
-}
-
-// The cluster size of the dense layers' K split: TESSERA_LSTM_CLUSTER (1: no split; 2: pairs) for
-// both directions, else `fallback`.
-int requested_cluster(int fallback) {
-  const char* e = std::getenv("TESSERA_LSTM_CLUSTER");
-  if (!e || !*e) return fallback;
-  const std::string v(e);
-  TS_CHECK(v == "1" || v == "2", ValueError,
-           "TESSERA_LSTM_CLUSTER='" << v << "': expected 1 (no cluster K split) or 2 (pairs)");
-  return std::stoi(v);
-}
-
-struct DeviceLimits {
-  int sms = 0, major = 0;
-  size_t smem = 0;
-};
-
-DeviceLimits device_limits(int device) {
-  static DeviceLimits cached[64];
-  DeviceLimits& d = cached[device & 63];
+// The plan's view of `device` (recurrence_plan.h): its SMs, compute capability and shared memory
+// per block (0 without cooperative launches), asked once, and how many clusters of each kernel fit.
+RecurrenceDevice recurrence_device(int device) {
+  static RecurrenceDevice cached[64];
+  RecurrenceDevice& d = cached[device & 63];
   if (d.sms == 0) {
     int sms = 0, smem = 0;
     TS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -934,250 +905,20 @@ DeviceLimits device_limits(int device) {
     TS_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device));
     d.smem = coop ? static_cast<size_t>(smem) : 0;
     TS_CUDA_CHECK(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, device));
+    d.index = device;
+    d.clusters = [device, smem_max = d.smem](DType dtype, bool backward, int units, int cluster) {
+      return resident_clusters(device, dtype, backward, units, cluster, smem_max);
+    };
     d.sms = sms;
   }
   return d;
-}
-
-// Whether the four gate columns of every per-gate block column store the same block rows (the
-// forward kernel's W slice has one list of K rows for all four gates).
-bool gates_share_rows(const BlockLayout& l) {
-  const int64_t q = l.block_cols() / 4;
-  const std::vector<int32_t>& cp = l.col_ptr();
-  const std::vector<int32_t>& cb = l.col_blocks();
-  const std::vector<int32_t>& br = l.block_row();
-  for (int64_t c = 0; c < q; ++c) {
-    const int32_t n = cp[c + 1] - cp[c];
-    for (int64_t g = 1; g < 4; ++g) {
-      if (cp[g * q + c + 1] - cp[g * q + c] != n) return false;
-      for (int32_t j = 0; j < n; ++j)
-        if (br[cb[cp[c] + j]] != br[cb[cp[g * q + c] + j]]) return false;
-    }
-  }
-  return true;
-}
-
-
-
-// The plan with K split over clusters of `cluster` blocks (1: none).
-RecurrencePlan plan_for_cluster(int device, DType dtype, int64_t batch, int64_t hidden, const LayoutPtr& layout,
-                                bool backward, int cluster) {
-  RecurrencePlan plan;
-  plan.cluster = cluster;
-  auto fail = [&](std::string why) {
-    plan.reason = std::move(why);
-    return plan;
-  };
-  if (dtype != DType::bf16 && dtype != DType::f16) return fail("the persistent kernel takes bf16 or f16 only");
-  if (batch < 1 || batch > kMaxBatch) return fail("the persistent kernel takes batches of 1 to 64 rows");
-  const int64_t bs = layout ? layout->block_size() : 0;
-  if (!layout && hidden % kDenseChunk != 0) return fail("dense hidden sizes must be multiples of 64");
-  if (layout && bs < 8) return fail("block size below 8");
-  if (layout && !backward && !gates_share_rows(*layout))
-    return fail("the layout's four gate columns of a block column store different block rows");
-  if (4 * hidden * batch > (int64_t{1} << 31) / 2) return fail("the problem is too large for 32-bit step offsets");
-  const DeviceLimits lim = device_limits(device);
-  if (lim.smem == 0) return fail("the device does not support cooperative launches");
-  // the smallest group size that gives at most one group per SM, else the largest allowed
-  int units = 0;
-  for (int u : {8, 16, 32, 64}) {
-    if (hidden % u != 0 || (layout && bs % u != 0)) continue;
-    units = u;
-    if (hidden / u <= lim.sms) break;
-  }
-  if (units == 0) return fail("no group size of 8, 16, 32 or 64 units divides the hidden size and block size");
-  plan.units = units;
-  plan.groups = static_cast<int>(hidden / units);
-  // (each block of a cluster takes an equal share of K's 64-column chunks)
-  const int64_t dense_chunks = (backward ? 4 * hidden : hidden) / kDenseChunk;
-  if (cluster > 1 && (layout || !has_cluster_kernel(units, cluster) || plan.groups % cluster != 0 ||
-                      dense_chunks % cluster != 0))
-    return fail("no cluster K split for this problem");
-  int max_grid = lim.sms;
-  if (cluster > 1) {
-    // whole clusters, as many as are resident at once (GPCs hold unequal numbers of SMs; one block
-    // per SM whatever its shared memory, so the count at the most shared memory holds for any)
-    const int fit = lim.major >= 9 ? resident_clusters(device, dtype, backward, units, cluster, lim.smem) : 0;
-    if (fit == 0) return fail("no cluster of the kernel fits (compute capability 9.0 and a build for it needed)");
-    max_grid = std::min(lim.sms / cluster, fit) * cluster;
-  }
-  plan.grid = std::min(plan.groups, max_grid);
-  plan.groups_per_block = (plan.groups + plan.grid - 1) / plan.grid;
-  if (plan.groups_per_block > kMaxGroupsPerBlock) return fail("more than 4 groups of hidden units per SM");
-  plan.chunk = layout ? static_cast<int>(bs) : kDenseChunk;
-  // each block's chunks and W rows, summed over its groups
-  for (int blk = 0; blk < plan.grid; ++blk) {
-    int chunks = 0, rows = 0;
-    for (int grp = blk; grp < plan.groups; grp += plan.grid) {
-      const int64_t u0 = static_cast<int64_t>(grp) * units;
-      int nch;
-      if (!layout) {
-        nch = static_cast<int>((backward ? 4 * hidden : hidden) / kDenseChunk / cluster);
-      } else if (!backward) {
-        const std::vector<int32_t>& cp = layout->col_ptr();
-        nch = cp[u0 / bs + 1] - cp[u0 / bs];
-      } else {
-        const std::vector<int32_t>& rp = layout->row_ptr();
-        nch = rp[u0 / bs + 1] - rp[u0 / bs];
-      }
-      chunks += nch;
-      rows += (nch * plan.chunk + 15) / 16 * 16;
-    }
-    plan.max_chunks = std::max(plan.max_chunks, chunks);
-    plan.w_rows = std::max(plan.w_rows, rows);
-  }
-  const int n = backward ? cluster * units : 4 * cluster * units;
-  const int tn = n >= 16 ? 16 : 8;
-  const int tiles = static_cast<int>((batch + 15) / 16) * (n / tn);
-  const int wk = k_split(tiles);
-  size_t fixed = 0, red = 0;
-  const int gpb = plan.groups_per_block;
-#define TS_RECURRENCE_SMEM(u, c)                                                                         \
-  case u * 10 + c:                                                                                        \
-    fixed = backward ? fixed_smem_for<u, true, c>(plan.w_rows, plan.max_chunks, gpb)                       \
-                     : fixed_smem_for<u, false, c>(plan.w_rows, plan.max_chunks, gpb);                     \
-    red = backward ? red_smem_for<u, true, c>(wk) : red_smem_for<u, false, c>(wk);                         \
-    break;
-  switch (units * 10 + cluster) {
-    TS_RECURRENCE_SMEM(8, 1)
-    TS_RECURRENCE_SMEM(16, 1)
-    TS_RECURRENCE_SMEM(32, 1)
-    TS_RECURRENCE_SMEM(64, 1)
-    TS_RECURRENCE_SMEM(8, 2)
-    TS_RECURRENCE_SMEM(16, 2)
-  }
-#undef TS_RECURRENCE_SMEM
-  // the cp.async ring takes what is left, kMinStages … kMaxStages stages (and holds the partial sums)
-  auto fit_ring = [&](RecurrencePlan& pl, size_t fixed_bytes) {
-    const size_t left = lim.smem > fixed_bytes ? lim.smem - fixed_bytes : 0;
-    pl.stage_k = left / stage_bytes(256) >= 3 ? 256 : 128;
-    pl.ring = static_cast<int>(std::min<size_t>(kMaxStages, left / stage_bytes(pl.stage_k)));
-    pl.smem = fixed_bytes + std::max(static_cast<size_t>(pl.ring) * stage_bytes(pl.stage_k), red);
-    return pl.ring >= kMinStages && pl.smem <= lim.smem;
-  };
-  const int forced_part = layout && cluster == 1 ? requested_split_chunks() : 0;
-  const bool balance = layout && cluster == 1 && requested_balance();
-  const bool unsplit_fits = fit_ring(plan, fixed);
-  if (forced_part == 0 && !balance && unsplit_fits) return plan;
-  if (layout && cluster == 1) {
-    // Split groups (Barabási–Albert hubs, or balance): each group's chunks (its K) ...
-    std::vector<int> chunks(static_cast<size_t>(plan.groups));
-    for (int grp = 0; grp < plan.groups; ++grp) {
-      const std::vector<int32_t>& ptr = backward ? layout->row_ptr() : layout->col_ptr();
-      const int64_t c = static_cast<int64_t>(grp) * units / bs;
-      chunks[static_cast<size_t>(grp)] = ptr[c + 1] - ptr[c];
-    }
-    const int largest = *std::max_element(chunks.begin(), chunks.end());
-    const int max_blocks = std::min(lim.sms, kMaxItemBlocks);
-    // ... and the plan of a packing of them, if its items fit the parameters and its busiest
-    // block's slices the shared memory (else why not)
-    auto plan_for_packing = [&](const RecurrencePacking& packed, std::string* why) -> std::optional<RecurrencePlan> {
-      int items = 0;
-      for (const auto& b : packed.blocks) items += static_cast<int>(b.size());
-      if (items > kMaxItems) {
-        *why = std::to_string(items) + " items, more than the kernel parameters hold (" +
-               std::to_string(kMaxItems) + ")";
-        return std::nullopt;
-      }
-      RecurrencePlan sp = plan;
-      sp.grid = static_cast<int>(packed.blocks.size());
-      sp.groups_per_block = packed.max_groups;
-      sp.max_chunks = packed.max_chunks;
-      sp.w_rows = 0;
-      for (const auto& b : packed.blocks) {
-        int rows = 0;
-        for (const RecurrenceItem& it : b) rows += ((it.end - it.begin) * sp.chunk + 15) / 16 * 16;
-        sp.w_rows = std::max(sp.w_rows, rows);
-      }
-      size_t sp_fixed = 0;
-      switch (units) {
-        case 8: sp_fixed = backward ? fixed_smem_for<8, true, 1>(sp.w_rows, sp.max_chunks, sp.groups_per_block)
-                                    : fixed_smem_for<8, false, 1>(sp.w_rows, sp.max_chunks, sp.groups_per_block); break;
-        case 16: sp_fixed = backward ? fixed_smem_for<16, true, 1>(sp.w_rows, sp.max_chunks, sp.groups_per_block)
-                                     : fixed_smem_for<16, false, 1>(sp.w_rows, sp.max_chunks, sp.groups_per_block); break;
-        case 32: sp_fixed = backward ? fixed_smem_for<32, true, 1>(sp.w_rows, sp.max_chunks, sp.groups_per_block)
-                                     : fixed_smem_for<32, false, 1>(sp.w_rows, sp.max_chunks, sp.groups_per_block); break;
-        default: sp_fixed = backward ? fixed_smem_for<64, true, 1>(sp.w_rows, sp.max_chunks, sp.groups_per_block)
-                                     : fixed_smem_for<64, false, 1>(sp.w_rows, sp.max_chunks, sp.groups_per_block); break;
-      }
-      if (!fit_ring(sp, sp_fixed)) {
-        *why = "the busiest block's slices (" + std::to_string(sp_fixed) + " bytes) leave no room for the ring";
-        return std::nullopt;
-      }
-      sp.packing = std::make_shared<const RecurrencePacking>(packed);
-      return sp;
-    };
-    std::string why;
-    if (forced_part > 0) {
-      // forced: the shortest parts from forced_part up whose blocks fit the grid (a backward group,
-      // four gates' rows, may need longer parts than its forward column)
-      for (int part = forced_part; part < largest; ++part)
-        if (std::optional<RecurrencePacking> packed =
-                pack_recurrence_items(chunks, part, max_blocks, kMaxGroupsPerBlock, &why))
-          if (std::optional<RecurrencePlan> sp = plan_for_packing(*packed, &why)) return *sp;
-      if (largest <= forced_part && unsplit_fits) return plan;  // nothing to split
-      return fail("TESSERA_LSTM_SPLIT_CHUNKS=" + std::to_string(forced_part) + ": no split of the groups fits" +
-                  (why.empty() ? std::string() : ": " + why));
-    }
-    // the balanced packing (the fewest chunks in the busiest block: it sets the step's time)
-    const std::optional<RecurrencePacking> packed = balanced_recurrence_packing(
-        chunks, max_blocks, kMaxGroupsPerBlock,
-        [&](const RecurrencePacking& p, std::string* w) { return plan_for_packing(p, w).has_value(); }, &why);
-    if (unsplit_fits && (!packed || packed->max_chunks >= plan.max_chunks)) return plan;  // balance: no better
-    if (packed) return *plan_for_packing(*packed, &why);
-    return fail("W_h's slices need " + std::to_string(fixed + kMinStages * stage_bytes(128)) +
-                " bytes of shared memory per block, more than the " + std::to_string(lim.smem) +
-                " an SM has, and split over blocks: " + why);
-  }
-  return fail("W_h's slices need " + std::to_string(fixed + kMinStages * stage_bytes(128)) +
-              " bytes of shared memory per block, more than the " + std::to_string(lim.smem) + " an SM has");
 }
 
 }  // namespace
 
 RecurrencePlan plan_recurrence(int device, DType dtype, int64_t batch, int64_t hidden, const LayoutPtr& layout,
                                bool backward) {
-  // dense layers split K over clusters where the device and the build allow it, else not
-  const int cluster = layout ? 1 : requested_cluster(backward ? kBackwardCluster : kForwardCluster);
-  if (cluster > 1) {
-    RecurrencePlan plan = plan_for_cluster(device, dtype, batch, hidden, layout, backward, cluster);
-    if (plan.reason.empty()) return plan;
-  }
-  if (!layout) return plan_for_cluster(device, dtype, batch, hidden, layout, backward, 1);
-  // Block-sparse plans are cached: the balanced packing scans up to a few hundred packings (a few
-  // ms on the trained Barabási–Albert layout), and eager steps plan every launch. An entry holds
-  // its layout weakly, so it matches only while that very object lives (layouts are immutable);
-  // the key holds every other input, the environment's switches included.
-  struct Entry {
-    std::weak_ptr<const BlockLayout> layout;
-    const BlockLayout* raw;
-    int device;
-    DType dtype;
-    int64_t batch, hidden;
-    bool backward, balance;
-    int split;
-    RecurrencePlan plan;
-  };
-  static std::mutex mutex;
-  static std::vector<Entry> cache;
-  const int split = requested_split_chunks();
-  const bool balance = requested_balance();
-  auto same = [&](const Entry& e) {
-    return !e.layout.expired() && e.raw == layout.get() && e.device == device && e.dtype == dtype &&
-           e.batch == batch && e.hidden == hidden && e.backward == backward && e.balance == balance && e.split == split;
-  };
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    for (const Entry& e : cache)
-      if (same(e)) return e.plan;
-  }
-  RecurrencePlan plan = plan_for_cluster(device, dtype, batch, hidden, layout, backward, 1);
-  std::lock_guard<std::mutex> lock(mutex);
-  cache.erase(std::remove_if(cache.begin(), cache.end(), [](const Entry& e) { return e.layout.expired(); }),
-              cache.end());
-  if (cache.size() >= 64) cache.erase(cache.begin());
-  cache.push_back({layout, layout.get(), device, dtype, batch, hidden, backward, balance, split, plan});
-  return plan;
+  return tessera::plan_recurrence(recurrence_device(device), dtype, batch, hidden, layout, backward);
 }
 
 namespace {
@@ -1197,6 +938,8 @@ Params base_params(const Tensor& wh, const LayoutPtr& layout, const RecurrencePl
   p.ring = plan.ring;
   p.stage_k = plan.stage_k;
   p.groups_per_block = plan.groups_per_block;
+  p.res_stages = plan.resident_stages;
+  p.img_rows = plan.stream_rows;
   p.w = wh.data_ptr();
   p.n_items = 0;
   if (plan.packing) {
@@ -1227,21 +970,29 @@ Params base_params(const Tensor& wh, const LayoutPtr& layout, const RecurrencePl
 }
 
 // A zeroed barrier counter for one launch, stream-ordered (capturable); with split groups also
-// their zeroed flags [items] and the scratch of their partial sums [items, 64, N] f32.
+// their zeroed flags [items] and the scratch of their partial sums [items, 64, N] f32; with
+// streamed W the blocks' images, image_bytes (not zeroed: each block writes its own).
 struct Counter {
-  Counter(int device, cudaStream_t stream, int items = 0, int n = 0) : device_(device) {
+  Counter(int device, cudaStream_t stream, int items = 0, int n = 0, size_t image_bytes = 0) : device_(device) {
     flag_bytes_ = (static_cast<size_t>(1 + items) * sizeof(unsigned) + 255) / 256 * 256;
-    bytes_ = flag_bytes_ + static_cast<size_t>(items) * kMaxBatch * n * sizeof(float);
+    partial_bytes_ = (static_cast<size_t>(items) * kMaxBatch * n * sizeof(float) + 255) / 256 * 256;
+    bytes_ = flag_bytes_ + partial_bytes_ + image_bytes;
     ptr_ = static_cast<unsigned*>(allocate(bytes_, device));
     TS_CUDA_CHECK(cudaMemsetAsync(ptr_, 0, flag_bytes_, stream));
   }
   ~Counter() { deallocate(ptr_, bytes_, device_); }
   unsigned* flags() const { return ptr_ + 1; }
   float* partials() const { return reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(ptr_) + flag_bytes_); }
+  void* image() const { return reinterpret_cast<unsigned char*>(ptr_) + flag_bytes_ + partial_bytes_; }
   unsigned* ptr_;
-  size_t flag_bytes_ = 0, bytes_ = 0;
+  size_t flag_bytes_ = 0, partial_bytes_ = 0, bytes_ = 0;
   int device_;
 };
+
+// The bytes of the blocks' images of streamed W: grid × stream_rows × N elements of 2 bytes.
+size_t image_bytes(const RecurrencePlan& plan, int n) {
+  return static_cast<size_t>(plan.grid) * plan.stream_rows * n * 2;
+}
 
 void require_fits(const RecurrencePlan& plan, const char* op) {
   TS_CHECK(plan.reason.empty(), NotImplementedError, op << ": no GPU kernel for this problem: " << plan.reason);
@@ -1267,10 +1018,12 @@ void recurrence_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, co
   p.gates = static_cast<float*>(gates.data_ptr());
   p.cells = static_cast<float*>(cells.data_ptr());
   const cudaStream_t stream = current_stream(y);
-  Counter counter(device, stream, p.n_items, 4 * plan.units);
+  const int n = 4 * plan.cluster * plan.units;  // the product's columns
+  Counter counter(device, stream, p.n_items, n, image_bytes(plan, n));
   p.counter = counter.ptr_;
   p.flags = counter.flags();
   p.partials = counter.partials();
+  p.img = counter.image();
   if (gx.dtype() == DType::bf16) {
     launch_units<__nv_bfloat16, false>(p, plan, stream);
   } else {
@@ -1297,10 +1050,12 @@ void recurrence_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT,
   p.dh0 = dh0.data_ptr();
   p.dc0 = dc0.data_ptr();
   const cudaStream_t stream = current_stream(dpre);
-  Counter counter(device, stream, p.n_items, plan.units);
+  const int n = plan.cluster * plan.units;  // the product's columns
+  Counter counter(device, stream, p.n_items, n, image_bytes(plan, n));
   p.counter = counter.ptr_;
   p.flags = counter.flags();
   p.partials = counter.partials();
+  p.img = counter.image();
   if (dy.dtype() == DType::bf16) {
     launch_units<__nv_bfloat16, true>(p, plan, stream);
   } else {
@@ -1310,7 +1065,7 @@ void recurrence_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT,
 }
 
 int launch_step_floor(int device, int64_t steps, bool exchange, int cluster) {
-  const DeviceLimits lim = device_limits(device);
+  const RecurrenceDevice lim = recurrence_device(device);
   TS_CHECK(lim.smem > 0, NotImplementedError, "the device does not support cooperative launches");
   TS_CHECK(cluster == 1 || cluster == 2 || cluster == 4 || cluster == 8, ValueError,
            "step floor: clusters of 1, 2, 4 or 8 blocks, not " << cluster);

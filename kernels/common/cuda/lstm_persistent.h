@@ -9,37 +9,15 @@
 
 #include "core/sparse/block_layout.h"
 #include "core/tensor.h"
-#include "kernels/common/recurrence_items.h"
+#include "kernels/common/recurrence_plan.h"
 
 namespace tessera {
 namespace cuda {
 
-/// How a persistent launch splits the hidden units: `groups` groups of `units` consecutive
-/// hidden units (all four gate columns of each in one thread block's shared memory for the
-/// forward, their rows of W_h for the backward), `grid` resident thread blocks taking groups
-/// grid apart, `smem` bytes of dynamic shared memory per block. `reason` is empty when the
-/// problem fits and names why not otherwise.
-struct RecurrencePlan {
-  int units = 0, groups = 0, grid = 0, groups_per_block = 0;
-  int chunk = 0;          ///< K columns per chunk of the recurrent product: bs (sparse) or 64 (dense)
-  int max_chunks = 0;     ///< chunks of all groups of one block, the most of any block
-  int w_rows = 0;         ///< rows of W_h's slice in shared memory, the most of any block
-  int ring = 0;           ///< stages in the cp.async ring (as many as fit, 2 … 15)
-  int stage_k = 0;        ///< K columns per stage: 256 where 3 such stages fit, else 128
-  int cluster = 1;        ///< the backward's K split: blocks per thread block cluster (1: none; see the .cu)
-  size_t smem = 0;
-  /// Set where a block-sparse layout's largest groups do not fit one block (Barabási–Albert hubs):
-  /// the groups split into parts over blocks and each block's items (recurrence_items.h); the
-  /// grid is then one block per packed block. Null: group g in block g % grid, as it always was.
-  std::shared_ptr<const RecurrencePacking> packing;
-  std::string reason;
-};
+using ::tessera::RecurrencePlan;  // recurrence_plan.h
 
-/// The plan of the forward (backward = false) or backward recurrence on `device` for batch B,
-/// hidden size H, dtype and layout (null: dense). Dense layers split K over thread block clusters
-/// (each block of a pair reads half of h or dpre per step) on compute capability 9.0 when every
-/// cluster fits at once (and K's 64-column chunks split evenly); TESSERA_LSTM_CLUSTER=1 turns
-/// the split off.
+/// The plan (recurrence_plan.h) of the forward (backward = false) or backward recurrence on CUDA
+/// device `device`, from its figures.
 RecurrencePlan plan_recurrence(int device, DType dtype, int64_t batch, int64_t hidden, const LayoutPtr& layout,
                                bool backward);
 

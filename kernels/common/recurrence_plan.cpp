@@ -1,0 +1,327 @@
+// The plan of the persistent LSTM recurrence kernels (recurrence_plan.h): host code, every build.
+#include "kernels/common/recurrence_plan.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/common/recurrence_geometry.h"
+
+namespace tessera {
+
+namespace {
+
+using namespace recurrence;
+
+// TESSERA_LSTM_SPLIT_CHUNKS=n (tests): block-sparse layers split every group of more than n chunks
+// into parts of at most n chunks over blocks (or of the fewest more whose blocks fit the grid), as
+// the plan does by itself only where a group does not fit one block; 0 (unset): not forced.
+int requested_split_chunks() {
+  const char* e = std::getenv("TESSERA_LSTM_SPLIT_CHUNKS");
+  if (!e || !*e) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(e, &end, 10);
+  TS_CHECK(*end == 0 && n >= 1 && n <= 4096, ValueError,
+           "TESSERA_LSTM_SPLIT_CHUNKS='" << e << "': expected a number of chunks from 1 to 4096");
+  return static_cast<int>(n);
+}
+
+// TESSERA_LSTM_BALANCE=1: block-sparse layers whose groups all fit a block split them anyway
+// where that lowers the busiest block's chunks (the balanced packing of recurrence_items.h); 0 or
+// unset: only groups that do not fit split. Off by default until timed against the unsplit plan.
+bool requested_balance() {
+  const char* e = std::getenv("TESSERA_LSTM_BALANCE");
+  if (!e || !*e) return false;
+  const std::string v(e);
+  TS_CHECK(v == "0" || v == "1", ValueError, "TESSERA_LSTM_BALANCE='" << v << "': expected 0 or 1");
+  return v == "1";
+}
+
+// TESSERA_LSTM_RESIDENT_STAGES=n (tests, timing): W_h streams from L2 past n resident stages of 128
+// K rows wherever a block holds one group, even where it fits; unset: only where it does not fit.
+int requested_resident_stages() {
+  const char* e = std::getenv("TESSERA_LSTM_RESIDENT_STAGES");
+  if (!e || !*e) return -1;
+  char* end = nullptr;
+  const long n = std::strtol(e, &end, 10);
+  TS_CHECK(*end == 0 && n >= 0 && n <= 4096, ValueError,
+           "TESSERA_LSTM_RESIDENT_STAGES='" << e << "': expected a number of stages from 0 to 4096");
+  return static_cast<int>(n);
+}
+
+// The cluster size of the dense layers' K split: TESSERA_LSTM_CLUSTER (1: no split; 2: pairs) for
+// both directions, else `fallback`.
+int requested_cluster(int fallback) {
+  const char* e = std::getenv("TESSERA_LSTM_CLUSTER");
+  if (!e || !*e) return fallback;
+  const std::string v(e);
+  TS_CHECK(v == "1" || v == "2", ValueError,
+           "TESSERA_LSTM_CLUSTER='" << v << "': expected 1 (no cluster K split) or 2 (pairs)");
+  return std::stoi(v);
+}
+
+// Whether the four gate columns of every per-gate block column store the same block rows (the
+// forward kernel's W slice has one list of K rows for all four gates).
+bool gates_share_rows(const BlockLayout& l) {
+  const int64_t q = l.block_cols() / 4;
+  const std::vector<int32_t>& cp = l.col_ptr();
+  const std::vector<int32_t>& cb = l.col_blocks();
+  const std::vector<int32_t>& br = l.block_row();
+  for (int64_t c = 0; c < q; ++c) {
+    const int32_t n = cp[c + 1] - cp[c];
+    for (int64_t g = 1; g < 4; ++g) {
+      if (cp[g * q + c + 1] - cp[g * q + c] != n) return false;
+      for (int32_t j = 0; j < n; ++j)
+        if (br[cb[cp[c] + j]] != br[cb[cp[g * q + c] + j]]) return false;
+    }
+  }
+  return true;
+}
+
+
+
+// The plan with K split over clusters of `cluster` blocks (1: none).
+RecurrencePlan plan_for_cluster(const RecurrenceDevice& lim, DType dtype, int64_t batch, int64_t hidden,
+                                const LayoutPtr& layout, bool backward, int cluster) {
+  RecurrencePlan plan;
+  plan.cluster = cluster;
+  auto fail = [&](std::string why) {
+    plan.reason = std::move(why);
+    return plan;
+  };
+  if (dtype != DType::bf16 && dtype != DType::f16) return fail("the persistent kernel takes bf16 or f16 only");
+  if (batch < 1 || batch > kMaxBatch) return fail("the persistent kernel takes batches of 1 to 64 rows");
+  const int64_t bs = layout ? layout->block_size() : 0;
+  if (!layout && hidden % kDenseChunk != 0) return fail("dense hidden sizes must be multiples of 64");
+  if (layout && bs < 8) return fail("block size below 8");
+  if (layout && !backward && !gates_share_rows(*layout))
+    return fail("the layout's four gate columns of a block column store different block rows");
+  if (4 * hidden * batch > (int64_t{1} << 31) / 2) return fail("the problem is too large for 32-bit step offsets");
+  if (lim.smem == 0) return fail("the device does not support cooperative launches");
+  // the smallest group size that gives at most one group per SM, else the largest allowed
+  int units = 0;
+  for (int u : {8, 16, 32, 64}) {
+    if (hidden % u != 0 || (layout && bs % u != 0)) continue;
+    units = u;
+    if (hidden / u <= lim.sms) break;
+  }
+  if (units == 0) return fail("no group size of 8, 16, 32 or 64 units divides the hidden size and block size");
+  plan.units = units;
+  plan.groups = static_cast<int>(hidden / units);
+  // (each block of a cluster takes an equal share of K's 64-column chunks)
+  const int64_t dense_chunks = (backward ? 4 * hidden : hidden) / kDenseChunk;
+  if (cluster > 1 && (layout || !has_cluster_kernel(units, cluster) || plan.groups % cluster != 0 ||
+                      dense_chunks % cluster != 0))
+    return fail("no cluster K split for this problem");
+  int max_grid = lim.sms;
+  if (cluster > 1) {
+    // whole clusters, as many as are resident at once (GPCs hold unequal numbers of SMs; one block
+    // per SM whatever its shared memory, so the count at the most shared memory holds for any)
+    const int fit = lim.major >= 9 && lim.clusters ? lim.clusters(dtype, backward, units, cluster) : 0;
+    if (fit == 0) return fail("no cluster of the kernel fits (compute capability 9.0 and a build for it needed)");
+    max_grid = std::min(lim.sms / cluster, fit) * cluster;
+  }
+  plan.grid = std::min(plan.groups, max_grid);
+  plan.groups_per_block = (plan.groups + plan.grid - 1) / plan.grid;
+  if (plan.groups_per_block > kMaxGroupsPerBlock) return fail("more than 4 groups of hidden units per SM");
+  plan.chunk = layout ? static_cast<int>(bs) : kDenseChunk;
+  // each block's chunks and W rows, summed over its groups
+  for (int blk = 0; blk < plan.grid; ++blk) {
+    int chunks = 0, rows = 0;
+    for (int grp = blk; grp < plan.groups; grp += plan.grid) {
+      const int64_t u0 = static_cast<int64_t>(grp) * units;
+      int nch;
+      if (!layout) {
+        nch = static_cast<int>((backward ? 4 * hidden : hidden) / kDenseChunk / cluster);
+      } else if (!backward) {
+        const std::vector<int32_t>& cp = layout->col_ptr();
+        nch = cp[u0 / bs + 1] - cp[u0 / bs];
+      } else {
+        const std::vector<int32_t>& rp = layout->row_ptr();
+        nch = rp[u0 / bs + 1] - rp[u0 / bs];
+      }
+      chunks += nch;
+      rows += (nch * plan.chunk + 15) / 16 * 16;
+    }
+    plan.max_chunks = std::max(plan.max_chunks, chunks);
+    plan.w_rows = std::max(plan.w_rows, rows);
+  }
+  const int n = product_columns(units, backward, cluster);
+  const int tn = warp_tile_columns(n);
+  const int tiles = static_cast<int>((batch + 15) / 16) * (n / tn);
+  const int wk = k_split(tiles);
+  const size_t fixed = fixed_bytes(units, backward, n, plan.w_rows, plan.max_chunks, plan.groups_per_block);
+  const size_t red = partial_sum_bytes(n, wk);
+  // the cp.async ring takes what is left, kMinStages … kMaxStages stages (and holds the partial sums)
+  auto fit_ring = [&](RecurrencePlan& pl, size_t fixed_bytes) {
+    const size_t left = lim.smem > fixed_bytes ? lim.smem - fixed_bytes : 0;
+    pl.stage_k = left / stage_bytes(256) >= 3 ? 256 : 128;
+    pl.ring = static_cast<int>(std::min<size_t>(kMaxStages, left / stage_bytes(pl.stage_k)));
+    pl.smem = fixed_bytes + std::max(static_cast<size_t>(pl.ring) * stage_bytes(pl.stage_k), red);
+    return pl.ring >= kMinStages && pl.smem <= lim.smem;
+  };
+  // Streamed W (a block of one group): the slice's first stages of 128 K rows stay in shared
+  // memory, as many as fit beside a ring of 3 slots (else 2), each an operand stage and a W stage;
+  // the rest streams from L2 per step, from the block's image (Params::img). forced ≥ 0: at most
+  // that many resident stages.
+  auto plan_streamed = [&](int forced, std::string* why) -> std::optional<RecurrencePlan> {
+    if (plan.groups_per_block != 1) {
+      *why = std::to_string(plan.groups_per_block) + " groups per block (streaming W takes one)";
+      return std::nullopt;
+    }
+    const int k_rows = plan.w_rows, stages = (k_rows + kStreamStageK - 1) / kStreamStageK;
+    const size_t w_stage = size_t{kStreamStageK} * n * 2, slot = stage_bytes(kStreamStageK) + w_stage;
+    const size_t non_w = fixed - static_cast<size_t>(plan.w_rows) * n * 2;
+    for (int ring : {3, 2}) {
+      const size_t ring_b = std::max(ring * slot, red);
+      if (non_w + ring_b > lim.smem) continue;
+      int res = static_cast<int>(std::min<size_t>(stages, (lim.smem - non_w - ring_b) / w_stage));
+      if (forced >= 0) res = std::min(res, forced);
+      if (res >= stages) {
+        *why = "W_h's slices fit: nothing to stream";
+        return std::nullopt;
+      }
+      RecurrencePlan sp = plan;
+      sp.stage_k = kStreamStageK;
+      sp.ring = ring;
+      sp.resident_stages = res;
+      sp.w_rows = res * kStreamStageK;
+      sp.stream_rows = (stages - res) * kStreamStageK;  // whole stages (the image is padded with zeros)
+      sp.smem = non_w + static_cast<size_t>(sp.w_rows) * n * 2 + ring_b;
+      return sp;
+    }
+    *why = "no room for a ring of 2 streamed stages beside the rest (" + std::to_string(non_w) + " bytes)";
+    return std::nullopt;
+  };
+  const int forced_resident = requested_resident_stages();
+  std::string stream_why;
+  if (forced_resident >= 0)
+    if (std::optional<RecurrencePlan> sp = plan_streamed(forced_resident, &stream_why)) return *sp;
+  const int forced_part = layout && cluster == 1 ? requested_split_chunks() : 0;
+  const bool balance = layout && cluster == 1 && requested_balance();
+  const bool unsplit_fits = fit_ring(plan, fixed);
+  if (forced_part == 0 && !balance && unsplit_fits) return plan;
+  if (layout && cluster == 1) {
+    // Split groups (Barabási–Albert hubs, or balance): each group's chunks (its K) ...
+    std::vector<int> chunks(static_cast<size_t>(plan.groups));
+    for (int grp = 0; grp < plan.groups; ++grp) {
+      const std::vector<int32_t>& ptr = backward ? layout->row_ptr() : layout->col_ptr();
+      const int64_t c = static_cast<int64_t>(grp) * units / bs;
+      chunks[static_cast<size_t>(grp)] = ptr[c + 1] - ptr[c];
+    }
+    const int largest = *std::max_element(chunks.begin(), chunks.end());
+    const int max_blocks = std::min(lim.sms, kMaxItemBlocks);
+    // ... and the plan of a packing of them, if its items fit the parameters and its busiest
+    // block's slices the shared memory (else why not)
+    auto plan_for_packing = [&](const RecurrencePacking& packed, std::string* why) -> std::optional<RecurrencePlan> {
+      int items = 0;
+      for (const auto& b : packed.blocks) items += static_cast<int>(b.size());
+      if (items > kMaxItems) {
+        *why = std::to_string(items) + " items, more than the kernel parameters hold (" +
+               std::to_string(kMaxItems) + ")";
+        return std::nullopt;
+      }
+      RecurrencePlan sp = plan;
+      sp.grid = static_cast<int>(packed.blocks.size());
+      sp.groups_per_block = packed.max_groups;
+      sp.max_chunks = packed.max_chunks;
+      sp.w_rows = 0;
+      for (const auto& b : packed.blocks) {
+        int rows = 0;
+        for (const RecurrenceItem& it : b) rows += ((it.end - it.begin) * sp.chunk + 15) / 16 * 16;
+        sp.w_rows = std::max(sp.w_rows, rows);
+      }
+      const size_t sp_fixed = fixed_bytes(units, backward, n, sp.w_rows, sp.max_chunks, sp.groups_per_block);
+      if (!fit_ring(sp, sp_fixed)) {
+        *why = "the busiest block's slices (" + std::to_string(sp_fixed) + " bytes) leave no room for the ring";
+        return std::nullopt;
+      }
+      sp.packing = std::make_shared<const RecurrencePacking>(packed);
+      return sp;
+    };
+    std::string why;
+    if (forced_part > 0) {
+      // forced: the shortest parts from forced_part up whose blocks fit the grid (a backward group,
+      // four gates' rows, may need longer parts than its forward column)
+      for (int part = forced_part; part < largest; ++part)
+        if (std::optional<RecurrencePacking> packed =
+                pack_recurrence_items(chunks, part, max_blocks, kMaxGroupsPerBlock, &why))
+          if (std::optional<RecurrencePlan> sp = plan_for_packing(*packed, &why)) return *sp;
+      if (largest <= forced_part && unsplit_fits) return plan;  // nothing to split
+      return fail("TESSERA_LSTM_SPLIT_CHUNKS=" + std::to_string(forced_part) + ": no split of the groups fits" +
+                  (why.empty() ? std::string() : ": " + why));
+    }
+    // the balanced packing (the fewest chunks in the busiest block: it sets the step's time)
+    const std::optional<RecurrencePacking> packed = balanced_recurrence_packing(
+        chunks, max_blocks, kMaxGroupsPerBlock,
+        [&](const RecurrencePacking& p, std::string* w) { return plan_for_packing(p, w).has_value(); }, &why);
+    if (unsplit_fits && (!packed || packed->max_chunks >= plan.max_chunks)) return plan;  // balance: no better
+    if (packed) return *plan_for_packing(*packed, &why);
+    if (std::optional<RecurrencePlan> sp = plan_streamed(-1, &stream_why)) return *sp;
+    return fail("W_h's slices need " + std::to_string(fixed + kMinStages * stage_bytes(128)) +
+                " bytes of shared memory per block, more than the " + std::to_string(lim.smem) +
+                " an SM has; split over blocks: " + why + "; streamed: " + stream_why);
+  }
+  if (std::optional<RecurrencePlan> sp = plan_streamed(-1, &stream_why)) return *sp;
+  return fail("W_h's slices need " + std::to_string(fixed + kMinStages * stage_bytes(128)) +
+              " bytes of shared memory per block, more than the " + std::to_string(lim.smem) +
+              " an SM has; streamed: " + stream_why);
+}
+
+}  // namespace
+
+RecurrencePlan plan_recurrence(const RecurrenceDevice& device, DType dtype, int64_t batch, int64_t hidden,
+                               const LayoutPtr& layout, bool backward) {
+  // dense layers split K over clusters where the device and the build allow it, else not
+  const int cluster = layout ? 1 : requested_cluster(backward ? kBackwardCluster : kForwardCluster);
+  if (cluster > 1) {
+    RecurrencePlan plan = plan_for_cluster(device, dtype, batch, hidden, layout, backward, cluster);
+    if (plan.reason.empty()) return plan;
+  }
+  if (!layout) return plan_for_cluster(device, dtype, batch, hidden, layout, backward, 1);
+  // Block-sparse plans are cached: the balanced packing scans up to a few hundred packings (a few
+  // ms on the trained Barabási–Albert layout), and eager steps plan every launch. An entry holds
+  // its layout weakly, so it matches only while that very object lives (layouts are immutable);
+  // the key holds every other input, the environment's switches included.
+  struct Entry {
+    std::weak_ptr<const BlockLayout> layout;
+    const BlockLayout* raw;
+    int device, sms, major;
+    size_t smem;
+    DType dtype;
+    int64_t batch, hidden;
+    bool backward, balance;
+    int split, resident;
+    RecurrencePlan plan;
+  };
+  static std::mutex mutex;
+  static std::vector<Entry> cache;
+  const int split = requested_split_chunks();
+  const bool balance = requested_balance();
+  const int resident = requested_resident_stages();
+  auto same = [&](const Entry& e) {
+    return !e.layout.expired() && e.raw == layout.get() && e.device == device.index && e.sms == device.sms &&
+           e.major == device.major && e.smem == device.smem && e.dtype == dtype &&
+           e.batch == batch && e.hidden == hidden && e.backward == backward && e.balance == balance &&
+           e.split == split && e.resident == resident;
+  };
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (const Entry& e : cache)
+      if (same(e)) return e.plan;
+  }
+  RecurrencePlan plan = plan_for_cluster(device, dtype, batch, hidden, layout, backward, 1);
+  std::lock_guard<std::mutex> lock(mutex);
+  cache.erase(std::remove_if(cache.begin(), cache.end(), [](const Entry& e) { return e.layout.expired(); }),
+              cache.end());
+  if (cache.size() >= 64) cache.erase(cache.begin());
+  cache.push_back({layout, layout.get(), device.index, device.sms, device.major, device.smem, dtype, batch, hidden,
+                   backward, balance, split, resident, plan});
+  return plan;
+}
+
+}  // namespace tessera
