@@ -42,7 +42,7 @@ bool requested_balance() {
 }
 
 // TESSERA_LSTM_RESIDENT_STAGES=n (tests, timing): W_h streams from L2 past n resident stages of 128
-// K rows wherever a block holds one group, even where it fits; unset: only where it does not fit.
+// K rows of each group, even where it fits; unset: only where it does not fit.
 int requested_resident_stages() {
   const char* e = std::getenv("TESSERA_LSTM_RESIDENT_STAGES");
   if (!e || !*e) return -1;
@@ -51,6 +51,15 @@ int requested_resident_stages() {
   TS_CHECK(*end == 0 && n >= 0 && n <= 4096, ValueError,
            "TESSERA_LSTM_RESIDENT_STAGES='" << e << "': expected a number of stages from 0 to 4096");
   return static_cast<int>(n);
+}
+
+// TESSERA_LSTM_STREAM_RING=2|3 (timing): streamed W's ring depth; unset: 3 where it fits, else 2.
+int requested_stream_ring() {
+  const char* e = std::getenv("TESSERA_LSTM_STREAM_RING");
+  if (!e || !*e) return 0;
+  const std::string v(e);
+  TS_CHECK(v == "2" || v == "3", ValueError, "TESSERA_LSTM_STREAM_RING='" << v << "': expected 2 or 3");
+  return std::stoi(v);
 }
 
 // The cluster size of the dense layers' K split: TESSERA_LSTM_CLUSTER (1: no split; 2: pairs) for
@@ -129,7 +138,8 @@ RecurrencePlan plan_for_cluster(const RecurrenceDevice& lim, DType dtype, int64_
   plan.groups_per_block = (plan.groups + plan.grid - 1) / plan.grid;
   if (plan.groups_per_block > kMaxGroupsPerBlock) return fail("more than 4 groups of hidden units per SM");
   plan.chunk = layout ? static_cast<int>(bs) : kDenseChunk;
-  // each block's chunks and W rows, summed over its groups
+  // each block's chunks and W rows, summed over its groups (and each group's K rows, for streamed W)
+  std::vector<std::vector<int>> group_rows(static_cast<size_t>(plan.grid));
   for (int blk = 0; blk < plan.grid; ++blk) {
     int chunks = 0, rows = 0;
     for (int grp = blk; grp < plan.groups; grp += plan.grid) {
@@ -146,6 +156,7 @@ RecurrencePlan plan_for_cluster(const RecurrenceDevice& lim, DType dtype, int64_
       }
       chunks += nch;
       rows += (nch * plan.chunk + 15) / 16 * 16;
+      group_rows[static_cast<size_t>(blk)].push_back((nch * plan.chunk + 15) / 16 * 16);
     }
     plan.max_chunks = std::max(plan.max_chunks, chunks);
     plan.w_rows = std::max(plan.w_rows, rows);
@@ -164,22 +175,36 @@ RecurrencePlan plan_for_cluster(const RecurrenceDevice& lim, DType dtype, int64_
     pl.smem = fixed_bytes + std::max(static_cast<size_t>(pl.ring) * stage_bytes(pl.stage_k), red);
     return pl.ring >= kMinStages && pl.smem <= lim.smem;
   };
-  // Streamed W (a block of one group): the slice's first stages of 128 K rows stay in shared
-  // memory, as many as fit beside a ring of 3 slots (else 2), each an operand stage and a W stage;
-  // the rest streams from L2 per step, from the block's image (Params::img). forced ≥ 0: at most
-  // that many resident stages.
+  // Streamed W: each group's first `res` stages of 128 K rows stay in shared memory (the same
+  // number for every group, as many as fit beside a ring of 3 slots, else 2, each an operand stage
+  // and a W stage); the rest streams from L2 per step, from the block's image (Params::img), each
+  // group's rows in whole stages. forced ≥ 0: at most that many resident stages.
   auto plan_streamed = [&](int forced, std::string* why) -> std::optional<RecurrencePlan> {
-    if (plan.groups_per_block != 1) {
-      *why = std::to_string(plan.groups_per_block) + " groups per block (streaming W takes one)";
-      return std::nullopt;
-    }
-    const int k_rows = plan.w_rows, stages = (k_rows + kStreamStageK - 1) / kStreamStageK;
+    int stages = 0;  // the most stages of any group
+    for (const auto& b : group_rows)
+      for (int r : b) stages = std::max(stages, (r + kStreamStageK - 1) / kStreamStageK);
+    // the most resident and the most streamed rows of any block with `res` resident stages
+    auto rows_of = [&](int res, bool streamed) {
+      int most = 0;
+      for (const auto& b : group_rows) {
+        int sum = 0;
+        for (int r : b) {
+          const int whole = (r + kStreamStageK - 1) / kStreamStageK * kStreamStageK;
+          sum += streamed ? std::max(0, whole - res * kStreamStageK) : std::min(r, res * kStreamStageK);
+        }
+        most = std::max(most, sum);
+      }
+      return most;
+    };
     const size_t w_stage = size_t{kStreamStageK} * n * 2, slot = stage_bytes(kStreamStageK) + w_stage;
     const size_t non_w = fixed - static_cast<size_t>(plan.w_rows) * n * 2;
+    const int only = requested_stream_ring();
     for (int ring : {3, 2}) {
+      if (only != 0 && ring != only) continue;
       const size_t ring_b = std::max(ring * slot, red);
       if (non_w + ring_b > lim.smem) continue;
-      int res = static_cast<int>(std::min<size_t>(stages, (lim.smem - non_w - ring_b) / w_stage));
+      int res = stages;
+      while (res > 0 && non_w + ring_b + static_cast<size_t>(rows_of(res, false)) * n * 2 > lim.smem) --res;
       if (forced >= 0) res = std::min(res, forced);
       if (res >= stages) {
         *why = "W_h's slices fit: nothing to stream";
@@ -189,8 +214,8 @@ RecurrencePlan plan_for_cluster(const RecurrenceDevice& lim, DType dtype, int64_
       sp.stage_k = kStreamStageK;
       sp.ring = ring;
       sp.resident_stages = res;
-      sp.w_rows = res * kStreamStageK;
-      sp.stream_rows = (stages - res) * kStreamStageK;  // whole stages (the image is padded with zeros)
+      sp.w_rows = rows_of(res, false);
+      sp.stream_rows = rows_of(res, true);  // whole stages of each group (the image is padded with zeros)
       sp.smem = non_w + static_cast<size_t>(sp.w_rows) * n * 2 + ring_b;
       return sp;
     }
@@ -295,19 +320,19 @@ RecurrencePlan plan_recurrence(const RecurrenceDevice& device, DType dtype, int6
     DType dtype;
     int64_t batch, hidden;
     bool backward, balance;
-    int split, resident;
+    int split, resident, ring;
     RecurrencePlan plan;
   };
   static std::mutex mutex;
   static std::vector<Entry> cache;
   const int split = requested_split_chunks();
   const bool balance = requested_balance();
-  const int resident = requested_resident_stages();
+  const int resident = requested_resident_stages(), ring = requested_stream_ring();
   auto same = [&](const Entry& e) {
     return !e.layout.expired() && e.raw == layout.get() && e.device == device.index && e.sms == device.sms &&
            e.major == device.major && e.smem == device.smem && e.dtype == dtype &&
            e.batch == batch && e.hidden == hidden && e.backward == backward && e.balance == balance &&
-           e.split == split && e.resident == resident;
+           e.split == split && e.resident == resident && e.ring == ring;
   };
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -320,7 +345,7 @@ RecurrencePlan plan_recurrence(const RecurrenceDevice& device, DType dtype, int6
               cache.end());
   if (cache.size() >= 64) cache.erase(cache.begin());
   cache.push_back({layout, layout.get(), device.index, device.sms, device.major, device.smem, dtype, batch, hidden,
-                   backward, balance, split, resident, plan});
+                   backward, balance, split, resident, ring, plan});
   return plan;
 }
 

@@ -11,7 +11,8 @@
 //   TESSERA_LSTM_CLUSTER=1|2         dense layers' K split over pairs of blocks (default 2 where built)
 //   TESSERA_LSTM_SPLIT_CHUNKS=n      block-sparse groups split into parts of at most n chunks (tests)
 //   TESSERA_LSTM_BALANCE=0|1         block-sparse layouts that fit split where that balances the blocks
-//   TESSERA_LSTM_RESIDENT_STAGES=n   W_h streamed past n resident stages where a block holds one group
+//   TESSERA_LSTM_RESIDENT_STAGES=n   W_h streamed past n resident stages of each group, even where it fits
+//   TESSERA_LSTM_STREAM_RING=2|3     streamed W's ring depth (default 3 where it fits, else 2)
 #pragma once
 
 #include <cstddef>
@@ -39,10 +40,10 @@ struct RecurrencePlan {
   int ring = 0;           ///< stages in the cp.async ring (as many as fit, 2 … 15)
   int stage_k = 0;        ///< K columns per stage: 256 where 3 such stages fit, else 128
   int cluster = 1;        ///< the K split: blocks per thread block cluster (1: none; see the .cu)
-  /// Streamed W (stream_rows > 0, one group per block): where a block's slice of W_h does not fit its
-  /// shared memory (dense H 2048; the layers of that parameter count), its first resident_stages
-  /// stages of stage_k (128) K rows stay there and the other stream_rows rows come from L2 each step,
-  /// through the cp.async ring beside the operand. 0 and 0: all of W_h resident.
+  /// Streamed W (stream_rows > 0): where a block's slices of W_h do not fit its shared memory (dense
+  /// H 2048; the layers of that parameter count), each group's first resident_stages stages of
+  /// stage_k (128) K rows stay there and the rest come from L2 each step, through the cp.async ring
+  /// beside the operand: stream_rows rows per block at most (w_rows resident). 0 and 0: all resident.
   int resident_stages = 0, stream_rows = 0;
   size_t smem = 0;
   /// Set where a block-sparse layout's largest groups do not fit one block (Barabási–Albert hubs):

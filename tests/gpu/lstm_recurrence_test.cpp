@@ -221,8 +221,9 @@ TEST(LstmRecurrenceGpu, DenseMatchesTheCpuWithAndWithoutTheClusterSplit) {
 // (dense H 2048 and the layers of its parameter count), its first stages of 128 K rows stay
 // resident and the rest comes from L2 each step, through the ring. Forced on small layers
 // (TESSERA_LSTM_RESIDENT_STAGES 0 and 1): dense with and without the cluster split, block-sparse
-// bs 8 (a group's K padded to whole 16-row slices) to 64, batch 1, 7 and 64, bf16 and f16, both
-// directions; then dense H 2048, which streams by itself; all against the CPU, the same bits twice.
+// bs 8 (a group's K padded to whole 16-row slices) to 64, two groups per block, batch 1, 7 and 64,
+// bf16 and f16, both directions; then dense H 2048, which streams by itself; all against the CPU,
+// the same bits twice.
 TEST(LstmRecurrenceGpu, StreamedWMatchesTheCpu) {
   REQUIRE_GPU();
   for (const char* res : {"0", "1"}) {
@@ -245,6 +246,7 @@ TEST(LstmRecurrenceGpu, StreamedWMatchesTheCpu) {
     check_case({4, 64, 512, 32, 0.25}, DType::bf16);
     check_case({3, 7, 512, 64, 0.5}, DType::f16);
     check_case({3, 1, 256, 16, 0.5}, DType::bf16);
+    check_case({4, 7, 1536, 8, 0.05}, DType::bf16);  // 192 groups of 8 units: two per block, each its own image
   }
   for (bool backward : {false, true}) {
     const cuda::RecurrencePlan plan = cuda::plan_recurrence(kGpu.index, DType::bf16, 64, 2048, nullptr, backward);
@@ -279,11 +281,11 @@ TEST(LstmRecurrenceGpu, ProblemsTheKernelDoesNotTakeAreNamed) {
   EXPECT_FALSE(lstm_recurrence_fused(TensorMeta{Shape({4, 8, 256}), DType::f32, kGpu}, 64, nullptr));
   EXPECT_FALSE(lstm_recurrence_fused(TensorMeta{Shape({4, 8, 4 * 96}), DType::bf16, kGpu}, 96, nullptr));
   // dense H 8704: 136 groups of 64 units, two in some blocks, whose slices (4.5 MB a group) pass
-  // shared memory, and streamed W takes one group per block
+  // shared memory, and whose staging and state leave no room for a ring of streamed stages
   const TensorMeta big{Shape({4, 8, 4 * 8704}), DType::bf16, kGpu};
   const std::string why = detail::recurrence_unfused_reason(big, 8704, nullptr);
   EXPECT_NE(why.find("shared memory"), std::string::npos) << why;
-  EXPECT_NE(why.find("streaming W takes one"), std::string::npos) << why;
+  EXPECT_NE(why.find("no room for a ring"), std::string::npos) << why;
   {
     const ScopedEnv bad("TESSERA_LSTM_RESIDENT_STAGES", "x");
     testing::expect_error<ValueError>([] { cuda::plan_recurrence(kGpu.index, DType::bf16, 7, 128, nullptr, true); },

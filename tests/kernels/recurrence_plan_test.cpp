@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <iostream>
 #include <string>
 
 #include "core/error.h"
@@ -52,8 +53,7 @@ void expect_sane(const RecurrencePlan& p, const RecurrenceDevice& d, const std::
   EXPECT_EQ(p.grid % p.cluster, 0) << what;
   if (p.stream_rows > 0) {
     EXPECT_EQ(p.stage_k, kStreamStageK) << what;
-    EXPECT_EQ(p.groups_per_block, 1) << what;
-    EXPECT_EQ(p.w_rows, p.resident_stages * kStreamStageK) << what;
+    EXPECT_LE(p.w_rows, p.groups_per_block * p.resident_stages * kStreamStageK) << what;
     EXPECT_EQ(p.stream_rows % kStreamStageK, 0) << what;
     EXPECT_FALSE(p.packing) << what;
   }
@@ -100,9 +100,9 @@ TEST(RecurrencePlan, DenseH2048StreamsWFromL2) {
 }
 
 // The block-sparse layers of dense H 2048's recurrent parameter count stream too: H 4096 at 1/4
-// in blocks of 32 (32-unit groups) and H 8192 at 1/16 in blocks of 64 (64-unit groups; the
-// forward's W stage of 64 KB leaves a ring of 2 and no resident stage). H 8192 at 1/16 in blocks
-// of 32 has 256 groups of 32 units, two per block, and streamed W takes one group per block.
+// in blocks of 32 (32-unit groups), H 8192 at 1/16 in blocks of 32 (256 groups of 32 units, two
+// per block) and of 64 (64-unit groups; the forward's W stage of 64 KB leaves a ring of 2 and no
+// resident stage).
 TEST(RecurrencePlan, SparseLayersOfH2048sParametersStream) {
   const RecurrenceDevice d = hopper();
   struct Layer {
@@ -110,13 +110,16 @@ TEST(RecurrencePlan, SparseLayersOfH2048sParametersStream) {
     double density;
     int units;
   };
-  for (const Layer& l : {Layer{4096, 32, 0.25, 32}, Layer{8192, 64, 0.0625, 64}}) {
+  for (const Layer& l : {Layer{4096, 32, 0.25, 32}, Layer{8192, 32, 0.0625, 32}, Layer{8192, 64, 0.0625, 64}}) {
     const LayoutPtr layout = gate_layout(l.hidden, l.bs, l.density, 5);
     for (bool backward : {false, true}) {
       const std::string what = "H " + std::to_string(l.hidden) + " bs " + std::to_string(l.bs) +
                                (backward ? " backward" : " forward");
       const RecurrencePlan p = plan_recurrence(d, DType::bf16, 64, l.hidden, layout, backward);
       expect_sane(p, d, what);
+      std::cout << what << ": " << p.groups_per_block << " groups per block, ring " << p.ring << ", "
+                << p.resident_stages << " resident stages, " << p.w_rows << " rows resident, " << p.stream_rows
+                << " streamed, " << p.smem << " bytes" << std::endl;
       EXPECT_EQ(p.units, l.units) << what;
       EXPECT_EQ(p.cluster, 1) << what;
       EXPECT_GT(p.stream_rows, 0) << what;
@@ -126,7 +129,7 @@ TEST(RecurrencePlan, SparseLayersOfH2048sParametersStream) {
   EXPECT_EQ(h8192.ring, 2);
   EXPECT_EQ(h8192.resident_stages, 0);
   const RecurrencePlan bs32 = plan_recurrence(d, DType::bf16, 64, 8192, gate_layout(8192, 32, 0.0625, 5), false);
-  EXPECT_NE(bs32.reason.find("streaming W takes one"), std::string::npos) << bs32.reason;
+  EXPECT_EQ(bs32.groups_per_block, 2);
 }
 
 // The layers that fit keep their plans: the trainer's H 4096 at 1/16 resident, unsplit; the
@@ -172,10 +175,11 @@ TEST(RecurrencePlan, ResidentStagesCanBeForcedAndBadValuesAreNamed) {
 
 TEST(RecurrencePlan, ProblemsItRefusesAreNamed) {
   const RecurrenceDevice d = hopper();
-  // 136 groups of 64 units: two in some blocks, and streamed W takes one
+  // 136 groups of 64 units, two in some blocks: their staging and state leave no room for a ring
+  // of two 81 KB slots (an operand stage and 128 rows of the 256 gate columns)
   const RecurrencePlan big = plan_recurrence(d, DType::bf16, 8, 8704, nullptr, false);
   EXPECT_NE(big.reason.find("shared memory"), std::string::npos) << big.reason;
-  EXPECT_NE(big.reason.find("streaming W takes one"), std::string::npos) << big.reason;
+  EXPECT_NE(big.reason.find("no room for a ring"), std::string::npos) << big.reason;
   EXPECT_NE(plan_recurrence(d, DType::f32, 8, 256, nullptr, false).reason.find("bf16 or f16"), std::string::npos);
   EXPECT_NE(plan_recurrence(d, DType::bf16, 65, 256, nullptr, false).reason.find("1 to 64"), std::string::npos);
   EXPECT_NE(plan_recurrence(d, DType::bf16, 8, 96, nullptr, false).reason.find("multiples of 64"), std::string::npos);

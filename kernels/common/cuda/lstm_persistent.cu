@@ -27,10 +27,10 @@
 // (recurrence_items.h). A part k > 0 writes its f32 sums of the step to L2 and raises its flag to
 // the phase; the owner (part 0) waits for its parts' flags and adds their sums in part order
 // before its epilogue. The parts wait on nothing and the launch is cooperative, so the wait ends.
-// Streamed W: where a block's slice of W_h does not fit its shared memory (one group per block:
-// dense H 2048 and the layers of its parameter count), its first stages stay resident and the
-// block copies the rest to its own image in global memory at the start of the launch; each later
-// stage's W rows then come from L2 into the ring slot beside the stage's operand (kStream).
+// Streamed W: where a block's slices of W_h do not fit its shared memory (dense H 2048 and the
+// layers of its parameter count), each group's first stages stay resident and the block copies
+// the rest to its own image in global memory at the start of the launch; each later stage's W
+// rows then come from L2 into the ring slot beside the stage's operand (kStream).
 // The launch is cooperative: the driver guarantees that all blocks are resident at once (or
 // refuses it), so the barrier cannot wait on a block that never runs, whatever else shares the
 // GPU. Every sum has a fixed order (each output element is summed by one thread, K in order, then
@@ -104,10 +104,11 @@ struct Params {
   uint16_t item_first[kMaxItemBlocks + 1];
   uint16_t it_group[kMaxItems], it_begin[kMaxItems], it_end[kMaxItems];
   uint8_t it_part[kMaxItems], it_parts[kMaxItems];
-  // streamed W (img_rows > 0; one group per block): stages s < res_stages of the product read W's
-  // slice from shared memory, later ones from the block's image of its remaining rows, img +
-  // blockIdx.x·img_rows·N (rows res_stages·stage_k … in the shared-memory layout, built by the
-  // block at the start of the launch), copied into the ring beside the stage's operand
+  // streamed W (img_rows > 0): stages s < res_stages of a group's product read W's slice from
+  // shared memory, later ones from the block's image of its groups' remaining rows, img +
+  // blockIdx.x·img_rows·N (each group's rows res_stages·128 … in whole stages, in the
+  // shared-memory layout, built by the block at the start of the launch), copied into the ring
+  // beside the stage's operand
   int res_stages, img_rows;
   void* img;
 };
@@ -301,8 +302,9 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
   int g_unit0[kMaxGroupsPerBlock], g_chunks[kMaxGroupsPerBlock], g_chunk0[kMaxGroupsPerBlock],
       g_wrow0[kMaxGroupsPerBlock];
   int g_item[kMaxGroupsPerBlock];  // split groups: the group's item (-1: none)
+  int g_img0[kStream ? kMaxGroupsPerBlock : 1];  // streamed W: the group's first row in the block's image
   {
-    int chunk_at = 0, row_at = 0;
+    int chunk_at = 0, row_at = 0, img_at = 0;
     const int i0 = p.n_items > 0 ? p.item_first[blockIdx.x] : 0, i1 = p.n_items > 0 ? p.item_first[blockIdx.x + 1] : 0;
     for (int k = 0; n_groups < kMaxGroupsPerBlock; ++k) {
       const int item = p.n_items > 0 ? i0 + k : -1;
@@ -327,7 +329,15 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
       g_chunk0[n_groups] = chunk_at;
       g_wrow0[n_groups] = row_at;
       chunk_at += nch;
-      row_at += (nch * p.chunk + 15) / 16 * 16;
+      const int k_rows = (nch * p.chunk + 15) / 16 * 16;
+      if constexpr (kStream) {  // resident: its first res_stages stages; the image: the rest, whole stages
+        const int res_rows = p.res_stages * kStreamStageK;
+        g_img0[n_groups] = img_at;
+        row_at += min(k_rows, res_rows);
+        img_at += max(0, (k_rows + kStreamStageK - 1) / kStreamStageK * kStreamStageK - res_rows);
+      } else {
+        row_at += k_rows;
+      }
       ++n_groups;
     }
   }
@@ -337,17 +347,19 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
   __syncthreads();
   const T* w = static_cast<const T*>(p.w);
   const int res_rows = streamed ? p.res_stages * stage_k : 0;
-  T* img = streamed ? static_cast<T*>(p.img) + static_cast<size_t>(blockIdx.x) * p.img_rows * N : nullptr;
-  auto w_at = [&](T* wg, int k, int col) {
-    if constexpr (streamed) {
-      if (k >= res_rows) return img + K::w_index(k - res_rows, col);
-    }
-    return wg + K::w_index(k, col);
-  };
   for (int gi = 0; gi < n_groups; ++gi) {
     const int u0 = g_unit0[gi], nch = g_chunks[gi];
     const int b0 = g_item[gi] >= 0 ? p.it_begin[g_item[gi]] : 0;  // a part's first chunk
     T* wg = w_s + static_cast<size_t>(g_wrow0[gi]) * N;
+    // streamed W: the group's rows from res_rows on go to its part of the block's image
+    T* img = streamed ? static_cast<T*>(p.img) + (static_cast<size_t>(blockIdx.x) * p.img_rows + g_img0[gi]) * N
+                      : nullptr;
+    auto w_at = [&](int k, int col) {
+      if constexpr (streamed) {
+        if (k >= res_rows) return img + K::w_index(k - res_rows, col);
+      }
+      return wg + K::w_index(k, col);
+    };
     int32_t* cols = a_col + g_chunk0[gi];
     for (int j = tid; j < nch; j += kThreads) {
       if (p.bs == 0) {
@@ -374,7 +386,7 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
           const int blk = p.col_blocks[p.col_ptr[g * q + c0] + b0 + ch];
           src = w + (static_cast<int64_t>(blk) * bs + kk) * bs + (uc - c0 * bs) + j8;
         }
-        *reinterpret_cast<uint4*>(w_at(wg, k, g * CU + j8)) = *reinterpret_cast<const uint4*>(src);
+        *reinterpret_cast<uint4*>(w_at(k, g * CU + j8)) = *reinterpret_cast<const uint4*>(src);
       }
     } else {
       // wg(k, j) = W_h[uc + j][column k of the chunk list] for the N units from the cluster's first
@@ -390,7 +402,7 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
           const int blk = p.row_ptr[r0] + b0 + ch;
           v = w[(static_cast<int64_t>(blk) * bs + (uc - r0 * bs) + j) * bs + kk];
         }
-        *w_at(wg, k, j) = v;
+        *w_at(k, j) = v;
       }
     }
     // the image's rows past the group's K, up to whole stages: zeros (the product reads them up to
@@ -509,7 +521,7 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
           if (s >= p.res_stages) {  // W's rows of the stage: a whole stage of the image, contiguous
             constexpr int kPieces = 128 * N / 8, kWCopies = (kPieces + kThreads - 1) / kThreads;
             const T* src = static_cast<const T*>(p.img) +
-                           (static_cast<size_t>(blockIdx.x) * p.img_rows + (s - p.res_stages) * 128) * N;
+                           (static_cast<size_t>(blockIdx.x) * p.img_rows + g_img0[gi] + (s - p.res_stages) * 128) * N;
 #pragma unroll
             for (int i = 0; i < kWCopies; ++i) {
               const int q = tid + i * kThreads;
