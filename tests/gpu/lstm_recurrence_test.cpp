@@ -26,6 +26,7 @@
 #include "core/sparse/generators.h"
 #include "gpu_check.h"
 #include "gradcheck.h"
+#include "scoped_env.h"
 #include "kernels/common/cuda/lstm_persistent.h"
 #include "kernels/ops.h"
 #include "layers/lstm.h"
@@ -36,12 +37,7 @@ namespace {
 using namespace gpu_test;
 using testing::test_randn;
 
-// An environment variable set for the scope, unset again however the test ends.
-struct ScopedEnv {
-  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
-  ~ScopedEnv() { unsetenv(name_); }
-  const char* name_;
-};
+using testing::ScopedEnv;
 
 LayoutPtr gate_layout(int64_t hs, int64_t bs, double density, uint64_t seed) {
   return nn::lstm_gate_layout(*random_layout(hs, hs, bs, density, seed));

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/sparse/generators.h"
 #include "gradcheck.h"
+#include "scoped_env.h"
 #include "kernels/common/recurrence_geometry.h"
 #include "kernels/common/recurrence_plan.h"
 #include "layers/lstm.h"
@@ -32,12 +33,7 @@ RecurrenceDevice hopper(int major = 9) {
   return d;
 }
 
-// An environment variable set for the scope, unset again however the test ends.
-struct ScopedEnv {
-  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
-  ~ScopedEnv() { unsetenv(name_); }
-  const char* name_;
-};
+using testing::ScopedEnv;
 
 LayoutPtr gate_layout(int64_t hs, int64_t bs, double density, uint64_t seed) {
   return nn::lstm_gate_layout(*random_layout(hs, hs, bs, density, seed));
