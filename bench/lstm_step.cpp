@@ -5,7 +5,7 @@
 // (graph::compile without an optimizer: forward + backward traced once, replayed as a CUDA graph).
 //
 //   lstm_step [--device cuda|cpu] [--hidden 1024,2048] [--batch 64] [--steps 256] [--dtypes f32,bf16]
-//             [--sparse H:density:bs[:ba],...] [--repeats N] [--warmup N] [--quick] [--json FILE]
+//             [--sparse H:density:bs[:ba],...] [--repeats N] [--warmup N] [--quick] [--profile] [--json FILE]
 //
 // Input size = hidden size, one layer, forget_bias 1, random inputs x [T, B, H] (time-major),
 // zero initial state, parameters from one seed (both layers equal). Rows per (hidden, dtype):
@@ -31,6 +31,9 @@
 // after every step (zero_grad), as a trainer does. f32 runs without TF32 unless
 // TESSERA_ALLOW_TF32=1. Before timing, the first step's loss and input gradient of every way are
 // compared with the cuDNN path's; the program exits 1 when they disagree (f32 1e-4 relative, bf16 3e-2).
+// --profile: each compiled way's time by op, from one more step run plainly, op by op
+// (CompiledStep::profile; rows "profile WAY: OP"): for the sparse layers, where the step's time
+// outside the recurrence goes.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -49,6 +52,7 @@
 #endif
 
 #include "common/bench_report.h"
+#include "common/step_profile.h"
 #include "core/cuda/runtime.h"
 #include "core/graph/compile.h"
 #include "core/sparse/generators.h"
@@ -73,6 +77,7 @@ struct Options {
                                   "8192:0.0625:64"};
   int repeats = 20, warmup = 3;
   bool quick = false;
+  bool profile = false;  ///< each compiled step's time by op (CompiledStep::profile)
   std::string json;
 };
 
@@ -258,6 +263,10 @@ bool bench_case(BenchReport& report, Timer& timer, const Options& o, Device dev,
                 timed[i] == 0 ? "cudnn eager (itself)" : "cudnn eager"});
     if (timed[i] == 3) cudnn_graph_ms[{hidden, dt}] = ms[i];
   }
+  if (o.profile)
+    for (size_t i = 0; i < timed.size(); ++i)
+      if (Way& w = ways[timed[i]]; w.step)
+        bench::add_profile(report, "profile " + w.name + tag, shape, w.step->profile({{"x", x}}), ms[i]);
   if (ways[2].lstm->fused_recurrence(x, t, b) && ways[2].step) {
     const auto at = std::find(timed.begin(), timed.end(), 2);
     bench_recurrence_ops(report, timer, o, dev, hidden, nullptr, dt, shape, ms[at - timed.begin()]);
@@ -460,6 +469,7 @@ void bench_sparse_case(BenchReport& report, Timer& timer, const Options& o, Devi
   if (!failure.empty()) report.note("tessera sparse graph" + tag + " " + shape, "not run: " + failure);
   if (!failure_sw.empty()) report.note("tessera sparse step-wise graph" + tag + " " + shape, "not run: " + failure_sw);
   if (!fused) report.note("tessera sparse" + tag + " " + shape, "step by step: the fused kernel does not take this layer");
+  if (o.profile && step) bench::add_profile(report, "profile tessera sparse graph" + tag, shape, step->profile({{"x", x}}), ms[1]);
   if (fused && step) bench_recurrence_ops(report, timer, o, dev, hidden, lstm.recurrent_weight_layout(), dt, shape, ms[1]);
   const LayoutPtr& l = lstm.recurrent_layout();  // [H, 4H], the four gates
   if (l) {
@@ -486,6 +496,7 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", o.repeats, "timed steps per way (median reported)")->check(CLI::Range(1, 100000));
   app.add_option("--warmup", o.warmup, "untimed steps per way first")->check(CLI::Range(0, 100000));
   app.add_flag("--quick", o.quick, "tiny sizes and few steps (a smoke run)");
+  app.add_flag("--profile", o.profile, "each compiled step's time by op, from one more step run plainly, op by op");
   app.add_option("--json", o.json, "also write the figures to this JSON file");
   if (const int rc = bench::parse_flags(app, argc, argv); rc >= 0) return rc;
   if (o.quick) {

@@ -2,7 +2,7 @@
 // and optionally the time to reach a validation loss with nanoGPT's recipe.
 //
 //   train_step [--device cuda|cpu] [--dtype bf16|f32] [--steps N] [--repeats N] [--warmup N]
-//              [--attn-impl auto|dense] [--quick] [--json FILE]
+//              [--attn-impl auto|dense] [--quick] [--profile] [--json FILE]
 //   train_step --model gpt2 [--batch 64] [--steps N] ...        # GPT-2 small, random tokens
 //   train_step --quality [--data FILE] [--target 1.47] [--max-steps 5000] [--time-limit S] ...
 //
@@ -29,6 +29,10 @@
 // steps), freed, then the compiled one; the first losses are compared as above. Reference, not
 // measured here: llm.c's train_gpt2cu (bf16, no cuDNN) on this H200, 330k tokens/s.
 //
+// --profile: after the timing, one more compiled step run plainly and timed op by op
+// (CompiledStep::profile): rows "profile graph: OP" with each op's share of the profiled sum,
+// and the sum against the replayed step.
+//
 // --quality: nanoGPT's shakespeare-char recipe through the compiled step: warm-up 100 steps,
 // cosine from 1e-3 to 1e-4 over 5000 steps, evaluation every --eval-every (250) steps on
 // --eval-batches (200) validation batches; the training time excludes evaluation. It reports the
@@ -44,6 +48,7 @@
 #include <sstream>
 
 #include "common/bench_report.h"
+#include "common/step_profile.h"
 #include "core/autocast.h"
 #include "core/cuda/runtime.h"
 #include "core/graph/compile.h"
@@ -64,6 +69,7 @@ struct Options {
   std::string device = "cuda", dtype = "bf16", data = TESSERA_BENCH_DATA, json, attn_impl = "auto";
   int steps = 20, repeats = 5, warmup = 5;
   bool quick = false, quality = false;
+  bool profile = false;  ///< the compiled step's time by op (CompiledStep::profile)
   std::string model = "nanogpt";
   double target = 1.47, time_limit = 120;
   int64_t max_steps = 5000, eval_every = 250, eval_batches = 200;
@@ -226,6 +232,11 @@ int run_gpt2(const Options& o) {
   report.add({"step eager", shape, eager_ms, eager_ms, "ms/step", eager_ms, "eager"});
   report.add({"step graph", shape, graph_ms, graph_ms, "ms/step", eager_ms, "eager"});
   report.add({"tokens/s graph", shape, graph_ms, tokens / graph_ms * 1e3, "tok/s", tokens / eager_ms * 1e3, "eager"});
+  if (o.profile) {
+    const data::Batch b = sampler.next();
+    bench::add_profile(report, "profile graph", shape, graph.step_->profile({{"x", b.inputs}, {"y", b.targets}}),
+                       graph_ms);
+  }
   report.note("reference (not measured here)", "llm.c train_gpt2cu (bf16, no cuDNN), same H200: 330k tokens/s");
   if (graph.step_->executor().replays_cuda_graph()) report.note("graph", "replayed as one CUDA graph");
   report.print(std::cout);
@@ -281,6 +292,11 @@ int run(const Options& o) {
     report.add({"step graph", shape, graph_ms, graph_ms, "ms/step", eager_ms, "eager"});
     const double tokens = static_cast<double>(o.batch * o.seq);
     report.add({"tokens/s graph", shape, graph_ms, tokens / graph_ms * 1e3, "tok/s", tokens / eager_ms * 1e3, "eager"});
+    if (o.profile) {
+      const data::Batch b = sampler.next();
+      bench::add_profile(report, "profile graph", shape, graph.step_->profile({{"x", b.inputs}, {"y", b.targets}}),
+                         graph_ms);
+    }
     report.note("reference (not measured here)", "PyTorch 2.11, same H200, bf16 autocast: eager 14.8 ms, "
                                                  "torch.compile 9.9 ms per step");
     if (graph.step_->executor().replays_cuda_graph()) report.note("graph", "replayed as one CUDA graph");
@@ -334,6 +350,7 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", o.repeats, "timed rounds (median)")->check(CLI::Range(1, 1000));
   app.add_option("--warmup", o.warmup, "untimed steps of each way first")->check(CLI::Range(0, 100000));
   app.add_flag("--quick", o.quick, "a tiny model, batch 4, context 32 (smoke run)");
+  app.add_flag("--profile", o.profile, "the compiled step's time by op, from one more step run plainly, op by op");
   app.add_option("--model", o.model, "nanogpt (shakespeare-char) | gpt2 (GPT-2 small shape, random tokens)")
       ->check(CLI::IsMember({"nanogpt", "gpt2"}));
   app.add_option("--batch", o.batch, "sequences per step")->check(CLI::Range(1, 4096));

@@ -330,6 +330,23 @@ void launch_graph(const std::shared_ptr<void>& graph, int device) {
   mark_progress(device);  // a watchdog's marker (core/cuda/progress.h), when one tracks this device
 }
 
+std::shared_ptr<void> record_event(int device) {
+  set_device(device);
+  TS_CHECK(!is_capturing(device), ValueError, "cuda::record_event: the stream of GPU " << device << " is being captured");
+  cudaEvent_t e = nullptr;
+  TS_CUDA_CHECK(cudaEventCreate(&e));
+  std::shared_ptr<void> event(e, [](void* p) { cudaEventDestroy(static_cast<cudaEvent_t>(p)); });
+  TS_CUDA_CHECK(cudaEventRecord(e, state(device).stream));
+  return event;
+}
+
+double event_ms(const std::shared_ptr<void>& start, const std::shared_ptr<void>& stop) {
+  TS_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(stop.get())));
+  float ms = 0.f;
+  TS_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start.get()), static_cast<cudaEvent_t>(stop.get())));
+  return ms;
+}
+
 std::vector<float> smoke_test(int n) {
   TS_CHECK(cuda_available(), DeviceError, "smoke_test: no GPU visible");
   set_device(0);

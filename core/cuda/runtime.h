@@ -70,6 +70,11 @@ bool is_capturing(int device);
 std::shared_ptr<void> end_capture(int device);
 void launch_graph(const std::shared_ptr<void>& graph, int device);
 
+/// Timing on the GPU: an event recorded on `device`'s stream now (not while capturing), and the
+/// milliseconds between two of them (waits for the later one).
+std::shared_ptr<void> record_event(int device);
+double event_ms(const std::shared_ptr<void>& start, const std::shared_ptr<void>& stop);
+
 /// Launches a kernel writing i*i for i < n on the current GPU and returns the values.
 /// DeviceError when no GPU is usable.
 std::vector<float> smoke_test(int n);

@@ -37,6 +37,8 @@ void begin_capture(int) { unavailable("cuda::begin_capture"); }
 bool is_capturing(int) { return false; }
 std::shared_ptr<void> end_capture(int) { unavailable("cuda::end_capture"); }
 void launch_graph(const std::shared_ptr<void>&, int) { unavailable("cuda::launch_graph"); }
+std::shared_ptr<void> record_event(int) { unavailable("cuda::record_event"); }
+double event_ms(const std::shared_ptr<void>&, const std::shared_ptr<void>&) { unavailable("cuda::event_ms"); }
 std::vector<float> smoke_test(int) { unavailable("cuda::smoke_test"); }
 void track_progress(int, bool) {}
 void mark_progress(int, void*) {}

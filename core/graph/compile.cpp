@@ -1,5 +1,6 @@
 #include "core/graph/compile.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "core/sparse/block_layout.h"
@@ -60,7 +61,7 @@ double CompiledStep::run(const std::map<std::string, Tensor>& inputs) {
   return fetch("loss").item<double>();
 }
 
-void CompiledStep::launch(const std::map<std::string, Tensor>& inputs) {
+std::map<std::string, Tensor> CompiledStep::prepare(const std::map<std::string, Tensor>& inputs) {
   current_ = &plan_for(inputs);
   std::map<std::string, Tensor> feeds = inputs;
   if (updater_) {
@@ -68,8 +69,35 @@ void CompiledStep::launch(const std::map<std::string, Tensor>& inputs) {
     feeds["step"] = full({}, static_cast<double>(updater_->step_count() + 1), DType::f64);
   }
   if (const uint64_t blocks = current_->graph().random_blocks) current_->set_random_base(rng_->reserve_whole(blocks));
+  return feeds;
+}
+
+void CompiledStep::launch(const std::map<std::string, Tensor>& inputs) {
+  const std::map<std::string, Tensor> feeds = prepare(inputs);  // sets current_: before the call names it
   current_->run(feeds);
   if (updater_) updater_->advance();
+}
+
+std::vector<OpTime> CompiledStep::profile(const std::map<std::string, Tensor>& inputs) {
+  const std::map<std::string, Tensor> feeds = prepare(inputs);
+  std::vector<double> node_ms;
+  current_->run_profiled(feeds, &node_ms);
+  if (updater_) updater_->advance();
+  const graph::Graph& g = current_->graph();
+  std::map<std::string, OpTime> by_op;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (current_->plan().skip[i]) continue;
+    OpTime& t = by_op[g.nodes[i].op->name()];
+    t.op = g.nodes[i].op->name();
+    ++t.nodes;
+    t.ms += node_ms[i];
+  }
+  std::vector<OpTime> out;
+  for (const auto& [name, t] : by_op) out.push_back(t);
+  if (!current_->plan().copies.empty())
+    out.push_back({"(write-backs)", static_cast<int>(current_->plan().copies.size()), node_ms[g.nodes.size()]});
+  std::stable_sort(out.begin(), out.end(), [](const OpTime& a, const OpTime& b) { return a.ms > b.ms; });
+  return out;
 }
 
 Tensor CompiledStep::fetch(const std::string& name) const { return current_->fetch(name); }

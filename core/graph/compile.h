@@ -37,6 +37,13 @@
 
 namespace tessera {
 
+/// Where a compiled step's time goes, by op (CompiledStep::profile).
+struct OpTime {
+  std::string op;  ///< the op's name; "(write-backs)": results copied into parameters and state
+  int nodes = 0;   ///< its nodes in the step's plan (skipped ones not counted)
+  double ms = 0;   ///< their time together
+};
+
 class CompiledStep {
  public:
   CompiledStep(graph::LossFn loss_fn, std::vector<graph::NamedParam> params, ParamUpdater* updater,
@@ -48,6 +55,12 @@ class CompiledStep {
   /// The same step without waiting for it: on a GPU the host returns as soon as the work is
   /// queued (read the loss later with fetch("loss"), which waits). The inputs may be reused at once.
   void launch(const std::map<std::string, Tensor>& inputs);
+  /// One step like run() (the same loss, updates and generator draws), run plainly and timed node
+  /// by node (graph::Executor::run_profiled), summed by op, the most time first. Its sum is the
+  /// step without CUDA-graph replay: on a GPU each node's kernels between events, so short
+  /// kernels' times also hold the host's launch gaps. Run the step normally before (one-time set-up).
+  ///   for (const OpTime& t : step.profile(inputs)) std::cout << t.op << " " << t.ms << "\n";
+  std::vector<OpTime> profile(const std::map<std::string, Tensor>& inputs);
   /// Copy of a named output of the last run: "loss", a mark_output() name, or "grad/<param>"
   /// without an updater.
   Tensor fetch(const std::string& name) const;
@@ -63,6 +76,8 @@ class CompiledStep {
 
  private:
   graph::Executor& plan_for(const std::map<std::string, Tensor>& inputs);
+  // The plan for the inputs (current_) and the run's feeds: the inputs, lr and step; the random base set.
+  std::map<std::string, Tensor> prepare(const std::map<std::string, Tensor>& inputs);
 
   graph::LossFn loss_fn_;
   std::vector<graph::NamedParam> params_;

@@ -1,5 +1,6 @@
 #include "core/graph/executor.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -89,7 +90,7 @@ Tensor Executor::bind(int id) {
   TS_THROW(ValueError, "executor: value " << id << " has no planned place");
 }
 
-void Executor::run(const std::map<std::string, Tensor>& feeds) {
+void Executor::feed(const std::map<std::string, Tensor>& feeds) {
   for (const Value& v : graph_.values) {
     if (v.kind != ValueKind::input || v.id == graph_.random_base) continue;
     auto it = feeds.find(v.name);
@@ -113,6 +114,10 @@ void Executor::run(const std::map<std::string, Tensor>& feeds) {
     const uint32_t words[2] = {static_cast<uint32_t>(random_base_), static_cast<uint32_t>(random_base_ >> 32)};
     cuda::copy(buffers_[graph_.random_base].data_ptr(), device_, words, Device::cpu(), sizeof words);
   }
+}
+
+void Executor::run(const std::map<std::string, Tensor>& feeds) {
+  feed(feeds);
   if (cuda_graph_) return cuda::launch_graph(cuda_graph_, device_.index);
   if (capture_ && plain_runs_ > 0) {
     cuda::begin_capture(device_.index);
@@ -139,6 +144,45 @@ void Executor::run_nodes() {
   for (const WriteBack& w : plan_.copies)
     cuda::copy(buffers_[w.target].data_ptr(), device_, buffers_[w.value].data_ptr(), device_,
                graph_.values[w.value].meta.nbytes());
+}
+
+void Executor::run_profiled(const std::map<std::string, Tensor>& feeds, std::vector<double>* node_ms) {
+  feed(feeds);
+  const size_t n = graph_.nodes.size();
+  node_ms->assign(n + 1, 0.0);
+  if (device_.is_cuda()) {
+    // an event before every node and after the last, all queued first, then read
+    std::vector<std::shared_ptr<void>> at(n + 2);
+    for (size_t i = 0; i < n; ++i) {
+      at[i] = cuda::record_event(device_.index);
+      if (!plan_.skip[i]) graph_.nodes[i].op->compute(node_inputs_[i], node_outputs_[i]);
+    }
+    at[n] = cuda::record_event(device_.index);
+    for (const WriteBack& w : plan_.copies)
+      cuda::copy(buffers_[w.target].data_ptr(), device_, buffers_[w.value].data_ptr(), device_,
+                 graph_.values[w.value].meta.nbytes());
+    at[n + 1] = cuda::record_event(device_.index);
+    for (size_t i = 0; i <= n; ++i) (*node_ms)[i] = cuda::event_ms(at[i], at[i + 1]);
+  } else {
+    using Clock = std::chrono::steady_clock;
+    auto ms_since = [](Clock::time_point t0) {
+      return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    };
+    for (size_t i = 0; i < n; ++i) {
+      if (plan_.skip[i]) continue;
+      const Clock::time_point t0 = Clock::now();
+      graph_.nodes[i].op->compute(node_inputs_[i], node_outputs_[i]);
+      (*node_ms)[i] = ms_since(t0);
+    }
+    const Clock::time_point t0 = Clock::now();
+    for (const WriteBack& w : plan_.copies)
+      cuda::copy(buffers_[w.target].data_ptr(), device_, buffers_[w.value].data_ptr(), device_,
+                 graph_.values[w.value].meta.nbytes());
+    (*node_ms)[n] = ms_since(t0);
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (plan_.skip[i]) (*node_ms)[i] = 0.0;
+  ++plain_runs_;
 }
 
 void Executor::set_random_base(uint64_t base) { random_base_ = base; }

@@ -33,6 +33,12 @@ class Executor {
 
   /// One run. Every graph input must be fed, with exactly the traced shape and dtype.
   void run(const std::map<std::string, Tensor>& feeds);
+  /// One run as run() does it (the same results and updates), but plain, never a CUDA graph, and
+  /// timed node by node: node_ms[i] is node i's time in ms (0 for a node the plan skips), and
+  /// node_ms[nodes] the write-backs'. On CUDA the GPU time between events recorded around each
+  /// node (short kernels also count the host's launch gaps); on the CPU the wall clock. Run the
+  /// step normally first: a first run also does one-time set-up (library handles, tables).
+  void run_profiled(const std::map<std::string, Tensor>& feeds, std::vector<double>* node_ms);
   /// A copy of the named output of the last run.
   Tensor fetch(const std::string& name) const;
   /// Random nodes draw from Philox block base + their random_offset in the following runs
@@ -49,6 +55,7 @@ class Executor {
 
  private:
   Tensor bind(int value);
+  void feed(const std::map<std::string, Tensor>& feeds);  // the inputs and the random base, checked
   void run_nodes();  // the node loop and the write-backs
 
   Graph graph_;

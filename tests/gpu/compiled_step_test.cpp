@@ -136,3 +136,38 @@ TEST(CudaCompiledStep, DropoutStepsReplayACudaGraphWithFreshMasks) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// CompiledStep::profile on the GPU: a plain run between replays of the captured graph, timed by
+// CUDA events around each node; the same losses and updates as a twin that only replays (within
+// 1e-6: cuBLAS may choose its algorithm otherwise when not captured), every node counted once,
+// times positive for the matmuls, and the replays go on after it.
+TEST(CudaCompiledStep, ProfileIsAStepTimedByOpBetweenReplays) {
+  if (!cuda_available()) GTEST_SKIP() << "no GPU visible";
+  const Device gpu = Device::cuda(0);
+  Mlp a(gpu), b(gpu);
+  optim::AdamW oa(a.tensors()), ob(b.tensors());
+  CompiledStep sa = compile([&](const Inputs& in) { return a.loss(in); }, a.params(), &oa, batch(0));
+  CompiledStep sb = compile([&](const Inputs& in) { return b.loss(in); }, b.params(), &ob, batch(0));
+  auto near = [](double x, double y) { return std::abs(x - y) <= 1e-6 * std::abs(y); };
+  for (int s = 0; s < 3; ++s) ASSERT_EQ(sa.run(batch(s)), sb.run(batch(s))) << "step " << s;
+  const std::vector<OpTime> prof = sb.profile(batch(3));
+  EXPECT_TRUE(near(sb.fetch("loss").item<double>(), sa.run(batch(3))));
+  for (int s = 4; s < 6; ++s) EXPECT_TRUE(near(sb.run(batch(s)), sa.run(batch(s)))) << "step " << s;
+  EXPECT_EQ(sb.executor().replays_cuda_graph(), graphs_on());
+  EXPECT_EQ(ob.step_count(), 6);
+  EXPECT_TRUE(all_close(b.w1.to(Device::cpu()), a.w1.to(Device::cpu()), 1e-5, 1e-6));
+  int counted = 0, ran = 0;
+  for (bool skip : sb.executor().plan().skip) ran += skip ? 0 : 1;
+  for (const OpTime& t : prof) {
+    EXPECT_GE(t.ms, 0.0) << t.op;
+    if (t.op != "(write-backs)") counted += t.nodes;
+    if (t.op == "matmul") EXPECT_GT(t.ms, 0.0);
+  }
+  EXPECT_EQ(counted, ran);
+}
+
+}  // namespace
+}  // namespace tessera

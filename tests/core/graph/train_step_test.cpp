@@ -3,8 +3,10 @@
 // losses agree bitwise (tolerance 0) on CPU f32 after several steps.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <functional>
+#include <map>
 
 #include "core/graph/compile.h"
 #include "gradcheck.h"
@@ -202,6 +204,51 @@ TEST(TrainStep, LearningRateChangesNeedNoRetrace) {
   }
   EXPECT_EQ(step.cached_plans(), 1u);
   for (size_t i = 0; i < a.params.size(); ++i) EXPECT_TRUE(all_close(b.params[i].tensor, a.params[i].tensor, 0, 0));
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// CompiledStep::profile is a step like run(): the same losses and updates as a twin that only
+// runs (a profiled step between plain ones, replays before and after), and its breakdown counts
+// every node the plan runs once, under the op's name, with times that are not negative and whose
+// sum is within the step's wall time.
+TEST(TrainStep, ProfileIsAStepTimedByOp) {
+  const int B = 2, T = 6, C = 16, heads = 2, V = 13;
+  Inputs batch{{"x", ids(B * T, V, 4)}, {"y", ids(B * T, V, 5)}};
+  Model a = attention(B, T, C, heads, V, false), b = attention(B, T, C, heads, V, false);
+  optim::AdamW oa(a.tensors(), optim::AdamWOptions(3e-3)), ob(b.tensors(), optim::AdamWOptions(3e-3));
+  CompiledStep sa = compile(a.loss, a.params, &oa, batch), sb = compile(b.loss, b.params, &ob, batch);
+  ASSERT_EQ(sa.run(batch), sb.run(batch));
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<OpTime> prof = sb.profile(batch);
+  const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(sa.run(batch), sb.fetch("loss").item<double>());
+  EXPECT_EQ(ob.step_count(), 2);
+  for (int s = 0; s < 2; ++s) EXPECT_EQ(sa.run(batch), sb.run(batch)) << "step " << s + 3;
+  for (size_t i = 0; i < a.params.size(); ++i)
+    EXPECT_TRUE(all_close(b.params[i].tensor, a.params[i].tensor, 0, 0)) << a.params[i].name;
+  const graph::MemoryPlan& plan = sb.executor().plan();
+  int ran = 0;
+  for (bool skip : plan.skip) ran += skip ? 0 : 1;
+  int counted = 0;
+  double sum = 0;
+  std::map<std::string, int> by_name;
+  for (const OpTime& t : prof) {
+    EXPECT_GE(t.ms, 0.0) << t.op;
+    EXPECT_EQ(by_name.count(t.op), 0u) << t.op << " listed twice";
+    by_name[t.op] = t.nodes;
+    if (t.op != "(write-backs)") counted += t.nodes;
+    sum += t.ms;
+  }
+  EXPECT_EQ(counted, ran);
+  EXPECT_GT(by_name["matmul"], 0);
+  EXPECT_GT(by_name["layer_norm"], 0);
+  EXPECT_LE(sum, wall);
+  for (size_t i = 1; i < prof.size(); ++i) EXPECT_GE(prof[i - 1].ms, prof[i].ms) << "the most time first";
 }
 
 }  // namespace
