@@ -91,210 +91,233 @@ bool gates_share_rows(const BlockLayout& l) {
   return true;
 }
 
-
-
-// The plan with K split over clusters of `cluster` blocks (1: none).
-RecurrencePlan plan_for_cluster(const RecurrenceDevice& lim, DType dtype, int64_t batch, int64_t hidden,
-                                const LayoutPtr& layout, bool backward, int cluster) {
+// A problem's groups dealt out before deciding where W_h's slices live: group g in block g % grid
+// (`plan`: units, groups, grid, groups_per_block, chunk, max_chunks, w_rows), each block's groups'
+// K rows, and the shared memory besides the ring.
+struct Deal {
   RecurrencePlan plan;
-  plan.cluster = cluster;
-  auto fail = [&](std::string why) {
-    plan.reason = std::move(why);
-    return plan;
-  };
-  if (dtype != DType::bf16 && dtype != DType::f16) return fail("the persistent kernel takes bf16 or f16 only");
-  if (batch < 1 || batch > kMaxBatch) return fail("the persistent kernel takes batches of 1 to 64 rows");
+  int n = 0;                                  // columns of the product
+  size_t fixed = 0;                           // everything but the ring, W_h's slices resident
+  size_t red = 0;                             // the K-split partial sums (they overlap the ring)
+  std::vector<std::vector<int>> group_rows;  // per block: its groups' K rows, in whole 16-row slices
+};
+
+// Deals the groups out (into `d`), or says why the kernels do not take the problem.
+std::string deal_groups(const RecurrenceDevice& dev, DType dtype, int64_t batch, int64_t hidden,
+                        const LayoutPtr& layout, bool backward, int cluster, Deal* d) {
+  RecurrencePlan& plan = d->plan;
+  if (dtype != DType::bf16 && dtype != DType::f16) return "the persistent kernel takes bf16 or f16 only";
+  if (batch < 1 || batch > kMaxBatch) return "the persistent kernel takes batches of 1 to 64 rows";
   const int64_t bs = layout ? layout->block_size() : 0;
-  if (!layout && hidden % kDenseChunk != 0) return fail("dense hidden sizes must be multiples of 64");
-  if (layout && bs < 8) return fail("block size below 8");
+  if (!layout && hidden % kDenseChunk != 0) return "dense hidden sizes must be multiples of 64";
+  if (layout && bs < 8) return "block size below 8";
   if (layout && !backward && !gates_share_rows(*layout))
-    return fail("the layout's four gate columns of a block column store different block rows");
-  if (4 * hidden * batch > (int64_t{1} << 31) / 2) return fail("the problem is too large for 32-bit step offsets");
-  if (lim.smem == 0) return fail("the device does not support cooperative launches");
+    return "the layout's four gate columns of a block column store different block rows";
+  if (4 * hidden * batch > (int64_t{1} << 31) / 2) return "the problem is too large for 32-bit step offsets";
+  if (dev.smem == 0) return "the device does not support cooperative launches";
   // the smallest group size that gives at most one group per SM, else the largest allowed
   int units = 0;
   for (int u : {8, 16, 32, 64}) {
     if (hidden % u != 0 || (layout && bs % u != 0)) continue;
     units = u;
-    if (hidden / u <= lim.sms) break;
+    if (hidden / u <= dev.sms) break;
   }
-  if (units == 0) return fail("no group size of 8, 16, 32 or 64 units divides the hidden size and block size");
+  if (units == 0) return "no group size of 8, 16, 32 or 64 units divides the hidden size and block size";
   plan.units = units;
   plan.groups = static_cast<int>(hidden / units);
   // (each block of a cluster takes an equal share of K's 64-column chunks)
   const int64_t dense_chunks = (backward ? 4 * hidden : hidden) / kDenseChunk;
   if (cluster > 1 && (layout || !has_cluster_kernel(units, cluster) || plan.groups % cluster != 0 ||
                       dense_chunks % cluster != 0))
-    return fail("no cluster K split for this problem");
-  int max_grid = lim.sms;
+    return "no cluster K split for this problem";
+  int max_grid = dev.sms;
   if (cluster > 1) {
     // whole clusters, as many as are resident at once (GPCs hold unequal numbers of SMs; one block
     // per SM whatever its shared memory, so the count at the most shared memory holds for any)
-    const int fit = lim.major >= 9 && lim.clusters ? lim.clusters(dtype, backward, units, cluster) : 0;
-    if (fit == 0) return fail("no cluster of the kernel fits (compute capability 9.0 and a build for it needed)");
-    max_grid = std::min(lim.sms / cluster, fit) * cluster;
+    const int fit = dev.major >= 9 && dev.clusters ? dev.clusters(dtype, backward, units, cluster) : 0;
+    if (fit == 0) return "no cluster of the kernel fits (compute capability 9.0 and a build for it needed)";
+    max_grid = std::min(dev.sms / cluster, fit) * cluster;
   }
   plan.grid = std::min(plan.groups, max_grid);
   plan.groups_per_block = (plan.groups + plan.grid - 1) / plan.grid;
-  if (plan.groups_per_block > kMaxGroupsPerBlock) return fail("more than 4 groups of hidden units per SM");
+  if (plan.groups_per_block > kMaxGroupsPerBlock) return "more than 4 groups of hidden units per SM";
   plan.chunk = layout ? static_cast<int>(bs) : kDenseChunk;
-  // each block's chunks and W rows, summed over its groups (and each group's K rows, for streamed W)
-  std::vector<std::vector<int>> group_rows(static_cast<size_t>(plan.grid));
+  // each block's chunks and W rows, summed over its groups
+  d->group_rows.assign(static_cast<size_t>(plan.grid), {});
   for (int blk = 0; blk < plan.grid; ++blk) {
     int chunks = 0, rows = 0;
     for (int grp = blk; grp < plan.groups; grp += plan.grid) {
       const int64_t u0 = static_cast<int64_t>(grp) * units;
       int nch;
       if (!layout) {
-        nch = static_cast<int>((backward ? 4 * hidden : hidden) / kDenseChunk / cluster);
-      } else if (!backward) {
-        const std::vector<int32_t>& cp = layout->col_ptr();
-        nch = cp[u0 / bs + 1] - cp[u0 / bs];
+        nch = static_cast<int>(dense_chunks / cluster);
       } else {
-        const std::vector<int32_t>& rp = layout->row_ptr();
-        nch = rp[u0 / bs + 1] - rp[u0 / bs];
+        const std::vector<int32_t>& ptr = backward ? layout->row_ptr() : layout->col_ptr();
+        nch = ptr[u0 / bs + 1] - ptr[u0 / bs];
       }
+      const int k_rows = (nch * plan.chunk + 15) / 16 * 16;
       chunks += nch;
-      rows += (nch * plan.chunk + 15) / 16 * 16;
-      group_rows[static_cast<size_t>(blk)].push_back((nch * plan.chunk + 15) / 16 * 16);
+      rows += k_rows;
+      d->group_rows[static_cast<size_t>(blk)].push_back(k_rows);
     }
     plan.max_chunks = std::max(plan.max_chunks, chunks);
     plan.w_rows = std::max(plan.w_rows, rows);
   }
-  const int n = product_columns(units, backward, cluster);
-  const int tn = warp_tile_columns(n);
-  const int tiles = static_cast<int>((batch + 15) / 16) * (n / tn);
-  const int wk = k_split(tiles);
-  const size_t fixed = fixed_bytes(units, backward, n, plan.w_rows, plan.max_chunks, plan.groups_per_block);
-  const size_t red = partial_sum_bytes(n, wk);
-  // the cp.async ring takes what is left, kMinStages … kMaxStages stages (and holds the partial sums)
-  auto fit_ring = [&](RecurrencePlan& pl, size_t fixed_bytes) {
-    const size_t left = lim.smem > fixed_bytes ? lim.smem - fixed_bytes : 0;
-    pl.stage_k = left / stage_bytes(256) >= 3 ? 256 : 128;
-    pl.ring = static_cast<int>(std::min<size_t>(kMaxStages, left / stage_bytes(pl.stage_k)));
-    pl.smem = fixed_bytes + std::max(static_cast<size_t>(pl.ring) * stage_bytes(pl.stage_k), red);
-    return pl.ring >= kMinStages && pl.smem <= lim.smem;
-  };
-  // Streamed W: each group's first `res` stages of 128 K rows stay in shared memory (the same
-  // number for every group, as many as fit beside a ring of 3 slots, else 2, each an operand stage
-  // and a W stage); the rest streams from L2 per step, from the block's image (Params::img), each
-  // group's rows in whole stages. forced ≥ 0: at most that many resident stages.
-  auto plan_streamed = [&](int forced, std::string* why) -> std::optional<RecurrencePlan> {
-    int stages = 0;  // the most stages of any group
-    for (const auto& b : group_rows)
-      for (int r : b) stages = std::max(stages, (r + kStreamStageK - 1) / kStreamStageK);
-    // the most resident and the most streamed rows of any block with `res` resident stages
-    auto rows_of = [&](int res, bool streamed) {
-      int most = 0;
-      for (const auto& b : group_rows) {
-        int sum = 0;
-        for (int r : b) {
-          const int whole = (r + kStreamStageK - 1) / kStreamStageK * kStreamStageK;
-          sum += streamed ? std::max(0, whole - res * kStreamStageK) : std::min(r, res * kStreamStageK);
-        }
-        most = std::max(most, sum);
+  d->n = product_columns(units, backward, cluster);
+  const int tiles = static_cast<int>((batch + 15) / 16) * (d->n / warp_tile_columns(d->n));
+  d->fixed = fixed_bytes(units, backward, d->n, plan.w_rows, plan.max_chunks, plan.groups_per_block);
+  d->red = partial_sum_bytes(d->n, k_split(tiles));
+  return "";
+}
+
+// The cp.async ring takes what is left of the shared memory beside `fixed` bytes: kMinStages …
+// kMaxStages stages of 256 K columns where three fit, else 128 (it also holds the `red` bytes of
+// partial sums after the product). Whether it fits; p's ring, stage_k and smem are set either way.
+bool fit_ring(const RecurrenceDevice& dev, size_t fixed, size_t red, RecurrencePlan* p) {
+  const size_t left = dev.smem > fixed ? dev.smem - fixed : 0;
+  p->stage_k = left / stage_bytes(256) >= 3 ? 256 : 128;
+  p->ring = static_cast<int>(std::min<size_t>(kMaxStages, left / stage_bytes(p->stage_k)));
+  p->smem = fixed + std::max(static_cast<size_t>(p->ring) * stage_bytes(p->stage_k), red);
+  return p->ring >= kMinStages && p->smem <= dev.smem;
+}
+
+// Streamed W: each group's first `res` stages of 128 K rows stay in shared memory (the same number
+// for every group, as many as fit beside a ring of 3 slots, else 2, each an operand stage and a W
+// stage); the rest streams from L2 per step, from the block's image (Params::img), each group's
+// rows in whole stages. forced ≥ 0: at most that many resident stages.
+std::optional<RecurrencePlan> streamed_plan(const RecurrenceDevice& dev, const Deal& d, int forced,
+                                            std::string* why) {
+  int stages = 0;  // the most stages of any group
+  for (const auto& b : d.group_rows)
+    for (int r : b) stages = std::max(stages, (r + kStreamStageK - 1) / kStreamStageK);
+  // the most resident and the most streamed rows of any block with `res` resident stages
+  auto rows_of = [&](int res, bool streamed) {
+    int most = 0;
+    for (const auto& b : d.group_rows) {
+      int sum = 0;
+      for (int r : b) {
+        const int whole = (r + kStreamStageK - 1) / kStreamStageK * kStreamStageK;
+        sum += streamed ? std::max(0, whole - res * kStreamStageK) : std::min(r, res * kStreamStageK);
       }
-      return most;
-    };
-    const size_t w_stage = size_t{kStreamStageK} * n * 2, slot = stage_bytes(kStreamStageK) + w_stage;
-    const size_t non_w = fixed - static_cast<size_t>(plan.w_rows) * n * 2;
-    const int only = requested_stream_ring();
-    for (int ring : {3, 2}) {
-      if (only != 0 && ring != only) continue;
-      const size_t ring_b = std::max(ring * slot, red);
-      if (non_w + ring_b > lim.smem) continue;
-      int res = stages;
-      while (res > 0 && non_w + ring_b + static_cast<size_t>(rows_of(res, false)) * n * 2 > lim.smem) --res;
-      if (forced >= 0) res = std::min(res, forced);
-      if (res >= stages) {
-        *why = "W_h's slices fit: nothing to stream";
-        return std::nullopt;
-      }
-      RecurrencePlan sp = plan;
-      sp.stage_k = kStreamStageK;
-      sp.ring = ring;
-      sp.resident_stages = res;
-      sp.w_rows = rows_of(res, false);
-      sp.stream_rows = rows_of(res, true);  // whole stages of each group (the image is padded with zeros)
-      sp.smem = non_w + static_cast<size_t>(sp.w_rows) * n * 2 + ring_b;
-      return sp;
+      most = std::max(most, sum);
     }
-    *why = "no room for a ring of 2 streamed stages beside the rest (" + std::to_string(non_w) + " bytes)";
-    return std::nullopt;
+    return most;
   };
-  const int forced_resident = requested_resident_stages();
+  const size_t w_stage = size_t{kStreamStageK} * d.n * 2, slot = stage_bytes(kStreamStageK) + w_stage;
+  const size_t non_w = d.fixed - static_cast<size_t>(d.plan.w_rows) * d.n * 2;
+  const int only = requested_stream_ring();
+  for (int ring : {3, 2}) {
+    if (only != 0 && ring != only) continue;
+    const size_t ring_b = std::max(ring * slot, d.red);
+    if (non_w + ring_b > dev.smem) continue;
+    int res = stages;
+    while (res > 0 && non_w + ring_b + static_cast<size_t>(rows_of(res, false)) * d.n * 2 > dev.smem) --res;
+    if (forced >= 0) res = std::min(res, forced);
+    if (res >= stages) {
+      *why = "W_h's slices fit: nothing to stream";
+      return std::nullopt;
+    }
+    RecurrencePlan sp = d.plan;
+    sp.stage_k = kStreamStageK;
+    sp.ring = ring;
+    sp.resident_stages = res;
+    sp.w_rows = rows_of(res, false);
+    sp.stream_rows = rows_of(res, true);  // whole stages of each group (the image is padded with zeros)
+    sp.smem = non_w + static_cast<size_t>(sp.w_rows) * d.n * 2 + ring_b;
+    return sp;
+  }
+  *why = "no room for a ring of 2 streamed stages beside the rest (" + std::to_string(non_w) + " bytes)";
+  return std::nullopt;
+}
+
+// The plan of a packing of split groups (recurrence_items.h), if its items fit the kernel's
+// parameters and its busiest block's slices the shared memory (else why not).
+std::optional<RecurrencePlan> packed_plan(const RecurrenceDevice& dev, const Deal& d, bool backward,
+                                          const RecurrencePacking& packed, std::string* why) {
+  int items = 0;
+  for (const auto& b : packed.blocks) items += static_cast<int>(b.size());
+  if (items > kMaxItems) {
+    *why = std::to_string(items) + " items, more than the kernel parameters hold (" + std::to_string(kMaxItems) + ")";
+    return std::nullopt;
+  }
+  RecurrencePlan sp = d.plan;
+  sp.grid = static_cast<int>(packed.blocks.size());
+  sp.groups_per_block = packed.max_groups;
+  sp.max_chunks = packed.max_chunks;
+  sp.w_rows = 0;
+  for (const auto& b : packed.blocks) {
+    int rows = 0;
+    for (const RecurrenceItem& it : b) rows += ((it.end - it.begin) * sp.chunk + 15) / 16 * 16;
+    sp.w_rows = std::max(sp.w_rows, rows);
+  }
+  const size_t fixed = fixed_bytes(sp.units, backward, d.n, sp.w_rows, sp.max_chunks, sp.groups_per_block);
+  if (!fit_ring(dev, fixed, d.red, &sp)) {
+    *why = "the busiest block's slices (" + std::to_string(fixed) + " bytes) leave no room for the ring";
+    return std::nullopt;
+  }
+  sp.packing = std::make_shared<const RecurrencePacking>(packed);
+  return sp;
+}
+
+// The plan with K split over clusters of `cluster` blocks (1: none). W_h's slices resident where
+// they fit (block-sparse layers: split over blocks where a group's do not, or where that balances
+// the blocks under TESSERA_LSTM_BALANCE), else streamed from L2.
+RecurrencePlan plan_for_cluster(const RecurrenceDevice& dev, DType dtype, int64_t batch, int64_t hidden,
+                                const LayoutPtr& layout, bool backward, int cluster) {
+  Deal d;
+  d.plan.cluster = cluster;
+  RecurrencePlan& plan = d.plan;
+  auto fail = [&](std::string why) {
+    plan.reason = std::move(why);
+    return plan;
+  };
+  if (std::string why = deal_groups(dev, dtype, batch, hidden, layout, backward, cluster, &d); !why.empty())
+    return fail(why);
   std::string stream_why;
-  if (forced_resident >= 0)
-    if (std::optional<RecurrencePlan> sp = plan_streamed(forced_resident, &stream_why)) return *sp;
+  if (const int forced = requested_resident_stages(); forced >= 0)
+    if (std::optional<RecurrencePlan> sp = streamed_plan(dev, d, forced, &stream_why)) return *sp;
   const int forced_part = layout && cluster == 1 ? requested_split_chunks() : 0;
   const bool balance = layout && cluster == 1 && requested_balance();
-  const bool unsplit_fits = fit_ring(plan, fixed);
+  const bool unsplit_fits = fit_ring(dev, d.fixed, d.red, &plan);
   if (forced_part == 0 && !balance && unsplit_fits) return plan;
-  if (layout && cluster == 1) {
-    // Split groups (Barabási–Albert hubs, or balance): each group's chunks (its K) ...
-    std::vector<int> chunks(static_cast<size_t>(plan.groups));
-    for (int grp = 0; grp < plan.groups; ++grp) {
-      const std::vector<int32_t>& ptr = backward ? layout->row_ptr() : layout->col_ptr();
-      const int64_t c = static_cast<int64_t>(grp) * units / bs;
-      chunks[static_cast<size_t>(grp)] = ptr[c + 1] - ptr[c];
-    }
-    const int largest = *std::max_element(chunks.begin(), chunks.end());
-    const int max_blocks = std::min(lim.sms, kMaxItemBlocks);
-    // ... and the plan of a packing of them, if its items fit the parameters and its busiest
-    // block's slices the shared memory (else why not)
-    auto plan_for_packing = [&](const RecurrencePacking& packed, std::string* why) -> std::optional<RecurrencePlan> {
-      int items = 0;
-      for (const auto& b : packed.blocks) items += static_cast<int>(b.size());
-      if (items > kMaxItems) {
-        *why = std::to_string(items) + " items, more than the kernel parameters hold (" +
-               std::to_string(kMaxItems) + ")";
-        return std::nullopt;
-      }
-      RecurrencePlan sp = plan;
-      sp.grid = static_cast<int>(packed.blocks.size());
-      sp.groups_per_block = packed.max_groups;
-      sp.max_chunks = packed.max_chunks;
-      sp.w_rows = 0;
-      for (const auto& b : packed.blocks) {
-        int rows = 0;
-        for (const RecurrenceItem& it : b) rows += ((it.end - it.begin) * sp.chunk + 15) / 16 * 16;
-        sp.w_rows = std::max(sp.w_rows, rows);
-      }
-      const size_t sp_fixed = fixed_bytes(units, backward, n, sp.w_rows, sp.max_chunks, sp.groups_per_block);
-      if (!fit_ring(sp, sp_fixed)) {
-        *why = "the busiest block's slices (" + std::to_string(sp_fixed) + " bytes) leave no room for the ring";
-        return std::nullopt;
-      }
-      sp.packing = std::make_shared<const RecurrencePacking>(packed);
-      return sp;
-    };
-    std::string why;
-    if (forced_part > 0) {
-      // forced: the shortest parts from forced_part up whose blocks fit the grid (a backward group,
-      // four gates' rows, may need longer parts than its forward column)
-      for (int part = forced_part; part < largest; ++part)
-        if (std::optional<RecurrencePacking> packed =
-                pack_recurrence_items(chunks, part, max_blocks, kMaxGroupsPerBlock, &why))
-          if (std::optional<RecurrencePlan> sp = plan_for_packing(*packed, &why)) return *sp;
-      if (largest <= forced_part && unsplit_fits) return plan;  // nothing to split
-      return fail("TESSERA_LSTM_SPLIT_CHUNKS=" + std::to_string(forced_part) + ": no split of the groups fits" +
-                  (why.empty() ? std::string() : ": " + why));
-    }
-    // the balanced packing (the fewest chunks in the busiest block: it sets the step's time)
-    const std::optional<RecurrencePacking> packed = balanced_recurrence_packing(
-        chunks, max_blocks, kMaxGroupsPerBlock,
-        [&](const RecurrencePacking& p, std::string* w) { return plan_for_packing(p, w).has_value(); }, &why);
-    if (unsplit_fits && (!packed || packed->max_chunks >= plan.max_chunks)) return plan;  // balance: no better
-    if (packed) return *plan_for_packing(*packed, &why);
-    if (std::optional<RecurrencePlan> sp = plan_streamed(-1, &stream_why)) return *sp;
-    return fail("W_h's slices need " + std::to_string(fixed + kMinStages * stage_bytes(128)) +
-                " bytes of shared memory per block, more than the " + std::to_string(lim.smem) +
-                " an SM has; split over blocks: " + why + "; streamed: " + stream_why);
+  const std::string too_big = "W_h's slices need " + std::to_string(d.fixed + kMinStages * stage_bytes(128)) +
+                              " bytes of shared memory per block, more than the " + std::to_string(dev.smem) +
+                              " an SM has";
+  if (!layout || cluster > 1) {
+    if (std::optional<RecurrencePlan> sp = streamed_plan(dev, d, -1, &stream_why)) return *sp;
+    return fail(too_big + "; streamed: " + stream_why);
   }
-  if (std::optional<RecurrencePlan> sp = plan_streamed(-1, &stream_why)) return *sp;
-  return fail("W_h's slices need " + std::to_string(fixed + kMinStages * stage_bytes(128)) +
-              " bytes of shared memory per block, more than the " + std::to_string(lim.smem) +
-              " an SM has; streamed: " + stream_why);
+  // Split groups (Barabási–Albert hubs, or balance): each group's chunks (its K)
+  const int64_t bs = layout->block_size();
+  const std::vector<int32_t>& ptr = backward ? layout->row_ptr() : layout->col_ptr();
+  std::vector<int> chunks(static_cast<size_t>(plan.groups));
+  for (int grp = 0; grp < plan.groups; ++grp) {
+    const int64_t c = static_cast<int64_t>(grp) * plan.units / bs;
+    chunks[static_cast<size_t>(grp)] = ptr[c + 1] - ptr[c];
+  }
+  const int largest = *std::max_element(chunks.begin(), chunks.end());
+  const int max_blocks = std::min(dev.sms, kMaxItemBlocks);
+  std::string why;
+  if (forced_part > 0) {
+    // forced: the shortest parts from forced_part up whose blocks fit the grid (a backward group,
+    // four gates' rows, may need longer parts than its forward column)
+    for (int part = forced_part; part < largest; ++part)
+      if (std::optional<RecurrencePacking> packed =
+              pack_recurrence_items(chunks, part, max_blocks, kMaxGroupsPerBlock, &why))
+        if (std::optional<RecurrencePlan> sp = packed_plan(dev, d, backward, *packed, &why)) return *sp;
+    if (largest <= forced_part && unsplit_fits) return plan;  // nothing to split
+    return fail("TESSERA_LSTM_SPLIT_CHUNKS=" + std::to_string(forced_part) + ": no split of the groups fits" +
+                (why.empty() ? std::string() : ": " + why));
+  }
+  // the balanced packing (the fewest chunks in the busiest block: it sets the step's time)
+  const std::optional<RecurrencePacking> packed = balanced_recurrence_packing(
+      chunks, max_blocks, kMaxGroupsPerBlock,
+      [&](const RecurrencePacking& p, std::string* w) { return packed_plan(dev, d, backward, p, w).has_value(); },
+      &why);
+  if (unsplit_fits && (!packed || packed->max_chunks >= plan.max_chunks)) return plan;  // balance: no better
+  if (packed) return *packed_plan(dev, d, backward, *packed, &why);
+  if (std::optional<RecurrencePlan> sp = streamed_plan(dev, d, -1, &stream_why)) return *sp;
+  return fail(too_big + "; split over blocks: " + why + "; streamed: " + stream_why);
 }
 
 }  // namespace
