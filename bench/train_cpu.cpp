@@ -1,7 +1,7 @@
 // Training throughput of the example trainers' models on the CPU: one training step run eagerly
 // and compiled (core/graph/compile.h), in the same run, in tokens/s.
 //
-//   train_cpu [--repeats N] [--warmup N] [--quick] [--json FILE]
+//   train_cpu [--repeats N] [--warmup N] [--quick] [--profile] [--json FILE]
 //
 // A step is what the trainers run: loss, backward, AdamW update with global-norm clipping at 1.0
 // (lr 3e-3, no weight decay: examples/common/trainer.cpp make_optimizer with the default flags),
@@ -29,6 +29,8 @@
 //   (activations, gradients, optimizer temporaries) against the compiled step's planned arena
 //   (executor().plan().arena_bytes: every intermediate of the step). Baseline: the eager mark.
 //   Parameters and optimizer state, the same in both ways, are in neither figure.
+// - --profile: each compiled step's time by op (CompiledStep::profile, one more step timed op by
+//   op), as shares of the profiled sum, and the sum against the compiled step's median time.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -41,6 +43,7 @@
 
 #include "common/bench_report.h"
 #include "common/random_tokens.h"
+#include "common/step_profile.h"
 #include "core/graph/compile.h"
 #include "kernels/ops.h"
 #include "models/char_lstm_lm.h"
@@ -61,6 +64,7 @@ struct Options {
   int repeats = 10;
   int warmup = 2;
   bool quick = false;
+  bool profile = false;
   std::string json;
 };
 
@@ -153,6 +157,7 @@ bool bench_model(BenchReport& report, const Case<Model, Config>& c, const Option
   report.add({c.label + " eager peak", c.shape, 0, peak, "MiB", peak, "eager peak (itself)"});
   report.add({c.label + " graph arena", c.shape, 0, mib(step.executor().plan().arena_bytes), "MiB", peak,
               "eager peak"});
+  if (o.profile) bench::add_profile(report, "profile " + c.label, c.shape, step.profile(c.feeds), ms[1], 8);
   return ok;
 }
 
@@ -228,6 +233,7 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", o.repeats, "timed steps per way (median reported)")->check(CLI::Range(1, 100000));
   app.add_option("--warmup", o.warmup, "untimed steps per way first")->check(CLI::Range(0, 100000));
   app.add_flag("--quick", o.quick, "tiny models and few steps (a smoke run)");
+  app.add_flag("--profile", o.profile, "each compiled step's time by op, from one more step timed op by op");
   app.add_option("--json", o.json, "also write the figures to this JSON file");
   if (const int rc = bench::parse_flags(app, argc, argv); rc >= 0) return rc;
   if (o.quick) {
