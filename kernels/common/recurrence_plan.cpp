@@ -17,60 +17,42 @@ namespace {
 
 using namespace recurrence;
 
+// The integer value lo … hi of the switch `name`, or `unset` when it is unset or empty; any other
+// value is one ValueError line: NAME='value': expected `what`.
+int switch_value(const char* name, long lo, long hi, int unset, const char* what) {
+  const char* e = std::getenv(name);
+  if (!e || !*e) return unset;
+  char* end = nullptr;
+  const long n = std::strtol(e, &end, 10);
+  TS_CHECK(*end == 0 && n >= lo && n <= hi, ValueError, name << "='" << e << "': expected " << what);
+  return static_cast<int>(n);
+}
+
 // TESSERA_LSTM_SPLIT_CHUNKS=n (tests): block-sparse layers split every group of more than n chunks
 // into parts of at most n chunks over blocks (or of the fewest more whose blocks fit the grid), as
 // the plan does by itself only where a group does not fit one block; 0 (unset): not forced.
 int requested_split_chunks() {
-  const char* e = std::getenv("TESSERA_LSTM_SPLIT_CHUNKS");
-  if (!e || !*e) return 0;
-  char* end = nullptr;
-  const long n = std::strtol(e, &end, 10);
-  TS_CHECK(*end == 0 && n >= 1 && n <= 4096, ValueError,
-           "TESSERA_LSTM_SPLIT_CHUNKS='" << e << "': expected a number of chunks from 1 to 4096");
-  return static_cast<int>(n);
+  return switch_value("TESSERA_LSTM_SPLIT_CHUNKS", 1, 4096, 0, "a number of chunks from 1 to 4096");
 }
 
 // TESSERA_LSTM_BALANCE=1: block-sparse layers whose groups all fit a block split them anyway
 // where that lowers the busiest block's chunks (the balanced packing of recurrence_items.h); 0 or
 // unset: only groups that do not fit split. Off by default until timed against the unsplit plan.
-bool requested_balance() {
-  const char* e = std::getenv("TESSERA_LSTM_BALANCE");
-  if (!e || !*e) return false;
-  const std::string v(e);
-  TS_CHECK(v == "0" || v == "1", ValueError, "TESSERA_LSTM_BALANCE='" << v << "': expected 0 or 1");
-  return v == "1";
-}
+bool requested_balance() { return switch_value("TESSERA_LSTM_BALANCE", 0, 1, 0, "0 or 1") == 1; }
 
 // TESSERA_LSTM_RESIDENT_STAGES=n (tests, timing): W_h streams from L2 past n resident stages of 128
-// K rows of each group, even where it fits; unset: only where it does not fit.
+// K rows of each group, even where it fits; -1 (unset): only where it does not fit.
 int requested_resident_stages() {
-  const char* e = std::getenv("TESSERA_LSTM_RESIDENT_STAGES");
-  if (!e || !*e) return -1;
-  char* end = nullptr;
-  const long n = std::strtol(e, &end, 10);
-  TS_CHECK(*end == 0 && n >= 0 && n <= 4096, ValueError,
-           "TESSERA_LSTM_RESIDENT_STAGES='" << e << "': expected a number of stages from 0 to 4096");
-  return static_cast<int>(n);
+  return switch_value("TESSERA_LSTM_RESIDENT_STAGES", 0, 4096, -1, "a number of stages from 0 to 4096");
 }
 
-// TESSERA_LSTM_STREAM_RING=2|3 (timing): streamed W's ring depth; unset: 3 where it fits, else 2.
-int requested_stream_ring() {
-  const char* e = std::getenv("TESSERA_LSTM_STREAM_RING");
-  if (!e || !*e) return 0;
-  const std::string v(e);
-  TS_CHECK(v == "2" || v == "3", ValueError, "TESSERA_LSTM_STREAM_RING='" << v << "': expected 2 or 3");
-  return std::stoi(v);
-}
+// TESSERA_LSTM_STREAM_RING=2|3 (timing): streamed W's ring depth; 0 (unset): 3 where it fits, else 2.
+int requested_stream_ring() { return switch_value("TESSERA_LSTM_STREAM_RING", 2, 3, 0, "2 or 3"); }
 
 // The cluster size of the dense layers' K split: TESSERA_LSTM_CLUSTER (1: no split; 2: pairs) for
 // both directions, else `fallback`.
 int requested_cluster(int fallback) {
-  const char* e = std::getenv("TESSERA_LSTM_CLUSTER");
-  if (!e || !*e) return fallback;
-  const std::string v(e);
-  TS_CHECK(v == "1" || v == "2", ValueError,
-           "TESSERA_LSTM_CLUSTER='" << v << "': expected 1 (no cluster K split) or 2 (pairs)");
-  return std::stoi(v);
+  return switch_value("TESSERA_LSTM_CLUSTER", 1, 2, fallback, "1 (no cluster K split) or 2 (pairs)");
 }
 
 // Whether the four gate columns of every per-gate block column store the same block rows (the

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "core/sparse/generators.h"
@@ -166,6 +167,18 @@ TEST(RecurrencePlan, ResidentStagesCanBeForcedAndBadValuesAreNamed) {
     const ScopedEnv forced("TESSERA_LSTM_RESIDENT_STAGES", bad);
     testing::expect_error<ValueError>([&] { plan_recurrence(d, DType::bf16, 7, 512, nullptr, true); },
                                       {"TESSERA_LSTM_RESIDENT_STAGES", std::string("'") + bad + "'"});
+  }
+  // the other switches: one line naming the switch and the value (sparse plans read them all)
+  const LayoutPtr sparse = gate_layout(256, 32, 0.5, 5);
+  const std::pair<const char*, const char*> bad_values[] = {{"TESSERA_LSTM_SPLIT_CHUNKS", "0"},
+                                                            {"TESSERA_LSTM_BALANCE", "yes"},
+                                                            {"TESSERA_LSTM_STREAM_RING", "4"},
+                                                            {"TESSERA_LSTM_CLUSTER", "3"}};
+  for (const auto& [name, bad] : bad_values) {
+    const ScopedEnv forced(name, bad);
+    const LayoutPtr layout = std::string(name) == "TESSERA_LSTM_CLUSTER" ? nullptr : sparse;
+    testing::expect_error<ValueError>([&] { plan_recurrence(d, DType::bf16, 7, 256, layout, true); },
+                                      {name, std::string("'") + bad + "'", "expected"});
   }
 }
 

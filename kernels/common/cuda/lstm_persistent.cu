@@ -830,7 +830,7 @@ void launch(const Params& prm, const RecurrencePlan& plan, cudaStream_t stream) 
 
 template <class T, bool kBackward, int U>
 void launch_clustered(const Params& prm, const RecurrencePlan& plan, cudaStream_t stream) {
-  if constexpr (U == 8 || U == 16) {
+  if constexpr (has_cluster_kernel(U, 2)) {  // recurrence_geometry.h: the plan's rule
     if (plan.cluster == 2) return launch<T, U, kBackward, 2>(prm, plan, stream);
   }
   TS_CHECK(plan.cluster == 1, ValueError, "lstm_recurrence: no kernel for clusters of " << plan.cluster);
