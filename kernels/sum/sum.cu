@@ -6,7 +6,8 @@
 // 2·kRowChunk are cut into chunks: pass 1 (one block per [row, chunk]) writes partials
 // [outer, chunks] in acc_t, pass 2 sums each row of partials the same way.
 // Strided (inner > 1): one thread per output column (o, i), adding k = 0..n-1 in order
-// (coalesced over i). Few long columns are cut into chunks of kColChunk rows: pass 1 writes
+// (coalesced over i; kColBatch loads issued before they are added). Columns are cut into
+// chunks until there are enough threads to keep DRAM busy (DimReducePlan): pass 1 writes
 // partials [outer, chunks, inner], pass 2 walks them in chunk order.
 #include "core/cuda/check.cuh"
 #include "kernels/common/cuda/block_reduce.cuh"
@@ -35,6 +36,8 @@ __global__ void row_sum(const In* x, Out* y, int64_t rows, int64_t n, int64_t ch
   }
 }
 
+constexpr int kColBatch = 8;  // loads a column thread has in flight
+
 // Threads t = (o, c, i) over x [outer, n, inner]: y[o, c, i] = Σ_{k in chunk c} x[o, k, i], in k order.
 template <class A, class In, class Out>
 __global__ void col_sum(const In* x, Out* y, int64_t outer, int64_t n, int64_t inner, int64_t chunk,
@@ -45,7 +48,15 @@ __global__ void col_sum(const In* x, Out* y, int64_t outer, int64_t n, int64_t i
     const int64_t k0 = c * chunk, k1 = ::min(n, k0 + chunk);
     const In* col = x + o * n * inner + i;
     A s = 0;
-    for (int64_t k = k0; k < k1; ++k) s += to_acc(col[k * inner]);
+    int64_t k = k0;
+    for (; k + kColBatch <= k1; k += kColBatch) {
+      A v[kColBatch];
+#pragma unroll
+      for (int j = 0; j < kColBatch; ++j) v[j] = to_acc(col[(k + j) * inner]);
+#pragma unroll
+      for (int j = 0; j < kColBatch; ++j) s += v[j];
+    }
+    for (; k < k1; ++k) s += to_acc(col[k * inner]);
     y[t] = from_acc<Out>(s);
   }
 }

@@ -92,7 +92,8 @@ TEST(CudaReductions, SumOfLongRowsAndLongColumnsTakesTwoPasses) {
   for (DType dt : kFloatTypes) {
     expect_sum_matches({2, 40001}, 1, false, dt, 5);  // rows cut into chunks of 8192
     expect_sum_matches({100003}, 0, true, dt, 6);     // one long row
-    expect_sum_matches({3001, 7}, 0, false, dt, 7);   // few long columns, chunks of 256 rows
+    expect_sum_matches({3001, 7}, 0, false, dt, 7);   // few long columns, chunks of 64 rows
+    expect_sum_matches({4099, 1030}, 0, false, dt, 9);  // many columns: 65 chunks, the last of 3 rows
     expect_sum_matches({2, 1500, 3}, 1, true, dt, 8);
   }
 }

@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/common/dim_reduce_plan.h"  // DimReducePlan, for the kernels that include this
+
 namespace tessera {
 namespace cuda {
 
@@ -109,23 +111,6 @@ inline unsigned grid_for_rows(int64_t n) {
   constexpr int64_t kMax = int64_t{1} << 20;
   return static_cast<unsigned>(n < 1 ? 1 : (n > kMax ? kMax : n));
 }
-
-/// How a reduction over the middle dim of x viewed as [outer, n, inner] is split (sum, max, min).
-/// inner == 1: contiguous rows, one block per row piece; inner > 1: one thread per column
-/// piece, walking k in order. Long rows (or few long columns) are cut into `chunks` pieces of
-/// `chunk` elements: pass 1 writes partials [outer, chunks, inner], pass 2 reduces them in
-/// order (chunks == 1: one pass). The plan depends on the shape only.
-struct DimReducePlan {
-  static constexpr int64_t kRowChunk = 8192;  ///< elements one block reduces in pass 1
-  static constexpr int64_t kColChunk = 256;   ///< rows one thread walks in pass 1
-  int64_t outer, n, inner, chunk, chunks;
-
-  DimReducePlan(int64_t outer_, int64_t n_, int64_t inner_) : outer(outer_), n(n_), inner(inner_) {
-    const bool split = inner == 1 ? n > 2 * kRowChunk : (outer * inner < 8192 && n > 2 * kColChunk);
-    chunk = split ? (inner == 1 ? kRowChunk : kColChunk) : (n > 0 ? n : 1);
-    chunks = split ? (n + chunk - 1) / chunk : 1;
-  }
-};
 
 }  // namespace cuda
 }  // namespace tessera

@@ -26,7 +26,9 @@
 // of a Barabási–Albert layout), the plan cuts those groups' K into parts, each alone in a block
 // (recurrence_items.h). A part k > 0 writes its f32 sums of the step to L2 and raises its flag to
 // the phase; the owner (part 0) waits for its parts' flags and adds their sums in part order
-// before its epilogue. The parts wait on nothing and the launch is cooperative, so the wait ends.
+// before its epilogue, in one pass with kFoldBatch L2 reads in flight per thread (not one read per
+// element in the epilogue: the Barabási–Albert layer's forward 31.1 → 27.7 µs per step on the
+// H100). The parts wait on nothing and the launch is cooperative, so the wait ends.
 // Streamed W: where a block's slices of W_h do not fit its shared memory (dense H 2048 and the
 // layers of its parameter count), each group's first stages stay resident and the block copies
 // the rest to its own image in global memory at the start of the launch; each later stage's W
@@ -113,6 +115,8 @@ struct Params {
   void* img;
 };
 static_assert(sizeof(Params) <= 4000, "kernel parameters are limited to 4 KB");
+
+constexpr int kFoldBatch = 8;  // elements whose parts' sums an owner thread reads at once
 
 // The gate activations from the fast exponential (__expf: about 2 ulp) and an approximate
 // reciprocal; tanh(v) = 1 − 2/(1 + e^{2v}) is within about 1e-7 absolute. e^x overflowing to inf
@@ -665,6 +669,7 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
         __syncthreads();  // red is reused by the next item
         continue;
       }
+      bool folded = false;  // red[0] holds the whole product (the parts' sums added)
       if (parts() > 1 && has_product) {
         // the owner: its parts' sums of this phase are in L2 once their flags say ph + 1 (the parts
         // wait on nothing, and every block is resident: no deadlock)
@@ -678,11 +683,43 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
           __threadfence();
         }
         __syncthreads();
+        // (not in the U 64 backward: it has no registers to spare)
+        if constexpr (!kBackward || U < 64) {
+          // the owner's sums and its parts' in order, into red[0]: kFoldBatch elements' L2 reads in
+          // flight per thread at once (the epilogue's per-element reads wait on L2 one by one)
+          const int total = B * N;
+          for (int e0 = tid; e0 < total; e0 += kThreads * kFoldBatch) {
+            float v[kFoldBatch];
+#pragma unroll
+            for (int r = 0; r < kFoldBatch; ++r) {
+              const int e = e0 + r * kThreads, b = e / N, col = e % N;
+              v[r] = 0.f;
+              if (e < total && n_stages > 0)
+                for (int q = 0; q < wk_count; ++q) v[r] += red[(static_cast<size_t>(q) * kMaxBatch + b) * RS + col];
+            }
+            for (int k = 1; k < parts(); ++k) {
+              const float* part = p.partials + static_cast<size_t>(item + k) * kMaxBatch * N;
+#pragma unroll
+              for (int r = 0; r < kFoldBatch; ++r) {
+                const int e = e0 + r * kThreads;
+                if (e < total) v[r] += __ldcg(part + e);
+              }
+            }
+#pragma unroll
+            for (int r = 0; r < kFoldBatch; ++r) {
+              const int e = e0 + r * kThreads, b = e / N, col = e % N;
+              if (e < total) red[static_cast<size_t>(b) * RS + col] = v[r];
+            }
+          }
+          folded = true;
+          __syncthreads();
+        }
       }
 
       // epilogue: one thread per (row b, unit j) of the group
       float* st = state + gi * kMaxBatch * U;
       auto product = [&](int b, int col) {
+        if (folded) return red[static_cast<size_t>(b) * RS + col];
         float v = 0.f;
         if (n_stages > 0) {
           if constexpr (kCluster > 1) {
