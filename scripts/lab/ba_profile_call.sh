@@ -5,7 +5,7 @@
 #      step's time by op (the bias gradient's column sum, the recurrences per step);
 #   3. ncu source counters of the sparse forward kernel (random, BA) and the BA backward, one launch
 #      each: warp stall samples per SASS instruction ($OUT/ncu.tgz: the reports and their CSVs).
-# PART=prof runs step 3 alone. docs/lstm_gpu.md reads the samples by region (grid barrier, epilogue).
+# PART=prof runs step 3 alone; PART=split times the BA forward under forced part sizes. docs/lstm_gpu.md reads the samples by region (grid barrier, epilogue).
 set -uo pipefail
 O=$OUT; t0=$(date +%s)
 [ -d dist ] || tar xJf build-gpu/next.tar.xz
@@ -18,6 +18,15 @@ timeout 150 dist/run lstm_step --hidden 1024 --dtypes bf16 --repeats 5 --warmup 
 grep -E "graph|recurrence|plan|not run" $O/lstm_step.log | grep -v "^profile" | cut -c1-160 | head -30
 grep -E "^profile tessera sparse graph" $O/lstm_step.log | cut -c1-130 | head -40
 echo "== lstm_step at $(( $(date +%s) - t0 )) s"
+fi
+if [ "${PART:-all}" = split ]; then
+  # the BA forward's packing trade-off: parts of at most n chunks (planner counts, forward: n 12 ->
+  # busiest 12 chunks, 22 blocks of two groups; 16 -> 16, 7; 19 -> 17, 6; 25 -> 24, 1; 30 -> 26, 0)
+  for n in 12 16 19 25 30; do
+    echo "== split $n: $(TESSERA_LSTM_SPLIT_CHUNKS=$n timeout 60 dist/run lstm_step --hidden 1024 --dtypes bf16 \
+      --repeats 5 --warmup 1 --sparse 4096:0.0625:32:ba 2>&1 | grep -E "recurrence fwd bf16 +B64 T256 H4096" | cut -c1-100)"
+  done
+  exit 0
 fi
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu"
 prof() {  # name layer direction
