@@ -98,4 +98,19 @@ std::optional<RecurrencePacking> balanced_recurrence_packing(
   return best;
 }
 
+std::optional<RecurrencePacking> fewest_parts_packing(
+    const std::vector<int>& chunks, int max_blocks, int max_groups_per_block,
+    const std::function<bool(const RecurrencePacking&, std::string* why)>& fits, std::string* why) {
+  const int largest = chunks.empty() ? 0 : *std::max_element(chunks.begin(), chunks.end());
+  std::string last_why = "no group has more than one chunk to split";
+  for (int part = largest - 1; part >= 1; --part) {
+    std::optional<RecurrencePacking> p =
+        pack_recurrence_items(chunks, part, max_blocks, max_groups_per_block, &last_why);
+    if (!p) break;  // shorter parts need more blocks still
+    if (fits(*p, &last_why)) return p;
+  }
+  if (why) *why = last_why;
+  return std::nullopt;
+}
+
 }  // namespace tessera

@@ -57,4 +57,15 @@ std::optional<RecurrencePacking> balanced_recurrence_packing(
     const std::vector<int>& chunks, int max_blocks, int max_groups_per_block,
     const std::function<bool(const RecurrencePacking&, std::string* why)>& fits, std::string* why = nullptr);
 
+/// The packing with the fewest parts: the longest parts (largest − 1, largest − 2, … chunks) that
+/// pack into max_blocks blocks and pass `fits`. The forward recurrence takes it where a layout's
+/// groups do not fit one block: there each part and each block of two groups costs more than the
+/// chunks a finer split takes off the busiest block (the trained Barabási–Albert layout on the H100,
+/// forced part sizes: parts of at most 12 chunks, busiest block 12, 22 blocks of two groups, 27.9
+/// µs per step; at most 16: 25.9; at most 18 or 20: 24.1, busiest 20, 5 blocks of two groups).
+/// nullopt, with `why` set to the last refusal, when none does.
+std::optional<RecurrencePacking> fewest_parts_packing(
+    const std::vector<int>& chunks, int max_blocks, int max_groups_per_block,
+    const std::function<bool(const RecurrencePacking&, std::string* why)>& fits, std::string* why = nullptr);
+
 }  // namespace tessera

@@ -291,11 +291,16 @@ RecurrencePlan plan_for_cluster(const RecurrenceDevice& dev, DType dtype, int64_
     return fail("TESSERA_LSTM_SPLIT_CHUNKS=" + std::to_string(forced_part) + ": no split of the groups fits" +
                 (why.empty() ? std::string() : ": " + why));
   }
-  // the balanced packing (the fewest chunks in the busiest block: it sets the step's time)
-  const std::optional<RecurrencePacking> packed = balanced_recurrence_packing(
-      chunks, max_blocks, kMaxGroupsPerBlock,
-      [&](const RecurrencePacking& p, std::string* w) { return packed_plan(dev, d, backward, p, w).has_value(); },
-      &why);
+  // The backward (and TESSERA_LSTM_BALANCE): the balanced packing, the fewest chunks in the busiest
+  // block (the trained BA layout's backward 20.4 µs per step, as fast as the random layout's). The
+  // forward: the fewest parts, whose parts and blocks of two groups cost more than a finer split
+  // saves (recurrence_items.h has the timings).
+  auto fits = [&](const RecurrencePacking& p, std::string* w) {
+    return packed_plan(dev, d, backward, p, w).has_value();
+  };
+  const std::optional<RecurrencePacking> packed =
+      backward || balance ? balanced_recurrence_packing(chunks, max_blocks, kMaxGroupsPerBlock, fits, &why)
+                          : fewest_parts_packing(chunks, max_blocks, kMaxGroupsPerBlock, fits, &why);
   if (unsplit_fits && (!packed || packed->max_chunks >= plan.max_chunks)) return plan;  // balance: no better
   if (packed) return *packed_plan(dev, d, backward, *packed, &why);
   if (std::optional<RecurrencePlan> sp = streamed_plan(dev, d, -1, &stream_why)) return *sp;

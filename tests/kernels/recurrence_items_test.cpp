@@ -162,5 +162,45 @@ TEST(RecurrenceItems, BalancedPackingOfTheTrainedBarabasiAlbertLayout) {
   EXPECT_NE(why.find("no group has more than one chunk"), std::string::npos) << why;
 }
 
+// The fewest parts on the same layout's forward: with blocks of at most 20 chunks (about what an
+// H200 block's shared memory holds beside the ring) the longest parts that fit are 20 chunks, and
+// fewer blocks hold two groups than in the balanced packing (5 against 22); more parts only when
+// the blocks must hold fewer chunks; none when no split fits, with the reason.
+TEST(RecurrenceItems, FewestPartsOfTheTrainedBarabasiAlbertLayout) {
+  const LayoutPtr ba = nn::lstm_gate_layout(*barabasi_albert_layout(4096, 4096, 32, 4, 1001));
+  std::vector<int> chunks;
+  for (int g = 0; g < 128; ++g) chunks.push_back(ba->col_ptr()[g + 1] - ba->col_ptr()[g]);
+  auto at_most = [](int limit) {
+    return [limit](const RecurrencePacking& q, std::string* w) {
+      if (q.max_chunks <= limit) return true;
+      *w = "busiest " + std::to_string(q.max_chunks);
+      return false;
+    };
+  };
+  auto two_group_blocks = [](const RecurrencePacking& q) {
+    int n = 0;
+    for (const Items& b : q.blocks) n += b.size() > 1;
+    return n;
+  };
+  const std::optional<RecurrencePacking> fewest = fewest_parts_packing(chunks, 132, 4, at_most(20));
+  ASSERT_TRUE(fewest);
+  EXPECT_EQ(fewest->max_chunks, 20);
+  EXPECT_EQ(fewest->split_groups, 7);
+  EXPECT_EQ(two_group_blocks(*fewest), 5);
+  int dealt = 0;
+  for (const Items& b : fewest->blocks)
+    for (const RecurrenceItem& it : b) dealt += it.end - it.begin;
+  EXPECT_EQ(dealt, std::accumulate(chunks.begin(), chunks.end(), 0));
+  const std::optional<RecurrencePacking> balanced = balanced_recurrence_packing(chunks, 132, 4, at_most(20));
+  ASSERT_TRUE(balanced);
+  EXPECT_EQ(two_group_blocks(*balanced), 22);
+  const std::optional<RecurrencePacking> finer = fewest_parts_packing(chunks, 132, 4, at_most(16));
+  ASSERT_TRUE(finer);
+  EXPECT_EQ(finer->max_chunks, 16);
+  std::string why;
+  EXPECT_FALSE(fewest_parts_packing(chunks, 132, 4, at_most(8), &why));
+  EXPECT_FALSE(why.empty());
+}
+
 }  // namespace
 }  // namespace tessera

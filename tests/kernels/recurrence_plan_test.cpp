@@ -130,7 +130,8 @@ TEST(RecurrencePlan, SparseLayersOfH2048sParametersStream) {
 }
 
 // The layers that fit keep their plans: the trainer's H 4096 at 1/16 resident, unsplit; the
-// Barabási–Albert layout that trains (generator seed 1001) split over blocks, balanced.
+// Barabási–Albert layout that trains (generator seed 1001) split over blocks: the backward
+// balanced, the forward in the fewest parts.
 TEST(RecurrencePlan, LayersThatFitAreNotStreamed) {
   const RecurrenceDevice d = hopper();
   const LayoutPtr random = gate_layout(4096, 32, 0.0625, 5);
@@ -144,7 +145,7 @@ TEST(RecurrencePlan, LayersThatFitAreNotStreamed) {
     expect_sane(b, d, "Barabási–Albert");
     EXPECT_EQ(b.stream_rows, 0);
     ASSERT_TRUE(b.packing);
-    EXPECT_EQ(b.max_chunks, backward ? 48 : 12);
+    EXPECT_EQ(b.max_chunks, backward ? 48 : 20);  // backward balanced, forward the fewest parts
   }
 }
 
