@@ -81,36 +81,49 @@ std::optional<RecurrencePacking> pack_recurrence_items(const std::vector<int>& c
   return out;
 }
 
-std::optional<RecurrencePacking> balanced_recurrence_packing(
-    const std::vector<int>& chunks, int max_blocks, int max_groups_per_block,
-    const std::function<bool(const RecurrencePacking&, std::string* why)>& fits, std::string* why) {
+namespace {
+
+// Hands `take` each packing that fits, of parts of at most largest − 1, largest − 2, … chunks
+// (longest parts first), until `take` returns true or shorter parts no longer pack into the
+// blocks. `why`: the last refusal, when none fits.
+using Fits = std::function<bool(const RecurrencePacking&, std::string* why)>;
+void scan_packings(const std::vector<int>& chunks, int max_blocks, int max_groups_per_block, const Fits& fits,
+                   const std::function<bool(RecurrencePacking&&)>& take, std::string* why) {
   const int largest = chunks.empty() ? 0 : *std::max_element(chunks.begin(), chunks.end());
-  std::optional<RecurrencePacking> best;
   std::string last_why = "no group has more than one chunk to split";
+  bool any = false;
   for (int part = largest - 1; part >= 1; --part) {
     std::optional<RecurrencePacking> p =
         pack_recurrence_items(chunks, part, max_blocks, max_groups_per_block, &last_why);
     if (!p) break;  // shorter parts need more blocks still
     if (!fits(*p, &last_why)) continue;
-    if (!best || p->max_chunks < best->max_chunks) best = std::move(p);
+    any = true;
+    if (take(std::move(*p))) break;
   }
-  if (!best && why) *why = last_why;
+  if (!any && why) *why = last_why;
+}
+
+}  // namespace
+
+std::optional<RecurrencePacking> balanced_recurrence_packing(const std::vector<int>& chunks, int max_blocks,
+                                                             int max_groups_per_block, const Fits& fits,
+                                                             std::string* why) {
+  std::optional<RecurrencePacking> best;
+  scan_packings(chunks, max_blocks, max_groups_per_block, fits, [&](RecurrencePacking&& p) {
+    if (!best || p.max_chunks < best->max_chunks) best = std::move(p);
+    return false;  // every fitting split is a candidate
+  }, why);
   return best;
 }
 
-std::optional<RecurrencePacking> fewest_parts_packing(
-    const std::vector<int>& chunks, int max_blocks, int max_groups_per_block,
-    const std::function<bool(const RecurrencePacking&, std::string* why)>& fits, std::string* why) {
-  const int largest = chunks.empty() ? 0 : *std::max_element(chunks.begin(), chunks.end());
-  std::string last_why = "no group has more than one chunk to split";
-  for (int part = largest - 1; part >= 1; --part) {
-    std::optional<RecurrencePacking> p =
-        pack_recurrence_items(chunks, part, max_blocks, max_groups_per_block, &last_why);
-    if (!p) break;  // shorter parts need more blocks still
-    if (fits(*p, &last_why)) return p;
-  }
-  if (why) *why = last_why;
-  return std::nullopt;
+std::optional<RecurrencePacking> fewest_parts_packing(const std::vector<int>& chunks, int max_blocks,
+                                                      int max_groups_per_block, const Fits& fits, std::string* why) {
+  std::optional<RecurrencePacking> first;
+  scan_packings(chunks, max_blocks, max_groups_per_block, fits, [&](RecurrencePacking&& p) {
+    first = std::move(p);
+    return true;  // the longest parts that fit
+  }, why);
+  return first;
 }
 
 }  // namespace tessera
