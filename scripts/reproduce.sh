@@ -141,9 +141,10 @@ for s in "${seed_list[@]}"; do [[ $s =~ ^[0-9]+$ ]] || die "seed '$s' is not a w
 if [[ $plot_only == 0 ]]; then
   [[ -x $bundle/run ]] || die "no bundle at '$bundle' (build one with scripts/bundle.sh, or pass --bundle DIR)"
   if [[ -z ${TESSERA_DATA_MIRROR:-} && -d $bundle/mirror ]]; then export TESSERA_DATA_MIRROR=$bundle/mirror; fi
-  data=$(data/fetch.sh "$data_name") || die "data/fetch.sh $data_name failed"
+  fetch_data() { [[ -n ${data:-} ]] || data=$(data/fetch.sh "$data_name") || die "data/fetch.sh $data_name failed"; }
   mkdir -p "$out"
   if [[ $name == nanogpt ]]; then
+    fetch_data
     echo "reproduce.sh: nanoGPT's recipe, at most $budget s of training -> $out/quality.json"
     # shellcheck disable=SC2086
     "$bundle/run" train_step --quality --device "$device" --data "$data" --time-limit "$budget" \
@@ -165,7 +166,7 @@ if [[ $plot_only == 0 ]]; then
   # The runs go out to --gpus slots; a failed run stops new ones, the running ones finish.
   free=()
   for ((g = 0; g < gpus; ++g)); do free+=("$g"); done
-  declare -A slot_of run_of  # pid -> slot, pid -> "model seed"
+  declare -A slot_of=() run_of=()  # pid -> slot, pid -> "model seed"
   failed=0
   # background runs ignore the terminal's SIGINT: pass it on as SIGTERM (the trainers stop cleanly)
   stop_runs() {
@@ -202,6 +203,7 @@ if [[ $plot_only == 0 ]]; then
       if [[ -f $run/done ]]; then echo "reproduce.sh: $run is finished, kept"; continue; fi
       while [[ ${#free[@]} -eq 0 ]]; do wait_one; done
       [[ $failed == 0 ]] || break 2
+      fetch_data  # only when a run trains: a finished series is drawn again without the corpus
       rm -rf "$run" && mkdir -p "$run"
       echo "{\"seed\": $s}" >"$run/model_seed.json"
       slot=${free[0]}

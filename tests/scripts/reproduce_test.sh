@@ -57,6 +57,17 @@ else
   fail "--plot-only --pack failed: $(cat "$tmp/err")"
 fi
 expect_usage_error "--pack" lstm --pack
+# a series whose runs are all finished: kept, not trained again (the bundle's `run` fails if
+# called), and drawn as with --plot-only
+mkdir -p "$tmp/bundle" && printf '#!/bin/sh\nexit 1\n' >"$tmp/bundle/run" && chmod +x "$tmp/bundle/run"
+if "$script" lstm --models dense,sparse --seeds 1,2,3 --out "$tmp/runs" --bundle "$tmp/bundle" \
+    >"$tmp/table.md" 2>"$tmp/err"; then
+  [[ $(grep -c "is finished, kept" "$tmp/table.md") == 6 ]] ||
+    fail "finished series: not 6 runs kept: $(cat "$tmp/table.md")"
+  grep -q "^| sparse | 3 | 1.3793 " "$tmp/table.md" || fail "finished series: no sparse row: $(cat "$tmp/table.md")"
+else
+  fail "a finished series failed: $(cat "$tmp/err")"
+fi
 # no finished runs: one error line, exit 1
 mkdir -p "$tmp/empty"
 err=$("$script" lstm --plot-only --out "$tmp/empty" 2>&1 >/dev/null)
