@@ -40,7 +40,11 @@ for t in $targets; do
 done
 # The example corpus, for the trainers and bench/train_step (--data "$(dirname $0)/data/input.txt").
 corpus=../shared/data/tinyshakespeare/input.txt
-if [ -f "$corpus" ]; then mkdir -p "$out/data" && cp "$corpus" "$out/data/"; fi
+if [ -f "$corpus" ]; then
+  mkdir -p "$out/data" "$out/mirror/tinyshakespeare" && cp "$corpus" "$out/data/"
+  # also as a mirror (a link), for data/fetch.sh on the GPU node (scripts/reproduce.sh nanogpt)
+  ln -sf ../../data/input.txt "$out/mirror/tinyshakespeare/input.txt"
+fi
 # gcide's .dz (13.5 MB) when this machine has fetched it (data/fetch.sh gcide), as a mirror for
 # the GPU node, which has no apt: scripts/reproduce.sh finds it there (TESSERA_DATA_MIRROR).
 gcide_dz=${XDG_CACHE_HOME:-$HOME/.cache}/tessera/data/gcide/gcide.dict.dz
