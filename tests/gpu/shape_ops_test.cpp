@@ -97,7 +97,10 @@ TEST(CudaShapeOps, ExpandBroadcastsLikeTheCpu) {
     Shape from, to;
   };
   const std::vector<Case> cases = {
-      {{1, 33}, {7, 33}}, {{}, {5, 3}}, {{5, 1, 3}, {2, 5, 4, 3}}, {{65, 1}, {65, 33}}, {{1}, {1001}}};
+      {{1, 33}, {7, 33}}, {{}, {5, 3}}, {{5, 1, 3}, {2, 5, 4, 3}}, {{65, 1}, {65, 33}}, {{1}, {1001}},
+      // last dimensions of whole 16-byte words for every dtype (the word path): the last dimension
+      // read along x (stride 1) and broadcast (stride 0), a scalar, a middle dimension broadcast
+      {{1, 64}, {7, 64}}, {{65, 1}, {65, 32}}, {{}, {16, 8}}, {{3, 1, 16}, {2, 3, 5, 16}}, {{1, 8}, {1001, 8}}};
   uint64_t seed = 20;
   for (DType dt : kFloating)
     for (const Case& c : cases) expect_gpu_matches_cpu<op::Expand>({c.to}, {random_of(c.from, dt, ++seed)}, c.to.str());
