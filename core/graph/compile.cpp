@@ -1,6 +1,7 @@
 #include "core/graph/compile.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <sstream>
 
 #include "core/sparse/block_layout.h"
@@ -98,6 +99,25 @@ std::vector<OpTime> CompiledStep::profile(const std::map<std::string, Tensor>& i
     out.push_back({"(write-backs)", static_cast<int>(current_->plan().copies.size()), node_ms[g.nodes.size()]});
   std::stable_sort(out.begin(), out.end(), [](const OpTime& a, const OpTime& b) { return a.ms > b.ms; });
   return out;
+}
+
+std::string format_profile(const std::vector<OpTime>& times) {
+  double total = 0;
+  int nodes = 0;
+  for (const OpTime& t : times) total += t.ms, nodes += t.nodes;
+  std::ostringstream out;
+  auto row = [&](const std::string& op, int n, double ms) {
+    char line[160];
+    std::snprintf(line, sizeof(line), "  %-32s %5d %10.3f %6.1f%%\n", op.c_str(), n, ms,
+                  total > 0 ? 100.0 * ms / total : 0.0);
+    out << line;
+  };
+  char head[160];
+  std::snprintf(head, sizeof(head), "  %-32s %5s %10s %7s\n", "op", "nodes", "ms", "share");
+  out << head;
+  for (const OpTime& t : times) row(t.op, t.nodes, t.ms);
+  row("(sum)", nodes, total);
+  return out.str();
 }
 
 Tensor CompiledStep::fetch(const std::string& name) const { return current_->fetch(name); }

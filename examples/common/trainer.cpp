@@ -96,6 +96,10 @@ void add_trainer_flags(CLI::App& app, TrainerFlags& f) {
                 "stop after this many seconds of training (evaluations not counted), as if --steps ended there; "
                 "0: no limit")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
+  g->add_option("--profile-step", f.profile_step,
+                "run step N op by op (not replayed as a CUDA graph) and print its time by op; compiled steps only; "
+                "0: none")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   // Test hooks (no help line): raise a signal right after a step, as one arriving then would.
   app.add_option("--test-signal-at", f.test_signal_at)->group("")->check(CLI::NonNegativeNumber);
   app.add_option("--test-signal", f.test_signal)->group("")->check(CLI::IsMember({"TERM", "INT"}));
@@ -115,6 +119,7 @@ int parse_flags(CLI::App& app, int argc, char** argv, const std::string& prog) {
 
 void check_supported(const TrainerFlags& f) {
   if (f.device == "cuda") TS_CHECK(cuda_available(), DeviceError, "--device cuda: no GPU is visible to this process");
+  TS_CHECK(!(f.eager && f.profile_step > 0), ValueError, "--profile-step needs the compiled step, not --eager");
 }
 
 DType train_dtype(const TrainerFlags& f) {
@@ -325,6 +330,7 @@ train::TrainOptions train_options(const TrainerFlags& f, const std::string& prog
   o.keep = f.keep;
   o.keep_best = f.keep_best;
   o.time_limit_s = f.time_limit;
+  o.profile_step = f.profile_step;
   o.log_every = f.log_every;
   o.resume = f.resume;
   o.schedule = make_schedule(f);

@@ -62,6 +62,7 @@ struct TrainerFlags {
   int64_t micro_batches = 1;  ///< batches per optimizer update (gradient accumulation)
   bool keep_best = false;   ///< also best.h5, the checkpoint of the lowest val loss
   double time_limit = 0;    ///< seconds of training (evaluations not counted); 0: none
+  int64_t profile_step = 0; ///< > 0: that step runs op by op and its time by op is printed
   int64_t test_signal_at = 0;        ///< test hook: raise --test-signal after this step (hidden flag)
   std::string test_signal = "TERM";  ///< TERM | INT
   int test_signal_count = 1;          ///< 2: the signal twice (the second exits at once)

@@ -26,6 +26,7 @@
 #include <iostream>
 #include <limits>
 #include <optional>
+#include <utility>
 
 #include "core/distributed/data_parallel.h"
 #include "core/graph/compile.h"
@@ -93,7 +94,8 @@ class LstmTask : public train::TrainTask {
     data::Batch b = mine(lanes_.next());
     if (b.lane_start || state_.empty()) state_ = zero_state();
     if (step_) {
-      const double loss = precision_.after_run(*step_, step_->run(feeds(b, state_)));
+      const double loss =
+          precision_.after_run(*step_, train::run_compiled_step(*step_, feeds(b, state_), std::exchange(profile_, nullptr)));
       for (size_t l = 0; l < state_.size(); ++l) state_[l] = {step_->fetch(h_name(l)), step_->fetch(c_name(l))};
       return global_mean(loss);
     }
@@ -114,6 +116,11 @@ class LstmTask : public train::TrainTask {
   }
 
   int64_t tokens_per_step() const override { return world_ * f_.batch * f_.seq; }
+  bool profile_next_step(std::ostream& out) override {
+    if (!step_) return false;
+    profile_ = &out;
+    return true;
+  }
   double last_grad_norm() const override { return train::last_step_grad_norm(step_ ? &*step_ : nullptr, opt_); }
 
   // Random validation windows from a fixed seed (the same windows at every evaluation), zero state.
@@ -270,6 +277,7 @@ class LstmTask : public train::TrainTask {
   Device dev_;                        // --device: where the model, batches and state live
   train::MixedPrecision precision_;  // --dtype
   std::optional<CompiledStep> step_;  // unset with --eager
+  std::ostream* profile_ = nullptr;   // profile_next_step's stream, until the next step takes it
   std::unique_ptr<dist::DataParallelUpdater> dp_;   // compiled data-parallel steps
   std::unique_ptr<dist::GradientReducer> reducer_;  // eager data-parallel steps
   CharLSTMLM::State state_;           // carried between batches; empty: zeros at the next step

@@ -30,6 +30,13 @@ double last_step_grad_norm(const CompiledStep* step, const optim::Optimizer& opt
   return opt.last_grad_norm();
 }
 
+double run_compiled_step(CompiledStep& step, const std::map<std::string, Tensor>& feeds, std::ostream* profile) {
+  if (!profile) return step.run(feeds);
+  const std::vector<OpTime> times = step.profile(feeds);
+  *profile << format_profile(times) << std::flush;
+  return step.fetch("loss").item<double>();
+}
+
 void TrainOptions::validate() const {
   TS_CHECK(!out.empty(), ValueError, "TrainOptions: out (the run folder) must not be empty");
   TS_CHECK(steps >= 1, ValueError, "TrainOptions: steps must be >= 1, got " << steps);
@@ -39,6 +46,7 @@ void TrainOptions::validate() const {
   TS_CHECK(ckpt_every >= 0, ValueError, "TrainOptions: ckpt_every must be >= 0, got " << ckpt_every);
   TS_CHECK(keep >= 0, ValueError, "TrainOptions: keep must be >= 0, got " << keep);
   TS_CHECK(log_every >= 1, ValueError, "TrainOptions: log_every must be >= 1, got " << log_every);
+  TS_CHECK(profile_step >= 0, ValueError, "TrainOptions: profile_step must be >= 0, got " << profile_step);
   TS_CHECK(time_limit_s >= 0 && std::isfinite(time_limit_s), ValueError,
            "TrainOptions: time_limit_s must be finite and >= 0, got " << time_limit_s);
 }
@@ -104,6 +112,7 @@ class Loop {
     while (step_ < o_.steps && !out_of_time) {
       if (o_.schedule) o_.schedule->apply(opt_);
       const double lr = opt_.lr();
+      if (o_.profile_step == step_ + 1) profile_next();
       const double loss = task_.train_step();
       TS_CHECK(std::isfinite(loss), ValueError,
                "training loss became " << loss << " at step " << step_ + 1 << " (try a lower --lr or --clip); "
@@ -268,6 +277,18 @@ class Loop {
     if (path == ckpt_) last_saved_step_ = step_, last_saved_path_ = ckpt_;
   }
 
+  // Asks the task to run the next step op by op; its table goes to stdout (rank 0's; the other
+  // ranks run the same step, their tables discarded).
+  void profile_next() {
+    discard_.str("");
+    std::ostream& out = lead_ ? static_cast<std::ostream&>(std::cout) : discard_;
+    out << "\nprofile of step " << step_ + 1 << ", op by op (run plainly, not replayed as a CUDA graph: short ops "
+        << "also hold the host's launch gaps):\n";
+    TS_CHECK(task_.profile_next_step(out), ValueError,
+             o_.program << ": step " << step_ + 1 << " cannot be profiled: the task's steps are eager "
+                        << "(profiling needs the compiled step)");
+  }
+
   std::string last_good() const {
     if (last_saved_step_ < 0) return "no checkpoint was written in this run";
     return "the last good checkpoint is " + last_saved_path_ + " at step " + std::to_string(last_saved_step_);
@@ -287,6 +308,7 @@ class Loop {
   std::optional<RunFolder> folder_;
   std::string ckpt_, last_saved_path_;
   int64_t step_ = 0, tokens_seen_ = 0, last_saved_step_ = -1;
+  std::ostringstream discard_;  // the profile table of ranks other than 0
   TrainResult res_{0, NAN, NAN, NAN, 0, {}, NAN};
 };
 

@@ -41,7 +41,9 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
+#include <ostream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -64,6 +66,11 @@ namespace train {
 /// TrainTask::last_grad_norm returns for tasks that run `step` (null: eager) and `opt`.
 double last_step_grad_norm(const CompiledStep* step, const optim::Optimizer& opt);
 
+/// step.run(feeds); with `profile` non-null, the same step run by CompiledStep::profile instead,
+/// its table (format_profile) written to *profile. Returns the loss. What a task's train_step
+/// calls after profile_next_step(out) asked for a profile.
+double run_compiled_step(CompiledStep& step, const std::map<std::string, Tensor>& feeds, std::ostream* profile);
+
 /// What one training step is, and the state it must keep across a resume.
 class TrainTask {
  public:
@@ -82,6 +89,13 @@ class TrainTask {
   virtual double evaluate_test(int64_t batches) {
     (void)batches;
     return std::numeric_limits<double>::quiet_NaN();
+  }
+  /// Asks the next train_step() to run its compiled step op by op (CompiledStep::profile: the same
+  /// step, loss and updates, not replayed as a CUDA graph) and to write where its time went
+  /// (format_profile) to `out`. Returns false when the task cannot (the default: eager steps).
+  virtual bool profile_next_step(std::ostream& out) {
+    (void)out;
+    return false;
   }
   /// A text sample from the model (appended to samples.txt at each evaluation); empty: none.
   virtual std::string sample() { return {}; }
@@ -117,6 +131,10 @@ struct TrainOptions {
   /// ends at or past it is the run's last (evaluated and checkpointed as the last of `steps` would
   /// be; evaluations do not count). For comparisons at equal training time. 0: none.
   double time_limit_s = 0;
+  /// > 0: step N of the run (counted like `steps`, so after a resume too) runs op by op
+  /// (TrainTask::profile_next_step) and its table goes to stdout (rank 0's). That step is slower
+  /// than a replayed one and counts against time_limit_s as any step. 0: none.
+  int64_t profile_step = 0;
   bool eval_first = false;         ///< a fresh run (not a resume) also evaluates before step 1 (row "step": 0)
   std::string resume;              ///< checkpoint to resume from; empty: start at step 0
   std::shared_ptr<const optim::LRSchedule> schedule;  ///< lr of each step; null: the optimizer's lr stays

@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <limits>
+#include <utility>
 
 #include "core/error.h"
 #include "kernels/ops.h"
@@ -132,12 +133,21 @@ int64_t WindowTask::tokens_per_step() const {
   return options_.micro_batches * sampler_.batch() * sampler_.seq();  // every rank's (the global batch)
 }
 
+bool WindowTask::profile_next_step(std::ostream& out) {
+  if (!step_) return false;
+  profile_ = &out;
+  return true;
+}
+
 double WindowTask::last_grad_norm() const { return last_step_grad_norm(step_ ? &*step_ : nullptr, opt_); }
 
 double WindowTask::train_step() {
   if (options_.micro_batches > 1) return global_mean(accumulate_step());
   const data::Batch b = local(sampler_.next());
-  if (step_) return global_mean(precision_.after_run(*step_, step_->run(feeds(b))));
+  if (step_) {
+    const double loss = run_compiled_step(*step_, feeds(b), std::exchange(profile_, nullptr));
+    return global_mean(precision_.after_run(*step_, loss));
+  }
   Tensor loss;
   {
     const auto amp = precision_.guard();
@@ -160,7 +170,8 @@ double WindowTask::accumulate_step() {
   for (int64_t i = 0; i < k; ++i) {
     const data::Batch b = local(sampler_.next());
     if (step_) {
-      sum += precision_.unscaled(step_->run(feeds(b)));  // loss / k (f16: times the scale)
+      // loss / k (f16: times the scale); a profile asked for covers the first micro-batch
+      sum += precision_.unscaled(run_compiled_step(*step_, feeds(b), std::exchange(profile_, nullptr)));
       for (const graph::NamedParam& p : params_) {
         if (!p.tensor.requires_grad()) continue;
         const Tensor g = step_->fetch("grad/" + p.name);

@@ -94,6 +94,8 @@ class WindowTask : public TrainTask {
   int64_t tokens_per_step() const override;
   /// last_step_grad_norm of this task's step and optimizer.
   double last_grad_norm() const override;
+  /// Compiled tasks: the next step runs op by op (with micro-batches, its first micro-batch).
+  bool profile_next_step(std::ostream& out) override;
   double evaluate(int64_t batches) override;
   /// evaluate's windows over options.test (NaN when it is null or not longer than a window).
   double evaluate_test(int64_t batches) override;
@@ -123,6 +125,7 @@ class WindowTask : public TrainTask {
   WindowTaskOptions options_;
   MixedPrecision precision_;
   std::optional<CompiledStep> step_;  // compiled tasks
+  std::ostream* profile_ = nullptr;   // profile_next_step's stream, until the next step takes it
   std::vector<graph::NamedParam> params_;  // the model's, for accumulating a compiled step's gradients
   std::unique_ptr<dist::DataParallelUpdater> dp_;      // compiled data-parallel steps
   std::unique_ptr<dist::GradientReducer> reducer_;     // eager data-parallel steps
