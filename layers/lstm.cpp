@@ -146,6 +146,10 @@ std::pair<Tensor, LSTMState> LSTMCell::fused_sequence(const Tensor& gates_x, con
 
 Tensor LSTMCell::fused_input_terms(const Tensor& x) const {
   if (!autocast::enabled() || autocast::operand_dtype(x) != autocast::dtype()) return input_terms(x).gates;
+  // Lab switch for the A/B timing (scripts/lab/lstm_gates_call.sh), to go once timed:
+  // TESSERA_LSTM_F32_GATES=1 keeps the f32 input terms.
+  const char* lab = std::getenv("TESSERA_LSTM_F32_GATES");
+  if (lab && std::strcmp(lab, "1") == 0) return input_terms(x).gates;
   // Under autocast input_terms writes x·W_x in f32 [N, 4H], adds b in f32, and the recurrence
   // casts the sum to bf16/f16; the backward goes the same way in reverse. At H 4096, B 64, T 256
   // that is about 7 GB of memory traffic per step for 0.5 GB of gates. Written in the autocast

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# One device call (carry build-gpu/next.tar.xz, built with gpu_tests, lstm_step and train_lstm; about 5 min):
+#   1. GPU tests of the changes not yet run on a GPU (2026-12-06): expand's 16-byte word path
+#      (CudaShapeOps.Expand*), the LSTM layer's fused path under autocast with its input terms
+#      in bf16 (LstmRecurrenceGpu.*, LstmLayerGpu.*), the reductions;
+#   2. bench/lstm_step --profile, sparse H 4096 1/16 bs 32 random and BA (the bench's `expand`
+#      node: 0.199 ms on the H100 before the word path);
+#   3. train_lstm as scripts/reproduce.sh lstm runs the sparse and dense models on gcide, 60 s of
+#      training each, the sparse one twice: with the bf16 input terms and with
+#      TESSERA_LSTM_F32_GATES=1 (the f32 ones, as before), each printing step 30 op by op
+#      (--profile-step). tokens/s from the log's last line.
+set -uo pipefail
+O=$OUT; t0=$(date +%s)
+[ -d dist ] || tar xJf build-gpu/next.tar.xz
+nvidia-smi --query-gpu=name --format=csv,noheader
+timeout 240 dist/run gpu_tests --gtest_filter='CudaShapeOps.Expand*:LstmRecurrenceGpu.*:LstmLayerGpu.*:CudaReductions.*' \
+  >$O/tests.log 2>&1
+grep -E "OK \]|FAILED|PASSED|Failure" $O/tests.log | tail -30
+echo "== tests at $(( $(date +%s) - t0 )) s"
+timeout 150 dist/run lstm_step --hidden 1024 --dtypes bf16 --repeats 5 --warmup 1 --profile \
+  --sparse 4096:0.0625:32,4096:0.0625:32:ba --json $O/lstm_step.json >$O/lstm_step.log 2>&1
+grep -E "graph bf16|recurrence (fwd|bwd) bf16" $O/lstm_step.log | grep -v "^profile" | cut -c1-120
+grep -E "^profile tessera sparse graph bf16: (expand|add|sum|\(sum\))" $O/lstm_step.log | cut -c1-120
+echo "== lstm_step at $(( $(date +%s) - t0 )) s"
+export TESSERA_DATA_MIRROR=dist/mirror
+data=$(data/fetch.sh gcide) || exit 1
+common="--device cuda --data $data --dtype bf16 --batch 64 --seq 256 --steps 100000000 --lr 1e-3 --warmup 0
+  --schedule constant --eval-every 100000000 --eval-batches 2 --test-batches 0 --ckpt-every 0 --log-every 100
+  --sample-chars 0 --split interleaved --time-limit 60 --profile-step 30"
+sparse="--hidden 4096 --block 32 --density 0.0625 --layout random"
+run() {  # name, env, model flags
+  # shellcheck disable=SC2086
+  env $2 timeout 150 dist/run train_lstm $common $3 --out /tmp/$1 >$O/$1.log 2>&1
+  echo "== $1: $(grep -E '^step [0-9]+/' $O/$1.log | tail -1 | cut -c1-110)"
+  sed -n '/^profile of step/,/(sum)/p' $O/$1.log | head -16
+}
+run sparse_bf16_gates "TESSERA_LSTM_F32_GATES=0" "$sparse"
+run sparse_f32_gates "TESSERA_LSTM_F32_GATES=1" "$sparse"
+run dense_cudnn "TESSERA_LSTM_F32_GATES=0" "--hidden 1024 --block 0 --cudnn"
+echo "all done at $(( $(date +%s) - t0 )) s"
