@@ -138,30 +138,23 @@ bool LSTMCell::fused_recurrence(const Tensor& x, int64_t steps, int64_t batch) c
   return lstm_recurrence_fused(gx, o.hidden_size(), recurrent_weight_layout());
 }
 
-std::pair<Tensor, LSTMState> LSTMCell::fused_sequence(const Tensor& gates_x, const LSTMState& s) const {
+std::pair<Tensor, LSTMState> LSTMCell::fused_sequence(const Tensor& product_x, const LSTMState& s,
+                                                      bool add_bias) const {
   const Tensor wh = wh_.sparse() ? wh_.sparse()->effective_weight() : wh_.dense()->weight();
-  auto [y, h, c] = lstm_recurrence(gates_x, s.h, s.c, wh, recurrent_weight_layout(), options_.forget_bias());
+  auto [y, h, c] = lstm_recurrence(product_x, s.h, s.c, wh, recurrent_weight_layout(), options_.forget_bias(),
+                                   add_bias ? bias_ : Tensor());
   return {y, LSTMState{h, c}};
 }
 
-Tensor LSTMCell::fused_input_terms(const Tensor& x) const {
-  if (!autocast::enabled() || autocast::operand_dtype(x) != autocast::dtype()) return input_terms(x).gates;
-  // Lab switch for the A/B timing (scripts/lab/lstm_gates_call.sh), to go once timed:
-  // TESSERA_LSTM_F32_GATES=1 keeps the f32 input terms.
-  const char* lab = std::getenv("TESSERA_LSTM_F32_GATES");
-  if (lab && std::strcmp(lab, "1") == 0) return input_terms(x).gates;
-  // Under autocast input_terms writes x·W_x in f32 [N, 4H], adds b in f32, and the recurrence
-  // casts the sum to bf16/f16; the backward goes the same way in reverse. At H 4096, B 64, T 256
-  // that is about 7 GB of memory traffic per step for 0.5 GB of gates. Written in the autocast
-  // dtype directly, the gates cost one write, the bias add one pass, and their gradient no cast.
+Tensor LSTMCell::fused_input_product(const Tensor& x) const {
+  if (!autocast::enabled() || autocast::operand_dtype(x) != autocast::dtype()) return wx_.forward(x);
+  // Under autocast the product would be written in f32 [N, 4H] and cast by the recurrence (and
+  // its gradient cast back and forth in the backward): at H 4096, B 64, T 256 about 4 GB of
+  // memory traffic per step more than writing it in the autocast dtype at once.
   using autocast::operand;
-  Tensor gx;
-  if (const auto& s = wx_.sparse()) {
-    gx = bsmm(operand(x), operand(s->effective_weight()), s->layout(), operand(s->gate()));
-  } else {
-    gx = matmul(operand(x), operand(wx_.dense()->weight()));
-  }
-  return add(gx, operand(bias_));  // [N, 4H] in the autocast dtype
+  if (const auto& s = wx_.sparse())
+    return bsmm(operand(x), operand(s->effective_weight()), s->layout(), operand(s->gate()));
+  return matmul(operand(x), operand(wx_.dense()->weight()));
 }
 
 std::pair<Tensor, LSTMState> LSTMCell::cudnn_sequence(const Tensor& x, const LSTMState& s) const {
@@ -204,7 +197,14 @@ LSTMOutput LSTM::forward(const Tensor& x, const LSTMState& state, int64_t batch)
   const Tensor x2 = x.dim() == 3 ? reshape(x, {rows, in}) : x;
   if (fused_recurrence(x, steps, b)) {  // the recurrence in one op (the GPU's persistent kernel)
     const LSTMState s0 = state.defined() ? state : zero_state(b, x.dtype(), x.device());
-    auto [y, last] = fused_sequence(reshape(fused_input_terms(x2), {steps, b, 4 * options().hidden_size()}), s0);
+    const Shape gates_shape({steps, b, 4 * options().hidden_size()});
+    // Lab switch for the A/B timing (scripts/lab/lstm_gates_call.sh), to go once timed:
+    // TESSERA_LSTM_F32_GATES=1 runs the input terms as before (the product and the bias add in f32
+    // under autocast, the op casting their sum; no bias inside the op).
+    const char* lab = std::getenv("TESSERA_LSTM_F32_GATES");
+    const bool lab_f32 = lab && std::strcmp(lab, "1") == 0;
+    auto [y, last] = lab_f32 ? fused_sequence(reshape(input_terms(x2).gates, gates_shape), s0, /*add_bias=*/false)
+                             : fused_sequence(reshape(fused_input_product(x2), gates_shape), s0);
     LSTMOutput out;
     out.output = reshape(y, {rows, options().hidden_size()});
     out.state = last;

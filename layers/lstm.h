@@ -167,14 +167,15 @@ class LSTMCell : public Module {
   /// The sequence x [T, B, In] from a defined state as one cudnn_lstm op (options().cudnn()):
   /// every step's h, y [T, B, H], and the final state.
   std::pair<Tensor, LSTMState> cudnn_sequence(const Tensor& x, const LSTMState& s) const;
-  /// The recurrence from the input terms gates_x [T, B, 4H] and a defined state as one
-  /// lstm_recurrence op: every step's h, y [T, B, H], and the final state.
-  std::pair<Tensor, LSTMState> fused_sequence(const Tensor& gates_x, const LSTMState& s) const;
-  /// input_terms(x).gates for the fused recurrence: under autocast, x·W_x + b written in the
-  /// autocast dtype, which the recurrence reads (the product's operands cast here, as the product
-  /// would cast them, and the bias added in that dtype), instead of an f32 product, an f32 add and
-  /// the recurrence's cast of both; otherwise input_terms(x).gates.
-  Tensor fused_input_terms(const Tensor& x) const;
+  /// The recurrence from the input products x·W_x [T, B, 4H] and a defined state as one
+  /// lstm_recurrence op, which adds the bias itself (add_bias false: product_x holds it): every
+  /// step's h, y [T, B, H], and the final state.
+  std::pair<Tensor, LSTMState> fused_sequence(const Tensor& product_x, const LSTMState& s,
+                                              bool add_bias = true) const;
+  /// The input products x [N, In] -> x·W_x [N, 4H] (no bias) for the fused recurrence: under
+  /// autocast written in the autocast dtype, which the recurrence reads (the product's operands
+  /// cast here, as the product would cast them), instead of f32 that the recurrence would cast.
+  Tensor fused_input_product(const Tensor& x) const;
 
  private:
   // The weight `name` [in, out] without bias, registered as a submodule: dense (layout null) or

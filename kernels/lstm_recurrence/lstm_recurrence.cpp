@@ -13,20 +13,26 @@
 #include "kernels/matmul/matmul.h"
 #include "kernels/reshape/reshape.h"
 #include "kernels/slice/slice.h"
+#include "kernels/sum/sum.h"
 
 namespace tessera {
 
 std::tuple<Tensor, Tensor, Tensor> lstm_recurrence(const Tensor& gx, const Tensor& h0, const Tensor& c0,
-                                                   const Tensor& wh, const LayoutPtr& layout, double forget_bias) {
-  if (autocast::applies({&gx, &h0, &c0, &wh})) {
+                                                   const Tensor& wh, const LayoutPtr& layout, double forget_bias,
+                                                   const Tensor& bias) {
+  const op::LstmRecurrence::Attrs attrs{layout, forget_bias};
+  auto inputs = [&](auto&& f) {
+    std::vector<Tensor> in{f(gx), f(h0), f(c0), f(wh)};
+    if (bias.defined()) in.push_back(f(bias));
+    return in;
+  };
+  if (autocast::applies({&gx, &h0, &c0, &wh, &bias})) {
     // autocast: the recurrence in the low-precision dtype (f32 math and f32 cells inside), its
     // outputs back in f32 as every autocast op's are
-    using autocast::operand;
-    std::vector<Tensor> out =
-        call<op::LstmRecurrence>({layout, forget_bias}, {operand(gx), operand(h0), operand(c0), operand(wh)});
+    std::vector<Tensor> out = call<op::LstmRecurrence>(attrs, inputs([](const Tensor& t) { return autocast::operand(t); }));
     return {cast(out[0], DType::f32), cast(out[1], DType::f32), cast(out[2], DType::f32)};
   }
-  std::vector<Tensor> out = call<op::LstmRecurrence>({layout, forget_bias}, {gx, h0, c0, wh});
+  std::vector<Tensor> out = call<op::LstmRecurrence>(attrs, inputs([](const Tensor& t) { return t; }));
   return {out[0], out[1], out[2]};
 }
 
@@ -37,7 +43,8 @@ bool lstm_recurrence_fused(const TensorMeta& gx, int64_t hidden, const LayoutPtr
 namespace detail {
 
 RecurrenceDims check_recurrence_inputs(const char* op, const TensorMeta& gx, const TensorMeta& h0,
-                                       const TensorMeta& c0, const TensorMeta& wh, const LayoutPtr& layout) {
+                                       const TensorMeta& c0, const TensorMeta& wh, const LayoutPtr& layout,
+                                       const TensorMeta* bias) {
   check_floating(op, gx, "gx");
   TS_CHECK(h0.shape.ndim() == 2 && h0.shape[1] >= 1 && h0.shape[0] >= 1, ShapeError,
            op << ": h0 must be [B, H], got " << h0);
@@ -56,9 +63,12 @@ RecurrenceDims check_recurrence_inputs(const char* op, const TensorMeta& gx, con
     TS_CHECK(wh.shape == Shape({hs, 4 * hs}), ShapeError,
              op << ": wh " << wh << " must be [" << hs << ", " << 4 * hs << "] (dense; or pass its layout)");
   }
-  const TensorMeta* same[] = {&h0, &c0, &wh};
-  const char* names[] = {"h0", "c0", "wh"};
-  for (int i = 0; i < 3; ++i) {
+  if (bias)
+    TS_CHECK(bias->shape == Shape({4 * hs}), ShapeError,
+             op << ": bias " << *bias << " must be [" << 4 * hs << "] (one per gate column) for h0 " << h0);
+  const TensorMeta* same[] = {&h0, &c0, &wh, bias};
+  const char* names[] = {"h0", "c0", "wh", "bias"};
+  for (int i = 0; i < (bias ? 4 : 3); ++i) {
     TS_CHECK(same[i]->dtype == gx.dtype, DTypeError,
              op << ": " << names[i] << " " << *same[i] << " and gx " << gx << " differ in dtype");
     TS_CHECK(same[i]->device == gx.device, DeviceError,
@@ -76,8 +86,10 @@ std::string recurrence_unfused_reason(const TensorMeta&, int64_t, const LayoutPt
 }  // namespace detail
 
 std::vector<TensorMeta> op::LstmRecurrence::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
-  check_num_inputs(kName, in, 4);
-  const detail::RecurrenceDims d = detail::check_recurrence_inputs(kName, in[0], in[1], in[2], in[3], attrs.layout);
+  TS_CHECK(in.size() == 4 || in.size() == 5, ValueError,
+           kName << ": expected 4 inputs (gx, h0, c0, wh) or 5 (and bias), got " << in.size());
+  const detail::RecurrenceDims d = detail::check_recurrence_inputs(kName, in[0], in[1], in[2], in[3], attrs.layout,
+                                                                   in.size() == 5 ? &in[4] : nullptr);
   TS_CHECK(std::isfinite(attrs.forget_bias), ValueError, kName << ": forget_bias must be finite, got " << attrs.forget_bias);
   const TensorMeta& gx = in[0];
   const DType ct = detail::recurrence_compute_dtype(gx.dtype);
@@ -95,6 +107,7 @@ void recurrence_forward_cpu(const std::vector<Tensor>& in, const std::vector<Ten
   const int64_t ts = in[0].size(0), b = in[0].size(1), hs = in[1].size(1), g4 = 4 * hs;
   const T* gx = in[0].data<T>();                  // [T, B, 4H]
   const T* w = in[3].data<T>();                   // [H, 4H] or [nnz, bs, bs]
+  const T* bias = in.size() == 5 ? in[4].data<T>() : nullptr;  // [4H] or none
   T* y = out[0].data<T>();                        // [T, B, H]
   T* gates = out[3].data<T>();                    // [T, B, 4H]: pre, then activated in place
   T* cells = out[4].data<T>();                    // [T, B, H]
@@ -104,6 +117,9 @@ void recurrence_forward_cpu(const std::vector<Tensor>& in, const std::vector<Ten
     const T* c_prev = t == 0 ? in[2].data<T>() : cells + (t - 1) * b * hs;
     T* g = gates + t * b * g4;
     std::copy(gx + t * b * g4, gx + (t + 1) * b * g4, g);
+    if (bias)
+      for (int64_t r = 0; r < b; ++r)
+        for (int64_t j = 0; j < g4; ++j) g[r * g4 + j] += bias[j];
     cpu::recurrent_product(h_prev, w, attrs.layout.get(), b, hs, g4, /*transposed=*/false, g);  // += h·W_h
     cpu::lstm_cell_forward(g, c_prev, cells + t * b * hs, y + t * b * hs, b, hs, fb);
   }
@@ -137,8 +153,12 @@ std::vector<Tensor> op::LstmRecurrence::backward(const BackwardContext& ctx, con
     const Tensor g = reshape(dpre, {ts * b, 4 * hs});
     dwh = attrs.layout ? bsmm_dw(hprev, g, attrs.layout) : matmul(hprev, g, /*trans_a=*/true);
   }
-  return {ctx.needs_input_grad(0) ? dpre : Tensor(), ctx.needs_input_grad(1) ? d[1] : Tensor(),
-          ctx.needs_input_grad(2) ? d[2] : Tensor(), dwh};
+  std::vector<Tensor> grads{ctx.needs_input_grad(0) ? dpre : Tensor(), ctx.needs_input_grad(1) ? d[1] : Tensor(),
+                            ctx.needs_input_grad(2) ? d[2] : Tensor(), dwh};
+  if (ctx.num_inputs() == 5)  // db = Σ over all T·B rows of dpre
+    grads.push_back(ctx.needs_input_grad(4) ? sum(reshape(dpre, {dpre.size(0) * dpre.size(1), dpre.size(2)}), 0)
+                                            : Tensor());
+  return grads;
 }
 
 }  // namespace tessera

@@ -2,8 +2,8 @@
 // recurrent product, gate nonlinearities and cell update, from the input terms of all steps
 // (computed beforehand as one large product, outside the recurrence).
 //
-//   Tensor gx = add(bsmm(x_all, wx, wx_layout), bias);               // [T*B, 4H], then [T, B, 4H]
-//   auto [y, h, c] = lstm_recurrence(reshape(gx, {T, B, 4 * H}), h0, c0, wh, wh_layout, 1.0);
+//   Tensor gx = bsmm(x_all, wx, wx_layout);                          // [T*B, 4H], then [T, B, 4H]
+//   auto [y, h, c] = lstm_recurrence(reshape(gx, {T, B, 4 * H}), h0, c0, wh, wh_layout, 1.0, bias);
 //
 // On the GPU one persistent kernel runs all T steps: each thread block keeps its slice of W_h
 // (the four gate columns of its hidden units) resident in shared memory, reads h_{t-1} from L2
@@ -21,17 +21,18 @@
 
 namespace tessera {
 
-/// gx [T, B, 4H]: the input terms x_t·W_x + b of every step, gates in the order (i, f, o, u);
+/// gx [T, B, 4H]: the input terms x_t·W_x of every step, gates in the order (i, f, o, u);
 /// h0, c0 [B, H]; wh the recurrent weight W_h [H, 4H]: dense [H, 4H] (layout null) or the blocks
-/// [nnz, bs, bs] of `layout` ([H, 4H], bs 8..64). One floating dtype. For t = 0 … T−1:
-///   pre = gx_t + h_{t−1}·W_h,   i, f, o = σ(pre_i), σ(pre_f + forget_bias), σ(pre_o),  u = tanh(pre_u)
+/// [nnz, bs, bs] of `layout` ([H, 4H], bs 8..64); bias b [4H] or undefined (none; gx may hold
+/// it then). One floating dtype. For t = 0 … T−1:
+///   pre = gx_t + b + h_{t−1}·W_h,   i, f, o = σ(pre_i), σ(pre_f + forget_bias), σ(pre_o),  u = tanh(pre_u)
 ///   c_t = f ⊙ c_{t−1} + i ⊙ u,   h_t = o ⊙ tanh(c_t)
 /// Returns {y [T, B, H] (every h_t), hT, cT [B, H]}. The same math as nn::LSTMCell's steps.
 /// Under autocast f32 operands are cast to the autocast dtype and y, hT, cT come back in f32
 /// (the cell state is carried in f32 inside the op either way).
 std::tuple<Tensor, Tensor, Tensor> lstm_recurrence(const Tensor& gx, const Tensor& h0, const Tensor& c0,
                                                    const Tensor& wh, const LayoutPtr& layout = nullptr,
-                                                   double forget_bias = 0.0);
+                                                   double forget_bias = 0.0, const Tensor& bias = Tensor());
 
 /// Whether the GPU kernel takes this problem (CUDA builds; false on the CPU, where the op always
 /// runs): bf16 or f16 (after autocast), B ≤ 64, H a multiple of 64 (dense) or of the block size,
@@ -41,8 +42,9 @@ std::tuple<Tensor, Tensor, Tensor> lstm_recurrence(const Tensor& gx, const Tenso
 bool lstm_recurrence_fused(const TensorMeta& gx, int64_t hidden, const LayoutPtr& layout);
 
 namespace op {
-/// Inputs gx [T, B, 4H], h0, c0 [B, H], wh ([H, 4H] dense or [nnz, bs, bs] of layout); attrs
-/// layout (null: dense) and forget_bias. Outputs y [T, B, H], hT, cT [B, H] (gx's dtype) and,
+/// Inputs gx [T, B, 4H], h0, c0 [B, H], wh ([H, 4H] dense or [nnz, bs, bs] of layout) and
+/// optionally bias [4H] (added to every row of gx, inside the kernel on the GPU: no pass over
+/// gx); attrs layout (null: dense) and forget_bias. Outputs y [T, B, H], hT, cT [B, H] (gx's dtype) and,
 /// saved for backward (the public function hides them), the activated gates [T, B, 4H] and cells
 /// c_t [T, B, H] in the compute type (f64 for f64, f32 otherwise).
 /// CPU: step by step (Eigen products). CUDA: bf16/f16 only, when lstm_recurrence_fused says
@@ -50,7 +52,8 @@ namespace op {
 ///
 /// Backward (lstm_recurrence_backward gives dpre [T, B, 4H], dh0, dc0 through time), then
 ///   dgx = dpre,   dW_h = Σ_t h_{t−1}ᵀ·dpre_t = Hprevᵀ·dPre over all T·B rows at once
-/// (h_{−1} = h0; a dense matmul, or bsmm_dw on the layout's blocks: f32 sums, deterministic).
+/// (h_{−1} = h0; a dense matmul, or bsmm_dw on the layout's blocks: f32 sums, deterministic),
+///   db = Σ over all T·B rows of dpre (a column sum).
 struct LstmRecurrence : OpBase {
   static constexpr const char* kName = "lstm_recurrence";
   static constexpr unsigned kSaveInputs = 0b1110;     // h0, c0, wh
@@ -73,9 +76,11 @@ struct RecurrenceDims {
   int64_t steps, batch, hidden;
 };
 
-/// The checks of lstm_recurrence's inputs gx, h0, c0, wh and layout (naming `op`); the sizes.
+/// The checks of lstm_recurrence's inputs gx, h0, c0, wh, layout and bias (null: none), naming
+/// `op`; the sizes.
 RecurrenceDims check_recurrence_inputs(const char* op, const TensorMeta& gx, const TensorMeta& h0,
-                                       const TensorMeta& c0, const TensorMeta& wh, const LayoutPtr& layout);
+                                       const TensorMeta& c0, const TensorMeta& wh, const LayoutPtr& layout,
+                                       const TensorMeta* bias = nullptr);
 
 /// The compute type of the saved gates and cells for inputs of dtype `t`: f64 for f64, else f32.
 inline DType recurrence_compute_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }

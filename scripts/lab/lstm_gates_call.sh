@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # One device call (carry build-gpu/next.tar.xz, built with gpu_tests, lstm_step and train_lstm; about 5 min):
 #   1. GPU tests of the changes not yet run on a GPU (2026-12-06): expand's 16-byte word path
-#      (CudaShapeOps.Expand*), the LSTM layer's fused path under autocast with its input terms
-#      in bf16 (LstmRecurrenceGpu.*, LstmLayerGpu.*), the reductions;
-#   2. bench/lstm_step --profile, sparse H 4096 1/16 bs 32 random and BA (the bench's `expand`
-#      node: 0.199 ms on the H100 before the word path);
+#      (CudaShapeOps.Expand*), lstm_recurrence's bias input added in the kernel's epilogue (every
+#      LstmRecurrenceGpu case but one has a random bias; the layer test a random bias too), the
+#      LSTM layer's fused path under autocast with its input products in bf16 (LstmLayerGpu.*,
+#      LstmRecurrenceGpu.LayerFusedPath...), the reductions;
+#   2. bench/lstm_step --profile, sparse H 4096 1/16 bs 32 random and BA (before: `add` 0.380 ms,
+#      `expand` 0.199 ms on the H100), and the random layer again with TESSERA_LSTM_F32_GATES=1
+#      (the lab switch: the path before, bias added by an `add` outside the kernel);
 #   3. train_lstm as scripts/reproduce.sh lstm runs the sparse and dense models on gcide, 60 s of
-#      training each, the sparse one twice: with the bf16 input terms and with
-#      TESSERA_LSTM_F32_GATES=1 (the f32 ones, as before), each printing step 30 op by op
+#      training each, the sparse one twice: as built and with TESSERA_LSTM_F32_GATES=1 (f32
+#      product, f32 bias add, the op's cast, as before), each printing step 30 op by op
 #      (--profile-step). tokens/s from the log's last line.
 set -uo pipefail
 O=$OUT; t0=$(date +%s)
@@ -21,6 +24,10 @@ timeout 150 dist/run lstm_step --hidden 1024 --dtypes bf16 --repeats 5 --warmup 
   --sparse 4096:0.0625:32,4096:0.0625:32:ba --json $O/lstm_step.json >$O/lstm_step.log 2>&1
 grep -E "graph bf16|recurrence (fwd|bwd) bf16" $O/lstm_step.log | grep -v "^profile" | cut -c1-120
 grep -E "^profile tessera sparse graph bf16: (expand|add|sum|\(sum\))" $O/lstm_step.log | cut -c1-120
+TESSERA_LSTM_F32_GATES=1 timeout 100 dist/run lstm_step --hidden 1024 --dtypes bf16 --repeats 5 --warmup 1 --profile \
+  --sparse 4096:0.0625:32 >$O/lstm_step_f32_gates.log 2>&1
+grep -E "sparse graph bf16" $O/lstm_step_f32_gates.log | grep -v "^profile" | cut -c1-120 | sed 's/^/lab f32 gates: /'
+grep -E "^profile tessera sparse graph bf16: (add|sum|\(sum\))" $O/lstm_step_f32_gates.log | cut -c1-120
 echo "== lstm_step at $(( $(date +%s) - t0 )) s"
 export TESSERA_DATA_MIRROR=dist/mirror
 data=$(data/fetch.sh gcide) || exit 1

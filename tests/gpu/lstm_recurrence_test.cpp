@@ -48,20 +48,23 @@ double tol_for(DType dt, int64_t steps) { return dt == DType::bf16 ? 1e-2 * (1.0
 struct Case {
   int64_t steps, batch, hidden, bs;
   double density;
+  bool bias = true;  // a random bias [4H] as the op's fifth input (added inside the kernel)
 };
 
 std::string label(const Case& k, DType dt) {
   std::ostringstream os;
   os << dtype_name(dt) << " T " << k.steps << " B " << k.batch << " H " << k.hidden << " bs " << k.bs << " d "
-     << k.density;
+     << k.density << (k.bias ? "" : " no bias");
   return os.str();
 }
 
-// y, hT, cT and the gradients of gx, h0, c0, wh of L = Σ y·ry + Σ hT·rh + Σ cT·rc on `dev`.
+// y, hT, cT and the gradients of gx, h0, c0, wh (and bias, when in[4] is one) of
+// L = Σ y·ry + Σ hT·rh + Σ cT·rc on `dev`.
 std::vector<Tensor> run(const std::vector<Tensor>& in, const LayoutPtr& layout, Device dev, uint64_t seed) {
   std::vector<Tensor> leaf;
   for (const Tensor& t : in) leaf.push_back(t.to(dev).detach().requires_grad_());
-  auto [y, h, c] = lstm_recurrence(leaf[0], leaf[1], leaf[2], leaf[3], layout, 1.0);
+  const Tensor bias = leaf.size() > 4 ? leaf[4] : Tensor();
+  auto [y, h, c] = lstm_recurrence(leaf[0], leaf[1], leaf[2], leaf[3], layout, 1.0, bias);
   const DType dt = y.dtype();
   auto r = [&](const Tensor& t, uint64_t s) { return cast(test_randn(t.shape(), s), dt).to(dev); };
   add(add(sum(cast(mul(y, r(y, seed)), DType::f32)), sum(cast(mul(h, r(h, seed + 1)), DType::f32))),
@@ -75,11 +78,14 @@ std::vector<Tensor> run(const std::vector<Tensor>& in, const LayoutPtr& layout, 
 std::vector<Tensor> inputs(const Case& k, const LayoutPtr& layout, DType dt) {
   const Shape ws = layout ? Shape({layout->nnz(), k.bs, k.bs}) : Shape({k.hidden, 4 * k.hidden});
   const double fan_in = layout ? layout->nnz() * k.bs * k.bs / (4.0 * k.hidden) : k.hidden;
-  return {cast(test_randn({k.steps, k.batch, 4 * k.hidden}, 1), dt), cast(mul(test_randn({k.batch, k.hidden}, 2), 0.5), dt),
-          cast(test_randn({k.batch, k.hidden}, 3), dt), cast(mul(test_randn(ws, 4), 1.0 / std::sqrt(fan_in)), dt)};
+  std::vector<Tensor> in{cast(test_randn({k.steps, k.batch, 4 * k.hidden}, 1), dt),
+                         cast(mul(test_randn({k.batch, k.hidden}, 2), 0.5), dt), cast(test_randn({k.batch, k.hidden}, 3), dt),
+                         cast(mul(test_randn(ws, 4), 1.0 / std::sqrt(fan_in)), dt)};
+  if (k.bias) in.push_back(cast(mul(test_randn({4 * k.hidden}, 8), 0.5), dt));
+  return in;
 }
 
-const char* kNames[] = {"y", "hT", "cT", "dgx", "dh0", "dc0", "dwh"};
+const char* kNames[] = {"y", "hT", "cT", "dgx", "dh0", "dc0", "dwh", "dbias"};
 
 void check_case(const Case& k, DType dt, const LayoutPtr& given = nullptr) {
   const LayoutPtr layout = given ? given : k.bs ? gate_layout(k.hidden, k.bs, k.density, 5) : nullptr;
@@ -115,6 +121,7 @@ void check_case(const Case& k, DType dt, const LayoutPtr& given = nullptr) {
 TEST(LstmRecurrenceGpu, DenseMatchesTheCpuForEveryBatch) {
   REQUIRE_GPU();
   for (int64_t b : {1, 7, 64}) check_case({6, b, 128, 0, 1.0}, DType::bf16);
+  check_case({6, 7, 128, 0, 1.0, /*bias=*/false}, DType::bf16);
   check_case({5, 7, 64, 0, 1.0}, DType::f16);
   for (DType dt : {DType::bf16, DType::f16})
     check_case({3, 16, 1024, 0, 1.0}, dt);  // 128 groups of 8 units: the trainer's shape
@@ -306,6 +313,13 @@ TEST(LstmRecurrenceGpu, LayerFusedPathMatchesTheCpuLayerAndCompiles) {
     const LSTMOptions o = LSTMOptions(32, 256).block_size(bs).density(bs ? 0.25 : 1.0, 3);
     Generator g1(7), g2(7);
     LSTM cpu(o, g1), gpu(o, g2);
+    {  // a random bias (it starts at zero), the same in both: the kernel adds it
+      NoGradGuard ng;
+      const Tensor r = mul(test_randn({4 * 256}, 9), 0.5);
+      for (LSTM* m : {&cpu, &gpu})
+        for (const auto& p : m->named_parameters())
+          if (p.name.find("bias") != std::string::npos) call_out<op::Add>({}, {p.tensor, r}, {p.tensor});
+    }
     gpu.to(kGpu);
     const Tensor x = test_randn({6, 5, 32}, 1, DType::f32);
     ASSERT_TRUE([&] {

@@ -28,14 +28,16 @@ LayoutPtr gate_layout(int64_t hs, int64_t bs, double density, uint64_t seed) {
 
 // The same sequence as the composition of per-step ops.
 std::vector<Tensor> stepwise(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh,
-                             const LayoutPtr& layout, double fb) {
+                             const LayoutPtr& layout, double fb, const Tensor& bias) {
   const int64_t ts = gx.size(0);
   Tensor h = h0, c = c0;
   std::vector<Tensor> ys;
   const std::vector<Tensor> g = chunk(gx, ts, 0);
   for (int64_t t = 0; t < ts; ++t) {
     const Tensor rec = layout ? bsmm(h, wh, layout) : matmul(h, wh);
-    auto [hn, cn] = lstm_gates(add(reshape(g[t], {gx.size(1), gx.size(2)}), rec), c, fb);
+    Tensor gt = reshape(g[t], {gx.size(1), gx.size(2)});
+    if (bias.defined()) gt = add(gt, bias);
+    auto [hn, cn] = lstm_gates(add(gt, rec), c, fb);
     h = hn, c = cn;
     ys.push_back(reshape(h, {1, h.size(0), h.size(1)}));
   }
@@ -45,6 +47,7 @@ std::vector<Tensor> stepwise(const Tensor& gx, const Tensor& h0, const Tensor& c
 struct Case {
   int64_t steps, batch, hidden, bs;  // bs 0: dense
   double density, forget_bias;
+  bool bias;  // the op's optional bias [4H]
 };
 
 std::string label(const Case& k) {
@@ -53,31 +56,33 @@ std::string label(const Case& k) {
 }
 
 TEST(LstmRecurrence, EqualsTheStepByStepCellInOutputsAndGradients) {
-  const Case cases[] = {{5, 3, 6, 0, 1, 1.0}, {1, 2, 4, 0, 1, 0.0}, {4, 2, 16, 8, 0.5, 1.0},
-                        {3, 1, 32, 16, 0.5, -0.5}, {6, 4, 64, 32, 0.5, 1.0}};
+  const Case cases[] = {{5, 3, 6, 0, 1, 1.0, true},     {1, 2, 4, 0, 1, 0.0, false},   {4, 2, 16, 8, 0.5, 1.0, true},
+                        {3, 1, 32, 16, 0.5, -0.5, false}, {6, 4, 64, 32, 0.5, 1.0, true}, {4, 2, 16, 8, 0.5, 1.0, false}};
   for (const Case& k : cases) {
     const LayoutPtr layout = k.bs ? gate_layout(k.hidden, k.bs, k.density, 11) : nullptr;
     const Shape wshape = layout ? Shape({layout->nnz(), k.bs, k.bs}) : Shape({k.hidden, 4 * k.hidden});
     const Tensor gx = test_randn({k.steps, k.batch, 4 * k.hidden}, 1), h0 = test_randn({k.batch, k.hidden}, 2),
                  c0 = test_randn({k.batch, k.hidden}, 3), wh = mul(test_randn(wshape, 4), 0.3);
     const Tensor ry = test_randn({k.steps, k.batch, k.hidden}, 5), rh = test_randn({k.batch, k.hidden}, 6),
-                 rc = test_randn({k.batch, k.hidden}, 7);
+                 rc = test_randn({k.batch, k.hidden}, 7), bias = test_randn({4 * k.hidden}, 8);
     auto run = [&](bool fused) {
       std::vector<Tensor> leaf{gx.clone().requires_grad_(), h0.clone().requires_grad_(),
                                c0.clone().requires_grad_(), wh.clone().requires_grad_()};
+      if (k.bias) leaf.push_back(bias.clone().requires_grad_());
+      const Tensor b = k.bias ? leaf[4] : Tensor();
       std::vector<Tensor> out;
       if (fused) {
-        auto [y, h, c] = lstm_recurrence(leaf[0], leaf[1], leaf[2], leaf[3], layout, k.forget_bias);
+        auto [y, h, c] = lstm_recurrence(leaf[0], leaf[1], leaf[2], leaf[3], layout, k.forget_bias, b);
         out = {y, h, c};
       } else {
-        out = stepwise(leaf[0], leaf[1], leaf[2], leaf[3], layout, k.forget_bias);
+        out = stepwise(leaf[0], leaf[1], leaf[2], leaf[3], layout, k.forget_bias, b);
       }
       add(add(sum(mul(out[0], ry)), sum(mul(out[1], rh))), sum(mul(out[2], rc))).backward();
       for (Tensor& l : leaf) out.push_back(l.grad());
       return out;
     };
     const std::vector<Tensor> got = run(true), want = run(false);
-    const char* names[] = {"y", "hT", "cT", "dgx", "dh0", "dc0", "dwh"};
+    const char* names[] = {"y", "hT", "cT", "dgx", "dh0", "dc0", "dwh", "dbias"};
     for (size_t i = 0; i < want.size(); ++i) {
       ASSERT_TRUE(got[i].defined()) << names[i] << ", " << label(k);
       EXPECT_TRUE(all_close(got[i], want[i], 1e-12, 1e-12)) << names[i] << ", " << label(k);
@@ -105,6 +110,16 @@ TEST(LstmRecurrence, GradcheckF64DenseAndSparse) {
         [&](const std::vector<Tensor>& v) { return std::get<2>(lstm_recurrence(v[0], v[1], v[2], v[3], layout, -0.3)); },
         in))
         << "bs " << bs;
+    // ... and with the bias input
+    std::vector<Tensor> with_bias = in;
+    with_bias.push_back(test_randn({4 * hs}, 5));
+    EXPECT_TRUE(gradcheck(
+        [&](const std::vector<Tensor>& v) {
+          auto [y, h, c] = lstm_recurrence(v[0], v[1], v[2], v[3], layout, 1.0, v[4]);
+          return concat({reshape(y, {y.numel()}), reshape(c, {c.numel()})});
+        },
+        with_bias))
+        << "bs " << bs << ", bias";
   }
 }
 
@@ -137,6 +152,10 @@ TEST(LstmRecurrence, BadArgumentsNameTheOp) {
                            {"lstm_recurrence", "wh", "dtype"});
   expect_error<ValueError>([&] { lstm_recurrence(gx, h, h, wh, nullptr, std::numeric_limits<double>::infinity()); },
                            {"lstm_recurrence", "forget_bias"});
+  expect_error<ShapeError>([&] { lstm_recurrence(gx, h, h, wh, nullptr, 0.0, zeros({4})); },
+                           {"lstm_recurrence", "bias", "[4]", "[16]"});
+  expect_error<DTypeError>([&] { lstm_recurrence(gx, h, h, wh, nullptr, 0.0, zeros({16}, DType::f64)); },
+                           {"lstm_recurrence", "bias", "dtype"});
   const LayoutPtr l = gate_layout(16, 8, 0.5, 1);
   const Tensor gx16 = zeros({3, 2, 64}), h16 = zeros({2, 16});
   expect_error<ShapeError>([&] { lstm_recurrence(gx16, h16, h16, zeros({16, 64}), l); },

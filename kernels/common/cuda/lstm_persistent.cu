@@ -82,6 +82,7 @@ struct Params {
   const int32_t* block_col;
   // forward
   const void* gx;
+  const void* bias;  // [4H] in gx's dtype, added to every row of gx; null: none
   const void* h0;
   const void* c0;
   void* y;
@@ -741,14 +742,21 @@ __global__ void __launch_bounds__(kThreads, 1) lstm_persistent_kernel(Params p) 
         return v;
       };
       if constexpr (!kBackward) {
+        // the bias of this thread's unit j = tid mod U (the same j for every row it visits), per gate
+        static_assert(kThreads % U == 0, "a thread's epilogue unit must not change between rows");
+        float bias_i = 0.f, bias_f = p.forget_bias, bias_o = 0.f, bias_u = 0.f;
+        if (p.bias) {
+          const T* bb = static_cast<const T*>(p.bias) + u0 + tid % U;
+          bias_i = to_acc(bb[0]), bias_f += to_acc(bb[H]), bias_o = to_acc(bb[2 * H]), bias_u = to_acc(bb[3 * H]);
+        }
         for (int e = tid; e < B * U; e += kThreads) {
           const int b = e / U, j = e % U;
           const int64_t hb = static_cast<int64_t>(b) * H + u0 + j;  // [B, H] index
           const T* gx = reinterpret_cast<const T*>(ep_base) + b * 4 * U + j;
-          const float i = sigmoid_fast(product(b, j) + to_acc(gx[0]));
-          const float f = sigmoid_fast(product(b, U + j) + to_acc(gx[U]) + p.forget_bias);
-          const float o = sigmoid_fast(product(b, 2 * U + j) + to_acc(gx[2 * U]));
-          const float u = tanh_fast(product(b, 3 * U + j) + to_acc(gx[3 * U]));
+          const float i = sigmoid_fast(product(b, j) + to_acc(gx[0]) + bias_i);
+          const float f = sigmoid_fast(product(b, U + j) + to_acc(gx[U]) + bias_f);
+          const float o = sigmoid_fast(product(b, 2 * U + j) + to_acc(gx[2 * U]) + bias_o);
+          const float u = tanh_fast(product(b, 3 * U + j) + to_acc(gx[3 * U]) + bias_u);
           const float c = f * st[b * U + j] + i * u;
           const float h = o * tanh_fast(c);
           st[b * U + j] = c;
@@ -1049,7 +1057,7 @@ void require_fits(const RecurrencePlan& plan, const char* op) {
 
 }  // namespace
 
-void recurrence_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh,
+void recurrence_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh, const Tensor& bias,
                         const LayoutPtr& layout, double forget_bias, const Tensor& y, const Tensor& hT,
                         const Tensor& cT, const Tensor& gates, const Tensor& cells) {
   const int device = gx.device().index;
@@ -1059,6 +1067,7 @@ void recurrence_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, co
   Params p = base_params(wh, layout, plan, steps, batch, hidden);
   p.forget_bias = static_cast<float>(forget_bias);
   p.gx = gx.data_ptr();
+  p.bias = bias.defined() ? bias.data_ptr() : nullptr;
   p.h0 = h0.data_ptr();
   p.c0 = c0.data_ptr();
   p.y = y.data_ptr();

@@ -21,9 +21,10 @@ using ::tessera::RecurrencePlan;  // recurrence_plan.h
 RecurrencePlan plan_recurrence(int device, DType dtype, int64_t batch, int64_t hidden, const LayoutPtr& layout,
                                bool backward);
 
-/// lstm_recurrence's forward on the GPU (the plan must fit): gx [T, B, 4H], h0, c0 [B, H], wh;
-/// outputs y [T, B, H], hT, cT [B, H], gates [T, B, 4H] f32, cells [T, B, H] f32.
-void recurrence_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh,
+/// lstm_recurrence's forward on the GPU (the plan must fit): gx [T, B, 4H], h0, c0 [B, H], wh,
+/// bias [4H] or undefined (none); outputs y [T, B, H], hT, cT [B, H], gates [T, B, 4H] f32, cells
+/// [T, B, H] f32.
+void recurrence_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh, const Tensor& bias,
                         const LayoutPtr& layout, double forget_bias, const Tensor& y, const Tensor& hT,
                         const Tensor& cT, const Tensor& gates, const Tensor& cells);
 
