@@ -94,8 +94,8 @@ class LstmTask : public train::TrainTask {
     data::Batch b = mine(lanes_.next());
     if (b.lane_start || state_.empty()) state_ = zero_state();
     if (step_) {
-      const double loss =
-          precision_.after_run(*step_, train::run_compiled_step(*step_, feeds(b, state_), std::exchange(profile_, nullptr)));
+      const double run_loss = train::run_compiled_step(*step_, feeds(b, state_), std::exchange(profile_, nullptr));
+      const double loss = precision_.after_run(*step_, run_loss);
       for (size_t l = 0; l < state_.size(); ++l) state_[l] = {step_->fetch(h_name(l)), step_->fetch(c_name(l))};
       return global_mean(loss);
     }

@@ -59,7 +59,8 @@ void op::Expand::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& 
         return;
       }
     }
-    expand_kernel<W><<<cuda::blocks_for(n), 256, 0, cuda::current_stream(y)>>>(src, static_cast<W*>(y.data_ptr()), n, ix);
+    W* dst = static_cast<W*>(y.data_ptr());
+    expand_kernel<W><<<cuda::blocks_for(n), 256, 0, cuda::current_stream(y)>>>(src, dst, n, ix);
     TS_CUDA_LAUNCH_CHECK(kName);
   });
 }

@@ -29,7 +29,8 @@ std::tuple<Tensor, Tensor, Tensor> lstm_recurrence(const Tensor& gx, const Tenso
   if (autocast::applies({&gx, &h0, &c0, &wh, &bias})) {
     // autocast: the recurrence in the low-precision dtype (f32 math and f32 cells inside), its
     // outputs back in f32 as every autocast op's are
-    std::vector<Tensor> out = call<op::LstmRecurrence>(attrs, inputs([](const Tensor& t) { return autocast::operand(t); }));
+    std::vector<Tensor> out =
+        call<op::LstmRecurrence>(attrs, inputs([](const Tensor& t) { return autocast::operand(t); }));
     return {cast(out[0], DType::f32), cast(out[1], DType::f32), cast(out[2], DType::f32)};
   }
   std::vector<Tensor> out = call<op::LstmRecurrence>(attrs, inputs([](const Tensor& t) { return t; }));

@@ -79,7 +79,8 @@ std::vector<Tensor> inputs(const Case& k, const LayoutPtr& layout, DType dt) {
   const Shape ws = layout ? Shape({layout->nnz(), k.bs, k.bs}) : Shape({k.hidden, 4 * k.hidden});
   const double fan_in = layout ? layout->nnz() * k.bs * k.bs / (4.0 * k.hidden) : k.hidden;
   std::vector<Tensor> in{cast(test_randn({k.steps, k.batch, 4 * k.hidden}, 1), dt),
-                         cast(mul(test_randn({k.batch, k.hidden}, 2), 0.5), dt), cast(test_randn({k.batch, k.hidden}, 3), dt),
+                         cast(mul(test_randn({k.batch, k.hidden}, 2), 0.5), dt),
+                         cast(test_randn({k.batch, k.hidden}, 3), dt),
                          cast(mul(test_randn(ws, 4), 1.0 / std::sqrt(fan_in)), dt)};
   if (k.bias) in.push_back(cast(mul(test_randn({4 * k.hidden}, 8), 0.5), dt));
   return in;

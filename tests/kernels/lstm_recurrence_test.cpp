@@ -56,8 +56,9 @@ std::string label(const Case& k) {
 }
 
 TEST(LstmRecurrence, EqualsTheStepByStepCellInOutputsAndGradients) {
-  const Case cases[] = {{5, 3, 6, 0, 1, 1.0, true},     {1, 2, 4, 0, 1, 0.0, false},   {4, 2, 16, 8, 0.5, 1.0, true},
-                        {3, 1, 32, 16, 0.5, -0.5, false}, {6, 4, 64, 32, 0.5, 1.0, true}, {4, 2, 16, 8, 0.5, 1.0, false}};
+  const Case cases[] = {{5, 3, 6, 0, 1, 1.0, true},        {1, 2, 4, 0, 1, 0.0, false},
+                        {4, 2, 16, 8, 0.5, 1.0, true},      {3, 1, 32, 16, 0.5, -0.5, false},
+                        {6, 4, 64, 32, 0.5, 1.0, true},     {4, 2, 16, 8, 0.5, 1.0, false}};
   for (const Case& k : cases) {
     const LayoutPtr layout = k.bs ? gate_layout(k.hidden, k.bs, k.density, 11) : nullptr;
     const Shape wshape = layout ? Shape({layout->nnz(), k.bs, k.bs}) : Shape({k.hidden, 4 * k.hidden});
