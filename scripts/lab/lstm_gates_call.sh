@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One device call (carry build-gpu/next.tar.xz, built with gpu_tests, lstm_step and train_lstm; about 5 min):
+# One device call (carry build-gpu/next.tar.xz: gpu_tests, lstm_step, train_lstm, train_transformer; about 7 min;
+# 8 files come back):
 #   1. GPU tests of the changes not yet run on a GPU (2026-12-06): expand's 16-byte word path
 #      (CudaShapeOps.Expand*), lstm_recurrence's bias input added in the kernel's epilogue (every
 #      LstmRecurrenceGpu case but one has a random bias; the layer test a random bias too), the
@@ -21,7 +22,7 @@ timeout 240 dist/run gpu_tests --gtest_filter='CudaShapeOps.Expand*:LstmRecurren
 grep -E "OK \]|FAILED|PASSED|Failure" $O/tests.log | tail -30
 echo "== tests at $(( $(date +%s) - t0 )) s"
 timeout 150 dist/run lstm_step --hidden 1024 --dtypes bf16 --repeats 5 --warmup 1 --profile \
-  --sparse 4096:0.0625:32,4096:0.0625:32:ba --json $O/lstm_step.json >$O/lstm_step.log 2>&1
+  --sparse 4096:0.0625:32,4096:0.0625:32:ba >$O/lstm_step.log 2>&1
 grep -E "graph bf16|recurrence (fwd|bwd) bf16" $O/lstm_step.log | grep -v "^profile" | cut -c1-120
 grep -E "^profile tessera sparse graph bf16: (expand|add|sum|\(sum\))" $O/lstm_step.log | cut -c1-120
 TESSERA_LSTM_F32_GATES=1 timeout 100 dist/run lstm_step --hidden 1024 --dtypes bf16 --repeats 5 --warmup 1 --profile \
@@ -44,4 +45,18 @@ run() {  # name, env, model flags
 run sparse_bf16_gates "TESSERA_LSTM_F32_GATES=0" "$sparse"
 run sparse_f32_gates "TESSERA_LSTM_F32_GATES=1" "$sparse"
 run dense_cudnn "TESSERA_LSTM_F32_GATES=0" "--hidden 1024 --block 0 --cudnn"
+# 4. The weights experiment's two transformers (scripts/reproduce.sh weights: context 1024, batch 32),
+#    30 s each, step 20 op by op: how much of the sparse model's step goes to the f32 bias adds
+#    after each block-sparse projection (bsmm has no bias epilogue; dense `linear` adds it in its GEMM).
+tcommon="--device cuda --data $data --dtype bf16 --batch 32 --seq 1024 --layers 8 --attn-block 128 --steps 100000000
+  --lr 6e-4 --beta2 0.95 --weight-decay 0.1 --qk-norm --warmup 200 --schedule constant --eval-every 100000000
+  --eval-batches 2 --test-batches 0 --ckpt-every 0 --log-every 50 --sample-chars 0 --split interleaved
+  --time-limit 30 --profile-step 20"
+for m in "dense --width 512 --heads 8" "sparse --width 1024 --heads 16 --block 64 --density 0.25"; do
+  name=weights_${m%% *}
+  # shellcheck disable=SC2086
+  timeout 100 dist/run train_transformer $tcommon ${m#* } --out /tmp/$name >$O/$name.log 2>&1
+  echo "== $name: $(grep -E '^step [0-9]+/' $O/$name.log | tail -1 | cut -c1-110)"
+  sed -n '/^profile of step/,/(sum)/p' $O/$name.log | head -14
+done
 echo "all done at $(( $(date +%s) - t0 )) s"
