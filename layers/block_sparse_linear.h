@@ -73,7 +73,7 @@ struct BlockSparseLinearOptions {
   DType dtype_ = DType::f32;
 };
 
-/// forward(x [..., in]) = bsmm(x, W, layout, gate) + bias -> [..., out].
+/// forward(x [..., in]) = bsmm(x, W, layout, gate) + bias -> [..., out] (the bias added in bsmm's epilogue).
 ///
 /// Parameters: "weight" [nnz, bs, bs] (block k of the layout), "bias" [out] (zeros; when bias()),
 /// "gate" [nnz] (ones; when gate()), "gain" [out] (when weight_norm()). With weight norm the

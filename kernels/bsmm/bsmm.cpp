@@ -13,17 +13,21 @@ namespace tessera {
 
 namespace {
 
-Tensor call_bsmm(const Tensor& x, const Tensor& w, const LayoutPtr& layout, const Tensor& gate, bool f32_output) {
-  if (gate.defined()) return call<op::Bsmm>({layout, true, f32_output}, {x, w, gate})[0];
-  return call<op::Bsmm>({layout, false, f32_output}, {x, w})[0];
+Tensor call_bsmm(const Tensor& x, const Tensor& w, const LayoutPtr& layout, const Tensor& gate, const Tensor& bias,
+                 bool f32_output) {
+  std::vector<Tensor> in{x, w};
+  if (gate.defined()) in.push_back(gate);
+  if (bias.defined()) in.push_back(bias);
+  return call<op::Bsmm>({layout, gate.defined(), f32_output, bias.defined()}, in)[0];
 }
 
 }  // namespace
 
-Tensor bsmm(const Tensor& x, const Tensor& w, const LayoutPtr& layout, const Tensor& gate) {
+Tensor bsmm(const Tensor& x, const Tensor& w, const LayoutPtr& layout, const Tensor& gate, const Tensor& bias) {
   if (autocast::applies({&x, &w, &gate}))  // low-precision operands, f32 result written directly
-    return call_bsmm(autocast::operand(x), autocast::operand(w), layout, autocast::operand(gate), true);
-  return call_bsmm(x, w, layout, gate, false);
+    return call_bsmm(autocast::operand(x), autocast::operand(w), layout, autocast::operand(gate),
+                     bias.defined() && bias.dtype() != DType::f32 ? cast(bias, DType::f32) : bias, true);
+  return call_bsmm(x, w, layout, gate, bias, false);
 }
 
 namespace detail {
@@ -84,7 +88,7 @@ using cpu::StridedRowMap;
 // [rows, bs] output block is summed in a local buffer over the column's blocks (by increasing
 // block row), then stored. Tiles are fixed, so results do not depend on the thread count.
 template <class T>
-void forward_kernel(const T* x, const T* w, const T* gate, T* y, int64_t n, const BlockLayout& l) {
+void forward_kernel(const T* x, const T* w, const T* gate, const T* bias, T* y, int64_t n, const BlockLayout& l) {
   const int64_t C = l.in_features(), K = l.out_features(), bs = l.block_size(), Q = l.block_cols();
   const int64_t tile = detail::kBsmmRowTile, tiles = (n + tile - 1) / tile;
   const auto &col_ptr = l.col_ptr(), &col_blocks = l.col_blocks(), &block_row = l.block_row();
@@ -109,6 +113,7 @@ void forward_kernel(const T* x, const T* w, const T* gate, T* y, int64_t n, cons
           a.noalias() += xr * wk;
         }
       }
+      if (bias) a.rowwise() += Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(bias + c * bs, bs);
       Eigen::Map<RowMat<T>, 0, Eigen::OuterStride<>>(y + n0 * K + c * bs, rows, bs, Eigen::OuterStride<>(K)) = a;
     }
   }
@@ -118,34 +123,55 @@ void forward_kernel(const T* x, const T* w, const T* gate, T* y, int64_t n, cons
 
 std::vector<TensorMeta> op::Bsmm::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   detail::bsmm_check_layout(kName, attrs.layout);
-  check_num_inputs(kName, in, attrs.gated ? 3 : 2);
+  check_num_inputs(kName, in, 2 + (attrs.gated ? 1 : 0) + (attrs.biased ? 1 : 0));
   const BlockLayout& l = *attrs.layout;
   detail::bsmm_check_2d(kName, in[0], "x", l.in_features(), "in_features", l);
   detail::bsmm_check_weight(kName, in[1], in[0], l);
   if (attrs.gated) detail::bsmm_check_gate(kName, in[2], in[0], l);
   TS_CHECK(!attrs.f32_output || is_half(in[0].dtype), DTypeError,
            kName << ": an f32 output needs bf16 or f16 inputs, got x " << in[0]);
-  return {TensorMeta{Shape({in[0].shape[0], l.out_features()}), attrs.f32_output ? DType::f32 : in[0].dtype,
-                     in[0].device}};
+  const TensorMeta y{Shape({in[0].shape[0], l.out_features()}), attrs.f32_output ? DType::f32 : in[0].dtype,
+                     in[0].device};
+  if (attrs.biased) {
+    const TensorMeta& b = in[attrs.gated ? 3 : 2];
+    TS_CHECK(b.shape == Shape({l.out_features()}), ShapeError,
+             kName << ": bias " << b << " must be [" << l.out_features() << "] (out_features of " << l.str() << ")");
+    TS_CHECK(b.dtype == y.dtype, DTypeError, kName << ": bias " << b << " must be " << dtype_name(y.dtype)
+                                                   << ", the output's dtype (x " << in[0] << ")");
+    TS_CHECK(b.device == y.device, DeviceError, kName << ": bias " << b << " and x " << in[0] << " are on different devices");
+  }
+  return {y};
 }
 
 void op::Bsmm::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   dispatch_float(out[0].dtype(), kName, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    forward_kernel<T>(in[0].data<T>(), in[1].data<T>(), attrs.gated ? in[2].data<T>() : nullptr, out[0].data<T>(),
-                      in[0].size(0), *attrs.layout);
+    forward_kernel<T>(in[0].data<T>(), in[1].data<T>(), attrs.gated ? in[2].data<T>() : nullptr,
+                      attrs.biased ? in[attrs.gated ? 3 : 2].data<T>() : nullptr, out[0].data<T>(), in[0].size(0),
+                      *attrs.layout);
   });
 }
 
 std::vector<Tensor> op::Bsmm::backward(const BackwardContext& ctx, const Attrs& attrs) {
   // [N, K]; an f32 output of bf16/f16 inputs: the gradients are in the inputs' dtype (one cast of G)
-  const Tensor g = attrs.f32_output ? cast(ctx.grad_output(), ctx.input_meta(0).dtype) : ctx.grad_output();
+  const int bias_at = attrs.gated ? 3 : 2;
+  const bool need_db = attrs.biased && ctx.needs_input_grad(bias_at);
+  Tensor g, db;
+  if (attrs.f32_output && need_db) {
+    std::vector<Tensor> both = cast_col_sum(ctx.grad_output(), ctx.input_meta(0).dtype);  // one pass over G
+    g = both[0], db = both[1];
+  } else {
+    g = attrs.f32_output ? cast(ctx.grad_output(), ctx.input_meta(0).dtype) : ctx.grad_output();
+    if (need_db) db = sum(ctx.grad_output(), 0);
+  }
   const Tensor gate = attrs.gated ? ctx.input(2) : Tensor();
   Tensor dx;
   if (ctx.needs_input_grad(0)) dx = bsmm_dx(g, ctx.input(1), attrs.layout, gate);
   auto [dw, dgate] = detail::bsmm_weight_gate_grads(ctx.input(0), g, ctx.input(1), gate, attrs.layout, ctx);
-  if (attrs.gated) return {dx, dw, dgate};
-  return {dx, dw};
+  std::vector<Tensor> grads{dx, dw};
+  if (attrs.gated) grads.push_back(dgate);
+  if (attrs.biased) grads.push_back(db);
+  return grads;
 }
 
 }  // namespace tessera

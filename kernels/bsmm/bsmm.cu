@@ -1,5 +1,6 @@
 // bsmm on the GPU: y [N, K] = x [N, C] · W over the layout's stored blocks (w [nnz, bs, bs]),
-// block k scaled by gate[k] when gated. Where the block-sparse kernels would be slower than the
+// block k scaled by gate[k] when gated, plus bias[K] on every row when biased (in every kernel's
+// epilogue; after the GEMMs on the dense route). Where the block-sparse kernels would be slower than the
 // dense product (small blocks at moderate density, many rows), the dense route runs a cuBLAS GEMM
 // on the blocks laid out densely (kernels/common/cuda/bsmm_dense.h); otherwise bf16/f16 (and f32
 // when TF32 is allowed) run on tensor cores (kernels/common/cuda/bsmm_tc.h picks the kernel); f32
@@ -29,7 +30,7 @@ namespace {
 
 template <class T, class TO, int BS>
 __global__ void bsmm_forward(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ gate,
-                             TO* __restrict__ y, int64_t n, int64_t C, int64_t K, int64_t Q,
+                             const TO* __restrict__ bias, TO* __restrict__ y, int64_t n, int64_t C, int64_t K, int64_t Q,
                              const int32_t* __restrict__ col_ptr, const int32_t* __restrict__ col_blocks,
                              const int32_t* __restrict__ block_row) {
   using A = cuda::acc_t<T>;
@@ -49,6 +50,7 @@ __global__ void bsmm_forward(const T* __restrict__ x, const T* __restrict__ w, c
     acc += gate ? cuda::to_acc(gate[k]) * dot : dot;
     __syncthreads();  // before the next block overwrites ws and xs
   }
+  if (bias) acc += static_cast<A>(cuda::to_acc(bias[c * BS + j]));
   if (row < n) y[row * K + c * BS + j] = cuda::from_acc<TO>(acc);
 }
 
@@ -56,6 +58,7 @@ __global__ void bsmm_forward(const T* __restrict__ x, const T* __restrict__ w, c
 
 void op::Bsmm::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Tensor &x = in[0], &w = in[1], &y = out[0];
+  const void* bias = attrs.biased ? in[attrs.gated ? 3 : 2].data_ptr() : nullptr;  // [K] in y's dtype
   const BlockLayout& l = *attrs.layout;
   const int64_t n = x.size(0), C = l.in_features(), K = l.out_features(), Q = l.block_cols();
   if (y.numel() == 0) return;
@@ -70,8 +73,9 @@ void op::Bsmm::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& ou
                                 tables.col_pairs.work,
                                 tables.col_pairs.entries,
                                 tables.col_pairs.pairs,
-                                tables.col_pairs.steps};
-    if (cuda::dense_route_takes(cuda::BsmmOp::fwd, x.dtype(), l, n, {p.a, p.w, p.out}, dev)) {
+                                tables.col_pairs.steps,
+                                bias};
+    if (cuda::dense_route_takes(cuda::BsmmOp::fwd, x.dtype(), l, n, {p.a, p.w, p.out, p.bias}, dev)) {
       cuda::dense_product(p, l, tables, dev, cuda::current_stream(y));
       return;
     }
@@ -87,8 +91,8 @@ void op::Bsmm::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& ou
         using TO = typename decltype(out_tag)::type;
         bsmm_forward<T, TO, BS><<<static_cast<unsigned>(blocks), dim3(BS, kRows), 0, cuda::current_stream(y)>>>(
             static_cast<const T*>(x.data_ptr()), static_cast<const T*>(w.data_ptr()),
-            attrs.gated ? static_cast<const T*>(in[2].data_ptr()) : nullptr, static_cast<TO*>(y.data_ptr()), n, C,
-            K, Q, tables.col_ptr, tables.col_blocks, tables.block_row);
+            attrs.gated ? static_cast<const T*>(in[2].data_ptr()) : nullptr, static_cast<const TO*>(bias),
+            static_cast<TO*>(y.data_ptr()), n, C, K, Q, tables.col_ptr, tables.col_blocks, tables.block_row);
         TS_CUDA_LAUNCH_CHECK(kName);
       };
       cuda::with_output_type<T>(attrs.f32_output, launch);

@@ -6,6 +6,7 @@
 //   Tensor w = normal({l->nnz(), 32, 32}, 0.0, 0.02).requires_grad_();
 //   Tensor y = bsmm(x, w, l);                // x [N, 1024] -> y [N, 1024]
 //   Tensor z = bsmm(x, w, l, gate);          // gate [nnz]: block k scaled by gate[k]
+//   Tensor v = bsmm(x, w, l, Tensor(), b);   // b [1024] added to every row, in the product's epilogue
 #pragma once
 
 #include "core/op.h"
@@ -14,13 +15,17 @@
 namespace tessera {
 
 /// y [N, K] with Y[:, c-block] = sum over stored blocks k of column c of gate[k]·X[:, r-block]·W[k]
-/// (gate[k] = 1 without a gate). x [N, C] with C = layout->in_features(), w [nnz, bs, bs], gate
-/// [nnz] or undefined; one floating dtype. Output block columns with no stored block are zero.
-Tensor bsmm(const Tensor& x, const Tensor& w, const LayoutPtr& layout, const Tensor& gate = Tensor());
+/// (gate[k] = 1 without a gate), plus bias[K] on every row when one is given. x [N, C] with
+/// C = layout->in_features(), w [nnz, bs, bs], gate [nnz] or undefined, bias [K] or undefined; one
+/// floating dtype. Output block columns with no stored block are zero (the bias, with one). Under
+/// autocast the bias stays f32 and is added to the f32 sums (as linear's is).
+Tensor bsmm(const Tensor& x, const Tensor& w, const LayoutPtr& layout, const Tensor& gate = Tensor(),
+            const Tensor& bias = Tensor());
 
 namespace op {
 /// Forward of the block-sparse matmul. Inputs x [N, C], w [nnz, bs, bs], then gate [nnz] when
-/// `gated`; output y [N, K] (in x's dtype, or f32 with f32_output). The CPU kernel runs one
+/// `gated`, then bias [K] (in y's dtype) when `biased`; output y [N, K] (in x's dtype, or f32
+/// with f32_output). The bias is added to the sums in the kernels' epilogue (no pass over y). The CPU kernel runs one
 /// thread per (row tile, output block column): each output block is summed in a local buffer in
 /// increasing block-row order (deterministic, no atomics). On CUDA: tensor cores for bf16/f16
 /// (and f32 with TF32 allowed), see kernels/common/cuda/bsmm_tc.h for which kernel runs, or,
@@ -31,6 +36,7 @@ namespace op {
 ///   dX = bsmm_dx(G, w, layout, gate)                       (dX_r = sum_k gate[k]·G_c·W[k]ᵀ)
 ///   dW[k] = gate[k]·P[k],   P[k] = X_rᵀ·G_c
 ///   dgate[k] = sum_ij P[k]_ij·W[k]_ij
+///   dbias = Σ_n G[n, :]     (with f32_output: one pass over G for the cast and db, cast_col_sum)
 /// dW (bsmm_dw) and, when gated, dW and dgate together (bsmm_dw_gated: the gate and its gradient
 /// in the dW kernels' epilogue, from P's f32 sums). With
 /// bf16/f16 operands whose w is a cast of an f32 tensor (autocast), P is computed and kept in f32
@@ -45,6 +51,7 @@ struct Bsmm : OpBase {
     /// bf16/f16 operands, an f32 y (autocast's form: the sums are f32 either way; this skips
     /// rounding y to bf16 and a cast pass back).
     bool f32_output = false;
+    bool biased = false;  ///< a bias [K] follows the gate (or w) in the inputs
   };
   static std::vector<TensorMeta> infer(const std::vector<TensorMeta>& in, const Attrs&);
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);

@@ -194,6 +194,45 @@ TEST(CudaBsmmTensorCores, InputGradientMatchesTheCpuForEveryBlockSizeDtypeGateAn
   check_op<op::BsmmDx>("bsmm_dx", out_features, true);
 }
 
+// bsmm's bias [K] (added in every kernel's epilogue; after the GEMMs on the dense route), with and
+// without a gate, in every precision and on every path, and with an f32 output of bf16/f16
+// operands (autocast's form, the bias f32): against the CPU, and through the path the rule picks.
+TEST(CudaBsmmTensorCores, ForwardWithBiasMatchesTheCpuOnEveryPath) {
+  REQUIRE_GPU();
+  uint64_t seed = 13000;
+  for (int64_t bs : {8, 16, 32, 64})
+    for (const LayoutPtr& l : layouts(bs))
+      for (const Precision& p : kPrecisions)
+        for (bool gated : {false, true})
+          for (int64_t n : {int64_t{17}, int64_t{300}, int64_t{4096}}) {
+            const int64_t nnz = l->nnz();
+            std::vector<Tensor> in{random({n, l->in_features()}, seed += 4, p.dt),
+                                   random({nnz, bs, bs}, seed + 1, p.dt)};
+            if (gated) in.push_back(cast(testing::test_rand({nnz}, 0.5, 1.5, seed + 2), p.dt));
+            in.push_back(random({l->out_features()}, seed + 3, p.dt));
+            const op::Bsmm::Attrs attrs{l, gated, false, true};
+            const Tensor want = reference<op::Bsmm>(attrs, in);
+            for (const Path& path : paths()) {
+              PathGuard guard(path, p.tf32);
+              const Launches before = launches();
+              const Tensor got = cast(run_on_gpu_host<op::Bsmm>(attrs, in)[0], DType::f64);
+              EXPECT_TRUE(close_to(got, want, p.tol)) << "bsmm + bias " << describe(*l, p, n, gated, path);
+              EXPECT_TRUE(took_the_rule(before, p, bs >= 16, path))
+                  << "bsmm + bias " << describe(*l, p, n, gated, path);
+            }
+            if (p.dt == DType::f32) continue;
+            // f32 output, f32 bias
+            std::vector<Tensor> in32 = in;
+            in32.back() = cast(in.back(), DType::f32);
+            const op::Bsmm::Attrs wide{l, gated, true, true};
+            for (const Path& path : paths()) {
+              PathGuard guard(path, false);
+              EXPECT_TRUE(close_to(run_on_gpu_host<op::Bsmm>(wide, in32)[0], call<op::Bsmm>(wide, in32)[0], 1e-2))
+                  << "bsmm f32 output + bias " << describe(*l, p, n, gated, path);
+            }
+          }
+}
+
 // dgate sums bs² products of mixed sign: its error is that of P times |w| over the block, a few
 // times the result's scale at most in these inputs.
 constexpr double kGateSumSlack = 4;

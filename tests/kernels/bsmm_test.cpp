@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include "core/autocast.h"
 #include "core/sparse/generators.h"
 #include "gradcheck.h"
 #include "kernels/ops.h"
@@ -141,12 +142,55 @@ TEST(Bsmm, GradientsOfEveryOp) {
       Tensor gate = test_randn({nnz}, 4);
       EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& a) { return bsmm(a[0], a[1], l); }, {x, w}));
       EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& a) { return bsmm(a[0], a[1], l, a[2]); }, {x, w, gate}));
+      const Tensor bias = test_randn({K}, 5);
+      EXPECT_TRUE(
+          gradcheck([&](const std::vector<Tensor>& a) { return bsmm(a[0], a[1], l, Tensor(), a[2]); }, {x, w, bias}));
+      EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& a) { return bsmm(a[0], a[1], l, a[2], a[3]); },
+                            {x, w, gate, bias}));
       EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& a) { return bsmm_dx(a[0], a[1], l); }, {dy, w}));
       EXPECT_TRUE(
           gradcheck([&](const std::vector<Tensor>& a) { return bsmm_dx(a[0], a[1], l, a[2]); }, {dy, w, gate}));
       EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& a) { return bsmm_dw(a[0], a[1], l); }, {x, dy}));
     }
   }
+}
+
+// The bias input: bsmm(x, w, l, gate, b) = bsmm(x, w, l, gate) + b on every row (empty block
+// columns included), in f64 and f32; with an f32 output of bf16 operands (autocast's form) the
+// bias is f32 and its gradient the column sums of dY (cast_col_sum's); the errors.
+TEST(Bsmm, BiasIsAddedToEveryRow) {
+  for (DType dt : {DType::f64, DType::f32})
+    for (int64_t bs : {8, 32}) {
+      const LayoutPtr l =  // 2 x 3 blocks, block column 1 empty
+          BlockLayout::from_mask(2 * bs, 3 * bs, bs, std::vector<uint8_t>{1, 0, 1, 1, 0, 0});
+      const Tensor x = test_randn({5, l->in_features()}, 1, dt), w = test_randn({l->nnz(), bs, bs}, 2, dt);
+      const Tensor gate = test_randn({l->nnz()}, 3, dt), b = test_randn({l->out_features()}, 4, dt);
+      for (bool gated : {false, true}) {
+        const Tensor g = gated ? gate : Tensor();
+        EXPECT_TRUE(all_close(bsmm(x, w, l, g, b), add(bsmm(x, w, l, g), b), 1e-12, 1e-6))
+            << dtype_name(dt) << " bs " << bs << (gated ? " gated" : "");
+      }
+    }
+  const LayoutPtr l = grad_layout(8);
+  const Tensor x = cast(test_randn({5, 16}, 1, DType::f32), DType::bf16);
+  const Tensor w = cast(test_randn({4, 8, 8}, 2, DType::f32), DType::bf16);
+  const Tensor b = test_randn({24}, 3, DType::f32).requires_grad_();
+  const Tensor y = call<op::Bsmm>({l, false, true, true}, {x, w, b})[0];
+  EXPECT_EQ(y.dtype(), DType::f32);
+  EXPECT_TRUE(all_close(y, add(call<op::Bsmm>({l, false, true}, {x, w})[0], b), 1e-6, 1e-6));
+  const Tensor dy = test_randn({5, 24}, 4, DType::f32);
+  sum(mul(y, dy)).backward();
+  EXPECT_TRUE(all_close(b.grad(), sum(dy, 0), 1e-6, 1e-6));
+  // under autocast, a bias of another dtype is taken in f32
+  {
+    autocast::Guard amp(DType::bf16);
+    const Tensor y16 = bsmm(cast(x, DType::f32), cast(w, DType::f32), l, Tensor(), cast(b.detach(), DType::bf16));
+    EXPECT_EQ(y16.dtype(), DType::f32);
+  }
+  expect_error<ShapeError>([&] { bsmm(zeros({3, 16}), zeros({4, 8, 8}), l, Tensor(), zeros({16})); },
+                           {"bsmm", "bias", "[16]", "[24]"});
+  expect_error<DTypeError>([&] { call<op::Bsmm>({l, false, true, true}, {x, w, cast(b.detach(), DType::bf16)}); },
+                           {"bsmm", "bias", "f32"});
 }
 
 TEST(Bsmm, GradientOnlyWhereNeeded) {

@@ -273,10 +273,13 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(GatherProduct p, int t
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
       const int64_t col = static_cast<int64_t>(o) * BS + wn * kWTN + nt * 8 + 2 * t;
+      const float2 b = p.bias ? bias_pair(static_cast<const TO*>(p.bias), col, p.out_cols) : make_float2(0.f, 0.f);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t row = m0 + wm * kWTM + mt * 16 + g + 8 * h;
-        if (row < p.n) store_pair(out + row * p.out_cols + col, acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1], p.accumulate);
+        if (row < p.n)
+          store_pair(out + row * p.out_cols + col, acc[mt][nt][2 * h] + b.x, acc[mt][nt][2 * h + 1] + b.y,
+                     p.accumulate);
       }
     }
 }
@@ -525,7 +528,7 @@ uint64_t conv_launch_count() { return g_conv_launches.load(std::memory_order_rel
 
 bool gather_supported(const GatherProduct& p, int device) {
   return dtype_ok(p.in_dtype, p.out_dtype) && aligned16(p.a) && aligned16(p.w) && aligned16(p.out) &&
-         capability_ok(device);
+         aligned16(p.bias) && capability_ok(device);
 }
 
 bool gradient_supported(const BlockGradient& g, int device) {

@@ -367,6 +367,20 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     __syncwarp();
     if (steps > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
 
+    if (p.bias) {  // + bias[col] on every row, to the f32 sums before their one rounding
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) {
+        const int64_t col = static_cast<int64_t>(o) * kBN + 8 * j + 2 * t;
+        const float2 b = bias_pair(static_cast<const TO*>(p.bias), col, p.out_cols);
+#pragma unroll
+        for (int mi = 0; mi < kMTiles; ++mi)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            acc[mi][4 * j + 2 * h] += b.x;
+            acc[mi][4 * j + 2 * h + 1] += b.y;
+          }
+      }
+    }
     if (p.accumulate) {  // out += acc: read-modify-write straight from the registers
 #pragma unroll
       for (int mi = 0; mi < kMTiles; ++mi)
@@ -456,7 +470,7 @@ bool conv_supported(const GatherProduct& p, const ConvIndex& ci, int device) {
 bool gather_supported(const GatherProduct& p, int device) {
   return (p.bs == 16 || p.bs == 32 || p.bs == 64) && half_dtype(p.in_dtype) &&
          (p.out_dtype == p.in_dtype || p.out_dtype == DType::f32) && aligned16(p.a) && aligned16(p.w) &&
-         aligned16(p.out) && p.n <= INT32_MAX && device_ok(device);
+         aligned16(p.out) && aligned16(p.bias) && p.n <= INT32_MAX && device_ok(device);
 }
 
 

@@ -65,6 +65,9 @@ struct GatherProduct {
   const int32_t* pair_entries = nullptr;
   int32_t pairs = 0;
   int64_t pair_steps = 0;
+  /// fwd: [out_cols] in out_dtype, added to every row of the sums before they are stored (not with
+  /// accumulate, nor a convolution); nullptr: none
+  const void* bias = nullptr;
 };
 
 /// dw [nnz, bs, bs] (+)= gate·P per stored block, P[k] = X[:, r-block]ᵀ·dY[:, c-block] (gate 1
