@@ -267,19 +267,28 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(GatherProduct p, int t
   }
   cp_async_wait<0>();
 
+  if (p.bias) {  // + bias[col] on every row, to the f32 sums before their one rounding
+    const TO* bias = static_cast<const TO*>(p.bias);
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      const float2 b = bias_pair(bias, static_cast<int64_t>(o) * BS + wn * kWTN + nt * 8 + 2 * t, p.out_cols);
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        acc[mt][nt][0] += b.x, acc[mt][nt][1] += b.y;
+        acc[mt][nt][2] += b.x, acc[mt][nt][3] += b.y;
+      }
+    }
+  }
   TO* out = static_cast<TO*>(p.out);
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
       const int64_t col = static_cast<int64_t>(o) * BS + wn * kWTN + nt * 8 + 2 * t;
-      const float2 b = p.bias ? bias_pair(static_cast<const TO*>(p.bias), col, p.out_cols) : make_float2(0.f, 0.f);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t row = m0 + wm * kWTM + mt * 16 + g + 8 * h;
-        if (row < p.n)
-          store_pair(out + row * p.out_cols + col, acc[mt][nt][2 * h] + b.x, acc[mt][nt][2 * h + 1] + b.y,
-                     p.accumulate);
+        if (row < p.n) store_pair(out + row * p.out_cols + col, acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1], p.accumulate);
       }
     }
 }
