@@ -138,7 +138,8 @@ std::vector<TensorMeta> op::Bsmm::infer(const std::vector<TensorMeta>& in, const
              kName << ": bias " << b << " must be [" << l.out_features() << "] (out_features of " << l.str() << ")");
     TS_CHECK(b.dtype == y.dtype, DTypeError, kName << ": bias " << b << " must be " << dtype_name(y.dtype)
                                                    << ", the output's dtype (x " << in[0] << ")");
-    TS_CHECK(b.device == y.device, DeviceError, kName << ": bias " << b << " and x " << in[0] << " are on different devices");
+    TS_CHECK(b.device == y.device, DeviceError,
+             kName << ": bias " << b << " and x " << in[0] << " are on different devices");
   }
   return {y};
 }

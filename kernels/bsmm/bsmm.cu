@@ -1,8 +1,8 @@
 // bsmm on the GPU: y [N, K] = x [N, C] · W over the layout's stored blocks (w [nnz, bs, bs]),
 // block k scaled by gate[k] when gated, plus bias[K] on every row when biased (in every kernel's
-// epilogue; after the GEMMs on the dense route). Where the block-sparse kernels would be slower than the
-// dense product (small blocks at moderate density, many rows), the dense route runs a cuBLAS GEMM
-// on the blocks laid out densely (kernels/common/cuda/bsmm_dense.h); otherwise bf16/f16 (and f32
+// epilogue; after the GEMMs on the dense route). Where the block-sparse kernels would be slower
+// than the dense product (small blocks at moderate density, many rows), the dense route runs a
+// cuBLAS GEMM on the blocks laid out densely (kernels/common/cuda/bsmm_dense.h); otherwise bf16/f16 (and f32
 // when TF32 is allowed) run on tensor cores (kernels/common/cuda/bsmm_tc.h picks the kernel); f32
 // and f64 otherwise, and operands that are not 16-byte aligned, run the exact scalar kernel below.
 //
@@ -30,7 +30,8 @@ namespace {
 
 template <class T, class TO, int BS>
 __global__ void bsmm_forward(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ gate,
-                             const TO* __restrict__ bias, TO* __restrict__ y, int64_t n, int64_t C, int64_t K, int64_t Q,
+                             const TO* __restrict__ bias, TO* __restrict__ y, int64_t n, int64_t C, int64_t K,
+                             int64_t Q,
                              const int32_t* __restrict__ col_ptr, const int32_t* __restrict__ col_blocks,
                              const int32_t* __restrict__ block_row) {
   using A = cuda::acc_t<T>;

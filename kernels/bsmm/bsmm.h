@@ -25,12 +25,13 @@ Tensor bsmm(const Tensor& x, const Tensor& w, const LayoutPtr& layout, const Ten
 namespace op {
 /// Forward of the block-sparse matmul. Inputs x [N, C], w [nnz, bs, bs], then gate [nnz] when
 /// `gated`, then bias [K] (in y's dtype) when `biased`; output y [N, K] (in x's dtype, or f32
-/// with f32_output). The bias is added to the sums in the kernels' epilogue (no pass over y). The CPU kernel runs one
-/// thread per (row tile, output block column): each output block is summed in a local buffer in
-/// increasing block-row order (deterministic, no atomics). On CUDA: tensor cores for bf16/f16
-/// (and f32 with TF32 allowed), see kernels/common/cuda/bsmm_tc.h for which kernel runs, or,
-/// where those would be slower than the dense product, cuBLAS on the blocks laid out densely
-/// (kernels/common/cuda/bsmm_dense.h: the dense route); deterministic too (the same inputs give the same bits on every run and in CUDA-graph replay).
+/// with f32_output). The bias is added to the sums in the kernels' epilogue (no pass over y).
+/// The CPU kernel runs one thread per (row tile, output block column): each output block is
+/// summed in a local buffer in increasing block-row order (deterministic, no atomics). On CUDA:
+/// tensor cores for bf16/f16 (and f32 with TF32 allowed), see kernels/common/cuda/bsmm_tc.h for
+/// which kernel runs, or, where those would be slower than the dense product, cuBLAS on the
+/// blocks laid out densely (kernels/common/cuda/bsmm_dense.h: the dense route); deterministic too
+/// (the same inputs give the same bits on every run and in CUDA-graph replay).
 ///
 /// Backward, with G = dY [N, K]:
 ///   dX = bsmm_dx(G, w, layout, gate)                       (dX_r = sum_k gate[k]·G_c·W[k]ᵀ)
