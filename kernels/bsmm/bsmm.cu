@@ -1,6 +1,6 @@
 // bsmm on the GPU: y [N, K] = x [N, C] · W over the layout's stored blocks (w [nnz, bs, bs]),
 // block k scaled by gate[k] when gated, plus bias[K] on every row when biased (in every kernel's
-// epilogue; after the GEMMs on the dense route). Where the block-sparse kernels would be slower
+// epilogue; on the dense route an elementwise add after the GEMMs). Where the block-sparse kernels would be slower
 // than the dense product (small blocks at moderate density, many rows), the dense route runs a
 // cuBLAS GEMM on the blocks laid out densely (kernels/common/cuda/bsmm_dense.h); otherwise bf16/f16 (and f32
 // when TF32 is allowed) run on tensor cores (kernels/common/cuda/bsmm_tc.h picks the kernel); f32
@@ -22,6 +22,7 @@
 #include "kernels/common/cuda/bsmm_dense.h"
 #include "kernels/common/cuda/bsmm_tc.h"
 #include "kernels/common/cuda/dtype.cuh"
+#include "kernels/common/cuda/elementwise.cuh"
 #include "kernels/common/cuda/layout_tables.h"
 
 namespace tessera {
@@ -59,7 +60,8 @@ __global__ void bsmm_forward(const T* __restrict__ x, const T* __restrict__ w, c
 
 void op::Bsmm::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Tensor &x = in[0], &w = in[1], &y = out[0];
-  const void* bias = attrs.biased ? in[attrs.gated ? 3 : 2].data_ptr() : nullptr;  // [K] in y's dtype
+  const Tensor bias = attrs.biased ? in[attrs.gated ? 3 : 2] : Tensor();  // [K] in y's dtype
+  const void* bias_ptr = bias.defined() ? bias.data_ptr() : nullptr;
   const BlockLayout& l = *attrs.layout;
   const int64_t n = x.size(0), C = l.in_features(), K = l.out_features(), Q = l.block_cols();
   if (y.numel() == 0) return;
@@ -75,9 +77,12 @@ void op::Bsmm::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& ou
                                 tables.col_pairs.entries,
                                 tables.col_pairs.pairs,
                                 tables.col_pairs.steps,
-                                bias};
-    if (cuda::dense_route_takes(cuda::BsmmOp::fwd, x.dtype(), l, n, {p.a, p.w, p.out, p.bias}, dev)) {
-      cuda::dense_product(p, l, tables, dev, cuda::current_stream(y));
+                                bias_ptr};
+    if (cuda::dense_route_takes(cuda::BsmmOp::fwd, x.dtype(), l, n, {p.a, p.w, p.out}, dev)) {
+      cuda::GatherProduct gemm = p;
+      gemm.bias = nullptr;  // the GEMMs take none: y += bias in one pass after them
+      cuda::dense_product(gemm, l, tables, dev, cuda::current_stream(y));
+      if (bias.defined()) cuda::binary_op(y, bias, y, kName, [] __device__(auto a, auto b) { return a + b; });
       return;
     }
     if (cuda::run_gather(p, dev, cuda::current_stream(y))) return;
@@ -92,7 +97,7 @@ void op::Bsmm::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& ou
         using TO = typename decltype(out_tag)::type;
         bsmm_forward<T, TO, BS><<<static_cast<unsigned>(blocks), dim3(BS, kRows), 0, cuda::current_stream(y)>>>(
             static_cast<const T*>(x.data_ptr()), static_cast<const T*>(w.data_ptr()),
-            attrs.gated ? static_cast<const T*>(in[2].data_ptr()) : nullptr, static_cast<const TO*>(bias),
+            attrs.gated ? static_cast<const T*>(in[2].data_ptr()) : nullptr, static_cast<const TO*>(bias_ptr),
             static_cast<TO*>(y.data_ptr()), n, C, K, Q, tables.col_ptr, tables.col_blocks, tables.block_row);
         TS_CUDA_LAUNCH_CHECK(kName);
       };

@@ -12,7 +12,6 @@
 #include "core/tensor.h"
 #include "kernels/common/cuda/blas.h"
 #include "kernels/common/cuda/bsmm_gate.cuh"
-#include "kernels/common/cuda/bsmm_store.cuh"
 #include "kernels/common/cuda/dtype.cuh"
 #include "kernels/common/cuda/mma_sm80.cuh"
 
@@ -162,6 +161,7 @@ bool dense_route_takes(BsmmOp op, DType dt, const BlockLayout& l, int64_t n,
 
 void dense_product(const GatherProduct& p, const BlockLayout& l, const BlockTables& t, int device,
                    cudaStream_t stream) {
+  TS_CHECK(p.bias == nullptr, DeviceError, "bsmm (dense route): the GEMMs take no bias (the caller adds it)");
   g_calls.fetch_add(1, std::memory_order_relaxed);
   const int bs = p.bs;
   const size_t e = dtype_size(p.in_dtype), eo = dtype_size(p.out_dtype);
@@ -185,18 +185,6 @@ void dense_product(const GatherProduct& p, const BlockLayout& l, const BlockTabl
                wd.data_ptr(), dx ? span : inner, dx ? inner : span, stream);
     gemm_row_major(device, name, p.in_dtype, p.out_dtype, false, dx, p.n, span, inner, p.a, inner, wd.data_ptr(),
                    dx ? inner : span, beta, static_cast<char*>(p.out) + u0 * bs * eo, p.out_cols);
-  }
-  if (p.bias && p.n > 0) {  // the GEMMs take no bias here: one pass over Y adds it
-    dispatch_cuda_float(p.out_dtype, name, [&](auto tag) {
-      using TO = typename decltype(tag)::type;
-      if constexpr (!std::is_same_v<TO, double>) {
-        const int64_t pairs = p.n * p.out_cols / 2;
-        const unsigned grid = static_cast<unsigned>(std::min<int64_t>((pairs + 255) / 256, 4096));
-        add_row_bias<TO><<<grid, 256, 0, stream>>>(static_cast<TO*>(p.out), static_cast<const TO*>(p.bias), p.n,
-                                                   p.out_cols);
-        TS_CUDA_LAUNCH_CHECK(name);
-      }
-    });
   }
 }
 

@@ -96,19 +96,6 @@ __device__ __forceinline__ float2 bias_pair(const TO* bias, int64_t col, int64_t
   return make_float2(col < cols ? load_one(bias + col) : 0.f, 0.f);
 }
 
-/// out[r, c] += bias[c] for every row r < rows of a [rows, cols] row-major tensor (cols even):
-/// the dense route's bias, after its GEMMs.
-template <class TO>
-__global__ void add_row_bias(TO* __restrict__ out, const TO* __restrict__ bias, int64_t rows, int64_t cols) {
-  const int64_t pairs = rows * cols / 2, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < pairs; i += stride) {
-    const int64_t e = 2 * i, c = e % cols;
-    const float2 b = load_pair(bias + c);
-    const float2 v = load_pair(out + e);
-    store_pair(out + e, v.x + b.x, v.y + b.y, false);
-  }
-}
-
 /// out[e] = partial[0][e] + partial[1][e] + ... (in that order), two elements per thread: the dW
 /// kernels' sums over parts of the positions, the same bits on every run (elems is even).
 template <class TO>

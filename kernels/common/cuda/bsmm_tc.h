@@ -66,7 +66,7 @@ struct GatherProduct {
   int32_t pairs = 0;
   int64_t pair_steps = 0;
   /// fwd: [out_cols] in out_dtype, added to every row of the sums before they are stored (not with
-  /// accumulate, nor a convolution); nullptr: none
+  /// accumulate, nor a convolution, nor on the dense route, whose caller adds it); nullptr: none
   const void* bias = nullptr;
 };
 
