@@ -2,8 +2,6 @@
 
 #include <Eigen/Dense>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "core/autograd.h"
@@ -135,13 +133,8 @@ Tensor BlockSparseLinear::forward(const Tensor& x) const {
   std::vector<int64_t> out_shape = x.shape().vec();
   out_shape.back() = layout_->out_features();
   // [..., in] -> [rows, in] -> [rows, out] -> [..., out] (reshapes are views).
-  // The bias is added in the product's epilogue (no pass over y). Lab switch for the A/B timing
-  // (scripts/lab/lstm_gates_call.sh), to go once timed: TESSERA_BSMM_BIAS=0 adds it afterwards.
-  const char* lab = std::getenv("TESSERA_BSMM_BIAS");
-  const bool after = lab && std::strcmp(lab, "0") == 0;
-  Tensor y = bsmm(x.dim() == 2 ? x : reshape(x, {-1, in}), effective_weight(), layout_, gate_,
-                  after ? Tensor() : bias_);
-  if (after && bias_.defined()) y = add(y, bias_);  // [rows, out] + [out]
+  // The bias is added in the product's epilogue (no pass over y).
+  const Tensor y = bsmm(x.dim() == 2 ? x : reshape(x, {-1, in}), effective_weight(), layout_, gate_, bias_);
   return x.dim() == 2 ? y : reshape(y, out_shape);
 }
 

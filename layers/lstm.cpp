@@ -130,7 +130,8 @@ void LSTMCell::check_state(const char* who, const LSTMState& s, int64_t batch) c
 
 bool LSTMCell::fused_recurrence(const Tensor& x, int64_t steps, int64_t batch) const {
   const LSTMOptions& o = options_;
-  if (!o.fuse() || o.cudnn() || o.multiplicative() || o.layer_norm() || o.recompute_chunk() > 0 || !x.device().is_cuda())
+  if (!o.fuse() || o.cudnn() || o.multiplicative() || o.layer_norm() || o.recompute_chunk() > 0 ||
+      !x.device().is_cuda())
     return false;
   const char* env = std::getenv("TESSERA_LSTM_FUSED");
   if (env && std::strcmp(env, "0") == 0) return false;
@@ -138,11 +139,9 @@ bool LSTMCell::fused_recurrence(const Tensor& x, int64_t steps, int64_t batch) c
   return lstm_recurrence_fused(gx, o.hidden_size(), recurrent_weight_layout());
 }
 
-std::pair<Tensor, LSTMState> LSTMCell::fused_sequence(const Tensor& product_x, const LSTMState& s,
-                                                      bool add_bias) const {
+std::pair<Tensor, LSTMState> LSTMCell::fused_sequence(const Tensor& product_x, const LSTMState& s) const {
   const Tensor wh = wh_.sparse() ? wh_.sparse()->effective_weight() : wh_.dense()->weight();
-  auto [y, h, c] = lstm_recurrence(product_x, s.h, s.c, wh, recurrent_weight_layout(), options_.forget_bias(),
-                                   add_bias ? bias_ : Tensor());
+  auto [y, h, c] = lstm_recurrence(product_x, s.h, s.c, wh, recurrent_weight_layout(), options_.forget_bias(), bias_);
   return {y, LSTMState{h, c}};
 }
 
@@ -198,13 +197,7 @@ LSTMOutput LSTM::forward(const Tensor& x, const LSTMState& state, int64_t batch)
   if (fused_recurrence(x, steps, b)) {  // the recurrence in one op (the GPU's persistent kernel)
     const LSTMState s0 = state.defined() ? state : zero_state(b, x.dtype(), x.device());
     const Shape gates_shape({steps, b, 4 * options().hidden_size()});
-    // Lab switch for the A/B timing (scripts/lab/lstm_gates_call.sh), to go once timed:
-    // TESSERA_LSTM_F32_GATES=1 runs the input terms as before (the product and the bias add in f32
-    // under autocast, the op casting their sum; no bias inside the op).
-    const char* lab = std::getenv("TESSERA_LSTM_F32_GATES");
-    const bool lab_f32 = lab && std::strcmp(lab, "1") == 0;
-    auto [y, last] = lab_f32 ? fused_sequence(reshape(input_terms(x2).gates, gates_shape), s0, /*add_bias=*/false)
-                             : fused_sequence(reshape(fused_input_product(x2), gates_shape), s0);
+    auto [y, last] = fused_sequence(reshape(fused_input_product(x2), gates_shape), s0);
     LSTMOutput out;
     out.output = reshape(y, {rows, options().hidden_size()});
     out.state = last;

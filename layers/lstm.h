@@ -168,10 +168,9 @@ class LSTMCell : public Module {
   /// every step's h, y [T, B, H], and the final state.
   std::pair<Tensor, LSTMState> cudnn_sequence(const Tensor& x, const LSTMState& s) const;
   /// The recurrence from the input products x·W_x [T, B, 4H] and a defined state as one
-  /// lstm_recurrence op, which adds the bias itself (add_bias false: product_x holds it): every
-  /// step's h, y [T, B, H], and the final state.
-  std::pair<Tensor, LSTMState> fused_sequence(const Tensor& product_x, const LSTMState& s,
-                                              bool add_bias = true) const;
+  /// lstm_recurrence op, which adds the bias itself: every step's h, y [T, B, H], and the final
+  /// state.
+  std::pair<Tensor, LSTMState> fused_sequence(const Tensor& product_x, const LSTMState& s) const;
   /// The input products x [N, In] -> x·W_x [N, 4H] (no bias) for the fused recurrence: under
   /// autocast written in the autocast dtype, which the recurrence reads (the product's operands
   /// cast here, as the product would cast them), instead of f32 that the recurrence would cast.

@@ -5,10 +5,12 @@
 // CUDA graph. The CPU gets the same half-type values widened to f32 and carries h in f32, while
 // the GPU stores each h_t in bf16/f16 (the next step's operand), so the trajectories drift apart
 // by the half type's rounding per step: tolerance |gpu − cpu| <= tol·(|cpu| + RMS(cpu)) with
-// tol 1e-2·(1 + T/4) for bf16 and 1e-2 for f16, as for cuDNN's half-type LSTM; twice that for
-// bf16 gradients, which add the rounding of dpre_t (stored in bf16: the next step's operand and
-// W_h's gradient's) to the forward's drift (seen on the H200: up to 2.5% at T 3-6; f16, with 3 more
-// significand bits, stays 8× below, up to 0.34%, so the difference is rounding, not a bug).
+// tol 1e-2·(1 + T/4) for bf16 and 1e-2 for f16, as for cuDNN's half-type LSTM; three times that
+// for bf16 gradients, which add the rounding of dpre_t (stored in bf16: the next step's operand and
+// W_h's gradient's) to the forward's drift (seen on the H200: up to 2.5% at T 3-6; with the random
+// bias, on the H100, 4.8% in dgx at H 1536 bs 8 d 0.05 T 4 (one element of 172k, 0.0105 off where
+// the RMS is 0.20), whose f16 twin, the same code with 3 more significand bits, stays 8-10× below
+// (0.51%), as f16 does in every case: the difference is rounding, not a bug).
 // Gate-order, layout or barrier bugs give O(1) errors.
 #include <gtest/gtest.h>
 
@@ -111,7 +113,7 @@ void check_case(const Case& k, DType dt, const LayoutPtr& given = nullptr) {
   std::cout << label(k, dt) << ": worst relative error" << worst.str() << " (tol " << tol << ")" << std::endl;
   for (size_t i = 0; i < want.size(); ++i) {
     ASSERT_TRUE(got[i].defined()) << kNames[i] << ", " << label(k, dt);
-    const double t_i = i < 3 || dt != DType::bf16 ? tol : 2 * tol;  // bf16 gradients: see the header
+    const double t_i = i < 3 || dt != DType::bf16 ? tol : 3 * tol;  // bf16 gradients: see the header
     EXPECT_TRUE(close_rms(cast(got[i], DType::f32), want[i], t_i)) << kNames[i] << ", " << label(k, dt);
   }
   // deterministic: a second run gives the same bits
@@ -316,7 +318,7 @@ TEST(LstmRecurrenceGpu, LayerFusedPathMatchesTheCpuLayerAndCompiles) {
     LSTM cpu(o, g1), gpu(o, g2);
     {  // a random bias (it starts at zero), the same in both: the kernel adds it
       NoGradGuard ng;
-      const Tensor r = mul(test_randn({4 * 256}, 9), 0.5);
+      const Tensor r = mul(test_randn({4 * 256}, 9, DType::f32), 0.5);
       for (LSTM* m : {&cpu, &gpu})
         for (const auto& p : m->named_parameters())
           if (p.name.find("bias") != std::string::npos) call_out<op::Add>({}, {p.tensor, r}, {p.tensor});
