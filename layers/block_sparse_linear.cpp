@@ -1,6 +1,7 @@
 #include "layers/block_sparse_linear.h"
 
 #include <Eigen/Dense>
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -67,19 +68,24 @@ BlockSparseLinear::BlockSparseLinear(const BlockSparseLinearOptions& options, Ge
   const int64_t nnz = layout_->nnz(), bs = layout_->block_size(), out = layout_->out_features();
   const DType dt = options.dtype();
   TS_CHECK(is_floating(dt), DTypeError, "BlockSparseLinear: parameter dtype " << dt << " is not floating");
+  const double fan_in = static_cast<double>(nnz * bs * bs) / static_cast<double>(out);  // inputs per output
+  const double bound = 1.0 / std::sqrt(std::max(fan_in, 1.0));
   Tensor w;
   switch (options.init()) {
     case BlockSparseInit::normal: {
-      const double fan_in = static_cast<double>(nnz * bs * bs) / static_cast<double>(out);
       const double std = options.init_std() > 0 ? options.init_std() : 1.0 / std::sqrt(fan_in);
       w = normal({nnz, bs, bs}, 0.0, std, gen, dt);
       break;
     }
+    case BlockSparseInit::uniform: w = uniform({nnz, bs, bs}, -bound, bound, gen, dt); break;
     case BlockSparseInit::orthogonal: w = orthogonal_blocks(nnz, bs, gen, dt); break;
     case BlockSparseInit::identity: w = identity_blocks(*layout_, dt); break;
   }
   weight_ = register_parameter("weight", w);
-  if (options.bias()) bias_ = register_parameter("bias", zeros({out}, dt));
+  if (options.bias())
+    bias_ = register_parameter("bias", options.init() == BlockSparseInit::uniform
+                                           ? uniform({out}, -bound, bound, gen, dt)
+                                           : zeros({out}, dt));
   if (options.gate()) gate_ = register_parameter("gate", ones({nnz}, dt));
   if (options.weight_norm()) {
     // gain = the initial column norms, so that W = V until training moves them apart.

@@ -22,6 +22,7 @@ namespace nn {
 /// How the stored blocks of the weight start out.
 enum class BlockSparseInit {
   normal,      ///< N(0, std²); std = init_std(), or 1/sqrt(fan_in) when init_std() <= 0
+  uniform,     ///< U(−1/sqrt(fan_in), 1/sqrt(fan_in)) for the weight and the bias: nn::Linear's rule
   orthogonal,  ///< each bs×bs block an orthogonal matrix (QR of a random normal matrix)
   identity,    ///< blocks on the diagonal (block row == block column) identity, all others zero
 };
@@ -74,8 +75,10 @@ struct BlockSparseLinearOptions {
 };
 
 /// forward(x [..., in]) = bsmm(x, W, layout, gate) + bias -> [..., out] (the bias added in bsmm's epilogue).
+/// fan_in, in the inits, is the inputs an output column reads on average: nnz·bs² / out.
 ///
-/// Parameters: "weight" [nnz, bs, bs] (block k of the layout), "bias" [out] (zeros; when bias()),
+/// Parameters: "weight" [nnz, bs, bs] (block k of the layout), "bias" [out] (zeros, or uniform
+/// under BlockSparseInit::uniform; when bias()),
 /// "gate" [nnz] (ones; when gate()), "gain" [out] (when weight_norm()). With weight norm the
 /// stored weight is a direction V and each output column j of W is rescaled to norm gain[j]:
 ///   W[:, j] = gain[j] · V[:, j] / ||V[:, j]||,   norms over the stored blocks of column j only,

@@ -5,6 +5,11 @@
 namespace tessera {
 namespace nn {
 
+// The block-sparse weights drawn by nn::Linear's rule, U(±1/sqrt(fan_in)) for weight and bias, with
+// fan_in the inputs an output reads (in·density): a dense and a sparse projection then start with
+// the same variance per output, so comparing them compares layouts, not inits.
+constexpr BlockSparseInit kInit = BlockSparseInit::uniform;
+
 Projection::Projection(const ProjectionOptions& o, Generator& gen) {
   TS_CHECK(o.block_size() >= 0, ValueError,
            "Projection: block size must be 0 (dense) or a block size, got " << o.block_size());
@@ -14,7 +19,8 @@ Projection::Projection(const ProjectionOptions& o, Generator& gen) {
     TS_CHECK((o.block_size() == 0 || o.block_size() == l->block_size()) && o.density() == 1, ValueError,
              "Projection: with a given layout " << l->str() << ", block size " << o.block_size() << " and density "
                                                 << o.density() << " must be left unset (or match it)");
-    sparse_ = std::make_shared<BlockSparseLinear>(BlockSparseLinearOptions(l).bias(o.bias()).dtype(o.dtype()), gen);
+    sparse_ = std::make_shared<BlockSparseLinear>(
+        BlockSparseLinearOptions(l).bias(o.bias()).init(kInit).dtype(o.dtype()), gen);
   } else if (o.block_size() == 0) {
     dense_ = std::make_shared<Linear>(
         LinearOptions(o.in_features(), o.out_features()).bias(o.bias()).dtype(o.dtype()), gen);
@@ -23,6 +29,7 @@ Projection::Projection(const ProjectionOptions& o, Generator& gen) {
         BlockSparseLinearOptions(o.in_features(), o.out_features(), o.block_size())
             .density(o.density(), o.seed())
             .bias(o.bias())
+            .init(kInit)
             .dtype(o.dtype()),
         gen);
   }
