@@ -62,7 +62,10 @@ void add_trainer_flags(CLI::App& app, TrainerFlags& f) {
       ->capture_default_str();
   g->add_option("--beta2", f.beta2, "adam/adamw: decay of the squared-gradient average (beta1 is 0.9)")
       ->check(CLI::Range(0.0, 0.999999))->capture_default_str();
-  g->add_option("--seed", f.seed, "seed of the data order and of sampling")->capture_default_str();
+  g->add_option("--seed", f.seed,
+                "seed of the data order (random windows; train_lstm reads its lanes in order) and of sampling; "
+                "the model's weights and layouts take the config's \"seed\"")
+      ->capture_default_str();
   g->add_option("--device", f.device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   g->add_option("--dtype", f.dtype, "f32 | bf16 | f16")->check(CLI::IsMember({"f32", "bf16", "f16"}))
       ->capture_default_str();
