@@ -8,8 +8,8 @@
 // tol 1e-2·(1 + T/4) for bf16 and 1e-2 for f16, as for cuDNN's half-type LSTM; three times that
 // for bf16 gradients, which add the rounding of dpre_t (stored in bf16: the next step's operand and
 // W_h's gradient's) to the forward's drift (seen on the H200: up to 2.5% at T 3-6; with the random
-// bias, on the H100, 4.8% in dgx at H 1536 bs 8 d 0.05 T 4 (one element of 172k, 0.0105 off where
-// the RMS is 0.20), whose f16 twin, the same code with 3 more significand bits, stays 8-10× below
+// bias, on the H100, 4.8% in dgx at H 1536 bs 8 d 0.05 T 4 (the first element past 2·tol 0.0105
+// off where the RMS is 0.20), whose f16 twin, the same code with 3 more significand bits, is 9× below
 // (0.51%), as f16 does in every case: the difference is rounding, not a bug).
 // Gate-order, layout or barrier bugs give O(1) errors.
 #include <gtest/gtest.h>
