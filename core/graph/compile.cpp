@@ -79,19 +79,52 @@ void CompiledStep::launch(const std::map<std::string, Tensor>& inputs) {
   if (updater_) updater_->advance();
 }
 
-std::vector<OpTime> CompiledStep::profile(const std::map<std::string, Tensor>& inputs) {
+namespace {
+
+// "bf16[64, 256] f32[256] -> f32[64, 256]": a node's operands, then its results; of more than
+// six, the first four and the count of the rest ("f32[64] f32[64] f32[64] f32[8, 32, 32] +92
+// more": the optimizer's multi-tensor updates)
+std::string node_signature(const graph::Graph& g, const graph::OpNode& n) {
+  std::ostringstream os;
+  auto list = [&](const std::vector<int>& ids) {
+    const size_t shown = ids.size() > 6 ? 4 : ids.size();
+    for (size_t k = 0; k < ids.size(); ++k) {
+      if (k == shown) {
+        os << " +" << ids.size() - shown << " more";
+        break;
+      }
+      if (k) os << " ";
+      if (ids[k] < 0) {
+        os << "-";
+        continue;
+      }
+      const TensorMeta& m = g.values[ids[k]].meta;
+      os << dtype_name(m.dtype) << m.shape.str();
+    }
+  };
+  list(n.inputs);
+  os << " -> ";
+  list(n.outputs);
+  return os.str();
+}
+
+}  // namespace
+
+std::vector<OpTime> CompiledStep::profile(const std::map<std::string, Tensor>& inputs, std::vector<NodeTime>* nodes) {
   const std::map<std::string, Tensor> feeds = prepare(inputs);
   std::vector<double> node_ms;
   current_->run_profiled(feeds, &node_ms);
   if (updater_) updater_->advance();
   const graph::Graph& g = current_->graph();
   std::map<std::string, OpTime> by_op;
+  if (nodes) nodes->clear();
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     if (current_->plan().skip[i]) continue;
     OpTime& t = by_op[g.nodes[i].op->name()];
     t.op = g.nodes[i].op->name();
     ++t.nodes;
     t.ms += node_ms[i];
+    if (nodes) nodes->push_back({t.op, node_signature(g, g.nodes[i]), node_ms[i]});
   }
   std::vector<OpTime> out;
   for (const auto& [name, t] : by_op) out.push_back(t);
@@ -117,6 +150,37 @@ std::string format_profile(const std::vector<OpTime>& times) {
   out << head;
   for (const OpTime& t : times) row(t.op, t.nodes, t.ms);
   row("(sum)", nodes, total);
+  return out.str();
+}
+
+std::string format_profile_by_signature(const std::vector<NodeTime>& nodes, size_t rows) {
+  struct Group {
+    std::string op, signature;
+    int nodes = 0;
+    double ms = 0;
+  };
+  std::map<std::pair<std::string, std::string>, Group> groups;
+  double total = 0;
+  for (const NodeTime& n : nodes) {
+    Group& gr = groups[{n.op, n.signature}];
+    gr.op = n.op, gr.signature = n.signature;
+    ++gr.nodes;
+    gr.ms += n.ms;
+    total += n.ms;
+  }
+  std::vector<Group> sorted;
+  for (auto& [key, gr] : groups) sorted.push_back(std::move(gr));
+  std::stable_sort(sorted.begin(), sorted.end(), [](const Group& a, const Group& b) { return a.ms > b.ms; });
+  std::ostringstream out;
+  char line[160];
+  std::snprintf(line, sizeof(line), "  %-32s %5s %10s %7s  %s\n", "op", "nodes", "ms", "share", "signature");
+  out << line;
+  for (size_t i = 0; i < sorted.size() && i < rows; ++i) {
+    const Group& gr = sorted[i];
+    std::snprintf(line, sizeof(line), "  %-32s %5d %10.3f %6.1f%%  ", gr.op.c_str(), gr.nodes, gr.ms,
+                  total > 0 ? 100.0 * gr.ms / total : 0.0);
+    out << line << gr.signature << "\n";
+  }
   return out.str();
 }
 

@@ -44,6 +44,13 @@ struct OpTime {
   double ms = 0;   ///< their time together
 };
 
+/// One node of a profiled step (CompiledStep::profile's optional detail).
+struct NodeTime {
+  std::string op;         ///< the op's name
+  std::string signature;  ///< its operands and results: "bf16[64, 256] f32[256] -> f32[64, 256]"
+  double ms = 0;
+};
+
 class CompiledStep {
  public:
   CompiledStep(graph::LossFn loss_fn, std::vector<graph::NamedParam> params, ParamUpdater* updater,
@@ -60,7 +67,9 @@ class CompiledStep {
   /// step without CUDA-graph replay: on a GPU each node's kernels between events, so short
   /// kernels' times also hold the host's launch gaps. Run the step normally before (one-time set-up).
   ///   for (const OpTime& t : step.profile(inputs)) std::cout << t.op << " " << t.ms << "\n";
-  std::vector<OpTime> profile(const std::map<std::string, Tensor>& inputs);
+  /// With `nodes`, also every node run, in plan order, with its operands' and results' dtypes
+  /// and shapes (format_profile_by_signature groups them).
+  std::vector<OpTime> profile(const std::map<std::string, Tensor>& inputs, std::vector<NodeTime>* nodes = nullptr);
   /// Copy of a named output of the last run: "loss", a mark_output() name, or "grad/<param>"
   /// without an updater.
   Tensor fetch(const std::string& name) const;
@@ -94,6 +103,12 @@ class CompiledStep {
 ///   lstm_recurrence_backward            1      5.088   38.1%
 ///   (sum)                             123     13.349  100.0%
 std::string format_profile(const std::vector<OpTime>& times);
+
+/// The nodes of a profile grouped by op and signature (equal dtypes and shapes), the most time
+/// first, the first `rows` groups, with shares of all the nodes' time:
+///   op                              nodes         ms   share  signature
+///   cast                                2      0.262    2.1%  f32[16384, 4096] -> bf16[16384, 4096]
+std::string format_profile_by_signature(const std::vector<NodeTime>& nodes, size_t rows);
 
 /// Compiles a training step over `params` (named "0", "1", ... unless given names); `rng` is
 /// the generator the loss function's random ops draw from (needed only when it has some).

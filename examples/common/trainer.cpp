@@ -100,8 +100,8 @@ void add_trainer_flags(CLI::App& app, TrainerFlags& f) {
                 "0: no limit")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   g->add_option("--profile-step", f.profile_step,
-                "run step N op by op (not replayed as a CUDA graph) and print its time by op; compiled steps only; "
-                "0: none")
+                "run step N op by op (not replayed as a CUDA graph) and print its time by op, then by op and shapes; "
+                "compiled steps only; 0: none")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   // Test hooks (no help line): raise a signal right after a step, as one arriving then would.
   app.add_option("--test-signal-at", f.test_signal_at)->group("")->check(CLI::NonNegativeNumber);

@@ -32,8 +32,11 @@ double last_step_grad_norm(const CompiledStep* step, const optim::Optimizer& opt
 
 double run_compiled_step(CompiledStep& step, const std::map<std::string, Tensor>& feeds, std::ostream* profile) {
   if (!profile) return step.run(feeds);
-  const std::vector<OpTime> times = step.profile(feeds);
-  *profile << format_profile(times) << std::flush;
+  std::vector<NodeTime> nodes;
+  const std::vector<OpTime> times = step.profile(feeds, &nodes);
+  *profile << format_profile(times) << "the same step's " << kProfileSignatureRows
+           << " costliest op signatures (nodes of one op with equal operand and result shapes):\n"
+           << format_profile_by_signature(nodes, kProfileSignatureRows) << std::flush;
   return step.fetch("loss").item<double>();
 }
 

@@ -67,8 +67,10 @@ namespace train {
 double last_step_grad_norm(const CompiledStep* step, const optim::Optimizer& opt);
 
 /// step.run(feeds); with `profile` non-null, the same step run by CompiledStep::profile instead,
-/// its table (format_profile) written to *profile. Returns the loss. What a task's train_step
-/// calls after profile_next_step(out) asked for a profile.
+/// its tables written to *profile: by op (format_profile), then the kProfileSignatureRows
+/// costliest (op, shapes) groups (format_profile_by_signature). Returns the loss. What a task's
+/// train_step calls after profile_next_step(out) asked for a profile.
+inline constexpr size_t kProfileSignatureRows = 20;
 double run_compiled_step(CompiledStep& step, const std::map<std::string, Tensor>& feeds, std::ostream* profile);
 
 /// What one training step is, and the state it must keep across a resume.

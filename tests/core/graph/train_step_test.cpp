@@ -251,5 +251,50 @@ TEST(TrainStep, ProfileIsAStepTimedByOp) {
   for (size_t i = 1; i < prof.size(); ++i) EXPECT_GE(prof[i - 1].ms, prof[i].ms) << "the most time first";
 }
 
+// With a NodeTime list, profile also gives every node run, in plan order, with its operands' and
+// results' shapes: as many nodes as the by-op table counts, each op's node times summing to its
+// row; format_profile_by_signature groups nodes of one op and equal shapes into one row.
+TEST(TrainStep, ProfileNodesCarryTheirShapes) {
+  const int B = 2, T = 6, C = 16, heads = 2, V = 13;
+  Inputs batch{{"x", ids(B * T, V, 4)}, {"y", ids(B * T, V, 5)}};
+  Model m = attention(B, T, C, heads, V, false);
+  optim::AdamW opt(m.tensors(), optim::AdamWOptions(3e-3));
+  CompiledStep step = compile(m.loss, m.params, &opt, batch);
+  step.run(batch);
+  std::vector<NodeTime> nodes{{"stale", "", 1.0}};  // cleared by the call
+  const std::vector<OpTime> prof = step.profile(batch, &nodes);
+  std::map<std::string, std::pair<int, double>> from_nodes;
+  for (const NodeTime& n : nodes) {
+    from_nodes[n.op].first += 1;
+    from_nodes[n.op].second += n.ms;
+    EXPECT_NE(n.signature.find(" -> "), std::string::npos) << n.op << ": " << n.signature;
+  }
+  EXPECT_EQ(from_nodes.count("stale"), 0u);
+  for (const OpTime& t : prof) {
+    if (t.op == "(write-backs)") continue;
+    EXPECT_EQ(from_nodes[t.op].first, t.nodes) << t.op;
+    EXPECT_NEAR(from_nodes[t.op].second, t.ms, 1e-9) << t.op;
+  }
+  // the cross-entropy of logits [B·T, V] against B·T ids, a scalar loss
+  bool found = false;
+  for (const NodeTime& n : nodes)
+    if (n.op == "cross_entropy") {
+      EXPECT_EQ(n.signature, "f32[12, 13] i32[12] -> f32[]");
+      found = true;
+    }
+  EXPECT_TRUE(found);
+  // grouped: two nodes of one op and signature make one row of 2 nodes; rows capped
+  const std::vector<NodeTime> made{{"add", "f32[2] f32[2] -> f32[2]", 1.0},
+                                   {"mul", "f32[2] f32[2] -> f32[2]", 1.5},
+                                   {"add", "f32[2] f32[2] -> f32[2]", 1.0},
+                                   {"add", "f32[3] f32[3] -> f32[3]", 0.5}};
+  const std::string table = format_profile_by_signature(made, 2);
+  EXPECT_NE(table.find("add                                  2      2.000   50.0%  f32[2] f32[2] -> f32[2]"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("mul "), std::string::npos) << table;
+  EXPECT_EQ(table.find("f32[3]"), std::string::npos) << "only 2 rows: " << table;
+}
+
 }  // namespace
 }  // namespace tessera
