@@ -266,7 +266,10 @@ bool bench_case(BenchReport& report, Timer& timer, const Options& o, Device dev,
   if (o.profile)
     for (size_t i = 0; i < timed.size(); ++i)
       if (Way& w = ways[timed[i]]; w.step)
-        bench::add_profile(report, "profile " + w.name + tag, shape, w.step->profile({{"x", x}}), ms[i]);
+        bench::add_profile(report, "profile " + w.name + tag, shape,
+                           bench::profile_printing_shapes(*w.step, {{"x", x}}, "profile " + w.name + tag, shape,
+                                                          std::cout),
+                           ms[i]);
   if (ways[2].lstm->fused_recurrence(x, t, b) && ways[2].step) {
     const auto at = std::find(timed.begin(), timed.end(), 2);
     bench_recurrence_ops(report, timer, o, dev, hidden, nullptr, dt, shape, ms[at - timed.begin()]);
@@ -469,7 +472,11 @@ void bench_sparse_case(BenchReport& report, Timer& timer, const Options& o, Devi
   if (!failure.empty()) report.note("tessera sparse graph" + tag + " " + shape, "not run: " + failure);
   if (!failure_sw.empty()) report.note("tessera sparse step-wise graph" + tag + " " + shape, "not run: " + failure_sw);
   if (!fused) report.note("tessera sparse" + tag + " " + shape, "step by step: the fused kernel does not take this layer");
-  if (o.profile && step) bench::add_profile(report, "profile tessera sparse graph" + tag, shape, step->profile({{"x", x}}), ms[1]);
+  if (o.profile && step) {
+    const std::string label = "profile tessera sparse graph" + tag;
+    bench::add_profile(report, label, shape,
+                       bench::profile_printing_shapes(*step, {{"x", x}}, label, shape, std::cout), ms[1]);
+  }
   if (fused && step) bench_recurrence_ops(report, timer, o, dev, hidden, lstm.recurrent_weight_layout(), dt, shape, ms[1]);
   const LayoutPtr& l = lstm.recurrent_layout();  // [H, 4H], the four gates
   if (l) {

@@ -234,7 +234,9 @@ int run_gpt2(const Options& o) {
   report.add({"tokens/s graph", shape, graph_ms, tokens / graph_ms * 1e3, "tok/s", tokens / eager_ms * 1e3, "eager"});
   if (o.profile) {
     const data::Batch b = sampler.next();
-    bench::add_profile(report, "profile graph", shape, graph.step_->profile({{"x", b.inputs}, {"y", b.targets}}),
+    bench::add_profile(report, "profile graph", shape,
+                       bench::profile_printing_shapes(*graph.step_, {{"x", b.inputs}, {"y", b.targets}},
+                                                      "profile graph", shape, std::cout),
                        graph_ms);
   }
   report.note("reference (not measured here)", "llm.c train_gpt2cu (bf16, no cuDNN), same H200: 330k tokens/s");
@@ -294,7 +296,9 @@ int run(const Options& o) {
     report.add({"tokens/s graph", shape, graph_ms, tokens / graph_ms * 1e3, "tok/s", tokens / eager_ms * 1e3, "eager"});
     if (o.profile) {
       const data::Batch b = sampler.next();
-      bench::add_profile(report, "profile graph", shape, graph.step_->profile({{"x", b.inputs}, {"y", b.targets}}),
+      bench::add_profile(report, "profile graph", shape,
+                         bench::profile_printing_shapes(*graph.step_, {{"x", b.inputs}, {"y", b.targets}},
+                                                        "profile graph", shape, std::cout),
                          graph_ms);
     }
     report.note("reference (not measured here)", "PyTorch 2.11, same H200, bf16 autocast: eager 14.8 ms, "

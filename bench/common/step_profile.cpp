@@ -25,5 +25,14 @@ void add_profile(BenchReport& report, const std::string& label, const std::strin
   report.add({label + ": (sum)", shape, sum, sum, "ms", step_ms, "the step replayed"});
 }
 
+std::vector<OpTime> profile_printing_shapes(CompiledStep& step, const std::map<std::string, Tensor>& inputs,
+                                            const std::string& label, const std::string& shape, std::ostream& out,
+                                            size_t rows) {
+  std::vector<NodeTime> nodes;
+  std::vector<OpTime> prof = step.profile(inputs, &nodes);
+  out << label << " " << shape << ", by op and shapes:\n" << format_profile_by_signature(nodes, rows) << std::flush;
+  return prof;
+}
+
 }  // namespace bench
 }  // namespace tessera
