@@ -49,7 +49,9 @@ struct ProjectionOptions {
 
 /// Not a Module itself: it owns one layer (BlockSparseLinear with the given layout when there is
 /// one, else Linear when block_size() == 0, else BlockSparseLinear with a random layout of the
-/// given density and seed), which the owner registers under its name.
+/// given density and seed), which the owner registers under its name. Both kinds start by
+/// nn::Linear's rule, weight and bias U(±1/sqrt(fan_in)) over the inputs an output reads (the
+/// block-sparse one with BlockSparseInit::uniform), so that dense and sparse start alike.
 class Projection {
  public:
   Projection() = default;
