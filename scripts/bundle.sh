@@ -49,6 +49,13 @@ fi
 # the GPU node, which has no apt: scripts/reproduce.sh finds it there (TESSERA_DATA_MIRROR).
 gcide_dz=${XDG_CACHE_HOME:-$HOME/.cache}/tessera/data/gcide/gcide.dict.dz
 if [ -f "$gcide_dz" ]; then mkdir -p "$out/mirror/gcide" && cp "$gcide_dz" "$out/mirror/gcide/"; fi
+# What the bundle was built from, for the run folders of scripts/reproduce.sh (provenance.txt).
+{
+  commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+  git diff --quiet HEAD -- 2>/dev/null || commit="$commit with uncommitted changes"
+  echo "commit $commit"
+  echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ), CUDA architectures $arch"
+} >"$out/BUILD"
 cat >"$out/run" <<'RUN'
 #!/usr/bin/env bash
 # Runs a program of this bundle with the CUDA libraries of the node on the library path.

@@ -40,8 +40,10 @@
 # --out DIR (results/NAME), --device cuda|cpu, --bundle DIR (dist: its `run` starts the programs),
 # --plot-only, --pack FILE (at the end, a .tar.gz of OUT's small files: each run folder's
 # metrics.jsonl, config.json, log.txt and done, the summary and the plot, no checkpoints; paths
-# relative to the checkout, like OUT: what to take off a GPU node), --extra "FLAGS" (appended to every run's flags, the later flag winning: smoke runs
-# of small models), --gpus N (default 1: N runs at once, each on a GPU of its own by
+# relative to the checkout, like OUT: what to take off a GPU node; and each run's provenance.txt:
+# the bundle's build commit, the GPU or CPU, the start time), --extra "FLAGS" (appended to every
+# run's flags, the later flag winning: smoke runs of small models), --data FILE (the corpus
+# itself instead of data/fetch.sh's: a copy of gcide made elsewhere), --gpus N (default 1: N runs at once, each on a GPU of its own by
 # CUDA_VISIBLE_DEVICES, so that the equal time budgets stay comparable; with --device cpu, N
 # processes at once: smoke runs only). Run folders are OUT/MODEL-sSEED; the seed sets the model's
 # initialization (the config field "seed") and the sampling. gcide comes from data/fetch.sh (on a
@@ -55,9 +57,9 @@ cd "$(dirname "$0")/.."
 die() { echo "reproduce.sh: $1" >&2; exit "${2:-1}"; }
 [[ $# -ge 1 ]] || die "usage: scripts/reproduce.sh NAME [--models A,B] [--seeds 1,2,3] [--budget S] [--out DIR] [--gpus N] [--plot-only]" 2
 name=$1; shift
-models="" seeds=1,2,3 budget=240 out="" device=cuda bundle=dist plot_only=0 extra="" gpus=1 pack=""
+models="" seeds=1,2,3 budget=240 out="" device=cuda bundle=dist plot_only=0 extra="" gpus=1 pack="" data=""
 while [[ $# -gt 0 ]]; do
-  case $1 in --models | --seeds | --budget | --out | --device | --bundle | --extra | --gpus | --pack)
+  case $1 in --models | --seeds | --budget | --out | --device | --bundle | --extra | --gpus | --pack | --data)
     [[ $# -ge 2 ]] || die "option '$1' needs a value" 2 ;;
   esac
   case $1 in
@@ -71,19 +73,22 @@ while [[ $# -gt 0 ]]; do
     --extra) extra=$2; shift 2 ;;
     --gpus) gpus=$2; shift 2 ;;
     --pack) pack=$2; shift 2 ;;
+    --data) data=$2; shift 2 ;;
     *) die "unknown option '$1'" 2 ;;
   esac
 done
 out=${out:-results/$name}
 [[ $budget =~ ^[0-9]+([.][0-9]+)?$ ]] || die "--budget '$budget' is not a number of seconds" 2
 [[ $gpus =~ ^[1-9][0-9]*$ ]] || die "--gpus '$gpus' is not a positive whole number" 2
+[[ -z $data || -f $data ]] || die "--data '$data' is not a file" 2
 
 # --pack: OUT's small files into one archive (run folders one level down; no checkpoints)
 pack_results() {
   [[ -n $pack ]] || return 0
   local files
   files=$(cd "$out" && find . -maxdepth 2 -type f \( -name metrics.jsonl -o -name config.json -o -name log.txt \
-    -o -name 'done' -o -name model_seed.json -o -name summary.json -o -name curves.svg -o -name quality.json \) | sort)
+    -o -name 'done' -o -name model_seed.json -o -name summary.json -o -name curves.svg -o -name quality.json \
+    -o -name provenance.txt \) | sort)
   [[ -n $files ]] || die "--pack: nothing to pack in '$out'"
   # shellcheck disable=SC2086
   tar czf "$pack" -C "$out" $files || die "--pack: cannot write '$pack'"
@@ -152,10 +157,28 @@ if [[ $plot_only == 0 ]]; then
     pack_results
     exit 0
   fi
+  # What a run ran on, into its folder (provenance.txt): the bundle's build (its BUILD file), the
+  # GPU (nvidia-smi's name of GPU $2, or of every GPU of the node when the run has none of its
+  # own) or the CPU, and the start time.
+  write_provenance() {
+    local run=$1 gpu=$2 what build=unknown
+    [[ -f $bundle/BUILD ]] && build=$(tr '\n' ';' <"$bundle/BUILD")
+    {
+      echo "build: ${build%;}"
+      if [[ $device == cuda ]]; then
+        what=$(nvidia-smi --query-gpu=index,name --format=csv,noheader ${gpu:+--id=$gpu} 2>/dev/null | tr '\n' ';')
+        echo "gpu: ${what%;}"
+      else
+        echo "cpu: $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores"
+      fi
+      echo "started: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    } >"$run/provenance.txt"
+  }
   # One run: model $1, seed $2 into its folder, on GPU $3 of the node (empty: the inherited ones),
   # in the background; the subshell becomes the trainer (exec), so its pid is the trainer's.
   start_run() {
     local m=$1 s=$2 gpu=$3 run=$out/$1-s$2
+    write_provenance "$run" "$gpu"
     (
       [[ -z $gpu ]] || export CUDA_VISIBLE_DEVICES=$gpu
       # shellcheck disable=SC2086

@@ -68,6 +68,23 @@ if "$script" lstm --models dense,sparse --seeds 1,2,3 --out "$tmp/runs" --bundle
 else
   fail "a finished series failed: $(cat "$tmp/err")"
 fi
+# a run's provenance.txt: the bundle's BUILD, the CPU, the start time (a stand-in bundle whose
+# `run` exits 0 at once, a stand-in corpus by --data; the plot then finds no metrics and fails)
+mkdir -p "$tmp/bundle2" && printf '#!/bin/sh\nexit 0\n' >"$tmp/bundle2/run" && chmod +x "$tmp/bundle2/run"
+printf 'commit abc123\nbuilt today\n' >"$tmp/bundle2/BUILD"
+echo "some text" >"$tmp/corpus.txt"
+"$script" lstm --models dense --seeds 4 --device cpu --budget 1 --out "$tmp/prov" --bundle "$tmp/bundle2" \
+  --data "$tmp/corpus.txt" >/dev/null 2>&1
+prov=$tmp/prov/dense-s4/provenance.txt
+if [[ -f $prov ]]; then
+  grep -qx "build: commit abc123;built today" "$prov" || fail "provenance: no build line: $(cat "$prov")"
+  grep -q "^cpu: .*, [0-9]* cores$" "$prov" || fail "provenance: no cpu line: $(cat "$prov")"
+  grep -q "^started: 20[0-9][0-9]-" "$prov" || fail "provenance: no start time: $(cat "$prov")"
+else
+  fail "a run wrote no provenance.txt"
+fi
+expect_usage_error "--data '$tmp/none.txt'" lstm --data "$tmp/none.txt" --plot-only
+
 # no finished runs: one error line, exit 1
 mkdir -p "$tmp/empty"
 err=$("$script" lstm --plot-only --out "$tmp/empty" 2>&1 >/dev/null)
