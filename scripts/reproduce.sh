@@ -43,7 +43,8 @@
 # relative to the checkout, like OUT: what to take off a GPU node; and each run's provenance.txt:
 # the bundle's build commit, the GPU or CPU, the start time), --extra "FLAGS" (appended to every
 # run's flags, the later flag winning: smoke runs of small models), --data FILE (the corpus
-# itself instead of data/fetch.sh's: a copy of gcide made elsewhere), --gpus N (default 1: N runs at once, each on a GPU of its own by
+# itself instead of data/fetch.sh's: a copy of gcide made elsewhere), --gpus N (default 1: N runs
+# at once, each on a GPU of its own by
 # CUDA_VISIBLE_DEVICES, so that the equal time budgets stay comparable; with --device cpu, N
 # processes at once: smoke runs only). Run folders are OUT/MODEL-sSEED; the seed sets the model's
 # initialization (the config field "seed") and the sampling. gcide comes from data/fetch.sh (on a
@@ -166,7 +167,8 @@ if [[ $plot_only == 0 ]]; then
     {
       echo "build: ${build%;}"
       if [[ $device == cuda ]]; then
-        what=$(nvidia-smi --query-gpu=index,name --format=csv,noheader ${gpu:+--id=$gpu} 2>/dev/null | tr '\n' ';')
+        what=$(nvidia-smi --query-gpu=index,name --format=csv,noheader ${gpu:+--id=$gpu} 2>/dev/null | tr '\n' ';' ||
+          echo "unknown (no nvidia-smi)")
         echo "gpu: ${what%;}"
       else
         echo "cpu: $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores"

@@ -83,6 +83,10 @@ if [[ -f $prov ]]; then
 else
   fail "a run wrote no provenance.txt"
 fi
+# on a node without nvidia-smi (or without a GPU) a CUDA run still starts, its GPU line saying so
+"$script" lstm --models sparse --seeds 4 --device cuda --budget 1 --out "$tmp/prov" --bundle "$tmp/bundle2" \
+  --data "$tmp/corpus.txt" >/dev/null 2>&1
+grep -q "^gpu: ." "$tmp/prov/sparse-s4/provenance.txt" 2>/dev/null || fail "provenance: no gpu line for a CUDA run"
 expect_usage_error "--data '$tmp/none.txt'" lstm --data "$tmp/none.txt" --plot-only
 
 # no finished runs: one error line, exit 1
