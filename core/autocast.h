@@ -2,8 +2,10 @@
 // alive on a thread, the compute-heavy ops — matmul, bsmm and block_attention — take f32 inputs
 // in low precision: their f32 operands are cast to bf16/f16, the products summed in f32, the
 // result is f32. Operands already in the low dtype are taken as they are (an attention layer
-// casts q, k, v once, keeps its scores and probabilities in bf16). All else (layer norm, softmax,
-// losses, optimizer updates) and the parameters (f32 master weights, cast on use) stay f32.
+// casts q, k, v once, keeps its scores and probabilities in bf16; a product whose one reader
+// takes the low dtype can write it instead, from its f32 sums: linear's and bsmm's `out`). All
+// else (layer norm, softmax, losses, optimizer updates) and the parameters (f32 master weights,
+// cast on use) stay f32.
 //
 //   {
 //     autocast::Guard amp(DType::bf16);

@@ -48,6 +48,7 @@
   X(Matmul)                               \
   X(Linear)                               \
   X(CastColSum)                           \
+  X(ColSum)                               \
   /* block sparse */                      \
   X(Bsmm)                                 \
   X(BsmmDx)                               \

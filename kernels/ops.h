@@ -21,6 +21,7 @@
 #include "kernels/bsmm_dx/bsmm_dx.h"
 #include "kernels/cast/cast.h"
 #include "kernels/cast_col_sum/cast_col_sum.h"
+#include "kernels/col_sum/col_sum.h"
 #include "kernels/causal_softmax/causal_softmax.h"
 #include "kernels/causal_softmax_backward/causal_softmax_backward.h"
 #include "kernels/clamp/clamp.h"

@@ -103,8 +103,10 @@ bool MultiHeadAttention::uses_dense_path(const Device& device) const {
 }
 
 Tensor MultiHeadAttention::project(const Tensor& x) const {
+  // Without QK-norm q, k, v go to attention in the operand dtype: under autocast the product
+  // writes them so directly (its f32 sums plus the f32 bias rounded once), no f32 [B*n, 3C].
+  if (!q_norm_) return autocast::operand(qkv_.forward(x, autocast::operand_dtype(x)));
   const Tensor y = qkv_.forward(x);
-  if (!q_norm_) return autocast::operand(y);
   // [B*n, C | Hkv·D | Hkv·D] in one pass (qk_layer_norm: the norms on q's and k's columns in
   // place, v's copied), written in the operand dtype directly, as ln_f does.
   return qk_layer_norm(y, options_.width(), q_norm_->gamma(), q_norm_->beta(), k_norm_->gamma(), k_norm_->beta(),

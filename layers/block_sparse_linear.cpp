@@ -132,7 +132,11 @@ void BlockSparseLinear::set_layout(LayoutPtr layout) {
   advance_layout_generation();
 }
 
-Tensor BlockSparseLinear::forward(const Tensor& x) const {
+Tensor BlockSparseLinear::forward(const Tensor& x) const { return product(x, std::nullopt); }
+
+Tensor BlockSparseLinear::forward(const Tensor& x, DType out) const { return product(x, out); }
+
+Tensor BlockSparseLinear::product(const Tensor& x, std::optional<DType> out) const {
   const int64_t in = layout_->in_features();
   TS_CHECK(x.dim() >= 1 && x.size(x.dim() - 1) == in, ShapeError,
            "BlockSparseLinear: x " << x.meta() << " must have last dim " << in << " (" << layout_->str() << ")");
@@ -140,7 +144,9 @@ Tensor BlockSparseLinear::forward(const Tensor& x) const {
   out_shape.back() = layout_->out_features();
   // [..., in] -> [rows, in] -> [rows, out] -> [..., out] (reshapes are views).
   // The bias is added in the product's epilogue (no pass over y).
-  const Tensor y = bsmm(x.dim() == 2 ? x : reshape(x, {-1, in}), effective_weight(), layout_, gate_, bias_);
+  const Tensor x2 = x.dim() == 2 ? x : reshape(x, {-1, in});
+  const Tensor y = out ? bsmm(x2, effective_weight(), layout_, gate_, bias_, *out)
+                       : bsmm(x2, effective_weight(), layout_, gate_, bias_);
   return x.dim() == 2 ? y : reshape(y, out_shape);
 }
 

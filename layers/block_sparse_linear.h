@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/random.h"
@@ -97,6 +98,9 @@ class BlockSparseLinear : public Module {
 
   /// x [..., in] -> [..., out]; ShapeError naming x and the layer's sizes when x's last dim is not in.
   Tensor forward(const Tensor& x) const;
+  /// forward with y written in `out`: forward(x)'s dtype, or under autocast the autocast dtype
+  /// (for a reader of the low dtype; see bsmm(..., out)).
+  Tensor forward(const Tensor& x, DType out) const;
 
   /// The block weights the forward multiplies by: weight, or its weight-normalized version.
   Tensor effective_weight() const;
@@ -120,6 +124,7 @@ class BlockSparseLinear : public Module {
   const BlockSparseLinearOptions& options() const { return options_; }
 
  private:
+  Tensor product(const Tensor& x, std::optional<DType> out) const;  // forward, forward(x, out)
   BlockSparseLinearOptions options_;
   LayoutPtr layout_;
   Tensor weight_, bias_, gate_, gain_;

@@ -16,7 +16,11 @@ Linear::Linear(const LinearOptions& options, Generator& gen) : options_(options)
   if (options.bias()) bias_ = register_parameter("bias", uniform({out}, -bound, bound, gen, options.dtype()));
 }
 
-Tensor Linear::forward(const Tensor& x) const {
+Tensor Linear::forward(const Tensor& x) const { return product(x, std::nullopt); }
+
+Tensor Linear::forward(const Tensor& x, DType out) const { return product(x, out); }
+
+Tensor Linear::product(const Tensor& x, std::optional<DType> out) const {
   const int64_t in = options_.in_features();
   TS_CHECK(x.dim() >= 1 && x.size(-1) == in, ShapeError,
            "Linear: x " << x.meta() << " must have last dim " << in << " for weight " << weight_.meta());
@@ -24,7 +28,8 @@ Tensor Linear::forward(const Tensor& x) const {
   std::vector<int64_t> out_shape = x.shape().vec();
   out_shape.back() = options_.out_features();
   // y = x·W + b in one op (on CUDA the GEMM's epilogue adds b); matmul alone without a bias.
-  Tensor y = linear(x.dim() == 2 ? x : reshape(x, {-1, in}), weight_, bias_);
+  const Tensor x2 = x.dim() == 2 ? x : reshape(x, {-1, in});
+  Tensor y = out ? linear(x2, weight_, bias_, *out) : linear(x2, weight_, bias_);
   return x.dim() == 2 ? y : reshape(y, out_shape);
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "core/random.h"
 #include "layers/module.h"
@@ -40,6 +41,9 @@ class Linear : public Module {
 
   /// x [..., in] -> [..., out]; ShapeError naming both shapes when x's last dim is not in.
   Tensor forward(const Tensor& x) const;
+  /// forward with y written in `out`: forward(x)'s dtype, or under autocast the autocast dtype
+  /// (for a reader of the low dtype; see linear(x, w, b, out)).
+  Tensor forward(const Tensor& x, DType out) const;
 
   const Tensor& weight() const { return weight_; }
   /// Undefined when the layer has no bias.
@@ -47,6 +51,7 @@ class Linear : public Module {
   const LinearOptions& options() const { return options_; }
 
  private:
+  Tensor product(const Tensor& x, std::optional<DType> out) const;  // forward, forward(x, out)
   LinearOptions options_;
   Tensor weight_, bias_;
 };

@@ -40,6 +40,11 @@ Tensor Projection::forward(const Tensor& x) const {
   return dense_ ? dense_->forward(x) : sparse_->forward(x);
 }
 
+Tensor Projection::forward(const Tensor& x, DType out) const {
+  TS_CHECK(dense_ || sparse_, ValueError, "Projection: forward on an empty projection");
+  return dense_ ? dense_->forward(x, out) : sparse_->forward(x, out);
+}
+
 std::shared_ptr<Module> Projection::module() const {
   if (dense_) return dense_;
   return sparse_;

@@ -59,6 +59,10 @@ class Projection {
 
   /// x [..., in] -> [..., out].
   Tensor forward(const Tensor& x) const;
+  /// forward with y written in `out`: forward(x)'s dtype, or under autocast the autocast dtype,
+  /// rounded once from the f32 sums plus the f32 bias (for a reader of the low dtype, as
+  /// attention's q, k, v: no f32 tensor and no cast pass, forward or backward).
+  Tensor forward(const Tensor& x, DType out) const;
   /// The layer, to register in the owning module.
   std::shared_ptr<Module> module() const;
   /// Null unless dense / block-sparse respectively.

@@ -83,10 +83,12 @@ Tensor TransformerBlock::decode(const Tensor& x, int64_t B, KVCache& cache) cons
 Tensor TransformerBlock::apply(const Tensor& x, const std::function<Tensor(const Tensor&)>& attention,
                                Generator& dropout_gen) const {
   // ln1, ln2 and the activation feed only qkv, fc and fc2: under autocast (f32 inputs) each is
-  // written in the dtype the product would cast it to (operand_dtype), else in its input's.
+  // written in the dtype the product would cast it to (operand_dtype), else in its input's. fc's
+  // output feeds only the activation: under autocast fc writes it in that dtype too (its f32 sums
+  // plus the f32 bias rounded once, as PyTorch's autocast linear), and the activation reads it.
   using autocast::operand_dtype;
   Tensor h = add(x, attention(ln1_->forward(x, operand_dtype(x))));  // [B*T, C]
-  const Tensor u = fc_.forward(ln2_->forward(h, operand_dtype(h)));                       // [B*T, r·C]
+  const Tensor u = fc_.forward(ln2_->forward(h, operand_dtype(h)), operand_dtype(h));     // [B*T, r·C]
   Tensor m = fc2_.forward(apply_activation(options_.activation(), u, operand_dtype(u)));  // [B*T, C]
   if (is_training() && options_.dropout() > 0) m = drop_->forward(m, dropout_gen);
   return add(h, m);

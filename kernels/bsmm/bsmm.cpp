@@ -14,20 +14,37 @@ namespace tessera {
 namespace {
 
 Tensor call_bsmm(const Tensor& x, const Tensor& w, const LayoutPtr& layout, const Tensor& gate, const Tensor& bias,
-                 bool f32_output) {
+                 bool f32_output, bool f32_bias = false) {
   std::vector<Tensor> in{x, w};
   if (gate.defined()) in.push_back(gate);
   if (bias.defined()) in.push_back(bias);
-  return call<op::Bsmm>({layout, gate.defined(), f32_output, bias.defined()}, in)[0];
+  return call<op::Bsmm>({layout, gate.defined(), f32_output, bias.defined(), f32_bias && bias.defined()}, in)[0];
+}
+
+Tensor bias_in_f32(const Tensor& bias) {
+  return bias.defined() && bias.dtype() != DType::f32 ? cast(bias, DType::f32) : bias;
 }
 
 }  // namespace
 
 Tensor bsmm(const Tensor& x, const Tensor& w, const LayoutPtr& layout, const Tensor& gate, const Tensor& bias) {
   if (autocast::applies({&x, &w, &gate}))  // low-precision operands, f32 result written directly
-    return call_bsmm(autocast::operand(x), autocast::operand(w), layout, autocast::operand(gate),
-                     bias.defined() && bias.dtype() != DType::f32 ? cast(bias, DType::f32) : bias, true);
+    return call_bsmm(autocast::operand(x), autocast::operand(w), layout, autocast::operand(gate), bias_in_f32(bias),
+                     true);
   return call_bsmm(x, w, layout, gate, bias, false);
+}
+
+Tensor bsmm(const Tensor& x, const Tensor& w, const LayoutPtr& layout, const Tensor& gate, const Tensor& bias,
+            DType out) {
+  if (autocast::applies({&x, &w, &gate}) && out == autocast::dtype())  // y rounded once, in the low dtype
+    return call_bsmm(autocast::operand(x), autocast::operand(w), layout, autocast::operand(gate), bias_in_f32(bias),
+                     false, true);
+  Tensor y = bsmm(x, w, layout, gate, bias);
+  TS_CHECK(y.dtype() == out, DTypeError,
+           "bsmm: output dtype " << dtype_name(out) << " asked for x " << x.meta() << " and w " << w.meta()
+                                 << ", which give " << dtype_name(y.dtype())
+                                 << " (another dtype only as autocast's low dtype)");
+  return y;
 }
 
 namespace detail {
@@ -136,8 +153,13 @@ std::vector<TensorMeta> op::Bsmm::infer(const std::vector<TensorMeta>& in, const
     const TensorMeta& b = in[attrs.gated ? 3 : 2];
     TS_CHECK(b.shape == Shape({l.out_features()}), ShapeError,
              kName << ": bias " << b << " must be [" << l.out_features() << "] (out_features of " << l.str() << ")");
-    TS_CHECK(b.dtype == y.dtype, DTypeError, kName << ": bias " << b << " must be " << dtype_name(y.dtype)
-                                                   << ", the output's dtype (x " << in[0] << ")");
+    TS_CHECK(!attrs.f32_bias || (is_half(in[0].dtype) && !attrs.f32_output), DTypeError,
+             kName << ": an f32 bias goes with bf16 or f16 inputs and output, got x " << in[0]
+                   << (attrs.f32_output ? " with an f32 output" : ""));
+    const DType bias_dtype = attrs.f32_bias ? DType::f32 : y.dtype;
+    TS_CHECK(b.dtype == bias_dtype, DTypeError,
+             kName << ": bias " << b << " must be " << dtype_name(bias_dtype)
+                   << (attrs.f32_bias ? " (f32_bias)" : ", the output's dtype") << " (x " << in[0] << ")");
     TS_CHECK(b.device == y.device, DeviceError,
              kName << ": bias " << b << " and x " << in[0] << " are on different devices");
   }
@@ -158,7 +180,10 @@ std::vector<Tensor> op::Bsmm::backward(const BackwardContext& ctx, const Attrs& 
   const int bias_at = attrs.gated ? 3 : 2;
   const bool need_db = attrs.biased && ctx.needs_input_grad(bias_at);
   Tensor g, db;
-  if (attrs.f32_output && need_db) {
+  if (attrs.f32_bias) {  // G in the operands' dtype already; db summed in f32
+    g = ctx.grad_output();
+    if (need_db) db = col_sum(g);
+  } else if (attrs.f32_output && need_db) {
     std::vector<Tensor> both = cast_col_sum(ctx.grad_output(), ctx.input_meta(0).dtype);  // one pass over G
     g = both[0], db = both[1];
   } else {

@@ -29,9 +29,9 @@ namespace tessera {
 
 namespace {
 
-template <class T, class TO, int BS>
+template <class T, class TO, class TB, int BS>
 __global__ void bsmm_forward(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ gate,
-                             const TO* __restrict__ bias, TO* __restrict__ y, int64_t n, int64_t C, int64_t K,
+                             const TB* __restrict__ bias, TO* __restrict__ y, int64_t n, int64_t C, int64_t K,
                              int64_t Q,
                              const int32_t* __restrict__ col_ptr, const int32_t* __restrict__ col_blocks,
                              const int32_t* __restrict__ block_row) {
@@ -60,7 +60,7 @@ __global__ void bsmm_forward(const T* __restrict__ x, const T* __restrict__ w, c
 
 void op::Bsmm::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Tensor &x = in[0], &w = in[1], &y = out[0];
-  const Tensor bias = attrs.biased ? in[attrs.gated ? 3 : 2] : Tensor();  // [K] in y's dtype
+  const Tensor bias = attrs.biased ? in[attrs.gated ? 3 : 2] : Tensor();  // [K] in y's dtype, or f32
   const void* bias_ptr = bias.defined() ? bias.data_ptr() : nullptr;
   const BlockLayout& l = *attrs.layout;
   const int64_t n = x.size(0), C = l.in_features(), K = l.out_features(), Q = l.block_cols();
@@ -77,10 +77,20 @@ void op::Bsmm::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& ou
                                 tables.col_pairs.entries,
                                 tables.col_pairs.pairs,
                                 tables.col_pairs.steps,
-                                bias_ptr};
+                                bias_ptr,
+                                attrs.f32_bias};
     if (cuda::dense_route_takes(cuda::BsmmOp::fwd, x.dtype(), l, n, {p.a, p.w, p.out}, dev)) {
       cuda::GatherProduct gemm = p;
       gemm.bias = nullptr;  // the GEMMs take none: y += bias in one pass after them
+      if (attrs.f32_bias) {  // f32 sums + f32 bias, rounded once: the GEMMs into an f32 temporary
+        const Tensor sums = empty(y.shape(), TensorOptions(DType::f32).device(y.device()));
+        gemm.out = sums.data_ptr();
+        gemm.out_dtype = DType::f32;
+        cuda::dense_product(gemm, l, tables, dev, cuda::current_stream(y));
+        cuda::binary_op(sums, bias, sums, kName, [] __device__(auto a, auto b) { return a + b; });
+        cuda::unary_op_narrowing(sums, y, kName, [] __device__(float v) { return v; });
+        return;
+      }
       cuda::dense_product(gemm, l, tables, dev, cuda::current_stream(y));
       if (bias.defined()) cuda::binary_op(y, bias, y, kName, [] __device__(auto a, auto b) { return a + b; });
       return;
@@ -95,11 +105,18 @@ void op::Bsmm::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& ou
       TS_CHECK(blocks <= INT32_MAX, ShapeError, kName << ": x " << x.shape() << " is too large for one launch");
       auto launch = [&](auto out_tag) {
         using TO = typename decltype(out_tag)::type;
-        bsmm_forward<T, TO, BS><<<static_cast<unsigned>(blocks), dim3(BS, kRows), 0, cuda::current_stream(y)>>>(
-            static_cast<const T*>(x.data_ptr()), static_cast<const T*>(w.data_ptr()),
-            attrs.gated ? static_cast<const T*>(in[2].data_ptr()) : nullptr, static_cast<const TO*>(bias_ptr),
-            static_cast<TO*>(y.data_ptr()), n, C, K, Q, tables.col_ptr, tables.col_blocks, tables.block_row);
-        TS_CUDA_LAUNCH_CHECK(kName);
+        auto run = [&](auto bias_tag) {
+          using TB = typename decltype(bias_tag)::type;
+          bsmm_forward<T, TO, TB, BS><<<static_cast<unsigned>(blocks), dim3(BS, kRows), 0, cuda::current_stream(y)>>>(
+              static_cast<const T*>(x.data_ptr()), static_cast<const T*>(w.data_ptr()),
+              attrs.gated ? static_cast<const T*>(in[2].data_ptr()) : nullptr, static_cast<const TB*>(bias_ptr),
+              static_cast<TO*>(y.data_ptr()), n, C, K, Q, tables.col_ptr, tables.col_blocks, tables.block_row);
+          TS_CUDA_LAUNCH_CHECK(kName);
+        };
+        // the bias in TO, or f32 (f32_bias, with bf16/f16 TO)
+        if constexpr (std::is_same_v<TO, float> || std::is_same_v<TO, double>) run(out_tag);
+        else if (attrs.f32_bias) run(cuda::TypeTag<float>{});
+        else run(out_tag);
       };
       cuda::with_output_type<T>(attrs.f32_output, launch);
     });

@@ -22,10 +22,17 @@ namespace tessera {
 Tensor bsmm(const Tensor& x, const Tensor& w, const LayoutPtr& layout, const Tensor& gate = Tensor(),
             const Tensor& bias = Tensor());
 
+/// bsmm with y written in `out`: the dtype bsmm(x, w, layout, gate, bias) gives, or, under
+/// autocast, the autocast dtype, for a reader that takes the low dtype (attention's q, k, v): the
+/// f32 sums plus the f32 bias rounded once, bitwise cast(bsmm(...), out) without the f32 tensor;
+/// y's gradient then arrives in `out` and the bias gradient is summed in f32 (col_sum).
+Tensor bsmm(const Tensor& x, const Tensor& w, const LayoutPtr& layout, const Tensor& gate, const Tensor& bias,
+            DType out);
+
 namespace op {
 /// Forward of the block-sparse matmul. Inputs x [N, C], w [nnz, bs, bs], then gate [nnz] when
-/// `gated`, then bias [K] (in y's dtype) when `biased`; output y [N, K] (in x's dtype, or f32
-/// with f32_output). The bias is added to the sums in the kernels' epilogue (no pass over y).
+/// `gated`, then bias [K] (in y's dtype, or f32 with f32_bias) when `biased`; output y [N, K]
+/// (in x's dtype, or f32 with f32_output). The bias is added to the sums in the kernels' epilogue (no pass over y).
 /// The CPU kernel runs one thread per (row tile, output block column): each output block is
 /// summed in a local buffer in increasing block-row order (deterministic, no atomics). On CUDA:
 /// tensor cores for bf16/f16 (and f32 with TF32 allowed), see kernels/common/cuda/bsmm_tc.h for
@@ -37,7 +44,8 @@ namespace op {
 ///   dX = bsmm_dx(G, w, layout, gate)                       (dX_r = sum_k gate[k]·G_c·W[k]ᵀ)
 ///   dW[k] = gate[k]·P[k],   P[k] = X_rᵀ·G_c
 ///   dgate[k] = sum_ij P[k]_ij·W[k]_ij
-///   dbias = Σ_n G[n, :]     (with f32_output: one pass over G for the cast and db, cast_col_sum)
+///   dbias = Σ_n G[n, :]     (with f32_output: one pass over G for the cast and db, cast_col_sum;
+///                            with f32_bias: summed in f32 from the bf16/f16 G, col_sum)
 /// dW (bsmm_dw) and, when gated, dW and dgate together (bsmm_dw_gated: the gate and its gradient
 /// in the dW kernels' epilogue, from P's f32 sums). With
 /// bf16/f16 operands whose w is a cast of an f32 tensor (autocast), P is computed and kept in f32
@@ -53,6 +61,9 @@ struct Bsmm : OpBase {
     /// rounding y to bf16 and a cast pass back).
     bool f32_output = false;
     bool biased = false;  ///< a bias [K] follows the gate (or w) in the inputs
+    /// bf16/f16 operands and y with an f32 bias (autocast's form for a reader of the low dtype):
+    /// the bias is added to the f32 sums before y's one rounding.
+    bool f32_bias = false;
   };
   static std::vector<TensorMeta> infer(const std::vector<TensorMeta>& in, const Attrs&);
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);

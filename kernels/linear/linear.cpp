@@ -6,6 +6,7 @@
 #include "core/autocast.h"
 #include "kernels/cast/cast.h"
 #include "kernels/cast_col_sum/cast_col_sum.h"
+#include "kernels/col_sum/col_sum.h"
 #include "kernels/common/dispatch.h"
 #include "kernels/matmul/matmul.h"
 #include "kernels/sum/sum.h"
@@ -20,6 +21,20 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   return call<op::Linear>({false}, {x, w, b})[0];
 }
 
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, DType out) {
+  if (autocast::applies({&x, &w}) && out == autocast::dtype()) {  // y rounded once, in the low dtype
+    if (!b.defined()) return matmul(autocast::operand(x), autocast::operand(w));
+    return call<op::Linear>({false, true}, {autocast::operand(x), autocast::operand(w),
+                                            b.dtype() == DType::f32 ? b : cast(b, DType::f32)})[0];
+  }
+  Tensor y = linear(x, w, b);
+  TS_CHECK(y.dtype() == out, DTypeError,
+           "linear: output dtype " << dtype_name(out) << " asked for x " << x.meta() << " and W " << w.meta()
+                                   << ", which give " << dtype_name(y.dtype())
+                                   << " (another dtype only as autocast's low dtype)");
+  return y;
+}
+
 std::vector<TensorMeta> op::Linear::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   check_num_inputs(kName, in, 3);
   const TensorMeta &x = in[0], &w = in[1], &b = in[2];
@@ -27,10 +42,15 @@ std::vector<TensorMeta> op::Linear::infer(const std::vector<TensorMeta>& in, con
   TS_CHECK(x.dtype == w.dtype, DTypeError, "linear: x " << x << " and W " << w << " must share a dtype");
   TS_CHECK(!attrs.f32_output || is_half(x.dtype), DTypeError,
            "linear: an f32 output needs bf16 or f16 x and W, got x " << x << " and W " << w);
+  TS_CHECK(!attrs.f32_bias || (is_half(x.dtype) && !attrs.f32_output), DTypeError,
+           "linear: an f32 bias goes with bf16 or f16 x, W and output, got x "
+               << x << " and W " << w << (attrs.f32_output ? " with an f32 output" : ""));
   const DType out_dtype = attrs.f32_output ? DType::f32 : x.dtype;
-  TS_CHECK(b.dtype == out_dtype, DTypeError,
-           "linear: b " << b << " must be " << dtype_name(out_dtype) << " (the output's dtype) for x " << x
-                        << " and W " << w << (attrs.f32_output ? " with an f32 output" : ""));
+  const DType b_dtype = attrs.f32_bias ? DType::f32 : out_dtype;
+  TS_CHECK(b.dtype == b_dtype, DTypeError,
+           "linear: b " << b << " must be " << dtype_name(b_dtype)
+                        << (attrs.f32_bias ? " (f32_bias)" : " (the output's dtype)") << " for x " << x << " and W "
+                        << w << (attrs.f32_output ? " with an f32 output" : ""));
   TS_CHECK(x.shape.ndim() == 2 && w.shape.ndim() == 2 && b.shape.ndim() == 1, ShapeError,
            "linear: expected x [N, K], W [K, M] and b [M], got x " << x.shape << ", W " << w.shape << " and b "
                                                                    << b.shape);
@@ -73,7 +93,9 @@ std::vector<Tensor> op::Linear::backward(const BackwardContext& ctx, const Attrs
   // pass as db's column sums when both are wanted (cast_col_sum reads dy once).
   const bool gemm_grads = ctx.needs_input_grad(0) || ctx.needs_input_grad(1);
   Tensor g = dy, dx, dw, db;
-  if (attrs.f32_output && gemm_grads && ctx.needs_input_grad(2)) {
+  if (attrs.f32_bias && ctx.needs_input_grad(2)) {  // dy in x's dtype already; db summed in f32
+    db = col_sum(dy);
+  } else if (attrs.f32_output && gemm_grads && ctx.needs_input_grad(2)) {
     std::vector<Tensor> gs = cast_col_sum(dy, ctx.input_meta(0).dtype);
     g = gs[0];
     db = gs[1];

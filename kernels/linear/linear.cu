@@ -12,6 +12,11 @@
 // type (D's). Split-K partial sums of bf16/f16 outputs are reduced in f32 (reduction scheme
 // mask), as the cuBLAS handle's DISALLOW_REDUCED_PRECISION_REDUCTION does for matmul.
 //
+// f32_bias (bf16/f16 y, f32 b): cuBLASLt takes no f32 bias for a bf16/f16 D (its heuristic answers
+// CUBLAS_STATUS_INVALID_VALUE for CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = CUDA_R_32F; H100, CUDA 13),
+// so the f32-output GEMM with the bias epilogue writes an f32 temporary that one pass rounds into
+// y: bitwise the f32 output cast, one f32 write and read more than a bf16 D would take.
+//
 // Fallback — f64, an empty inner dimension, sizes past 32 bits, or no cuBLASLt algorithm for
 // the case: matmul's cuBLAS GEMM, then add_bias_rows. The algorithm cuBLASLt's heuristic picks
 // is cached per (device, types, sizes, pointer alignments); descriptors are made per call (host
@@ -24,6 +29,7 @@
 #include "core/cuda/check.cuh"
 #include "kernels/common/cuda/blas.h"
 #include "kernels/common/cuda/dtype.cuh"
+#include "kernels/common/cuda/elementwise.cuh"
 #include "kernels/linear/linear.h"
 #include "kernels/matmul/matmul.h"
 
@@ -185,6 +191,12 @@ bool lt_linear(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& 
 void op::Linear::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
   const Tensor &x = in[0], &w = in[1], &b = in[2], &y = out[0];
   if (y.numel() == 0) return;
+  if (attrs.f32_bias) {  // the f32 output (b in its epilogue) into a temporary, rounded once into y
+    const Tensor sums = empty(y.shape(), TensorOptions(DType::f32).device(y.device()));
+    op::Linear::cuda(in, {sums}, Attrs{true, false});
+    cuda::unary_op_narrowing(sums, y, kName, [] __device__(float v) { return v; });
+    return;
+  }
   constexpr int64_t kIntMax = 0x7fffffff;
   const int64_t n = x.size(0), k = x.size(1), m = w.size(1);
   const bool lt_case = x.dtype() != DType::f64 && k > 0 && n <= kIntMax && k <= kIntMax && m <= kIntMax;

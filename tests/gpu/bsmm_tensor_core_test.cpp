@@ -196,7 +196,8 @@ TEST(CudaBsmmTensorCores, InputGradientMatchesTheCpuForEveryBlockSizeDtypeGateAn
 
 // bsmm's bias [K] (added in every kernel's epilogue; after the GEMMs on the dense route), with and
 // without a gate, in every precision and on every path, and with an f32 output of bf16/f16
-// operands (autocast's form, the bias f32): against the CPU, and through the path the rule picks.
+// operands (autocast's form, the bias f32): against the CPU, and through the path the rule picks;
+// with bf16/f16 y and the f32 bias (f32_bias), bitwise the f32 output rounded, on every path.
 TEST(CudaBsmmTensorCores, ForwardWithBiasMatchesTheCpuOnEveryPath) {
   REQUIRE_GPU();
   uint64_t seed = 13000;
@@ -224,11 +225,17 @@ TEST(CudaBsmmTensorCores, ForwardWithBiasMatchesTheCpuOnEveryPath) {
             // f32 output, f32 bias
             std::vector<Tensor> in32 = in;
             in32.back() = cast(in.back(), DType::f32);
-            const op::Bsmm::Attrs wide{l, gated, true, true};
+            const op::Bsmm::Attrs wide{l, gated, true, true}, narrow{l, gated, false, true, true};
             for (const Path& path : paths()) {
               PathGuard guard(path, false);
-              EXPECT_TRUE(close_to(run_on_gpu_host<op::Bsmm>(wide, in32)[0], call<op::Bsmm>(wide, in32)[0], 1e-2))
+              const Tensor sums = run_on_gpu_host<op::Bsmm>(wide, in32)[0];
+              EXPECT_TRUE(close_to(sums, call<op::Bsmm>(wide, in32)[0], 1e-2))
                   << "bsmm f32 output + bias " << describe(*l, p, n, gated, path);
+              // the low output with the f32 bias (f32_bias): the same sums and bias, rounded once
+              const Tensor low = run_on_gpu_host<op::Bsmm>(narrow, in32)[0];
+              ASSERT_EQ(low.dtype(), p.dt);
+              EXPECT_TRUE(testing::all_close(low, cast(sums, p.dt), 0, 0))
+                  << "bsmm low output + f32 bias " << describe(*l, p, n, gated, path);
             }
           }
 }

@@ -77,5 +77,21 @@ TEST(CudaCastColSum, RepeatsBitForBit) {
   EXPECT_TRUE(all_close(a[1], b[1], 0, 0));
 }
 
+// col_sum (the column sums alone, f32 from bf16/f16/f32 x): bitwise cast_col_sum's sums of the
+// exact f32 copy (one kernel, one order), near the CPU's f64 sums; odd widths take the fallback.
+TEST(CudaColSum, MatchesCastColSumBitwiseAndTheCpu) {
+  REQUIRE_GPU();
+  uint64_t seed = 900;
+  for (DType from : {DType::bf16, DType::f16, DType::f32})
+    for (const Shape& s : {Shape{5, 4}, Shape{1000, 132}, Shape{16384, 1152}, Shape{300, 3}}) {
+      const Tensor x = random(s, seed++, from);
+      const Tensor got = run_on_gpu_host<op::ColSum>({}, {x})[0];
+      ASSERT_EQ(got.dtype(), DType::f32);
+      const std::vector<Tensor> both = run_on_gpu_host<op::CastColSum>({DType::bf16}, {cast(x, DType::f32)});
+      if (s[1] % 4 == 0) EXPECT_TRUE(all_close(got, both[1], 0, 0)) << x.meta();
+      EXPECT_TRUE(sums_close(got, col_sum(x), x, 1e-5)) << x.meta();
+    }
+}
+
 }  // namespace
 }  // namespace tessera

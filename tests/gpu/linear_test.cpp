@@ -160,6 +160,39 @@ TEST(CudaLinear, AutocastForwardAndBackwardMatchCpu) {
   }
 }
 
+// linear(x, W, b, low) under autocast (x, W and y in the low dtype, b f32: cuBLASLt's f32 bias
+// type, or the fallback's f32 sums): y against the CPU's (the f32 sums plus b rounded once), and
+// the gradients, db summed in f32 from the low-dtype dy (col_sum).
+TEST(CudaLinear, AutocastLowOutputWithF32BiasMatchesCpu) {
+  REQUIRE_GPU();
+  for (DType low : {DType::bf16, DType::f16})
+    for (const Shape& xs : {Shape{41, 24}, Shape{4096, 256}}) {
+      const int64_t n = xs[0], k = xs[1], m = k == 24 ? 18 : 384;
+      Tensor x = random(xs, 610, DType::f32), w = random({k, m}, 611, DType::f32);
+      Tensor b = random({m}, 612, DType::f32), g = cast(random({n, m}, 613, DType::f32), low);
+      Tensor wc = w.clone().requires_grad_(), bc = b.clone().requires_grad_();
+      Tensor wg = w.to(kGpu).requires_grad_(), bg = b.to(kGpu).requires_grad_();
+      Tensor yc, yg, wide;
+      {
+        autocast::Guard amp(low);
+        yc = linear(x, wc, bc, low);
+        yg = linear(x.to(kGpu), wg, bg, low);
+        wide = linear(x.to(kGpu), wg.detach(), bg.detach());  // the f32 output
+      }
+      ASSERT_EQ(yg.dtype(), low);
+      EXPECT_TRUE(all_close(yg.to(Device::cpu()), cast(wide, low).to(Device::cpu()), 0, 0)) << "bitwise";
+      ASSERT_EQ(yc.dtype(), low);
+      const std::string what = std::string(dtype_name(low)) + " " + xs.str();
+      EXPECT_TRUE(close_to(yg, yc, low == DType::bf16 ? 1e-2 : 2e-3)) << what;
+      yc.backward(g);
+      yg.backward(g.to(kGpu));
+      EXPECT_EQ(wg.grad().dtype(), DType::f32);
+      EXPECT_EQ(bg.grad().dtype(), DType::f32);
+      EXPECT_TRUE(close_to(wg.grad(), wc.grad(), 1e-2)) << "dW " << what;
+      EXPECT_TRUE(close_to(bg.grad(), bc.grad(), 1e-5)) << "db " << what;
+    }
+}
+
 #ifdef TESSERA_WITH_CUDA
 
 TEST(CudaLinear, ReplaysInsideACapturedGraphOnceWarm) {

@@ -193,6 +193,48 @@ TEST(Bsmm, BiasIsAddedToEveryRow) {
                            {"bsmm", "bias", "f32"});
 }
 
+// bsmm(..., bias, low) under autocast: y in the low dtype, bitwise cast(bsmm(..., bias), low), the
+// gate's and the bias's gradients f32 and equal to that formulation's (the bias's: the column sums
+// of the low-dtype dY, col_sum); the op's f32_bias checks.
+TEST(Bsmm, AutocastLowOutputIsTheF32OutputRoundedOnce) {
+  const LayoutPtr l = grad_layout(8);  // C = 16, K = 24, nnz = 4
+  const Tensor x = test_randn({7, 16}, 31, DType::f32), w0 = test_randn({4, 8, 8}, 32, DType::f32);
+  const Tensor gate0 = test_randn({4}, 33, DType::f32), b0 = test_randn({24}, 34, DType::f32);
+  const Tensor g = test_randn({7, 24}, 35, DType::f32);
+  for (DType low : {DType::bf16, DType::f16})
+    for (bool gated : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(low)) + (gated ? " gated" : ""));
+      Tensor w1 = w0.clone().requires_grad_(), b1 = b0.clone().requires_grad_(), t1 = gate0.clone().requires_grad_();
+      Tensor w2 = w0.clone().requires_grad_(), b2 = b0.clone().requires_grad_(), t2 = gate0.clone().requires_grad_();
+      Tensor x1 = x.clone().requires_grad_(), x2 = x.clone().requires_grad_();
+      Tensor y1, y2;
+      {
+        autocast::Guard amp(low);
+        y1 = bsmm(x1, w1, l, gated ? t1 : Tensor(), b1, low);
+        y2 = cast(bsmm(x2, w2, l, gated ? t2 : Tensor(), b2), low);
+      }
+      ASSERT_EQ(y1.dtype(), low);
+      EXPECT_TRUE(all_close(y1, y2, 0, 0));
+      y1.backward(cast(g, low));
+      y2.backward(cast(g, low));
+      EXPECT_TRUE(all_close(x1.grad(), x2.grad(), 0, 0));
+      EXPECT_EQ(w1.grad().dtype(), DType::f32);
+      EXPECT_TRUE(all_close(w1.grad(), w2.grad(), 0, 0));
+      EXPECT_EQ(b1.grad().dtype(), DType::f32);
+      EXPECT_TRUE(all_close(b1.grad(), b2.grad(), 0, 0));
+      if (gated) {
+        EXPECT_TRUE(all_close(t1.grad(), t2.grad(), 0, 0));
+      }
+    }
+  EXPECT_EQ(bsmm(x, w0, l, Tensor(), b0, DType::f32).dtype(), DType::f32);
+  expect_error<DTypeError>([&] { bsmm(x, w0, l, Tensor(), b0, DType::bf16); }, {"bsmm", "bf16", "autocast"});
+  const Tensor xh = cast(x, DType::bf16), wh = cast(w0, DType::bf16);
+  EXPECT_EQ(call<op::Bsmm>({l, false, false, true, true}, {xh, wh, b0})[0].dtype(), DType::bf16);
+  expect_error<DTypeError>([&] { call<op::Bsmm>({l, false, false, true, true}, {xh, wh, cast(b0, DType::bf16)}); },
+                           {"bsmm", "bias", "f32"});
+  expect_error<DTypeError>([&] { call<op::Bsmm>({l, false, false, true, true}, {x, w0, b0}); }, {"bsmm", "f32 bias"});
+}
+
 TEST(Bsmm, GradientOnlyWhereNeeded) {
   LayoutPtr l = grad_layout(8);
   Tensor x = test_randn({3, 16}, 1), w = test_randn({4, 8, 8}, 2).requires_grad_(), gate = test_randn({4}, 3);

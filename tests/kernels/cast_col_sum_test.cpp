@@ -12,6 +12,7 @@ namespace tessera {
 namespace {
 
 using testing::all_close;
+using testing::expect_error;
 using testing::test_randn;
 
 const DType kFloat[] = {DType::f32, DType::f64, DType::bf16, DType::f16};
@@ -58,6 +59,21 @@ TEST(CastColSum, LinearBackwardUsesIt) {
   EXPECT_TRUE(all_close(b.grad(), sum(dy, 0), 0, 0));
   EXPECT_TRUE(all_close(x.grad(), matmul(g, w, false, true), 0, 0));
   EXPECT_TRUE(all_close(w.grad(), matmul(x, g, true, false), 0, 0));
+}
+
+// col_sum: sum(x, 0) in f32 (f64 for f64 x) from any floating x, bitwise the sums of x widened
+// to f32 (the CPU sums in f64 either way); errors.
+TEST(ColSum, EqualsTheSumOfTheWidenedInputBitwise) {
+  for (DType dt : kFloat)
+    for (const Shape& s : {Shape{1, 1}, Shape{7, 3}, Shape{130, 12}, Shape{0, 5}}) {
+      const Tensor x = cast(test_randn(s, 40, DType::f32), dt);
+      const Tensor got = col_sum(x);
+      const DType acc = dt == DType::f64 ? DType::f64 : DType::f32;
+      EXPECT_EQ(got.dtype(), acc);
+      EXPECT_TRUE(all_close(got, sum(cast(x, acc), 0), 0, 0)) << x.meta();
+    }
+  expect_error<ShapeError>([] { col_sum(zeros({3})); }, {"col_sum", "[N, M]"});
+  expect_error<DTypeError>([] { col_sum(zeros({2, 3}, DType::i32)); }, {"col_sum"});
 }
 
 }  // namespace

@@ -101,6 +101,48 @@ TEST(Linear, AutocastMultipliesInTheLowDtypeAndAddsTheF32Bias) {
   EXPECT_EQ(linear(x64, w64, b64).dtype(), DType::f64);
 }
 
+// linear(x, W, b, low) under autocast: y in the low dtype, bitwise cast(linear(x, W, b), low) (the
+// f32 sums plus the f32 b, rounded once), with the same dx, dW (f32) and db (f32, the column sums
+// of the low-dtype dy) as that formulation; outside autocast `out` must be what linear gives.
+TEST(Linear, AutocastLowOutputIsTheF32OutputRoundedOnce) {
+  const Tensor x = test_randn({9, 6}, 25, DType::f32), w0 = test_randn({6, 5}, 26, DType::f32);
+  const Tensor b0 = test_randn({5}, 27, DType::f32), g = test_randn({9, 5}, 28, DType::f32);
+  for (DType low : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(low));
+    Tensor x1 = x.clone().requires_grad_(), w1 = w0.clone().requires_grad_(), b1 = b0.clone().requires_grad_();
+    Tensor x2 = x.clone().requires_grad_(), w2 = w0.clone().requires_grad_(), b2 = b0.clone().requires_grad_();
+    Tensor y1, y2;
+    {
+      autocast::Guard amp(low);
+      y1 = linear(x1, w1, b1, low);
+      y2 = cast(linear(x2, w2, b2), low);
+    }
+    ASSERT_EQ(y1.dtype(), low);
+    EXPECT_TRUE(all_close(y1, y2, 0, 0));
+    y1.backward(cast(g, low));
+    y2.backward(cast(g, low));
+    EXPECT_EQ(w1.grad().dtype(), DType::f32);
+    EXPECT_EQ(b1.grad().dtype(), DType::f32);
+    EXPECT_TRUE(all_close(x1.grad(), x2.grad(), 0, 0));
+    EXPECT_TRUE(all_close(w1.grad(), w2.grad(), 0, 0));
+    EXPECT_TRUE(all_close(b1.grad(), b2.grad(), 0, 0));
+    EXPECT_TRUE(all_close(b1.grad(), sum(cast(cast(g, low), DType::f32), 0), 0, 0));
+    {
+      autocast::Guard amp(low);  // no bias: matmul of the low operands
+      EXPECT_TRUE(all_close(linear(x, w0, Tensor(), low), cast(matmul(x, w0), low), 0, 0));
+    }
+  }
+  EXPECT_EQ(linear(x, w0, b0, DType::f32).dtype(), DType::f32);  // what linear gives: allowed
+  expect_error<DTypeError>([&] { linear(x, w0, b0, DType::bf16); }, {"linear", "bf16", "autocast"});
+  // f32_bias: bf16/f16 x, W and y with an f32 b, not with f32_output
+  const Tensor xh = cast(x, DType::bf16), wh = cast(w0, DType::bf16);
+  EXPECT_EQ(call<op::Linear>({false, true}, {xh, wh, b0})[0].dtype(), DType::bf16);
+  expect_error<DTypeError>([&] { call<op::Linear>({false, true}, {xh, wh, cast(b0, DType::bf16)}); },
+                           {"linear", "b", "f32"});
+  expect_error<DTypeError>([&] { call<op::Linear>({false, true}, {x, w0, b0}); }, {"linear", "f32 bias"});
+  expect_error<DTypeError>([&] { call<op::Linear>({true, true}, {xh, wh, b0}); }, {"linear", "f32 output"});
+}
+
 TEST(Linear, ErrorsNameTheOpAndTheShapes) {
   expect_error<ShapeError>([] { linear(zeros({2, 3}), zeros({4, 5}), zeros({5})); }, {"linear", "[2, 3]", "[4, 5]"});
   expect_error<ShapeError>([] { linear(zeros({2, 3}), zeros({3, 5}), zeros({4})); }, {"linear", "[3, 5]", "[4]"});

@@ -304,8 +304,8 @@ Tensor loss_with_explicit_casts(const TransformerLM& m, const Tensor& ids, const
     const nn::TransformerBlock& blk = m.block(l);
     const auto ln1 = child_of<nn::LayerNorm>(blk, "ln1"), ln2 = child_of<nn::LayerNorm>(blk, "ln2");
     Tensor h = add(x, blk.attention().forward(ln1->forward(x), B));
-    x = add(h, blk.fc2().forward(
-                   nn::apply_activation(blk.options().activation(), blk.fc().forward(ln2->forward(h)))));
+    const Tensor u = cast(blk.fc().forward(ln2->forward(h)), autocast::dtype());  // fc's f32 output rounded
+    x = add(h, blk.fc2().forward(nn::apply_activation(blk.options().activation(), u)));
   }
   x = layer_norm(x, param_of(m, "ln_f.gamma"), param_of(m, "ln_f.beta"));
   const Tensor logits = c.tied ? matmul(x, emb, false, true) : matmul(x, param_of(m, "out.weight"));

@@ -268,10 +268,11 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(GatherProduct p, int t
   cp_async_wait<0>();
 
   if (p.bias) {  // + bias[col] on every row, to the f32 sums before their one rounding
-    const TO* bias = static_cast<const TO*>(p.bias);
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
-      const float2 b = bias_pair(bias, static_cast<int64_t>(o) * BS + wn * kWTN + nt * 8 + 2 * t, p.out_cols);
+      const int64_t col = static_cast<int64_t>(o) * BS + wn * kWTN + nt * 8 + 2 * t;
+      const float2 b = p.bias_f32 ? bias_pair(static_cast<const float*>(p.bias), col, p.out_cols)
+                                  : bias_pair(static_cast<const TO*>(p.bias), col, p.out_cols);
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
         acc[mt][nt][0] += b.x, acc[mt][nt][1] += b.y;

@@ -371,7 +371,8 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
 #pragma unroll
       for (int j = 0; j < kBN / 8; ++j) {
         const int64_t col = static_cast<int64_t>(o) * kBN + 8 * j + 2 * t;
-        const float2 b = bias_pair(static_cast<const TO*>(p.bias), col, p.out_cols);
+        const float2 b = p.bias_f32 ? bias_pair(static_cast<const float*>(p.bias), col, p.out_cols)
+                                    : bias_pair(static_cast<const TO*>(p.bias), col, p.out_cols);
 #pragma unroll
         for (int mi = 0; mi < kMTiles; ++mi)
 #pragma unroll

@@ -65,9 +65,11 @@ struct GatherProduct {
   const int32_t* pair_entries = nullptr;
   int32_t pairs = 0;
   int64_t pair_steps = 0;
-  /// fwd: [out_cols] in out_dtype, added to every row of the sums before they are stored (not with
-  /// accumulate, nor a convolution, nor on the dense route, whose caller adds it); nullptr: none
+  /// fwd: [out_cols] in out_dtype (f32 with bias_f32), added to every row of the sums before they
+  /// are stored (not with accumulate, nor a convolution, nor on the dense route, whose caller adds
+  /// it); nullptr: none
   const void* bias = nullptr;
+  bool bias_f32 = false;  ///< bias is f32 while out_dtype is bf16/f16 (autocast's low output)
 };
 
 /// dw [nnz, bs, bs] (+)= gate·P per stored block, P[k] = X[:, r-block]ᵀ·dY[:, c-block] (gate 1
