@@ -177,8 +177,12 @@ __global__ void __launch_bounds__(kBwdThreads)
 #endif
 }
 
+// Two thread blocks per SM: 10 warps, so one of the four schedulers holds three, whose registers
+// must fit its quarter of the register file (16,384): at most 170 a thread (ptxas takes 166, no
+// spills). Unbounded, ptxas took 190 and one thread block ran per SM (ncu); two run the backward
+// 1.10-1.15x faster (H100, docs/attention_kernels.md).
 template <class T>
-__global__ void __launch_bounds__(kBwdThreads)
+__global__ void __launch_bounds__(kBwdThreads, 2)
     dkdv_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_g,
                 const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
                 const float* __restrict__ lse, const float* __restrict__ delta, T* __restrict__ dk,
