@@ -27,47 +27,60 @@ using flash90::kBlock;
 using flash90::kBoxBytes;
 
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kD = 64;                  // head dim of these kernels
-constexpr int kTileBytes = kBoxBytes;   // [64, 64] 16-bit values
 constexpr int kStages = 2;
 constexpr int kBwdThreads = 160;        // the consumer warpgroup, the producer warp
 constexpr int kRowBytes = kBlock * 4;   // 64 f32 values of lse or Δ
-// Two resident tiles, kStages stages of two tiles and two f32 rows, barriers, alignment.
-constexpr int kSmemBytes = 2 * kTileBytes + kStages * (2 * kTileBytes + 2 * kRowBytes) + (1 + 2 * kStages) * 8 + 1024;
+
+// The tiles of head dim D (64 or 128): [64 tokens, D] 16-bit values as D/64 TMA boxes.
+template <int D>
+struct BwdTile {
+  static constexpr int kBoxes = D / 64;
+  static constexpr int kTileBytes = kBoxes * kBoxBytes;
+  // Two resident tiles, kStages stages of two tiles and two f32 rows, barriers, alignment.
+  static constexpr int kSmemBytes =
+      2 * kTileBytes + kStages * (2 * kTileBytes + 2 * kRowBytes) + (1 + 2 * kStages) * 8 + 1024;
+  // Thread blocks per SM the registers must allow: two at D 64 (10 warps: three on one
+  // scheduler, whose quarter of the register file allows 170 a thread; unbounded, ptxas took 190
+  // and one ran per SM, 1.10-1.15x slower: docs/attention_kernels.md); one at D 128, whose dK
+  // and dV accumulators alone take 128 registers a thread.
+  static constexpr int kDkdvBlocksPerSm = D == 64 ? 2 : 1;
+};
 
 std::atomic<uint64_t> g_backward_launches{0};
 
-// d (+)= A·Bᵀ over D = 64 with both [64, 64] tiles K-major in shared memory.
-template <class T>
+// d (+)= A·Bᵀ over D with both [64, D] tiles K-major in shared memory (D/64 boxes of 64 values).
+template <class T, int D>
 __device__ __forceinline__ void product_kmajor(float (&d)[32], const uint8_t* a, const uint8_t* b) {
 #pragma unroll
-  for (int kk = 0; kk < kD / 16; ++kk)
-    Wgmma<T, 64>::template run<0, 0>(d, make_desc(a + kk * 32, 16, 1024, 128), make_desc(b + kk * 32, 16, 1024, 128),
-                                     kk > 0);
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const int off = (kk / 4) * kBoxBytes + (kk % 4) * 32;
+    Wgmma<T, 64>::template run<0, 0>(d, make_desc(a + off, 16, 1024, 128), make_desc(b + off, 16, 1024, 128), kk > 0);
+  }
 }
 
 // d += X·B: X [64, 64] from registers (its accumulators rounded to T: the A fragments),
-// B [64 k, 64 n] MN-major in shared memory.
-template <class T>
-__device__ __forceinline__ void product_rs(float (&d)[32], const float (&x)[32], const uint8_t* b) {
+// B [64 k, N n] MN-major in shared memory (N/64 boxes, kBoxBytes apart).
+template <class T, int N>
+__device__ __forceinline__ void product_rs(float (&d)[N / 2], const float (&x)[32], const uint8_t* b) {
   uint32_t a[4][4];
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
     for (int r = 0; r < 4; ++r) a[kk][r] = flash::pack<T>(x[8 * kk + 2 * r], x[8 * kk + 2 * r + 1]);
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) WgmmaRS<T, 64>::template run<1>(d, a[kk], make_desc(b + kk * 16 * 128, kBoxBytes, 1024, 128));
+  for (int kk = 0; kk < 4; ++kk)
+    WgmmaRS<T, N>::template run<1>(d, a[kk], make_desc(b + kk * 16 * 128, kBoxBytes, 1024, 128));
 }
 
-// Stores the warpgroup's [64, 64] accumulators times `scale` into rows `ld` apart at dst.
-template <class T>
-__device__ __forceinline__ void store_tile(T* dst, int64_t ld, const float (&acc)[32], float scale) {
+// Stores the warpgroup's [64, D] accumulators times `scale` into rows `ld` apart at dst.
+template <class T, int D>
+__device__ __forceinline__ void store_tile(T* dst, int64_t ld, const float (&acc)[D / 2], float scale) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     T* row = dst + (warp * 16 + g + 8 * hh) * ld;
 #pragma unroll
-    for (int c = 0; c < 8; ++c)
+    for (int c = 0; c < D / 8; ++c)
       *reinterpret_cast<uint32_t*>(row + c * 8 + 2 * t) =
           flash::pack<T>(acc[4 * c + 2 * hh] * scale, acc[4 * c + 2 * hh + 1] * scale);
   }
@@ -85,7 +98,7 @@ __device__ __forceinline__ void init_barriers(uint64_t* once, uint64_t* full, ui
   __syncthreads();
 }
 
-template <class T>
+template <class T, int D>
 __global__ void __launch_bounds__(kBwdThreads)
     dq_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_g,
               const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
@@ -93,6 +106,7 @@ __global__ void __launch_bounds__(kBwdThreads)
               int H, int G, int nb, float scale_log2, float scale, const int32_t* __restrict__ row_ptr,
               const int32_t* __restrict__ key_blocks) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kTileBytes = BwdTile<D>::kTileBytes, kBoxes = BwdTile<D>::kBoxes;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = align1024(smem_raw);
   uint8_t* sq = smem;
@@ -110,14 +124,18 @@ __global__ void __launch_bounds__(kBwdThreads)
   if (warp == 4) {
     if (lane == 0) {
       mbar_arrive_expect_tx(once, 2 * kTileBytes);
-      tma_load_4d(sq, &map_q, once, 0, i * kBlock, h, b);
-      tma_load_4d(sg, &map_g, once, 0, i * kBlock, h, b);
+      for (int x = 0; x < kBoxes; ++x) {
+        tma_load_4d(sq + x * kBoxBytes, &map_q, once, 64 * x, i * kBlock, h, b);
+        tma_load_4d(sg + x * kBoxBytes, &map_g, once, 64 * x, i * kBlock, h, b);
+      }
       for (int n = 0; n < end - begin; ++n) {
         const int s = n % kStages, j = key_blocks[begin + n];
         mbar_wait(&empty[s], ((n / kStages) & 1) ^ 1);
         mbar_arrive_expect_tx(&full[s], 2 * kTileBytes);
-        tma_load_4d(sk(s), &map_k, &full[s], 0, j * kBlock, h / G, b);
-        tma_load_4d(sv(s), &map_v, &full[s], 0, j * kBlock, h / G, b);
+        for (int x = 0; x < kBoxes; ++x) {
+          tma_load_4d(sk(s) + x * kBoxBytes, &map_k, &full[s], 64 * x, j * kBlock, h / G, b);
+          tma_load_4d(sv(s) + x * kBoxBytes, &map_v, &full[s], 64 * x, j * kBlock, h / G, b);
+        }
       }
     }
     return;
@@ -130,17 +148,17 @@ __global__ void __launch_bounds__(kBwdThreads)
     lse2[hh] = lse[rows + warp * 16 + g + 8 * hh] * kLog2e;
     dl[hh] = delta[rows + warp * 16 + g + 8 * hh];
   }
-  float acc[32];
+  float acc[D / 2];
 #pragma unroll
-  for (int e = 0; e < 32; ++e) acc[e] = 0.f;
+  for (int e = 0; e < D / 2; ++e) acc[e] = 0.f;
   mbar_wait(once, 0);
   for (int n = 0; n < end - begin; ++n) {
     const int s = n % kStages, j = key_blocks[begin + n];
     float sacc[32], dp[32];
     mbar_wait(&full[s], (n / kStages) & 1);
     wgmma_fence();
-    product_kmajor<T>(sacc, sq, sk(s));  // S / scale
-    product_kmajor<T>(dp, sg, sv(s));    // dP
+    product_kmajor<T, D>(sacc, sq, sk(s));  // S / scale
+    product_kmajor<T, D>(dp, sg, sv(s));    // dP
     wgmma_commit();
     wgmma_wait<0>();
     fence_operands(sacc);
@@ -164,31 +182,29 @@ __global__ void __launch_bounds__(kBwdThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) sacc[4 * c + e] *= dp[4 * c + e] - dl[e / 2];  // dS = P ⊙ (dP − δ)
     wgmma_fence();
-    product_rs<T>(acc, sacc, sk(s));  // dQ += dS·K_j
+    product_rs<T, D>(acc, sacc, sk(s));  // dQ += dS·K_j
     wgmma_commit();
     wgmma_wait<0>();
     fence_operands(acc);
     __syncwarp();
     if (lane == 0) mbar_arrive(&empty[s]);
   }
-  store_tile<T>(dq + flash::at(qs, b, h) + static_cast<int64_t>(i) * kBlock * qs.token, qs.token, acc, scale);
+  store_tile<T, D>(dq + flash::at(qs, b, h) + static_cast<int64_t>(i) * kBlock * qs.token, qs.token, acc, scale);
 #else
   __trap();
 #endif
 }
 
-// Two thread blocks per SM: 10 warps, so one of the four schedulers holds three, whose registers
-// must fit its quarter of the register file (16,384): at most 170 a thread (ptxas takes 166, no
-// spills). Unbounded, ptxas took 190 and one thread block ran per SM (ncu); two run the backward
-// 1.10-1.15x faster (H100, docs/attention_kernels.md).
-template <class T>
-__global__ void __launch_bounds__(kBwdThreads, 2)
+// Thread blocks per SM: BwdTile<D>::kDkdvBlocksPerSm (at D 64 ptxas takes 166 registers, no spills).
+template <class T, int D>
+__global__ void __launch_bounds__(kBwdThreads, BwdTile<D>::kDkdvBlocksPerSm)
     dkdv_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_g,
                 const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
                 const float* __restrict__ lse, const float* __restrict__ delta, T* __restrict__ dk,
                 T* __restrict__ dv, FlashStrides kvs, int H, int G, int nb, float scale_log2, float scale,
                 const int32_t* __restrict__ col_ptr, const int32_t* __restrict__ query_blocks) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kTileBytes = BwdTile<D>::kTileBytes, kBoxes = BwdTile<D>::kBoxes;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = align1024(smem_raw);
   uint8_t* sk = smem;
@@ -215,16 +231,20 @@ __global__ void __launch_bounds__(kBwdThreads, 2)
   if (warp == 4) {
     if (lane == 0) {
       mbar_arrive_expect_tx(once, 2 * kTileBytes);
-      tma_load_4d(sk, &map_k, once, 0, j * kBlock, hkv, b);
-      tma_load_4d(sv, &map_v, once, 0, j * kBlock, hkv, b);
+      for (int x = 0; x < kBoxes; ++x) {
+        tma_load_4d(sk + x * kBoxBytes, &map_k, once, 64 * x, j * kBlock, hkv, b);
+        tma_load_4d(sv + x * kBoxBytes, &map_v, once, 64 * x, j * kBlock, hkv, b);
+      }
       int n = 0;
       for (int bh = bh0; bh < bh0 + G; ++bh)
         for (int p = col_begin(bh); p < col_end(bh); ++p, ++n) {
           const int s = n % kStages, i = query_blocks[p];
           mbar_wait(&empty[s], ((n / kStages) & 1) ^ 1);
           mbar_arrive_expect_tx(&full[s], 2 * kTileBytes + 2 * kRowBytes);
-          tma_load_4d(sq(s), &map_q, &full[s], 0, i * kBlock, bh % H, b);
-          tma_load_4d(sg(s), &map_g, &full[s], 0, i * kBlock, bh % H, b);
+          for (int x = 0; x < kBoxes; ++x) {
+            tma_load_4d(sq(s) + x * kBoxBytes, &map_q, &full[s], 64 * x, i * kBlock, bh % H, b);
+            tma_load_4d(sg(s) + x * kBoxBytes, &map_g, &full[s], 64 * x, i * kBlock, bh % H, b);
+          }
           const int64_t rows = (static_cast<int64_t>(bh) * nb + i) * kBlock;
           bulk_load(slse(s), lse + rows, kRowBytes, &full[s]);
           bulk_load(sdl(s), delta + rows, kRowBytes, &full[s]);
@@ -233,9 +253,9 @@ __global__ void __launch_bounds__(kBwdThreads, 2)
     return;
   }
   const int g = lane / 4, t = lane % 4;
-  float acc_dk[32], acc_dv[32];
+  float acc_dk[D / 2], acc_dv[D / 2];
 #pragma unroll
-  for (int e = 0; e < 32; ++e) acc_dk[e] = acc_dv[e] = 0.f;
+  for (int e = 0; e < D / 2; ++e) acc_dk[e] = acc_dv[e] = 0.f;
   mbar_wait(once, 0);
   int n = 0;
   for (int bh = bh0; bh < bh0 + G; ++bh)
@@ -244,8 +264,8 @@ __global__ void __launch_bounds__(kBwdThreads, 2)
       float st[32], dpt[32];  // [64 keys, 64 queries]
       mbar_wait(&full[s], (n / kStages) & 1);
       wgmma_fence();
-      product_kmajor<T>(st, sk, sq(s));   // Sᵀ / scale
-      product_kmajor<T>(dpt, sv, sg(s));  // dPᵀ
+      product_kmajor<T, D>(st, sk, sq(s));   // Sᵀ / scale
+      product_kmajor<T, D>(dpt, sv, sg(s));  // dPᵀ
       wgmma_commit();
       wgmma_wait<0>();
       fence_operands(st);
@@ -288,8 +308,8 @@ __global__ void __launch_bounds__(kBwdThreads, 2)
         }
       }
       wgmma_fence();
-      product_rs<T>(acc_dv, st, sg(s));   // dV += Pᵀ·dO_i
-      product_rs<T>(acc_dk, dpt, sq(s));  // dK += dSᵀ·Q_i
+      product_rs<T, D>(acc_dv, st, sg(s));   // dV += Pᵀ·dO_i
+      product_rs<T, D>(acc_dk, dpt, sq(s));  // dK += dSᵀ·Q_i
       wgmma_commit();
       wgmma_wait<0>();
       fence_operands(acc_dv);
@@ -298,15 +318,16 @@ __global__ void __launch_bounds__(kBwdThreads, 2)
       if (lane == 0) mbar_arrive(&empty[s]);
     }
   const int64_t at = flash::at(kvs, b, hkv) + static_cast<int64_t>(j) * kBlock * kvs.token;
-  store_tile<T>(dk + at, kvs.token, acc_dk, scale);
-  store_tile<T>(dv + at, kvs.token, acc_dv, 1.f);
+  store_tile<T, D>(dk + at, kvs.token, acc_dk, scale);
+  store_tile<T, D>(dv + at, kvs.token, acc_dv, 1.f);
 #else
   __trap();
 #endif
 }
 
-template <class T>
+template <class T, int D>
 bool launch(const FlashBackward& f, cudaStream_t stream) {
+  using Tile = BwdTile<D>;
   const int64_t T_ = f.nb * kBlock, Hkv = f.H / f.G;
   CUtensorMap mq, mg, mk, mv;
   if (!flash90::head_map(&mq, f.q, f.dtype, f.D, T_, f.H, f.B, f.qs) ||
@@ -314,19 +335,21 @@ bool launch(const FlashBackward& f, cudaStream_t stream) {
       !flash90::head_map(&mk, f.k, f.dtype, f.D, T_, Hkv, f.B, f.kvs) ||
       !flash90::head_map(&mv, f.v, f.dtype, f.D, T_, Hkv, f.B, f.kvs))
     return false;
+  constexpr auto dq = &dq_kernel<T, D>;
+  constexpr auto dkdv = &dkdv_kernel<T, D>;
   static const bool configured = [] {
-    TS_CUDA_CHECK(cudaFuncSetAttribute(&dq_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-    TS_CUDA_CHECK(cudaFuncSetAttribute(&dkdv_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    TS_CUDA_CHECK(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
+    TS_CUDA_CHECK(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
     return true;
   }();
   (void)configured;
   const float scale = static_cast<float>(f.scale), scale_log2 = scale * kLog2e;
   const int H = static_cast<int>(f.H), G = static_cast<int>(f.G), nb = static_cast<int>(f.nb);
-  dq_kernel<T><<<static_cast<unsigned>(f.B * f.H * f.nb), kBwdThreads, kSmemBytes, stream>>>(
+  dq<<<static_cast<unsigned>(f.B * f.H * f.nb), kBwdThreads, Tile::kSmemBytes, stream>>>(
       mq, mg, mk, mv, f.lse, f.delta, static_cast<T*>(f.dq), f.qs, H, G, nb, scale_log2, scale, f.row_ptr,
       f.key_blocks);
   TS_CUDA_LAUNCH_CHECK("block_attention_backward (sm_90a, dq)");
-  dkdv_kernel<T><<<static_cast<unsigned>(f.B * Hkv * f.nb), kBwdThreads, kSmemBytes, stream>>>(
+  dkdv<<<static_cast<unsigned>(f.B * Hkv * f.nb), kBwdThreads, Tile::kSmemBytes, stream>>>(
       mq, mg, mk, mv, f.lse, f.delta, static_cast<T*>(f.dk), static_cast<T*>(f.dv), f.kvs, H, G, nb, scale_log2,
       scale, f.col_ptr, f.query_blocks);
   TS_CUDA_LAUNCH_CHECK("block_attention_backward (sm_90a, dk dv)");
@@ -339,14 +362,16 @@ bool launch(const FlashBackward& f, cudaStream_t stream) {
 bool flash_backward_supported(const FlashBackward& f, int device) {
   if (flash90::forced_off(/*backward=*/true)) return false;
   if (f.dtype != DType::bf16 && f.dtype != DType::f16) return false;
-  if (f.bs != kBlock || f.D != kD || f.dropout.on()) return false;
+  if (f.bs != kBlock || (f.D != 64 && f.D != 128) || f.dropout.on()) return false;
   if (f.B * f.H * f.nb > INT32_MAX || f.nb * kBlock > INT32_MAX) return false;
   if (reinterpret_cast<uintptr_t>(f.lse) % 16 != 0 || reinterpret_cast<uintptr_t>(f.delta) % 16 != 0) return false;
   return device_ok(device);
 }
 
 bool flash_backward(const FlashBackward& f, cudaStream_t stream) {
-  return f.dtype == DType::bf16 ? launch<__nv_bfloat16>(f, stream) : launch<__half>(f, stream);
+  if (f.dtype == DType::bf16)
+    return f.D == 64 ? launch<__nv_bfloat16, 64>(f, stream) : launch<__nv_bfloat16, 128>(f, stream);
+  return f.D == 64 ? launch<__half, 64>(f, stream) : launch<__half, 128>(f, stream);
 }
 
 uint64_t flash_backward_launches() { return g_backward_launches.load(std::memory_order_relaxed); }

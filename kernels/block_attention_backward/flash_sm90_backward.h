@@ -1,7 +1,7 @@
 // The Hopper (sm_90a) backward of block_attention (flash_sm90_backward.cu), built when the CUDA
 // architectures include 90: the dq and dk/dv kernels of flash_sm80_backward.h on wgmma, their
 // operands brought in by TMA. flash_backward (flash_sm80_backward.h) tries it first on compute
-// capability 9.0 for bf16/f16, blocks of 64 (128 refined to 64), head dim 64, no dropout;
+// capability 9.0 for bf16/f16, blocks of 64 (128 refined to 64), head dims 64 and 128, no dropout;
 // TESSERA_ATTENTION_PATH=sm80 or TESSERA_BSMM_PATH=sm80 keep the mma.sync kernels.
 #pragma once
 

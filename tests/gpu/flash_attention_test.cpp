@@ -154,8 +154,9 @@ TEST(CudaFlashAttention, HopperForwardMatchesTheCpuAndTheMmaSyncKernel) {
           check({l, 0}, {random(s, seed += 3, dt), random(s, seed + 1, dt), random(s, seed + 2, dt)},
                 l->str() + " " + dtype_name(dt) + " D " + std::to_string(D));
         }
-  // The backward at head dim 64 (the sm_90a kernels' one): dq, dk, dv against the f64 CPU and the
-  // mma.sync kernels, from the same inputs (the f64 CPU's o and lse rounded as the GPU stores them).
+  // The backward at head dims 64 and 128 (the sm_90a kernels' ones): dq, dk, dv against the f64 CPU
+  // and the mma.sync kernels, from the same inputs (the f64 CPU's o and lse rounded as the GPU
+  // stores them).
   auto check_backward = [&](const AttentionLayoutPtr& l, const Shape& sq, const Shape& skv, DType dt,
                             const std::string& what) {
     const std::vector<Tensor> qkv{random(sq, seed += 4, dt), random(skv, seed + 1, dt), random(skv, seed + 2, dt)};
@@ -176,11 +177,17 @@ TEST(CudaFlashAttention, HopperForwardMatchesTheCpuAndTheMmaSyncKernel) {
     }
   };
   for (int64_t bs : {64, 128})
-    for (DType dt : {DType::bf16, DType::f16})
-      for (const AttentionLayoutPtr& l : layouts(bs, 3)) {
-        const Shape s{1, 3, l->seq_len(), 64};
-        check_backward(l, s, s, dt, "backward " + l->str() + " " + dtype_name(dt));
-      }
+    for (int64_t D : {64, 128})
+      for (DType dt : {DType::bf16, DType::f16})
+        for (const AttentionLayoutPtr& l : layouts(bs, 3)) {
+          const Shape s{1, 3, l->seq_len(), D};
+          check_backward(l, s, s, dt, "backward " + l->str() + " " + dtype_name(dt) + " D " + std::to_string(D));
+        }
+  {
+    const AttentionLayoutPtr l = layouts(64, 4).back();
+    check_backward(l, Shape{2, 4, l->seq_len(), 128}, Shape{2, 2, l->seq_len(), 128}, DType::bf16,
+                   "backward GQA Hkv 2, D 128");
+  }
   for (int64_t Hkv : {1, 2}) {
     const AttentionLayoutPtr l = layouts(64, 4).back();
     check_backward(l, Shape{2, 4, l->seq_len(), 64}, Shape{2, Hkv, l->seq_len(), 64}, DType::bf16,
