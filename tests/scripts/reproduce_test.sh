@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/reproduce.sh without a GPU or gcide: its argument errors (exit 2, one line naming the
 # problem), and --plot-only on a copy of the committed gcide LSTM runs, which must give back the
-# committed summary and plot exactly (the figures in docs/results.md come from those folders),
+# committed summary and plot exactly (the figures in docs/results.md come from those folders; every
+# committed series' summary is checked the same way),
 # and --pack's archive of a run series (its small files, no checkpoints).
 #
 #   tests/scripts/reproduce_test.sh REPO
@@ -44,6 +45,20 @@ if "$script" lstm --plot-only --out "$tmp/runs" >"$tmp/table.md" 2>"$tmp/err"; t
 else
   fail "--plot-only failed: $(cat "$tmp/err")"
 fi
+# every committed series redraws to its committed summary and plot (the series in progress too)
+for series in "$repo"/docs/results/*_gcide*/; do
+  name=$(basename "$series")
+  exp=${name%%_*}
+  [[ $exp == lstm || $exp == attention || $exp == weights ]] || continue
+  compgen -G "$series*/done" >/dev/null || continue  # a folder of diagnosis runs, drawn by hand
+  cp -r "$series" "$tmp/redraw-$name"
+  if "$script" "$exp" --plot-only --out "$tmp/redraw-$name" >/dev/null 2>"$tmp/err"; then
+    cmp -s "$tmp/redraw-$name/summary.json" "$series/summary.json" ||
+      fail "--plot-only: $name's summary.json differs from the committed one"
+  else
+    fail "--plot-only on $name failed: $(cat "$tmp/err")"
+  fi
+done
 # --pack: the runs' small files and the plot in one archive, the checkpoints left out
 touch "$tmp/runs/sparse-s1/ckpt.h5"
 if "$script" lstm --plot-only --out "$tmp/runs" --pack "$tmp/runs.tgz" >/dev/null 2>"$tmp/err"; then
