@@ -13,7 +13,8 @@
 // Warps 0-3 are the consumer warpgroup (warp w rows 16w .. 16w+15 of its tile), warp 4 the
 // producer (TMA over the 4-D maps of flash_sm90.cuh; lse and Δ rows by bulk copies). P and dS are
 // rounded to the operands' dtype for the second products, as in the forward. Deterministic: each
-// output element is summed by one thread in the layout's table order.
+// output element is summed by one thread in the layout's table order. Head dims 64 and 128
+// (BwdTile<D>: a [64, D] tile is D/64 TMA boxes of 64 values; S and dP sum over all of them).
 #include "kernels/block_attention_backward/flash_sm90_backward.h"
 
 #include "kernels/common/cuda/flash_sm90.cuh"
