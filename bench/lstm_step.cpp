@@ -365,6 +365,25 @@ void bench_step_floor(BenchReport& report, Timer& timer, const Options& o,
       std::max(1, o.warmup), o.repeats);
   add("step floor: grid barrier", "one block per SM", ms[0]);
   add("step floor: exchange + grid barrier", "one block per SM", ms[1]);
+  // Lab (issue 16): a dense H 1024 forward step whose product runs on wgmma from a shared-memory
+  // h fed by TMA (cuda::wgmma_step_floor): all of K, and half of it (what each block of a pair
+  // reads). kWgmmaSteps steps (h holds every step's output).
+  constexpr int64_t kWgmmaSteps = 512;
+  try {
+    const Device gpu = Device::cuda(0);
+    const Tensor wt = cast(normal({4096, 1024}, 0.0, 0.03, DType::f32), DType::bf16).to(gpu);
+    const Tensor h = cast(normal({(kWgmmaSteps + 1) * 64, 1024}, 0.0, 0.5, DType::f32), DType::bf16).to(gpu);
+    const std::vector<double> w = interleaved_ms(
+        timer, {[&] { cuda::wgmma_step_floor(h, wt, 1024); }, [&] { cuda::wgmma_step_floor(h, wt, 512); }},
+        std::max(1, o.warmup), o.repeats);
+    for (int i = 0; i < 2; ++i) {
+      const double v = w[i] * 1e3 / kWgmmaSteps;
+      report.add({std::string("step floor: wgmma forward H1024, K ") + (i == 0 ? "1024" : "512"),
+                  "128 blocks of 8 units", w[i], v, "us/step", base > 0 ? base : v, base_name});
+    }
+  } catch (const std::exception& e) {
+    report.note("step floor: wgmma forward", std::string("not run: ") + e.what());
+  }
   for (int cluster : {2, 4}) {
     const std::string name = "step floor: exchange + cluster + grid barrier";
     try {
