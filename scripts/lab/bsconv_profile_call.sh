@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # device call (issue 19): where the bs-32 halo kernel's time goes, from the bundle
-# build-gpu/next.tar.xz (carry it; targets gpu_tests bsconv_gpu):
+# build-gpu/lab.tar.xz (carry it; BUNDLE= another; targets gpu_tests bsconv_gpu):
 #   1. the convolution GPU tests (CudaBsConv, CudaEdgeBias, CudaConvLayers);
 #   2. bsconv_gpu at N 64 × 56 × 56, 256 → 256, density 0.25, bs 32 and 64, with the tall tiles
 #      (512 rows) and without (256 rows): their share, not measured yet (docs/convolution.md);
@@ -10,7 +10,7 @@
 # About 2 minutes. Everything goes to $OUT/bsconv.txt; a digest is printed.
 set -uo pipefail
 O=$OUT; t0=$(date +%s); L=$O/bsconv.txt
-[ -d dist ] || tar xJf build-gpu/next.tar.xz
+B=${BUNDLE:-build-gpu/lab.tar.xz}; rm -rf dist; tar xJf "$B"  # always this bundle (a warm machine keeps the last dist)
 cat dist/BUILD | tee $L
 timeout 200 dist/run gpu_tests --gtest_filter='CudaBsConv.*:CudaEdgeBias.*:CudaConvLayers.*' >$O/t.txt 2>&1
 echo "tests rc $?: $(grep -E '^\[  (PASSED|FAILED)' $O/t.txt | tr '\n' ' ')"; cat $O/t.txt >>$L; rm -f $O/t.txt

@@ -11,7 +11,7 @@
 # docs/results/<folder> here.
 set -uo pipefail
 O=$OUT; t0=$(date +%s)
-[ -d dist ] || tar xJf build-gpu/next.tar.xz
+B=${BUNDLE:-build-gpu/next.tar.xz}; rm -rf dist; tar xJf "$B"  # always this bundle (a warm machine keeps the last dist)
 IFS=, read -r -a models <<<"$MODELS"
 for m in "${models[@]}"; do
   left=$(( ${LIMIT:-585} - ($(date +%s) - t0) ))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # device call (issue 16): the wgmma step floor (kernels/common/cuda/lstm_wgmma_floor.cu) beside
-# the production recurrence, from the bundle build-gpu/next.tar.xz (carry it; targets gpu_tests
-# lstm_step). About 1.5 minutes:
+# the production recurrence, from the bundle build-gpu/lab.tar.xz (carry it; BUNDLE= another;
+# targets gpu_tests lstm_step). About 1.5 minutes:
 #   1. LstmRecurrenceGpu.WgmmaStepFloorComputesItsStep (the lab kernel against the CPU; a hang here
 #      would be the split grid barrier: the timeout ends it) and the other recurrence tests;
 #   2. lstm_step on dense H 1024 and the sparse H 4096 layer: the compiled layers, the production
@@ -9,10 +9,11 @@
 #      / 512" (µs per step, to set against "recurrence fwd" and the bare grid barrier).
 set -uo pipefail
 O=$OUT; t0=$(date +%s)
-[ -d dist ] || tar xJf build-gpu/next.tar.xz
+B=${BUNDLE:-build-gpu/lab.tar.xz}; rm -rf dist; tar xJf "$B"  # always this bundle (a warm machine keeps the last dist)
 cat dist/BUILD
 timeout 180 dist/run gpu_tests --gtest_filter='LstmRecurrenceGpu.*' >$O/tests.log 2>&1
-echo "tests rc $?: $(grep -E '^\[  (PASSED|FAILED)' $O/tests.log | tr '\n' ' ')"; grep -E "FAILED|Failure" $O/tests.log | head
+echo "tests rc $?: $(grep -E '^\[  (PASSED|FAILED)' $O/tests.log | tr '\n' ' ')"
+grep -E "FAILED|Failure" $O/tests.log | head
 echo "== lstm_step at $(( $(date +%s) - t0 )) s"
 timeout 200 dist/run lstm_step --hidden 1024 --dtypes bf16 --repeats 5 --warmup 1 --sparse 4096:0.0625:32 \
   --json $O/lstm_step.json >$O/lstm_step.log 2>&1
