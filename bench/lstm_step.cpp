@@ -365,24 +365,30 @@ void bench_step_floor(BenchReport& report, Timer& timer, const Options& o,
       std::max(1, o.warmup), o.repeats);
   add("step floor: grid barrier", "one block per SM", ms[0]);
   add("step floor: exchange + grid barrier", "one block per SM", ms[1]);
-  // Lab (issue 16): a dense H 1024 forward step whose product runs on wgmma from a shared-memory
-  // h fed by TMA (cuda::wgmma_step_floor): all of K, and half of it (what each block of a pair
-  // reads). kWgmmaSteps steps (h holds every step's output).
+  // Lab (issue 16): dense H 1024 steps whose product runs on wgmma from shared memory fed by TMA
+  // (cuda::wgmma_step_floor): forward over all of K and over half of it (what each block of a
+  // pair reads), backward likewise (K 4H and 2H). kWgmmaSteps steps (a holds every step's output).
   constexpr int64_t kWgmmaSteps = 512;
   try {
     const Device gpu = Device::cuda(0);
-    const Tensor wt = cast(normal({4096, 1024}, 0.0, 0.03, DType::f32), DType::bf16).to(gpu);
-    const Tensor h = cast(normal({(kWgmmaSteps + 1) * 64, 1024}, 0.0, 0.5, DType::f32), DType::bf16).to(gpu);
-    const std::vector<double> w = interleaved_ms(
-        timer, {[&] { cuda::wgmma_step_floor(h, wt, 1024); }, [&] { cuda::wgmma_step_floor(h, wt, 512); }},
-        std::max(1, o.warmup), o.repeats);
-    for (int i = 0; i < 2; ++i) {
-      const double v = w[i] * 1e3 / kWgmmaSteps;
-      report.add({std::string("step floor: wgmma forward H1024, K ") + (i == 0 ? "1024" : "512"),
-                  "128 blocks of 8 units", w[i], v, "us/step", base > 0 ? base : v, base_name});
+    auto bf16 = [&](const Shape& s, double std) { return cast(normal(s, 0.0, std, DType::f32), DType::bf16).to(gpu); };
+    const Tensor wt = bf16({4096, 1024}, 0.03), w = bf16({1024, 4096}, 0.03);
+    const Tensor h = bf16({(kWgmmaSteps + 1) * 64, 1024}, 0.5), dpre = bf16({(kWgmmaSteps + 1) * 64, 4096}, 0.5);
+    const std::vector<double> ms_w = interleaved_ms(timer,
+                                                    {[&] { cuda::wgmma_step_floor(h, wt, 1024); },
+                                                     [&] { cuda::wgmma_step_floor(h, wt, 512); },
+                                                     [&] { cuda::wgmma_step_floor(dpre, w, 4096, true); },
+                                                     [&] { cuda::wgmma_step_floor(dpre, w, 2048, true); }},
+                                                    std::max(1, o.warmup), o.repeats);
+    const char* names[4] = {"forward H1024, K 1024", "forward H1024, K 512", "backward H1024, K 4096",
+                            "backward H1024, K 2048"};
+    for (int i = 0; i < 4; ++i) {
+      const double v = ms_w[i] * 1e3 / kWgmmaSteps;
+      report.add({std::string("step floor: wgmma ") + names[i], "128 blocks of 8 units", ms_w[i], v, "us/step",
+                  base > 0 ? base : v, base_name});
     }
   } catch (const std::exception& e) {
-    report.note("step floor: wgmma forward", std::string("not run: ") + e.what());
+    report.note("step floor: wgmma", std::string("not run: ") + e.what());
   }
   for (int cluster : {2, 4}) {
     const std::string name = "step floor: exchange + cluster + grid barrier";

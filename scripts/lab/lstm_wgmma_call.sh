@@ -2,11 +2,11 @@
 # device call (issue 16): the wgmma step floor (kernels/common/cuda/lstm_wgmma_floor.cu) beside
 # the production recurrence, from the bundle build-gpu/lab.tar.xz (carry it; BUNDLE= another;
 # targets gpu_tests lstm_step). About 1.5 minutes:
-#   1. LstmRecurrenceGpu.WgmmaStepFloorComputesItsStep (the lab kernel against the CPU; a hang here
+#   1. LstmRecurrenceGpu.WgmmaStepFloorComputesItsSteps (the lab kernels against the CPU; a hang here
 #      would be the split grid barrier: the timeout ends it) and the other recurrence tests;
 #   2. lstm_step on dense H 1024 and the sparse H 4096 layer: the compiled layers, the production
-#      recurrence's µs per step, the step-floor rows with "step floor: wgmma forward H1024, K 1024
-#      / 512" (µs per step, to set against "recurrence fwd" and the bare grid barrier).
+#      recurrence's µs per step, and the step-floor rows "step floor: wgmma forward / backward"
+#      (µs per step, to set against "recurrence fwd / bwd" and the bare grid barrier).
 set -uo pipefail
 O=$OUT; t0=$(date +%s)
 B=${BUNDLE:-build-gpu/lab.tar.xz}; rm -rf dist; tar xJf "$B"  # always this bundle (a warm machine keeps the last dist)

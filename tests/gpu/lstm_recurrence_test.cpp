@@ -363,55 +363,65 @@ TEST(LstmRecurrenceGpu, LayerFusedPathMatchesTheCpuLayerAndCompiles) {
   }
 }
 
-// The issue-16 lab kernel (cuda::wgmma_step_floor, lstm_wgmma_floor.cu: a dense H 1024 forward
-// step's product on wgmma from TMA-fed shared memory, then the gates and the cell update) against
-// the same arithmetic on the CPU, three steps, the products over all of K and over its first half:
-// checks its descriptors, the ring's phases and the split grid barrier, so that its timings in
-// bench/lstm_step are of a step that computes what it says. h_t is rounded to bf16 on both sides.
-TEST(LstmRecurrenceGpu, WgmmaStepFloorComputesItsStep) {
+// The issue-16 lab kernels (cuda::wgmma_step_floor, lstm_wgmma_floor.cu: dense H 1024 steps
+// whose product runs on wgmma from TMA-fed shared memory) against the same arithmetic on the CPU,
+// three steps each way, the products over all of K and over its first half: checks their
+// descriptors, the ring's phases and the split grid barrier, so that their timings in
+// bench/lstm_step are of steps that compute what they say. Each step's output is rounded to bf16
+// on both sides (the next step's operand).
+TEST(LstmRecurrenceGpu, WgmmaStepFloorComputesItsSteps) {
   REQUIRE_GPU();
   if (!sm90_here()) GTEST_SKIP() << "the wgmma step floor needs an sm_90a build on a GPU of compute 9.0";
   constexpr int64_t H = 1024, B = 64, T = 3;
-  const Tensor wt = cast(mul(random({4 * H, H}, 41, DType::f32), 0.03), DType::bf16);
-  const std::vector<float> w = cast(wt, DType::f32).to_vector<float>();
-  const std::vector<float> h0 =
-      cast(cast(mul(random({B, H}, 42, DType::f32), 0.5), DType::bf16), DType::f32).to_vector<float>();
-  auto round_bf16 = [](const std::vector<float>& v) {
-    return cast(cast(from_vector(v, {static_cast<int64_t>(v.size())}), DType::bf16), DType::f32).to_vector<float>();
+  auto bf16_values = [](const Tensor& x) { return cast(cast(x, DType::bf16), DType::f32).to_vector<float>(); };
+  auto round_bf16 = [&](const std::vector<float>& v) {
+    return bf16_values(from_vector(v, {static_cast<int64_t>(v.size())}));
   };
   auto sig = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
-  for (int64_t k_cols : {H, H / 2}) {
-    std::vector<float> hv(static_cast<size_t>((T + 1) * B * H), 0.f);
-    std::copy(h0.begin(), h0.end(), hv.begin());
-    const Tensor h = cast(from_vector(hv, {(T + 1) * B, H}), DType::bf16).to(kGpu);
-    EXPECT_EQ(cuda::wgmma_step_floor(h, wt.to(kGpu), k_cols), H / 8);
-    const std::vector<float> got = cast(h.to(Device::cpu()), DType::f32).to_vector<float>();
-    std::vector<float> ref = h0;  // h_t [B, H], bf16-rounded as the kernel stores it
-    std::vector<double> c(static_cast<size_t>(B * H), 0.0);
-    double worst = 0;
-    for (int64_t t = 0; t < T; ++t) {
-      std::vector<float> next(static_cast<size_t>(B * H));
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t u = 0; u < H; ++u) {
-          const int64_t g = u / 8, j = u % 8;
-          double p[4];
-          for (int gate = 0; gate < 4; ++gate) {
-            const float* wr = &w[static_cast<size_t>((32 * g + 8 * gate + j) * H)];
-            double sum = 0;
-            for (int64_t k = 0; k < k_cols; ++k) sum += static_cast<double>(ref[b * H + k]) * wr[k];
-            p[gate] = sum;
+  for (bool backward : {false, true}) {
+    const int64_t in = backward ? 4 * H : H, w_rows = backward ? H : 4 * H;
+    const std::vector<float> w = bf16_values(mul(random({w_rows, in}, 41, DType::f32), 0.03));
+    const std::vector<float> a0 = bf16_values(mul(random({B, in}, 42, DType::f32), 0.5));
+    for (int64_t k_cols : {in, in / 2}) {
+      std::vector<float> av(static_cast<size_t>((T + 1) * B * in), 0.f);
+      std::copy(a0.begin(), a0.end(), av.begin());
+      const Tensor a = cast(from_vector(av, {(T + 1) * B, in}), DType::bf16).to(kGpu);
+      const Tensor wg = cast(from_vector(w, {w_rows, in}), DType::bf16).to(kGpu);
+      EXPECT_EQ(cuda::wgmma_step_floor(a, wg, k_cols, backward), H / 8);
+      const std::vector<float> got = cast(a.to(Device::cpu()), DType::f32).to_vector<float>();
+      std::vector<float> ref = a0;  // a_t [B, in]
+      std::vector<double> state(static_cast<size_t>(B * H), 0.0);
+      auto dot = [&](int64_t b, int64_t row) {
+        double sum = 0;
+        for (int64_t k = 0; k < k_cols; ++k) sum += static_cast<double>(ref[b * in + k]) * w[row * in + k];
+        return sum;
+      };
+      double worst = 0;
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<float> next(static_cast<size_t>(B * in));
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t u = 0; u < H; ++u) {
+            double& st = state[b * H + u];
+            if (!backward) {  // rows 32g + 8·gate + j of wt: gate of unit 8g + j
+              const int64_t g = u / 8, j = u % 8;
+              const double pi = dot(b, 32 * g + j), pf = dot(b, 32 * g + 8 + j), pg = dot(b, 32 * g + 16 + j),
+                           po = dot(b, 32 * g + 24 + j);
+              st = sig(pf) * st + sig(pi) * std::tanh(pg);
+              next[b * H + u] = static_cast<float>(sig(po) * std::tanh(st));
+            } else {
+              st = 0.5 * st + std::tanh(dot(b, u));
+              const double scale[4] = {0.5, 0.25, 0.125, 1.0};
+              for (int j = 0; j < 4; ++j) next[b * in + j * H + u] = static_cast<float>(scale[j] * st);
+            }
           }
-          double& cc = c[b * H + u];
-          cc = sig(p[1]) * cc + sig(p[0]) * std::tanh(p[2]);
-          next[b * H + u] = static_cast<float>(sig(p[3]) * std::tanh(cc));
-        }
-      ref = round_bf16(next);
-      for (int64_t e = 0; e < B * H; ++e)
-        worst = std::max(worst, std::abs(static_cast<double>(got[static_cast<size_t>((t + 1) * B * H + e)]) - ref[e]));
+        ref = round_bf16(next);
+        const float* out = &got[static_cast<size_t>((t + 1) * B * in)];
+        for (int64_t e = 0; e < B * in; ++e) worst = std::max(worst, std::abs(static_cast<double>(out[e]) - ref[e]));
+      }
+      // |values| < 2: bf16 rounds by at most 2^-8 (and the two sides may round a value apart); a
+      // wrong descriptor, phase or barrier gives errors of 0.1 and more
+      EXPECT_LT(worst, 2e-2) << (backward ? "backward" : "forward") << " K " << k_cols;
     }
-    // |h| < 1: bf16 rounds by at most 2^-9 (and the two sides may round a value apart); a wrong
-    // descriptor, phase or barrier gives errors of 0.1 and more
-    EXPECT_LT(worst, 1.5e-2) << "K " << k_cols;
   }
   testing::expect_error<ShapeError>(
       [] {
@@ -420,6 +430,5 @@ TEST(LstmRecurrenceGpu, WgmmaStepFloorComputesItsStep) {
       },
       {"wgmma step floor", "(T + 1)"});
 }
-
 }  // namespace
 }  // namespace tessera

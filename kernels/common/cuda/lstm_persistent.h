@@ -43,14 +43,16 @@ void recurrence_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT,
 /// bench/lstm_step, which times it.
 int launch_step_floor(int device, int64_t steps, bool exchange, int cluster = 1);
 
-/// Lab (lstm_wgmma_floor.cu, issue 16): T steps of a stripped dense LSTM forward (H 1024, batch
-/// 64, bf16, no input term) whose per-step product runs on wgmma from a shared-memory h fed by
-/// TMA, one block of 8 units per SM and a split grid barrier per step, on h's stream. h [(T + 1)·64,
-/// 1024] bf16 holds h_0 in rows 0 … 63 and gets h_t in rows t·64 …; wt [4096, 1024] bf16 (row n:
-/// product column n; block g's columns 32g … 32g+31 are gates i, f, g, o of units 8g … 8g+7);
-/// the products sum over h's first k_cols columns (a multiple of 64). Returns the grid. Compute
-/// capability 9.0 and a build for it only (else NotImplementedError). For bench/lstm_step.
-int wgmma_step_floor(const Tensor& h, const Tensor& wt, int64_t k_cols);
+/// Lab (lstm_wgmma_floor.cu, issue 16): T steps of a stripped dense LSTM recurrence (H 1024,
+/// batch 64, bf16) whose per-step product runs on wgmma from shared memory fed by TMA, one block
+/// of 8 units per SM and a split grid barrier per step, on a's stream. Forward: a = h [(T + 1)·64,
+/// 1024] (h_0 in rows 0 … 63, h_t written to rows t·64 …), w = wt [4096, 1024] (row n: product
+/// column n; block g's rows 32g … are gates i, f, g, o of units 8g … 8g+7), the LSTM cell after
+/// the product. Backward: a = dpre [(T + 1)·64, 4096], w [1024, 4096] (row u: unit u's row of
+/// W_h), dh = dpre·W_hᵀ with a stand-in for the gate gradients (lstm_wgmma_floor.cu). The products
+/// sum over a's first k_cols columns (a multiple of 64). Returns the grid. Compute capability 9.0
+/// and a build for it only (else NotImplementedError). For bench/lstm_step.
+int wgmma_step_floor(const Tensor& a, const Tensor& w, int64_t k_cols, bool backward = false);
 
 }  // namespace cuda
 }  // namespace tessera
