@@ -402,11 +402,11 @@ TEST(LstmRecurrenceGpu, WgmmaStepFloorComputesItsSteps) {
         for (int64_t b = 0; b < B; ++b)
           for (int64_t u = 0; u < H; ++u) {
             double& st = state[b * H + u];
-            if (!backward) {  // rows 32g + 8·gate + j of wt: gate of unit 8g + j
+            if (!backward) {  // rows 32g + 8·gate + j of wt: gate (i, f, o, u) of unit 8g + j
               const int64_t g = u / 8, j = u % 8;
-              const double pi = dot(b, 32 * g + j), pf = dot(b, 32 * g + 8 + j), pg = dot(b, 32 * g + 16 + j),
-                           po = dot(b, 32 * g + 24 + j);
-              st = sig(pf) * st + sig(pi) * std::tanh(pg);
+              const double pi = dot(b, 32 * g + j), pf = dot(b, 32 * g + 8 + j), po = dot(b, 32 * g + 16 + j),
+                           pu = dot(b, 32 * g + 24 + j);
+              st = sig(pf) * st + sig(pi) * std::tanh(pu);
               next[b * H + u] = static_cast<float>(sig(po) * std::tanh(st));
             } else {
               st = 0.5 * st + std::tanh(dot(b, u));

@@ -51,6 +51,7 @@
 #include "kernels/common/cuda/device_math.cuh"
 #include "kernels/common/cuda/dtype.cuh"
 #include "kernels/common/cuda/layout_tables.h"
+#include "kernels/common/cuda/lstm_gate_math.cuh"
 #include "kernels/common/cuda/lstm_persistent.h"
 #include "kernels/common/cuda/mma_sm80.cuh"
 #include "kernels/common/recurrence_geometry.h"
@@ -118,13 +119,6 @@ struct Params {
 static_assert(sizeof(Params) <= 4000, "kernel parameters are limited to 4 KB");
 
 constexpr int kFoldBatch = 8;  // elements whose parts' sums an owner thread reads at once
-
-// The gate activations from the fast exponential (__expf: about 2 ulp) and an approximate
-// reciprocal; tanh(v) = 1 − 2/(1 + e^{2v}) is within about 1e-7 absolute. e^x overflowing to inf
-// gives the limits 0 / −1, never NaN. (The CPU reference uses libm; the differences are far
-// below the bf16/f16 rounding of h.)
-__device__ __forceinline__ float sigmoid_fast(float v) { return __frcp_rn(1.f + __expf(-v)); }
-__device__ __forceinline__ float tanh_fast(float v) { return 1.f - 2.f * __frcp_rn(1.f + __expf(2.f * v)); }
 
 // All blocks arrive, then wait until `target` arrivals are counted (the n-th barrier of a launch
 // waits for n·gridDim.x). Thread 0's fence publishes the block's writes before its arrival; the

@@ -47,7 +47,7 @@ int launch_step_floor(int device, int64_t steps, bool exchange, int cluster = 1)
 /// batch 64, bf16) whose per-step product runs on wgmma from shared memory fed by TMA, one block
 /// of 8 units per SM and a split grid barrier per step, on a's stream. Forward: a = h [(T + 1)·64,
 /// 1024] (h_0 in rows 0 … 63, h_t written to rows t·64 …), w = wt [4096, 1024] (row n: product
-/// column n; block g's rows 32g … are gates i, f, g, o of units 8g … 8g+7), the LSTM cell after
+/// column n; block g's rows 32g … are gates i, f, o, u of units 8g … 8g+7), the LSTM cell after
 /// the product. Backward: a = dpre [(T + 1)·64, 4096], w [1024, 4096] (row u: unit u's row of
 /// W_h), dh = dpre·W_hᵀ with a stand-in for the gate gradients (lstm_wgmma_floor.cu). The products
 /// sum over a's first k_cols columns (a multiple of 64). Returns the grid. Compute capability 9.0

@@ -9,10 +9,10 @@
 // resident in shared memory (TMA boxes of [N, 64], 128-byte swizzle) and per step t multiplies the
 // step's operand a_t (rows t·64 … of a) by it, both K-major, with m64nNk16 wgmmas:
 //   forward   a = h [(T + 1)·64, H], W = wt [4H, H] (row n: gate column n), block g's rows
-//             32g … 32g+31 (N 32: gates i, f, g, o of units 8g … 8g+7):
+//             32g … 32g+31 (N 32: gates i, f, o, u of units 8g … 8g+7, nn::LSTM's order):
 //               P [64, 32] = h_t[:, :K] · wt[32g …, :K]ᵀ
-//               i, f, o = σ(P[:, 0:8], P[:, 8:16], P[:, 24:32]), g = tanh(P[:, 16:24])
-//               c = f·c + i·g (c0 = 0, f32 in registers), h_{t+1}[:, 8g … 8g+7] = o·tanh(c) (bf16)
+//               i, f, o = σ(P[:, 0:8], P[:, 8:16], P[:, 16:24]), u = tanh(P[:, 24:32])
+//               c = f·c + i·u (c0 = 0, f32 in registers), h_{t+1}[:, 8g … 8g+7] = o·tanh(c) (bf16)
 //   backward  a = dpre [(T + 1)·64, 4H], W = w [H, 4H] (row u: unit u's row of W_h), block g's
 //             rows 8g … 8g+7 (N 8), the shape of dh = dpre_{t+1}·W_hᵀ, with a stand-in for the
 //             gate gradients that keeps the dependence and the stores:
@@ -30,6 +30,7 @@
 #include "core/cuda/check.cuh"
 #include "core/cuda/runtime.h"
 #include "kernels/common/cuda/bsmm_sm90_common.cuh"
+#include "kernels/common/cuda/lstm_gate_math.cuh"
 #include "kernels/common/cuda/lstm_persistent.h"
 
 namespace tessera {
@@ -64,9 +65,6 @@ __device__ __forceinline__ void wait_count(const unsigned* counter, unsigned tar
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
   } while (seen < target);
 }
-
-__device__ __forceinline__ float floor_sigmoid(float v) { return __frcp_rn(1.f + __expf(-v)); }
-__device__ __forceinline__ float floor_tanh(float v) { return 1.f - 2.f * __frcp_rn(1.f + __expf(2.f * v)); }
 
 template <bool kBackward>
 __global__ void __launch_bounds__(kFloorThreads, 1)
@@ -148,12 +146,12 @@ __global__ void __launch_bounds__(kFloorThreads, 1)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         if constexpr (!kBackward) {
-          const float ig = floor_sigmoid(acc[2 * hh + e]), fg = floor_sigmoid(acc[4 + 2 * hh + e]);
-          const float gg = floor_tanh(acc[8 + 2 * hh + e]), og = floor_sigmoid(acc[12 + 2 * hh + e]);
-          c[hh][e] = fg * c[hh][e] + ig * gg;
-          out[e] = og * floor_tanh(c[hh][e]);
+          const float ig = sigmoid_fast(acc[2 * hh + e]), fg = sigmoid_fast(acc[4 + 2 * hh + e]);
+          const float og = sigmoid_fast(acc[8 + 2 * hh + e]), ug = tanh_fast(acc[12 + 2 * hh + e]);
+          c[hh][e] = fg * c[hh][e] + ig * ug;
+          out[e] = og * tanh_fast(c[hh][e]);
         } else {
-          c[hh][e] = 0.5f * c[hh][e] + floor_tanh(acc[2 * hh + e]);
+          c[hh][e] = 0.5f * c[hh][e] + tanh_fast(acc[2 * hh + e]);
           out[e] = c[hh][e];
         }
       }
