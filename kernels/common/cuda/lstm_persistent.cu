@@ -1149,7 +1149,7 @@ int launch_step_floor(int device, int64_t steps, bool exchange, int cluster) {
 }
 
 #ifndef TESSERA_HAVE_SM90A
-int wgmma_step_floor(const Tensor&, const Tensor&, int64_t, bool) {
+int wgmma_step_floor(const Tensor&, const Tensor&, int64_t, bool, int) {
   const bool built = false;
   TS_CHECK(built, NotImplementedError, "wgmma step floor: this build has no code for compute capability 9.0 (sm_90a)");
   return 0;

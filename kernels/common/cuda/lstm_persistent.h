@@ -50,9 +50,11 @@ int launch_step_floor(int device, int64_t steps, bool exchange, int cluster = 1)
 /// column n; block g's rows 32g … are gates i, f, o, u of units 8g … 8g+7), the LSTM cell after
 /// the product. Backward: a = dpre [(T + 1)·64, 4096], w [1024, 4096] (row u: unit u's row of
 /// W_h), dh = dpre·W_hᵀ with a stand-in for the gate gradients (lstm_wgmma_floor.cu). The products
-/// sum over a's first k_cols columns (a multiple of 64). Returns the grid. Compute capability 9.0
-/// and a build for it only (else NotImplementedError). For bench/lstm_step.
-int wgmma_step_floor(const Tensor& a, const Tensor& w, int64_t k_cols, bool backward = false);
+/// sum over a's first k_cols columns (a multiple of 64). cluster 2 or 4: the blocks in clusters
+/// of that many, each operand box copied from L2 once per cluster and multicast to its blocks
+/// (NotImplementedError where that many clusters cannot be resident at once). Returns the grid.
+/// Compute capability 9.0 and a build for it only (else NotImplementedError). For bench/lstm_step.
+int wgmma_step_floor(const Tensor& a, const Tensor& w, int64_t k_cols, bool backward = false, int cluster = 1);
 
 }  // namespace cuda
 }  // namespace tessera

@@ -25,6 +25,19 @@
 // gates: the floor of a step on this structure, against the production kernels' (mma.sync from a
 // cp.async ring) 9.4 / 13.4 µs forward / backward (dense H 1024, K split over pairs) and the bare
 // barrier's 1.1-1.4 µs. Each sum has a fixed order: the same inputs give the same bits.
+//
+// Clusters (kCluster 2 or 4): every block of a cluster needs the same operand a_t, so each box is
+// copied from L2 once per cluster, by the producer of rank (box index mod kCluster), multicast into
+// the same ring stage of every block. The first run (H100, 2026-12-06) showed the step bound by L2
+// bandwidth: forward 4.24 / 5.72 µs at K 512 / 1024, backward 7.48 / 12.93 µs at K 2048 / 4096,
+// about 6 TB/s of operand reads across the 128 blocks over a fixed 2-2.8 µs. Multicast divides those
+// reads by kCluster. Its ring protocol (the TMA multicast pipeline): a stage's empty barrier counts
+// the consumer warps of the whole cluster (each warp arrives on that stage's empty barrier in every
+// block), so a producer that sees its own empty barrier complete knows the stage is free in every
+// block it writes to; every producer then expects the box's bytes on its own full barrier (the
+// copy of a peer may land before that, which the transaction count allows), and the box's owner
+// issues the copy. The cluster meets after the barriers' init and before any block exits (no copy
+// or arrival may reach a block that has ended).
 #include <cuda.h>
 
 #include "core/cuda/check.cuh"
@@ -55,6 +68,33 @@ struct FloorShape {
 
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
+// The cluster: every thread of every block arrives and waits (not .aligned: the producer warp's
+// lanes reach it apart); this block's rank; an arrival on the mbarrier at the same shared-memory
+// offset in block `rank` of the cluster (release at cluster scope: this warp's reads of the stage
+// are done); a TMA copy of the box at (c0, c1) into the same offset of every block in `mask`,
+// completing its bytes on each one's barrier at `bar`'s offset.
+__device__ __forceinline__ void cluster_meet() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+__device__ __forceinline__ int cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return static_cast<int>(r);
+}
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, int rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(bar)), "r"(rank));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+}
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
+                                                      uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "h"(mask)
+      : "memory");
+}
+
 // The grid barrier split in two: the consumers of every block arrive once their h_{t+1} is stored
 // (a named barrier of the 128, then one thread's fence and atomic), and the producer alone waits
 // for all arrivals of a step before it copies the next step's h. The consumers never wait on the
@@ -66,7 +106,7 @@ __device__ __forceinline__ void wait_count(const unsigned* counter, unsigned tar
   } while (seen < target);
 }
 
-template <bool kBackward>
+template <bool kBackward, int kCluster>
 __global__ void __launch_bounds__(kFloorThreads, 1)
     wgmma_floor_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w,
                        __nv_bfloat16* __restrict__ a, int steps, int boxes, unsigned* counter) {
@@ -81,33 +121,53 @@ __global__ void __launch_bounds__(kFloorThreads, 1)
   uint64_t* empty = full + kRing;
   uint64_t* w_bar = empty + kRing;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = blockIdx.x;
+  const int rank = kCluster > 1 ? cluster_rank() : 0;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kRing; ++s) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 4);  // lane 0 of each consumer warp arrives
+      mbar_init(&empty[s], 4 * kCluster);  // lane 0 of each consumer warp of the cluster arrives
     }
     mbar_init(w_bar, 1);
     fence_barrier_init();
   }
-  __syncthreads();
+  if constexpr (kCluster > 1) {
+    cluster_meet();  // every block's barriers exist before a peer's copy or arrival reaches them
+  } else {
+    __syncthreads();
+  }
   if (warp == 4) {  // the producer: W once, then per step the boxes of a_t, after the grid's arrivals
-    if (lane != 0) return;
-    mbar_arrive_expect_tx(w_bar, boxes * Shape::kWBox);
-    for (int k = 0; k < boxes; ++k) tma_load_2d(w_s + k * Shape::kWBox, &map_w, w_bar, k * 64, g * N);
-    for (int t = 0, n = 0; t < steps; ++t, n += boxes) {
-      if (t > 0) {
-        wait_count(counter, static_cast<unsigned>(t) * gridDim.x);
-        fence_proxy_async_global();  // the other blocks' stores of a_t (generic) before these TMA reads
-      }
-      for (int k = 0; k < boxes; ++k) {
-        const int s = (n + k) % kRing;
-        mbar_wait(&empty[s], (((n + k) / kRing) & 1) ^ 1);
-        mbar_arrive_expect_tx(&full[s], kABox);
-        tma_load_2d(ring + s * kABox, &map_a, &full[s], k * 64, t * 64);
+    if (lane == 0) {
+      mbar_arrive_expect_tx(w_bar, boxes * Shape::kWBox);
+      for (int k = 0; k < boxes; ++k) tma_load_2d(w_s + k * Shape::kWBox, &map_w, w_bar, k * 64, g * N);
+      for (int t = 0, n = 0; t < steps; ++t, n += boxes) {
+        if (t > 0) {
+          wait_count(counter, static_cast<unsigned>(t) * gridDim.x);
+          fence_proxy_async_global();  // the other blocks' stores of a_t (generic) before these TMA reads
+        }
+        for (int k = 0; k < boxes; ++k) {
+          const int s = (n + k) % kRing;
+          mbar_wait(&empty[s], (((n + k) / kRing) & 1) ^ 1);  // free in every block of the cluster
+          mbar_arrive_expect_tx(&full[s], kABox);
+          if constexpr (kCluster == 1) {
+            tma_load_2d(ring + s * kABox, &map_a, &full[s], k * 64, t * 64);
+          } else if ((n + k) % kCluster == rank) {
+            tma_load_2d_multicast(ring + s * kABox, &map_a, &full[s], k * 64, t * 64, (1u << kCluster) - 1);
+          }
+        }
       }
     }
+    __syncwarp();
+    if constexpr (kCluster > 1) cluster_meet();
     return;
   }
+  auto release_stage = [](uint64_t* bar) {  // in this block, or in every block of the cluster
+    if constexpr (kCluster == 1) {
+      mbar_arrive(bar);
+    } else {
+#pragma unroll
+      for (int r = 0; r < kCluster; ++r) mbar_arrive_cluster(bar, r);
+    }
+  };
   const int wq = lane / 4, q = lane % 4;     // the accumulator layout of wgmma_sm90.cuh
   float c[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // the state of rows 16·warp + wq + 8·hh, units 2q + e
   mbar_wait(w_bar, 0);
@@ -125,17 +185,17 @@ __global__ void __launch_bounds__(kFloorThreads, 1)
                                                     make_desc(w_s + k * Shape::kWBox + kk * 32, 16, 1024, 128),
                                                     true);
       wgmma_commit();
-      if (k > 0) {  // box k − 1's products are done: its stage goes back to the producer
+      if (k > 0) {  // box k − 1's products are done: its stage goes back to the producer(s)
         wgmma_wait<1>();
         fence_operands(acc);
         __syncwarp();
-        if (lane == 0) mbar_arrive(&empty[(n + k - 1) % kRing]);
+        if (lane == 0) release_stage(&empty[(n + k - 1) % kRing]);
       }
     }
     wgmma_wait<0>();
     fence_operands(acc);
     __syncwarp();
-    if (lane == 0) mbar_arrive(&empty[(n + boxes - 1) % kRing]);
+    if (lane == 0) release_stage(&empty[(n + boxes - 1) % kRing]);
     // acc[4j + 2hh + e]: row 16·warp + wq + 8hh, column 8j + 2q + e (forward: gate j of unit 2q + e;
     // backward, j = 0 only: unit 2q + e)
 #pragma unroll
@@ -172,34 +232,47 @@ __global__ void __launch_bounds__(kFloorThreads, 1)
       atomicAdd(counter, 1u);
     }
   }
+  if constexpr (kCluster > 1) cluster_meet();  // no peer's copy or arrival is still on its way here
 #else
   __trap();  // compiled for another architecture: the host never launches this
 #endif
 }
 
-template <bool kBackward>
+template <bool kBackward, int kCluster>
 void launch_floor(const Tensor& a, const Tensor& w, int boxes) {
   using Shape = FloorShape<kBackward>;
   const int device = a.device().index;
   const int steps = static_cast<int>(a.size(0) / 64 - 1), grid = kFloorH / kFloorUnits;
-  const CUtensorMap map_a = tensor_map(a.data_ptr(), DType::bf16, static_cast<uint64_t>(a.size(0)), Shape::kIn, 64, 64);
-  const CUtensorMap map_w =
-      tensor_map(w.data_ptr(), DType::bf16, static_cast<uint64_t>(w.size(0)), Shape::kIn, Shape::kN, 64);
-  const cudaStream_t stream = current_stream(a);
-  unsigned* counter = static_cast<unsigned*>(allocate(256, device));
-  TS_CUDA_CHECK(cudaMemsetAsync(counter, 0, 256, stream));
-  constexpr auto kernel = &wgmma_floor_kernel<kBackward>;
+  constexpr auto kernel = &wgmma_floor_kernel<kBackward, kCluster>;
   TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmem));
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(grid);
   cfg.blockDim = dim3(kFloorThreads);
   cfg.dynamicSmemBytes = Shape::kSmem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
+  cfg.stream = current_stream(a);
+  cudaLaunchAttribute attr[2] = {};
   attr[0].id = cudaLaunchAttributeCooperative;  // every block resident at once: the wait for arrivals ends
   attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
+  attr[1].id = cudaLaunchAttributeClusterDimension;  // consecutive blocks, kCluster to a cluster
+  attr[1].val.clusterDim.x = kCluster;
+  attr[1].val.clusterDim.y = 1;
+  attr[1].val.clusterDim.z = 1;
+  cfg.attrs = attr + 1;
   cfg.numAttrs = 1;
+  if constexpr (kCluster > 1) {  // all clusters resident at once, or a clear refusal before anything runs
+    int clusters = 0;
+    TS_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+    TS_CHECK(clusters * kCluster >= grid, NotImplementedError,
+             "wgmma step floor: " << grid / kCluster << " clusters of " << kCluster
+                                  << " blocks cannot be resident at once on this GPU (" << clusters << " can)");
+  }
+  cfg.attrs = attr;
+  cfg.numAttrs = kCluster > 1 ? 2 : 1;
+  const CUtensorMap map_a = tensor_map(a.data_ptr(), DType::bf16, static_cast<uint64_t>(a.size(0)), Shape::kIn, 64, 64);
+  const CUtensorMap map_w =
+      tensor_map(w.data_ptr(), DType::bf16, static_cast<uint64_t>(w.size(0)), Shape::kIn, Shape::kN, 64);
+  unsigned* counter = static_cast<unsigned*>(allocate(256, device));
+  TS_CUDA_CHECK(cudaMemsetAsync(counter, 0, 256, cfg.stream));
   const cudaError_t launched = cudaLaunchKernelEx(&cfg, kernel, map_a, map_w, static_cast<__nv_bfloat16*>(a.data_ptr()),
                                                   steps, boxes, counter);
   deallocate(counter, 256, device);  // stream-ordered: freed after the launch
@@ -207,10 +280,20 @@ void launch_floor(const Tensor& a, const Tensor& w, int boxes) {
   TS_CUDA_LAUNCH_CHECK("lstm wgmma step floor");
 }
 
+template <bool kBackward>
+void launch_floor_clustered(const Tensor& a, const Tensor& w, int boxes, int cluster) {
+  switch (cluster) {
+    case 1: return launch_floor<kBackward, 1>(a, w, boxes);
+    case 2: return launch_floor<kBackward, 2>(a, w, boxes);
+    case 4: return launch_floor<kBackward, 4>(a, w, boxes);
+    default: TS_THROW(ValueError, "wgmma step floor: clusters of 1, 2 or 4 blocks, not " << cluster);
+  }
+}
+
 }  // namespace
 }  // namespace sm90
 
-int wgmma_step_floor(const Tensor& a, const Tensor& w, int64_t k_cols, bool backward) {
+int wgmma_step_floor(const Tensor& a, const Tensor& w, int64_t k_cols, bool backward, int cluster) {
   constexpr int64_t H = sm90::kFloorH;
   const int64_t in = backward ? 4 * H : H, w_rows = backward ? H : 4 * H;
   const char* what = backward ? "wgmma step floor (backward)" : "wgmma step floor (forward)";
@@ -224,9 +307,9 @@ int wgmma_step_floor(const Tensor& a, const Tensor& w, int64_t k_cols, bool back
            what << ": K must be a multiple of 64 up to " << in << ", not " << k_cols);
   TS_CHECK(sm90::device_ok(a.device().index), NotImplementedError, what << ": compute capability 9.0 only");
   if (backward) {
-    sm90::launch_floor<true>(a, w, static_cast<int>(k_cols / 64));
+    sm90::launch_floor_clustered<true>(a, w, static_cast<int>(k_cols / 64), cluster);
   } else {
-    sm90::launch_floor<false>(a, w, static_cast<int>(k_cols / 64));
+    sm90::launch_floor_clustered<false>(a, w, static_cast<int>(k_cols / 64), cluster);
   }
   return static_cast<int>(H / sm90::kFloorUnits);
 }
