@@ -311,25 +311,37 @@ void bench_recurrence_ops(BenchReport& report, Timer& timer, const Options& o, D
       report.note(std::string(bwd ? "plan bwd " : "plan fwd ") + shape, os.str());
     }
 #endif
+  // fn with the environment variable `name` set to `value`, restored afterwards
+  auto with_env = [](const char* name, const char* value, const std::function<void()>& fn) {
+    return [=] {
+      const char* before = std::getenv(name);
+      const std::string saved = before ? before : "";
+      setenv(name, value, 1);
+      fn();
+      if (before) {
+        setenv(name, saved.c_str(), 1);
+      } else {
+        unsetenv(name);
+      }
+    };
+  };
   if (!layout && dev.is_cuda()) {
     // the dense layers' K split over clusters forced to each size (TESSERA_LSTM_CLUSTER), same run
     for (const char* c : {"1", "2"}) {
       const std::string how = std::string(c) == "1" ? ", no cluster split" : std::string(", clusters of ") + c;
       for (int dir = 0; dir < 2; ++dir) {
-        fns.push_back([c, dir, &forward, &backward] {
-          const char* before = std::getenv("TESSERA_LSTM_CLUSTER");
-          const std::string saved = before ? before : "";
-          setenv("TESSERA_LSTM_CLUSTER", c, 1);
-          dir == 0 ? forward() : backward();
-          if (before) {
-            setenv("TESSERA_LSTM_CLUSTER", saved.c_str(), 1);
-          } else {
-            unsetenv("TESSERA_LSTM_CLUSTER");
-          }
-        });
+        fns.push_back(with_env("TESSERA_LSTM_CLUSTER", c,
+                               dir == 0 ? std::function<void()>(forward) : std::function<void()>(backward)));
         names.push_back(std::string(dir == 0 ? "recurrence fwd" : "recurrence bwd") + how);
       }
     }
+#ifdef TESSERA_WITH_CUDA
+    // the dense forward on wgmma (TESSERA_LSTM_WGMMA=1), where this GPU and build have it
+    if (cuda::wgmma_forward_unfit(dev.index, dt, b, hidden, nullptr).empty()) {
+      fns.push_back(with_env("TESSERA_LSTM_WGMMA", "1", forward));
+      names.push_back("recurrence fwd, wgmma");
+    }
+#endif
   }
   const std::vector<double> ms = interleaved_ms(timer, fns, o.warmup, o.repeats);
   for (size_t k = 0; k < fns.size(); ++k) {

@@ -308,11 +308,16 @@ TEST(LstmRecurrenceGpu, ProblemsTheKernelDoesNotTakeAreNamed) {
 
 // nn::LSTM on the GPU takes the fused path (dense and sparse, under autocast as the trainers run
 // it) and matches the CPU layer; a compiled step replays it as a CUDA graph with the eager bits.
+// Twice: with the production forward, and with the dense forward on wgmma (TESSERA_LSTM_WGMMA=1,
+// where the GPU has it), which must then have run.
 TEST(LstmRecurrenceGpu, LayerFusedPathMatchesTheCpuLayerAndCompiles) {
   REQUIRE_GPU();
   using nn::LSTM;
   using nn::LSTMOptions;
+  for (const char* wgmma : {"0", "1"})
   for (int64_t bs : {0, 32}) {
+    const ScopedEnv forward("TESSERA_LSTM_WGMMA", wgmma);
+    const uint64_t wgmma_launches = cuda::wgmma_forward_launch_count();
     const LSTMOptions o = LSTMOptions(32, 256).block_size(bs).density(bs ? 0.25 : 1.0, 3);
     Generator g1(7), g2(7);
     LSTM cpu(o, g1), gpu(o, g2);
@@ -360,7 +365,50 @@ TEST(LstmRecurrenceGpu, LayerFusedPathMatchesTheCpuLayerAndCompiles) {
     for (int r = 0; r < 3; ++r) EXPECT_EQ(step.run(feed), eager.item<double>()) << "run " << r << ", bs " << bs;
     for (const auto& p : gpu.named_parameters())
       EXPECT_TRUE(same_bits(step.fetch("grad/" + p.name), p.tensor.grad())) << p.name << ", bs " << bs;
+    const bool wgmma_ran = cuda::wgmma_forward_launch_count() > wgmma_launches;
+    EXPECT_EQ(wgmma_ran, *wgmma == '1' && bs == 0 && sm90_here()) << "TESSERA_LSTM_WGMMA=" << wgmma << ", bs " << bs;
   }
+}
+
+// The dense forward on wgmma (TESSERA_LSTM_WGMMA=1, lstm_wgmma_forward.cu; not the default until
+// it is timed against the production kernel): the production kernel's checks against the CPU (its
+// outputs, and the gradients that the production backward makes from its saved gates and cells,
+// the same bits twice), batch 1, 7 and 64, bf16 and f16, with and without a bias, H 64 to 1024;
+// every case must have launched it. What it does not take is named and goes to the production
+// kernel; a bad switch is a ValueError.
+TEST(LstmRecurrenceGpu, WgmmaForwardMatchesTheCpu) {
+  REQUIRE_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "the wgmma forward needs an sm_90a build on a GPU of compute 9.0";
+  const ScopedEnv on("TESSERA_LSTM_WGMMA", "1");
+  auto check = [](const Case& k, DType dt) {
+    const uint64_t before = cuda::wgmma_forward_launch_count();
+    check_case(k, dt);
+    EXPECT_GT(cuda::wgmma_forward_launch_count(), before) << "not launched: " << label(k, dt);
+  };
+  for (int64_t b : {1, 7, 64}) check({6, b, 128, 0, 1.0}, DType::bf16);
+  check({6, 7, 128, 0, 1.0, /*bias=*/false}, DType::bf16);
+  check({5, 7, 64, 0, 1.0}, DType::f16);
+  for (DType dt : {DType::bf16, DType::f16}) check({3, 16, 1024, 0, 1.0}, dt);
+  check({4, 64, 1024, 0, 1.0}, DType::bf16);
+  const int dev = kGpu.index;
+  EXPECT_EQ(cuda::wgmma_forward_unfit(dev, DType::bf16, 64, 1024, nullptr), "");
+  EXPECT_EQ(cuda::wgmma_forward_unfit(dev, DType::bf16, 64, 1024, gate_layout(1024, 32, 0.0625, 5)), "dense layers only");
+  EXPECT_EQ(cuda::wgmma_forward_unfit(dev, DType::f32, 64, 1024, nullptr), "bf16 or f16 only");
+  EXPECT_EQ(cuda::wgmma_forward_unfit(dev, DType::bf16, 65, 1024, nullptr), "batch 1 to 64 only");
+  EXPECT_EQ(cuda::wgmma_forward_unfit(dev, DType::bf16, 64, 96, nullptr), "hidden a multiple of 64 only");
+  EXPECT_EQ(cuda::wgmma_forward_unfit(dev, DType::bf16, 64, 8192, nullptr),
+            "a block's slice of W_h and the ring pass its shared memory");
+  EXPECT_EQ(cuda::wgmma_forward_unfit(dev, DType::bf16, 64, 1088, nullptr),  // 136 groups, 132 SMs
+            "more groups of 8 units than resident blocks");
+  const uint64_t before = cuda::wgmma_forward_launch_count();
+  check_case({3, 7, 128, 32, 0.25}, DType::bf16);  // block-sparse: the production kernel
+  EXPECT_EQ(cuda::wgmma_forward_launch_count(), before);
+  const ScopedEnv bad("TESSERA_LSTM_WGMMA", "yes");
+  const Tensor h = zeros({7, 128}, TensorOptions(DType::bf16).device(kGpu));
+  testing::expect_error<ValueError>(
+      [&] { lstm_recurrence(zeros({2, 7, 512}, TensorOptions(DType::bf16).device(kGpu)), h, h,
+                            zeros({128, 512}, TensorOptions(DType::bf16).device(kGpu))); },
+      {"TESSERA_LSTM_WGMMA", "'yes'"});
 }
 
 // The issue-16 lab kernels (cuda::wgmma_step_floor, lstm_wgmma_floor.cu: dense H 1024 steps

@@ -1058,6 +1058,12 @@ void recurrence_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, co
   const int64_t steps = gx.size(0), batch = gx.size(1), hidden = h0.size(1);
   const RecurrencePlan plan = plan_recurrence(device, gx.dtype(), batch, hidden, layout, false);
   require_fits(plan, "lstm_recurrence");
+  // the dense forward on wgmma where asked for and where it fits (its TMA maps need h0 and y at
+  // 16-byte addresses)
+  const auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
+  if (wgmma_forward_wanted() && aligned(h0) && aligned(y) &&
+      wgmma_forward_unfit(device, gx.dtype(), batch, hidden, layout).empty())
+    return wgmma_forward(gx, h0, c0, wh, bias, forget_bias, y, hT, cT, gates, cells);
   Params p = base_params(wh, layout, plan, steps, batch, hidden);
   p.forget_bias = static_cast<float>(forget_bias);
   p.gx = gx.data_ptr();
@@ -1154,6 +1160,17 @@ int wgmma_step_floor(const Tensor&, const Tensor&, int64_t, bool, int) {
   TS_CHECK(built, NotImplementedError, "wgmma step floor: this build has no code for compute capability 9.0 (sm_90a)");
   return 0;
 }
+
+bool wgmma_forward_wanted() { return false; }
+std::string wgmma_forward_unfit(int, DType, int64_t, int64_t, const LayoutPtr&) {
+  return "this build has no code for compute capability 9.0 (sm_90a)";
+}
+void wgmma_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, double, const Tensor&,
+                   const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  const bool built = false;
+  TS_CHECK(built, NotImplementedError, "lstm_recurrence (wgmma forward): this build has no code for sm_90a");
+}
+uint64_t wgmma_forward_launch_count() { return 0; }
 #endif
 
 }  // namespace cuda

@@ -28,6 +28,19 @@ void recurrence_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, co
                         const LayoutPtr& layout, double forget_bias, const Tensor& y, const Tensor& hT,
                         const Tensor& cT, const Tensor& gates, const Tensor& cells);
 
+/// The dense forward on wgmma (lstm_wgmma_forward.cu; compute capability 9.0, an sm_90a build):
+/// TESSERA_LSTM_WGMMA=1 asks for it (0, the default: not yet timed against the production kernel
+/// on a GPU; anything else is a ValueError); wgmma_forward_unfit says why it does not take a
+/// problem ("" where it does: dense, bf16/f16, batch ≤ 64, hidden a multiple of 64 with its groups
+/// of 8 units all resident); wgmma_forward runs it (recurrence_forward's tensors, without the
+/// layout); wgmma_forward_launch_count counts its launches in this process (for the tests).
+bool wgmma_forward_wanted();
+std::string wgmma_forward_unfit(int device, DType dtype, int64_t batch, int64_t hidden, const LayoutPtr& layout);
+void wgmma_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh, const Tensor& bias,
+                   double forget_bias, const Tensor& y, const Tensor& hT, const Tensor& cT, const Tensor& gates,
+                   const Tensor& cells);
+uint64_t wgmma_forward_launch_count();
+
 /// lstm_recurrence_backward on the GPU: outputs dpre [T, B, 4H], dh0, dc0 [B, H].
 void recurrence_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT, const Tensor& gates,
                          const Tensor& cells, const Tensor& c0, const Tensor& wh, const LayoutPtr& layout,

@@ -45,6 +45,7 @@
 #include "kernels/common/cuda/bsmm_sm90_common.cuh"
 #include "kernels/common/cuda/lstm_gate_math.cuh"
 #include "kernels/common/cuda/lstm_persistent.h"
+#include "kernels/common/cuda/lstm_wgmma_ring.cuh"
 
 namespace tessera {
 namespace cuda {
@@ -54,8 +55,8 @@ namespace {
 constexpr int kFloorH = 1024;         // hidden units
 constexpr int kFloorUnits = 8;        // units of a block
 constexpr int kFloorThreads = 160;    // the consumer warpgroup, the producer warp
-constexpr int kRing = 8;              // operand stages
-constexpr int kABox = 64 * 64 * 2;    // a [64, 64] bf16 box of the operand
+constexpr int kRing = kWgmmaRing;     // operand stages
+constexpr int kABox = kWgmmaABox;     // a [64, 64] bf16 box of the operand
 
 template <bool kBackward>
 struct FloorShape {
@@ -66,7 +67,6 @@ struct FloorShape {
   static constexpr int kSmem = kMaxBoxes * kWBox + kRing * kABox + 1024 + 1024;  // + barriers, + alignment
 };
 
-__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
 // The cluster: every thread of every block arrives and waits (not .aligned: the producer warp's
 // lanes reach it apart); this block's rank; an arrival on the mbarrier at the same shared-memory
@@ -95,16 +95,10 @@ __device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorM
       : "memory");
 }
 
-// The grid barrier split in two: the consumers of every block arrive once their h_{t+1} is stored
-// (a named barrier of the 128, then one thread's fence and atomic), and the producer alone waits
-// for all arrivals of a step before it copies the next step's h. The consumers never wait on the
-// grid: their next step waits on the copies.
-__device__ __forceinline__ void wait_count(const unsigned* counter, unsigned target) {
-  unsigned seen;
-  do {
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
-  } while (seen < target);
-}
+// The grid barrier is split in two (lstm_wgmma_ring.cuh): the consumers of every block arrive once
+// their h_{t+1} is stored (a named barrier of the 128, then one thread's fence and atomic), and the
+// producer alone waits for all arrivals of a step before it copies the next step's h. The
+// consumers never wait on the grid: their next step waits on the copies.
 
 template <bool kBackward, int kCluster>
 __global__ void __launch_bounds__(kFloorThreads, 1)
@@ -173,29 +167,7 @@ __global__ void __launch_bounds__(kFloorThreads, 1)
   mbar_wait(w_bar, 0);
   for (int t = 0, n = 0; t < steps; ++t, n += boxes) {
     float acc[N / 2];
-#pragma unroll
-    for (int e = 0; e < N / 2; ++e) acc[e] = 0.f;
-    for (int k = 0; k < boxes; ++k) {
-      const int s = (n + k) % kRing;
-      mbar_wait(&full[s], ((n + k) / kRing) & 1);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        Wgmma<__nv_bfloat16, N>::template run<0, 0>(acc, make_desc(ring + s * kABox + kk * 32, 16, 1024, 128),
-                                                    make_desc(w_s + k * Shape::kWBox + kk * 32, 16, 1024, 128),
-                                                    true);
-      wgmma_commit();
-      if (k > 0) {  // box k − 1's products are done: its stage goes back to the producer(s)
-        wgmma_wait<1>();
-        fence_operands(acc);
-        __syncwarp();
-        if (lane == 0) release_stage(&empty[(n + k - 1) % kRing]);
-      }
-    }
-    wgmma_wait<0>();
-    fence_operands(acc);
-    __syncwarp();
-    if (lane == 0) release_stage(&empty[(n + boxes - 1) % kRing]);
+    ring_product<__nv_bfloat16, N>(acc, ring, w_s, full, empty, n, boxes, lane, release_stage);
     // acc[4j + 2hh + e]: row 16·warp + wq + 8hh, column 8j + 2q + e (forward: gate j of unit 2q + e;
     // backward, j = 0 only: unit 2q + e)
 #pragma unroll

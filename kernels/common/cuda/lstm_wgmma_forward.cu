@@ -1,0 +1,337 @@
+// The dense LSTM recurrence's forward on wgmma (issue 16; compute capability 9.0, sm_90a): the
+// structure the step floor (lstm_wgmma_floor.cu) measured at 0.55x the production kernel's step,
+// with the production kernel's inputs and outputs (lstm_persistent.h, recurrence_forward), for
+// dense layers of hidden H ≤ 8 × the SMs (H a multiple of 64), batch B ≤ 64, bf16 or f16.
+//
+// One thread block per group of 8 units (grid H / 8, one per SM, a cooperative launch). Block g
+// keeps W_g, the 32 columns of W_h [H, 4H] that feed its units' gates, resident in shared memory
+// as wt rows 32g … 32g+31 of the permuted transpose made once per call:
+//   wt [4H, H],  wt[32g + 8j + e][k] = W_h[k][j·H + 8g + e]   (gate j in nn::LSTM's order i, f, o, u)
+// in TMA boxes of [32, 64] with the 128-byte swizzle. Per step t a producer warp brings the step's
+// operand h_t [B, H] (h0, then y[t − 1]) in [64, 64] boxes through a ring of kRing stages (rows
+// B … 63 are the boxes' zero fill), and the consumer warpgroup multiplies:
+//   P [64, 32] = h_t · W_gᵀ        (m64n32k16 wgmmas, both operands K-major, f32 accumulators)
+//   pre_j = (P[:, 8j + e] + gx[t][:, j·H + 8g + e]) + (bias[j·H + 8g + e] (+ forget_bias, j = f))
+//   i, f, o = σ(pre_i, pre_f, pre_o), u = tanh(pre_u), c = f·c + i·u, h = o·tanh(c)
+// with c in registers across the steps (from c0), and stores y[t] = h (T), cells[t] = c and
+// gates[t] = (i, f, o, u) (f32, what the backward reads), hT and cT after the last step. Each
+// accumulator register holds one (row, gate, unit): thread (warp w, lane 4·wq + q) owns rows
+// 16w + wq (+ 8) and units 8g + 2q, 8g + 2q + 1 of all four gates, so the cell update needs no
+// exchange. The grid barrier between steps is split as in the floor: the consumers arrive (a
+// global counter) once their h_{t+1} is stored, and only the producer waits for all arrivals
+// before it copies the next operand. Each sum has a fixed order: the same inputs give the same
+// bits on every run.
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/cuda/check.cuh"
+#include "core/cuda/runtime.h"
+#include "kernels/common/cuda/bsmm_sm90_common.cuh"
+#include "kernels/common/cuda/lstm_gate_math.cuh"
+#include "kernels/common/cuda/lstm_persistent.h"
+#include "kernels/common/cuda/lstm_wgmma_ring.cuh"
+
+namespace tessera {
+namespace cuda {
+namespace sm90 {
+namespace {
+
+constexpr int kUnits = 8;                  // hidden units of a block
+constexpr int kCols = 4 * kUnits;          // the block's product columns: 4 gates × 8 units
+constexpr int kFwdThreads = 160;           // the consumer warpgroup, the producer warp
+constexpr int kRing = kWgmmaRing;          // operand stages
+constexpr int kABox = kWgmmaABox;          // an operand box [64 rows, 64 K] of 2-byte elements
+constexpr int kWBox = kCols * 64 * 2;      // a W box [32, 64]
+constexpr int kMaxBatch = 64;              // one m64 tile of rows
+
+size_t smem_bytes(int64_t hidden) { return static_cast<size_t>(hidden / 64) * kWBox + kRing * kABox + 1024 + 1024; }
+
+std::atomic<uint64_t> g_launches{0};
+
+struct ForwardArgs {
+  int steps, batch, hidden;
+  float forget_bias;
+  const void* gx;    // [T, B, 4H]
+  const void* bias;  // [4H] or null
+  const void* c0;    // [B, H]
+  void* y;           // [T, B, H]
+  void* h_last;      // [B, H]
+  void* c_last;      // [B, H]
+  float* gates;      // [T, B, 4H]
+  float* cells;      // [T, B, H]
+  unsigned* counter;  // zeroed: the grid's arrivals
+};
+
+// Two consecutive elements of a 2-byte type as floats, and back.
+template <class T>
+__device__ __forceinline__ float2 load_pair(const T* p) {
+  const T v[2] = {p[0], p[1]};
+  return make_float2(to_acc(v[0]), to_acc(v[1]));
+}
+template <class T>
+__device__ __forceinline__ void store_pair(T* p, float a, float b) {
+  p[0] = from_acc<T>(a);
+  p[1] = from_acc<T>(b);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kFwdThreads, 1)
+    lstm_wgmma_forward_kernel(const __grid_constant__ CUtensorMap map_h0, const __grid_constant__ CUtensorMap map_y,
+                              const __grid_constant__ CUtensorMap map_w, const ForwardArgs p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t smem_raw[];
+  const int boxes = p.hidden / 64;
+  uint8_t* smem = align1024(smem_raw);
+  uint8_t* w_s = smem;                    // boxes × [32, 64]
+  uint8_t* ring = smem + boxes * kWBox;   // kRing × [64, 64]
+  uint64_t* full = reinterpret_cast<uint64_t*>(ring + kRing * kABox);
+  uint64_t* empty = full + kRing;
+  uint64_t* w_bar = empty + kRing;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = blockIdx.x;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kRing; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 4);  // lane 0 of each consumer warp arrives
+    }
+    mbar_init(w_bar, 1);
+    fence_barrier_init();
+  }
+  __syncthreads();
+  if (warp == 4) {  // the producer: W_g once, then per step the boxes of h_t, after the grid's arrivals
+    if (lane != 0) return;
+    mbar_arrive_expect_tx(w_bar, boxes * kWBox);
+    for (int k = 0; k < boxes; ++k) tma_load_2d(w_s + k * kWBox, &map_w, w_bar, k * 64, g * kCols);
+    for (int t = 0, n = 0; t < p.steps; ++t, n += boxes) {
+      if (t > 0) {
+        wait_count(p.counter, static_cast<unsigned>(t) * gridDim.x);
+        fence_proxy_async_global();  // the other blocks' stores of y[t − 1] (generic) before these TMA reads
+      }
+      for (int k = 0; k < boxes; ++k) {
+        const int s = (n + k) % kRing;
+        mbar_wait(&empty[s], (((n + k) / kRing) & 1) ^ 1);
+        mbar_arrive_expect_tx(&full[s], kABox);
+        if (t == 0) {
+          tma_load_2d(ring + s * kABox, &map_h0, &full[s], k * 64, 0);
+        } else {
+          tma_load_3d(ring + s * kABox, &map_y, &full[s], k * 64, 0, t - 1);
+        }
+      }
+    }
+    return;
+  }
+
+  // the consumers: rows r[hh] = 16·warp + wq + 8·hh, units u and u + 1 of every gate
+  const int B = p.batch, H = p.hidden, wq = lane / 4, q = lane % 4, u = g * kUnits + 2 * q;
+  const int64_t G4 = 4 * static_cast<int64_t>(H);
+  int rows[2];
+  bool live[2];
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    rows[hh] = 16 * warp + wq + 8 * hh;
+    live[hh] = rows[hh] < B;
+  }
+  float bias[4][2];  // gate j of units u, u + 1; the forget gate's with forget_bias
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 b = p.bias ? load_pair(static_cast<const T*>(p.bias) + j * H + u) : make_float2(0.f, 0.f);
+    bias[j][0] = j == 1 ? p.forget_bias + b.x : b.x;
+    bias[j][1] = j == 1 ? p.forget_bias + b.y : b.y;
+  }
+  float c[2][2];
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const float2 c0 =
+        live[hh] ? load_pair(static_cast<const T*>(p.c0) + static_cast<int64_t>(rows[hh]) * H + u) : make_float2(0.f, 0.f);
+    c[hh][0] = c0.x;
+    c[hh][1] = c0.y;
+  }
+  mbar_wait(w_bar, 0);
+  for (int t = 0, n = 0; t < p.steps; ++t, n += boxes) {
+    // the step's input term, read while the operand arrives
+    float gx[2][4][2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const T* row = static_cast<const T*>(p.gx) + (static_cast<int64_t>(t) * B + rows[hh]) * G4 + u;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 v = live[hh] ? load_pair(row + j * H) : make_float2(0.f, 0.f);
+        gx[hh][j][0] = v.x;
+        gx[hh][j][1] = v.y;
+      }
+    }
+    float acc[kCols / 2];
+    ring_product<T, kCols>(acc, ring, w_s, full, empty, n, boxes, lane, [](uint64_t* bar) { mbar_arrive(bar); });
+    // acc[4j + 2hh + e]: row rows[hh], gate j of unit u + e
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      if (!live[hh]) continue;
+      float h[2], cell[2], gate[4][2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float pre[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) pre[j] = (acc[4 * j + 2 * hh + e] + gx[hh][j][e]) + bias[j][e];
+        gate[0][e] = sigmoid_fast(pre[0]);
+        gate[1][e] = sigmoid_fast(pre[1]);
+        gate[2][e] = sigmoid_fast(pre[2]);
+        gate[3][e] = tanh_fast(pre[3]);
+        c[hh][e] = gate[1][e] * c[hh][e] + gate[0][e] * gate[3][e];
+        cell[e] = c[hh][e];
+        h[e] = gate[2][e] * tanh_fast(c[hh][e]);
+      }
+      const int64_t hb = static_cast<int64_t>(rows[hh]) * H + u;                 // [B, H] index
+      const int64_t th = static_cast<int64_t>(t) * B * H + hb;                   // [T, B, H] index
+      store_pair(static_cast<T*>(p.y) + th, h[0], h[1]);
+      *reinterpret_cast<float2*>(p.cells + th) = make_float2(cell[0], cell[1]);
+      float* gt = p.gates + (static_cast<int64_t>(t) * B + rows[hh]) * G4 + u;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) *reinterpret_cast<float2*>(gt + j * H) = make_float2(gate[j][0], gate[j][1]);
+      if (t == p.steps - 1) {
+        store_pair(static_cast<T*>(p.h_last) + hb, h[0], h[1]);
+        store_pair(static_cast<T*>(p.c_last) + hb, cell[0], cell[1]);
+      }
+    }
+    fence_proxy_async_global();  // these generic stores of y[t] before the other blocks' TMA reads of them
+    named_barrier(1, 128);       // every consumer's stores of the step, then the block's arrival
+    if (threadIdx.x == 0) {
+      __threadfence();
+      atomicAdd(p.counter, 1u);
+    }
+  }
+#else
+  __trap();  // compiled for another architecture: the host never launches this
+#endif
+}
+
+// wt[32g + 8j + e][k] = wh[k][j·H + 8g + e] (the file comment), through a 32 × 32 tile: a block of
+// 32 × 8 threads reads 32 K rows × 32 columns of wh (coalesced along the columns) and writes the
+// columns as rows of wt (coalesced along K).
+template <class T>
+__global__ void permute_transpose_kernel(const T* __restrict__ wh, T* __restrict__ wt, int hidden) {
+  __shared__ T tile[32][33];
+  const int64_t n_cols = 4 * static_cast<int64_t>(hidden);
+  const int k0 = blockIdx.y * 32, n0 = blockIdx.x * 32;
+  for (int r = threadIdx.y; r < 32; r += 8) tile[r][threadIdx.x] = wh[(k0 + r) * n_cols + n0 + threadIdx.x];
+  __syncthreads();
+  for (int r = threadIdx.y; r < 32; r += 8) {
+    const int n = n0 + r, j = n / hidden, rem = n % hidden;
+    const int64_t row = 32 * (rem / 8) + 8 * j + rem % 8;
+    wt[row * hidden + k0 + threadIdx.x] = tile[threadIdx.x][r];
+  }
+}
+
+template <class T>
+int max_resident_blocks(int device, size_t smem) {
+  constexpr auto kernel = &lstm_wgmma_forward_kernel<T>;
+  cudaFuncAttributes fa = {};
+  TS_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+  if (fa.binaryVersion < 90) return 0;
+  TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  int per_sm = 0, sms = 0;
+  TS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kFwdThreads, smem));
+  TS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return per_sm * sms;
+}
+
+template <class T>
+void launch(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh, const Tensor& bias,
+            double forget_bias, const Tensor& y, const Tensor& hT, const Tensor& cT, const Tensor& gates,
+            const Tensor& cells) {
+  const int device = gx.device().index;
+  const int64_t steps = gx.size(0), batch = gx.size(1), hidden = h0.size(1);
+  const DType dt = gx.dtype();
+  const cudaStream_t stream = current_stream(y);
+  const size_t smem = smem_bytes(hidden);
+  const size_t wt_bytes = static_cast<size_t>(4 * hidden * hidden) * 2;
+  void* wt = allocate(wt_bytes, device);
+  permute_transpose_kernel<T><<<dim3(static_cast<unsigned>(4 * hidden / 32), static_cast<unsigned>(hidden / 32)),
+                                dim3(32, 8), 0, stream>>>(static_cast<const T*>(wh.data_ptr()), static_cast<T*>(wt),
+                                                          static_cast<int>(hidden));
+  TS_CUDA_LAUNCH_CHECK("lstm_recurrence (wgmma): W_h's permuted transpose");
+  const CUtensorMap map_h0 = tensor_map(h0.data_ptr(), dt, static_cast<uint64_t>(batch), hidden, 64, 64);
+  const uint64_t y_dims[3] = {static_cast<uint64_t>(hidden), static_cast<uint64_t>(batch), static_cast<uint64_t>(steps)};
+  const uint32_t y_box[3] = {64, 64, 1};
+  const CUtensorMap map_y = encode_map(y.data_ptr(), dt, 3, y_dims, y_box);
+  const CUtensorMap map_w = tensor_map(wt, dt, static_cast<uint64_t>(4 * hidden), hidden, kCols, 64);
+  unsigned* counter = static_cast<unsigned*>(allocate(256, device));
+  TS_CUDA_CHECK(cudaMemsetAsync(counter, 0, 256, stream));
+  ForwardArgs a = {};
+  a.steps = static_cast<int>(steps);
+  a.batch = static_cast<int>(batch);
+  a.hidden = static_cast<int>(hidden);
+  a.forget_bias = static_cast<float>(forget_bias);
+  a.gx = gx.data_ptr();
+  a.bias = bias.defined() ? bias.data_ptr() : nullptr;
+  a.c0 = c0.data_ptr();
+  a.y = y.data_ptr();
+  a.h_last = hT.data_ptr();
+  a.c_last = cT.data_ptr();
+  a.gates = static_cast<float*>(gates.data_ptr());
+  a.cells = static_cast<float*>(cells.data_ptr());
+  a.counter = counter;
+  constexpr auto kernel = &lstm_wgmma_forward_kernel<T>;
+  TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(hidden / kUnits));
+  cfg.blockDim = dim3(kFwdThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;  // every block resident at once: the wait for arrivals ends
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  const cudaError_t launched = cudaLaunchKernelEx(&cfg, kernel, map_h0, map_y, map_w, a);
+  deallocate(counter, 256, device);  // stream-ordered: freed after the kernel
+  deallocate(wt, wt_bytes, device);
+  TS_CUDA_CHECK(launched);
+  TS_CUDA_LAUNCH_CHECK("lstm_recurrence (wgmma)");
+  g_launches.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace
+}  // namespace sm90
+
+bool wgmma_forward_wanted() {
+  const char* e = std::getenv("TESSERA_LSTM_WGMMA");
+  if (!e) return false;
+  const bool ok = std::strcmp(e, "0") == 0 || std::strcmp(e, "1") == 0;
+  TS_CHECK(ok, ValueError, "TESSERA_LSTM_WGMMA must be 0 or 1, not '" << e << "'");
+  return std::strcmp(e, "1") == 0;
+}
+
+std::string wgmma_forward_unfit(int device, DType dtype, int64_t batch, int64_t hidden, const LayoutPtr& layout) {
+  if (layout) return "dense layers only";
+  if (dtype != DType::bf16 && dtype != DType::f16) return "bf16 or f16 only";
+  if (batch < 1 || batch > sm90::kMaxBatch) return "batch 1 to 64 only";
+  if (hidden < 64 || hidden % 64 != 0) return "hidden a multiple of 64 only";
+  if (!sm90::device_ok(device)) return "compute capability 9.0 only";
+  const size_t smem = sm90::smem_bytes(hidden);
+  int optin = 0;
+  TS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (smem > static_cast<size_t>(optin)) return "a block's slice of W_h and the ring pass its shared memory";
+  const int resident = dtype == DType::bf16 ? sm90::max_resident_blocks<__nv_bfloat16>(device, smem)
+                                            : sm90::max_resident_blocks<__half>(device, smem);
+  if (resident < hidden / sm90::kUnits) return "more groups of 8 units than resident blocks";
+  return "";
+}
+
+void wgmma_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh, const Tensor& bias,
+                   double forget_bias, const Tensor& y, const Tensor& hT, const Tensor& cT, const Tensor& gates,
+                   const Tensor& cells) {
+  const std::string unfit = wgmma_forward_unfit(gx.device().index, gx.dtype(), gx.size(1), h0.size(1), nullptr);
+  TS_CHECK(unfit.empty(), NotImplementedError, "lstm_recurrence (wgmma forward): " << unfit);
+  if (gx.dtype() == DType::bf16) {
+    sm90::launch<__nv_bfloat16>(gx, h0, c0, wh, bias, forget_bias, y, hT, cT, gates, cells);
+  } else {
+    sm90::launch<__half>(gx, h0, c0, wh, bias, forget_bias, y, hT, cT, gates, cells);
+  }
+}
+
+uint64_t wgmma_forward_launch_count() { return sm90::g_launches.load(std::memory_order_relaxed); }
+
+}  // namespace cuda
+}  // namespace tessera

@@ -1,0 +1,65 @@
+// What the LSTM recurrence kernels on wgmma share (lstm_wgmma_forward.cu and the issue-16 lab
+// lstm_wgmma_floor.cu; sm_90a, include from .cu files only): the split grid barrier's wait and
+// proxy fence, and one step's product over a ring of TMA-filled operand boxes.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/common/cuda/wgmma_sm90.cuh"
+
+namespace tessera {
+namespace cuda {
+namespace sm90 {
+
+constexpr int kWgmmaRing = 8;                // operand stages
+constexpr int kWgmmaABox = 64 * 64 * 2;      // an operand box [64 rows, 64 K] of 2-byte elements
+
+/// Orders this thread's generic-proxy global accesses with the async proxy's (TMA) ones: after
+/// a block's generic stores that other blocks' TMA will read, and after the wait that sees them.
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+
+/// The split grid barrier's wait: until `counter` (the grid's arrivals) reaches `target`.
+__device__ __forceinline__ void wait_count(const unsigned* counter, unsigned target) {
+  unsigned seen;
+  do {
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+  } while (seen < target);
+}
+
+/// One step's product of the consumer warpgroup: acc [64, N] (wgmma's accumulator layout) =
+/// Σ over the step's `boxes` K boxes of the operand box in ring stage (n + k) mod kWgmmaRing
+/// ([64, 64], 128-byte swizzle) times the resident W box k ([N, 64] at w_s + k·N·128, the same
+/// swizzle), both K-major. Waits for each box's full barrier (phase by the box count n + k) and
+/// gives each stage back once its products are done: lane 0 of each warp calls release(empty
+/// barrier of the stage) (an arrival in this block, or in every block of a cluster).
+template <class T, int N, class Release>
+__device__ __forceinline__ void ring_product(float (&acc)[N / 2], uint8_t* ring, uint8_t* w_s, uint64_t* full,
+                                             uint64_t* empty, int n, int boxes, int lane, Release release) {
+  constexpr int kWBox = N * 64 * 2;
+#pragma unroll
+  for (int e = 0; e < N / 2; ++e) acc[e] = 0.f;
+  for (int k = 0; k < boxes; ++k) {
+    const int s = (n + k) % kWgmmaRing;
+    mbar_wait(&full[s], ((n + k) / kWgmmaRing) & 1);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      Wgmma<T, N>::template run<0, 0>(acc, make_desc(ring + s * kWgmmaABox + kk * 32, 16, 1024, 128),
+                                      make_desc(w_s + k * kWBox + kk * 32, 16, 1024, 128), true);
+    wgmma_commit();
+    if (k > 0) {  // box k − 1's products are done: its stage goes back to the producer(s)
+      wgmma_wait<1>();
+      fence_operands(acc);
+      __syncwarp();
+      if (lane == 0) release(&empty[(n + k - 1) % kWgmmaRing]);
+    }
+  }
+  wgmma_wait<0>();
+  fence_operands(acc);
+  __syncwarp();
+  if (lane == 0) release(&empty[(n + boxes - 1) % kWgmmaRing]);
+}
+
+}  // namespace sm90
+}  // namespace cuda
+}  // namespace tessera
