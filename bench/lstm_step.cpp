@@ -311,19 +311,30 @@ void bench_recurrence_ops(BenchReport& report, Timer& timer, const Options& o, D
       report.note(std::string(bwd ? "plan bwd " : "plan fwd ") + shape, os.str());
     }
 #endif
-  // fn with the environment variable `name` set to `value`, restored afterwards
-  auto with_env = [](const char* name, const char* value, const std::function<void()>& fn) {
-    return [=] {
-      const char* before = std::getenv(name);
-      const std::string saved = before ? before : "";
-      setenv(name, value, 1);
-      fn();
+  // fn's value with the environment variable `name` set to `value`, restored afterwards; with_env:
+  // fn as a function that does that each time it runs
+  auto with_env_value = [](const char* name, const char* value, const auto& fn) {
+    const char* before = std::getenv(name);
+    const std::string saved = before ? before : "";
+    setenv(name, value, 1);
+    const auto restore = [&] {
       if (before) {
         setenv(name, saved.c_str(), 1);
       } else {
         unsetenv(name);
       }
     };
+    try {
+      auto v = fn();
+      restore();
+      return v;
+    } catch (...) {
+      restore();
+      throw;
+    }
+  };
+  auto with_env = [with_env_value](const char* name, const char* value, const std::function<void()>& fn) {
+    return std::function<void()>([=] { with_env_value(name, value, [&] { fn(); return 0; }); });
   };
   if (!layout && dev.is_cuda()) {
     // the dense layers' K split over clusters forced to each size (TESSERA_LSTM_CLUSTER), same run
@@ -336,10 +347,19 @@ void bench_recurrence_ops(BenchReport& report, Timer& timer, const Options& o, D
       }
     }
 #ifdef TESSERA_WITH_CUDA
-    // the dense forward on wgmma (TESSERA_LSTM_WGMMA=1), where this GPU and build have it
+    // the dense recurrence on wgmma (TESSERA_LSTM_WGMMA=1), where this GPU and build have it: the
+    // forward, and the backward with its operand multicast over clusters of 1, 2 and 4 blocks
     if (cuda::wgmma_forward_unfit(dev.index, dt, b, hidden, nullptr).empty()) {
       fns.push_back(with_env("TESSERA_LSTM_WGMMA", "1", forward));
       names.push_back("recurrence fwd, wgmma");
+      for (const char* c : {"1", "2", "4"}) {
+        const bool fits = with_env_value("TESSERA_LSTM_WGMMA_CLUSTER", c, [&] {
+          return cuda::wgmma_backward_cluster(dev.index, dt, b, hidden, nullptr) > 0;
+        });
+        if (!fits) continue;
+        fns.push_back(with_env("TESSERA_LSTM_WGMMA", "1", with_env("TESSERA_LSTM_WGMMA_CLUSTER", c, backward)));
+        names.push_back(std::string("recurrence bwd, wgmma, clusters of ") + c);
+      }
     }
 #endif
   }

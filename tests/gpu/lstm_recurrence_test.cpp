@@ -308,7 +308,7 @@ TEST(LstmRecurrenceGpu, ProblemsTheKernelDoesNotTakeAreNamed) {
 
 // nn::LSTM on the GPU takes the fused path (dense and sparse, under autocast as the trainers run
 // it) and matches the CPU layer; a compiled step replays it as a CUDA graph with the eager bits.
-// Twice: with the production forward, and with the dense forward on wgmma (TESSERA_LSTM_WGMMA=1,
+// Twice: with the production kernels, and with the dense recurrence on wgmma (TESSERA_LSTM_WGMMA=1,
 // where the GPU has it), which must then have run.
 TEST(LstmRecurrenceGpu, LayerFusedPathMatchesTheCpuLayerAndCompiles) {
   REQUIRE_GPU();
@@ -317,7 +317,7 @@ TEST(LstmRecurrenceGpu, LayerFusedPathMatchesTheCpuLayerAndCompiles) {
   for (const char* wgmma : {"0", "1"})
   for (int64_t bs : {0, 32}) {
     const ScopedEnv forward("TESSERA_LSTM_WGMMA", wgmma);
-    const uint64_t wgmma_launches = cuda::wgmma_forward_launch_count();
+    const uint64_t wgmma_launches = cuda::wgmma_forward_launch_count() + cuda::wgmma_backward_launch_count();
     const LSTMOptions o = LSTMOptions(32, 256).block_size(bs).density(bs ? 0.25 : 1.0, 3);
     Generator g1(7), g2(7);
     LSTM cpu(o, g1), gpu(o, g2);
@@ -365,31 +365,38 @@ TEST(LstmRecurrenceGpu, LayerFusedPathMatchesTheCpuLayerAndCompiles) {
     for (int r = 0; r < 3; ++r) EXPECT_EQ(step.run(feed), eager.item<double>()) << "run " << r << ", bs " << bs;
     for (const auto& p : gpu.named_parameters())
       EXPECT_TRUE(same_bits(step.fetch("grad/" + p.name), p.tensor.grad())) << p.name << ", bs " << bs;
-    const bool wgmma_ran = cuda::wgmma_forward_launch_count() > wgmma_launches;
+    const bool wgmma_ran = cuda::wgmma_forward_launch_count() + cuda::wgmma_backward_launch_count() > wgmma_launches;
     EXPECT_EQ(wgmma_ran, *wgmma == '1' && bs == 0 && sm90_here()) << "TESSERA_LSTM_WGMMA=" << wgmma << ", bs " << bs;
   }
 }
 
-// The dense forward on wgmma (TESSERA_LSTM_WGMMA=1, lstm_wgmma_forward.cu; not the default until
-// it is timed against the production kernel): the production kernel's checks against the CPU (its
-// outputs, and the gradients that the production backward makes from its saved gates and cells,
-// the same bits twice), batch 1, 7 and 64, bf16 and f16, with and without a bias, H 64 to 1024;
-// every case must have launched it. What it does not take is named and goes to the production
-// kernel; a bad switch is a ValueError.
-TEST(LstmRecurrenceGpu, WgmmaForwardMatchesTheCpu) {
+// The dense recurrence on wgmma (TESSERA_LSTM_WGMMA=1: lstm_wgmma_forward.cu and
+// lstm_wgmma_backward.cu; not the default until timed against the production kernels): the
+// production kernels' checks against the CPU (the outputs, and the gradients through the backward
+// from the forward's saved gates and cells; the same bits twice), batch 1, 7 and 64, bf16 and f16,
+// with and without a bias, H 64 to 1024, the backward's operand multicast over clusters of 1, 2
+// and 4 (TESSERA_LSTM_WGMMA_CLUSTER); every case must have launched both kernels. What they do
+// not take is named and goes to the production kernels; bad switches are ValueErrors.
+TEST(LstmRecurrenceGpu, WgmmaKernelsMatchTheCpu) {
   REQUIRE_GPU();
-  if (!sm90_here()) GTEST_SKIP() << "the wgmma forward needs an sm_90a build on a GPU of compute 9.0";
+  if (!sm90_here()) GTEST_SKIP() << "the wgmma recurrence needs an sm_90a build on a GPU of compute 9.0";
   const ScopedEnv on("TESSERA_LSTM_WGMMA", "1");
-  auto check = [](const Case& k, DType dt) {
-    const uint64_t before = cuda::wgmma_forward_launch_count();
-    check_case(k, dt);
-    EXPECT_GT(cuda::wgmma_forward_launch_count(), before) << "not launched: " << label(k, dt);
-  };
-  for (int64_t b : {1, 7, 64}) check({6, b, 128, 0, 1.0}, DType::bf16);
-  check({6, 7, 128, 0, 1.0, /*bias=*/false}, DType::bf16);
-  check({5, 7, 64, 0, 1.0}, DType::f16);
-  for (DType dt : {DType::bf16, DType::f16}) check({3, 16, 1024, 0, 1.0}, dt);
-  check({4, 64, 1024, 0, 1.0}, DType::bf16);
+  for (const char* cluster : {"1", "2", "4"}) {
+    const ScopedEnv multicast("TESSERA_LSTM_WGMMA_CLUSTER", cluster);
+    auto check = [&](const Case& k, DType dt) {
+      const uint64_t fwd = cuda::wgmma_forward_launch_count(), bwd = cuda::wgmma_backward_launch_count();
+      check_case(k, dt);
+      EXPECT_GT(cuda::wgmma_forward_launch_count(), fwd) << "forward not launched: " << label(k, dt);
+      EXPECT_GT(cuda::wgmma_backward_launch_count(), bwd)
+          << "backward not launched: " << label(k, dt) << ", clusters of " << cluster;
+    };
+    EXPECT_EQ(cuda::wgmma_backward_cluster(kGpu.index, DType::bf16, 64, 1024, nullptr), std::atoi(cluster));
+    for (int64_t b : {1, 7, 64}) check({6, b, 128, 0, 1.0}, DType::bf16);
+    check({6, 7, 128, 0, 1.0, /*bias=*/false}, DType::bf16);
+    check({5, 7, 64, 0, 1.0}, DType::f16);
+    for (DType dt : {DType::bf16, DType::f16}) check({3, 16, 1024, 0, 1.0}, dt);
+    check({4, 64, 1024, 0, 1.0}, DType::bf16);
+  }
   const int dev = kGpu.index;
   EXPECT_EQ(cuda::wgmma_forward_unfit(dev, DType::bf16, 64, 1024, nullptr), "");
   EXPECT_EQ(cuda::wgmma_forward_unfit(dev, DType::bf16, 64, 1024, gate_layout(1024, 32, 0.0625, 5)), "dense layers only");
@@ -400,9 +407,15 @@ TEST(LstmRecurrenceGpu, WgmmaForwardMatchesTheCpu) {
             "a block's slice of W_h and the ring pass its shared memory");
   EXPECT_EQ(cuda::wgmma_forward_unfit(dev, DType::bf16, 64, 1088, nullptr),  // 136 groups, 132 SMs
             "more groups of 8 units than resident blocks");
-  const uint64_t before = cuda::wgmma_forward_launch_count();
-  check_case({3, 7, 128, 32, 0.25}, DType::bf16);  // block-sparse: the production kernel
-  EXPECT_EQ(cuda::wgmma_forward_launch_count(), before);
+  const uint64_t fwd = cuda::wgmma_forward_launch_count(), bwd = cuda::wgmma_backward_launch_count();
+  check_case({3, 7, 128, 32, 0.25}, DType::bf16);  // block-sparse: the production kernels
+  EXPECT_EQ(cuda::wgmma_forward_launch_count(), fwd);
+  EXPECT_EQ(cuda::wgmma_backward_launch_count(), bwd);
+  {
+    const ScopedEnv bad("TESSERA_LSTM_WGMMA_CLUSTER", "3");
+    testing::expect_error<ValueError>([] { cuda::wgmma_backward_cluster(kGpu.index, DType::bf16, 7, 128, nullptr); },
+                                      {"TESSERA_LSTM_WGMMA_CLUSTER", "'3'"});
+  }
   const ScopedEnv bad("TESSERA_LSTM_WGMMA", "yes");
   const Tensor h = zeros({7, 128}, TensorOptions(DType::bf16).device(kGpu));
   testing::expect_error<ValueError>(

@@ -1045,6 +1045,8 @@ size_t image_bytes(const RecurrencePlan& plan, int n) {
   return static_cast<size_t>(plan.grid) * plan.stream_rows * n * 2;
 }
 
+bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+
 void require_fits(const RecurrencePlan& plan, const char* op) {
   TS_CHECK(plan.reason.empty(), NotImplementedError, op << ": no GPU kernel for this problem: " << plan.reason);
 }
@@ -1058,10 +1060,9 @@ void recurrence_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, co
   const int64_t steps = gx.size(0), batch = gx.size(1), hidden = h0.size(1);
   const RecurrencePlan plan = plan_recurrence(device, gx.dtype(), batch, hidden, layout, false);
   require_fits(plan, "lstm_recurrence");
-  // the dense forward on wgmma where asked for and where it fits (its TMA maps need h0 and y at
-  // 16-byte addresses)
-  const auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
-  if (wgmma_forward_wanted() && aligned(h0) && aligned(y) &&
+  // the dense forward on wgmma where asked for and where it fits (its TMA maps need h0, y and W_h
+  // at 16-byte addresses)
+  if (wgmma_forward_wanted() && aligned16(h0) && aligned16(y) && aligned16(wh) &&
       wgmma_forward_unfit(device, gx.dtype(), batch, hidden, layout).empty())
     return wgmma_forward(gx, h0, c0, wh, bias, forget_bias, y, hT, cT, gates, cells);
   Params p = base_params(wh, layout, plan, steps, batch, hidden);
@@ -1097,6 +1098,11 @@ void recurrence_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT,
   const int64_t steps = dy.size(0), batch = dy.size(1), hidden = dy.size(2);
   const RecurrencePlan plan = plan_recurrence(device, dy.dtype(), batch, hidden, layout, true);
   require_fits(plan, "lstm_recurrence_backward");
+  // the dense backward on wgmma where asked for and where it fits (its TMA maps need dpre and
+  // W_h at 16-byte addresses)
+  if (wgmma_forward_wanted() && aligned16(dpre) && aligned16(wh))
+    if (const int cluster = wgmma_backward_cluster(device, dy.dtype(), batch, hidden, layout); cluster > 0)
+      return wgmma_backward(cluster, dy, dhT, dcT, gates, cells, c0, wh, dpre, dh0, dc0);
   Params p = base_params(wh, layout, plan, steps, batch, hidden);
   p.dy = dy.data_ptr();
   p.dh_last = dhT.data_ptr();
@@ -1171,6 +1177,13 @@ void wgmma_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, c
   TS_CHECK(built, NotImplementedError, "lstm_recurrence (wgmma forward): this build has no code for sm_90a");
 }
 uint64_t wgmma_forward_launch_count() { return 0; }
+int wgmma_backward_cluster(int, DType, int64_t, int64_t, const LayoutPtr&) { return 0; }
+void wgmma_backward(int, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                    const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  const bool built = false;
+  TS_CHECK(built, NotImplementedError, "lstm_recurrence_backward (wgmma): this build has no code for sm_90a");
+}
+uint64_t wgmma_backward_launch_count() { return 0; }
 #endif
 
 }  // namespace cuda

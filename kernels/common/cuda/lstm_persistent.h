@@ -41,6 +41,17 @@ void wgmma_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, const T
                    const Tensor& cells);
 uint64_t wgmma_forward_launch_count();
 
+/// The dense backward on wgmma (lstm_wgmma_backward.cu), taken with the forward under
+/// TESSERA_LSTM_WGMMA=1: wgmma_backward_cluster gives the cluster size it runs with here (4, 2 or
+/// 1: the largest whose clusters can all be resident; TESSERA_LSTM_WGMMA_CLUSTER=1|2|4 asks for
+/// one), 0 where it does not take the problem; wgmma_backward runs it with that cluster size
+/// (recurrence_backward's tensors, without the layout); wgmma_backward_launch_count counts launches.
+int wgmma_backward_cluster(int device, DType dtype, int64_t batch, int64_t hidden, const LayoutPtr& layout);
+void wgmma_backward(int cluster, const Tensor& dy, const Tensor& dhT, const Tensor& dcT, const Tensor& gates,
+                    const Tensor& cells, const Tensor& c0, const Tensor& wh, const Tensor& dpre, const Tensor& dh0,
+                    const Tensor& dc0);
+uint64_t wgmma_backward_launch_count();
+
 /// lstm_recurrence_backward on the GPU: outputs dpre [T, B, 4H], dh0, dc0 [B, H].
 void recurrence_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT, const Tensor& gates,
                          const Tensor& cells, const Tensor& c0, const Tensor& wh, const LayoutPtr& layout,

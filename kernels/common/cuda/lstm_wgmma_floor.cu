@@ -68,33 +68,6 @@ struct FloorShape {
 };
 
 
-// The cluster: every thread of every block arrives and waits (not .aligned: the producer warp's
-// lanes reach it apart); this block's rank; an arrival on the mbarrier at the same shared-memory
-// offset in block `rank` of the cluster (release at cluster scope: this warp's reads of the stage
-// are done); a TMA copy of the box at (c0, c1) into the same offset of every block in `mask`,
-// completing its bytes on each one's barrier at `bar`'s offset.
-__device__ __forceinline__ void cluster_meet() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-__device__ __forceinline__ int cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return static_cast<int>(r);
-}
-__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, int rank) {
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(bar)), "r"(rank));
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
-}
-__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
-                                                      uint16_t mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "h"(mask)
-      : "memory");
-}
-
 // The grid barrier is split in two (lstm_wgmma_ring.cuh): the consumers of every block arrive once
 // their h_{t+1} is stored (a named barrier of the 128, then one thread's fence and atomic), and the
 // producer alone waits for all arrivals of a step before it copies the next step's h. The
@@ -154,20 +127,12 @@ __global__ void __launch_bounds__(kFloorThreads, 1)
     if constexpr (kCluster > 1) cluster_meet();
     return;
   }
-  auto release_stage = [](uint64_t* bar) {  // in this block, or in every block of the cluster
-    if constexpr (kCluster == 1) {
-      mbar_arrive(bar);
-    } else {
-#pragma unroll
-      for (int r = 0; r < kCluster; ++r) mbar_arrive_cluster(bar, r);
-    }
-  };
   const int wq = lane / 4, q = lane % 4;     // the accumulator layout of wgmma_sm90.cuh
   float c[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // the state of rows 16·warp + wq + 8·hh, units 2q + e
   mbar_wait(w_bar, 0);
   for (int t = 0, n = 0; t < steps; ++t, n += boxes) {
     float acc[N / 2];
-    ring_product<__nv_bfloat16, N>(acc, ring, w_s, full, empty, n, boxes, lane, release_stage);
+    ring_product<__nv_bfloat16, N>(acc, ring, w_s, full, empty, n, boxes, lane, release_stage<kCluster>);
     // acc[4j + 2hh + e]: row 16·warp + wq + 8hh, column 8j + 2q + e (forward: gate j of unit 2q + e;
     // backward, j = 0 only: unit 2q + e)
 #pragma unroll

@@ -65,18 +65,6 @@ struct ForwardArgs {
   unsigned* counter;  // zeroed: the grid's arrivals
 };
 
-// Two consecutive elements of a 2-byte type as floats, and back.
-template <class T>
-__device__ __forceinline__ float2 load_pair(const T* p) {
-  const T v[2] = {p[0], p[1]};
-  return make_float2(to_acc(v[0]), to_acc(v[1]));
-}
-template <class T>
-__device__ __forceinline__ void store_pair(T* p, float a, float b) {
-  p[0] = from_acc<T>(a);
-  p[1] = from_acc<T>(b);
-}
-
 template <class T>
 __global__ void __launch_bounds__(kFwdThreads, 1)
     lstm_wgmma_forward_kernel(const __grid_constant__ CUtensorMap map_h0, const __grid_constant__ CUtensorMap map_y,
@@ -163,7 +151,7 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
       }
     }
     float acc[kCols / 2];
-    ring_product<T, kCols>(acc, ring, w_s, full, empty, n, boxes, lane, [](uint64_t* bar) { mbar_arrive(bar); });
+    ring_product<T, kCols>(acc, ring, w_s, full, empty, n, boxes, lane, release_stage<1>);
     // acc[4j + 2hh + e]: row rows[hh], gate j of unit u + e
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {

@@ -1,10 +1,12 @@
-// What the LSTM recurrence kernels on wgmma share (lstm_wgmma_forward.cu and the issue-16 lab
-// lstm_wgmma_floor.cu; sm_90a, include from .cu files only): the split grid barrier's wait and
-// proxy fence, and one step's product over a ring of TMA-filled operand boxes.
+// What the LSTM recurrence kernels on wgmma share (lstm_wgmma_forward.cu, lstm_wgmma_backward.cu
+// and the issue-16 lab lstm_wgmma_floor.cu; sm_90a, include from .cu files only): the split grid
+// barrier's wait and proxy fence, the cluster's meeting, rank, remote arrival and multicast copies,
+// and one step's product over a ring of TMA-filled operand boxes.
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/common/cuda/dtype.cuh"
 #include "kernels/common/cuda/wgmma_sm90.cuh"
 
 namespace tessera {
@@ -24,6 +26,67 @@ __device__ __forceinline__ void wait_count(const unsigned* counter, unsigned tar
   do {
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
   } while (seen < target);
+}
+
+// The cluster: every thread of every block arrives and waits (not .aligned: the producer warp's
+// lanes reach it apart); this block's rank; an arrival on the mbarrier at the same shared-memory
+// offset in block `rank` of the cluster (release at cluster scope: this warp's reads of the stage
+// are done); a TMA copy of the box at (c0, c1) into the same offset of every block in `mask`,
+// completing its bytes on each one's barrier at `bar`'s offset.
+__device__ __forceinline__ void cluster_meet() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+__device__ __forceinline__ int cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return static_cast<int>(r);
+}
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, int rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(bar)), "r"(rank));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+}
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
+                                                      uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "h"(mask)
+      : "memory");
+}
+
+/// tma_load_2d_multicast for a 3-D map: the box at (c0 innermost, c1, c2).
+__device__ __forceinline__ void tma_load_3d_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
+                                                      int c2, uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4, %5}], [%2], %6;\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2), "h"(mask)
+      : "memory");
+}
+
+/// Two consecutive elements of a 2-byte type as floats, and back (the accumulator layout gives a
+/// thread two adjacent units).
+template <class T>
+__device__ __forceinline__ float2 load_pair(const T* p) {
+  return make_float2(to_acc(p[0]), to_acc(p[1]));
+}
+template <class T>
+__device__ __forceinline__ void store_pair(T* p, float a, float b) {
+  p[0] = from_acc<T>(a);
+  p[1] = from_acc<T>(b);
+}
+
+/// A consumer warp gives a ring stage back: an arrival on its empty barrier in this block, or in
+/// every block of the cluster (whose producers may all write the stage by multicast).
+template <int kCluster>
+__device__ __forceinline__ void release_stage(uint64_t* bar) {
+  if constexpr (kCluster == 1) {
+    mbar_arrive(bar);
+  } else {
+#pragma unroll
+    for (int r = 0; r < kCluster; ++r) mbar_arrive_cluster(bar, r);
+  }
 }
 
 /// One step's product of the consumer warpgroup: acc [64, N] (wgmma's accumulator layout) =

@@ -1,0 +1,352 @@
+// The dense LSTM recurrence's backward through time on wgmma (issue 16; compute capability 9.0,
+// sm_90a): the production backward's inputs and outputs (lstm_persistent.h, recurrence_backward)
+// for the layers lstm_wgmma_forward.cu takes (dense, hidden H ≤ 8 × the SMs, H a multiple of 64,
+// batch B ≤ 64, bf16 or f16), optionally with the operand multicast over clusters of 2 or 4 blocks.
+//
+// One thread block per group of 8 units (grid H / 8, a cooperative launch). Block g keeps its
+// units' rows of W_h [H, 4H] resident (rows 8g … 8g+7: the K-major B operand of dh = dpre·W_hᵀ, as
+// W_h is stored; TMA boxes [8, 64], 128-byte swizzle). Phase ph = 0 … T walks the steps backwards,
+// t = T − 1 − ph (phase T: dh0 only):
+//   P [64, 8] = dpre_{t+1} · W_gᵀ     (m64n8k16 wgmmas over K = 4H; none at ph 0, where dpre_T = 0)
+//   dh = (P + dy_t) (+ dh_T at ph 0),  tc = tanh(c_t),  dc = dc_carried + dh·o·(1 − tc²)
+//   dpre_t = (dc·u·i·(1 − i), dc·c_{t−1}·f·(1 − f), dh·tc·o·(1 − o), dc·i·(1 − u²))   (stored in T)
+//   dc_carried = dc·f (from dc_T; after t = 0 it is dc0);   phase T: dh0 = P
+// with the gates (i, f, o, u) and cells c that the forward saved (f32) and c_{−1} = c0, in the
+// production kernel's expression order. Each accumulator register holds one (row, unit): thread
+// (warp w, lane 4·wq + q) owns rows 16w + wq (+ 8) and units 8g + 2q, 8g + 2q + 1. The operand
+// dpre_{t+1} [B, 4H] comes by TMA from a 3-D map over dpre [T, B, 4H] (rows B … 63 zero fill) through
+// a ring of kRing stages; every block needs all of it (64 KB a box row, 512 KB a step at H 1024), so
+// with clusters (kCluster 2 or 4) each box is copied from L2 once per cluster and multicast into
+// the same stage of every block (the ring protocol of lstm_wgmma_floor.cu: a stage's empty barrier
+// counts the whole cluster's consumer warps). The split grid barrier of the forward orders the
+// phases: the consumers arrive once their dpre_t is stored, the producers wait for every block's
+// arrivals before copying it. Each sum has a fixed order: the same inputs give the same bits.
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/cuda/check.cuh"
+#include "core/cuda/runtime.h"
+#include "kernels/common/cuda/bsmm_sm90_common.cuh"
+#include "kernels/common/cuda/lstm_gate_math.cuh"
+#include "kernels/common/cuda/lstm_persistent.h"
+#include "kernels/common/cuda/lstm_wgmma_ring.cuh"
+
+namespace tessera {
+namespace cuda {
+namespace sm90 {
+namespace {
+
+constexpr int kBwdUnits = 8;               // hidden units of a block: the product's columns
+constexpr int kBwdThreads = 160;           // the consumer warpgroup, the producer warp
+constexpr int kBwdWBox = kBwdUnits * 64 * 2;  // a W box [8, 64]
+
+size_t bwd_smem_bytes(int64_t hidden) {
+  return static_cast<size_t>(4 * hidden / 64) * kBwdWBox + kWgmmaRing * kWgmmaABox + 1024 + 1024;
+}
+
+std::atomic<uint64_t> g_bwd_launches{0};
+
+struct BackwardArgs {
+  int steps, batch, hidden;
+  const void* dy;       // [T, B, H]
+  const void* dh_last;  // [B, H]
+  const void* dc_last;  // [B, H]
+  const float* gates;   // [T, B, 4H]
+  const float* cells;   // [T, B, H]
+  const void* c0;       // [B, H]
+  void* dpre;           // [T, B, 4H]
+  void* dh0;            // [B, H]
+  void* dc0;            // [B, H]
+  unsigned* counter;    // zeroed: the grid's arrivals
+};
+
+template <class T, int kCluster>
+__global__ void __launch_bounds__(kBwdThreads, 1)
+    lstm_wgmma_backward_kernel(const __grid_constant__ CUtensorMap map_dpre, const __grid_constant__ CUtensorMap map_w,
+                               const BackwardArgs p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t smem_raw[];
+  const int boxes = 4 * p.hidden / 64;  // K = 4H
+  uint8_t* smem = align1024(smem_raw);
+  uint8_t* w_s = smem;                       // boxes × [8, 64]
+  uint8_t* ring = smem + ((boxes * kBwdWBox + 1023) / 1024) * 1024;  // kWgmmaRing × [64, 64]
+  uint64_t* full = reinterpret_cast<uint64_t*>(ring + kWgmmaRing * kWgmmaABox);
+  uint64_t* empty = full + kWgmmaRing;
+  uint64_t* w_bar = empty + kWgmmaRing;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = blockIdx.x;
+  const int rank = kCluster > 1 ? cluster_rank() : 0;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kWgmmaRing; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 4 * kCluster);  // lane 0 of each consumer warp of the cluster arrives
+    }
+    mbar_init(w_bar, 1);
+    fence_barrier_init();
+  }
+  if constexpr (kCluster > 1) {
+    cluster_meet();  // every block's barriers exist before a peer's copy or arrival reaches them
+  } else {
+    __syncthreads();
+  }
+  const int steps = p.steps;
+  if (warp == 4) {  // the producer: W_g once, then per phase ph ≥ 1 the boxes of dpre_{T − ph}
+    if (lane == 0) {
+      mbar_arrive_expect_tx(w_bar, boxes * kBwdWBox);
+      for (int k = 0; k < boxes; ++k) tma_load_2d(w_s + k * kBwdWBox, &map_w, w_bar, k * 64, g * kBwdUnits);
+      for (int ph = 1, n = 0; ph <= steps; ++ph, n += boxes) {
+        wait_count(p.counter, static_cast<unsigned>(ph) * gridDim.x);  // every block's dpre_{T − ph}
+        fence_proxy_async_global();  // those generic stores before these TMA reads
+        for (int k = 0; k < boxes; ++k) {
+          const int s = (n + k) % kWgmmaRing;
+          mbar_wait(&empty[s], (((n + k) / kWgmmaRing) & 1) ^ 1);  // free in every block of the cluster
+          mbar_arrive_expect_tx(&full[s], kWgmmaABox);
+          if constexpr (kCluster == 1) {
+            tma_load_3d(ring + s * kWgmmaABox, &map_dpre, &full[s], k * 64, 0, steps - ph);
+          } else if ((n + k) % kCluster == rank) {
+            tma_load_3d_multicast(ring + s * kWgmmaABox, &map_dpre, &full[s], k * 64, 0, steps - ph,
+                                  static_cast<uint16_t>((1u << kCluster) - 1));
+          }
+        }
+      }
+    }
+    __syncwarp();
+    if constexpr (kCluster > 1) cluster_meet();
+    return;
+  }
+
+  // the consumers: rows r[hh] = 16·warp + wq + 8·hh, units u and u + 1
+  const int B = p.batch, H = p.hidden, wq = lane / 4, q = lane % 4, u = g * kBwdUnits + 2 * q;
+  const int64_t G4 = 4 * static_cast<int64_t>(H);
+  int rows[2];
+  bool live[2];
+  float dcc[2][2];  // the carried dc of (row, unit), from dc_T
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    rows[hh] = 16 * warp + wq + 8 * hh;
+    live[hh] = rows[hh] < B;
+    const float2 d = live[hh] ? load_pair(static_cast<const T*>(p.dc_last) + static_cast<int64_t>(rows[hh]) * H + u)
+                              : make_float2(0.f, 0.f);
+    dcc[hh][0] = d.x;
+    dcc[hh][1] = d.y;
+  }
+  mbar_wait(w_bar, 0);
+  for (int ph = 0, n = 0; ph <= steps; ++ph) {
+    const int t = steps - 1 - ph;
+    const bool final_phase = ph == steps;
+    // the epilogue's inputs of step t, read while the operand arrives
+    float gate[2][4][2], cell[2][2], cprev[2][2], dyv[2][2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      if (!live[hh] || final_phase) continue;
+      const int64_t bt = (static_cast<int64_t>(t) * B + rows[hh]) * H + u;
+      const float* gt = p.gates + (static_cast<int64_t>(t) * B + rows[hh]) * G4 + u;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 v = *reinterpret_cast<const float2*>(gt + j * H);
+        gate[hh][j][0] = v.x;
+        gate[hh][j][1] = v.y;
+      }
+      const float2 c = *reinterpret_cast<const float2*>(p.cells + bt);
+      const float2 cp = t > 0 ? *reinterpret_cast<const float2*>(p.cells + bt - static_cast<int64_t>(B) * H)
+                              : load_pair(static_cast<const T*>(p.c0) + static_cast<int64_t>(rows[hh]) * H + u);
+      const float2 d = load_pair(static_cast<const T*>(p.dy) + bt);
+      cell[hh][0] = c.x, cell[hh][1] = c.y;
+      cprev[hh][0] = cp.x, cprev[hh][1] = cp.y;
+      dyv[hh][0] = d.x, dyv[hh][1] = d.y;
+    }
+    float acc[kBwdUnits / 2] = {0.f, 0.f, 0.f, 0.f};
+    if (ph > 0) {
+      ring_product<T, kBwdUnits>(acc, ring, w_s, full, empty, n, boxes, lane, release_stage<kCluster>);
+      n += boxes;
+    }
+    // acc[2hh + e]: row rows[hh], unit u + e
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      if (!live[hh]) continue;
+      const int64_t hb = static_cast<int64_t>(rows[hh]) * H + u;  // [B, H] index
+      if (final_phase) {
+        store_pair(static_cast<T*>(p.dh0) + hb, acc[2 * hh], acc[2 * hh + 1]);
+        continue;
+      }
+      float dp[4][2], dc0v[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float i = gate[hh][0][e], f = gate[hh][1][e], o = gate[hh][2][e], uu = gate[hh][3][e];
+        const float tc = tanh_fast(cell[hh][e]);
+        float dh = acc[2 * hh + e] + dyv[hh][e];
+        if (ph == 0) dh += to_acc(static_cast<const T*>(p.dh_last)[hb + e]);
+        const float dc = dcc[hh][e] + dh * o * (1.f - tc * tc);
+        dp[0][e] = dc * uu * i * (1.f - i);
+        dp[1][e] = dc * cprev[hh][e] * f * (1.f - f);
+        dp[2][e] = dh * tc * o * (1.f - o);
+        dp[3][e] = dc * i * (1.f - uu * uu);
+        dcc[hh][e] = dc * f;
+        dc0v[e] = dc * f;
+      }
+      T* dpt = static_cast<T*>(p.dpre) + (static_cast<int64_t>(t) * B + rows[hh]) * G4 + u;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) store_pair(dpt + j * H, dp[j][0], dp[j][1]);
+      if (t == 0) store_pair(static_cast<T*>(p.dc0) + hb, dc0v[0], dc0v[1]);
+    }
+    if (final_phase) break;
+    fence_proxy_async_global();  // these generic stores of dpre_t before the other blocks' TMA reads of them
+    named_barrier(1, 128);       // every consumer's stores of the phase, then the block's arrival
+    if (threadIdx.x == 0) {
+      __threadfence();
+      atomicAdd(p.counter, 1u);
+    }
+  }
+  if constexpr (kCluster > 1) cluster_meet();  // no peer's copy or arrival is still on its way here
+#else
+  __trap();  // compiled for another architecture: the host never launches this
+#endif
+}
+
+// How many clusters of kCluster blocks (each its smem bytes) can be resident at once; blocks for 1.
+template <class T, int kCluster>
+int max_resident_clusters(int device, size_t smem) {
+  constexpr auto kernel = &lstm_wgmma_backward_kernel<T, kCluster>;
+  cudaFuncAttributes fa = {};
+  TS_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+  if (fa.binaryVersion < 90) return 0;
+  TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  if constexpr (kCluster == 1) {
+    int per_sm = 0, sms = 0;
+    TS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBwdThreads, smem));
+    TS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return per_sm * sms;
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(kCluster));
+  cfg.blockDim = dim3(kBwdThreads);
+  cfg.dynamicSmemBytes = smem;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = kCluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  TS_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+  return clusters;
+}
+
+template <class T>
+int resident_blocks(int device, size_t smem, int cluster) {
+  switch (cluster) {
+    case 1: return max_resident_clusters<T, 1>(device, smem);
+    case 2: return 2 * max_resident_clusters<T, 2>(device, smem);
+    case 4: return 4 * max_resident_clusters<T, 4>(device, smem);
+    default: return 0;
+  }
+}
+
+template <class T, int kCluster>
+void launch_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT, const Tensor& gates, const Tensor& cells,
+                     const Tensor& c0, const Tensor& wh, const Tensor& dpre, const Tensor& dh0, const Tensor& dc0) {
+  const int device = dy.device().index;
+  const int64_t steps = dy.size(0), batch = dy.size(1), hidden = dy.size(2);
+  const DType dt = dy.dtype();
+  const cudaStream_t stream = current_stream(dpre);
+  const size_t smem = bwd_smem_bytes(hidden);
+  const uint64_t dpre_dims[3] = {static_cast<uint64_t>(4 * hidden), static_cast<uint64_t>(batch),
+                                 static_cast<uint64_t>(steps)};
+  const uint32_t dpre_box[3] = {64, 64, 1};
+  const CUtensorMap map_dpre = encode_map(dpre.data_ptr(), dt, 3, dpre_dims, dpre_box);
+  const CUtensorMap map_w = tensor_map(wh.data_ptr(), dt, static_cast<uint64_t>(hidden), 4 * hidden, kBwdUnits, 64);
+  unsigned* counter = static_cast<unsigned*>(allocate(256, device));
+  TS_CUDA_CHECK(cudaMemsetAsync(counter, 0, 256, stream));
+  BackwardArgs a = {};
+  a.steps = static_cast<int>(steps);
+  a.batch = static_cast<int>(batch);
+  a.hidden = static_cast<int>(hidden);
+  a.dy = dy.data_ptr();
+  a.dh_last = dhT.data_ptr();
+  a.dc_last = dcT.data_ptr();
+  a.gates = static_cast<const float*>(gates.data_ptr());
+  a.cells = static_cast<const float*>(cells.data_ptr());
+  a.c0 = c0.data_ptr();
+  a.dpre = dpre.data_ptr();
+  a.dh0 = dh0.data_ptr();
+  a.dc0 = dc0.data_ptr();
+  a.counter = counter;
+  constexpr auto kernel = &lstm_wgmma_backward_kernel<T, kCluster>;
+  TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(hidden / kBwdUnits));
+  cfg.blockDim = dim3(kBwdThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2] = {};
+  attr[0].id = cudaLaunchAttributeCooperative;  // every block resident at once: the wait for arrivals ends
+  attr[0].val.cooperative = 1;
+  attr[1].id = cudaLaunchAttributeClusterDimension;
+  attr[1].val.clusterDim.x = kCluster;
+  attr[1].val.clusterDim.y = 1;
+  attr[1].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = kCluster > 1 ? 2 : 1;
+  const cudaError_t launched = cudaLaunchKernelEx(&cfg, kernel, map_dpre, map_w, a);
+  deallocate(counter, 256, device);  // stream-ordered: freed after the kernel
+  TS_CUDA_CHECK(launched);
+  TS_CUDA_LAUNCH_CHECK("lstm_recurrence_backward (wgmma)");
+  g_bwd_launches.fetch_add(1, std::memory_order_relaxed);
+}
+
+template <class T>
+void launch_backward_clustered(int cluster, const Tensor& dy, const Tensor& dhT, const Tensor& dcT,
+                               const Tensor& gates, const Tensor& cells, const Tensor& c0, const Tensor& wh,
+                               const Tensor& dpre, const Tensor& dh0, const Tensor& dc0) {
+  switch (cluster) {
+    case 1: return launch_backward<T, 1>(dy, dhT, dcT, gates, cells, c0, wh, dpre, dh0, dc0);
+    case 2: return launch_backward<T, 2>(dy, dhT, dcT, gates, cells, c0, wh, dpre, dh0, dc0);
+    case 4: return launch_backward<T, 4>(dy, dhT, dcT, gates, cells, c0, wh, dpre, dh0, dc0);
+    default: TS_THROW(ValueError, "lstm_recurrence_backward (wgmma): clusters of 1, 2 or 4, not " << cluster);
+  }
+}
+
+}  // namespace
+}  // namespace sm90
+
+int wgmma_backward_cluster(int device, DType dtype, int64_t batch, int64_t hidden, const LayoutPtr& layout) {
+  if (!wgmma_forward_unfit(device, dtype, batch, hidden, layout).empty()) return 0;
+  const size_t smem = sm90::bwd_smem_bytes(hidden);
+  int optin = 0;
+  TS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (smem > static_cast<size_t>(optin)) return 0;
+  const int grid = static_cast<int>(hidden / sm90::kBwdUnits);
+  auto fits = [&](int cluster) {
+    if (grid % cluster != 0) return false;
+    const int resident = dtype == DType::bf16 ? sm90::resident_blocks<__nv_bfloat16>(device, smem, cluster)
+                                              : sm90::resident_blocks<__half>(device, smem, cluster);
+    return resident >= grid;
+  };
+  if (const char* e = std::getenv("TESSERA_LSTM_WGMMA_CLUSTER")) {
+    const bool ok = std::strcmp(e, "1") == 0 || std::strcmp(e, "2") == 0 || std::strcmp(e, "4") == 0;
+    TS_CHECK(ok, ValueError, "TESSERA_LSTM_WGMMA_CLUSTER must be 1, 2 or 4, not '" << e << "'");
+    const int asked = std::atoi(e);
+    return fits(asked) ? asked : 0;
+  }
+  for (int cluster : {4, 2, 1})
+    if (fits(cluster)) return cluster;
+  return 0;
+}
+
+void wgmma_backward(int cluster, const Tensor& dy, const Tensor& dhT, const Tensor& dcT, const Tensor& gates,
+                    const Tensor& cells, const Tensor& c0, const Tensor& wh, const Tensor& dpre, const Tensor& dh0,
+                    const Tensor& dc0) {
+  if (dy.dtype() == DType::bf16) {
+    sm90::launch_backward_clustered<__nv_bfloat16>(cluster, dy, dhT, dcT, gates, cells, c0, wh, dpre, dh0, dc0);
+  } else {
+    sm90::launch_backward_clustered<__half>(cluster, dy, dhT, dcT, gates, cells, c0, wh, dpre, dh0, dc0);
+  }
+}
+
+uint64_t wgmma_backward_launch_count() { return sm90::g_bwd_launches.load(std::memory_order_relaxed); }
+
+}  // namespace cuda
+}  // namespace tessera
