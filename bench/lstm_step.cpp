@@ -347,20 +347,19 @@ void bench_recurrence_ops(BenchReport& report, Timer& timer, const Options& o, D
       }
     }
 #ifdef TESSERA_WITH_CUDA
-    // the dense recurrence on wgmma (TESSERA_LSTM_WGMMA=1), where this GPU and build have it: the
-    // forward, and the backward with its operand multicast over clusters of 1, 2 and 4 blocks
-    if (cuda::wgmma_forward_unfit(dev.index, dt, b, hidden, nullptr).empty()) {
-      fns.push_back(with_env("TESSERA_LSTM_WGMMA", "1", forward));
-      names.push_back("recurrence fwd, wgmma");
-      for (const char* c : {"1", "2", "4"}) {
-        const bool fits = with_env_value("TESSERA_LSTM_WGMMA_CLUSTER", c, [&] {
-          return cuda::wgmma_backward_cluster(dev.index, dt, b, hidden, nullptr) > 0;
-        });
-        if (!fits) continue;
-        fns.push_back(with_env("TESSERA_LSTM_WGMMA", "1", with_env("TESSERA_LSTM_WGMMA_CLUSTER", c, backward)));
-        names.push_back(std::string("recurrence bwd, wgmma, clusters of ") + c);
-      }
-    }
+    // the dense recurrence on wgmma (TESSERA_LSTM_WGMMA=1), where this GPU and build have it: each
+    // direction with its operand multicast over clusters of 1, 2 and 4 blocks
+    if (cuda::wgmma_forward_unfit(dev.index, dt, b, hidden, nullptr).empty())
+      for (int dir = 0; dir < 2; ++dir)
+        for (const char* c : {"1", "2", "4"}) {
+          const bool fits = with_env_value("TESSERA_LSTM_WGMMA_CLUSTER", c, [&] {
+            return cuda::wgmma_cluster(dev.index, dt, b, hidden, nullptr, dir == 1) > 0;
+          });
+          if (!fits) continue;
+          const std::function<void()> run = dir == 0 ? std::function<void()>(forward) : std::function<void()>(backward);
+          fns.push_back(with_env("TESSERA_LSTM_WGMMA", "1", with_env("TESSERA_LSTM_WGMMA_CLUSTER", c, run)));
+          names.push_back(std::string(dir == 0 ? "recurrence fwd" : "recurrence bwd") + ", wgmma, clusters of " + c);
+        }
 #endif
   }
   const std::vector<double> ms = interleaved_ms(timer, fns, o.warmup, o.repeats);

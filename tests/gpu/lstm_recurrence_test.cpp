@@ -374,8 +374,8 @@ TEST(LstmRecurrenceGpu, LayerFusedPathMatchesTheCpuLayerAndCompiles) {
 // lstm_wgmma_backward.cu; not the default until timed against the production kernels): the
 // production kernels' checks against the CPU (the outputs, and the gradients through the backward
 // from the forward's saved gates and cells; the same bits twice), batch 1, 7 and 64, bf16 and f16,
-// with and without a bias, H 64 to 1024, the backward's operand multicast over clusters of 1, 2
-// and 4 (TESSERA_LSTM_WGMMA_CLUSTER); every case must have launched both kernels. What they do
+// with and without a bias, H 64 to 1024, the operand multicast over clusters of 1, 2 and 4
+// (TESSERA_LSTM_WGMMA_CLUSTER); every case must have launched both kernels. What they do
 // not take is named and goes to the production kernels; bad switches are ValueErrors.
 TEST(LstmRecurrenceGpu, WgmmaKernelsMatchTheCpu) {
   REQUIRE_GPU();
@@ -390,7 +390,8 @@ TEST(LstmRecurrenceGpu, WgmmaKernelsMatchTheCpu) {
       EXPECT_GT(cuda::wgmma_backward_launch_count(), bwd)
           << "backward not launched: " << label(k, dt) << ", clusters of " << cluster;
     };
-    EXPECT_EQ(cuda::wgmma_backward_cluster(kGpu.index, DType::bf16, 64, 1024, nullptr), std::atoi(cluster));
+    for (bool backward : {false, true})
+      EXPECT_EQ(cuda::wgmma_cluster(kGpu.index, DType::bf16, 64, 1024, nullptr, backward), std::atoi(cluster));
     for (int64_t b : {1, 7, 64}) check({6, b, 128, 0, 1.0}, DType::bf16);
     check({6, 7, 128, 0, 1.0, /*bias=*/false}, DType::bf16);
     check({5, 7, 64, 0, 1.0}, DType::f16);
@@ -413,7 +414,7 @@ TEST(LstmRecurrenceGpu, WgmmaKernelsMatchTheCpu) {
   EXPECT_EQ(cuda::wgmma_backward_launch_count(), bwd);
   {
     const ScopedEnv bad("TESSERA_LSTM_WGMMA_CLUSTER", "3");
-    testing::expect_error<ValueError>([] { cuda::wgmma_backward_cluster(kGpu.index, DType::bf16, 7, 128, nullptr); },
+    testing::expect_error<ValueError>([] { cuda::wgmma_cluster(kGpu.index, DType::bf16, 7, 128, nullptr, true); },
                                       {"TESSERA_LSTM_WGMMA_CLUSTER", "'3'"});
   }
   const ScopedEnv bad("TESSERA_LSTM_WGMMA", "yes");

@@ -1060,11 +1060,11 @@ void recurrence_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, co
   const int64_t steps = gx.size(0), batch = gx.size(1), hidden = h0.size(1);
   const RecurrencePlan plan = plan_recurrence(device, gx.dtype(), batch, hidden, layout, false);
   require_fits(plan, "lstm_recurrence");
-  // the dense forward on wgmma where asked for and where it fits (its TMA maps need h0, y and W_h
-  // at 16-byte addresses)
-  if (wgmma_forward_wanted() && aligned16(h0) && aligned16(y) && aligned16(wh) &&
-      wgmma_forward_unfit(device, gx.dtype(), batch, hidden, layout).empty())
-    return wgmma_forward(gx, h0, c0, wh, bias, forget_bias, y, hT, cT, gates, cells);
+  // the dense forward on wgmma where asked for and where it fits (its TMA maps need h0 and y at
+  // 16-byte addresses)
+  if (wgmma_forward_wanted() && aligned16(h0) && aligned16(y))
+    if (const int cluster = wgmma_cluster(device, gx.dtype(), batch, hidden, layout, false); cluster > 0)
+      return wgmma_forward(cluster, gx, h0, c0, wh, bias, forget_bias, y, hT, cT, gates, cells);
   Params p = base_params(wh, layout, plan, steps, batch, hidden);
   p.forget_bias = static_cast<float>(forget_bias);
   p.gx = gx.data_ptr();
@@ -1101,7 +1101,7 @@ void recurrence_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT,
   // the dense backward on wgmma where asked for and where it fits (its TMA maps need dpre and
   // W_h at 16-byte addresses)
   if (wgmma_forward_wanted() && aligned16(dpre) && aligned16(wh))
-    if (const int cluster = wgmma_backward_cluster(device, dy.dtype(), batch, hidden, layout); cluster > 0)
+    if (const int cluster = wgmma_cluster(device, dy.dtype(), batch, hidden, layout, true); cluster > 0)
       return wgmma_backward(cluster, dy, dhT, dcT, gates, cells, c0, wh, dpre, dh0, dc0);
   Params p = base_params(wh, layout, plan, steps, batch, hidden);
   p.dy = dy.data_ptr();
@@ -1171,18 +1171,18 @@ bool wgmma_forward_wanted() { return false; }
 std::string wgmma_forward_unfit(int, DType, int64_t, int64_t, const LayoutPtr&) {
   return "this build has no code for compute capability 9.0 (sm_90a)";
 }
-void wgmma_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, double, const Tensor&,
-                   const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+int wgmma_cluster(int, DType, int64_t, int64_t, const LayoutPtr&, bool) { return 0; }
+void wgmma_forward(int, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, double,
+                   const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
   const bool built = false;
-  TS_CHECK(built, NotImplementedError, "lstm_recurrence (wgmma forward): this build has no code for sm_90a");
+  TS_CHECK(built, NotImplementedError, "lstm_recurrence (wgmma): this build has no code for sm_90a");
 }
-uint64_t wgmma_forward_launch_count() { return 0; }
-int wgmma_backward_cluster(int, DType, int64_t, int64_t, const LayoutPtr&) { return 0; }
 void wgmma_backward(int, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                     const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
   const bool built = false;
   TS_CHECK(built, NotImplementedError, "lstm_recurrence_backward (wgmma): this build has no code for sm_90a");
 }
+uint64_t wgmma_forward_launch_count() { return 0; }
 uint64_t wgmma_backward_launch_count() { return 0; }
 #endif
 

@@ -28,28 +28,26 @@ void recurrence_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, co
                         const LayoutPtr& layout, double forget_bias, const Tensor& y, const Tensor& hT,
                         const Tensor& cT, const Tensor& gates, const Tensor& cells);
 
-/// The dense forward on wgmma (lstm_wgmma_forward.cu; compute capability 9.0, an sm_90a build):
-/// TESSERA_LSTM_WGMMA=1 asks for it (0, the default: not yet timed against the production kernel
-/// on a GPU; anything else is a ValueError); wgmma_forward_unfit says why it does not take a
-/// problem ("" where it does: dense, bf16/f16, batch ≤ 64, hidden a multiple of 64 with its groups
-/// of 8 units all resident); wgmma_forward runs it (recurrence_forward's tensors, without the
-/// layout); wgmma_forward_launch_count counts its launches in this process (for the tests).
+/// The dense recurrence on wgmma (lstm_wgmma_forward.cu, lstm_wgmma_backward.cu; compute
+/// capability 9.0, an sm_90a build). TESSERA_LSTM_WGMMA=1 asks for it (0, the default: not yet
+/// timed against the production kernels on a GPU; anything else is a ValueError).
+/// wgmma_forward_unfit says why it does not take a problem ("" where it does: dense, bf16/f16,
+/// batch ≤ 64, hidden a multiple of 64 with its groups of 8 units all resident). wgmma_cluster
+/// gives the cluster size a direction runs with here, whose blocks share each operand copy by
+/// multicast (4, 2 or 1: the largest whose clusters can all be resident;
+/// TESSERA_LSTM_WGMMA_CLUSTER=1|2|4 asks for one), 0 where it does not take the problem.
+/// wgmma_forward / wgmma_backward run them (recurrence_forward's / recurrence_backward's tensors,
+/// without the layout); the launch counts are this process's (for the tests).
 bool wgmma_forward_wanted();
 std::string wgmma_forward_unfit(int device, DType dtype, int64_t batch, int64_t hidden, const LayoutPtr& layout);
-void wgmma_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh, const Tensor& bias,
-                   double forget_bias, const Tensor& y, const Tensor& hT, const Tensor& cT, const Tensor& gates,
-                   const Tensor& cells);
-uint64_t wgmma_forward_launch_count();
-
-/// The dense backward on wgmma (lstm_wgmma_backward.cu), taken with the forward under
-/// TESSERA_LSTM_WGMMA=1: wgmma_backward_cluster gives the cluster size it runs with here (4, 2 or
-/// 1: the largest whose clusters can all be resident; TESSERA_LSTM_WGMMA_CLUSTER=1|2|4 asks for
-/// one), 0 where it does not take the problem; wgmma_backward runs it with that cluster size
-/// (recurrence_backward's tensors, without the layout); wgmma_backward_launch_count counts launches.
-int wgmma_backward_cluster(int device, DType dtype, int64_t batch, int64_t hidden, const LayoutPtr& layout);
+int wgmma_cluster(int device, DType dtype, int64_t batch, int64_t hidden, const LayoutPtr& layout, bool backward);
+void wgmma_forward(int cluster, const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh,
+                   const Tensor& bias, double forget_bias, const Tensor& y, const Tensor& hT, const Tensor& cT,
+                   const Tensor& gates, const Tensor& cells);
 void wgmma_backward(int cluster, const Tensor& dy, const Tensor& dhT, const Tensor& dcT, const Tensor& gates,
                     const Tensor& cells, const Tensor& c0, const Tensor& wh, const Tensor& dpre, const Tensor& dh0,
                     const Tensor& dc0);
+uint64_t wgmma_forward_launch_count();
 uint64_t wgmma_backward_launch_count();
 
 /// lstm_recurrence_backward on the GPU: outputs dpre [T, B, 4H], dh0, dc0 [B, H].

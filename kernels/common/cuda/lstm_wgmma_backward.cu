@@ -43,10 +43,6 @@ constexpr int kBwdUnits = 8;               // hidden units of a block: the produ
 constexpr int kBwdThreads = 160;           // the consumer warpgroup, the producer warp
 constexpr int kBwdWBox = kBwdUnits * 64 * 2;  // a W box [8, 64]
 
-size_t bwd_smem_bytes(int64_t hidden) {
-  return static_cast<size_t>(4 * hidden / 64) * kBwdWBox + kWgmmaRing * kWgmmaABox + 1024 + 1024;
-}
-
 std::atomic<uint64_t> g_bwd_launches{0};
 
 struct BackwardArgs {
@@ -70,27 +66,12 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   const int boxes = 4 * p.hidden / 64;  // K = 4H
-  uint8_t* smem = align1024(smem_raw);
-  uint8_t* w_s = smem;                       // boxes × [8, 64]
-  uint8_t* ring = smem + ((boxes * kBwdWBox + 1023) / 1024) * 1024;  // kWgmmaRing × [64, 64]
-  uint64_t* full = reinterpret_cast<uint64_t*>(ring + kWgmmaRing * kWgmmaABox);
-  uint64_t* empty = full + kWgmmaRing;
-  uint64_t* w_bar = empty + kWgmmaRing;
+  const RingSmem m = carve_ring_smem(smem_raw, boxes * kBwdWBox);  // W: boxes × [8, 64]
+  uint8_t *w_s = m.w, *ring = m.ring;
+  uint64_t *full = m.full, *empty = m.empty, *w_bar = m.w_bar;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = blockIdx.x;
   const int rank = kCluster > 1 ? cluster_rank() : 0;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kWgmmaRing; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 4 * kCluster);  // lane 0 of each consumer warp of the cluster arrives
-    }
-    mbar_init(w_bar, 1);
-    fence_barrier_init();
-  }
-  if constexpr (kCluster > 1) {
-    cluster_meet();  // every block's barriers exist before a peer's copy or arrival reaches them
-  } else {
-    __syncthreads();
-  }
+  init_ring_barriers<kCluster>(full, empty, w_bar);
   const int steps = p.steps;
   if (warp == 4) {  // the producer: W_g once, then per phase ph ≥ 1 the boxes of dpre_{T − ph}
     if (lane == 0) {
@@ -192,12 +173,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
       if (t == 0) store_pair(static_cast<T*>(p.dc0) + hb, dc0v[0], dc0v[1]);
     }
     if (final_phase) break;
-    fence_proxy_async_global();  // these generic stores of dpre_t before the other blocks' TMA reads of them
-    named_barrier(1, 128);       // every consumer's stores of the phase, then the block's arrival
-    if (threadIdx.x == 0) {
-      __threadfence();
-      atomicAdd(p.counter, 1u);
-    }
+    arrive_grid(p.counter);  // the step's outputs stored: the block's arrival
   }
   if constexpr (kCluster > 1) cluster_meet();  // no peer's copy or arrival is still on its way here
 #else
@@ -205,42 +181,12 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
 #endif
 }
 
-// How many clusters of kCluster blocks (each its smem bytes) can be resident at once; blocks for 1.
-template <class T, int kCluster>
-int max_resident_clusters(int device, size_t smem) {
-  constexpr auto kernel = &lstm_wgmma_backward_kernel<T, kCluster>;
-  cudaFuncAttributes fa = {};
-  TS_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
-  if (fa.binaryVersion < 90) return 0;
-  TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  if constexpr (kCluster == 1) {
-    int per_sm = 0, sms = 0;
-    TS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBwdThreads, smem));
-    TS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    return per_sm * sms;
-  }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(kCluster));
-  cfg.blockDim = dim3(kBwdThreads);
-  cfg.dynamicSmemBytes = smem;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = kCluster;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  int clusters = 0;
-  TS_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
-  return clusters;
-}
-
 template <class T>
-int resident_blocks(int device, size_t smem, int cluster) {
+int resident(int device, size_t smem, int cluster) {
   switch (cluster) {
-    case 1: return max_resident_clusters<T, 1>(device, smem);
-    case 2: return 2 * max_resident_clusters<T, 2>(device, smem);
-    case 4: return 4 * max_resident_clusters<T, 4>(device, smem);
+    case 1: return resident_blocks(lstm_wgmma_backward_kernel<T, 1>, device, kBwdThreads, smem, 1);
+    case 2: return resident_blocks(lstm_wgmma_backward_kernel<T, 2>, device, kBwdThreads, smem, 2);
+    case 4: return resident_blocks(lstm_wgmma_backward_kernel<T, 4>, device, kBwdThreads, smem, 4);
     default: return 0;
   }
 }
@@ -252,7 +198,7 @@ void launch_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT, con
   const int64_t steps = dy.size(0), batch = dy.size(1), hidden = dy.size(2);
   const DType dt = dy.dtype();
   const cudaStream_t stream = current_stream(dpre);
-  const size_t smem = bwd_smem_bytes(hidden);
+  const size_t smem = wgmma_smem_bytes(hidden);
   const uint64_t dpre_dims[3] = {static_cast<uint64_t>(4 * hidden), static_cast<uint64_t>(batch),
                                  static_cast<uint64_t>(steps)};
   const uint32_t dpre_box[3] = {64, 64, 1};
@@ -276,20 +222,9 @@ void launch_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT, con
   a.counter = counter;
   constexpr auto kernel = &lstm_wgmma_backward_kernel<T, kCluster>;
   TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(hidden / kBwdUnits));
-  cfg.blockDim = dim3(kBwdThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[2] = {};
-  attr[0].id = cudaLaunchAttributeCooperative;  // every block resident at once: the wait for arrivals ends
-  attr[0].val.cooperative = 1;
-  attr[1].id = cudaLaunchAttributeClusterDimension;
-  attr[1].val.clusterDim.x = kCluster;
-  attr[1].val.clusterDim.y = 1;
-  attr[1].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = kCluster > 1 ? 2 : 1;
+  cudaLaunchAttribute attrs[2];
+  const cudaLaunchConfig_t cfg =
+      wgmma_launch_config(static_cast<int>(hidden / kBwdUnits), kBwdThreads, smem, stream, kCluster, true, attrs);
   const cudaError_t launched = cudaLaunchKernelEx(&cfg, kernel, map_dpre, map_w, a);
   deallocate(counter, 256, device);  // stream-ordered: freed after the kernel
   TS_CUDA_CHECK(launched);
@@ -312,29 +247,12 @@ void launch_backward_clustered(int cluster, const Tensor& dy, const Tensor& dhT,
 }  // namespace
 }  // namespace sm90
 
-int wgmma_backward_cluster(int device, DType dtype, int64_t batch, int64_t hidden, const LayoutPtr& layout) {
-  if (!wgmma_forward_unfit(device, dtype, batch, hidden, layout).empty()) return 0;
-  const size_t smem = sm90::bwd_smem_bytes(hidden);
-  int optin = 0;
-  TS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (smem > static_cast<size_t>(optin)) return 0;
-  const int grid = static_cast<int>(hidden / sm90::kBwdUnits);
-  auto fits = [&](int cluster) {
-    if (grid % cluster != 0) return false;
-    const int resident = dtype == DType::bf16 ? sm90::resident_blocks<__nv_bfloat16>(device, smem, cluster)
-                                              : sm90::resident_blocks<__half>(device, smem, cluster);
-    return resident >= grid;
-  };
-  if (const char* e = std::getenv("TESSERA_LSTM_WGMMA_CLUSTER")) {
-    const bool ok = std::strcmp(e, "1") == 0 || std::strcmp(e, "2") == 0 || std::strcmp(e, "4") == 0;
-    TS_CHECK(ok, ValueError, "TESSERA_LSTM_WGMMA_CLUSTER must be 1, 2 or 4, not '" << e << "'");
-    const int asked = std::atoi(e);
-    return fits(asked) ? asked : 0;
-  }
-  for (int cluster : {4, 2, 1})
-    if (fits(cluster)) return cluster;
-  return 0;
+namespace sm90 {
+int backward_resident_blocks(int device, DType dtype, int64_t hidden, int cluster) {
+  const size_t smem = wgmma_smem_bytes(hidden);
+  return dtype == DType::bf16 ? resident<__nv_bfloat16>(device, smem, cluster) : resident<__half>(device, smem, cluster);
 }
+}  // namespace sm90
 
 void wgmma_backward(int cluster, const Tensor& dy, const Tensor& dhT, const Tensor& dcT, const Tensor& gates,
                     const Tensor& cells, const Tensor& c0, const Tensor& wh, const Tensor& dpre, const Tensor& dh0,

@@ -81,27 +81,12 @@ __global__ void __launch_bounds__(kFloorThreads, 1)
   using Shape = FloorShape<kBackward>;
   constexpr int N = Shape::kN;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = align1024(smem_raw);
-  uint8_t* w_s = smem;                                 // boxes × [N, 64]
-  uint8_t* ring = smem + Shape::kMaxBoxes * Shape::kWBox;  // kRing × [64, 64]
-  uint64_t* full = reinterpret_cast<uint64_t*>(ring + kRing * kABox);
-  uint64_t* empty = full + kRing;
-  uint64_t* w_bar = empty + kRing;
+  const RingSmem m = carve_ring_smem(smem_raw, Shape::kMaxBoxes * Shape::kWBox);  // W: boxes × [N, 64]
+  uint8_t *w_s = m.w, *ring = m.ring;
+  uint64_t *full = m.full, *empty = m.empty, *w_bar = m.w_bar;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = blockIdx.x;
   const int rank = kCluster > 1 ? cluster_rank() : 0;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kRing; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 4 * kCluster);  // lane 0 of each consumer warp of the cluster arrives
-    }
-    mbar_init(w_bar, 1);
-    fence_barrier_init();
-  }
-  if constexpr (kCluster > 1) {
-    cluster_meet();  // every block's barriers exist before a peer's copy or arrival reaches them
-  } else {
-    __syncthreads();
-  }
+  init_ring_barriers<kCluster>(full, empty, w_bar);
   if (warp == 4) {  // the producer: W once, then per step the boxes of a_t, after the grid's arrivals
     if (lane == 0) {
       mbar_arrive_expect_tx(w_bar, boxes * Shape::kWBox);
@@ -162,12 +147,7 @@ __global__ void __launch_bounds__(kFloorThreads, 1)
               __floats2bfloat162_rn(kScale[j] * out[0], kScale[j] * out[1]);
       }
     }
-    fence_proxy_async_global();  // these generic stores before the other blocks' TMA reads of them
-    named_barrier(1, 128);       // every consumer's stores of the step, then the block's arrival
-    if (threadIdx.x == 0) {
-      __threadfence();
-      atomicAdd(counter, 1u);
-    }
+    arrive_grid(counter);  // the step's outputs stored: the block's arrival
   }
   if constexpr (kCluster > 1) cluster_meet();  // no peer's copy or arrival is still on its way here
 #else
@@ -182,29 +162,16 @@ void launch_floor(const Tensor& a, const Tensor& w, int boxes) {
   const int steps = static_cast<int>(a.size(0) / 64 - 1), grid = kFloorH / kFloorUnits;
   constexpr auto kernel = &wgmma_floor_kernel<kBackward, kCluster>;
   TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmem));
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(kFloorThreads);
-  cfg.dynamicSmemBytes = Shape::kSmem;
-  cfg.stream = current_stream(a);
-  cudaLaunchAttribute attr[2] = {};
-  attr[0].id = cudaLaunchAttributeCooperative;  // every block resident at once: the wait for arrivals ends
-  attr[0].val.cooperative = 1;
-  attr[1].id = cudaLaunchAttributeClusterDimension;  // consecutive blocks, kCluster to a cluster
-  attr[1].val.clusterDim.x = kCluster;
-  attr[1].val.clusterDim.y = 1;
-  attr[1].val.clusterDim.z = 1;
-  cfg.attrs = attr + 1;
-  cfg.numAttrs = 1;
   if constexpr (kCluster > 1) {  // all clusters resident at once, or a clear refusal before anything runs
-    int clusters = 0;
-    TS_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
-    TS_CHECK(clusters * kCluster >= grid, NotImplementedError,
+    const int resident = resident_blocks(kernel, device, kFloorThreads, Shape::kSmem, kCluster);
+    TS_CHECK(resident >= grid, NotImplementedError,
              "wgmma step floor: " << grid / kCluster << " clusters of " << kCluster
-                                  << " blocks cannot be resident at once on this GPU (" << clusters << " can)");
+                                  << " blocks cannot be resident at once on this GPU (" << resident / kCluster
+                                  << " can)");
   }
-  cfg.attrs = attr;
-  cfg.numAttrs = kCluster > 1 ? 2 : 1;
+  cudaLaunchAttribute attrs[2];
+  const cudaLaunchConfig_t cfg =
+      wgmma_launch_config(grid, kFloorThreads, Shape::kSmem, current_stream(a), kCluster, true, attrs);
   const CUtensorMap map_a = tensor_map(a.data_ptr(), DType::bf16, static_cast<uint64_t>(a.size(0)), Shape::kIn, 64, 64);
   const CUtensorMap map_w =
       tensor_map(w.data_ptr(), DType::bf16, static_cast<uint64_t>(w.size(0)), Shape::kIn, Shape::kN, 64);

@@ -19,8 +19,10 @@
 // 16w + wq (+ 8) and units 8g + 2q, 8g + 2q + 1 of all four gates, so the cell update needs no
 // exchange. The grid barrier between steps is split as in the floor: the consumers arrive (a
 // global counter) once their h_{t+1} is stored, and only the producer waits for all arrivals
-// before it copies the next operand. Each sum has a fixed order: the same inputs give the same
-// bits on every run.
+// before it copies the next operand. Every block reads all of h_t (128 KB a step at H 1024): with
+// clusters (kCluster 2 or 4) each box is copied from L2 once per cluster and multicast into the
+// same stage of every block (lstm_wgmma_floor.cu's protocol). Each sum has a fixed order: the same
+// inputs give the same bits on every run.
 #include <cuda.h>
 
 #include <atomic>
@@ -47,7 +49,6 @@ constexpr int kABox = kWgmmaABox;          // an operand box [64 rows, 64 K] of 
 constexpr int kWBox = kCols * 64 * 2;      // a W box [32, 64]
 constexpr int kMaxBatch = 64;              // one m64 tile of rows
 
-size_t smem_bytes(int64_t hidden) { return static_cast<size_t>(hidden / 64) * kWBox + kRing * kABox + 1024 + 1024; }
 
 std::atomic<uint64_t> g_launches{0};
 
@@ -65,49 +66,50 @@ struct ForwardArgs {
   unsigned* counter;  // zeroed: the grid's arrivals
 };
 
-template <class T>
+template <class T, int kCluster>
 __global__ void __launch_bounds__(kFwdThreads, 1)
     lstm_wgmma_forward_kernel(const __grid_constant__ CUtensorMap map_h0, const __grid_constant__ CUtensorMap map_y,
                               const __grid_constant__ CUtensorMap map_w, const ForwardArgs p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   const int boxes = p.hidden / 64;
-  uint8_t* smem = align1024(smem_raw);
-  uint8_t* w_s = smem;                    // boxes × [32, 64]
-  uint8_t* ring = smem + boxes * kWBox;   // kRing × [64, 64]
-  uint64_t* full = reinterpret_cast<uint64_t*>(ring + kRing * kABox);
-  uint64_t* empty = full + kRing;
-  uint64_t* w_bar = empty + kRing;
+  const RingSmem m = carve_ring_smem(smem_raw, boxes * kWBox);  // W: boxes × [32, 64]
+  uint8_t *w_s = m.w, *ring = m.ring;
+  uint64_t *full = m.full, *empty = m.empty, *w_bar = m.w_bar;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = blockIdx.x;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kRing; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 4);  // lane 0 of each consumer warp arrives
-    }
-    mbar_init(w_bar, 1);
-    fence_barrier_init();
-  }
-  __syncthreads();
+  const int rank = kCluster > 1 ? cluster_rank() : 0;
+  init_ring_barriers<kCluster>(full, empty, w_bar);
   if (warp == 4) {  // the producer: W_g once, then per step the boxes of h_t, after the grid's arrivals
-    if (lane != 0) return;
-    mbar_arrive_expect_tx(w_bar, boxes * kWBox);
-    for (int k = 0; k < boxes; ++k) tma_load_2d(w_s + k * kWBox, &map_w, w_bar, k * 64, g * kCols);
-    for (int t = 0, n = 0; t < p.steps; ++t, n += boxes) {
-      if (t > 0) {
-        wait_count(p.counter, static_cast<unsigned>(t) * gridDim.x);
-        fence_proxy_async_global();  // the other blocks' stores of y[t − 1] (generic) before these TMA reads
-      }
-      for (int k = 0; k < boxes; ++k) {
-        const int s = (n + k) % kRing;
-        mbar_wait(&empty[s], (((n + k) / kRing) & 1) ^ 1);
-        mbar_arrive_expect_tx(&full[s], kABox);
-        if (t == 0) {
-          tma_load_2d(ring + s * kABox, &map_h0, &full[s], k * 64, 0);
-        } else {
-          tma_load_3d(ring + s * kABox, &map_y, &full[s], k * 64, 0, t - 1);
+    if (lane == 0) {
+      mbar_arrive_expect_tx(w_bar, boxes * kWBox);
+      for (int k = 0; k < boxes; ++k) tma_load_2d(w_s + k * kWBox, &map_w, w_bar, k * 64, g * kCols);
+      constexpr uint16_t kMask = static_cast<uint16_t>((1u << kCluster) - 1);
+      for (int t = 0, n = 0; t < p.steps; ++t, n += boxes) {
+        if (t > 0) {
+          wait_count(p.counter, static_cast<unsigned>(t) * gridDim.x);
+          fence_proxy_async_global();  // the other blocks' stores of y[t − 1] (generic) before these TMA reads
+        }
+        for (int k = 0; k < boxes; ++k) {
+          const int s = (n + k) % kRing;
+          mbar_wait(&empty[s], (((n + k) / kRing) & 1) ^ 1);  // free in every block of the cluster
+          mbar_arrive_expect_tx(&full[s], kABox);
+          if (kCluster > 1 && (n + k) % kCluster != rank) continue;  // a peer copies this box
+          if (t == 0) {
+            if constexpr (kCluster == 1) {
+              tma_load_2d(ring + s * kABox, &map_h0, &full[s], k * 64, 0);
+            } else {
+              tma_load_2d_multicast(ring + s * kABox, &map_h0, &full[s], k * 64, 0, kMask);
+            }
+          } else if constexpr (kCluster == 1) {
+            tma_load_3d(ring + s * kABox, &map_y, &full[s], k * 64, 0, t - 1);
+          } else {
+            tma_load_3d_multicast(ring + s * kABox, &map_y, &full[s], k * 64, 0, t - 1, kMask);
+          }
         }
       }
     }
+    __syncwarp();
+    if constexpr (kCluster > 1) cluster_meet();
     return;
   }
 
@@ -151,7 +153,7 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
       }
     }
     float acc[kCols / 2];
-    ring_product<T, kCols>(acc, ring, w_s, full, empty, n, boxes, lane, release_stage<1>);
+    ring_product<T, kCols>(acc, ring, w_s, full, empty, n, boxes, lane, release_stage<kCluster>);
     // acc[4j + 2hh + e]: row rows[hh], gate j of unit u + e
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
@@ -182,13 +184,9 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
         store_pair(static_cast<T*>(p.c_last) + hb, cell[0], cell[1]);
       }
     }
-    fence_proxy_async_global();  // these generic stores of y[t] before the other blocks' TMA reads of them
-    named_barrier(1, 128);       // every consumer's stores of the step, then the block's arrival
-    if (threadIdx.x == 0) {
-      __threadfence();
-      atomicAdd(p.counter, 1u);
-    }
+    arrive_grid(p.counter);  // the step's outputs stored: the block's arrival
   }
+  if constexpr (kCluster > 1) cluster_meet();  // no peer's copy or arrival is still on its way here
 #else
   __trap();  // compiled for another architecture: the host never launches this
 #endif
@@ -212,19 +210,16 @@ __global__ void permute_transpose_kernel(const T* __restrict__ wh, T* __restrict
 }
 
 template <class T>
-int max_resident_blocks(int device, size_t smem) {
-  constexpr auto kernel = &lstm_wgmma_forward_kernel<T>;
-  cudaFuncAttributes fa = {};
-  TS_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
-  if (fa.binaryVersion < 90) return 0;
-  TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  int per_sm = 0, sms = 0;
-  TS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kFwdThreads, smem));
-  TS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return per_sm * sms;
+int resident(int device, size_t smem, int cluster) {
+  switch (cluster) {
+    case 1: return resident_blocks(lstm_wgmma_forward_kernel<T, 1>, device, kFwdThreads, smem, 1);
+    case 2: return resident_blocks(lstm_wgmma_forward_kernel<T, 2>, device, kFwdThreads, smem, 2);
+    case 4: return resident_blocks(lstm_wgmma_forward_kernel<T, 4>, device, kFwdThreads, smem, 4);
+    default: return 0;
+  }
 }
 
-template <class T>
+template <class T, int kCluster>
 void launch(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh, const Tensor& bias,
             double forget_bias, const Tensor& y, const Tensor& hT, const Tensor& cT, const Tensor& gates,
             const Tensor& cells) {
@@ -232,7 +227,7 @@ void launch(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& 
   const int64_t steps = gx.size(0), batch = gx.size(1), hidden = h0.size(1);
   const DType dt = gx.dtype();
   const cudaStream_t stream = current_stream(y);
-  const size_t smem = smem_bytes(hidden);
+  const size_t smem = wgmma_smem_bytes(hidden);
   const size_t wt_bytes = static_cast<size_t>(4 * hidden * hidden) * 2;
   void* wt = allocate(wt_bytes, device);
   permute_transpose_kernel<T><<<dim3(static_cast<unsigned>(4 * hidden / 32), static_cast<unsigned>(hidden / 32)),
@@ -260,18 +255,11 @@ void launch(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& 
   a.gates = static_cast<float*>(gates.data_ptr());
   a.cells = static_cast<float*>(cells.data_ptr());
   a.counter = counter;
-  constexpr auto kernel = &lstm_wgmma_forward_kernel<T>;
+  constexpr auto kernel = &lstm_wgmma_forward_kernel<T, kCluster>;
   TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(hidden / kUnits));
-  cfg.blockDim = dim3(kFwdThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;  // every block resident at once: the wait for arrivals ends
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cudaLaunchAttribute attrs[2];
+  const cudaLaunchConfig_t cfg =
+      wgmma_launch_config(static_cast<int>(hidden / kUnits), kFwdThreads, smem, stream, kCluster, true, attrs);
   const cudaError_t launched = cudaLaunchKernelEx(&cfg, kernel, map_h0, map_y, map_w, a);
   deallocate(counter, 256, device);  // stream-ordered: freed after the kernel
   deallocate(wt, wt_bytes, device);
@@ -291,31 +279,65 @@ bool wgmma_forward_wanted() {
   return std::strcmp(e, "1") == 0;
 }
 
+namespace sm90 {
+// How many of the forward kernel's blocks can be resident at once in clusters of `cluster`.
+int forward_resident_blocks(int device, DType dtype, int64_t hidden, int cluster) {
+  const size_t smem = wgmma_smem_bytes(hidden);
+  return dtype == DType::bf16 ? resident<__nv_bfloat16>(device, smem, cluster) : resident<__half>(device, smem, cluster);
+}
+}  // namespace sm90
+
 std::string wgmma_forward_unfit(int device, DType dtype, int64_t batch, int64_t hidden, const LayoutPtr& layout) {
   if (layout) return "dense layers only";
   if (dtype != DType::bf16 && dtype != DType::f16) return "bf16 or f16 only";
   if (batch < 1 || batch > sm90::kMaxBatch) return "batch 1 to 64 only";
   if (hidden < 64 || hidden % 64 != 0) return "hidden a multiple of 64 only";
   if (!sm90::device_ok(device)) return "compute capability 9.0 only";
-  const size_t smem = sm90::smem_bytes(hidden);
   int optin = 0;
   TS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (smem > static_cast<size_t>(optin)) return "a block's slice of W_h and the ring pass its shared memory";
-  const int resident = dtype == DType::bf16 ? sm90::max_resident_blocks<__nv_bfloat16>(device, smem)
-                                            : sm90::max_resident_blocks<__half>(device, smem);
-  if (resident < hidden / sm90::kUnits) return "more groups of 8 units than resident blocks";
+  if (sm90::wgmma_smem_bytes(hidden) > static_cast<size_t>(optin))
+    return "a block's slice of W_h and the ring pass its shared memory";
+  if (sm90::forward_resident_blocks(device, dtype, hidden, 1) < hidden / sm90::kUnits ||
+      sm90::backward_resident_blocks(device, dtype, hidden, 1) < hidden / sm90::kUnits)
+    return "more groups of 8 units than resident blocks";
   return "";
 }
 
-void wgmma_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh, const Tensor& bias,
-                   double forget_bias, const Tensor& y, const Tensor& hT, const Tensor& cT, const Tensor& gates,
-                   const Tensor& cells) {
-  const std::string unfit = wgmma_forward_unfit(gx.device().index, gx.dtype(), gx.size(1), h0.size(1), nullptr);
-  TS_CHECK(unfit.empty(), NotImplementedError, "lstm_recurrence (wgmma forward): " << unfit);
+int wgmma_cluster(int device, DType dtype, int64_t batch, int64_t hidden, const LayoutPtr& layout, bool backward) {
+  if (!wgmma_forward_unfit(device, dtype, batch, hidden, layout).empty()) return 0;
+  const int grid = static_cast<int>(hidden / sm90::kUnits);
+  auto fits = [&](int cluster) {
+    if (grid % cluster != 0) return false;
+    return (backward ? sm90::backward_resident_blocks(device, dtype, hidden, cluster)
+                     : sm90::forward_resident_blocks(device, dtype, hidden, cluster)) >= grid;
+  };
+  if (const char* e = std::getenv("TESSERA_LSTM_WGMMA_CLUSTER")) {
+    const bool ok = std::strcmp(e, "1") == 0 || std::strcmp(e, "2") == 0 || std::strcmp(e, "4") == 0;
+    TS_CHECK(ok, ValueError, "TESSERA_LSTM_WGMMA_CLUSTER must be 1, 2 or 4, not '" << e << "'");
+    const int asked = std::atoi(e);
+    return fits(asked) ? asked : 0;
+  }
+  for (int cluster : {4, 2, 1})
+    if (fits(cluster)) return cluster;
+  return 0;
+}
+
+void wgmma_forward(int cluster, const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh,
+                   const Tensor& bias, double forget_bias, const Tensor& y, const Tensor& hT, const Tensor& cT,
+                   const Tensor& gates, const Tensor& cells) {
+  auto run = [&](auto type) {
+    using T = decltype(type);
+    switch (cluster) {
+      case 1: return sm90::launch<T, 1>(gx, h0, c0, wh, bias, forget_bias, y, hT, cT, gates, cells);
+      case 2: return sm90::launch<T, 2>(gx, h0, c0, wh, bias, forget_bias, y, hT, cT, gates, cells);
+      case 4: return sm90::launch<T, 4>(gx, h0, c0, wh, bias, forget_bias, y, hT, cT, gates, cells);
+      default: TS_THROW(ValueError, "lstm_recurrence (wgmma): clusters of 1, 2 or 4, not " << cluster);
+    }
+  };
   if (gx.dtype() == DType::bf16) {
-    sm90::launch<__nv_bfloat16>(gx, h0, c0, wh, bias, forget_bias, y, hT, cT, gates, cells);
+    run(__nv_bfloat16{});
   } else {
-    sm90::launch<__half>(gx, h0, c0, wh, bias, forget_bias, y, hT, cT, gates, cells);
+    run(__half{});
   }
 }
 

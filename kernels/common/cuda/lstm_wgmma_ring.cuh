@@ -4,9 +4,13 @@
 // and one step's product over a ring of TMA-filled operand boxes.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
+#include "core/cuda/check.cuh"
+#include "core/dtype.h"
 #include "kernels/common/cuda/dtype.cuh"
+#include "kernels/common/cuda/bsmm_sm90_common.cuh"
 #include "kernels/common/cuda/wgmma_sm90.cuh"
 
 namespace tessera {
@@ -15,6 +19,65 @@ namespace sm90 {
 
 constexpr int kWgmmaRing = 8;                // operand stages
 constexpr int kWgmmaABox = 64 * 64 * 2;      // an operand box [64 rows, 64 K] of 2-byte elements
+
+/// The dynamic shared memory of either recurrence kernel at hidden H (lstm_wgmma_forward.cu,
+/// lstm_wgmma_backward.cu): W's slice (forward [32, H], backward [8, 4H]: 64·H bytes either way),
+/// the ring, the barriers and the 1024-byte alignment.
+inline size_t wgmma_smem_bytes(int64_t hidden) {
+  return static_cast<size_t>(hidden) * 64 + kWgmmaRing * kWgmmaABox + 2048;
+}
+/// How many blocks of each kernel can be resident at once in clusters of `cluster` (0 where the
+/// build has no sm_90a code for it).
+int forward_resident_blocks(int device, DType dtype, int64_t hidden, int cluster);
+int backward_resident_blocks(int device, DType dtype, int64_t hidden, int cluster);
+
+/// The launch configuration of `grid` blocks of `threads` with `smem` bytes of dynamic shared
+/// memory on `stream`, in clusters of `cluster` (attrs: room for two attributes), cooperative or not.
+inline cudaLaunchConfig_t wgmma_launch_config(int grid, int threads, size_t smem, cudaStream_t stream, int cluster,
+                                              bool cooperative, cudaLaunchAttribute (&attrs)[2]) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid));
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  attrs[0] = {};
+  attrs[1] = {};
+  int n = 0;
+  if (cooperative) {  // every block resident at once: a wait for the grid's arrivals ends
+    attrs[n].id = cudaLaunchAttributeCooperative;
+    attrs[n++].val.cooperative = 1;
+  }
+  if (cluster > 1) {
+    attrs[n].id = cudaLaunchAttributeClusterDimension;
+    attrs[n].val.clusterDim.x = static_cast<unsigned>(cluster);
+    attrs[n].val.clusterDim.y = 1;
+    attrs[n++].val.clusterDim.z = 1;
+  }
+  cfg.attrs = attrs;
+  cfg.numAttrs = static_cast<unsigned>(n);
+  return cfg;
+}
+
+/// How many blocks of `kernel` (`threads` each, `smem` bytes) can be resident at once in clusters
+/// of `cluster`; 0 where its binary was not built for compute capability 9.0.
+template <class... Args>
+int resident_blocks(void (*kernel)(Args...), int device, int threads, size_t smem, int cluster) {
+  cudaFuncAttributes fa = {};
+  TS_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+  if (fa.binaryVersion < 90) return 0;
+  TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  if (cluster == 1) {
+    int per_sm = 0, sms = 0;
+    TS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+    TS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return per_sm * sms;
+  }
+  cudaLaunchAttribute attrs[2];
+  const cudaLaunchConfig_t cfg = wgmma_launch_config(cluster, threads, smem, nullptr, cluster, false, attrs);
+  int clusters = 0;
+  TS_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+  return clusters * cluster;
+}
 
 /// Orders this thread's generic-proxy global accesses with the async proxy's (TMA) ones: after
 /// a block's generic stores that other blocks' TMA will read, and after the wait that sees them.
@@ -77,6 +140,18 @@ __device__ __forceinline__ void store_pair(T* p, float a, float b) {
   p[1] = from_acc<T>(b);
 }
 
+/// The consumers' half of the split grid barrier, after their generic stores of the step's output
+/// (which other blocks read by TMA next step): the stores ordered before the async proxy's reads,
+/// the consumer warpgroup (threads 0 … 127) met, then thread 0's fence and the block's arrival.
+__device__ __forceinline__ void arrive_grid(unsigned* counter) {
+  fence_proxy_async_global();
+  named_barrier(1, 128);
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(counter, 1u);
+  }
+}
+
 /// A consumer warp gives a ring stage back: an arrival on its empty barrier in this block, or in
 /// every block of the cluster (whose producers may all write the stage by multicast).
 template <int kCluster>
@@ -86,6 +161,46 @@ __device__ __forceinline__ void release_stage(uint64_t* bar) {
   } else {
 #pragma unroll
     for (int r = 0; r < kCluster; ++r) mbar_arrive_cluster(bar, r);
+  }
+}
+
+/// A block's shared memory: W's resident slice (w_bytes, a multiple of 1024) from the first
+/// 1024-aligned byte, then the ring's kWgmmaRing operand boxes, then the full and empty barriers of
+/// its stages and W's barrier.
+struct RingSmem {
+  uint8_t* w;
+  uint8_t* ring;
+  uint64_t* full;
+  uint64_t* empty;
+  uint64_t* w_bar;
+};
+__device__ __forceinline__ RingSmem carve_ring_smem(uint8_t* smem_raw, int w_bytes) {
+  RingSmem m;
+  m.w = align1024(smem_raw);
+  m.ring = m.w + w_bytes;
+  m.full = reinterpret_cast<uint64_t*>(m.ring + kWgmmaRing * kWgmmaABox);
+  m.empty = m.full + kWgmmaRing;
+  m.w_bar = m.empty + kWgmmaRing;
+  return m;
+}
+
+/// Thread 0 makes the ring's barriers (full: the producer's one arrival plus the bytes; empty: the
+/// cluster's 4·kCluster consumer warps) and W's; then the block, or with kCluster > 1 the whole
+/// cluster, meets, so that no peer's copy or arrival reaches a barrier before it exists.
+template <int kCluster>
+__device__ __forceinline__ void init_ring_barriers(uint64_t* full, uint64_t* empty, uint64_t* w_bar) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kWgmmaRing; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 4 * kCluster);
+    }
+    mbar_init(w_bar, 1);
+    fence_barrier_init();
+  }
+  if constexpr (kCluster > 1) {
+    cluster_meet();
+  } else {
+    __syncthreads();
   }
 }
 
