@@ -28,6 +28,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "core/cuda/check.cuh"
 #include "core/cuda/runtime.h"
@@ -304,22 +307,39 @@ std::string wgmma_forward_unfit(int device, DType dtype, int64_t batch, int64_t 
 }
 
 int wgmma_cluster(int device, DType dtype, int64_t batch, int64_t hidden, const LayoutPtr& layout, bool backward) {
-  if (!wgmma_forward_unfit(device, dtype, batch, hidden, layout).empty()) return 0;
-  const int grid = static_cast<int>(hidden / sm90::kUnits);
-  auto fits = [&](int cluster) {
-    if (grid % cluster != 0) return false;
-    return (backward ? sm90::backward_resident_blocks(device, dtype, hidden, cluster)
-                     : sm90::forward_resident_blocks(device, dtype, hidden, cluster)) >= grid;
-  };
+  int asked = 0;  // 0: the largest that fits
   if (const char* e = std::getenv("TESSERA_LSTM_WGMMA_CLUSTER")) {
     const bool ok = std::strcmp(e, "1") == 0 || std::strcmp(e, "2") == 0 || std::strcmp(e, "4") == 0;
     TS_CHECK(ok, ValueError, "TESSERA_LSTM_WGMMA_CLUSTER must be 1, 2 or 4, not '" << e << "'");
-    const int asked = std::atoi(e);
-    return fits(asked) ? asked : 0;
+    asked = std::atoi(e);
   }
-  for (int cluster : {4, 2, 1})
-    if (fits(cluster)) return cluster;
-  return 0;
+  if (layout || batch < 1 || batch > sm90::kMaxBatch) return 0;
+  // the answer for (device, dtype, hidden, direction, asked) once per process: it takes a dozen
+  // driver queries, and each recurrence call asks
+  static std::mutex mu;
+  static std::map<std::tuple<int, DType, int64_t, bool, int>, int> known;
+  const auto key = std::make_tuple(device, dtype, hidden, backward, asked);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (const auto it = known.find(key); it != known.end()) return it->second;
+  }
+  int chosen = 0;
+  if (wgmma_forward_unfit(device, dtype, batch, hidden, layout).empty()) {
+    const int grid = static_cast<int>(hidden / sm90::kUnits);
+    auto fits = [&](int cluster) {
+      if (grid % cluster != 0) return false;
+      return (backward ? sm90::backward_resident_blocks(device, dtype, hidden, cluster)
+                       : sm90::forward_resident_blocks(device, dtype, hidden, cluster)) >= grid;
+    };
+    for (int cluster : {4, 2, 1})
+      if ((asked == 0 || cluster == asked) && fits(cluster)) {
+        chosen = cluster;
+        break;
+      }
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  known[key] = chosen;
+  return chosen;
 }
 
 void wgmma_forward(int cluster, const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh,
