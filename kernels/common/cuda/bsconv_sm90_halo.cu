@@ -213,9 +213,10 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
   // Waits for the walk's step (its halo box at the entry's first tap, and its weight block), then
   // moves the walk on.
   auto begin_step = [&]() {
+    const int shift = ld_shared(tap_row + walk.tap);  // issued before the waits: its latency under theirs
     if (walk.first_tap()) mbar_wait(&halo_full[walk.slot.slot], walk.slot.phase);
     mbar_wait(&full[walk.stage.slot], walk.stage.phase);
-    const Step st{walk.slot.slot, ld_shared(tap_row + walk.tap), walk.stage.slot, walk.tap == taps - 1};
+    const Step st{walk.slot.slot, shift, walk.stage.slot, walk.tap == taps - 1};
     walk.next(taps, stages, slots);
     return st;
   };
@@ -227,11 +228,11 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     return (b_desc0 & 0xFFFFFFFF00000000ull) | static_cast<uint32_t>(static_cast<uint32_t>(b_desc0) + (bytes >> 4));
   };
   // Lane 0 releases a step's weight stage, and after its entry's last tap the halo slot (the
-  // whole warp's reads of them came first: callers __syncwarp).
-  auto release = [&](const Step& st) {
-    if (lane != 0) return;
-    mbar_arrive(&empty[st.s]);
-    if (st.last_tap) mbar_arrive(&halo_empty[st.h]);
+  // whole warp's reads of them came first: callers __syncwarp), where `any` (a step was issued);
+  // predicated arrivals, no branch.
+  auto release = [&](const Step& st, bool any) {
+    mbar_arrive_if(&empty[st.s], any && lane == 0);
+    mbar_arrive_if(&halo_empty[st.h], any && lane == 0 && st.last_tap);
   };
   for (int n = 0;; ++n) {
     const int4 w = receive_item<kRing>(n, item_full, item_empty, ring, lane);
@@ -251,7 +252,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
 #pragma unroll
       for (int mi = 0; mi < kMTiles; ++mi) fence_operands(acc[mi]);
       __syncwarp();
-      if (any) release(prev);
+      release(prev, any);
     };
     Step prev{}, cur{};
     if constexpr (kMode == AMode::ss) {
@@ -322,7 +323,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
 #pragma unroll
     for (int mi = 0; mi < kMTiles; ++mi) fence_operands(acc[mi]);
     __syncwarp();
-    if (steps > 0) release(prev);
+    release(prev, steps > 0);
 
     // out = acc through the warpgroup's staging and a TMA store of its box (as gather_kernel)
     uint8_t* mine = staging + c * Tile::kStagingBytes;
