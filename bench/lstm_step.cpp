@@ -336,6 +336,13 @@ void bench_recurrence_ops(BenchReport& report, Timer& timer, const Options& o, D
   auto with_env = [with_env_value](const char* name, const char* value, const std::function<void()>& fn) {
     return std::function<void()>([=] { with_env_value(name, value, [&] { fn(); return 0; }); });
   };
+#ifdef TESSERA_WITH_CUDA
+  // the block-sparse forward on wgmma (TESSERA_LSTM_WGMMA=1), where this GPU and build have it
+  if (layout && dev.is_cuda() && cuda::wgmma_sparse_forward_unfit(dev.index, dt, b, hidden, layout).empty()) {
+    fns.push_back(with_env("TESSERA_LSTM_WGMMA", "1", forward));
+    names.push_back("recurrence fwd, wgmma");
+  }
+#endif
   if (!layout && dev.is_cuda()) {
     // the dense layers' K split over clusters forced to each size (TESSERA_LSTM_CLUSTER), same run
     for (const char* c : {"1", "2"}) {

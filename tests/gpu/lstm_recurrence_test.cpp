@@ -425,6 +425,36 @@ TEST(LstmRecurrenceGpu, WgmmaKernelsMatchTheCpu) {
       {"TESSERA_LSTM_WGMMA", "'yes'"});
 }
 
+// The block-sparse forward on wgmma (TESSERA_LSTM_WGMMA=1, lstm_wgmma_sparse_forward.cu; blocks of
+// 32 under nn::LSTM's gate layout; the backward stays the production kernel's, fed by its saved
+// gates and cells): the production checks against the CPU, batch 1, 7 and 64, bf16 and f16, with
+// and without a bias, densities 0.25 and 0.5 at H 256 (groups with no block rows among them, at
+// some seeds) and the issue's layer (H 4096 at 1/16); every case must have launched it. What it
+// does not take is named.
+TEST(LstmRecurrenceGpu, WgmmaSparseForwardMatchesTheCpu) {
+  REQUIRE_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "the wgmma recurrence needs an sm_90a build on a GPU of compute 9.0";
+  const ScopedEnv on("TESSERA_LSTM_WGMMA", "1");
+  auto check = [](const Case& k, DType dt) {
+    const uint64_t before = cuda::wgmma_sparse_forward_launch_count();
+    check_case(k, dt);
+    EXPECT_GT(cuda::wgmma_sparse_forward_launch_count(), before) << "not launched: " << label(k, dt);
+  };
+  for (int64_t b : {1, 7, 64}) check({6, b, 256, 32, 0.25}, DType::bf16);
+  check({6, 7, 256, 32, 0.25, /*bias=*/false}, DType::bf16);
+  check({5, 7, 256, 32, 0.5}, DType::f16);
+  check({3, 16, 4096, 32, 0.0625}, DType::bf16);  // the issue's layer: 128 groups
+  const int dev = kGpu.index;
+  EXPECT_EQ(cuda::wgmma_sparse_forward_unfit(dev, DType::bf16, 64, 4096, gate_layout(4096, 32, 0.0625, 5)), "");
+  EXPECT_EQ(cuda::wgmma_sparse_forward_unfit(dev, DType::bf16, 64, 1024, nullptr), "block-sparse layers only");
+  EXPECT_EQ(cuda::wgmma_sparse_forward_unfit(dev, DType::bf16, 64, 512, gate_layout(512, 16, 0.25, 5)),
+            "blocks of 32 only");
+  EXPECT_EQ(cuda::wgmma_sparse_forward_unfit(dev, DType::bf16, 64, 256, random_layout(256, 1024, 32, 0.25, 5)),
+            "not nn::LSTM's gate layout");
+  EXPECT_EQ(cuda::wgmma_sparse_forward_unfit(dev, DType::bf16, 64, 8192, gate_layout(8192, 32, 0.0625, 5)),
+            "more groups of 32 units than resident blocks");
+}
+
 // The issue-16 lab kernels (cuda::wgmma_step_floor, lstm_wgmma_floor.cu: dense H 1024 steps
 // whose product runs on wgmma from TMA-fed shared memory) against the same arithmetic on the CPU,
 // three steps each way, the products over all of K and over its first half, and over all of K

@@ -1062,9 +1062,12 @@ void recurrence_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, co
   require_fits(plan, "lstm_recurrence");
   // the dense forward on wgmma where asked for and where it fits (its TMA maps need h0 and y at
   // 16-byte addresses)
-  if (wgmma_forward_wanted() && aligned16(h0) && aligned16(y))
+  if (wgmma_forward_wanted() && aligned16(h0) && aligned16(y)) {
     if (const int cluster = wgmma_cluster(device, gx.dtype(), batch, hidden, layout, false); cluster > 0)
       return wgmma_forward(cluster, gx, h0, c0, wh, bias, forget_bias, y, hT, cT, gates, cells);
+    if (layout && aligned16(wh) && wgmma_sparse_forward_unfit(device, gx.dtype(), batch, hidden, layout).empty())
+      return wgmma_sparse_forward(gx, h0, c0, wh, bias, layout, forget_bias, y, hT, cT, gates, cells);
+  }
   Params p = base_params(wh, layout, plan, steps, batch, hidden);
   p.forget_bias = static_cast<float>(forget_bias);
   p.gx = gx.data_ptr();
@@ -1184,6 +1187,15 @@ void wgmma_backward(int, const Tensor&, const Tensor&, const Tensor&, const Tens
 }
 uint64_t wgmma_forward_launch_count() { return 0; }
 uint64_t wgmma_backward_launch_count() { return 0; }
+std::string wgmma_sparse_forward_unfit(int, DType, int64_t, int64_t, const LayoutPtr&) {
+  return "this build has no code for compute capability 9.0 (sm_90a)";
+}
+void wgmma_sparse_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const LayoutPtr&,
+                          double, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  const bool built = false;
+  TS_CHECK(built, NotImplementedError, "lstm_recurrence (wgmma, block-sparse): this build has no code for sm_90a");
+}
+uint64_t wgmma_sparse_forward_launch_count() { return 0; }
 #endif
 
 }  // namespace cuda

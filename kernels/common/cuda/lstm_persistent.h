@@ -50,6 +50,17 @@ void wgmma_backward(int cluster, const Tensor& dy, const Tensor& dhT, const Tens
 uint64_t wgmma_forward_launch_count();
 uint64_t wgmma_backward_launch_count();
 
+/// The block-sparse forward on wgmma (lstm_wgmma_sparse_forward.cu), taken under
+/// TESSERA_LSTM_WGMMA=1 for nn::LSTM's gate layouts in blocks of 32 whose groups all fit (one
+/// group of 32 units per resident block, at most 32 block rows a group); the backward stays the
+/// production kernel's. wgmma_sparse_forward_unfit says why not ("" where it takes the problem).
+std::string wgmma_sparse_forward_unfit(int device, DType dtype, int64_t batch, int64_t hidden,
+                                       const LayoutPtr& layout);
+void wgmma_sparse_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh, const Tensor& bias,
+                          const LayoutPtr& layout, double forget_bias, const Tensor& y, const Tensor& hT,
+                          const Tensor& cT, const Tensor& gates, const Tensor& cells);
+uint64_t wgmma_sparse_forward_launch_count();
+
 /// lstm_recurrence_backward on the GPU: outputs dpre [T, B, 4H], dh0, dc0 [B, H].
 void recurrence_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT, const Tensor& gates,
                          const Tensor& cells, const Tensor& c0, const Tensor& wh, const LayoutPtr& layout,

@@ -165,8 +165,8 @@ __device__ __forceinline__ void release_stage(uint64_t* bar) {
 }
 
 /// A block's shared memory: W's resident slice (w_bytes, a multiple of 1024) from the first
-/// 1024-aligned byte, then the ring's kWgmmaRing operand boxes, then the full and empty barriers of
-/// its stages and W's barrier.
+/// 1024-aligned byte, then the ring's kWgmmaRing operand boxes of box_bytes, then the full and
+/// empty barriers of its stages and W's barrier.
 struct RingSmem {
   uint8_t* w;
   uint8_t* ring;
@@ -174,11 +174,11 @@ struct RingSmem {
   uint64_t* empty;
   uint64_t* w_bar;
 };
-__device__ __forceinline__ RingSmem carve_ring_smem(uint8_t* smem_raw, int w_bytes) {
+__device__ __forceinline__ RingSmem carve_ring_smem(uint8_t* smem_raw, int w_bytes, int box_bytes = kWgmmaABox) {
   RingSmem m;
   m.w = align1024(smem_raw);
   m.ring = m.w + w_bytes;
-  m.full = reinterpret_cast<uint64_t*>(m.ring + kWgmmaRing * kWgmmaABox);
+  m.full = reinterpret_cast<uint64_t*>(m.ring + kWgmmaRing * box_bytes);
   m.empty = m.full + kWgmmaRing;
   m.w_bar = m.empty + kWgmmaRing;
   return m;
@@ -206,24 +206,26 @@ __device__ __forceinline__ void init_ring_barriers(uint64_t* full, uint64_t* emp
 
 /// One step's product of the consumer warpgroup: acc [64, N] (wgmma's accumulator layout) =
 /// Σ over the step's `boxes` K boxes of the operand box in ring stage (n + k) mod kWgmmaRing
-/// ([64, 64], 128-byte swizzle) times the resident W box k ([N, 64] at w_s + k·N·128, the same
-/// swizzle), both K-major. Waits for each box's full barrier (phase by the box count n + k) and
+/// ([64, kSlices·16] K-major, rows of kSlices·32 bytes swizzled as TMA wrote them, at
+/// ring + stage·kBoxBytes) times W box k, whose k16 slice kk's descriptor is b_desc(k, kk) (and
+/// kTransB its major-ness). Waits for each box's full barrier (phase by the box count n + k) and
 /// gives each stage back once its products are done: lane 0 of each warp calls release(empty
 /// barrier of the stage) (an arrival in this block, or in every block of a cluster).
-template <class T, int N, class Release>
-__device__ __forceinline__ void ring_product(float (&acc)[N / 2], uint8_t* ring, uint8_t* w_s, uint64_t* full,
-                                             uint64_t* empty, int n, int boxes, int lane, Release release) {
-  constexpr int kWBox = N * 64 * 2;
+template <class T, int N, int kSlices, int kTransB, class BDesc, class Release>
+__device__ __forceinline__ void ring_product_with(float (&acc)[N / 2], uint8_t* ring, uint64_t* full, uint64_t* empty,
+                                                  int n, int boxes, int lane, BDesc b_desc, Release release) {
+  constexpr int kRowBytes = kSlices * 32, kBoxBytes = 64 * kRowBytes;
 #pragma unroll
   for (int e = 0; e < N / 2; ++e) acc[e] = 0.f;
+  if (boxes == 0) return;  // (a block-sparse group with no block rows)
   for (int k = 0; k < boxes; ++k) {
     const int s = (n + k) % kWgmmaRing;
     mbar_wait(&full[s], ((n + k) / kWgmmaRing) & 1);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      Wgmma<T, N>::template run<0, 0>(acc, make_desc(ring + s * kWgmmaABox + kk * 32, 16, 1024, 128),
-                                      make_desc(w_s + k * kWBox + kk * 32, 16, 1024, 128), true);
+    for (int kk = 0; kk < kSlices; ++kk)
+      Wgmma<T, N>::template run<0, kTransB>(
+          acc, make_desc(ring + s * kBoxBytes + kk * 32, 16, 8 * kRowBytes, kRowBytes), b_desc(k, kk), true);
     wgmma_commit();
     if (k > 0) {  // box k − 1's products are done: its stage goes back to the producer(s)
       wgmma_wait<1>();
@@ -236,6 +238,17 @@ __device__ __forceinline__ void ring_product(float (&acc)[N / 2], uint8_t* ring,
   fence_operands(acc);
   __syncwarp();
   if (lane == 0) release(&empty[(n + boxes - 1) % kWgmmaRing]);
+}
+
+/// ring_product_with for [64, 64] operand boxes (128-byte swizzle) and W resident as K-major boxes
+/// [N, 64] (the same swizzle) at w_s + k·N·128.
+template <class T, int N, class Release>
+__device__ __forceinline__ void ring_product(float (&acc)[N / 2], uint8_t* ring, uint8_t* w_s, uint64_t* full,
+                                             uint64_t* empty, int n, int boxes, int lane, Release release) {
+  constexpr int kWBox = N * 64 * 2;
+  ring_product_with<T, N, 4, 0>(
+      acc, ring, full, empty, n, boxes, lane,
+      [w_s](int k, int kk) { return make_desc(w_s + k * kWBox + kk * 32, 16, 1024, 128); }, release);
 }
 
 }  // namespace sm90

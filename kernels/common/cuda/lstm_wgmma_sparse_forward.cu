@@ -1,0 +1,298 @@
+// The block-sparse LSTM recurrence's forward on wgmma (issue 16; compute capability 9.0, sm_90a):
+// the production forward's inputs and outputs (lstm_persistent.h, recurrence_forward) for W_h in
+// blocks of 32 under nn::LSTM's gate layout (lstm_gate_layout: the recurrent mask repeated for
+// the gates i, f, o, u, so the four gate columns of a group of units hold the same block rows, in
+// the same order), batch B ≤ 64, bf16 or f16, one group per SM.
+//
+// One thread block per group c of 32 units (grid H / 32, a cooperative launch). Its list holds the
+// n_c block rows r_i of block column c (gate i's; the other gates' columns c + g·H/32 list the same
+// rows). The block keeps, for each entry, the four gates' W blocks [32 K, 32 units] side by side as
+// one MN-major B tile [32 K, 128] (each block as stored, row-major: TMA boxes [32, 32], 64-byte
+// swizzle; along N the blocks are 2 KB apart), and per step copies one operand box [64, 32] of h_t
+// per entry (the columns r_i·32 …, from h0 and then y[t − 1]: a 3-D map over y [T, B, H], rows B …
+// 63 the box's zero fill) through the ring, each multiplied by the entry's tile:
+//   P [64, 128] = Σ_i h_t[:, r_i·32 …] · W_tile(i)      (m64n128k16 wgmmas, f32 accumulators)
+//   pre_g = (P[:, 32g + n] + gx[t][:, g·H + 32c + n]) + (bias[g·H + 32c + n] (+ forget_bias, g = f))
+//   i, f, o = σ(…), u = tanh(…), c = f·c + i·u, h = o·tanh(c)
+// and stores y[t], the f32 gates and cells, hT and cT as the dense forward does (lstm_wgmma_
+// forward.cu). Thread (warp w, lane 4·wq + q) owns rows 16w + wq (+ 8) and, in each gate, the units
+// 8o + 2q (+ 1) for o = 0 … 3 of the group (accumulator column 8j + 2q + e, j = 4g + o). The split
+// grid barrier orders the steps. Each sum has a fixed order: the same inputs give the same bits.
+#include <cuda.h>
+
+#include <algorithm>
+#include <atomic>
+#include <string>
+
+#include "core/cuda/check.cuh"
+#include "core/cuda/runtime.h"
+#include "kernels/common/cuda/bsmm_sm90_common.cuh"
+#include "kernels/common/cuda/layout_tables.h"
+#include "kernels/common/cuda/lstm_gate_math.cuh"
+#include "kernels/common/cuda/lstm_persistent.h"
+#include "kernels/common/cuda/lstm_wgmma_ring.cuh"
+
+namespace tessera {
+namespace cuda {
+namespace sm90 {
+namespace {
+
+constexpr int kSpBs = 32;                    // the block size it takes
+constexpr int kSpCols = 4 * kSpBs;           // the product's columns: 4 gates × 32 units
+constexpr int kSpThreads = 160;              // the consumer warpgroup, the producer warp
+constexpr int kSpABox = 64 * kSpBs * 2;      // an operand box [64 rows, 32 K]
+constexpr int kSpWBlock = kSpBs * kSpBs * 2;  // one W block [32, 32]
+constexpr int kSpWTile = 4 * kSpWBlock;      // an entry's tile: the four gates' blocks
+constexpr int kSpMaxEntries = 32;            // block rows of a group at most (the tables in shared memory)
+
+// W's tiles, the ring of [64, 32] boxes, the barriers and the alignment, and the entry tables.
+size_t sparse_smem_bytes(int entries) {
+  return static_cast<size_t>(entries) * kSpWTile + kWgmmaRing * kSpABox + 2048 + kSpMaxEntries * 5 * 4;
+}
+
+std::atomic<uint64_t> g_sparse_launches{0};
+
+struct SparseArgs {
+  int steps, batch, hidden, q;  // q = H / 32: block columns of a gate
+  float forget_bias;
+  const int32_t* col_ptr;     // the gate layout's tables (layout_tables.h)
+  const int32_t* col_blocks;
+  const int32_t* block_row;
+  const void* gx;    // [T, B, 4H]
+  const void* bias;  // [4H] or null
+  const void* c0;    // [B, H]
+  void* y;           // [T, B, H]
+  void* h_last;
+  void* c_last;
+  float* gates;      // [T, B, 4H]
+  float* cells;      // [T, B, H]
+  unsigned* counter;
+};
+
+template <class T>
+__global__ void __launch_bounds__(kSpThreads, 1)
+    lstm_wgmma_sparse_forward_kernel(const __grid_constant__ CUtensorMap map_h0, const __grid_constant__ CUtensorMap map_y,
+                                     const __grid_constant__ CUtensorMap map_w, const SparseArgs p, int max_entries) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t smem_raw[];
+  const int c = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int first = p.col_ptr[c], entries = p.col_ptr[c + 1] - first;
+  const RingSmem m = carve_ring_smem(smem_raw, max_entries * kSpWTile, kSpABox);
+  uint8_t *w_s = m.w, *ring = m.ring;
+  uint64_t *full = m.full, *empty = m.empty, *w_bar = m.w_bar;
+  int32_t* rows_s = reinterpret_cast<int32_t*>(w_bar + 1);  // [entries]: r_i
+  int32_t* blk_s = rows_s + kSpMaxEntries;                   // [entries][4]: gate g's block of entry i
+  for (int i = threadIdx.x; i < entries; i += blockDim.x) {
+    const int b0 = p.col_blocks[first + i];
+    rows_s[i] = p.block_row[b0];
+#pragma unroll
+    for (int g = 0; g < 4; ++g) blk_s[4 * i + g] = p.col_blocks[p.col_ptr[g * p.q + c] + i];
+  }
+  init_ring_barriers<1>(full, empty, w_bar);  // (its block barrier also publishes the tables)
+  if (warp == 4) {  // the producer: the W tiles once, then per step one box of h_t per entry
+    if (lane == 0) {
+      mbar_arrive_expect_tx(w_bar, entries * kSpWTile);
+      for (int i = 0; i < entries; ++i)
+#pragma unroll
+        for (int g = 0; g < 4; ++g)
+          tma_load_2d(w_s + i * kSpWTile + g * kSpWBlock, &map_w, w_bar, 0, blk_s[4 * i + g] * kSpBs);
+      for (int t = 0, n = 0; t < p.steps; ++t, n += entries) {
+        if (t > 0) {
+          wait_count(p.counter, static_cast<unsigned>(t) * gridDim.x);
+          fence_proxy_async_global();  // the other blocks' stores of y[t − 1] (generic) before these TMA reads
+        }
+        for (int i = 0; i < entries; ++i) {
+          const int s = (n + i) % kWgmmaRing;
+          mbar_wait(&empty[s], (((n + i) / kWgmmaRing) & 1) ^ 1);
+          mbar_arrive_expect_tx(&full[s], kSpABox);
+          if (t == 0) {
+            tma_load_2d(ring + s * kSpABox, &map_h0, &full[s], rows_s[i] * kSpBs, 0);
+          } else {
+            tma_load_3d(ring + s * kSpABox, &map_y, &full[s], rows_s[i] * kSpBs, 0, t - 1);
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  // the consumers: rows r[hh] = 16·warp + wq + 8·hh; in each gate the units 32c + 8o + 2q (+ 1)
+  const int B = p.batch, H = p.hidden, wq = lane / 4, q = lane % 4, u0 = c * kSpBs + 2 * q;
+  const int64_t G4 = 4 * static_cast<int64_t>(H);
+  int rows[2];
+  bool live[2];
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    rows[hh] = 16 * warp + wq + 8 * hh;
+    live[hh] = rows[hh] < B;
+  }
+  float cst[2][4][2];  // the cell of (row hh, unit 8o + 2q + e)
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+    for (int o = 0; o < 4; ++o) {
+      const float2 v = live[hh] ? load_pair(static_cast<const T*>(p.c0) + static_cast<int64_t>(rows[hh]) * H + u0 + 8 * o)
+                                : make_float2(0.f, 0.f);
+      cst[hh][o][0] = v.x;
+      cst[hh][o][1] = v.y;
+    }
+  mbar_wait(w_bar, 0);
+  // B of entry k, slice kk: the tile's K rows 16kk …, MN-major, the gates' blocks 2 KB apart
+  auto b_desc = [w_s](int k, int kk) {
+    return make_desc(w_s + k * kSpWTile + kk * 16 * 64, kSpWBlock, 8 * 64, 64);
+  };
+  for (int t = 0, n = 0; t < p.steps; ++t, n += entries) {
+    float acc[kSpCols / 2];
+    ring_product_with<T, kSpCols, 2, 1>(acc, ring, full, empty, n, entries, lane, b_desc, release_stage<1>);
+    // acc[4j + 2hh + e]: row rows[hh], column 8j + 2q + e = gate j / 4, unit 8(j mod 4) + 2q + e
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      if (!live[hh]) continue;
+      const int64_t bt = static_cast<int64_t>(t) * B + rows[hh];
+      const T* gx = static_cast<const T*>(p.gx) + bt * G4 + u0;
+      float* gt = p.gates + bt * G4 + u0;
+#pragma unroll
+      for (int o = 0; o < 4; ++o) {
+        float gate[4][2], h[2];
+#pragma unroll
+        for (int g = 0; g < 4; ++g) {
+          const float2 x = load_pair(gx + g * H + 8 * o);
+          const float2 b = p.bias ? load_pair(static_cast<const T*>(p.bias) + g * H + u0 + 8 * o) : make_float2(0.f, 0.f);
+          const float fb = g == 1 ? p.forget_bias : 0.f;
+          const int j = 4 * g + o;
+          const float pre0 = (acc[4 * j + 2 * hh] + x.x) + (fb + b.x);
+          const float pre1 = (acc[4 * j + 2 * hh + 1] + x.y) + (fb + b.y);
+          gate[g][0] = g == 3 ? tanh_fast(pre0) : sigmoid_fast(pre0);
+          gate[g][1] = g == 3 ? tanh_fast(pre1) : sigmoid_fast(pre1);
+        }
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          cst[hh][o][e] = gate[1][e] * cst[hh][o][e] + gate[0][e] * gate[3][e];
+          h[e] = gate[2][e] * tanh_fast(cst[hh][o][e]);
+        }
+        const int64_t hb = static_cast<int64_t>(rows[hh]) * H + u0 + 8 * o, th = static_cast<int64_t>(t) * B * H + hb;
+        store_pair(static_cast<T*>(p.y) + th, h[0], h[1]);
+        *reinterpret_cast<float2*>(p.cells + th) = make_float2(cst[hh][o][0], cst[hh][o][1]);
+#pragma unroll
+        for (int g = 0; g < 4; ++g)
+          *reinterpret_cast<float2*>(gt + g * H + 8 * o) = make_float2(gate[g][0], gate[g][1]);
+        if (t == p.steps - 1) {
+          store_pair(static_cast<T*>(p.h_last) + hb, h[0], h[1]);
+          store_pair(static_cast<T*>(p.c_last) + hb, cst[hh][o][0], cst[hh][o][1]);
+        }
+      }
+    }
+    arrive_grid(p.counter);  // the step's outputs stored: the block's arrival
+  }
+#else
+  __trap();  // compiled for another architecture: the host never launches this
+#endif
+}
+
+// The largest block column count of the layout (the entries of the busiest group).
+int max_entries(const BlockLayout& l) {
+  int most = 0;
+  const std::vector<int32_t>& cp = l.col_ptr();
+  for (size_t c = 0; c + 1 < cp.size(); ++c) most = std::max(most, cp[c + 1] - cp[c]);
+  return most;
+}
+
+template <class T>
+void launch_sparse(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh, const Tensor& bias,
+                   const LayoutPtr& layout, double forget_bias, const Tensor& y, const Tensor& hT, const Tensor& cT,
+                   const Tensor& gates, const Tensor& cells) {
+  const int device = gx.device().index;
+  const int64_t steps = gx.size(0), batch = gx.size(1), hidden = h0.size(1);
+  const DType dt = gx.dtype();
+  const cudaStream_t stream = current_stream(y);
+  const int most = max_entries(*layout);
+  const size_t smem = sparse_smem_bytes(most);
+  const BlockTables tables = device_tables(layout, device);
+  const CUtensorMap map_h0 = tensor_map(h0.data_ptr(), dt, static_cast<uint64_t>(batch), hidden, 64, kSpBs);
+  const uint64_t y_dims[3] = {static_cast<uint64_t>(hidden), static_cast<uint64_t>(batch), static_cast<uint64_t>(steps)};
+  const uint32_t y_box[3] = {kSpBs, 64, 1};
+  const CUtensorMap map_y = encode_map(y.data_ptr(), dt, 3, y_dims, y_box);
+  const CUtensorMap map_w = tensor_map(wh.data_ptr(), dt, static_cast<uint64_t>(layout->nnz()) * kSpBs, kSpBs, kSpBs, kSpBs);
+  unsigned* counter = static_cast<unsigned*>(allocate(256, device));
+  TS_CUDA_CHECK(cudaMemsetAsync(counter, 0, 256, stream));
+  SparseArgs a = {};
+  a.steps = static_cast<int>(steps);
+  a.batch = static_cast<int>(batch);
+  a.hidden = static_cast<int>(hidden);
+  a.q = static_cast<int>(hidden / kSpBs);
+  a.forget_bias = static_cast<float>(forget_bias);
+  a.col_ptr = tables.col_ptr;
+  a.col_blocks = tables.col_blocks;
+  a.block_row = tables.block_row;
+  a.gx = gx.data_ptr();
+  a.bias = bias.defined() ? bias.data_ptr() : nullptr;
+  a.c0 = c0.data_ptr();
+  a.y = y.data_ptr();
+  a.h_last = hT.data_ptr();
+  a.c_last = cT.data_ptr();
+  a.gates = static_cast<float*>(gates.data_ptr());
+  a.cells = static_cast<float*>(cells.data_ptr());
+  a.counter = counter;
+  constexpr auto kernel = &lstm_wgmma_sparse_forward_kernel<T>;
+  TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  cudaLaunchAttribute attrs[2];
+  const cudaLaunchConfig_t cfg =
+      wgmma_launch_config(static_cast<int>(hidden / kSpBs), kSpThreads, smem, stream, 1, true, attrs);
+  const cudaError_t launched = cudaLaunchKernelEx(&cfg, kernel, map_h0, map_y, map_w, a, most);
+  deallocate(counter, 256, device);  // stream-ordered: freed after the kernel
+  TS_CUDA_CHECK(launched);
+  TS_CUDA_LAUNCH_CHECK("lstm_recurrence (wgmma, block-sparse)");
+  g_sparse_launches.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace
+}  // namespace sm90
+
+std::string wgmma_sparse_forward_unfit(int device, DType dtype, int64_t batch, int64_t hidden,
+                                       const LayoutPtr& layout) {
+  if (!layout) return "block-sparse layers only";
+  if (layout->block_size() != sm90::kSpBs) return "blocks of 32 only";
+  if (layout->in_features() != hidden || layout->out_features() != 4 * hidden) return "W_h must be [H, 4H]";
+  if (dtype != DType::bf16 && dtype != DType::f16) return "bf16 or f16 only";
+  if (batch < 1 || batch > 64) return "batch 1 to 64 only";
+  if (!sm90::device_ok(device)) return "compute capability 9.0 only";
+  // the gate layout: every gate's column c lists the block rows of gate i's column c
+  const int64_t q = hidden / sm90::kSpBs;
+  const std::vector<int32_t>& cp = layout->col_ptr();
+  const std::vector<int32_t>& cb = layout->col_blocks();
+  const std::vector<int32_t>& br = layout->block_row();
+  for (int64_t c = 0; c < q; ++c)
+    for (int64_t g = 1; g < 4; ++g) {
+      if (cp[g * q + c + 1] - cp[g * q + c] != cp[c + 1] - cp[c]) return "not nn::LSTM's gate layout";
+      for (int32_t i = 0; i < cp[c + 1] - cp[c]; ++i)
+        if (br[cb[cp[g * q + c] + i]] != br[cb[cp[c] + i]]) return "not nn::LSTM's gate layout";
+    }
+  const int most = sm90::max_entries(*layout);
+  if (most > sm90::kSpMaxEntries) return "a group's block rows pass 32";
+  int optin = 0;
+  TS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (sm90::sparse_smem_bytes(most) > static_cast<size_t>(optin)) return "a group's W tiles pass shared memory";
+  const size_t smem = sm90::sparse_smem_bytes(most);
+  const int resident = dtype == DType::bf16
+                           ? sm90::resident_blocks(sm90::lstm_wgmma_sparse_forward_kernel<__nv_bfloat16>, device,
+                                                   sm90::kSpThreads, smem, 1)
+                           : sm90::resident_blocks(sm90::lstm_wgmma_sparse_forward_kernel<__half>, device,
+                                                   sm90::kSpThreads, smem, 1);
+  if (resident < q) return "more groups of 32 units than resident blocks";
+  return "";
+}
+
+void wgmma_sparse_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh, const Tensor& bias,
+                          const LayoutPtr& layout, double forget_bias, const Tensor& y, const Tensor& hT,
+                          const Tensor& cT, const Tensor& gates, const Tensor& cells) {
+  if (gx.dtype() == DType::bf16) {
+    sm90::launch_sparse<__nv_bfloat16>(gx, h0, c0, wh, bias, layout, forget_bias, y, hT, cT, gates, cells);
+  } else {
+    sm90::launch_sparse<__half>(gx, h0, c0, wh, bias, layout, forget_bias, y, hT, cT, gates, cells);
+  }
+}
+
+uint64_t wgmma_sparse_forward_launch_count() { return sm90::g_sparse_launches.load(std::memory_order_relaxed); }
+
+}  // namespace cuda
+}  // namespace tessera
