@@ -98,16 +98,15 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
     return;
   }
 
-  // the consumers: rows r[hh] = 16·warp + wq + 8·hh, units u and u + 1
-  const int B = p.batch, H = p.hidden, wq = lane / 4, q = lane % 4, u = g * kBwdUnits + 2 * q;
+  // the consumers: rows r[hh] = 16·warp + lane / 4 + 8·hh, units u and u + 1
+  const int B = p.batch, H = p.hidden, q = lane % 4, u = g * kBwdUnits + 2 * q;
   const int64_t G4 = 4 * static_cast<int64_t>(H);
   int rows[2];
   bool live[2];
+  consumer_rows(warp, lane, B, rows, live);
   float dcc[2][2];  // the carried dc of (row, unit), from dc_T
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
-    rows[hh] = 16 * warp + wq + 8 * hh;
-    live[hh] = rows[hh] < B;
     const float2 d = live[hh] ? load_pair(static_cast<const T*>(p.dc_last) + static_cast<int64_t>(rows[hh]) * H + u)
                               : make_float2(0.f, 0.f);
     dcc[hh][0] = d.x;

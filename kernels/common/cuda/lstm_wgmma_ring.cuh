@@ -152,6 +152,16 @@ __device__ __forceinline__ void arrive_grid(unsigned* counter) {
   }
 }
 
+/// A consumer thread's two rows of the m64 tile (wgmma's accumulator layout: warp w, lane
+/// 4·wq + q holds rows 16w + wq and 16w + wq + 8), and whether each is one of the batch's.
+__device__ __forceinline__ void consumer_rows(int warp, int lane, int batch, int (&rows)[2], bool (&live)[2]) {
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    rows[hh] = 16 * warp + lane / 4 + 8 * hh;
+    live[hh] = rows[hh] < batch;
+  }
+}
+
 /// A consumer warp gives a ring stage back: an arrival on its empty barrier in this block, or in
 /// every block of the cluster (whose producers may all write the stage by multicast).
 template <int kCluster>

@@ -116,16 +116,12 @@ __global__ void __launch_bounds__(kSpThreads, 1)
     return;
   }
 
-  // the consumers: rows r[hh] = 16·warp + wq + 8·hh; in each gate the units 32c + 8o + 2q (+ 1)
-  const int B = p.batch, H = p.hidden, wq = lane / 4, q = lane % 4, u0 = c * kSpBs + 2 * q;
+  // the consumers: rows r[hh] = 16·warp + lane / 4 + 8·hh; in each gate the units 32c + 8o + 2q (+ 1)
+  const int B = p.batch, H = p.hidden, q = lane % 4, u0 = c * kSpBs + 2 * q;
   const int64_t G4 = 4 * static_cast<int64_t>(H);
   int rows[2];
   bool live[2];
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    rows[hh] = 16 * warp + wq + 8 * hh;
-    live[hh] = rows[hh] < B;
-  }
+  consumer_rows(warp, lane, B, rows, live);
   float cst[2][4][2];  // the cell of (row hh, unit 8o + 2q + e)
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh)
