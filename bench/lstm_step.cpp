@@ -337,10 +337,14 @@ void bench_recurrence_ops(BenchReport& report, Timer& timer, const Options& o, D
     return std::function<void()>([=] { with_env_value(name, value, [&] { fn(); return 0; }); });
   };
 #ifdef TESSERA_WITH_CUDA
-  // the block-sparse forward on wgmma (TESSERA_LSTM_WGMMA=1), where this GPU and build have it
+  // the block-sparse recurrence on wgmma (TESSERA_LSTM_WGMMA=1), where this GPU and build have it
   if (layout && dev.is_cuda() && cuda::wgmma_sparse_forward_unfit(dev.index, dt, b, hidden, layout).empty()) {
     fns.push_back(with_env("TESSERA_LSTM_WGMMA", "1", forward));
     names.push_back("recurrence fwd, wgmma");
+  }
+  if (layout && dev.is_cuda() && cuda::wgmma_sparse_backward_unfit(dev.index, dt, b, hidden, layout).empty()) {
+    fns.push_back(with_env("TESSERA_LSTM_WGMMA", "1", backward));
+    names.push_back("recurrence bwd, wgmma");
   }
 #endif
   if (!layout && dev.is_cuda()) {
@@ -424,7 +428,8 @@ void bench_step_floor(BenchReport& report, Timer& timer, const Options& o,
                                      {"backward H1024, K 2048", [&] { cuda::wgmma_step_floor(dpre, w, 2048, true); }}};
     for (int cluster : {2, 4}) {
       const std::string c = ", multicast in clusters of " + std::to_string(cluster);
-      variants.push_back({"forward H1024, K 1024" + c, [&, cluster] { cuda::wgmma_step_floor(h, wt, 1024, false, cluster); }});
+      variants.push_back(
+          {"forward H1024, K 1024" + c, [&, cluster] { cuda::wgmma_step_floor(h, wt, 1024, false, cluster); }});
       variants.push_back(
           {"backward H1024, K 4096" + c, [&, cluster] { cuda::wgmma_step_floor(dpre, w, 4096, true, cluster); }});
     }

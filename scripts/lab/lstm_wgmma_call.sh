@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# device call (issue 16): the dense recurrence on wgmma (kernels/common/cuda/lstm_wgmma_forward.cu,
-# lstm_wgmma_backward.cu) and the step floor (lstm_wgmma_floor.cu) beside the production kernels,
+# device call (issue 16): the recurrence on wgmma (kernels/common/cuda/lstm_wgmma_{forward,backward,
+# sparse_forward,sparse_backward}.cu) and the step floor (lstm_wgmma_floor.cu) beside the production kernels,
 # from the bundle build-gpu/lab.tar.xz (carry it; BUNDLE= another; targets gpu_tests lstm_step
 # train_lstm). About 3 minutes:
-#   1. the recurrence GPU tests: WgmmaKernelsMatchTheCpu (both wgmma kernels against the CPU,
-#      clusters of 1, 2, 4), WgmmaSparseForwardMatchesTheCpu, WgmmaStepFloorComputesItsSteps (the lab; a hang in either would be the
-#      split grid barrier or the multicast ring: the timeout ends it) and the production ones;
+#   1. the recurrence GPU tests: WgmmaKernelsMatchTheCpu (both dense wgmma kernels against the
+#      CPU, clusters of 1, 2, 4), WgmmaSparseKernelsMatchTheCpu (the block-sparse ones),
+#      WgmmaStepFloorComputesItsSteps (the lab; a hang in any would be the split grid barrier or
+#      the multicast ring: the timeout ends it) and the production ones;
 #   2. lstm_step on dense H 1024 and the sparse H 4096 layer: the compiled layers, the production
 #      recurrence's µs per step, rows "recurrence fwd / bwd, wgmma, clusters of N", and the floor's
 #      rows "step floor: wgmma forward / backward" with and without multicast (µs per step, against
@@ -26,11 +27,11 @@ echo "== lstm_step at $(( $(date +%s) - t0 )) s"
 timeout 200 dist/run lstm_step --hidden 1024 --dtypes bf16 --repeats 5 --warmup 1 --sparse 4096:0.0625:32 \
   --json $O/lstm_step.json >$O/lstm_step.log 2>&1
 grep -E "graph|recurrence|floor|not run" $O/lstm_step.log | cut -c1-150 | head -40
-echo "== lstm_step, dense H1024 and sparse H4096 with the wgmma kernels (TESSERA_LSTM_WGMMA=1) at $(( $(date +%s) - t0 )) s"
+echo "== lstm_step, dense H1024, sparse H4096, TESSERA_LSTM_WGMMA=1, at $(( $(date +%s) - t0 )) s"
 TESSERA_LSTM_WGMMA=1 timeout 150 dist/run lstm_step --hidden 1024 --dtypes bf16 --repeats 5 --warmup 1 \
   --sparse 4096:0.0625:32 --json $O/lstm_step_wgmma.json >$O/lstm_step_wgmma.log 2>&1
 grep -E "graph|recurrence" $O/lstm_step_wgmma.log | cut -c1-150 | head -30
-echo "== train_lstm tokens/s (tinyshakespeare, bf16, B 64, T 256, 400 steps; the last log line) at $(( $(date +%s) - t0 )) s"
+echo "== train_lstm tokens/s (tinyshakespeare, bf16, B 64, T 256, 400 steps) at $(( $(date +%s) - t0 )) s"
 tl() {  # NAME ENV... -- FLAGS...: one short run, its last logged rate
   local name=$1; shift; local envs=(); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
   env "${envs[@]}" timeout 120 dist/run train_lstm --device cuda --dtype bf16 --batch 64 --seq 256 --steps 400 \

@@ -400,7 +400,8 @@ TEST(LstmRecurrenceGpu, WgmmaKernelsMatchTheCpu) {
   }
   const int dev = kGpu.index;
   EXPECT_EQ(cuda::wgmma_forward_unfit(dev, DType::bf16, 64, 1024, nullptr), "");
-  EXPECT_EQ(cuda::wgmma_forward_unfit(dev, DType::bf16, 64, 1024, gate_layout(1024, 32, 0.0625, 5)), "dense layers only");
+  EXPECT_EQ(cuda::wgmma_forward_unfit(dev, DType::bf16, 64, 1024, gate_layout(1024, 32, 0.0625, 5)),
+            "dense layers only");
   EXPECT_EQ(cuda::wgmma_forward_unfit(dev, DType::f32, 64, 1024, nullptr), "bf16 or f16 only");
   EXPECT_EQ(cuda::wgmma_forward_unfit(dev, DType::bf16, 65, 1024, nullptr), "batch 1 to 64 only");
   EXPECT_EQ(cuda::wgmma_forward_unfit(dev, DType::bf16, 64, 96, nullptr), "hidden a multiple of 64 only");
@@ -425,20 +426,20 @@ TEST(LstmRecurrenceGpu, WgmmaKernelsMatchTheCpu) {
       {"TESSERA_LSTM_WGMMA", "'yes'"});
 }
 
-// The block-sparse forward on wgmma (TESSERA_LSTM_WGMMA=1, lstm_wgmma_sparse_forward.cu; blocks of
-// 32 under nn::LSTM's gate layout; the backward stays the production kernel's, fed by its saved
-// gates and cells): the production checks against the CPU, batch 1, 7 and 64, bf16 and f16, with
-// and without a bias, densities 0.25 and 0.5 at H 256 (groups with no block rows among them, at
-// some seeds) and the issue's layer (H 4096 at 1/16); every case must have launched it. What it
-// does not take is named.
-TEST(LstmRecurrenceGpu, WgmmaSparseForwardMatchesTheCpu) {
+// The block-sparse recurrence on wgmma (TESSERA_LSTM_WGMMA=1: lstm_wgmma_sparse_forward.cu, blocks
+// of 32 under nn::LSTM's gate layout, and lstm_wgmma_sparse_backward.cu): the production checks
+// against the CPU, batch 1, 7 and 64, bf16 and f16, with and without a bias, densities 0.25 and
+// 0.5 at H 256 (groups with no block rows among them, at some seeds) and the issue's layer (H 4096
+// at 1/16); every case must have launched both. What they do not take is named.
+TEST(LstmRecurrenceGpu, WgmmaSparseKernelsMatchTheCpu) {
   REQUIRE_GPU();
   if (!sm90_here()) GTEST_SKIP() << "the wgmma recurrence needs an sm_90a build on a GPU of compute 9.0";
   const ScopedEnv on("TESSERA_LSTM_WGMMA", "1");
   auto check = [](const Case& k, DType dt) {
-    const uint64_t before = cuda::wgmma_sparse_forward_launch_count();
+    const uint64_t fwd = cuda::wgmma_sparse_forward_launch_count(), bwd = cuda::wgmma_sparse_backward_launch_count();
     check_case(k, dt);
-    EXPECT_GT(cuda::wgmma_sparse_forward_launch_count(), before) << "not launched: " << label(k, dt);
+    EXPECT_GT(cuda::wgmma_sparse_forward_launch_count(), fwd) << "forward not launched: " << label(k, dt);
+    EXPECT_GT(cuda::wgmma_sparse_backward_launch_count(), bwd) << "backward not launched: " << label(k, dt);
   };
   for (int64_t b : {1, 7, 64}) check({6, b, 256, 32, 0.25}, DType::bf16);
   check({6, 7, 256, 32, 0.25, /*bias=*/false}, DType::bf16);
@@ -453,6 +454,11 @@ TEST(LstmRecurrenceGpu, WgmmaSparseForwardMatchesTheCpu) {
             "not nn::LSTM's gate layout");
   EXPECT_EQ(cuda::wgmma_sparse_forward_unfit(dev, DType::bf16, 64, 8192, gate_layout(8192, 32, 0.0625, 5)),
             "more groups of 32 units than resident blocks");
+  EXPECT_EQ(cuda::wgmma_sparse_backward_unfit(dev, DType::bf16, 64, 4096, gate_layout(4096, 32, 0.0625, 5)), "");
+  EXPECT_EQ(cuda::wgmma_sparse_backward_unfit(dev, DType::bf16, 64, 512, gate_layout(512, 16, 0.25, 5)),
+            "blocks of 32 only");
+  EXPECT_EQ(cuda::wgmma_sparse_backward_unfit(dev, DType::bf16, 64, 8192, gate_layout(8192, 32, 0.0625, 5)),
+            "more block rows than resident blocks");
 }
 
 // The issue-16 lab kernels (cuda::wgmma_step_floor, lstm_wgmma_floor.cu: dense H 1024 steps

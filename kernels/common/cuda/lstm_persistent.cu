@@ -1103,9 +1103,12 @@ void recurrence_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT,
   require_fits(plan, "lstm_recurrence_backward");
   // the dense backward on wgmma where asked for and where it fits (its TMA maps need dpre and
   // W_h at 16-byte addresses)
-  if (wgmma_forward_wanted() && aligned16(dpre) && aligned16(wh))
+  if (wgmma_forward_wanted() && aligned16(dpre) && aligned16(wh)) {
     if (const int cluster = wgmma_cluster(device, dy.dtype(), batch, hidden, layout, true); cluster > 0)
       return wgmma_backward(cluster, dy, dhT, dcT, gates, cells, c0, wh, dpre, dh0, dc0);
+    if (layout && wgmma_sparse_backward_unfit(device, dy.dtype(), batch, hidden, layout).empty())
+      return wgmma_sparse_backward(dy, dhT, dcT, gates, cells, c0, wh, layout, dpre, dh0, dc0);
+  }
   Params p = base_params(wh, layout, plan, steps, batch, hidden);
   p.dy = dy.data_ptr();
   p.dh_last = dhT.data_ptr();
@@ -1196,6 +1199,16 @@ void wgmma_sparse_forward(const Tensor&, const Tensor&, const Tensor&, const Ten
   TS_CHECK(built, NotImplementedError, "lstm_recurrence (wgmma, block-sparse): this build has no code for sm_90a");
 }
 uint64_t wgmma_sparse_forward_launch_count() { return 0; }
+std::string wgmma_sparse_backward_unfit(int, DType, int64_t, int64_t, const LayoutPtr&) {
+  return "this build has no code for compute capability 9.0 (sm_90a)";
+}
+void wgmma_sparse_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                           const Tensor&, const LayoutPtr&, const Tensor&, const Tensor&, const Tensor&) {
+  const bool built = false;
+  TS_CHECK(built, NotImplementedError,
+           "lstm_recurrence_backward (wgmma, block-sparse): this build has no code for sm_90a");
+}
+uint64_t wgmma_sparse_backward_launch_count() { return 0; }
 #endif
 
 }  // namespace cuda

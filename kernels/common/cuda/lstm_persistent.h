@@ -61,6 +61,16 @@ void wgmma_sparse_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, 
                           const Tensor& cT, const Tensor& gates, const Tensor& cells);
 uint64_t wgmma_sparse_forward_launch_count();
 
+/// The block-sparse backward on wgmma (lstm_wgmma_sparse_backward.cu), under TESSERA_LSTM_WGMMA=1
+/// for W_h [H, 4H] in blocks of 32 whose block rows all fit (one row of 32 units per resident
+/// block, at most 96 blocks a row). wgmma_sparse_backward_unfit says why not.
+std::string wgmma_sparse_backward_unfit(int device, DType dtype, int64_t batch, int64_t hidden,
+                                        const LayoutPtr& layout);
+void wgmma_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT, const Tensor& gates,
+                           const Tensor& cells, const Tensor& c0, const Tensor& wh, const LayoutPtr& layout,
+                           const Tensor& dpre, const Tensor& dh0, const Tensor& dc0);
+uint64_t wgmma_sparse_backward_launch_count();
+
 /// lstm_recurrence_backward on the GPU: outputs dpre [T, B, 4H], dh0, dc0 [B, H].
 void recurrence_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT, const Tensor& gates,
                          const Tensor& cells, const Tensor& c0, const Tensor& wh, const LayoutPtr& layout,

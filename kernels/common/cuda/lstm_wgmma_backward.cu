@@ -39,8 +39,8 @@ namespace cuda {
 namespace sm90 {
 namespace {
 
-constexpr int kBwdUnits = 8;               // hidden units of a block: the product's columns
-constexpr int kBwdThreads = 160;           // the consumer warpgroup, the producer warp
+constexpr int kBwdUnits = 8;                  // hidden units of a block: the product's columns
+constexpr int kBwdThreads = 160;              // the consumer warpgroup, the producer warp
 constexpr int kBwdWBox = kBwdUnits * 64 * 2;  // a W box [8, 64]
 
 std::atomic<uint64_t> g_bwd_launches{0};
@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
                                const BackwardArgs p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
-  const int boxes = 4 * p.hidden / 64;  // K = 4H
+  const int boxes = 4 * p.hidden / 64;                             // K = 4H
   const RingSmem m = carve_ring_smem(smem_raw, boxes * kBwdWBox);  // W: boxes × [8, 64]
   uint8_t *w_s = m.w, *ring = m.ring;
   uint64_t *full = m.full, *empty = m.empty, *w_bar = m.w_bar;
@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
       for (int k = 0; k < boxes; ++k) tma_load_2d(w_s + k * kBwdWBox, &map_w, w_bar, k * 64, g * kBwdUnits);
       for (int ph = 1, n = 0; ph <= steps; ++ph, n += boxes) {
         wait_count(p.counter, static_cast<unsigned>(ph) * gridDim.x);  // every block's dpre_{T − ph}
-        fence_proxy_async_global();  // those generic stores before these TMA reads
+        fence_proxy_async_global();                                    // those generic stores before these TMA reads
         for (int k = 0; k < boxes; ++k) {
           const int s = (n + k) % kWgmmaRing;
           mbar_wait(&empty[s], (((n + k) / kWgmmaRing) & 1) ^ 1);  // free in every block of the cluster
@@ -232,9 +232,9 @@ void launch_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT, con
 }
 
 template <class T>
-void launch_backward_clustered(int cluster, const Tensor& dy, const Tensor& dhT, const Tensor& dcT,
-                               const Tensor& gates, const Tensor& cells, const Tensor& c0, const Tensor& wh,
-                               const Tensor& dpre, const Tensor& dh0, const Tensor& dc0) {
+void launch_backward_clustered(int cluster, const Tensor& dy, const Tensor& dhT, const Tensor& dcT, const Tensor& gates,
+                               const Tensor& cells, const Tensor& c0, const Tensor& wh, const Tensor& dpre,
+                               const Tensor& dh0, const Tensor& dc0) {
   switch (cluster) {
     case 1: return launch_backward<T, 1>(dy, dhT, dcT, gates, cells, c0, wh, dpre, dh0, dc0);
     case 2: return launch_backward<T, 2>(dy, dhT, dcT, gates, cells, c0, wh, dpre, dh0, dc0);
@@ -249,7 +249,8 @@ void launch_backward_clustered(int cluster, const Tensor& dy, const Tensor& dhT,
 namespace sm90 {
 int backward_resident_blocks(int device, DType dtype, int64_t hidden, int cluster) {
   const size_t smem = wgmma_smem_bytes(hidden);
-  return dtype == DType::bf16 ? resident<__nv_bfloat16>(device, smem, cluster) : resident<__half>(device, smem, cluster);
+  return dtype == DType::bf16 ? resident<__nv_bfloat16>(device, smem, cluster)
+                              : resident<__half>(device, smem, cluster);
 }
 }  // namespace sm90
 

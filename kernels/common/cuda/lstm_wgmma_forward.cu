@@ -44,28 +44,27 @@ namespace cuda {
 namespace sm90 {
 namespace {
 
-constexpr int kUnits = 8;                  // hidden units of a block
-constexpr int kCols = 4 * kUnits;          // the block's product columns: 4 gates × 8 units
-constexpr int kFwdThreads = 160;           // the consumer warpgroup, the producer warp
-constexpr int kRing = kWgmmaRing;          // operand stages
-constexpr int kABox = kWgmmaABox;          // an operand box [64 rows, 64 K] of 2-byte elements
-constexpr int kWBox = kCols * 64 * 2;      // a W box [32, 64]
-constexpr int kMaxBatch = 64;              // one m64 tile of rows
-
+constexpr int kUnits = 8;              // hidden units of a block
+constexpr int kCols = 4 * kUnits;      // the block's product columns: 4 gates × 8 units
+constexpr int kFwdThreads = 160;       // the consumer warpgroup, the producer warp
+constexpr int kRing = kWgmmaRing;      // operand stages
+constexpr int kABox = kWgmmaABox;      // an operand box [64 rows, 64 K] of 2-byte elements
+constexpr int kWBox = kCols * 64 * 2;  // a W box [32, 64]
+constexpr int kMaxBatch = 64;          // one m64 tile of rows
 
 std::atomic<uint64_t> g_launches{0};
 
 struct ForwardArgs {
   int steps, batch, hidden;
   float forget_bias;
-  const void* gx;    // [T, B, 4H]
-  const void* bias;  // [4H] or null
-  const void* c0;    // [B, H]
-  void* y;           // [T, B, H]
-  void* h_last;      // [B, H]
-  void* c_last;      // [B, H]
-  float* gates;      // [T, B, 4H]
-  float* cells;      // [T, B, H]
+  const void* gx;     // [T, B, 4H]
+  const void* bias;   // [4H] or null
+  const void* c0;     // [B, H]
+  void* y;            // [T, B, H]
+  void* h_last;       // [B, H]
+  void* c_last;       // [B, H]
+  float* gates;       // [T, B, 4H]
+  float* cells;       // [T, B, H]
   unsigned* counter;  // zeroed: the grid's arrivals
 };
 
@@ -132,8 +131,8 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
   float c[2][2];
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
-    const float2 c0 =
-        live[hh] ? load_pair(static_cast<const T*>(p.c0) + static_cast<int64_t>(rows[hh]) * H + u) : make_float2(0.f, 0.f);
+    const float2 c0 = live[hh] ? load_pair(static_cast<const T*>(p.c0) + static_cast<int64_t>(rows[hh]) * H + u)
+                               : make_float2(0.f, 0.f);
     c[hh][0] = c0.x;
     c[hh][1] = c0.y;
   }
@@ -171,8 +170,8 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
         cell[e] = c[hh][e];
         h[e] = gate[2][e] * tanh_fast(c[hh][e]);
       }
-      const int64_t hb = static_cast<int64_t>(rows[hh]) * H + u;                 // [B, H] index
-      const int64_t th = static_cast<int64_t>(t) * B * H + hb;                   // [T, B, H] index
+      const int64_t hb = static_cast<int64_t>(rows[hh]) * H + u;  // [B, H] index
+      const int64_t th = static_cast<int64_t>(t) * B * H + hb;    // [T, B, H] index
       store_pair(static_cast<T*>(p.y) + th, h[0], h[1]);
       *reinterpret_cast<float2*>(p.cells + th) = make_float2(cell[0], cell[1]);
       float* gt = p.gates + (static_cast<int64_t>(t) * B + rows[hh]) * G4 + u;
@@ -229,12 +228,13 @@ void launch(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& 
   const size_t smem = wgmma_smem_bytes(hidden);
   const size_t wt_bytes = static_cast<size_t>(4 * hidden * hidden) * 2;
   void* wt = allocate(wt_bytes, device);
-  permute_transpose_kernel<T><<<dim3(static_cast<unsigned>(4 * hidden / 32), static_cast<unsigned>(hidden / 32)),
-                                dim3(32, 8), 0, stream>>>(static_cast<const T*>(wh.data_ptr()), static_cast<T*>(wt),
-                                                          static_cast<int>(hidden));
+  permute_transpose_kernel<T>
+      <<<dim3(static_cast<unsigned>(4 * hidden / 32), static_cast<unsigned>(hidden / 32)), dim3(32, 8), 0, stream>>>(
+          static_cast<const T*>(wh.data_ptr()), static_cast<T*>(wt), static_cast<int>(hidden));
   TS_CUDA_LAUNCH_CHECK("lstm_recurrence (wgmma): W_h's permuted transpose");
   const CUtensorMap map_h0 = tensor_map(h0.data_ptr(), dt, static_cast<uint64_t>(batch), hidden, 64, 64);
-  const uint64_t y_dims[3] = {static_cast<uint64_t>(hidden), static_cast<uint64_t>(batch), static_cast<uint64_t>(steps)};
+  const uint64_t y_dims[3] = {static_cast<uint64_t>(hidden), static_cast<uint64_t>(batch),
+                              static_cast<uint64_t>(steps)};
   const uint32_t y_box[3] = {64, 64, 1};
   const CUtensorMap map_y = encode_map(y.data_ptr(), dt, 3, y_dims, y_box);
   const CUtensorMap map_w = tensor_map(wt, dt, static_cast<uint64_t>(4 * hidden), hidden, kCols, 64);
@@ -282,7 +282,8 @@ namespace sm90 {
 // How many of the forward kernel's blocks can be resident at once in clusters of `cluster`.
 int forward_resident_blocks(int device, DType dtype, int64_t hidden, int cluster) {
   const size_t smem = wgmma_smem_bytes(hidden);
-  return dtype == DType::bf16 ? resident<__nv_bfloat16>(device, smem, cluster) : resident<__half>(device, smem, cluster);
+  return dtype == DType::bf16 ? resident<__nv_bfloat16>(device, smem, cluster)
+                              : resident<__half>(device, smem, cluster);
 }
 }  // namespace sm90
 

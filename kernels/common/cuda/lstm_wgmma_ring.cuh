@@ -9,16 +9,16 @@
 
 #include "core/cuda/check.cuh"
 #include "core/dtype.h"
-#include "kernels/common/cuda/dtype.cuh"
 #include "kernels/common/cuda/bsmm_sm90_common.cuh"
+#include "kernels/common/cuda/dtype.cuh"
 #include "kernels/common/cuda/wgmma_sm90.cuh"
 
 namespace tessera {
 namespace cuda {
 namespace sm90 {
 
-constexpr int kWgmmaRing = 8;                // operand stages
-constexpr int kWgmmaABox = 64 * 64 * 2;      // an operand box [64 rows, 64 K] of 2-byte elements
+constexpr int kWgmmaRing = 8;            // operand stages
+constexpr int kWgmmaABox = 64 * 64 * 2;  // an operand box [64 rows, 64 K] of 2-byte elements
 
 /// The dynamic shared memory of either recurrence kernel at hidden H (lstm_wgmma_forward.cu,
 /// lstm_wgmma_backward.cu): W's slice (forward [32, H], backward [8, 4H]: 64·H bytes either way),

@@ -37,13 +37,13 @@ namespace cuda {
 namespace sm90 {
 namespace {
 
-constexpr int kSpBs = 32;                    // the block size it takes
-constexpr int kSpCols = 4 * kSpBs;           // the product's columns: 4 gates × 32 units
-constexpr int kSpThreads = 160;              // the consumer warpgroup, the producer warp
-constexpr int kSpABox = 64 * kSpBs * 2;      // an operand box [64 rows, 32 K]
+constexpr int kSpBs = 32;                     // the block size it takes
+constexpr int kSpCols = 4 * kSpBs;            // the product's columns: 4 gates × 32 units
+constexpr int kSpThreads = 160;               // the consumer warpgroup, the producer warp
+constexpr int kSpABox = 64 * kSpBs * 2;       // an operand box [64 rows, 32 K]
 constexpr int kSpWBlock = kSpBs * kSpBs * 2;  // one W block [32, 32]
-constexpr int kSpWTile = 4 * kSpWBlock;      // an entry's tile: the four gates' blocks
-constexpr int kSpMaxEntries = 32;            // block rows of a group at most (the tables in shared memory)
+constexpr int kSpWTile = 4 * kSpWBlock;       // an entry's tile: the four gates' blocks
+constexpr int kSpMaxEntries = 32;             // block rows of a group at most (the tables in shared memory)
 
 // W's tiles, the ring of [64, 32] boxes, the barriers and the alignment, and the entry tables.
 size_t sparse_smem_bytes(int entries) {
@@ -55,7 +55,7 @@ std::atomic<uint64_t> g_sparse_launches{0};
 struct SparseArgs {
   int steps, batch, hidden, q;  // q = H / 32: block columns of a gate
   float forget_bias;
-  const int32_t* col_ptr;     // the gate layout's tables (layout_tables.h)
+  const int32_t* col_ptr;  // the gate layout's tables (layout_tables.h)
   const int32_t* col_blocks;
   const int32_t* block_row;
   const void* gx;    // [T, B, 4H]
@@ -64,14 +64,15 @@ struct SparseArgs {
   void* y;           // [T, B, H]
   void* h_last;
   void* c_last;
-  float* gates;      // [T, B, 4H]
-  float* cells;      // [T, B, H]
+  float* gates;  // [T, B, 4H]
+  float* cells;  // [T, B, H]
   unsigned* counter;
 };
 
 template <class T>
 __global__ void __launch_bounds__(kSpThreads, 1)
-    lstm_wgmma_sparse_forward_kernel(const __grid_constant__ CUtensorMap map_h0, const __grid_constant__ CUtensorMap map_y,
+    lstm_wgmma_sparse_forward_kernel(const __grid_constant__ CUtensorMap map_h0,
+                                     const __grid_constant__ CUtensorMap map_y,
                                      const __grid_constant__ CUtensorMap map_w, const SparseArgs p, int max_entries) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
@@ -81,7 +82,7 @@ __global__ void __launch_bounds__(kSpThreads, 1)
   uint8_t *w_s = m.w, *ring = m.ring;
   uint64_t *full = m.full, *empty = m.empty, *w_bar = m.w_bar;
   int32_t* rows_s = reinterpret_cast<int32_t*>(w_bar + 1);  // [entries]: r_i
-  int32_t* blk_s = rows_s + kSpMaxEntries;                   // [entries][4]: gate g's block of entry i
+  int32_t* blk_s = rows_s + kSpMaxEntries;                  // [entries][4]: gate g's block of entry i
   for (int i = threadIdx.x; i < entries; i += blockDim.x) {
     const int b0 = p.col_blocks[first + i];
     rows_s[i] = p.block_row[b0];
@@ -89,7 +90,7 @@ __global__ void __launch_bounds__(kSpThreads, 1)
     for (int g = 0; g < 4; ++g) blk_s[4 * i + g] = p.col_blocks[p.col_ptr[g * p.q + c] + i];
   }
   init_ring_barriers<1>(full, empty, w_bar);  // (its block barrier also publishes the tables)
-  if (warp == 4) {  // the producer: the W tiles once, then per step one box of h_t per entry
+  if (warp == 4) {                            // the producer: the W tiles once, then per step one box of h_t per entry
     if (lane == 0) {
       mbar_arrive_expect_tx(w_bar, entries * kSpWTile);
       for (int i = 0; i < entries; ++i)
@@ -127,16 +128,15 @@ __global__ void __launch_bounds__(kSpThreads, 1)
   for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
     for (int o = 0; o < 4; ++o) {
-      const float2 v = live[hh] ? load_pair(static_cast<const T*>(p.c0) + static_cast<int64_t>(rows[hh]) * H + u0 + 8 * o)
-                                : make_float2(0.f, 0.f);
+      const float2 v = live[hh]
+                           ? load_pair(static_cast<const T*>(p.c0) + static_cast<int64_t>(rows[hh]) * H + u0 + 8 * o)
+                           : make_float2(0.f, 0.f);
       cst[hh][o][0] = v.x;
       cst[hh][o][1] = v.y;
     }
   mbar_wait(w_bar, 0);
   // B of entry k, slice kk: the tile's K rows 16kk …, MN-major, the gates' blocks 2 KB apart
-  auto b_desc = [w_s](int k, int kk) {
-    return make_desc(w_s + k * kSpWTile + kk * 16 * 64, kSpWBlock, 8 * 64, 64);
-  };
+  auto b_desc = [w_s](int k, int kk) { return make_desc(w_s + k * kSpWTile + kk * 16 * 64, kSpWBlock, 8 * 64, 64); };
   for (int t = 0, n = 0; t < p.steps; ++t, n += entries) {
     float acc[kSpCols / 2];
     ring_product_with<T, kSpCols, 2, 1>(acc, ring, full, empty, n, entries, lane, b_desc, release_stage<1>);
@@ -153,7 +153,8 @@ __global__ void __launch_bounds__(kSpThreads, 1)
 #pragma unroll
         for (int g = 0; g < 4; ++g) {
           const float2 x = load_pair(gx + g * H + 8 * o);
-          const float2 b = p.bias ? load_pair(static_cast<const T*>(p.bias) + g * H + u0 + 8 * o) : make_float2(0.f, 0.f);
+          const float2 b =
+              p.bias ? load_pair(static_cast<const T*>(p.bias) + g * H + u0 + 8 * o) : make_float2(0.f, 0.f);
           const float fb = g == 1 ? p.forget_bias : 0.f;
           const int j = 4 * g + o;
           const float pre0 = (acc[4 * j + 2 * hh] + x.x) + (fb + b.x);
@@ -205,10 +206,12 @@ void launch_sparse(const Tensor& gx, const Tensor& h0, const Tensor& c0, const T
   const size_t smem = sparse_smem_bytes(most);
   const BlockTables tables = device_tables(layout, device);
   const CUtensorMap map_h0 = tensor_map(h0.data_ptr(), dt, static_cast<uint64_t>(batch), hidden, 64, kSpBs);
-  const uint64_t y_dims[3] = {static_cast<uint64_t>(hidden), static_cast<uint64_t>(batch), static_cast<uint64_t>(steps)};
+  const uint64_t y_dims[3] = {static_cast<uint64_t>(hidden), static_cast<uint64_t>(batch),
+                              static_cast<uint64_t>(steps)};
   const uint32_t y_box[3] = {kSpBs, 64, 1};
   const CUtensorMap map_y = encode_map(y.data_ptr(), dt, 3, y_dims, y_box);
-  const CUtensorMap map_w = tensor_map(wh.data_ptr(), dt, static_cast<uint64_t>(layout->nnz()) * kSpBs, kSpBs, kSpBs, kSpBs);
+  const CUtensorMap map_w =
+      tensor_map(wh.data_ptr(), dt, static_cast<uint64_t>(layout->nnz()) * kSpBs, kSpBs, kSpBs, kSpBs);
   unsigned* counter = static_cast<unsigned*>(allocate(256, device));
   TS_CUDA_CHECK(cudaMemsetAsync(counter, 0, 256, stream));
   SparseArgs a = {};
@@ -269,11 +272,11 @@ std::string wgmma_sparse_forward_unfit(int device, DType dtype, int64_t batch, i
   TS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   if (sm90::sparse_smem_bytes(most) > static_cast<size_t>(optin)) return "a group's W tiles pass shared memory";
   const size_t smem = sm90::sparse_smem_bytes(most);
-  const int resident = dtype == DType::bf16
-                           ? sm90::resident_blocks(sm90::lstm_wgmma_sparse_forward_kernel<__nv_bfloat16>, device,
-                                                   sm90::kSpThreads, smem, 1)
-                           : sm90::resident_blocks(sm90::lstm_wgmma_sparse_forward_kernel<__half>, device,
-                                                   sm90::kSpThreads, smem, 1);
+  const int resident =
+      dtype == DType::bf16
+          ? sm90::resident_blocks(sm90::lstm_wgmma_sparse_forward_kernel<__nv_bfloat16>, device, sm90::kSpThreads, smem,
+                                  1)
+          : sm90::resident_blocks(sm90::lstm_wgmma_sparse_forward_kernel<__half>, device, sm90::kSpThreads, smem, 1);
   if (resident < q) return "more groups of 32 units than resident blocks";
   return "";
 }

@@ -1,0 +1,278 @@
+// The block-sparse LSTM recurrence's backward through time on wgmma (issue 16; compute capability
+// 9.0, sm_90a): the production backward's inputs and outputs (lstm_persistent.h,
+// recurrence_backward) for W_h [H, 4H] in blocks of 32, batch B ≤ 64, bf16 or f16, one block row
+// per SM.
+//
+// One thread block per block row r of W_h (32 units of h; grid H / 32, a cooperative launch). Its
+// list holds the row's n_r blocks (indices row_ptr[r] …, block columns col_b across all four gates'
+// columns); it keeps each block resident as stored ([32 units, 32 columns] row-major: the K-major B
+// operand of dh = dpre·W_hᵀ, TMA boxes [32, 32], 64-byte swizzle), and per phase copies one box
+// [64, 32] of dpre_{t+1} per block (its columns col_b·32 …; a 3-D map over dpre [T, B, 4H], rows
+// B … 63 zero fill) through the ring:
+//   P [64, 32] = Σ_b dpre_{t+1}[:, col_b·32 …] · W_bᵀ     (m64n32k16 wgmmas, f32 accumulators)
+// then the production backward's gate-gradient arithmetic for the row's 32 units (as
+// lstm_wgmma_backward.cu: dh = (P + dy_t) (+ dh_T at ph 0), dc, dpre_t, dc carried, dc0, and
+// dh0 = P in the last phase). Thread (warp w, lane 4·wq + q) owns rows 16w + wq (+ 8) and the units
+// 32r + 8o + 2q (+ 1), o = 0 … 3 (accumulator column 8o + 2q + e). The split grid barrier orders
+// the phases. Each sum has a fixed order: the same inputs give the same bits.
+#include <cuda.h>
+
+#include <algorithm>
+#include <atomic>
+#include <string>
+
+#include "core/cuda/check.cuh"
+#include "core/cuda/runtime.h"
+#include "kernels/common/cuda/bsmm_sm90_common.cuh"
+#include "kernels/common/cuda/layout_tables.h"
+#include "kernels/common/cuda/lstm_gate_math.cuh"
+#include "kernels/common/cuda/lstm_persistent.h"
+#include "kernels/common/cuda/lstm_wgmma_ring.cuh"
+
+namespace tessera {
+namespace cuda {
+namespace sm90 {
+namespace {
+
+constexpr int kSbBs = 32;                     // the block size it takes
+constexpr int kSbThreads = 160;               // the consumer warpgroup, the producer warp
+constexpr int kSbABox = 64 * kSbBs * 2;       // an operand box [64 rows, 32 K]
+constexpr int kSbWBlock = kSbBs * kSbBs * 2;  // one W block [32, 32]
+constexpr int kSbMaxEntries = 96;             // blocks of a row at most (the table in shared memory)
+
+size_t sparse_bwd_smem_bytes(int entries) {
+  return static_cast<size_t>(entries) * kSbWBlock + kWgmmaRing * kSbABox + 2048 + kSbMaxEntries * 4;
+}
+
+std::atomic<uint64_t> g_sparse_bwd_launches{0};
+
+struct SparseBackwardArgs {
+  int steps, batch, hidden;
+  const int32_t* row_ptr;  // the layout's tables (layout_tables.h)
+  const int32_t* block_col;
+  const void* dy;       // [T, B, H]
+  const void* dh_last;  // [B, H]
+  const void* dc_last;  // [B, H]
+  const float* gates;   // [T, B, 4H]
+  const float* cells;   // [T, B, H]
+  const void* c0;       // [B, H]
+  void* dpre;           // [T, B, 4H]
+  void* dh0;            // [B, H]
+  void* dc0;            // [B, H]
+  unsigned* counter;
+};
+
+template <class T>
+__global__ void __launch_bounds__(kSbThreads, 1)
+    lstm_wgmma_sparse_backward_kernel(const __grid_constant__ CUtensorMap map_dpre,
+                                      const __grid_constant__ CUtensorMap map_w, const SparseBackwardArgs p,
+                                      int max_entries) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t smem_raw[];
+  const int r = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int first = p.row_ptr[r], entries = p.row_ptr[r + 1] - first;
+  const RingSmem m = carve_ring_smem(smem_raw, max_entries * kSbWBlock, kSbABox);
+  uint8_t *w_s = m.w, *ring = m.ring;
+  uint64_t *full = m.full, *empty = m.empty, *w_bar = m.w_bar;
+  int32_t* cols_s = reinterpret_cast<int32_t*>(w_bar + 1);  // [entries]: block column of entry i
+  for (int i = threadIdx.x; i < entries; i += blockDim.x) cols_s[i] = p.block_col[first + i];
+  init_ring_barriers<1>(full, empty, w_bar);  // (its block barrier also publishes the table)
+  const int steps = p.steps;
+  if (warp == 4) {  // the producer: the row's blocks once, then per phase ph ≥ 1 the boxes of dpre_{T − ph}
+    if (lane == 0) {
+      mbar_arrive_expect_tx(w_bar, entries * kSbWBlock);
+      for (int i = 0; i < entries; ++i) tma_load_2d(w_s + i * kSbWBlock, &map_w, w_bar, 0, (first + i) * kSbBs);
+      for (int ph = 1, n = 0; ph <= steps; ++ph, n += entries) {
+        wait_count(p.counter, static_cast<unsigned>(ph) * gridDim.x);  // every block's dpre_{T − ph}
+        fence_proxy_async_global();                                    // those generic stores before these TMA reads
+        for (int i = 0; i < entries; ++i) {
+          const int s = (n + i) % kWgmmaRing;
+          mbar_wait(&empty[s], (((n + i) / kWgmmaRing) & 1) ^ 1);
+          mbar_arrive_expect_tx(&full[s], kSbABox);
+          tma_load_3d(ring + s * kSbABox, &map_dpre, &full[s], cols_s[i] * kSbBs, 0, steps - ph);
+        }
+      }
+    }
+    return;
+  }
+
+  // the consumers: rows r[hh] = 16·warp + lane / 4 + 8·hh; the units 32r + 8o + 2q (+ 1)
+  const int B = p.batch, H = p.hidden, q = lane % 4, u0 = r * kSbBs + 2 * q;
+  const int64_t G4 = 4 * static_cast<int64_t>(H);
+  int rows[2];
+  bool live[2];
+  consumer_rows(warp, lane, B, rows, live);
+  float dcc[2][4][2];  // the carried dc of (row hh, unit 8o + 2q + e), from dc_T
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+    for (int o = 0; o < 4; ++o) {
+      const float2 d =
+          live[hh] ? load_pair(static_cast<const T*>(p.dc_last) + static_cast<int64_t>(rows[hh]) * H + u0 + 8 * o)
+                   : make_float2(0.f, 0.f);
+      dcc[hh][o][0] = d.x;
+      dcc[hh][o][1] = d.y;
+    }
+  mbar_wait(w_bar, 0);
+  // B of entry k, slice kk: the block's rows (units) as N, its columns K-major
+  auto b_desc = [w_s](int k, int kk) { return make_desc(w_s + k * kSbWBlock + kk * 32, 16, 8 * 64, 64); };
+  for (int ph = 0, n = 0; ph <= steps; ++ph) {
+    const int t = steps - 1 - ph;
+    const bool final_phase = ph == steps;
+    float acc[kSbBs / 2];
+    if (ph > 0) {
+      ring_product_with<T, kSbBs, 2, 0>(acc, ring, full, empty, n, entries, lane, b_desc, release_stage<1>);
+      n += entries;
+    } else {
+#pragma unroll
+      for (int e = 0; e < kSbBs / 2; ++e) acc[e] = 0.f;
+    }
+    // acc[4o + 2hh + e]: row rows[hh], unit 32r + 8o + 2q + e
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      if (!live[hh]) continue;
+#pragma unroll
+      for (int o = 0; o < 4; ++o) {
+        const int64_t hb = static_cast<int64_t>(rows[hh]) * H + u0 + 8 * o;  // [B, H] index
+        if (final_phase) {
+          store_pair(static_cast<T*>(p.dh0) + hb, acc[4 * o + 2 * hh], acc[4 * o + 2 * hh + 1]);
+          continue;
+        }
+        const int64_t bt = static_cast<int64_t>(t) * B * H + hb;
+        const float* gt = p.gates + (static_cast<int64_t>(t) * B + rows[hh]) * G4 + u0 + 8 * o;
+        float gate[4][2];
+#pragma unroll
+        for (int g = 0; g < 4; ++g) {
+          const float2 v = *reinterpret_cast<const float2*>(gt + g * H);
+          gate[g][0] = v.x;
+          gate[g][1] = v.y;
+        }
+        const float2 c = *reinterpret_cast<const float2*>(p.cells + bt);
+        const float2 cp = t > 0 ? *reinterpret_cast<const float2*>(p.cells + bt - static_cast<int64_t>(B) * H)
+                                : load_pair(static_cast<const T*>(p.c0) + hb);
+        const float2 dyv = load_pair(static_cast<const T*>(p.dy) + bt);
+        const float cell[2] = {c.x, c.y}, cprev[2] = {cp.x, cp.y}, dyy[2] = {dyv.x, dyv.y};
+        float dp[4][2], dc0v[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float i = gate[0][e], f = gate[1][e], o_g = gate[2][e], uu = gate[3][e];
+          const float tc = tanh_fast(cell[e]);
+          float dh = acc[4 * o + 2 * hh + e] + dyy[e];
+          if (ph == 0) dh += to_acc(static_cast<const T*>(p.dh_last)[hb + e]);
+          const float dc = dcc[hh][o][e] + dh * o_g * (1.f - tc * tc);
+          dp[0][e] = dc * uu * i * (1.f - i);
+          dp[1][e] = dc * cprev[e] * f * (1.f - f);
+          dp[2][e] = dh * tc * o_g * (1.f - o_g);
+          dp[3][e] = dc * i * (1.f - uu * uu);
+          dcc[hh][o][e] = dc * f;
+          dc0v[e] = dc * f;
+        }
+        T* dpt = static_cast<T*>(p.dpre) + (static_cast<int64_t>(t) * B + rows[hh]) * G4 + u0 + 8 * o;
+#pragma unroll
+        for (int g = 0; g < 4; ++g) store_pair(dpt + g * H, dp[g][0], dp[g][1]);
+        if (t == 0) store_pair(static_cast<T*>(p.dc0) + hb, dc0v[0], dc0v[1]);
+      }
+    }
+    if (final_phase) break;
+    arrive_grid(p.counter);  // the phase's dpre_t stored: the block's arrival
+  }
+#else
+  __trap();  // compiled for another architecture: the host never launches this
+#endif
+}
+
+// The most blocks in one block row of the layout.
+int max_row_entries(const BlockLayout& l) {
+  int most = 0;
+  const std::vector<int32_t>& rp = l.row_ptr();
+  for (size_t r = 0; r + 1 < rp.size(); ++r) most = std::max(most, rp[r + 1] - rp[r]);
+  return most;
+}
+
+template <class T>
+void launch_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT, const Tensor& gates,
+                            const Tensor& cells, const Tensor& c0, const Tensor& wh, const LayoutPtr& layout,
+                            const Tensor& dpre, const Tensor& dh0, const Tensor& dc0) {
+  const int device = dy.device().index;
+  const int64_t steps = dy.size(0), batch = dy.size(1), hidden = dy.size(2);
+  const DType dt = dy.dtype();
+  const cudaStream_t stream = current_stream(dpre);
+  const int most = max_row_entries(*layout);
+  const size_t smem = sparse_bwd_smem_bytes(most);
+  const BlockTables tables = device_tables(layout, device);
+  const uint64_t dims[3] = {static_cast<uint64_t>(4 * hidden), static_cast<uint64_t>(batch),
+                            static_cast<uint64_t>(steps)};
+  const uint32_t box[3] = {kSbBs, 64, 1};
+  const CUtensorMap map_dpre = encode_map(dpre.data_ptr(), dt, 3, dims, box);
+  const CUtensorMap map_w =
+      tensor_map(wh.data_ptr(), dt, static_cast<uint64_t>(layout->nnz()) * kSbBs, kSbBs, kSbBs, kSbBs);
+  unsigned* counter = static_cast<unsigned*>(allocate(256, device));
+  TS_CUDA_CHECK(cudaMemsetAsync(counter, 0, 256, stream));
+  SparseBackwardArgs a = {};
+  a.steps = static_cast<int>(steps);
+  a.batch = static_cast<int>(batch);
+  a.hidden = static_cast<int>(hidden);
+  a.row_ptr = tables.row_ptr;
+  a.block_col = tables.block_col;
+  a.dy = dy.data_ptr();
+  a.dh_last = dhT.data_ptr();
+  a.dc_last = dcT.data_ptr();
+  a.gates = static_cast<const float*>(gates.data_ptr());
+  a.cells = static_cast<const float*>(cells.data_ptr());
+  a.c0 = c0.data_ptr();
+  a.dpre = dpre.data_ptr();
+  a.dh0 = dh0.data_ptr();
+  a.dc0 = dc0.data_ptr();
+  a.counter = counter;
+  constexpr auto kernel = &lstm_wgmma_sparse_backward_kernel<T>;
+  TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  cudaLaunchAttribute attrs[2];
+  const cudaLaunchConfig_t cfg =
+      wgmma_launch_config(static_cast<int>(hidden / kSbBs), kSbThreads, smem, stream, 1, true, attrs);
+  const cudaError_t launched = cudaLaunchKernelEx(&cfg, kernel, map_dpre, map_w, a, most);
+  deallocate(counter, 256, device);  // stream-ordered: freed after the kernel
+  TS_CUDA_CHECK(launched);
+  TS_CUDA_LAUNCH_CHECK("lstm_recurrence_backward (wgmma, block-sparse)");
+  g_sparse_bwd_launches.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace
+}  // namespace sm90
+
+std::string wgmma_sparse_backward_unfit(int device, DType dtype, int64_t batch, int64_t hidden,
+                                        const LayoutPtr& layout) {
+  if (!layout) return "block-sparse layers only";
+  if (layout->block_size() != sm90::kSbBs) return "blocks of 32 only";
+  if (layout->in_features() != hidden || layout->out_features() != 4 * hidden) return "W_h must be [H, 4H]";
+  if (dtype != DType::bf16 && dtype != DType::f16) return "bf16 or f16 only";
+  if (batch < 1 || batch > 64) return "batch 1 to 64 only";
+  if (!sm90::device_ok(device)) return "compute capability 9.0 only";
+  const int most = sm90::max_row_entries(*layout);
+  if (most > sm90::kSbMaxEntries) return "a block row's blocks pass 96";
+  const size_t smem = sm90::sparse_bwd_smem_bytes(most);
+  int optin = 0;
+  TS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (smem > static_cast<size_t>(optin)) return "a block row's W blocks pass shared memory";
+  const int resident =
+      dtype == DType::bf16
+          ? sm90::resident_blocks(sm90::lstm_wgmma_sparse_backward_kernel<__nv_bfloat16>, device, sm90::kSbThreads,
+                                  smem, 1)
+          : sm90::resident_blocks(sm90::lstm_wgmma_sparse_backward_kernel<__half>, device, sm90::kSbThreads, smem, 1);
+  if (resident < hidden / sm90::kSbBs) return "more block rows than resident blocks";
+  return "";
+}
+
+void wgmma_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT, const Tensor& gates,
+                           const Tensor& cells, const Tensor& c0, const Tensor& wh, const LayoutPtr& layout,
+                           const Tensor& dpre, const Tensor& dh0, const Tensor& dc0) {
+  if (dy.dtype() == DType::bf16) {
+    sm90::launch_sparse_backward<__nv_bfloat16>(dy, dhT, dcT, gates, cells, c0, wh, layout, dpre, dh0, dc0);
+  } else {
+    sm90::launch_sparse_backward<__half>(dy, dhT, dcT, gates, cells, c0, wh, layout, dpre, dh0, dc0);
+  }
+}
+
+uint64_t wgmma_sparse_backward_launch_count() { return sm90::g_sparse_bwd_launches.load(std::memory_order_relaxed); }
+
+}  // namespace cuda
+}  // namespace tessera
