@@ -154,17 +154,14 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
       float dp[4][2], dc0v[2];
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const float i = gate[hh][0][e], f = gate[hh][1][e], o = gate[hh][2][e], uu = gate[hh][3][e];
-        const float tc = tanh_fast(cell[hh][e]);
         float dh = acc[2 * hh + e] + dyv[hh][e];
         if (ph == 0) dh += to_acc(static_cast<const T*>(p.dh_last)[hb + e]);
-        const float dc = dcc[hh][e] + dh * o * (1.f - tc * tc);
-        dp[0][e] = dc * uu * i * (1.f - i);
-        dp[1][e] = dc * cprev[hh][e] * f * (1.f - f);
-        dp[2][e] = dh * tc * o * (1.f - o);
-        dp[3][e] = dc * i * (1.f - uu * uu);
-        dcc[hh][e] = dc * f;
-        dc0v[e] = dc * f;
+        const float g[4] = {gate[hh][0][e], gate[hh][1][e], gate[hh][2][e], gate[hh][3][e]};
+        float d[4];
+        lstm_step_grads(g, cell[hh][e], cprev[hh][e], dh, dcc[hh][e], d);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) dp[j][e] = d[j];
+        dc0v[e] = dcc[hh][e];
       }
       T* dpt = static_cast<T*>(p.dpre) + (static_cast<int64_t>(t) * B + rows[hh]) * G4 + u;
 #pragma unroll

@@ -155,17 +155,14 @@ __global__ void __launch_bounds__(kSbThreads, 1)
         float dp[4][2], dc0v[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float i = gate[0][e], f = gate[1][e], o_g = gate[2][e], uu = gate[3][e];
-          const float tc = tanh_fast(cell[e]);
           float dh = acc[4 * o + 2 * hh + e] + dyy[e];
           if (ph == 0) dh += to_acc(static_cast<const T*>(p.dh_last)[hb + e]);
-          const float dc = dcc[hh][o][e] + dh * o_g * (1.f - tc * tc);
-          dp[0][e] = dc * uu * i * (1.f - i);
-          dp[1][e] = dc * cprev[e] * f * (1.f - f);
-          dp[2][e] = dh * tc * o_g * (1.f - o_g);
-          dp[3][e] = dc * i * (1.f - uu * uu);
-          dcc[hh][o][e] = dc * f;
-          dc0v[e] = dc * f;
+          const float g[4] = {gate[0][e], gate[1][e], gate[2][e], gate[3][e]};
+          float d[4];
+          lstm_step_grads(g, cell[e], cprev[e], dh, dcc[hh][o][e], d);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) dp[j][e] = d[j];
+          dc0v[e] = dcc[hh][o][e];
         }
         T* dpt = static_cast<T*>(p.dpre) + (static_cast<int64_t>(t) * B + rows[hh]) * G4 + u0 + 8 * o;
 #pragma unroll
