@@ -21,6 +21,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/autocast.h"
@@ -308,16 +309,23 @@ TEST(LstmRecurrenceGpu, ProblemsTheKernelDoesNotTakeAreNamed) {
 
 // nn::LSTM on the GPU takes the fused path (dense and sparse, under autocast as the trainers run
 // it) and matches the CPU layer; a compiled step replays it as a CUDA graph with the eager bits.
-// Twice: with the production kernels, and with the dense recurrence on wgmma (TESSERA_LSTM_WGMMA=1,
-// where the GPU has it), which must then have run.
+// Twice: with the production kernels, and with the recurrence on wgmma (TESSERA_LSTM_WGMMA=1, where
+// the GPU has it: the dense kernels for bs 0, the block-sparse ones for bs 32), which must then have
+// run.
 TEST(LstmRecurrenceGpu, LayerFusedPathMatchesTheCpuLayerAndCompiles) {
   REQUIRE_GPU();
   using nn::LSTM;
   using nn::LSTMOptions;
-  for (const char* wgmma : {"0", "1"})
-  for (int64_t bs : {0, 32}) {
+  const std::pair<const char*, int64_t> runs[] = {{"0", 0}, {"0", 32}, {"1", 0}, {"1", 32}};
+  for (const auto& run : runs) {
+    const char* wgmma = run.first;
+    const int64_t bs = run.second;
     const ScopedEnv forward("TESSERA_LSTM_WGMMA", wgmma);
-    const uint64_t wgmma_launches = cuda::wgmma_forward_launch_count() + cuda::wgmma_backward_launch_count();
+    auto launches = [] {
+      return cuda::wgmma_forward_launch_count() + cuda::wgmma_backward_launch_count() +
+             cuda::wgmma_sparse_forward_launch_count() + cuda::wgmma_sparse_backward_launch_count();
+    };
+    const uint64_t wgmma_launches = launches();
     const LSTMOptions o = LSTMOptions(32, 256).block_size(bs).density(bs ? 0.25 : 1.0, 3);
     Generator g1(7), g2(7);
     LSTM cpu(o, g1), gpu(o, g2);
@@ -365,8 +373,8 @@ TEST(LstmRecurrenceGpu, LayerFusedPathMatchesTheCpuLayerAndCompiles) {
     for (int r = 0; r < 3; ++r) EXPECT_EQ(step.run(feed), eager.item<double>()) << "run " << r << ", bs " << bs;
     for (const auto& p : gpu.named_parameters())
       EXPECT_TRUE(same_bits(step.fetch("grad/" + p.name), p.tensor.grad())) << p.name << ", bs " << bs;
-    const bool wgmma_ran = cuda::wgmma_forward_launch_count() + cuda::wgmma_backward_launch_count() > wgmma_launches;
-    EXPECT_EQ(wgmma_ran, *wgmma == '1' && bs == 0 && sm90_here()) << "TESSERA_LSTM_WGMMA=" << wgmma << ", bs " << bs;
+    EXPECT_EQ(launches() > wgmma_launches, *wgmma == '1' && sm90_here())
+        << "TESSERA_LSTM_WGMMA=" << wgmma << ", bs " << bs;
   }
 }
 
@@ -483,7 +491,9 @@ TEST(LstmRecurrenceGpu, WgmmaStepFloorComputesItsSteps) {
     const std::vector<float> w = bf16_values(mul(random({w_rows, in}, 41, DType::f32), 0.03));
     const std::vector<float> a0 = bf16_values(mul(random({B, in}, 42, DType::f32), 0.5));
     const std::pair<int64_t, int> cases[] = {{in, 1}, {in / 2, 1}, {in, 2}, {in, 4}};
-    for (const auto& [k_cols, cluster] : cases) {
+    for (const auto& c : cases) {
+      const int64_t k_cols = c.first;
+      const int cluster = c.second;
       std::vector<float> av(static_cast<size_t>((T + 1) * B * in), 0.f);
       std::copy(a0.begin(), a0.end(), av.begin());
       const Tensor a = cast(from_vector(av, {(T + 1) * B, in}), DType::bf16).to(kGpu);
