@@ -139,6 +139,29 @@ TEST(LstmRecurrence, HalfTypesComputeInF32WithF32Cells) {
   }
 }
 
+// What the block-sparse recurrence kernels on wgmma rely on (lstm_wgmma_sparse_forward.cu): in
+// nn::LSTM's gate layout, the four gates' block columns c, c + q, c + 2q, c + 3q (q = H / bs) list
+// the same block rows in the same order, so one copy of h's block row feeds all four gates; and the
+// blocks of a column are in increasing row order. For random and Barabási–Albert recurrent layouts.
+TEST(LstmRecurrence, GateLayoutGatesShareTheirBlockRowsInOrder) {
+  for (const LayoutPtr& base : {random_layout(256, 256, 32, 0.25, 3), barabasi_albert_layout(512, 512, 32, 2, 7)}) {
+    const LayoutPtr l = nn::lstm_gate_layout(*base);
+    const int64_t q = base->block_cols();
+    ASSERT_EQ(l->block_cols(), 4 * q);
+    const std::vector<int32_t>&cp = l->col_ptr(), &cb = l->col_blocks(), &br = l->block_row();
+    for (int64_t c = 0; c < q; ++c) {
+      const int32_t n = cp[c + 1] - cp[c];
+      for (int32_t i = 1; i < n; ++i) EXPECT_LT(br[cb[cp[c] + i - 1]], br[cb[cp[c] + i]]) << "column " << c;
+      for (int64_t g = 1; g < 4; ++g) {
+        ASSERT_EQ(cp[g * q + c + 1] - cp[g * q + c], n) << "gate " << g << ", column " << c;
+        for (int32_t i = 0; i < n; ++i)
+          EXPECT_EQ(br[cb[cp[g * q + c] + i]], br[cb[cp[c] + i]])
+              << "gate " << g << ", column " << c << ", entry " << i;
+      }
+    }
+  }
+}
+
 TEST(LstmRecurrence, NotFusedOnTheCpu) {
   EXPECT_FALSE(lstm_recurrence_fused(TensorMeta{Shape({4, 2, 256}), DType::bf16, Device::cpu()}, 64, nullptr));
 }
