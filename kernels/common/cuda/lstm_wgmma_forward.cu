@@ -25,10 +25,13 @@
 // inputs give the same bits on every run.
 #include <cuda.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <tuple>
 
@@ -310,34 +313,59 @@ int wgmma_cluster(int device, DType dtype, int64_t batch, int64_t hidden, const 
     TS_CHECK(ok, ValueError, "TESSERA_LSTM_WGMMA_CLUSTER must be 1, 2 or 4, not '" << e << "'");
     asked = std::atoi(e);
   }
-  if (layout || batch < 1 || batch > sm90::kMaxBatch) return 0;
-  // the answer for (device, dtype, hidden, direction, asked) once per process: it takes a dozen
-  // driver queries, and each recurrence call asks
+  if (!wgmma_forward_unfit(device, dtype, batch, hidden, layout).empty()) return 0;
+  const int grid = static_cast<int>(hidden / sm90::kUnits);
+  for (int cluster : {4, 2, 1}) {
+    if ((asked != 0 && cluster != asked) || grid % cluster != 0) continue;
+    const int resident = backward ? sm90::backward_resident_blocks(device, dtype, hidden, cluster)
+                                  : sm90::forward_resident_blocks(device, dtype, hidden, cluster);
+    if (resident >= grid) return cluster;
+  }
+  return 0;
+}
+
+namespace sm90 {
+int remembered_residency(const void* kernel, int device, int threads, size_t smem, int cluster,
+                         const std::function<int()>& ask) {
   static std::mutex mu;
-  static std::map<std::tuple<int, DType, int64_t, bool, int>, int> known;
-  const auto key = std::make_tuple(device, dtype, hidden, backward, asked);
+  static std::map<std::tuple<const void*, int, int, size_t, int>, int> known;
+  const auto key = std::make_tuple(kernel, device, threads, smem, cluster);
   {
     std::lock_guard<std::mutex> lock(mu);
     if (const auto it = known.find(key); it != known.end()) return it->second;
   }
-  int chosen = 0;
-  if (wgmma_forward_unfit(device, dtype, batch, hidden, layout).empty()) {
-    const int grid = static_cast<int>(hidden / sm90::kUnits);
-    auto fits = [&](int cluster) {
-      if (grid % cluster != 0) return false;
-      return (backward ? sm90::backward_resident_blocks(device, dtype, hidden, cluster)
-                       : sm90::forward_resident_blocks(device, dtype, hidden, cluster)) >= grid;
-    };
-    for (int cluster : {4, 2, 1})
-      if ((asked == 0 || cluster == asked) && fits(cluster)) {
-        chosen = cluster;
-        break;
-      }
-  }
+  const int n = ask();  // outside the lock: the driver calls may take a while
   std::lock_guard<std::mutex> lock(mu);
-  known[key] = chosen;
-  return chosen;
+  known[key] = n;
+  return n;
 }
+
+SparseLayoutFacts sparse_layout_facts(const LayoutPtr& layout) {
+  static std::mutex mu;
+  static std::map<const BlockLayout*, std::pair<std::weak_ptr<const BlockLayout>, SparseLayoutFacts>> known;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    const auto it = known.find(layout.get());
+    if (it != known.end() && it->second.first.lock() == layout) return it->second.second;
+  }
+  SparseLayoutFacts f;
+  const std::vector<int32_t>&cp = layout->col_ptr(), &rp = layout->row_ptr();
+  const std::vector<int32_t>&cb = layout->col_blocks(), &br = layout->block_row();
+  for (size_t c = 0; c + 1 < cp.size(); ++c) f.max_col_blocks = std::max(f.max_col_blocks, cp[c + 1] - cp[c]);
+  for (size_t r = 0; r + 1 < rp.size(); ++r) f.max_row_blocks = std::max(f.max_row_blocks, rp[r + 1] - rp[r]);
+  const int64_t q = layout->block_cols() / 4;
+  f.gate_layout = layout->block_cols() == 4 * q && layout->block_rows() == q;
+  for (int64_t c = 0; c < q && f.gate_layout; ++c)
+    for (int64_t g = 1; g < 4 && f.gate_layout; ++g) {
+      const int32_t n = cp[c + 1] - cp[c];
+      f.gate_layout = cp[g * q + c + 1] - cp[g * q + c] == n;
+      for (int32_t i = 0; i < n && f.gate_layout; ++i) f.gate_layout = br[cb[cp[g * q + c] + i]] == br[cb[cp[c] + i]];
+    }
+  std::lock_guard<std::mutex> lock(mu);
+  known[layout.get()] = {layout, f};
+  return f;
+}
+}  // namespace sm90
 
 void wgmma_forward(int cluster, const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh,
                    const Tensor& bias, double forget_bias, const Tensor& y, const Tensor& hT, const Tensor& cT,

@@ -1,17 +1,20 @@
-// What the LSTM recurrence kernels on wgmma share (lstm_wgmma_forward.cu, lstm_wgmma_backward.cu
-// and the issue-16 lab lstm_wgmma_floor.cu; sm_90a, include from .cu files only): the split grid
-// barrier's wait and proxy fence, the cluster's meeting, rank, remote arrival and multicast copies,
-// and one step's product over a ring of TMA-filled operand boxes.
+// What the LSTM recurrence kernels on wgmma share (lstm_wgmma_forward.cu, lstm_wgmma_backward.cu,
+// lstm_wgmma_sparse_*.cu and the issue-16 lab lstm_wgmma_floor.cu; sm_90a, include from .cu files
+// only): their launch configuration and residency counts, the split grid barrier's wait and proxy
+// fence, the cluster's meeting, rank, remote arrival and multicast copies, and one step's product
+// over a ring of TMA-filled operand boxes.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "core/cuda/check.cuh"
 #include "core/dtype.h"
+#include "core/sparse/block_layout.h"
 #include "kernels/common/cuda/bsmm_sm90_common.cuh"
 #include "kernels/common/cuda/dtype.cuh"
-#include "kernels/common/cuda/lstm_gate_math.cuh"
+#include "kernels/common/cuda/lstm_gate_math.cuh"  // lstm_step_grads, for the backward kernels
 #include "kernels/common/cuda/wgmma_sm90.cuh"
 
 namespace tessera {
@@ -59,26 +62,45 @@ inline cudaLaunchConfig_t wgmma_launch_config(int grid, int threads, size_t smem
   return cfg;
 }
 
+/// `ask`'s answer for (kernel, device, threads, smem, cluster), asked once per process: the
+/// residency queries below take several driver calls, and every recurrence call wants them.
+int remembered_residency(const void* kernel, int device, int threads, size_t smem, int cluster,
+                         const std::function<int()>& ask);
+
 /// How many blocks of `kernel` (`threads` each, `smem` bytes) can be resident at once in clusters
 /// of `cluster`; 0 where its binary was not built for compute capability 9.0.
 template <class... Args>
 int resident_blocks(void (*kernel)(Args...), int device, int threads, size_t smem, int cluster) {
-  cudaFuncAttributes fa = {};
-  TS_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
-  if (fa.binaryVersion < 90) return 0;
-  TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  if (cluster == 1) {
-    int per_sm = 0, sms = 0;
-    TS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-    TS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    return per_sm * sms;
-  }
-  cudaLaunchAttribute attrs[2];
-  const cudaLaunchConfig_t cfg = wgmma_launch_config(cluster, threads, smem, nullptr, cluster, false, attrs);
-  int clusters = 0;
-  TS_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
-  return clusters * cluster;
+  return remembered_residency(reinterpret_cast<const void*>(kernel), device, threads, smem, cluster, [&] {
+    cudaFuncAttributes fa = {};
+    TS_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+    if (fa.binaryVersion < 90) return 0;
+    TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    if (cluster == 1) {
+      int per_sm = 0, sms = 0;
+      TS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+      TS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+      return per_sm * sms;
+    }
+    cudaLaunchAttribute attrs[2];
+    const cudaLaunchConfig_t cfg = wgmma_launch_config(cluster, threads, smem, nullptr, cluster, false, attrs);
+    int clusters = 0;
+    TS_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+    return clusters * cluster;
+  });
 }
+
+/// What the block-sparse kernels (lstm_wgmma_sparse_*.cu) read of a layout: whether it is
+/// nn::LSTM's gate layout [H, 4H] (gate g's block column c + g·q lists the block rows of column c,
+/// in the same order), and its busiest block column's and block row's block counts. Found once
+/// per layout object (an O(nnz) scan, and every recurrence call asks); the cache holds layouts
+/// weakly, so a new layout at a reused address is scanned afresh.
+struct SparseLayoutFacts {
+  bool gate_layout = false;
+  int max_col_blocks = 0;
+  int max_row_blocks = 0;
+};
+SparseLayoutFacts sparse_layout_facts(const LayoutPtr& layout);
 
 /// Orders this thread's generic-proxy global accesses with the async proxy's (TMA) ones: after
 /// a block's generic stores that other blocks' TMA will read, and after the wait that sees them.
@@ -161,23 +183,6 @@ __device__ __forceinline__ void consumer_rows(int warp, int lane, int batch, int
     rows[hh] = 16 * warp + lane / 4 + 8 * hh;
     live[hh] = rows[hh] < batch;
   }
-}
-
-/// One (row, unit)'s step of the LSTM's backward through time, in the production kernel's
-/// expressions and order (lstm_persistent.cu): from the saved gates g = (i, f, o, u), the cell c_t,
-/// the previous cell c_{t−1} and dh, with dc the carried cell gradient:
-///   dc += dh·o·(1 − tanh²(c_t));  dp = (dc·u·i·(1 − i), dc·c_{t−1}·f·(1 − f), dh·tanh(c_t)·o·(1 − o),
-///   dc·i·(1 − u²));  dc = dc·f (what the step before receives, and dc0 after t = 0).
-__device__ __forceinline__ void lstm_step_grads(const float (&g)[4], float cell, float cprev, float dh, float& dc,
-                                                float (&dp)[4]) {
-  const float i = g[0], f = g[1], o = g[2], u = g[3];
-  const float tc = tanh_fast(cell);
-  const float d = dc + dh * o * (1.f - tc * tc);
-  dp[0] = d * u * i * (1.f - i);
-  dp[1] = d * cprev * f * (1.f - f);
-  dp[2] = dh * tc * o * (1.f - o);
-  dp[3] = d * i * (1.f - u * u);
-  dc = d * f;
 }
 
 /// A consumer warp gives a ring stage back: an arrival on its empty barrier in this block, or in

@@ -178,14 +178,6 @@ __global__ void __launch_bounds__(kSbThreads, 1)
 #endif
 }
 
-// The most blocks in one block row of the layout.
-int max_row_entries(const BlockLayout& l) {
-  int most = 0;
-  const std::vector<int32_t>& rp = l.row_ptr();
-  for (size_t r = 0; r + 1 < rp.size(); ++r) most = std::max(most, rp[r + 1] - rp[r]);
-  return most;
-}
-
 template <class T>
 void launch_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT, const Tensor& gates,
                             const Tensor& cells, const Tensor& c0, const Tensor& wh, const LayoutPtr& layout,
@@ -194,7 +186,7 @@ void launch_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& d
   const int64_t steps = dy.size(0), batch = dy.size(1), hidden = dy.size(2);
   const DType dt = dy.dtype();
   const cudaStream_t stream = current_stream(dpre);
-  const int most = max_row_entries(*layout);
+  const int most = sparse_layout_facts(layout).max_row_blocks;
   const size_t smem = sparse_bwd_smem_bytes(most);
   const BlockTables tables = device_tables(layout, device);
   const uint64_t dims[3] = {static_cast<uint64_t>(4 * hidden), static_cast<uint64_t>(batch),
@@ -244,7 +236,7 @@ std::string wgmma_sparse_backward_unfit(int device, DType dtype, int64_t batch, 
   if (dtype != DType::bf16 && dtype != DType::f16) return "bf16 or f16 only";
   if (batch < 1 || batch > 64) return "batch 1 to 64 only";
   if (!sm90::device_ok(device)) return "compute capability 9.0 only";
-  const int most = sm90::max_row_entries(*layout);
+  const int most = sm90::sparse_layout_facts(layout).max_row_blocks;
   if (most > sm90::kSbMaxEntries) return "a block row's blocks pass 96";
   const size_t smem = sm90::sparse_bwd_smem_bytes(most);
   int optin = 0;

@@ -186,14 +186,6 @@ __global__ void __launch_bounds__(kSpThreads, 1)
 #endif
 }
 
-// The largest block column count of the layout (the entries of the busiest group).
-int max_entries(const BlockLayout& l) {
-  int most = 0;
-  const std::vector<int32_t>& cp = l.col_ptr();
-  for (size_t c = 0; c + 1 < cp.size(); ++c) most = std::max(most, cp[c + 1] - cp[c]);
-  return most;
-}
-
 template <class T>
 void launch_sparse(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh, const Tensor& bias,
                    const LayoutPtr& layout, double forget_bias, const Tensor& y, const Tensor& hT, const Tensor& cT,
@@ -202,7 +194,7 @@ void launch_sparse(const Tensor& gx, const Tensor& h0, const Tensor& c0, const T
   const int64_t steps = gx.size(0), batch = gx.size(1), hidden = h0.size(1);
   const DType dt = gx.dtype();
   const cudaStream_t stream = current_stream(y);
-  const int most = max_entries(*layout);
+  const int most = sparse_layout_facts(layout).max_col_blocks;
   const size_t smem = sparse_smem_bytes(most);
   const BlockTables tables = device_tables(layout, device);
   const CUtensorMap map_h0 = tensor_map(h0.data_ptr(), dt, static_cast<uint64_t>(batch), hidden, 64, kSpBs);
@@ -255,29 +247,20 @@ std::string wgmma_sparse_forward_unfit(int device, DType dtype, int64_t batch, i
   if (dtype != DType::bf16 && dtype != DType::f16) return "bf16 or f16 only";
   if (batch < 1 || batch > 64) return "batch 1 to 64 only";
   if (!sm90::device_ok(device)) return "compute capability 9.0 only";
-  // the gate layout: every gate's column c lists the block rows of gate i's column c
-  const int64_t q = hidden / sm90::kSpBs;
-  const std::vector<int32_t>& cp = layout->col_ptr();
-  const std::vector<int32_t>& cb = layout->col_blocks();
-  const std::vector<int32_t>& br = layout->block_row();
-  for (int64_t c = 0; c < q; ++c)
-    for (int64_t g = 1; g < 4; ++g) {
-      if (cp[g * q + c + 1] - cp[g * q + c] != cp[c + 1] - cp[c]) return "not nn::LSTM's gate layout";
-      for (int32_t i = 0; i < cp[c + 1] - cp[c]; ++i)
-        if (br[cb[cp[g * q + c] + i]] != br[cb[cp[c] + i]]) return "not nn::LSTM's gate layout";
-    }
-  const int most = sm90::max_entries(*layout);
+  const sm90::SparseLayoutFacts facts = sm90::sparse_layout_facts(layout);
+  if (!facts.gate_layout) return "not nn::LSTM's gate layout";
+  const int most = facts.max_col_blocks;
   if (most > sm90::kSpMaxEntries) return "a group's block rows pass 32";
   int optin = 0;
   TS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (sm90::sparse_smem_bytes(most) > static_cast<size_t>(optin)) return "a group's W tiles pass shared memory";
   const size_t smem = sm90::sparse_smem_bytes(most);
+  if (smem > static_cast<size_t>(optin)) return "a group's W tiles pass shared memory";
   const int resident =
       dtype == DType::bf16
           ? sm90::resident_blocks(sm90::lstm_wgmma_sparse_forward_kernel<__nv_bfloat16>, device, sm90::kSpThreads, smem,
                                   1)
           : sm90::resident_blocks(sm90::lstm_wgmma_sparse_forward_kernel<__half>, device, sm90::kSpThreads, smem, 1);
-  if (resident < q) return "more groups of 32 units than resident blocks";
+  if (resident < hidden / sm90::kSpBs) return "more groups of 32 units than resident blocks";
   return "";
 }
 
