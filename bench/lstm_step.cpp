@@ -5,7 +5,7 @@
 // (graph::compile without an optimizer: forward + backward traced once, replayed as a CUDA graph).
 //
 //   lstm_step [--device cuda|cpu] [--hidden 1024,2048] [--batch 64] [--steps 256] [--dtypes f32,bf16]
-//             [--sparse H:density:bs[:ba],...] [--repeats N] [--warmup N] [--quick] [--profile] [--json FILE]
+//             [--sparse H:density:bs[:ba|:balanced],...] [--repeats N] [--warmup N] [--quick] [--profile] [--json FILE]
 //
 // Input size = hidden size, one layer, forget_bias 1, random inputs x [T, B, H] (time-major),
 // zero initial state, parameters from one seed (both layers equal). Rows per (hidden, dtype):
@@ -21,9 +21,10 @@
 // Block-sparse layers (--sparse H:density:bs, default: the recurrent parameter counts of dense
 // H 1024 and 2048 at several widths, bs 32 and 64), tessera's nn::LSTM with random layouts on
 // both weights (H:density:bs:ba: the Barabási–Albert layout train_lstm --layout ba trains at seed
-// 1, m = round(density·H/bs / 2) edges per node, generator seed 1001), eager and compiled (and compiled step-wise, fuse(false)): their ratio is to the cuDNN graph time of the dense layer
-// with the same recurrent parameter count (H·√density) when this run measured it, else to their
-// own eager time. Each sparse row notes one step's traffic (W_h's bytes plus the h strips its
+// 1, m = round(density·H/bs / 2) edges per node, generator seed 1001; H:density:bs:balanced: every
+// block row and column round(density·H/bs) blocks, seed 1001), eager and compiled (and compiled
+// step-wise, fuse(false)): their ratio is to the cuDNN graph time of the dense layer with the same
+// recurrent parameter count (H·√density) when this run measured it, else to their own eager time. Each sparse row notes one step's traffic (W_h's bytes plus the h strips its
 // blocks read, nnz·bs·B, forward; the backward moves about twice that again) and that traffic's
 // time at L2's 8.4 TB/s (bsmm_gpu's stream figure on the H200), a memory roofline of the
 // recurrence (not measured in this run).
@@ -282,8 +283,10 @@ bool bench_case(BenchReport& report, Timer& timer, const Options& o, Device dev,
 
 // The recurrence alone (fused layers on the GPU): lstm_recurrence forward and
 // lstm_recurrence_backward on random operands of the layer's shape, each timed by itself, in µs
-// per time step. Ratio: to the layer's compiled fwd+bwd step time per time step (`step_ms` / T),
-// the share of the whole step.
+// per time step: "recurrence fwd / bwd" on the production kernels (TESSERA_LSTM_WGMMA=0), with
+// their variants, and where this GPU and build have them the wgmma kernels (=1; the layer rows
+// above run the default choice, lstm_persistent.h's wgmma_wanted). Ratio: to the layer's compiled
+// fwd+bwd step time per time step (`step_ms` / T), the share of the whole step.
 void bench_recurrence_ops(BenchReport& report, Timer& timer, const Options& o, Device dev, int64_t hidden,
                           const LayoutPtr& layout, DType dt, const std::string& shape, double step_ms) {
   const int64_t b = o.batch, t = o.steps;
@@ -295,22 +298,6 @@ void bench_recurrence_ops(BenchReport& report, Timer& timer, const Options& o, D
   const Tensor dy = cast(normal({t, b, hidden}, 0.0, 1.0, DType::f32), dt).to(dev);
   auto forward = [&] { call<op::LstmRecurrence>({layout, 1.0}, {gx, h0, h0, wh}); };
   auto backward = [&] { call<op::LstmRecurrenceBackward>({layout}, {dy, h0, h0, fwd[3], fwd[4], h0, wh}); };
-  std::vector<std::function<void()>> fns{forward, backward};
-  std::vector<std::string> names{"recurrence fwd", "recurrence bwd"};
-#ifdef TESSERA_WITH_CUDA
-  if (dev.is_cuda())  // how each direction's kernel holds W_h (resident, split over blocks, or streamed)
-    for (bool bwd : {false, true}) {
-      const cuda::RecurrencePlan p = cuda::plan_recurrence(dev.index, dt, b, hidden, layout, bwd);
-      std::ostringstream os;
-      os << p.grid << " blocks of " << p.units << "-unit groups, clusters of " << p.cluster << ", ring " << p.ring
-         << " x " << p.stage_k << " K, " << p.smem << " B shared; "
-         << (p.stream_rows > 0 ? "W streamed: " + std::to_string(p.resident_stages) + " resident stages, " +
-                                     std::to_string(p.stream_rows) + " rows from L2 per step"
-             : p.packing      ? "W resident, groups split over blocks"
-                              : "W resident");
-      report.note(std::string(bwd ? "plan bwd " : "plan fwd ") + shape, os.str());
-    }
-#endif
   // fn's value with the environment variable `name` set to `value`, restored afterwards; with_env:
   // fn as a function that does that each time it runs
   auto with_env_value = [](const char* name, const char* value, const auto& fn) {
@@ -336,7 +323,24 @@ void bench_recurrence_ops(BenchReport& report, Timer& timer, const Options& o, D
   auto with_env = [with_env_value](const char* name, const char* value, const std::function<void()>& fn) {
     return std::function<void()>([=] { with_env_value(name, value, [&] { fn(); return 0; }); });
   };
+  // rows "recurrence fwd / bwd": the production kernels (TESSERA_LSTM_WGMMA=0)
+  const std::function<void()> production_forward = with_env("TESSERA_LSTM_WGMMA", "0", forward);
+  const std::function<void()> production_backward = with_env("TESSERA_LSTM_WGMMA", "0", backward);
+  std::vector<std::function<void()>> fns{production_forward, production_backward};
+  std::vector<std::string> names{"recurrence fwd", "recurrence bwd"};
 #ifdef TESSERA_WITH_CUDA
+  if (dev.is_cuda())  // how each direction's kernel holds W_h (resident, split over blocks, or streamed)
+    for (bool bwd : {false, true}) {
+      const cuda::RecurrencePlan p = cuda::plan_recurrence(dev.index, dt, b, hidden, layout, bwd);
+      std::ostringstream os;
+      os << p.grid << " blocks of " << p.units << "-unit groups, clusters of " << p.cluster << ", ring " << p.ring
+         << " x " << p.stage_k << " K, " << p.smem << " B shared; "
+         << (p.stream_rows > 0 ? "W streamed: " + std::to_string(p.resident_stages) + " resident stages, " +
+                                     std::to_string(p.stream_rows) + " rows from L2 per step"
+             : p.packing      ? "W resident, groups split over blocks"
+                              : "W resident");
+      report.note(std::string(bwd ? "plan bwd " : "plan fwd ") + shape, os.str());
+    }
   // the block-sparse recurrence on wgmma (TESSERA_LSTM_WGMMA=1), where this GPU and build have it
   if (layout && dev.is_cuda() && cuda::wgmma_sparse_forward_unfit(dev.index, dt, b, hidden, layout).empty()) {
     fns.push_back(with_env("TESSERA_LSTM_WGMMA", "1", forward));
@@ -352,8 +356,7 @@ void bench_recurrence_ops(BenchReport& report, Timer& timer, const Options& o, D
     for (const char* c : {"1", "2"}) {
       const std::string how = std::string(c) == "1" ? ", no cluster split" : std::string(", clusters of ") + c;
       for (int dir = 0; dir < 2; ++dir) {
-        fns.push_back(with_env("TESSERA_LSTM_CLUSTER", c,
-                               dir == 0 ? std::function<void()>(forward) : std::function<void()>(backward)));
+        fns.push_back(with_env("TESSERA_LSTM_CLUSTER", c, dir == 0 ? production_forward : production_backward));
         names.push_back(std::string(dir == 0 ? "recurrence fwd" : "recurrence bwd") + how);
       }
     }
@@ -470,11 +473,12 @@ void bench_step_floor(BenchReport& report, Timer& timer, const Options& o,
 struct SparseSpec {
   int64_t hidden = 0, bs = 0;
   double density = 0;
-  bool ba = false;  ///< the Barabási–Albert layout, else random
+  bool ba = false;        ///< the Barabási–Albert layout
+  bool balanced = false;  ///< every block row and column the same count (balanced_random_layout)
 };
 
-// "H:density:bs" or "H:density:bs:ba" (ValueError naming the text otherwise; the layer checks H
-// against bs).
+// "H:density:bs", "H:density:bs:ba" or "H:density:bs:balanced" (ValueError naming the text
+// otherwise; the layer checks H against bs).
 SparseSpec parse_sparse(const std::string& spec) {
   SparseSpec p;
   char c1 = 0, c2 = 0;
@@ -487,11 +491,13 @@ SparseSpec parse_sparse(const std::string& spec) {
   std::istringstream in(head);
   in >> p.hidden >> c1 >> p.density >> c2 >> p.bs;
   p.ba = kind == "ba";
+  p.balanced = kind == "balanced";
   TS_CHECK(in && in.eof() && c1 == ':' && c2 == ':' && p.hidden > 0 && p.density > 0 && p.density <= 1 &&
-               BlockLayout::valid_block_size(p.bs) && (third == std::string::npos || p.ba),
+               BlockLayout::valid_block_size(p.bs) && (third == std::string::npos || p.ba || p.balanced),
            ValueError,
            "--sparse '" << spec
-                        << "' must be H:density:bs[:ba] with density in (0, 1] and bs 8/16/32/64, e.g. 4096:0.0625:32");
+                        << "' must be H:density:bs[:ba|:balanced] with density in (0, 1] and bs 8/16/32/64, e.g. "
+                           "4096:0.0625:32");
   return p;
 }
 
@@ -502,13 +508,18 @@ void bench_sparse_case(BenchReport& report, Timer& timer, const Options& o, Devi
   const double density = p.density;
   const int64_t b = o.batch, t = o.steps;
   const std::string shape = "B" + std::to_string(b) + " T" + std::to_string(t) + " H" + std::to_string(hidden) +
-                            " d" + fmt(density, 4) + " bs" + std::to_string(bs) + (p.ba ? " ba" : "");
+                            " d" + fmt(density, 4) + " bs" + std::to_string(bs) +
+                            (p.ba ? " ba" : p.balanced ? " balanced" : "");
   const std::string tag = std::string(" ") + dtype_name(dt);
   Generator gen(7);
   nn::LSTMOptions lo = nn::LSTMOptions(hidden, hidden).forget_bias(1.0).dtype(dt).block_size(bs).density(density);
   if (p.ba) {  // as CharLSTMLM builds it (models/char_lstm_lm.cpp) at seed 1
     const int64_t n = hidden / bs, m = std::clamp<int64_t>(std::llround(density * n / 2), 1, n - 1);
     const LayoutPtr l = barabasi_albert_layout(hidden, hidden, bs, m, 1001);
+    lo.input_layout(l).recurrent_layout(l);
+  } else if (p.balanced) {  // each block column (and row) density·H/bs blocks: no busiest group
+    const int64_t n = hidden / bs, per_col = std::clamp<int64_t>(std::llround(density * n), 1, n);
+    const LayoutPtr l = balanced_random_layout(hidden, hidden, bs, per_col, 1001);
     lo.input_layout(l).recurrent_layout(l);
   }
   nn::LSTM lstm(lo, gen);

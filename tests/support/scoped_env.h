@@ -2,6 +2,7 @@
 // the scope ends: to its earlier value, or unset if it had none.
 //
 //   const testing::ScopedEnv forced("TESSERA_LSTM_RESIDENT_STAGES", "0");
+//   const testing::ScopedEnv unset("TESSERA_LSTM_WGMMA", nullptr);   // unset for the scope
 #pragma once
 
 #include <cstdlib>
@@ -15,7 +16,11 @@ class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {
     if (const char* before = std::getenv(name)) before_ = before;
-    setenv(name, value, 1);
+    if (value) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
   }
   ~ScopedEnv() {
     if (before_) {

@@ -1060,9 +1060,9 @@ void recurrence_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, co
   const int64_t steps = gx.size(0), batch = gx.size(1), hidden = h0.size(1);
   const RecurrencePlan plan = plan_recurrence(device, gx.dtype(), batch, hidden, layout, false);
   require_fits(plan, "lstm_recurrence");
-  // the forward on wgmma (dense, or block-sparse) where asked for and where it fits (its TMA maps
-  // need h0, y and the sparse W_h at 16-byte addresses)
-  if (wgmma_forward_wanted() && aligned16(h0) && aligned16(y)) {
+  // the forward on wgmma (dense, or block-sparse) where wanted (wgmma_wanted) and where it fits (its
+  // TMA maps need h0, y and the sparse W_h at 16-byte addresses)
+  if (wgmma_wanted(layout != nullptr, false) && aligned16(h0) && aligned16(y)) {
     if (const int cluster = wgmma_cluster(device, gx.dtype(), batch, hidden, layout, false); cluster > 0)
       return wgmma_forward(cluster, gx, h0, c0, wh, bias, forget_bias, y, hT, cT, gates, cells);
     if (layout && aligned16(wh) && wgmma_sparse_forward_unfit(device, gx.dtype(), batch, hidden, layout).empty())
@@ -1101,9 +1101,9 @@ void recurrence_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT,
   const int64_t steps = dy.size(0), batch = dy.size(1), hidden = dy.size(2);
   const RecurrencePlan plan = plan_recurrence(device, dy.dtype(), batch, hidden, layout, true);
   require_fits(plan, "lstm_recurrence_backward");
-  // the backward on wgmma (dense, or block-sparse) where asked for and where it fits (its TMA maps
-  // need dpre and W_h at 16-byte addresses)
-  if (wgmma_forward_wanted() && aligned16(dpre) && aligned16(wh)) {
+  // the backward on wgmma (dense, or block-sparse) where wanted (wgmma_wanted) and where it fits
+  // (its TMA maps need dpre and W_h at 16-byte addresses)
+  if (wgmma_wanted(layout != nullptr, true) && aligned16(dpre) && aligned16(wh)) {
     if (const int cluster = wgmma_cluster(device, dy.dtype(), batch, hidden, layout, true); cluster > 0)
       return wgmma_backward(cluster, dy, dhT, dcT, gates, cells, c0, wh, dpre, dh0, dc0);
     if (layout && wgmma_sparse_backward_unfit(device, dy.dtype(), batch, hidden, layout).empty())
@@ -1173,7 +1173,7 @@ int wgmma_step_floor(const Tensor&, const Tensor&, int64_t, bool, int) {
   return 0;
 }
 
-bool wgmma_forward_wanted() { return false; }
+bool wgmma_wanted(bool, bool) { return false; }
 std::string wgmma_forward_unfit(int, DType, int64_t, int64_t, const LayoutPtr&) {
   return "this build has no code for compute capability 9.0 (sm_90a)";
 }

@@ -28,17 +28,23 @@ void recurrence_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, co
                         const LayoutPtr& layout, double forget_bias, const Tensor& y, const Tensor& hT,
                         const Tensor& cT, const Tensor& gates, const Tensor& cells);
 
-/// The dense recurrence on wgmma (lstm_wgmma_forward.cu, lstm_wgmma_backward.cu; compute
-/// capability 9.0, an sm_90a build). TESSERA_LSTM_WGMMA=1 asks for it (0, the default: not yet
-/// timed against the production kernels on a GPU; anything else is a ValueError).
+/// Which kernels run each direction on a GPU of compute capability 9.0 (an sm_90a build), by
+/// TESSERA_LSTM_WGMMA: 0 (the default) the production kernels; 1 the wgmma ones wherever they fit
+/// (below); auto each direction's faster one as measured on the H100 (docs/lstm_gpu.md, "Which
+/// path runs"): the dense forward and the block-sparse backward on wgmma, the dense backward and
+/// the block-sparse forward on the production kernels. Either direction takes the other's saved
+/// gates and cells, so the two may mix. Anything else is a ValueError.
+bool wgmma_wanted(bool sparse, bool backward);
+
+/// The dense recurrence on wgmma (lstm_wgmma_forward.cu, lstm_wgmma_backward.cu).
 /// wgmma_forward_unfit says why it does not take a problem ("" where it does: dense, bf16/f16,
 /// batch ≤ 64, hidden a multiple of 64 with its groups of 8 units all resident). wgmma_cluster
 /// gives the cluster size a direction runs with here, whose blocks share each operand copy by
-/// multicast (4, 2 or 1: the largest whose clusters can all be resident;
-/// TESSERA_LSTM_WGMMA_CLUSTER=1|2|4 asks for one), 0 where it does not take the problem.
-/// wgmma_forward / wgmma_backward run them (recurrence_forward's / recurrence_backward's tensors,
-/// without the layout); the launch counts are this process's (for the tests).
-bool wgmma_forward_wanted();
+/// multicast: 1 unless TESSERA_LSTM_WGMMA_CLUSTER=2|4 asks for more (the multicast measured 3×
+/// slower on the H100: docs/lstm_gpu.md), 0 where it does not take the problem or the asked
+/// clusters cannot all be resident. wgmma_forward / wgmma_backward run them
+/// (recurrence_forward's / recurrence_backward's tensors, without the layout); the launch counts
+/// are this process's (for the tests).
 std::string wgmma_forward_unfit(int device, DType dtype, int64_t batch, int64_t hidden, const LayoutPtr& layout);
 int wgmma_cluster(int device, DType dtype, int64_t batch, int64_t hidden, const LayoutPtr& layout, bool backward);
 void wgmma_forward(int cluster, const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh,
@@ -50,10 +56,9 @@ void wgmma_backward(int cluster, const Tensor& dy, const Tensor& dhT, const Tens
 uint64_t wgmma_forward_launch_count();
 uint64_t wgmma_backward_launch_count();
 
-/// The block-sparse forward on wgmma (lstm_wgmma_sparse_forward.cu), taken under
-/// TESSERA_LSTM_WGMMA=1 for nn::LSTM's gate layouts in blocks of 32 whose groups all fit (one
-/// group of 32 units per resident block, at most 32 block rows a group); the backward stays the
-/// production kernel's. wgmma_sparse_forward_unfit says why not ("" where it takes the problem).
+/// The block-sparse forward on wgmma (lstm_wgmma_sparse_forward.cu), for nn::LSTM's gate layouts
+/// in blocks of 32 whose groups all fit (one group of 32 units per resident block, at most 32 block
+/// rows a group). wgmma_sparse_forward_unfit says why not ("" where it takes the problem).
 std::string wgmma_sparse_forward_unfit(int device, DType dtype, int64_t batch, int64_t hidden,
                                        const LayoutPtr& layout);
 void wgmma_sparse_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh, const Tensor& bias,
@@ -61,9 +66,9 @@ void wgmma_sparse_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, 
                           const Tensor& cT, const Tensor& gates, const Tensor& cells);
 uint64_t wgmma_sparse_forward_launch_count();
 
-/// The block-sparse backward on wgmma (lstm_wgmma_sparse_backward.cu), under TESSERA_LSTM_WGMMA=1
-/// for W_h [H, 4H] in blocks of 32 whose block rows all fit (one row of 32 units per resident
-/// block, at most 96 blocks a row). wgmma_sparse_backward_unfit says why not.
+/// The block-sparse backward on wgmma (lstm_wgmma_sparse_backward.cu), for W_h [H, 4H] in blocks
+/// of 32 whose block rows all fit (one row of 32 units per resident block, at most 96 blocks a
+/// row). wgmma_sparse_backward_unfit says why not.
 std::string wgmma_sparse_backward_unfit(int device, DType dtype, int64_t batch, int64_t hidden,
                                         const LayoutPtr& layout);
 void wgmma_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT, const Tensor& gates,

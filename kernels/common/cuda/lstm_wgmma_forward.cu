@@ -33,6 +33,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <tuple>
 
 #include "core/cuda/check.cuh"
@@ -55,7 +56,7 @@ constexpr int kABox = kWgmmaABox;      // an operand box [64 rows, 64 K] of 2-by
 constexpr int kWBox = kCols * 64 * 2;  // a W box [32, 64]
 constexpr int kMaxBatch = 64;          // one m64 tile of rows
 
-std::atomic<uint64_t> g_launches{0};
+std::atomic<uint64_t> g_fwd_launches{0};
 
 struct ForwardArgs {
   int steps, batch, hidden;
@@ -267,18 +268,19 @@ void launch(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& 
   deallocate(wt, wt_bytes, device);
   TS_CUDA_CHECK(launched);
   TS_CUDA_LAUNCH_CHECK("lstm_recurrence (wgmma)");
-  g_launches.fetch_add(1, std::memory_order_relaxed);
+  g_fwd_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace
 }  // namespace sm90
 
-bool wgmma_forward_wanted() {
+bool wgmma_wanted(bool sparse, bool backward) {
   const char* e = std::getenv("TESSERA_LSTM_WGMMA");
-  if (!e) return false;
-  const bool ok = std::strcmp(e, "0") == 0 || std::strcmp(e, "1") == 0;
-  TS_CHECK(ok, ValueError, "TESSERA_LSTM_WGMMA must be 0 or 1, not '" << e << "'");
-  return std::strcmp(e, "1") == 0;
+  const std::string choice = e ? e : "0";  // the default (lstm_persistent.h)
+  TS_CHECK(choice == "0" || choice == "1" || choice == "auto", ValueError,
+           "TESSERA_LSTM_WGMMA must be 0, 1 or auto, not '" << choice << "'");
+  if (choice == "auto") return sparse == backward;  // the measured winners: dense forward, block-sparse backward
+  return choice == "1";
 }
 
 namespace sm90 {
@@ -307,21 +309,18 @@ std::string wgmma_forward_unfit(int device, DType dtype, int64_t batch, int64_t 
 }
 
 int wgmma_cluster(int device, DType dtype, int64_t batch, int64_t hidden, const LayoutPtr& layout, bool backward) {
-  int asked = 0;  // 0: the largest that fits
+  int cluster = 1;  // the multicast clusters measured slower (lstm_persistent.h)
   if (const char* e = std::getenv("TESSERA_LSTM_WGMMA_CLUSTER")) {
     const bool ok = std::strcmp(e, "1") == 0 || std::strcmp(e, "2") == 0 || std::strcmp(e, "4") == 0;
     TS_CHECK(ok, ValueError, "TESSERA_LSTM_WGMMA_CLUSTER must be 1, 2 or 4, not '" << e << "'");
-    asked = std::atoi(e);
+    cluster = std::atoi(e);
   }
   if (!wgmma_forward_unfit(device, dtype, batch, hidden, layout).empty()) return 0;
   const int grid = static_cast<int>(hidden / sm90::kUnits);
-  for (int cluster : {4, 2, 1}) {
-    if ((asked != 0 && cluster != asked) || grid % cluster != 0) continue;
-    const int resident = backward ? sm90::backward_resident_blocks(device, dtype, hidden, cluster)
-                                  : sm90::forward_resident_blocks(device, dtype, hidden, cluster);
-    if (resident >= grid) return cluster;
-  }
-  return 0;
+  if (grid % cluster != 0) return 0;
+  const int resident = backward ? sm90::backward_resident_blocks(device, dtype, hidden, cluster)
+                                : sm90::forward_resident_blocks(device, dtype, hidden, cluster);
+  return resident >= grid ? cluster : 0;
 }
 
 namespace sm90 {
@@ -386,7 +385,7 @@ void wgmma_forward(int cluster, const Tensor& gx, const Tensor& h0, const Tensor
   }
 }
 
-uint64_t wgmma_forward_launch_count() { return sm90::g_launches.load(std::memory_order_relaxed); }
+uint64_t wgmma_forward_launch_count() { return sm90::g_fwd_launches.load(std::memory_order_relaxed); }
 
 }  // namespace cuda
 }  // namespace tessera
