@@ -276,7 +276,7 @@ void launch(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& 
 
 bool wgmma_wanted(bool sparse, bool backward) {
   const char* e = std::getenv("TESSERA_LSTM_WGMMA");
-  const std::string choice = e ? e : "0";  // the default (lstm_persistent.h)
+  const std::string choice = e ? e : "auto";  // the default (lstm_persistent.h)
   TS_CHECK(choice == "0" || choice == "1" || choice == "auto", ValueError,
            "TESSERA_LSTM_WGMMA must be 0, 1 or auto, not '" << choice << "'");
   if (choice == "auto") return sparse == backward;  // the measured winners: dense forward, block-sparse backward

@@ -119,6 +119,9 @@ __global__ void __launch_bounds__(kSbThreads, 1)
   for (int ph = 0, n = 0; ph <= steps; ++ph) {
     const int t = steps - 1 - ph;
     const bool final_phase = ph == steps;
+    // A block row with no blocks reads no operand: as the forward's empty groups, its arrival for
+    // phase ph waits for every block's for phase ph − 1.
+    if (entries == 0 && ph > 0 && threadIdx.x == 0) wait_count(p.counter, static_cast<unsigned>(ph) * gridDim.x);
     float acc[kSbBs / 2];
     if (ph > 0) {
       ring_product_with<T, kSbBs, 2, 0>(acc, ring, full, empty, n, entries, lane, b_desc, release_stage<1>);

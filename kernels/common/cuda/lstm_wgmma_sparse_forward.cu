@@ -138,6 +138,10 @@ __global__ void __launch_bounds__(kSpThreads, 1)
   // B of entry k, slice kk: the tile's K rows 16kk …, MN-major, the gates' blocks 2 KB apart
   auto b_desc = [w_s](int k, int kk) { return make_desc(w_s + k * kSpWTile + kk * 16 * 64, kSpWBlock, 8 * 64, 64); };
   for (int t = 0, n = 0; t < p.steps; ++t, n += entries) {
+    // A group with no block rows reads no operand, so nothing else holds it to the grid's pace: its
+    // arrival for step t must wait for every block's for step t − 1, or it would count for a block
+    // still on that step (the producers' waits are on the count).
+    if (entries == 0 && t > 0 && threadIdx.x == 0) wait_count(p.counter, static_cast<unsigned>(t) * gridDim.x);
     float acc[kSpCols / 2];
     ring_product_with<T, kSpCols, 2, 1>(acc, ring, full, empty, n, entries, lane, b_desc, release_stage<1>);
     // acc[4j + 2hh + e]: row rows[hh], column 8j + 2q + e = gate j / 4, unit 8(j mod 4) + 2q + e
