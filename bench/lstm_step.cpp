@@ -4,7 +4,7 @@
 // the whole sequence as one cudnn_lstm op, cuDNN's RNN API), eagerly and as compiled steps
 // (graph::compile without an optimizer: forward + backward traced once, replayed as a CUDA graph).
 //
-//   lstm_step [--device cuda|cpu] [--hidden 1024,2048] [--batch 64] [--steps 256] [--dtypes f32,bf16]
+//   lstm_step [--device cuda|cpu] [--hidden 1024,2048|0] [--batch 64] [--steps 256] [--dtypes f32,bf16]
 //             [--sparse H:density:bs[:ba|:balanced],...] [--repeats N] [--warmup N] [--quick] [--profile] [--json FILE]
 //
 // Input size = hidden size, one layer, forget_bias 1, random inputs x [T, B, H] (time-major),
@@ -24,10 +24,11 @@
 // 1, m = round(density·H/bs / 2) edges per node, generator seed 1001; H:density:bs:balanced: every
 // block row and column round(density·H/bs) blocks, seed 1001), eager and compiled (and compiled
 // step-wise, fuse(false)): their ratio is to the cuDNN graph time of the dense layer with the same
-// recurrent parameter count (H·√density) when this run measured it, else to their own eager time. Each sparse row notes one step's traffic (W_h's bytes plus the h strips its
-// blocks read, nnz·bs·B, forward; the backward moves about twice that again) and that traffic's
-// time at L2's 8.4 TB/s (bsmm_gpu's stream figure on the H200), a memory roofline of the
-// recurrence (not measured in this run).
+// recurrent parameter count (H·√density) when this run measured it, else to their own eager time.
+// Each sparse row notes one step's traffic (W_h's bytes plus the h strips its blocks read,
+// nnz·bs·B, forward; the backward moves about twice that again) and that traffic's time at L2's
+// 8.4 TB/s (bsmm_gpu's stream figure on the H200), a memory roofline of the recurrence (not
+// measured in this run).
 // Ratio = time / the cuDNN path's time in the same run (lower is faster). Gradients are dropped
 // after every step (zero_grad), as a trainer does. f32 runs without TF32 unless
 // TESSERA_ALLOW_TF32=1. Before timing, the first step's loss and input gradient of every way are
@@ -71,8 +72,8 @@ struct Options {
   std::vector<int64_t> hidden{1024, 2048};
   int64_t batch = 64, steps = 256;
   std::vector<std::string> dtypes{"f32", "bf16"};
-  /// Block-sparse layers "H:density:bs[:ba]" (random or Barabási–Albert layouts; input and
-  /// recurrent weights alike).
+  /// Block-sparse layers "H:density:bs[:ba|:balanced]" (random, Barabási–Albert or balanced random
+  /// layouts; input and recurrent weights alike).
   std::vector<std::string> sparse{"2048:0.25:32",   "4096:0.0625:32", "4096:0.0625:32:ba", "8192:0.015625:32",
                                   "4096:0.25:32",   "8192:0.0625:32", "2048:0.25:64",      "4096:0.0625:64",
                                   "8192:0.0625:64"};
@@ -593,11 +594,14 @@ int main(int argc, char** argv) {
   CLI::App app{"tessera dense LSTM training step: its own LSTM against the cuDNN path, eager and compiled"};
   Options o;
   app.add_option("--device", o.device, "cuda (default) or cpu")->check(CLI::IsMember({"cuda", "cpu"}));
-  app.add_option("--hidden", o.hidden, "hidden sizes (input size = hidden)")->delimiter(',');
+  app.add_option("--hidden", o.hidden, "dense hidden sizes (input size = hidden; 0: no dense rows)")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_option("--batch", o.batch, "batch size")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--steps", o.steps, "sequence length T")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--dtypes", o.dtypes, "f32, bf16, f16 (comma-separated)")->delimiter(',');
-  app.add_option("--sparse", o.sparse, "block-sparse layers H:density:bs (comma-separated; none: no sparse rows)")
+  app.add_option("--sparse", o.sparse,
+                 "block-sparse layers H:density:bs[:ba|:balanced] (comma-separated; none: no sparse rows)")
       ->delimiter(',');
   app.add_option("--repeats", o.repeats, "timed steps per way (median reported)")->check(CLI::Range(1, 100000));
   app.add_option("--warmup", o.warmup, "untimed steps per way first")->check(CLI::Range(0, 100000));
@@ -614,6 +618,7 @@ int main(int argc, char** argv) {
     if (!app.count("--sparse")) o.sparse = {"64:0.5:16", "64:0.5:16:ba"};
   }
   if (o.sparse == std::vector<std::string>{"none"}) o.sparse.clear();
+  if (o.hidden == std::vector<int64_t>{0}) o.hidden.clear();
 
   try {
     std::vector<SparseSpec> sparse;
