@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -75,12 +76,9 @@ std::vector<Tensor> run(const std::vector<Tensor>& in, const LayoutPtr& layout, 
   auto r = [&](const Tensor& t, uint64_t s) { return cast(test_randn(t.shape(), s), dt).to(dev); };
   const Tensor loss = add(add(sum(cast(mul(y, r(y, seed)), DType::f32)), sum(cast(mul(h, r(h, seed + 1)), DType::f32))),
                           sum(cast(mul(c, r(c, seed + 2)), DType::f32)));
-  if (backward_wgmma) {
-    const ScopedEnv choice("TESSERA_LSTM_WGMMA", backward_wgmma);
-    loss.backward();
-  } else {
-    loss.backward();
-  }
+  std::optional<ScopedEnv> choice;
+  if (backward_wgmma) choice.emplace("TESSERA_LSTM_WGMMA", backward_wgmma);
+  loss.backward();
   std::vector<Tensor> out{y, h, c};
   for (const Tensor& l : leaf) out.push_back(l.grad());
   return out;
