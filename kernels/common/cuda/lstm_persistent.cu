@@ -41,6 +41,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -1047,6 +1048,15 @@ size_t image_bytes(const RecurrencePlan& plan, int n) {
 
 bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
 
+// The wgmma kernels read and write two adjacent units at once (lstm_wgmma_ring.cuh's load_pair):
+// every 2-byte tensor they touch that way must start at a 4-byte address (an undefined one, such as
+// an absent bias, passes).
+bool pairs_aligned(std::initializer_list<const Tensor*> tensors) {
+  for (const Tensor* t : tensors)
+    if (t->defined() && reinterpret_cast<uintptr_t>(t->data_ptr()) % 4 != 0) return false;
+  return true;
+}
+
 void require_fits(const RecurrencePlan& plan, const char* op) {
   TS_CHECK(plan.reason.empty(), NotImplementedError, op << ": no GPU kernel for this problem: " << plan.reason);
 }
@@ -1061,8 +1071,9 @@ void recurrence_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, co
   const RecurrencePlan plan = plan_recurrence(device, gx.dtype(), batch, hidden, layout, false);
   require_fits(plan, "lstm_recurrence");
   // the forward on wgmma (dense, or block-sparse) where wanted (wgmma_wanted) and where it fits (its
-  // TMA maps need h0, y and the sparse W_h at 16-byte addresses)
-  if (wgmma_wanted(layout != nullptr, false) && aligned16(h0) && aligned16(y)) {
+  // TMA maps need h0, y and the sparse W_h at 16-byte addresses, its pairs 4-byte ones)
+  if (wgmma_wanted(layout != nullptr, false) && aligned16(h0) && aligned16(y) &&
+      pairs_aligned({&gx, &bias, &c0, &hT, &cT})) {
     if (const int cluster = wgmma_cluster(device, gx.dtype(), batch, hidden, layout, false); cluster > 0)
       return wgmma_forward(cluster, gx, h0, c0, wh, bias, forget_bias, y, hT, cT, gates, cells);
     if (layout && aligned16(wh) && wgmma_sparse_forward_unfit(device, gx.dtype(), batch, hidden, layout).empty())
@@ -1102,8 +1113,9 @@ void recurrence_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT,
   const RecurrencePlan plan = plan_recurrence(device, dy.dtype(), batch, hidden, layout, true);
   require_fits(plan, "lstm_recurrence_backward");
   // the backward on wgmma (dense, or block-sparse) where wanted (wgmma_wanted) and where it fits
-  // (its TMA maps need dpre and W_h at 16-byte addresses)
-  if (wgmma_wanted(layout != nullptr, true) && aligned16(dpre) && aligned16(wh)) {
+  // (its TMA maps need dpre and W_h at 16-byte addresses, its pairs 4-byte ones)
+  if (wgmma_wanted(layout != nullptr, true) && aligned16(dpre) && aligned16(wh) &&
+      pairs_aligned({&dy, &dcT, &c0, &dh0, &dc0})) {
     if (const int cluster = wgmma_cluster(device, dy.dtype(), batch, hidden, layout, true); cluster > 0)
       return wgmma_backward(cluster, dy, dhT, dcT, gates, cells, c0, wh, dpre, dh0, dc0);
     if (layout && wgmma_sparse_backward_unfit(device, dy.dtype(), batch, hidden, layout).empty())

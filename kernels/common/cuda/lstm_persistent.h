@@ -29,11 +29,11 @@ void recurrence_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, co
                         const Tensor& cT, const Tensor& gates, const Tensor& cells);
 
 /// Which kernels run each direction on a GPU of compute capability 9.0 (an sm_90a build), by
-/// TESSERA_LSTM_WGMMA: auto (the default) each direction's faster one as measured on the H100
-/// (docs/lstm_gpu.md, "Which path runs"): the dense forward and the block-sparse backward on wgmma
-/// where they fit (below), the dense backward and the block-sparse forward on the production
-/// kernels; 0 the production kernels only; 1 the wgmma ones wherever they fit. Either direction
-/// takes the other's saved gates and cells, so the two may mix. Anything else is a ValueError.
+/// TESSERA_LSTM_WGMMA: auto (the default) each case's faster kernel as measured on the H100
+/// (docs/lstm_gpu.md, "Which path runs"), which is now the wgmma one in all four (dense and
+/// block-sparse, forward and backward) where it fits (below); 0 the production kernels only; 1 the
+/// wgmma ones wherever they fit (today the same as auto). Either direction takes the other's saved
+/// gates and cells, so the two may mix. Anything else is a ValueError.
 bool wgmma_wanted(bool sparse, bool backward);
 
 /// The dense recurrence on wgmma (lstm_wgmma_forward.cu, lstm_wgmma_backward.cu).

@@ -114,6 +114,14 @@ __device__ __forceinline__ void wait_count(const unsigned* counter, unsigned tar
   } while (seen < target);
 }
 
+/// A block with nothing to multiply (a block-sparse group or block row with no blocks) reads no
+/// operand, so no ring wait holds it to the grid's pace: its arrival for phase `phase` must wait for
+/// every block's arrival for phase − 1, or it would count for a block still on that phase (the
+/// producers' waits are on the count). Thread 0 makes the arrival (arrive_grid), so it waits.
+__device__ __forceinline__ void keep_pace_if_idle(bool idle, const unsigned* counter, int phase) {
+  if (idle && phase > 0 && threadIdx.x == 0) wait_count(counter, static_cast<unsigned>(phase) * gridDim.x);
+}
+
 // The cluster: every thread of every block arrives and waits (not .aligned: the producer warp's
 // lanes reach it apart); this block's rank; an arrival on the mbarrier at the same shared-memory
 // offset in block `rank` of the cluster (release at cluster scope: this warp's reads of the stage
@@ -151,16 +159,41 @@ __device__ __forceinline__ void tma_load_3d_multicast(void* dst, const CUtensorM
       : "memory");
 }
 
-/// Two consecutive elements of a 2-byte type as floats, and back (the accumulator layout gives a
-/// thread two adjacent units).
+/// Two consecutive elements of a 2-byte type (the accumulator layout gives a thread two adjacent
+/// units), read or written as one 4-byte access: the offsets are even, and the host takes these
+/// kernels only for 4-byte aligned data (lstm_persistent.cu's pairs_aligned). load_pair_raw keeps
+/// them packed (one register, for reads issued early), unpack_pair makes floats of them.
+template <class T>
+struct PairOf;
+template <>
+struct PairOf<__nv_bfloat16> {
+  using type = __nv_bfloat162;
+};
+template <>
+struct PairOf<__half> {
+  using type = __half2;
+};
+template <class T>
+using Pair = typename PairOf<T>::type;
+
+template <class T>
+__device__ __forceinline__ Pair<T> load_pair_raw(const T* p) {
+  return *reinterpret_cast<const Pair<T>*>(p);
+}
+template <class T>
+__device__ __forceinline__ float2 unpack_pair(Pair<T> v) {
+  return make_float2(to_acc(v.x), to_acc(v.y));
+}
 template <class T>
 __device__ __forceinline__ float2 load_pair(const T* p) {
-  return make_float2(to_acc(p[0]), to_acc(p[1]));
+  return unpack_pair<T>(load_pair_raw(p));
 }
 template <class T>
 __device__ __forceinline__ void store_pair(T* p, float a, float b) {
-  p[0] = from_acc<T>(a);
-  p[1] = from_acc<T>(b);
+  Pair<T> v;
+  v.x = from_acc<T>(a);
+  v.y = from_acc<T>(b);
+  *reinterpret_cast<Pair<T>*>(p) = v;
 }
 
 /// The consumers' half of the split grid barrier, after their generic stores of the step's output

@@ -119,9 +119,28 @@ __global__ void __launch_bounds__(kSbThreads, 1)
   for (int ph = 0, n = 0; ph <= steps; ++ph) {
     const int t = steps - 1 - ph;
     const bool final_phase = ph == steps;
-    // A block row with no blocks reads no operand: as the forward's empty groups, its arrival for
-    // phase ph waits for every block's for phase ph − 1.
-    if (entries == 0 && ph > 0 && threadIdx.x == 0) wait_count(p.counter, static_cast<unsigned>(ph) * gridDim.x);
+    keep_pace_if_idle(entries == 0, p.counter, ph);  // a block row with no blocks
+    // the step's saved gates and cells, c_{t−1} and dy_t, read while the operand arrives (none depends
+    // on it; read after the product, each (row, o)'s reads would wait for the stores before them)
+    float2 gate_in[2][4][4], cell_in[2][4], cprev_in[2][4];
+    Pair<T> dy_in[2][4];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const bool read = live[hh] && !final_phase;
+#pragma unroll
+      for (int o = 0; o < 4; ++o) {
+        const int64_t hb = static_cast<int64_t>(rows[hh]) * H + u0 + 8 * o, bt = static_cast<int64_t>(t) * B * H + hb;
+        const float* gt = p.gates + (static_cast<int64_t>(t) * B + rows[hh]) * G4 + u0 + 8 * o;
+#pragma unroll
+        for (int g = 0; g < 4; ++g)
+          gate_in[hh][o][g] = read ? *reinterpret_cast<const float2*>(gt + g * H) : make_float2(0.f, 0.f);
+        cell_in[hh][o] = read ? *reinterpret_cast<const float2*>(p.cells + bt) : make_float2(0.f, 0.f);
+        cprev_in[hh][o] = !read ? make_float2(0.f, 0.f)
+                          : t > 0 ? *reinterpret_cast<const float2*>(p.cells + bt - static_cast<int64_t>(B) * H)
+                                  : load_pair(static_cast<const T*>(p.c0) + hb);
+        dy_in[hh][o] = read ? load_pair_raw(static_cast<const T*>(p.dy) + bt) : Pair<T>{};
+      }
+    }
     float acc[kSbBs / 2];
     if (ph > 0) {
       ring_product_with<T, kSbBs, 2, 0>(acc, ring, full, empty, n, entries, lane, b_desc, release_stage<1>);
@@ -141,26 +160,16 @@ __global__ void __launch_bounds__(kSbThreads, 1)
           store_pair(static_cast<T*>(p.dh0) + hb, acc[4 * o + 2 * hh], acc[4 * o + 2 * hh + 1]);
           continue;
         }
-        const int64_t bt = static_cast<int64_t>(t) * B * H + hb;
-        const float* gt = p.gates + (static_cast<int64_t>(t) * B + rows[hh]) * G4 + u0 + 8 * o;
-        float gate[4][2];
-#pragma unroll
-        for (int g = 0; g < 4; ++g) {
-          const float2 v = *reinterpret_cast<const float2*>(gt + g * H);
-          gate[g][0] = v.x;
-          gate[g][1] = v.y;
-        }
-        const float2 c = *reinterpret_cast<const float2*>(p.cells + bt);
-        const float2 cp = t > 0 ? *reinterpret_cast<const float2*>(p.cells + bt - static_cast<int64_t>(B) * H)
-                                : load_pair(static_cast<const T*>(p.c0) + hb);
-        const float2 dyv = load_pair(static_cast<const T*>(p.dy) + bt);
+        const float2 c = cell_in[hh][o], cp = cprev_in[hh][o], dyv = unpack_pair<T>(dy_in[hh][o]);
         const float cell[2] = {c.x, c.y}, cprev[2] = {cp.x, cp.y}, dyy[2] = {dyv.x, dyv.y};
         float dp[4][2], dc0v[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float dh = acc[4 * o + 2 * hh + e] + dyy[e];
           if (ph == 0) dh += to_acc(static_cast<const T*>(p.dh_last)[hb + e]);
-          const float g[4] = {gate[0][e], gate[1][e], gate[2][e], gate[3][e]};
+          const float2* gi = gate_in[hh][o];
+          const float g[4] = {e ? gi[0].y : gi[0].x, e ? gi[1].y : gi[1].x, e ? gi[2].y : gi[2].x,
+                              e ? gi[3].y : gi[3].x};
           float d[4];
           lstm_step_grads(g, cell[e], cprev[e], dh, dcc[hh][o][e], d);
 #pragma unroll

@@ -123,6 +123,15 @@ __global__ void __launch_bounds__(kSpThreads, 1)
   int rows[2];
   bool live[2];
   consumer_rows(warp, lane, B, rows, live);
+  float bias[4][4][2];  // gate g of units 8o + 2q (+ 1); the forget gate's with forget_bias
+#pragma unroll
+  for (int g = 0; g < 4; ++g)
+#pragma unroll
+    for (int o = 0; o < 4; ++o) {
+      const float2 b = p.bias ? load_pair(static_cast<const T*>(p.bias) + g * H + u0 + 8 * o) : make_float2(0.f, 0.f);
+      bias[g][o][0] = g == 1 ? p.forget_bias + b.x : b.x;
+      bias[g][o][1] = g == 1 ? p.forget_bias + b.y : b.y;
+    }
   float cst[2][4][2];  // the cell of (row hh, unit 8o + 2q + e)
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh)
@@ -138,31 +147,34 @@ __global__ void __launch_bounds__(kSpThreads, 1)
   // B of entry k, slice kk: the tile's K rows 16kk …, MN-major, the gates' blocks 2 KB apart
   auto b_desc = [w_s](int k, int kk) { return make_desc(w_s + k * kSpWTile + kk * 16 * 64, kSpWBlock, 8 * 64, 64); };
   for (int t = 0, n = 0; t < p.steps; ++t, n += entries) {
-    // A group with no block rows reads no operand, so nothing else holds it to the grid's pace: its
-    // arrival for step t must wait for every block's for step t − 1, or it would count for a block
-    // still on that step (the producers' waits are on the count).
-    if (entries == 0 && t > 0 && threadIdx.x == 0) wait_count(p.counter, static_cast<unsigned>(t) * gridDim.x);
+    keep_pace_if_idle(entries == 0, p.counter, t);  // a group with no block rows
+    // the step's input term, read (packed) while the operand arrives: gx[hh][g][o] holds gate g's
+    // units 8o + 2q (+ 1) of row rows[hh]
+    Pair<T> gx[2][4][4];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const T* row = static_cast<const T*>(p.gx) + (static_cast<int64_t>(t) * B + rows[hh]) * G4 + u0;
+#pragma unroll
+      for (int g = 0; g < 4; ++g)
+#pragma unroll
+        for (int o = 0; o < 4; ++o) gx[hh][g][o] = live[hh] ? load_pair_raw(row + g * H + 8 * o) : Pair<T>{};
+    }
     float acc[kSpCols / 2];
     ring_product_with<T, kSpCols, 2, 1>(acc, ring, full, empty, n, entries, lane, b_desc, release_stage<1>);
     // acc[4j + 2hh + e]: row rows[hh], column 8j + 2q + e = gate j / 4, unit 8(j mod 4) + 2q + e
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       if (!live[hh]) continue;
-      const int64_t bt = static_cast<int64_t>(t) * B + rows[hh];
-      const T* gx = static_cast<const T*>(p.gx) + bt * G4 + u0;
-      float* gt = p.gates + bt * G4 + u0;
+      float* gt = p.gates + (static_cast<int64_t>(t) * B + rows[hh]) * G4 + u0;
 #pragma unroll
       for (int o = 0; o < 4; ++o) {
         float gate[4][2], h[2];
 #pragma unroll
         for (int g = 0; g < 4; ++g) {
-          const float2 x = load_pair(gx + g * H + 8 * o);
-          const float2 b =
-              p.bias ? load_pair(static_cast<const T*>(p.bias) + g * H + u0 + 8 * o) : make_float2(0.f, 0.f);
-          const float fb = g == 1 ? p.forget_bias : 0.f;
+          const float2 x = unpack_pair<T>(gx[hh][g][o]);
           const int j = 4 * g + o;
-          const float pre0 = (acc[4 * j + 2 * hh] + x.x) + (fb + b.x);
-          const float pre1 = (acc[4 * j + 2 * hh + 1] + x.y) + (fb + b.y);
+          const float pre0 = (acc[4 * j + 2 * hh] + x.x) + bias[g][o][0];
+          const float pre1 = (acc[4 * j + 2 * hh + 1] + x.y) + bias[g][o][1];
           gate[g][0] = g == 3 ? tanh_fast(pre0) : sigmoid_fast(pre0);
           gate[g][1] = g == 3 ? tanh_fast(pre1) : sigmoid_fast(pre1);
         }
