@@ -88,6 +88,7 @@ void op::BsmmDw::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& 
       g.dy = dyt.data_ptr();
       g.transposed = true;
     }
+    if (!g.transposed && cuda::run_gate_gradient(g, attrs.layout, dev, stream)) return;
     if (cuda::run_gradient(g, dev, stream)) return;
   }
   cuda::dispatch_cuda_float(x.dtype(), kName, [&](auto tag) {

@@ -25,7 +25,9 @@
 #include "core/sparse/generators.h"
 #include "gpu_check.h"
 #include "kernels/ops.h"
+#include "layers/lstm.h"
 #include "optim/optim.h"
+#include "scoped_env.h"
 
 #ifdef TESSERA_WITH_CUDA
 #include "kernels/common/cuda/blas.h"
@@ -353,6 +355,62 @@ TEST(CudaBsmmTensorCores, WeightGradientSplitOverRowsMatchesTheCpu) {
       }
       unsetenv("TESSERA_BSMM_DW_PARTS");
     }
+}
+
+// nn::LSTM's gate layouts (four gates of one mask, lstm_gate_layout) at bs 32: bsmm_dw runs the
+// sm_90a kernel whose work items take a run of a gate-0 column's entries in all four gates
+// (bsmm_sm90_gate_gradient.cu), under TESSERA_BSMM_DW_GATE_RUNS=1 (off by default until it has run
+// on a GPU). Against the CPU for bf16 and f16, bf16 and f32 outputs and the accumulate mode, over
+// row counts that end mid-stage, columns longer than one run (8 entries), an empty column and an
+// empty block row; the same bits twice; with the variable at 0 the general kernel runs (no
+// gate-run launch counted), and so it does for a layout whose four quarters differ.
+TEST(CudaBsmmTensorCores, GateLayoutWeightGradientMatchesTheCpu) {
+  REQUIRE_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "the gate-run dW kernel needs an sm_90a build on a GPU of compute 9.0";
+  auto gate_runs = [] { return cuda::bsmm_launches(cuda::BsmmKernel::sm90_gate_runs); };
+  const testing::ScopedEnv on("TESSERA_BSMM_DW_GATE_RUNS", "1");
+  // a gate's mask of 12 block rows × 4 block columns: column 0 holds 11 blocks (two runs), column
+  // 2 none, block row 5 none
+  std::vector<uint8_t> mask(12 * 4, 0);
+  for (int r = 0; r < 12; ++r) mask[r * 4 + 0] = r != 5;
+  for (int r : {0, 3, 7}) mask[r * 4 + 1] = 1;
+  for (int r = 1; r < 12; r += 2) mask[r * 4 + 3] = r != 5;
+  const std::vector<LayoutPtr> gate_layouts = {
+      nn::lstm_gate_layout(*BlockLayout::from_mask(12 * 32, 4 * 32, 32, mask)),
+      nn::lstm_gate_layout(*random_layout(256, 256, 32, 0.25, 41)),
+      nn::lstm_gate_layout(*random_layout(1024, 1024, 32, 0.0625, 42))};
+  uint64_t seed = 13000;
+  for (const LayoutPtr& l : gate_layouts)
+    for (DType dt : {DType::bf16, DType::f16})
+      for (int64_t n : {int64_t{1}, int64_t{100}, int64_t{1000}}) {
+        const std::vector<Tensor> in{random({n, l->in_features()}, seed += 3, dt),
+                                     random({n, l->out_features()}, seed + 1, dt)};
+        const std::string what = "gate layout " + l->str() + " " + dtype_name(dt) + " n " + std::to_string(n);
+        const uint64_t before = gate_runs();
+        const Tensor got = run_on_gpu_host<op::BsmmDw>({l}, in)[0];
+        EXPECT_GT(gate_runs(), before) << what;
+        EXPECT_TRUE(close_to(cast(got, DType::f64), reference<op::BsmmDw>({l}, in), 1e-2)) << what;
+        EXPECT_TRUE(same_bits(got, run_on_gpu_host<op::BsmmDw>({l}, in)[0])) << what;
+        const std::vector<Tensor> acc_in{in[0], in[1], random({l->nnz(), 32, 32}, seed + 2, DType::f32)};
+        EXPECT_TRUE(close_to(run_on_gpu_host<op::BsmmDw>({l, true, true}, acc_in)[0],
+                             call<op::BsmmDw>({l, true, true}, acc_in)[0], 1e-3))
+            << "f32 accumulate " << what;
+        {
+          const testing::ScopedEnv off("TESSERA_BSMM_DW_GATE_RUNS", "0");
+          const uint64_t off_before = gate_runs();
+          const Tensor general = run_on_gpu_host<op::BsmmDw>({l}, in)[0];
+          EXPECT_EQ(gate_runs(), off_before) << what;
+          EXPECT_TRUE(close_to(cast(got, DType::f64), cast(general, DType::f64), 1e-2))
+              << what << " against the general kernel";
+        }
+      }
+  // a layout of four block-column quarters that differ: the general kernel
+  const LayoutPtr other = random_layout(256, 1024, 32, 0.25, 43);
+  const std::vector<Tensor> in{random({100, 256}, 13900, DType::bf16), random({100, 1024}, 13901, DType::bf16)};
+  const uint64_t before = gate_runs();
+  const Tensor got = run_on_gpu_host<op::BsmmDw>({other}, in)[0];
+  EXPECT_TRUE(close_to(cast(got, DType::f64), reference<op::BsmmDw>({other}, in), 1e-2));
+  EXPECT_EQ(gate_runs(), before);
 }
 
 // Large block counts per list and a feature count past 2^15/bs blocks: C = K = 32768 at bs 64

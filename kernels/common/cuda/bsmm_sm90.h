@@ -5,6 +5,7 @@
 
 #include "kernels/common/conv_tiles.h"
 #include "kernels/common/cuda/bsmm_tc.h"
+#include "kernels/common/cuda/layout_tables.h"
 
 namespace tessera {
 namespace cuda {
@@ -57,8 +58,18 @@ void conv_gradient(const BlockGradient& g, const ConvIndex& ci, int64_t batch, i
 bool dw_halo_pays(const BlockGradient& g, const ConvIndex& ci, int64_t batch);
 void conv_gradient_halo(const BlockGradient& g, const ConvIndex& ci, int64_t batch, int device, cudaStream_t stream);
 
+/// bsmm_dw for nn::LSTM's gate layouts at bs 32 (bsmm_sm90_gate_gradient.cu): a work item is a
+/// run of up to 8 entries of a gate-0 block column for all four gates, whose blocks of one entry
+/// share an X strip. gate_gradient_wanted: TESSERA_BSMM_DW_GATE_RUNS=1 (off by default: not run on
+/// a GPU yet), bs 32, ungated, not transposed, gradient_supported; `runs` from cuda::gate_dw_runs,
+/// with runs.runs > 0 (a gate layout).
+bool gate_gradient_wanted(const BlockGradient& g, int device);
+void gate_gradient(const BlockGradient& g, const GateRuns& runs, int device, cudaStream_t stream);
+
 /// Launches of these kernels so far in this process (all devices).
 uint64_t launch_count();
+/// Launches of the gate-run dW kernel (counted in launch_count too).
+uint64_t gate_launch_count();
 /// Launches of the gather kernel as column pairs (counted in launch_count too).
 uint64_t pair_launch_count();
 /// Launches in convolution mode, gather and dW kernels (counted in launch_count too), and of

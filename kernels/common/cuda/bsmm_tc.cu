@@ -121,6 +121,22 @@ bool run_gather(const GatherProduct& p, int device, cudaStream_t stream) {
   return true;
 }
 
+bool run_gate_gradient(const BlockGradient& g, const LayoutPtr& layout, int device, cudaStream_t stream) {
+#ifdef TESSERA_HAVE_SM90A
+  if (path_override() != Path::automatic || !sm90::gate_gradient_wanted(g, device)) return false;
+  const GateRuns runs = gate_dw_runs(layout, device);
+  if (runs.runs == 0) return false;
+  sm90::gate_gradient(g, runs, device, stream);
+  return true;
+#else
+  (void)g;
+  (void)layout;
+  (void)device;
+  (void)stream;
+  return false;
+#endif
+}
+
 bool gradient_wants_transposed(const BlockGradient& g, int device) {
 #ifdef TESSERA_HAVE_SM90A
   BlockGradient t = g;
@@ -157,6 +173,7 @@ uint64_t bsmm_launches(BsmmKernel kernel) {
   if (kernel == BsmmKernel::sm90_conv) return sm90::conv_launch_count();
   if (kernel == BsmmKernel::sm90_halo) return sm90::halo_launch_count();
   if (kernel == BsmmKernel::sm90_halo_tall) return sm90::halo_tall_launch_count();
+  if (kernel == BsmmKernel::sm90_gate_runs) return sm90::gate_launch_count();
   return sm90::launch_count();
 #else
   return 0;

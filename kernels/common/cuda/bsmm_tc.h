@@ -35,6 +35,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/sparse/block_layout.h"
 #include "kernels/common/conv_index.h"
 
 namespace tessera {
@@ -110,14 +111,18 @@ bool gradient_wants_transposed(const BlockGradient& g, int device);
 
 /// The kernel families, for launch counts (sm90_pairs: the sm_90a gather kernel's column pairs;
 /// sm90_conv: the sm_90a kernels in convolution mode, sm90_halo those of them in halo mode,
-/// sm90_halo_tall those with 512-row tiles; all also counted as sm90; sm80_conv: the sm_80 kernels
-/// in convolution mode, also counted as sm80).
-enum class BsmmKernel { sm80, sm90, sm90_pairs, sm90_conv, sm90_halo, sm90_halo_tall, sm80_conv };
+/// sm90_halo_tall those with 512-row tiles; sm90_gate_runs: the sm_90a dW kernel of gate layouts; all
+/// also counted as sm90; sm80_conv: the sm_80 kernels in convolution mode, also counted as sm80).
+enum class BsmmKernel { sm80, sm90, sm90_pairs, sm90_conv, sm90_halo, sm90_halo_tall, sm90_gate_runs, sm80_conv };
 
 /// Runs p / g on the kernel the rule above picks; false (nothing launched) when no tensor-core
 /// kernel takes it.
 bool run_gather(const GatherProduct& p, int device, cudaStream_t stream);
 bool run_gradient(const BlockGradient& g, int device, cudaStream_t stream);
+/// bsmm_dw of a gate layout (nn::LSTM's: four gates of one mask) on the sm_90a kernel whose runs
+/// share each entry's X strip among the four gates (bsmm_sm90.h's gate_gradient), where it takes
+/// g; false (nothing launched) otherwise, and then run_gradient.
+bool run_gate_gradient(const BlockGradient& g, const LayoutPtr& layout, int device, cudaStream_t stream);
 
 /// The block-sparse convolutions (bsconv, bsconv_dx; bsconv_dw) on the tensor-core kernels in
 /// convolution mode, over `batch` samples of geometry ci, by the same rule as the matmuls:

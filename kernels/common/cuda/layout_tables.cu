@@ -23,7 +23,8 @@ namespace {
 // Host figures of a BlockLayout's tables, by index: the offsets of the column and row pairs' work
 // lists in the tables (their entries follow) and their entry counts (pairs are built for bs 32
 // and 64 only, the sm_90a kernel's), the dW group and run counts.
-enum HostCount { kColPairsAt, kColPairSteps, kRowPairsAt, kRowPairSteps, kDwGroups, kDwRuns, kHostCounts };
+enum HostCount { kColPairsAt, kColPairSteps, kRowPairsAt, kRowPairSteps, kDwGroups, kDwRuns, kGateQ, kGateColPtrAt,
+                 kHostCounts };
 using HostCounts = std::array<int64_t, kHostCounts>;
 
 struct Entry {
@@ -45,7 +46,9 @@ struct Found {
   HostCounts host;
 };
 
-using Key = std::tuple<const void*, int, int>;  // (layout address, device, variant: 0, or a convolution's taps)
+// (layout address, device, variant: 0, a convolution's taps, or kGateVariant)
+using Key = std::tuple<const void*, int, int>;
+constexpr int kGateVariant = -1;  // gate_dw_runs's tables
 
 std::mutex g_mutex;
 // Never destroyed: layouts held in static objects may run kernels until the process ends.
@@ -135,6 +138,33 @@ std::vector<int32_t> conv_col_runs(const BlockLayout& l, int32_t taps, int32_t r
   std::stable_sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a[1] > b[1]; });
   std::vector<int32_t> out;
   for (const auto& r : runs) out.insert(out.end(), r.begin(), r.end());
+  return out;
+}
+
+// gate_dw_runs's runs (layout_tables.h) and q, or nothing where `l` is not a gate layout.
+std::vector<int32_t> gate_col_runs(const BlockLayout& l, int32_t run, int32_t& q) {
+  const auto& col_ptr = l.col_ptr();
+  const auto& col_blocks = l.col_blocks();
+  const auto& block_row = l.block_row();
+  const int64_t cols = static_cast<int64_t>(col_ptr.size()) - 1;
+  q = 0;
+  if (cols < 4 || cols % 4 != 0) return {};
+  const int32_t quarter = static_cast<int32_t>(cols / 4);
+  for (int32_t c = 0; c < quarter; ++c)
+    for (int32_t g = 1; g < 4; ++g) {
+      const int32_t a = col_ptr[c], b = col_ptr[c + g * quarter], len = col_ptr[c + 1] - a;
+      if (col_ptr[c + g * quarter + 1] - b != len) return {};
+      for (int32_t i = 0; i < len; ++i)
+        if (block_row[col_blocks[a + i]] != block_row[col_blocks[b + i]]) return {};
+    }
+  std::vector<std::array<int32_t, 3>> runs;
+  for (int32_t c = 0; c < quarter; ++c)
+    for (int32_t e = col_ptr[c]; e < col_ptr[c + 1]; e += run)
+      runs.push_back({e, std::min(run, col_ptr[c + 1] - e), c});
+  std::stable_sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a[1] > b[1]; });
+  std::vector<int32_t> out;
+  for (const auto& r : runs) out.insert(out.end(), r.begin(), r.end());
+  q = quarter;
   return out;
 }
 
@@ -255,6 +285,25 @@ ConvRuns conv_dw_runs(const LayoutPtr& layout, int32_t taps, int device) {
       },
       [&] { return l.str() + " (convolution runs, " + std::to_string(taps) + " taps)"; }, taps);
   return {found.base, static_cast<int32_t>(found.host[kDwRuns])};
+}
+
+GateRuns gate_dw_runs(const LayoutPtr& layout, int device) {
+  const BlockLayout& l = *layout;
+  const Found found = lookup(
+      layout, device,
+      [&] {
+        Packed packed;
+        int32_t q = 0;
+        packed.device = gate_col_runs(l, 8, q);
+        packed.host[kDwRuns] = static_cast<int64_t>(packed.device.size() / 3);
+        packed.host[kGateQ] = q;
+        packed.host[kGateColPtrAt] = static_cast<int64_t>(packed.device.size());  // col_ptr follows the runs
+        append(packed.device, l.col_ptr());
+        return packed;
+      },
+      [&] { return l.str() + " (gate runs)"; }, kGateVariant);
+  return {found.base, static_cast<int32_t>(found.host[kDwRuns]), found.base + found.host[kGateColPtrAt],
+          static_cast<int32_t>(found.host[kGateQ])};
 }
 
 AttentionTables device_tables(const AttentionLayoutPtr& layout, int device) {

@@ -95,6 +95,19 @@ struct ConvRuns {
 };
 ConvRuns conv_dw_runs(const LayoutPtr& layout, int32_t taps, int device);
 
+/// The sm_90a dW kernel's runs for nn::LSTM's gate layouts (bsmm_sm90_gate_gradient.cu): where the
+/// layout's block columns split into four gates of q columns whose lists c, c + q, c + 2q, c + 3q
+/// hold the same block rows (lstm_gate_layout), runs of at most 8 consecutive entries of each
+/// gate-0 column c < q, longest first: run [runs, 3] (first entry in col_blocks, count, column c),
+/// with the layout's col_ptr and q. runs 0 for any other layout. Cached per (layout, device).
+struct GateRuns {
+  const int32_t* run;
+  int32_t runs;
+  const int32_t* col_ptr;  ///< [K/bs + 1]
+  int32_t q;
+};
+GateRuns gate_dw_runs(const LayoutPtr& layout, int device);
+
 /// The tables of `layout` on `device`, uploaded on first use (valid while the layout lives).
 BlockTables device_tables(const LayoutPtr& layout, int device);
 AttentionTables device_tables(const AttentionLayoutPtr& layout, int device);

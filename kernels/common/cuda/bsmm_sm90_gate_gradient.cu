@@ -1,0 +1,211 @@
+// The Hopper (sm_90a) kernel of bsmm_dw for nn::LSTM's gate layouts, blocks of 32 (issue 16).
+//
+// A gate layout (lstm_gate_layout) repeats one mask for the four gates: W [C, 4H] in blocks of
+// 32, q = H/32 block columns a gate, and the lists of block columns c, c + q, c + 2q, c + 3q hold
+// the same block rows in the same order. So the four gates' blocks of an entry (r, c + g·q) read
+// the same X strip, and bsmm_sm90_gradient.cu's runs (one block column each: the dY strip shared,
+// every block its own X strip) read each X strip four times. Here a work item is a run of at most
+// 8 entries of one gate-0 column c (cuda::gate_dw_runs), for all four gates: 32 blocks. Per
+// 64-row step the producer warp copies the four gates' dY strips [64, 32] of the group and the
+// run's X strips [64, 32] into one stage (12 strips instead of 4 × 9), and each consumer
+// warpgroup computes two products, each two entries' X strips stacked along M against the four
+// dY strips stacked along N (both MN-major, the strips 4 KB apart):
+//
+//   acc [64, 128] += [X_r(2p) | X_r(2p+1)][t0 .. t0+64, :]ᵀ · [dY_c | dY_c+q | dY_c+2q | dY_c+3q][t0 .. t0+64, :]
+//   (row i of acc: entry 2p + i / 32, row i % 32 of its blocks; column n: gate n / 32, column n % 32)
+//
+// Ungated, not transposed, one part (N is not split): each element is summed by one thread in row
+// order, so the same inputs give the same bits. Built and SASS-checked (164 registers, no spills,
+// no serialized wgmma), not yet run on a GPU: off unless TESSERA_BSMM_DW_GATE_RUNS=1 asks for it
+// (the general kernel runs otherwise); its test, CudaBsmmTensorCores.GateLayoutWeightGradient-
+// MatchesTheCpu, asks.
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/tensor.h"
+#include "kernels/common/cuda/bsmm_sm90.h"
+#include "kernels/common/cuda/bsmm_sm90_common.cuh"
+
+namespace tessera {
+namespace cuda {
+namespace sm90 {
+namespace {
+
+constexpr int kGBs = 32;                                // the block size it takes
+constexpr int kGKT = 64;                                // rows of n per stage
+constexpr int kGRowBytes = 2 * kGBs;                    // one row of a strip
+constexpr int kGStrip = kGKT * kGRowBytes;              // a [64, 32] strip of X or dY: 4 KB
+constexpr int kGEntries = 8;                            // entries per run: 2 warpgroups × 2 products × 2
+constexpr int kGStageBytes = (4 + kGEntries) * kGStrip;  // the four gates' dY strips, then the X strips
+constexpr int kGStages = 4;
+constexpr int kGItemRing = 4;
+constexpr int kGSmemBytes = kGStages * kGStageBytes + 2 * kGStages * 8 + kGItemRing * (16 + 16) + 1024;
+
+std::atomic<uint64_t> g_gate_launches{0};
+
+/// The descriptor of an MN-major operand of 64-byte rows whose k16 slice starts at `p`, atoms of
+/// 32 elements along MN `atom_stride` bytes apart (as bsmm_sm90_gradient.cu's mn_major<64>).
+__device__ __forceinline__ uint64_t mn_major64(const uint8_t* p, uint32_t atom_stride) {
+  return make_desc(p, atom_stride, 8 * kGRowBytes, kGRowBytes);
+}
+
+template <class T, class TO>
+__global__ void __launch_bounds__(kThreads, 1)
+    gate_gradient_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_dy,
+                         BlockGradient p, const int32_t* __restrict__ col_ptr, int q) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = align1024(smem_raw);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kGStages * kGStageBytes);
+  uint64_t* empty = full + kGStages;
+  uint64_t* item_full = empty + kGStages;
+  uint64_t* item_empty = item_full + kGItemRing;
+  int4* ring = reinterpret_cast<int4*>(item_empty + kGItemRing);  // (first entry, count, part, column)
+  auto strip = [&](int s, int i) { return smem + s * kGStageBytes + i * kGStrip; };  // 0-3: dY, 4 + e: X
+
+  const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    init_barrier_pairs(full, empty, kGStages, kConsumerWarps);
+    init_barrier_pairs(item_full, item_empty, kGItemRing, kConsumerWarps);
+    fence_barrier_init();
+  }
+  __syncthreads();
+  const int steps = static_cast<int>((p.n + kGKT - 1) / kGKT);
+  const int items = p.col_runs;
+
+  if (wg == 0) {
+    // Producer: warp 0. Lane 0 takes the items (the longest runs first) and claims each stage;
+    // lanes 0-3 copy the four gates' dY strips, lane e < count entry e's X strip.
+    if (threadIdx.x >= 32) return;
+    if (lane == 0) {
+      prefetch_tma_map(&map_x);
+      prefetch_tma_map(&map_dy);
+    }
+    int it = 0, taken = blockIdx.x;
+    for (int n = 0;; ++n) {
+      const int4 w = next_run_item<kGItemRing>(p, items, n, taken, lane, item_full, item_empty, ring);
+      if (w.y == 0) break;
+      const int count = w.y, row = lane < count ? p.col_rows[w.x + lane] : 0;
+      for (int step = 0; step < steps; ++step, ++it) {
+        const int s = it % kGStages;
+        if (lane == 0) {
+          mbar_wait(&empty[s], ((it / kGStages) & 1) ^ 1);
+          mbar_arrive_expect_tx(&full[s], (4 + count) * kGStrip);
+        }
+        __syncwarp();  // the stage is claimed and its byte count set before the copies land
+        if (lane < 4) tma_load_2d(strip(s, lane), &map_dy, &full[s], (w.w + lane * q) * kGBs, step * kGKT);
+        if (lane < count) tma_load_2d(strip(s, 4 + lane), &map_x, &full[s], row * kGBs, step * kGKT);
+      }
+    }
+    return;
+  }
+
+  // Consumer warpgroup c computes products 2c and 2c + 1 of each item (entries 2(2c + j), + 1).
+  const int c = wg - 1, warp = (threadIdx.x / 32) % 4, g = lane / 4, t = lane % 4;
+  TO* dw = static_cast<TO*>(p.dw);
+  int it = 0;
+  for (int n = 0;; ++n) {
+    const int4 w = receive_item<kGItemRing>(n, item_full, item_empty, ring, lane);
+    if (w.y == 0) break;
+    const int first = w.x, count = w.y, column = w.w;
+    // Both products run even where the run has fewer entries (on stale shared memory, whose rows
+    // are never stored): a wgmma under a branch makes ptxas serialize every wgmma of the kernel.
+    float acc[2][4 * kGBs / 2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int i = 0; i < 4 * kGBs / 2; ++i) acc[j][i] = 0.f;
+    for (int step = 0; step < steps; ++step, ++it) {
+      const int s = it % kGStages;
+      mbar_wait(&full[s], (it / kGStages) & 1);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kGKT / 16; ++kk) {
+        const uint64_t db = mn_major64(strip(s, 0) + kk * 16 * kGRowBytes, kGStrip);
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const uint64_t da = mn_major64(strip(s, 4 + 2 * (2 * c + j)) + kk * 16 * kGRowBytes, kGStrip);
+          Wgmma<T, 4 * kGBs>::template run<1, 1>(acc[j], da, db, step > 0 || kk > 0);
+        }
+      }
+      wgmma_commit();
+      wgmma_wait<1>();
+#pragma unroll
+      for (int j = 0; j < 2; ++j) fence_operands(acc[j]);
+      // The whole warp's reads of the previous stage come before lane 0 releases it.
+      __syncwarp();
+      if (step > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % kGStages]);
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int j = 0; j < 2; ++j) fence_operands(acc[j]);
+    __syncwarp();
+    if (steps > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % kGStages]);
+    // acc[j][4·jj + 2h + e]: row i = 16·warp + g + 8h (entry 2(2c + j) + i / 32, its blocks' row
+    // i % 32), column 8·jj + 2t + e (gate jj / 4, its block's column 8(jj % 4) + 2t + e)
+    const int offset = first - col_ptr[column];  // the run's place in each gate's list
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = warp * 16 + g + 8 * h, e = 2 * (2 * c + j) + i / kGBs;
+        if (e >= count) continue;  // the same for every lane of the warp
+#pragma unroll
+        for (int gate = 0; gate < 4; ++gate) {
+          const int64_t k = p.col_blocks[col_ptr[column + gate * q] + offset + e];
+#pragma unroll
+          for (int o = 0; o < kGBs / 8; ++o) {
+            const int jj = 4 * gate + o;
+            const int64_t at = (k * kGBs + i % kGBs) * kGBs + 8 * o + 2 * t;
+            store_pair(dw + at, acc[j][4 * jj + 2 * h], acc[j][4 * jj + 2 * h + 1], p.accumulate);
+          }
+        }
+      }
+    }
+  }
+#else
+  __trap();
+#endif
+}
+
+template <class T, class TO>
+void launch_gates(const BlockGradient& g, const GateRuns& runs, int device, cudaStream_t stream) {
+  static_cast<void>(device);
+  const CUtensorMap map_x = tensor_map(g.x, g.in_dtype, g.n, g.C, kGKT, kGBs);
+  const CUtensorMap map_dy = tensor_map(g.dy, g.in_dtype, g.n, g.K, kGKT, kGBs);
+  constexpr auto kernel = &gate_gradient_kernel<T, TO>;
+  const int persistent = persistent_grid<kernel>(kGSmemBytes);
+  BlockGradient p = g;
+  p.col_runs = runs.runs;
+  p.col_run = runs.run;
+  const int grid = std::min(runs.runs, persistent);
+  kernel<<<grid, kThreads, kGSmemBytes, stream>>>(map_x, map_dy, p, runs.col_ptr, runs.q);
+  TS_CUDA_LAUNCH_CHECK("bsmm_dw (gate runs)");
+  g_launches.fetch_add(1, std::memory_order_relaxed);
+  g_gate_launches.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+uint64_t gate_launch_count() { return g_gate_launches.load(std::memory_order_relaxed); }
+
+bool gate_gradient_wanted(const BlockGradient& g, int device) {
+  const char* e = std::getenv("TESSERA_BSMM_DW_GATE_RUNS");  // off by default until it has run on a GPU
+  if (!e || std::strcmp(e, "1") != 0) return false;
+  return g.bs == kGBs && g.gate == nullptr && !g.transposed && gradient_supported(g, device);
+}
+
+void gate_gradient(const BlockGradient& g, const GateRuns& runs, int device, cudaStream_t stream) {
+  if (runs.runs == 0) return;
+  dispatch_types(g.in_dtype, g.out_dtype, [&](auto tin, auto tout) {
+    using T = typename decltype(tin)::type;
+    using TO = typename decltype(tout)::type;
+    launch_gates<T, TO>(g, runs, device, stream);
+  });
+}
+
+}  // namespace sm90
+}  // namespace cuda
+}  // namespace tessera
