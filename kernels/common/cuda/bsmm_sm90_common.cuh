@@ -131,6 +131,31 @@ __device__ __forceinline__ void init_barrier_pairs(uint64_t* full, uint64_t* emp
   }
 }
 
+/// The dW kernels' (bsmm_sm90_gradient.cu, bsmm_sm90_gate_gradient.cu) barriers after their
+/// kStages stages of `stage_bytes` at `smem`: the stages' full/empty pairs, the item ring's
+/// pairs and its kRing slots (first entry, count, part, column; count 0: no more items), made by
+/// thread 0 and published to the block (a block barrier: every thread calls it).
+struct DwSync {
+  uint64_t *full, *empty, *item_full, *item_empty;
+  int4* ring;
+};
+template <int kStages, int kRing>
+__device__ __forceinline__ DwSync dw_sync(uint8_t* smem, int stage_bytes) {
+  DwSync d;
+  d.full = reinterpret_cast<uint64_t*>(smem + kStages * stage_bytes);
+  d.empty = d.full + kStages;
+  d.item_full = d.empty + kStages;
+  d.item_empty = d.item_full + kRing;
+  d.ring = reinterpret_cast<int4*>(d.item_empty + kRing);
+  if (threadIdx.x == 0) {
+    init_barrier_pairs(d.full, d.empty, kStages, kConsumerWarps);
+    init_barrier_pairs(d.item_full, d.item_empty, kRing, kConsumerWarps);
+    fence_barrier_init();
+  }
+  __syncthreads();
+  return d;
+}
+
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 bool half_dtype(DType dt) { return dt == DType::bf16 || dt == DType::f16; }

@@ -58,20 +58,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = align1024(smem_raw);
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kGStages * kGStageBytes);
-  uint64_t* empty = full + kGStages;
-  uint64_t* item_full = empty + kGStages;
-  uint64_t* item_empty = item_full + kGItemRing;
-  int4* ring = reinterpret_cast<int4*>(item_empty + kGItemRing);  // (first entry, count, part, column)
+  const DwSync sync = dw_sync<kGStages, kGItemRing>(smem, kGStageBytes);
+  uint64_t *full = sync.full, *empty = sync.empty, *item_full = sync.item_full, *item_empty = sync.item_empty;
+  int4* ring = sync.ring;
   auto strip = [&](int s, int i) { return smem + s * kGStageBytes + i * kGStrip; };  // 0-3: dY, 4 + e: X
 
   const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-    init_barrier_pairs(full, empty, kGStages, kConsumerWarps);
-    init_barrier_pairs(item_full, item_empty, kGItemRing, kConsumerWarps);
-    fence_barrier_init();
-  }
-  __syncthreads();
   const int steps = static_cast<int>((p.n + kGKT - 1) / kGKT);
   const int items = p.col_runs;
 

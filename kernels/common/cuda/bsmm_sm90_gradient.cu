@@ -73,21 +73,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kRowBytes = Tile::kRowBytes;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = align1024(smem_raw);
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * Tile::kStageBytes);
-  uint64_t* empty = full + kStages;
-  uint64_t* item_full = empty + kStages;
-  uint64_t* item_empty = item_full + kRing;
-  int4* ring = reinterpret_cast<int4*>(item_empty + kRing);  // (list begin, count, part, column); count 0: no more
+  const DwSync sync = dw_sync<kStages, kRing>(smem, Tile::kStageBytes);
+  uint64_t *full = sync.full, *empty = sync.empty, *item_full = sync.item_full, *item_empty = sync.item_empty;
+  int4* ring = sync.ring;
   float* gate_sums = reinterpret_cast<float*>(ring + kRing);  // [2][2][2][4], bs 32 and 64 only
   auto strip = [&](int s, int i) { return smem + s * Tile::kStageBytes + i * Tile::kStripBytes; };  // 0: dY, 1+b: X
 
   const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-    init_barrier_pairs(full, empty, kStages, kConsumerWarps);
-    init_barrier_pairs(item_full, item_empty, kRing, kConsumerWarps);
-    fence_barrier_init();
-  }
-  __syncthreads();
   const int steps = kConv ? ct.total_tiles : static_cast<int>((p.n + Tile::kKT - 1) / Tile::kKT);
   const int items = p.col_runs * parts;
   // A convolution's runs are of entries (block at list position q / taps, tap q % taps), and its
