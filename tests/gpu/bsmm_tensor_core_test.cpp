@@ -24,6 +24,7 @@
 #include "core/graph/compile.h"
 #include "core/sparse/generators.h"
 #include "gpu_check.h"
+#include "gradcheck.h"
 #include "kernels/ops.h"
 #include "layers/lstm.h"
 #include "optim/optim.h"
@@ -369,6 +370,7 @@ TEST(CudaBsmmTensorCores, GateLayoutWeightGradientMatchesTheCpu) {
   if (!sm90_here()) GTEST_SKIP() << "the gate-run dW kernel needs an sm_90a build on a GPU of compute 9.0";
   auto gate_runs = [] { return cuda::bsmm_launches(cuda::BsmmKernel::sm90_gate_runs); };
   const testing::ScopedEnv on("TESSERA_BSMM_DW_GATE_RUNS", "1");
+  const testing::ScopedEnv kernels("TESSERA_BSMM_DENSE", "0");  // the block-sparse kernels, whatever the density
   // a gate's mask of 12 block rows × 4 block columns: column 0 holds 11 blocks (two runs), column
   // 2 none, block row 5 none
   std::vector<uint8_t> mask(12 * 4, 0);
@@ -404,6 +406,12 @@ TEST(CudaBsmmTensorCores, GateLayoutWeightGradientMatchesTheCpu) {
               << what << " against the general kernel";
         }
       }
+  {  // a bad value is one clear error, naming the variable and the value
+    const testing::ScopedEnv bad("TESSERA_BSMM_DW_GATE_RUNS", "yes");
+    const std::vector<Tensor> in{random({100, 384}, 13800, DType::bf16), random({100, 512}, 13801, DType::bf16)};
+    testing::expect_error<ValueError>([&] { run_on_gpu_host<op::BsmmDw>({gate_layouts[0]}, in); },
+                                      {"TESSERA_BSMM_DW_GATE_RUNS", "'yes'"});
+  }
   // a layout of four block-column quarters that differ: the general kernel
   const LayoutPtr other = random_layout(256, 1024, 32, 0.25, 43);
   const std::vector<Tensor> in{random({100, 256}, 13900, DType::bf16), random({100, 1024}, 13901, DType::bf16)};

@@ -397,7 +397,7 @@ TEST(LstmRecurrenceGpu, LayerFusedPathMatchesTheCpuLayerAndCompiles) {
     const std::vector<uint64_t> after = launches();
     for (int k = 0; k < 4; ++k) {
       const bool sparse_kernel = k >= 2, backward_kernel = k % 2 == 1;
-      const bool wanted = cuda::wgmma_wanted(sparse_kernel, backward_kernel);  // (under `choice`)
+      const bool wanted = cuda::wgmma_wanted();  // (under `choice`)
       EXPECT_EQ(after[k] > before[k], sm90_here() && wanted && sparse_kernel == (bs != 0))
           << (sparse_kernel ? "block-sparse " : "dense ") << (backward_kernel ? "backward" : "forward")
           << " on wgmma, " << how;
@@ -443,8 +443,7 @@ TEST(LstmRecurrenceGpu, WgmmaKernelsMatchTheCpu) {
     EXPECT_EQ(cuda::wgmma_cluster(kGpu.index, DType::bf16, 64, 1024, nullptr, backward), 1);
   for (const char* choice : {static_cast<const char*>(nullptr), "auto"}) {  // (lstm_persistent.h)
     const ScopedEnv unset_or_auto("TESSERA_LSTM_WGMMA", choice);  // the measured winners, the default
-    for (bool sparse : {false, true})
-      for (bool backward : {false, true}) EXPECT_TRUE(cuda::wgmma_wanted(sparse, backward));
+    EXPECT_TRUE(cuda::wgmma_wanted());
   }
   // either direction on wgmma beside the other on the production kernel (they may mix)
   for (const char* forward : {"1", "0"}) {

@@ -185,7 +185,10 @@ uint64_t gate_launch_count() { return g_gate_launches.load(std::memory_order_rel
 
 bool gate_gradient_wanted(const BlockGradient& g, int device) {
   const char* e = std::getenv("TESSERA_BSMM_DW_GATE_RUNS");  // off by default until it has run on a GPU
-  if (!e || std::strcmp(e, "1") != 0) return false;
+  if (!e) return false;
+  TS_CHECK(std::strcmp(e, "0") == 0 || std::strcmp(e, "1") == 0, ValueError,
+           "TESSERA_BSMM_DW_GATE_RUNS must be 0 or 1, not '" << e << "'");
+  if (std::strcmp(e, "1") != 0) return false;
   return g.bs == kGBs && g.gate == nullptr && !g.transposed && gradient_supported(g, device);
 }
 

@@ -1072,7 +1072,7 @@ void recurrence_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, co
   require_fits(plan, "lstm_recurrence");
   // the forward on wgmma (dense, or block-sparse) where wanted (wgmma_wanted) and where it fits (its
   // TMA maps need h0, y and the sparse W_h at 16-byte addresses, its pairs 4-byte ones)
-  if (wgmma_wanted(layout != nullptr, false) && aligned16(h0) && aligned16(y) &&
+  if (wgmma_wanted() && aligned16(h0) && aligned16(y) &&
       pairs_aligned({&gx, &bias, &c0, &hT, &cT})) {
     if (const int cluster = wgmma_cluster(device, gx.dtype(), batch, hidden, layout, false); cluster > 0)
       return wgmma_forward(cluster, gx, h0, c0, wh, bias, forget_bias, y, hT, cT, gates, cells);
@@ -1114,7 +1114,7 @@ void recurrence_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT,
   require_fits(plan, "lstm_recurrence_backward");
   // the backward on wgmma (dense, or block-sparse) where wanted (wgmma_wanted) and where it fits
   // (its TMA maps need dpre and W_h at 16-byte addresses, its pairs 4-byte ones)
-  if (wgmma_wanted(layout != nullptr, true) && aligned16(dpre) && aligned16(wh) &&
+  if (wgmma_wanted() && aligned16(dpre) && aligned16(wh) &&
       pairs_aligned({&dy, &dcT, &c0, &dh0, &dc0})) {
     if (const int cluster = wgmma_cluster(device, dy.dtype(), batch, hidden, layout, true); cluster > 0)
       return wgmma_backward(cluster, dy, dhT, dcT, gates, cells, c0, wh, dpre, dh0, dc0);
@@ -1185,7 +1185,7 @@ int wgmma_step_floor(const Tensor&, const Tensor&, int64_t, bool, int) {
   return 0;
 }
 
-bool wgmma_wanted(bool, bool) { return false; }
+bool wgmma_wanted() { return false; }
 std::string wgmma_forward_unfit(int, DType, int64_t, int64_t, const LayoutPtr&) {
   return "this build has no code for compute capability 9.0 (sm_90a)";
 }

@@ -28,13 +28,13 @@ void recurrence_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, co
                         const LayoutPtr& layout, double forget_bias, const Tensor& y, const Tensor& hT,
                         const Tensor& cT, const Tensor& gates, const Tensor& cells);
 
-/// Which kernels run each direction on a GPU of compute capability 9.0 (an sm_90a build), by
-/// TESSERA_LSTM_WGMMA: auto (the default) each case's faster kernel as measured on the H100
-/// (docs/lstm_gpu.md, "Which path runs"), which is now the wgmma one in all four (dense and
-/// block-sparse, forward and backward) where it fits (below); 0 the production kernels only; 1 the
-/// wgmma ones wherever they fit (today the same as auto). Either direction takes the other's saved
-/// gates and cells, so the two may mix. Anything else is a ValueError.
-bool wgmma_wanted(bool sparse, bool backward);
+/// Whether the recurrence runs on the wgmma kernels (below) where they fit, on a GPU of compute
+/// capability 9.0 (an sm_90a build), by TESSERA_LSTM_WGMMA: auto (the default) each case's faster
+/// kernel as measured on the H100 (docs/lstm_gpu.md, "Which path runs"), which is the wgmma one in
+/// all four (dense and block-sparse, forward and backward); 1 the wgmma ones (today the same as
+/// auto); 0 the production kernels only. Either direction takes the other's saved gates and cells,
+/// so the two may mix. Anything else is a ValueError.
+bool wgmma_wanted();
 
 /// The dense recurrence on wgmma (lstm_wgmma_forward.cu, lstm_wgmma_backward.cu).
 /// wgmma_forward_unfit says why it does not take a problem ("" where it does: dense, bf16/f16,

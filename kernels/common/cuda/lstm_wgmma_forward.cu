@@ -274,16 +274,12 @@ void launch(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& 
 }  // namespace
 }  // namespace sm90
 
-bool wgmma_wanted(bool sparse, bool backward) {
+bool wgmma_wanted() {
   const char* e = std::getenv("TESSERA_LSTM_WGMMA");
   const std::string choice = e ? e : "auto";  // the default (lstm_persistent.h)
   TS_CHECK(choice == "0" || choice == "1" || choice == "auto", ValueError,
            "TESSERA_LSTM_WGMMA must be 0, 1 or auto, not '" << choice << "'");
-  // auto: the measured winners, which are the wgmma kernels in all four cases (lstm_persistent.h), so
-  // that auto and 1 agree today; the arguments are for a choice that differs by case
-  static_cast<void>(sparse);
-  static_cast<void>(backward);
-  return choice != "0";
+  return choice != "0";  // auto: the measured winners, the wgmma kernels in all four cases
 }
 
 namespace sm90 {
