@@ -360,10 +360,10 @@ TEST(CudaBsmmTensorCores, WeightGradientSplitOverRowsMatchesTheCpu) {
 
 // nn::LSTM's gate layouts (four gates of one mask, lstm_gate_layout) at bs 32: bsmm_dw runs the
 // sm_90a kernel whose work items take a run of a gate-0 column's entries in all four gates
-// (bsmm_sm90_gate_gradient.cu), under TESSERA_BSMM_DW_GATE_RUNS=1 (off by default until it has run
-// on a GPU). Against the CPU for bf16 and f16, bf16 and f32 outputs and the accumulate mode, over
-// row counts that end mid-stage, columns longer than one run (8 entries), an empty column and an
-// empty block row; the same bits twice; with the variable at 0 the general kernel runs (no
+// (bsmm_sm90_gate_gradient.cu), under TESSERA_BSMM_DW_GATE_RUNS=1 (the default; asked for here so
+// that the test does not depend on it). Against the CPU for bf16 and f16, bf16 and f32 outputs and
+// the accumulate mode, over row counts that end mid-stage, columns longer than one run (8 entries),
+// an empty column and an empty block row; the same bits twice; with the variable at 0 the general kernel runs (no
 // gate-run launch counted), and so it does for a layout whose four quarters differ.
 TEST(CudaBsmmTensorCores, GateLayoutWeightGradientMatchesTheCpu) {
   REQUIRE_GPU();

@@ -533,16 +533,71 @@ TEST(LstmRecurrenceGpu, WgmmaSparseKernelsMatchTheCpu) {
             "not nn::LSTM's gate layout");
   EXPECT_EQ(cuda::wgmma_sparse_forward_unfit(dev, DType::bf16, 64, 8192, gate_layout(8192, 32, 0.0625, 5)),
             "a group's W tiles pass shared memory");  // 27 block rows in its busiest group: 217 KB of W
-  // 256 groups and block rows, the busiest 17 and 64 blocks: each fits a block, not all resident
+  // 256 groups and block rows, the busiest 17 and 64 blocks: each fits a block, not all resident,
+  // and the busiest pairs (25 and 100 blocks) pass a block's shared memory
   EXPECT_EQ(cuda::wgmma_sparse_forward_unfit(dev, DType::bf16, 64, 8192, gate_layout(8192, 32, 0.03, 5)),
-            "more groups of 32 units than resident blocks");
+            "more groups of 32 units than resident blocks, one or two a block");
   EXPECT_EQ(cuda::wgmma_sparse_backward_unfit(dev, DType::bf16, 64, 4096, gate_layout(4096, 32, 0.0625, 5)), "");
   EXPECT_EQ(cuda::wgmma_sparse_backward_unfit(dev, DType::bf16, 64, 512, gate_layout(512, 16, 0.25, 5)),
             "blocks of 32 only");
   EXPECT_EQ(cuda::wgmma_sparse_backward_unfit(dev, DType::bf16, 64, 8192, gate_layout(8192, 32, 0.0625, 5)),
             "a block row's blocks pass 96");  // 108
   EXPECT_EQ(cuda::wgmma_sparse_backward_unfit(dev, DType::bf16, 64, 8192, gate_layout(8192, 32, 0.03, 5)),
-            "more block rows than resident blocks");
+            "more block rows than resident blocks, one or two a block");
+}
+
+// The block-sparse kernels with two groups (forward) or block rows (backward) a block, one per
+// consumer warpgroup (lstm_wgmma_ring.cuh's sparse_grid): where one a block cannot all be resident
+// (the issue's H 8192 at 1/64: 256 groups on 132 SMs) and, under TESSERA_LSTM_SPARSE_PAIRS=1,
+// at H 256 for batch 1, 7 and 64, bf16 and f16, with and without a bias, and a layout whose pairs
+// hold an empty group or row beside a full one and an empty pair (a block with nothing to
+// multiply must keep to the grid barrier's count). Each case must have run paired in both
+// directions; a bad TESSERA_LSTM_SPARSE_PAIRS is one ValueError naming it.
+TEST(LstmRecurrenceGpu, WgmmaSparsePairsMatchTheCpu) {
+  REQUIRE_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "the wgmma recurrence needs an sm_90a build on a GPU of compute 9.0";
+  const ScopedEnv on("TESSERA_LSTM_WGMMA", "1");
+  auto check = [](const Case& k, DType dt, const LayoutPtr& given = nullptr) {
+    const uint64_t paired = cuda::wgmma_sparse_paired_launch_count();
+    const uint64_t fwd = cuda::wgmma_sparse_forward_launch_count(), bwd = cuda::wgmma_sparse_backward_launch_count();
+    check_case(k, dt, given);
+    const std::string how = label(k, dt) + (given ? ", a given layout" : "");
+    EXPECT_GT(cuda::wgmma_sparse_forward_launch_count(), fwd) << how;
+    EXPECT_GT(cuda::wgmma_sparse_backward_launch_count(), bwd) << how;
+    // both directions, each run twice (check_case's determinism run): four paired launches
+    EXPECT_EQ(cuda::wgmma_sparse_paired_launch_count() - paired, 4u) << "paired: " << how;
+  };
+  const int dev = kGpu.index;
+  {  // auto: one a block where all are resident, pairs where not
+    const ScopedEnv where_needed("TESSERA_LSTM_SPARSE_PAIRS", "auto");
+    const LayoutPtr wide = gate_layout(8192, 32, 0.015625, 5);
+    EXPECT_EQ(cuda::wgmma_sparse_forward_unfit(dev, DType::bf16, 64, 8192, wide), "");
+    EXPECT_EQ(cuda::wgmma_sparse_backward_unfit(dev, DType::bf16, 64, 8192, wide), "");
+    check({3, 7, 8192, 32, 0.015625}, DType::bf16);
+    const uint64_t paired = cuda::wgmma_sparse_paired_launch_count();
+    check_case({3, 7, 256, 32, 0.25}, DType::bf16);
+    EXPECT_EQ(cuda::wgmma_sparse_paired_launch_count(), paired) << "H 256 (8 groups) runs one group a block";
+  }
+  const ScopedEnv pairs("TESSERA_LSTM_SPARSE_PAIRS", "1");
+  for (int64_t b : {1, 7, 64}) check({6, b, 256, 32, 0.25}, DType::bf16);
+  check({6, 7, 256, 32, 0.25, /*bias=*/false}, DType::bf16);
+  check({5, 7, 256, 32, 0.5}, DType::f16);
+  check({4, 64, 2048, 32, 0.125}, DType::bf16);
+  // block columns 3, 4, 5 and block rows 2, 3, 6 empty: pairs (2, 3) and (6, 7) of each half, and
+  // (4, 5) of the groups and (2, 3) of the rows with nothing at all
+  std::vector<uint8_t> mask(64);
+  for (int r = 0; r < 8; ++r)
+    for (int c = 0; c < 8; ++c) mask[r * 8 + c] = r != 2 && r != 3 && r != 6 && (c < 3 || c > 5) && (r + c) % 3 != 0;
+  check({6, 5, 256, 32, 0.25}, DType::bf16, nn::lstm_gate_layout(*mask_layout(256, 256, 32, mask)));
+  {  // never: H 8192 at 1/64 is not taken
+    const ScopedEnv never("TESSERA_LSTM_SPARSE_PAIRS", "0");
+    EXPECT_EQ(cuda::wgmma_sparse_forward_unfit(dev, DType::bf16, 64, 8192, gate_layout(8192, 32, 0.015625, 5)),
+              "more groups of 32 units than resident blocks, one or two a block");
+  }
+  const ScopedEnv bad("TESSERA_LSTM_SPARSE_PAIRS", "2");
+  testing::expect_error<ValueError>(
+      [&] { cuda::wgmma_sparse_forward_unfit(dev, DType::bf16, 64, 256, gate_layout(256, 32, 0.25, 5)); },
+      {"TESSERA_LSTM_SPARSE_PAIRS", "'2'"});
 }
 
 // The issue-16 lab kernels (cuda::wgmma_step_floor, lstm_wgmma_floor.cu: dense H 1024 steps

@@ -60,9 +60,9 @@ void conv_gradient_halo(const BlockGradient& g, const ConvIndex& ci, int64_t bat
 
 /// bsmm_dw for nn::LSTM's gate layouts at bs 32 (bsmm_sm90_gate_gradient.cu): a work item is a
 /// run of up to 8 entries of a gate-0 block column for all four gates, whose blocks of one entry
-/// share an X strip. gate_gradient_wanted: TESSERA_BSMM_DW_GATE_RUNS=1 (off by default: not run on
-/// a GPU yet), bs 32, ungated, not transposed, gradient_supported; `runs` from cuda::gate_dw_runs,
-/// with runs.runs > 0 (a gate layout).
+/// share an X strip. gate_gradient_wanted: unless TESSERA_BSMM_DW_GATE_RUNS=0 (1, the default, takes
+/// them), bs 32, ungated, not transposed, gradient_supported; `runs` from cuda::gate_dw_runs, with
+/// runs.runs > 0 (a gate layout).
 bool gate_gradient_wanted(const BlockGradient& g, int device);
 void gate_gradient(const BlockGradient& g, const GateRuns& runs, int device, cudaStream_t stream);
 

@@ -1221,6 +1221,7 @@ void wgmma_sparse_backward(const Tensor&, const Tensor&, const Tensor&, const Te
            "lstm_recurrence_backward (wgmma, block-sparse): this build has no code for sm_90a");
 }
 uint64_t wgmma_sparse_backward_launch_count() { return 0; }
+uint64_t wgmma_sparse_paired_launch_count() { return 0; }
 #endif
 
 }  // namespace cuda

@@ -57,8 +57,9 @@ uint64_t wgmma_forward_launch_count();
 uint64_t wgmma_backward_launch_count();
 
 /// The block-sparse forward on wgmma (lstm_wgmma_sparse_forward.cu), for nn::LSTM's gate layouts
-/// in blocks of 32 whose groups all fit (one group of 32 units per resident block, at most 32 block
-/// rows a group). wgmma_sparse_forward_unfit says why not ("" where it takes the problem).
+/// in blocks of 32 whose groups all fit (one group of 32 units per resident block, or where those
+/// pass the resident blocks two a block; at most 32 block rows a group). wgmma_sparse_forward_unfit
+/// says why not ("" where it takes the problem).
 std::string wgmma_sparse_forward_unfit(int device, DType dtype, int64_t batch, int64_t hidden,
                                        const LayoutPtr& layout);
 void wgmma_sparse_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh, const Tensor& bias,
@@ -67,14 +68,17 @@ void wgmma_sparse_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, 
 uint64_t wgmma_sparse_forward_launch_count();
 
 /// The block-sparse backward on wgmma (lstm_wgmma_sparse_backward.cu), for W_h [H, 4H] in blocks
-/// of 32 whose block rows all fit (one row of 32 units per resident block, at most 96 blocks a
-/// row). wgmma_sparse_backward_unfit says why not.
+/// of 32 whose block rows all fit (one row of 32 units per resident block, or two a block as the
+/// forward's groups; at most 96 blocks a row). wgmma_sparse_backward_unfit says why not.
 std::string wgmma_sparse_backward_unfit(int device, DType dtype, int64_t batch, int64_t hidden,
                                         const LayoutPtr& layout);
 void wgmma_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT, const Tensor& gates,
                            const Tensor& cells, const Tensor& c0, const Tensor& wh, const LayoutPtr& layout,
                            const Tensor& dpre, const Tensor& dh0, const Tensor& dc0);
 uint64_t wgmma_sparse_backward_launch_count();
+/// Launches of either block-sparse kernel with two groups or block rows a block
+/// (TESSERA_LSTM_SPARSE_PAIRS, lstm_wgmma_ring.cuh).
+uint64_t wgmma_sparse_paired_launch_count();
 
 /// lstm_recurrence_backward on the GPU: outputs dpre [T, B, 4H], dh0, dc0 [B, H].
 void recurrence_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT, const Tensor& gates,

@@ -283,6 +283,18 @@ bool wgmma_wanted() {
 }
 
 namespace sm90 {
+SparsePairs sparse_pairs_choice() {
+  const char* e = std::getenv("TESSERA_LSTM_SPARSE_PAIRS");
+  const std::string choice = e ? e : "0";  // (the default until the pairs have run on a GPU)
+  TS_CHECK(choice == "0" || choice == "1" || choice == "auto", ValueError,
+           "TESSERA_LSTM_SPARSE_PAIRS must be 0, 1 or auto, not '" << choice << "'");
+  if (choice == "0") return SparsePairs::never;
+  return choice == "1" ? SparsePairs::wherever_they_fit : SparsePairs::where_needed;
+}
+
+std::atomic<uint64_t> g_sparse_paired_launches{0};
+void count_sparse_paired_launch() { g_sparse_paired_launches.fetch_add(1, std::memory_order_relaxed); }
+
 // How many of the forward kernel's blocks can be resident at once in clusters of `cluster`.
 int forward_resident_blocks(int device, DType dtype, int64_t hidden, int cluster) {
   const size_t smem = wgmma_smem_bytes(hidden);
@@ -352,6 +364,9 @@ SparseLayoutFacts sparse_layout_facts(const LayoutPtr& layout) {
   for (size_t c = 0; c + 1 < cp.size(); ++c) f.max_col_blocks = std::max(f.max_col_blocks, cp[c + 1] - cp[c]);
   for (size_t r = 0; r + 1 < rp.size(); ++r) f.max_row_blocks = std::max(f.max_row_blocks, rp[r + 1] - rp[r]);
   const int64_t q = layout->block_cols() / 4;
+  for (int64_t c = 0; c + 1 < q; c += 2) f.max_pair_col_blocks = std::max(f.max_pair_col_blocks, cp[c + 2] - cp[c]);
+  for (size_t r = 0; r + 2 < rp.size(); r += 2)
+    f.max_pair_row_blocks = std::max(f.max_pair_row_blocks, rp[r + 2] - rp[r]);
   f.gate_layout = layout->block_cols() == 4 * q && layout->block_rows() == q;
   for (int64_t c = 0; c < q && f.gate_layout; ++c)
     for (int64_t g = 1; g < 4 && f.gate_layout; ++g) {
@@ -382,6 +397,10 @@ void wgmma_forward(int cluster, const Tensor& gx, const Tensor& h0, const Tensor
   } else {
     run(__half{});
   }
+}
+
+uint64_t wgmma_sparse_paired_launch_count() {
+  return sm90::g_sparse_paired_launches.load(std::memory_order_relaxed);
 }
 
 uint64_t wgmma_forward_launch_count() { return sm90::g_fwd_launches.load(std::memory_order_relaxed); }

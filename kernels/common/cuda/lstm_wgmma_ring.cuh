@@ -90,15 +90,58 @@ int resident_blocks(void (*kernel)(Args...), int device, int threads, size_t sme
   });
 }
 
+/// How a block-sparse recurrence kernel (lstm_wgmma_sparse_*.cu) lays its `units` work units
+/// (groups of 32 units, or block rows) over the grid: one a block, or where those cannot all be
+/// resident at once, two neighbours a block (one per consumer warpgroup, as at H 8192 on 132 SMs);
+/// each with its shared memory. per_block 0 where neither fits, `why` saying so.
+/// TESSERA_LSTM_SPARSE_PAIRS: auto pairs the work units only where one a block cannot all be
+/// resident; 1 pairs them wherever the pairs fit (lab timings, and the pairs' tests at small H); 0
+/// (the default until the pairs have run on a GPU: scripts/lab/lstm_pairs_call.sh) never; anything
+/// else a ValueError that names it.
+enum class SparsePairs { where_needed, wherever_they_fit, never };
+SparsePairs sparse_pairs_choice();
+/// Counts a launch of a kernel with two work units a block (wgmma_sparse_paired_launch_count).
+void count_sparse_paired_launch();
+
+/// A block-sparse kernel's threads: `per_block` consumer warpgroups and the producer warp.
+constexpr int sparse_block_threads(int per_block) { return 128 * per_block + 32; }
+
+struct SparseGrid {
+  int per_block = 0;
+  size_t smem = 0;
+  const char* why = "";
+};
+template <class K1, class K2>
+SparseGrid sparse_grid(int device, int units, K1 one_kernel, size_t one_smem, K2 pair_kernel, size_t pair_smem,
+                       const char* too_big, const char* not_resident) {
+  int optin = 0;
+  TS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (one_smem > static_cast<size_t>(optin)) return {0, one_smem, too_big};
+  const SparsePairs pairs = sparse_pairs_choice();
+  const bool forced = pairs == SparsePairs::wherever_they_fit;
+  if (!forced && resident_blocks(one_kernel, device, sparse_block_threads(1), one_smem, 1) >= units)
+    return {1, one_smem, ""};
+  if (pairs != SparsePairs::never && units % 2 == 0 && pair_smem <= static_cast<size_t>(optin) &&
+      resident_blocks(pair_kernel, device, sparse_block_threads(2), pair_smem, 1) >= units / 2)
+    return {2, pair_smem, ""};
+  if (forced && resident_blocks(one_kernel, device, sparse_block_threads(1), one_smem, 1) >= units)
+    return {1, one_smem, ""};  // (pairs asked for where they do not fit)
+  return {0, one_smem, not_resident};
+}
+
 /// What the block-sparse kernels (lstm_wgmma_sparse_*.cu) read of a layout: whether it is
 /// nn::LSTM's gate layout [H, 4H] (gate g's block column c + g·q lists the block rows of column c,
-/// in the same order), and its busiest block column's and block row's block counts. Found once
+/// in the same order), its busiest block column's and block row's block counts, and the most blocks
+/// two neighbouring block columns 2j, 2j + 1 of the first gate, or block rows 2j, 2j + 1, hold
+/// together. Found once
 /// per layout object (an O(nnz) scan, and every recurrence call asks); the cache holds layouts
 /// weakly, so a new layout at a reused address is scanned afresh.
 struct SparseLayoutFacts {
   bool gate_layout = false;
   int max_col_blocks = 0;
   int max_row_blocks = 0;
+  int max_pair_col_blocks = 0;
+  int max_pair_row_blocks = 0;
 };
 SparseLayoutFacts sparse_layout_facts(const LayoutPtr& layout);
 
@@ -198,10 +241,12 @@ __device__ __forceinline__ void store_pair(T* p, float a, float b) {
 
 /// The consumers' half of the split grid barrier, after their generic stores of the step's output
 /// (which other blocks read by TMA next step): the stores ordered before the async proxy's reads,
-/// the consumer warpgroup (threads 0 … 127) met, then thread 0's fence and the block's arrival.
+/// the consumer warpgroups (threads 0 … 128·kWarpgroups − 1) met, then thread 0's fence and the
+/// block's arrival.
+template <int kWarpgroups = 1>
 __device__ __forceinline__ void arrive_grid(unsigned* counter) {
   fence_proxy_async_global();
-  named_barrier(1, 128);
+  named_barrier(1, 128 * kWarpgroups);
   if (threadIdx.x == 0) {
     __threadfence();
     atomicAdd(counter, 1u);
@@ -271,13 +316,14 @@ __device__ __forceinline__ void init_ring_barriers(uint64_t* full, uint64_t* emp
 }
 
 /// One step's product of the consumer warpgroup: acc [64, N] (wgmma's accumulator layout) =
-/// Σ over the step's `boxes` K boxes of the operand box in ring stage (n + k) mod kWgmmaRing
+/// Σ over the step's `boxes` K boxes of the operand box in ring stage (n + k) mod kStages (a ring of
+/// kStages: the block's, or with two consumer warpgroups on different boxes, this one's share)
 /// ([64, kSlices·16] K-major, rows of kSlices·32 bytes swizzled as TMA wrote them, at
 /// ring + stage·kBoxBytes) times W box k, whose k16 slice kk's descriptor is b_desc(k, kk) (and
 /// kTransB its major-ness). Waits for each box's full barrier (phase by the box count n + k) and
 /// gives each stage back once its products are done: lane 0 of each warp calls release(empty
 /// barrier of the stage) (an arrival in this block, or in every block of a cluster).
-template <class T, int N, int kSlices, int kTransB, class BDesc, class Release>
+template <class T, int N, int kSlices, int kTransB, int kStages = kWgmmaRing, class BDesc, class Release>
 __device__ __forceinline__ void ring_product_with(float (&acc)[N / 2], uint8_t* ring, uint64_t* full, uint64_t* empty,
                                                   int n, int boxes, int lane, BDesc b_desc, Release release) {
   constexpr int kRowBytes = kSlices * 32, kBoxBytes = 64 * kRowBytes;
@@ -285,8 +331,8 @@ __device__ __forceinline__ void ring_product_with(float (&acc)[N / 2], uint8_t* 
   for (int e = 0; e < N / 2; ++e) acc[e] = 0.f;
   if (boxes == 0) return;  // (a block-sparse group with no block rows)
   for (int k = 0; k < boxes; ++k) {
-    const int s = (n + k) % kWgmmaRing;
-    mbar_wait(&full[s], ((n + k) / kWgmmaRing) & 1);
+    const int s = (n + k) % kStages;
+    mbar_wait(&full[s], ((n + k) / kStages) & 1);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kSlices; ++kk)
@@ -297,13 +343,13 @@ __device__ __forceinline__ void ring_product_with(float (&acc)[N / 2], uint8_t* 
       wgmma_wait<1>();
       fence_operands(acc);
       __syncwarp();
-      if (lane == 0) release(&empty[(n + k - 1) % kWgmmaRing]);
+      if (lane == 0) release(&empty[(n + k - 1) % kStages]);
     }
   }
   wgmma_wait<0>();
   fence_operands(acc);
   __syncwarp();
-  if (lane == 0) release(&empty[(n + boxes - 1) % kWgmmaRing]);
+  if (lane == 0) release(&empty[(n + boxes - 1) % kStages]);
 }
 
 /// ring_product_with for [64, 64] operand boxes (128-byte swizzle) and W resident as K-major boxes

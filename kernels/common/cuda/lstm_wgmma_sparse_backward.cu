@@ -15,6 +15,11 @@
 // dh0 = P in the last phase). Thread (warp w, lane 4·wq + q) owns rows 16w + wq (+ 8) and the units
 // 32r + 8o + 2q (+ 1), o = 0 … 3 (accumulator column 8o + 2q + e). The split grid barrier orders
 // the phases. Each sum has a fixed order: the same inputs give the same bits.
+//
+// Where the block rows pass the SMs (H 8192: 256 on 132 SMs), a block takes two neighbouring rows
+// 2b, 2b + 1, one per consumer warpgroup (kRows = 2, grid H / 64), as the forward pairs its groups:
+// their blocks side by side in shared memory, the ring split in two (each warpgroup its stages),
+// the rows' boxes issued in turn, one arrival per block.
 #include <cuda.h>
 
 #include <algorithm>
@@ -35,13 +40,13 @@ namespace sm90 {
 namespace {
 
 constexpr int kSbBs = 32;                     // the block size it takes
-constexpr int kSbThreads = 160;               // the consumer warpgroup, the producer warp
 constexpr int kSbABox = 64 * kSbBs * 2;       // an operand box [64 rows, 32 K]
 constexpr int kSbWBlock = kSbBs * kSbBs * 2;  // one W block [32, 32]
 constexpr int kSbMaxEntries = 96;             // blocks of a row at most (the table in shared memory)
 
-size_t sparse_bwd_smem_bytes(int entries) {
-  return static_cast<size_t>(entries) * kSbWBlock + kWgmmaRing * kSbABox + 2048 + kSbMaxEntries * 4;
+// W's blocks (`entries`: a block's, over its rows), the ring, the barriers and alignment, the table.
+size_t sparse_bwd_smem_bytes(int entries, int rows) {
+  return static_cast<size_t>(entries) * kSbWBlock + kWgmmaRing * kSbABox + 2048 + rows * kSbMaxEntries * 4;
 }
 
 std::atomic<uint64_t> g_sparse_bwd_launches{0};
@@ -62,15 +67,17 @@ struct SparseBackwardArgs {
   unsigned* counter;
 };
 
-template <class T>
-__global__ void __launch_bounds__(kSbThreads, 1)
+template <class T, int kRows>
+__global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
     lstm_wgmma_sparse_backward_kernel(const __grid_constant__ CUtensorMap map_dpre,
                                       const __grid_constant__ CUtensorMap map_w, const SparseBackwardArgs p,
                                       int max_entries) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kStages = kWgmmaRing / kRows;  // a warpgroup's share of the ring
   extern __shared__ uint8_t smem_raw[];
-  const int r = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int first = p.row_ptr[r], entries = p.row_ptr[r + 1] - first;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
+  // the block's blocks: row kRows·b's first, then row kRows·b + 1's
+  const int first = p.row_ptr[kRows * blockIdx.x], entries = p.row_ptr[kRows * (blockIdx.x + 1)] - first;
   const RingSmem m = carve_ring_smem(smem_raw, max_entries * kSbWBlock, kSbABox);
   uint8_t *w_s = m.w, *ring = m.ring;
   uint64_t *full = m.full, *empty = m.empty, *w_bar = m.w_bar;
@@ -78,30 +85,44 @@ __global__ void __launch_bounds__(kSbThreads, 1)
   for (int i = threadIdx.x; i < entries; i += blockDim.x) cols_s[i] = p.block_col[first + i];
   init_ring_barriers<1>(full, empty, w_bar);  // (its block barrier also publishes the table)
   const int steps = p.steps;
-  if (warp == 4) {  // the producer: the row's blocks once, then per phase ph ≥ 1 the boxes of dpre_{T − ph}
+  if (warp == 4 * kRows) {  // the producer: the row's blocks once, then per phase ph ≥ 1 the boxes of dpre_{T − ph}
     if (lane == 0) {
       mbar_arrive_expect_tx(w_bar, entries * kSbWBlock);
       for (int i = 0; i < entries; ++i) tma_load_2d(w_s + i * kSbWBlock, &map_w, w_bar, 0, (first + i) * kSbBs);
-      for (int ph = 1, n = 0; ph <= steps; ++ph, n += entries) {
+      // row g's entries [lead[g], lead[g] + count[g]) of the block's, its boxes through its share of
+      // the ring (stages g·kStages …), the i-th box of each row in turn
+      int lead[kRows], count[kRows], most = 0;
+#pragma unroll
+      for (int g = 0; g < kRows; ++g) {
+        lead[g] = p.row_ptr[kRows * blockIdx.x + g] - first;
+        count[g] = p.row_ptr[kRows * blockIdx.x + g + 1] - p.row_ptr[kRows * blockIdx.x + g];
+        most = max(most, count[g]);
+      }
+      for (int ph = 1; ph <= steps; ++ph) {
         wait_count(p.counter, static_cast<unsigned>(ph) * gridDim.x);  // every block's dpre_{T − ph}
         fence_proxy_async_global();                                    // those generic stores before these TMA reads
-        for (int i = 0; i < entries; ++i) {
-          const int s = (n + i) % kWgmmaRing;
-          mbar_wait(&empty[s], (((n + i) / kWgmmaRing) & 1) ^ 1);
-          mbar_arrive_expect_tx(&full[s], kSbABox);
-          tma_load_3d(ring + s * kSbABox, &map_dpre, &full[s], cols_s[i] * kSbBs, 0, steps - ph);
-        }
+        for (int i = 0; i < most; ++i)
+#pragma unroll
+          for (int g = 0; g < kRows; ++g) {
+            if (i >= count[g]) continue;
+            const int u = (ph - 1) * count[g] + i, s = g * kStages + u % kStages;
+            mbar_wait(&empty[s], ((u / kStages) & 1) ^ 1);
+            mbar_arrive_expect_tx(&full[s], kSbABox);
+            tma_load_3d(ring + s * kSbABox, &map_dpre, &full[s], cols_s[lead[g] + i] * kSbBs, 0, steps - ph);
+          }
       }
     }
     return;
   }
 
-  // the consumers: rows r[hh] = 16·warp + lane / 4 + 8·hh; the units 32r + 8o + 2q (+ 1)
+  // the consumers: warpgroup wg takes block row r = kRows·b + wg, its entries [lead, lead + mine) of
+  // the block's; rows r[hh] = 16·(warp mod 4) + lane / 4 + 8·hh; the units 32r + 8o + 2q (+ 1)
+  const int r = kRows * blockIdx.x + wg, lead = p.row_ptr[r] - first, mine = p.row_ptr[r + 1] - p.row_ptr[r];
   const int B = p.batch, H = p.hidden, q = lane % 4, u0 = r * kSbBs + 2 * q;
   const int64_t G4 = 4 * static_cast<int64_t>(H);
   int rows[2];
   bool live[2];
-  consumer_rows(warp, lane, B, rows, live);
+  consumer_rows(warp % 4, lane, B, rows, live);
   float dcc[2][4][2];  // the carried dc of (row hh, unit 8o + 2q + e), from dc_T
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh)
@@ -115,14 +136,25 @@ __global__ void __launch_bounds__(kSbThreads, 1)
     }
   mbar_wait(w_bar, 0);
   // B of entry k, slice kk: the block's rows (units) as N, its columns K-major
-  auto b_desc = [w_s](int k, int kk) { return make_desc(w_s + k * kSbWBlock + kk * 32, 16, 8 * 64, 64); };
+  const uint8_t* w_mine = w_s + lead * kSbWBlock;
+  auto b_desc = [w_mine](int k, int kk) { return make_desc(w_mine + k * kSbWBlock + kk * 32, 16, 8 * 64, 64); };
+  uint8_t* my_ring = ring + wg * kStages * kSbABox;
+  uint64_t *my_full = full + wg * kStages, *my_empty = empty + wg * kStages;
   for (int ph = 0, n = 0; ph <= steps; ++ph) {
     const int t = steps - 1 - ph;
     const bool final_phase = ph == steps;
-    keep_pace_if_idle(entries == 0, p.counter, ph);  // a block row with no blocks
+    keep_pace_if_idle(entries == 0, p.counter, ph);  // a block with no blocks
     // the step's saved gates and cells, c_{t−1} and dy_t, read while the operand arrives (none depends
-    // on it; read after the product, each (row, o)'s reads would wait for the stores before them)
-    float2 gate_in[2][4][4], cell_in[2][4], cprev_in[2][4];
+    // on it; read after the product, each (row, o)'s reads would wait for the stores before them).
+    // With two rows a block (168 registers at most: 3 warps share a scheduler's file) c_{t−1} is
+    // read after the product.
+    auto cprev_of = [&](int hh, int o, bool read) {
+      const int64_t hb = static_cast<int64_t>(rows[hh]) * H + u0 + 8 * o, bt = static_cast<int64_t>(t) * B * H + hb;
+      return !read  ? make_float2(0.f, 0.f)
+             : t > 0 ? *reinterpret_cast<const float2*>(p.cells + bt - static_cast<int64_t>(B) * H)
+                     : load_pair(static_cast<const T*>(p.c0) + hb);
+    };
+    float2 gate_in[2][4][4], cell_in[2][4], cprev_in[kRows == 1 ? 2 : 1][4];
     Pair<T> dy_in[2][4];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
@@ -135,16 +167,15 @@ __global__ void __launch_bounds__(kSbThreads, 1)
         for (int g = 0; g < 4; ++g)
           gate_in[hh][o][g] = read ? *reinterpret_cast<const float2*>(gt + g * H) : make_float2(0.f, 0.f);
         cell_in[hh][o] = read ? *reinterpret_cast<const float2*>(p.cells + bt) : make_float2(0.f, 0.f);
-        cprev_in[hh][o] = !read ? make_float2(0.f, 0.f)
-                          : t > 0 ? *reinterpret_cast<const float2*>(p.cells + bt - static_cast<int64_t>(B) * H)
-                                  : load_pair(static_cast<const T*>(p.c0) + hb);
+        if constexpr (kRows == 1) cprev_in[hh][o] = cprev_of(hh, o, read);
         dy_in[hh][o] = read ? load_pair_raw(static_cast<const T*>(p.dy) + bt) : Pair<T>{};
       }
     }
     float acc[kSbBs / 2];
     if (ph > 0) {
-      ring_product_with<T, kSbBs, 2, 0>(acc, ring, full, empty, n, entries, lane, b_desc, release_stage<1>);
-      n += entries;
+      ring_product_with<T, kSbBs, 2, 0, kStages>(acc, my_ring, my_full, my_empty, n, mine, lane, b_desc,
+                                                 release_stage<1>);
+      n += mine;
     } else {
 #pragma unroll
       for (int e = 0; e < kSbBs / 2; ++e) acc[e] = 0.f;
@@ -160,7 +191,13 @@ __global__ void __launch_bounds__(kSbThreads, 1)
           store_pair(static_cast<T*>(p.dh0) + hb, acc[4 * o + 2 * hh], acc[4 * o + 2 * hh + 1]);
           continue;
         }
-        const float2 c = cell_in[hh][o], cp = cprev_in[hh][o], dyv = unpack_pair<T>(dy_in[hh][o]);
+        float2 cp;
+        if constexpr (kRows == 1) {
+          cp = cprev_in[hh][o];
+        } else {
+          cp = cprev_of(hh, o, true);
+        }
+        const float2 c = cell_in[hh][o], dyv = unpack_pair<T>(dy_in[hh][o]);
         const float cell[2] = {c.x, c.y}, cprev[2] = {cp.x, cp.y}, dyy[2] = {dyv.x, dyv.y};
         float dp[4][2], dc0v[2];
 #pragma unroll
@@ -183,11 +220,20 @@ __global__ void __launch_bounds__(kSbThreads, 1)
       }
     }
     if (final_phase) break;
-    arrive_grid(p.counter);  // the phase's dpre_t stored: the block's arrival
+    arrive_grid<kRows>(p.counter);  // the phase's dpre_t stored: the block's arrival
   }
 #else
   __trap();  // compiled for another architecture: the host never launches this
 #endif
+}
+
+// One block row a block, or two (sparse_grid), for this layout on this device.
+template <class T>
+SparseGrid backward_grid(int device, int64_t hidden, const SparseLayoutFacts& f) {
+  return sparse_grid(device, static_cast<int>(hidden / kSbBs), lstm_wgmma_sparse_backward_kernel<T, 1>,
+                     sparse_bwd_smem_bytes(f.max_row_blocks, 1), lstm_wgmma_sparse_backward_kernel<T, 2>,
+                     sparse_bwd_smem_bytes(f.max_pair_row_blocks, 2), "a block row's W blocks pass shared memory",
+                     "more block rows than resident blocks, one or two a block");
 }
 
 template <class T>
@@ -198,8 +244,11 @@ void launch_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& d
   const int64_t steps = dy.size(0), batch = dy.size(1), hidden = dy.size(2);
   const DType dt = dy.dtype();
   const cudaStream_t stream = current_stream(dpre);
-  const int most = sparse_layout_facts(layout).max_row_blocks;
-  const size_t smem = sparse_bwd_smem_bytes(most);
+  const SparseLayoutFacts facts = sparse_layout_facts(layout);
+  const SparseGrid grid = backward_grid<T>(device, hidden, facts);
+  TS_CHECK(grid.per_block > 0, ValueError, "lstm_recurrence_backward (wgmma, block-sparse): " << grid.why);
+  const int most = grid.per_block == 2 ? facts.max_pair_row_blocks : facts.max_row_blocks;
+  const size_t smem = grid.smem;
   const BlockTables tables = device_tables(layout, device);
   const uint64_t dims[3] = {static_cast<uint64_t>(4 * hidden), static_cast<uint64_t>(batch),
                             static_cast<uint64_t>(steps)};
@@ -225,16 +274,19 @@ void launch_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& d
   a.dh0 = dh0.data_ptr();
   a.dc0 = dc0.data_ptr();
   a.counter = counter;
-  constexpr auto kernel = &lstm_wgmma_sparse_backward_kernel<T>;
+  const auto kernel =
+      grid.per_block == 2 ? &lstm_wgmma_sparse_backward_kernel<T, 2> : &lstm_wgmma_sparse_backward_kernel<T, 1>;
   TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   cudaLaunchAttribute attrs[2];
+  const int blocks = static_cast<int>(hidden / kSbBs) / grid.per_block;
   const cudaLaunchConfig_t cfg =
-      wgmma_launch_config(static_cast<int>(hidden / kSbBs), kSbThreads, smem, stream, 1, true, attrs);
+      wgmma_launch_config(blocks, sparse_block_threads(grid.per_block), smem, stream, 1, true, attrs);
   const cudaError_t launched = cudaLaunchKernelEx(&cfg, kernel, map_dpre, map_w, a, most);
   deallocate(counter, 256, device);  // stream-ordered: freed after the kernel
   TS_CUDA_CHECK(launched);
   TS_CUDA_LAUNCH_CHECK("lstm_recurrence_backward (wgmma, block-sparse)");
   g_sparse_bwd_launches.fetch_add(1, std::memory_order_relaxed);
+  if (grid.per_block == 2) count_sparse_paired_launch();
 }
 
 }  // namespace
@@ -248,18 +300,11 @@ std::string wgmma_sparse_backward_unfit(int device, DType dtype, int64_t batch, 
   if (dtype != DType::bf16 && dtype != DType::f16) return "bf16 or f16 only";
   if (batch < 1 || batch > 64) return "batch 1 to 64 only";
   if (!sm90::device_ok(device)) return "compute capability 9.0 only";
-  const int most = sm90::sparse_layout_facts(layout).max_row_blocks;
-  if (most > sm90::kSbMaxEntries) return "a block row's blocks pass 96";
-  const size_t smem = sm90::sparse_bwd_smem_bytes(most);
-  int optin = 0;
-  TS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (smem > static_cast<size_t>(optin)) return "a block row's W blocks pass shared memory";
-  const int resident =
-      dtype == DType::bf16
-          ? sm90::resident_blocks(sm90::lstm_wgmma_sparse_backward_kernel<__nv_bfloat16>, device, sm90::kSbThreads,
-                                  smem, 1)
-          : sm90::resident_blocks(sm90::lstm_wgmma_sparse_backward_kernel<__half>, device, sm90::kSbThreads, smem, 1);
-  if (resident < hidden / sm90::kSbBs) return "more block rows than resident blocks";
+  const sm90::SparseLayoutFacts facts = sm90::sparse_layout_facts(layout);
+  if (facts.max_row_blocks > sm90::kSbMaxEntries) return "a block row's blocks pass 96";
+  const sm90::SparseGrid grid = dtype == DType::bf16 ? sm90::backward_grid<__nv_bfloat16>(device, hidden, facts)
+                                                     : sm90::backward_grid<__half>(device, hidden, facts);
+  if (grid.per_block == 0) return grid.why;
   return "";
 }
 

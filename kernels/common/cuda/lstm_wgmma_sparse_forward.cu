@@ -18,6 +18,13 @@
 // forward.cu). Thread (warp w, lane 4·wq + q) owns rows 16w + wq (+ 8) and, in each gate, the units
 // 8o + 2q (+ 1) for o = 0 … 3 of the group (accumulator column 8j + 2q + e, j = 4g + o). The split
 // grid barrier orders the steps. Each sum has a fixed order: the same inputs give the same bits.
+//
+// Where the groups pass the SMs (H 8192: 256 groups on 132 SMs), a block takes two neighbouring
+// groups 2b, 2b + 1, one per consumer warpgroup (kGroups = 2, grid H / 64): their W tiles side by
+// side in shared memory (sized by the busiest pair), the ring split in two (four stages each: one
+// warpgroup's boxes must not share a stage's phases with the other's, whose waits would run a phase
+// ahead), the two groups' boxes issued in turn, and one arrival per block once both warpgroups
+// have stored.
 #include <cuda.h>
 
 #include <algorithm>
@@ -39,15 +46,16 @@ namespace {
 
 constexpr int kSpBs = 32;                     // the block size it takes
 constexpr int kSpCols = 4 * kSpBs;            // the product's columns: 4 gates × 32 units
-constexpr int kSpThreads = 160;               // the consumer warpgroup, the producer warp
 constexpr int kSpABox = 64 * kSpBs * 2;       // an operand box [64 rows, 32 K]
 constexpr int kSpWBlock = kSpBs * kSpBs * 2;  // one W block [32, 32]
 constexpr int kSpWTile = 4 * kSpWBlock;       // an entry's tile: the four gates' blocks
 constexpr int kSpMaxEntries = 32;             // block rows of a group at most (the tables in shared memory)
 
-// W's tiles, the ring of [64, 32] boxes, the barriers and the alignment, and the entry tables.
-size_t sparse_smem_bytes(int entries) {
-  return static_cast<size_t>(entries) * kSpWTile + kWgmmaRing * kSpABox + 2048 + kSpMaxEntries * 5 * 4;
+// W's tiles (`entries`: a block's block rows, over its groups), the ring of [64, 32] boxes, the
+// barriers and the alignment, the entry tables and the bias.
+size_t sparse_smem_bytes(int entries, int groups) {
+  const size_t tables = static_cast<size_t>(groups) * (kSpMaxEntries * 5 + kSpCols) * 4;
+  return static_cast<size_t>(entries) * kSpWTile + kWgmmaRing * kSpABox + 2048 + tables;
 }
 
 std::atomic<uint64_t> g_sparse_launches{0};
@@ -69,69 +77,99 @@ struct SparseArgs {
   unsigned* counter;
 };
 
-template <class T>
-__global__ void __launch_bounds__(kSpThreads, 1)
+template <class T, int kGroups>
+__global__ void __launch_bounds__(sparse_block_threads(kGroups), 1)
     lstm_wgmma_sparse_forward_kernel(const __grid_constant__ CUtensorMap map_h0,
                                      const __grid_constant__ CUtensorMap map_y,
                                      const __grid_constant__ CUtensorMap map_w, const SparseArgs p, int max_entries) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kStages = kWgmmaRing / kGroups;  // a warpgroup's share of the ring
   extern __shared__ uint8_t smem_raw[];
-  const int c = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int first = p.col_ptr[c], entries = p.col_ptr[c + 1] - first;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
+  // the block's block rows: entries of group kGroups·b first, then group kGroups·b + 1's
+  const int first = p.col_ptr[kGroups * blockIdx.x], entries = p.col_ptr[kGroups * (blockIdx.x + 1)] - first;
   const RingSmem m = carve_ring_smem(smem_raw, max_entries * kSpWTile, kSpABox);
   uint8_t *w_s = m.w, *ring = m.ring;
   uint64_t *full = m.full, *empty = m.empty, *w_bar = m.w_bar;
   int32_t* rows_s = reinterpret_cast<int32_t*>(w_bar + 1);  // [entries]: r_i
-  int32_t* blk_s = rows_s + kSpMaxEntries;                  // [entries][4]: gate g's block of entry i
+  int32_t* blk_s = rows_s + kGroups * kSpMaxEntries;        // [entries][4]: gate g's block of entry i
+  // [kGroups][4 gates][32 units]: the bias (the forget gate's with forget_bias) where two groups
+  // share the block (their warps' registers are 168 at most: 3 warps share a scheduler's file)
+  float* bias_s = reinterpret_cast<float*>(blk_s + 4 * kGroups * kSpMaxEntries);
   for (int i = threadIdx.x; i < entries; i += blockDim.x) {
     const int b0 = p.col_blocks[first + i];
     rows_s[i] = p.block_row[b0];
 #pragma unroll
-    for (int g = 0; g < 4; ++g) blk_s[4 * i + g] = p.col_blocks[p.col_ptr[g * p.q + c] + i];
+    for (int g = 0; g < 4; ++g) blk_s[4 * i + g] = p.col_blocks[p.col_ptr[g * p.q] + first - p.col_ptr[0] + i];
   }
+  if constexpr (kGroups > 1)
+    for (int i = threadIdx.x; i < kGroups * kSpCols; i += blockDim.x) {
+      const int gate = i / kSpBs % 4, unit = (kGroups * blockIdx.x + i / kSpCols) * kSpBs + i % kSpBs;
+      const float b = p.bias ? to_acc(static_cast<const T*>(p.bias)[gate * p.hidden + unit]) : 0.f;
+      bias_s[i] = gate == 1 ? p.forget_bias + b : b;
+    }
   init_ring_barriers<1>(full, empty, w_bar);  // (its block barrier also publishes the tables)
-  if (warp == 4) {                            // the producer: the W tiles once, then per step one box of h_t per entry
+  if (warp == 4 * kGroups) {  // the producer: the W tiles once, then per step one box of h_t per entry
     if (lane == 0) {
       mbar_arrive_expect_tx(w_bar, entries * kSpWTile);
       for (int i = 0; i < entries; ++i)
 #pragma unroll
         for (int g = 0; g < 4; ++g)
           tma_load_2d(w_s + i * kSpWTile + g * kSpWBlock, &map_w, w_bar, 0, blk_s[4 * i + g] * kSpBs);
-      for (int t = 0, n = 0; t < p.steps; ++t, n += entries) {
+      // group g's entries [lead[g], lead[g] + count[g]) of the block's, its boxes through its share
+      // of the ring (stages g·kStages …), the i-th box of each group in turn
+      int lead[kGroups], count[kGroups], most = 0;
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) {
+        lead[g] = p.col_ptr[kGroups * blockIdx.x + g] - first;
+        count[g] = p.col_ptr[kGroups * blockIdx.x + g + 1] - p.col_ptr[kGroups * blockIdx.x + g];
+        most = max(most, count[g]);
+      }
+      for (int t = 0; t < p.steps; ++t) {
         if (t > 0) {
           wait_count(p.counter, static_cast<unsigned>(t) * gridDim.x);
           fence_proxy_async_global();  // the other blocks' stores of y[t − 1] (generic) before these TMA reads
         }
-        for (int i = 0; i < entries; ++i) {
-          const int s = (n + i) % kWgmmaRing;
-          mbar_wait(&empty[s], (((n + i) / kWgmmaRing) & 1) ^ 1);
-          mbar_arrive_expect_tx(&full[s], kSpABox);
-          if (t == 0) {
-            tma_load_2d(ring + s * kSpABox, &map_h0, &full[s], rows_s[i] * kSpBs, 0);
-          } else {
-            tma_load_3d(ring + s * kSpABox, &map_y, &full[s], rows_s[i] * kSpBs, 0, t - 1);
+        for (int i = 0; i < most; ++i)
+#pragma unroll
+          for (int g = 0; g < kGroups; ++g) {
+            if (i >= count[g]) continue;
+            const int u = t * count[g] + i, s = g * kStages + u % kStages, r = rows_s[lead[g] + i];
+            mbar_wait(&empty[s], ((u / kStages) & 1) ^ 1);
+            mbar_arrive_expect_tx(&full[s], kSpABox);
+            if (t == 0) {
+              tma_load_2d(ring + s * kSpABox, &map_h0, &full[s], r * kSpBs, 0);
+            } else {
+              tma_load_3d(ring + s * kSpABox, &map_y, &full[s], r * kSpBs, 0, t - 1);
+            }
           }
-        }
       }
     }
     return;
   }
 
-  // the consumers: rows r[hh] = 16·warp + lane / 4 + 8·hh; in each gate the units 32c + 8o + 2q (+ 1)
+  // the consumers: warpgroup wg takes group c = kGroups·b + wg, its entries [lead, lead + mine) of
+  // the block's; rows r[hh] = 16·(warp mod 4) + lane / 4 + 8·hh; in each gate the units
+  // 32c + 8o + 2q (+ 1)
+  const int c = kGroups * blockIdx.x + wg, lead = p.col_ptr[c] - first, mine = p.col_ptr[c + 1] - p.col_ptr[c];
   const int B = p.batch, H = p.hidden, q = lane % 4, u0 = c * kSpBs + 2 * q;
   const int64_t G4 = 4 * static_cast<int64_t>(H);
   int rows[2];
   bool live[2];
-  consumer_rows(warp, lane, B, rows, live);
-  float bias[4][4][2];  // gate g of units 8o + 2q (+ 1); the forget gate's with forget_bias
+  consumer_rows(warp % 4, lane, B, rows, live);
+  float2 bias_r[4][4];  // gate g of units 8o + 2q (+ 1); the forget gate's with forget_bias
+  if constexpr (kGroups == 1)
 #pragma unroll
-  for (int g = 0; g < 4; ++g)
+    for (int g = 0; g < 4; ++g)
 #pragma unroll
-    for (int o = 0; o < 4; ++o) {
-      const float2 b = p.bias ? load_pair(static_cast<const T*>(p.bias) + g * H + u0 + 8 * o) : make_float2(0.f, 0.f);
-      bias[g][o][0] = g == 1 ? p.forget_bias + b.x : b.x;
-      bias[g][o][1] = g == 1 ? p.forget_bias + b.y : b.y;
-    }
+      for (int o = 0; o < 4; ++o) {
+        const float2 b = p.bias ? load_pair(static_cast<const T*>(p.bias) + g * H + u0 + 8 * o) : make_float2(0.f, 0.f);
+        bias_r[g][o] = g == 1 ? make_float2(p.forget_bias + b.x, p.forget_bias + b.y) : b;
+      }
+  auto bias = [&](int g, int o) {  // from registers, or with two groups a block from shared memory
+    if constexpr (kGroups == 1) return bias_r[g][o];
+    return *reinterpret_cast<const float2*>(bias_s + wg * kSpCols + g * kSpBs + 8 * o + 2 * q);
+  };
   float cst[2][4][2];  // the cell of (row hh, unit 8o + 2q + e)
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh)
@@ -145,9 +183,14 @@ __global__ void __launch_bounds__(kSpThreads, 1)
     }
   mbar_wait(w_bar, 0);
   // B of entry k, slice kk: the tile's K rows 16kk …, MN-major, the gates' blocks 2 KB apart
-  auto b_desc = [w_s](int k, int kk) { return make_desc(w_s + k * kSpWTile + kk * 16 * 64, kSpWBlock, 8 * 64, 64); };
-  for (int t = 0, n = 0; t < p.steps; ++t, n += entries) {
-    keep_pace_if_idle(entries == 0, p.counter, t);  // a group with no block rows
+  const uint8_t* w_mine = w_s + lead * kSpWTile;
+  auto b_desc = [w_mine](int k, int kk) {
+    return make_desc(w_mine + k * kSpWTile + kk * 16 * 64, kSpWBlock, 8 * 64, 64);
+  };
+  uint8_t* my_ring = ring + wg * kStages * kSpABox;
+  uint64_t *my_full = full + wg * kStages, *my_empty = empty + wg * kStages;
+  for (int t = 0, n = 0; t < p.steps; ++t, n += mine) {
+    keep_pace_if_idle(entries == 0, p.counter, t);  // a block with no block rows
     // the step's input term, read (packed) while the operand arrives: gx[hh][g][o] holds gate g's
     // units 8o + 2q (+ 1) of row rows[hh]
     Pair<T> gx[2][4][4];
@@ -160,7 +203,8 @@ __global__ void __launch_bounds__(kSpThreads, 1)
         for (int o = 0; o < 4; ++o) gx[hh][g][o] = live[hh] ? load_pair_raw(row + g * H + 8 * o) : Pair<T>{};
     }
     float acc[kSpCols / 2];
-    ring_product_with<T, kSpCols, 2, 1>(acc, ring, full, empty, n, entries, lane, b_desc, release_stage<1>);
+    ring_product_with<T, kSpCols, 2, 1, kStages>(acc, my_ring, my_full, my_empty, n, mine, lane, b_desc,
+                                                 release_stage<1>);
     // acc[4j + 2hh + e]: row rows[hh], column 8j + 2q + e = gate j / 4, unit 8(j mod 4) + 2q + e
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
@@ -173,8 +217,9 @@ __global__ void __launch_bounds__(kSpThreads, 1)
         for (int g = 0; g < 4; ++g) {
           const float2 x = unpack_pair<T>(gx[hh][g][o]);
           const int j = 4 * g + o;
-          const float pre0 = (acc[4 * j + 2 * hh] + x.x) + bias[g][o][0];
-          const float pre1 = (acc[4 * j + 2 * hh + 1] + x.y) + bias[g][o][1];
+          const float2 b = bias(g, o);
+          const float pre0 = (acc[4 * j + 2 * hh] + x.x) + b.x;
+          const float pre1 = (acc[4 * j + 2 * hh + 1] + x.y) + b.y;
           gate[g][0] = g == 3 ? tanh_fast(pre0) : sigmoid_fast(pre0);
           gate[g][1] = g == 3 ? tanh_fast(pre1) : sigmoid_fast(pre1);
         }
@@ -195,11 +240,20 @@ __global__ void __launch_bounds__(kSpThreads, 1)
         }
       }
     }
-    arrive_grid(p.counter);  // the step's outputs stored: the block's arrival
+    arrive_grid<kGroups>(p.counter);  // the step's outputs stored: the block's arrival
   }
 #else
   __trap();  // compiled for another architecture: the host never launches this
 #endif
+}
+
+// One group a block, or two (sparse_grid), for this layout on this device.
+template <class T>
+SparseGrid forward_grid(int device, int64_t hidden, const SparseLayoutFacts& f) {
+  return sparse_grid(device, static_cast<int>(hidden / kSpBs), lstm_wgmma_sparse_forward_kernel<T, 1>,
+                     sparse_smem_bytes(f.max_col_blocks, 1), lstm_wgmma_sparse_forward_kernel<T, 2>,
+                     sparse_smem_bytes(f.max_pair_col_blocks, 2), "a group's W tiles pass shared memory",
+                     "more groups of 32 units than resident blocks, one or two a block");
 }
 
 template <class T>
@@ -210,8 +264,11 @@ void launch_sparse(const Tensor& gx, const Tensor& h0, const Tensor& c0, const T
   const int64_t steps = gx.size(0), batch = gx.size(1), hidden = h0.size(1);
   const DType dt = gx.dtype();
   const cudaStream_t stream = current_stream(y);
-  const int most = sparse_layout_facts(layout).max_col_blocks;
-  const size_t smem = sparse_smem_bytes(most);
+  const SparseLayoutFacts facts = sparse_layout_facts(layout);
+  const SparseGrid grid = forward_grid<T>(device, hidden, facts);
+  TS_CHECK(grid.per_block > 0, ValueError, "lstm_recurrence (wgmma, block-sparse): " << grid.why);
+  const int most = grid.per_block == 2 ? facts.max_pair_col_blocks : facts.max_col_blocks;
+  const size_t smem = grid.smem;
   const BlockTables tables = device_tables(layout, device);
   const CUtensorMap map_h0 = tensor_map(h0.data_ptr(), dt, static_cast<uint64_t>(batch), hidden, 64, kSpBs);
   const uint64_t y_dims[3] = {static_cast<uint64_t>(hidden), static_cast<uint64_t>(batch),
@@ -240,16 +297,19 @@ void launch_sparse(const Tensor& gx, const Tensor& h0, const Tensor& c0, const T
   a.gates = static_cast<float*>(gates.data_ptr());
   a.cells = static_cast<float*>(cells.data_ptr());
   a.counter = counter;
-  constexpr auto kernel = &lstm_wgmma_sparse_forward_kernel<T>;
+  const auto kernel =
+      grid.per_block == 2 ? &lstm_wgmma_sparse_forward_kernel<T, 2> : &lstm_wgmma_sparse_forward_kernel<T, 1>;
   TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   cudaLaunchAttribute attrs[2];
+  const int blocks = static_cast<int>(hidden / kSpBs) / grid.per_block;
   const cudaLaunchConfig_t cfg =
-      wgmma_launch_config(static_cast<int>(hidden / kSpBs), kSpThreads, smem, stream, 1, true, attrs);
+      wgmma_launch_config(blocks, sparse_block_threads(grid.per_block), smem, stream, 1, true, attrs);
   const cudaError_t launched = cudaLaunchKernelEx(&cfg, kernel, map_h0, map_y, map_w, a, most);
   deallocate(counter, 256, device);  // stream-ordered: freed after the kernel
   TS_CUDA_CHECK(launched);
   TS_CUDA_LAUNCH_CHECK("lstm_recurrence (wgmma, block-sparse)");
   g_sparse_launches.fetch_add(1, std::memory_order_relaxed);
+  if (grid.per_block == 2) count_sparse_paired_launch();
 }
 
 }  // namespace
@@ -265,18 +325,10 @@ std::string wgmma_sparse_forward_unfit(int device, DType dtype, int64_t batch, i
   if (!sm90::device_ok(device)) return "compute capability 9.0 only";
   const sm90::SparseLayoutFacts facts = sm90::sparse_layout_facts(layout);
   if (!facts.gate_layout) return "not nn::LSTM's gate layout";
-  const int most = facts.max_col_blocks;
-  if (most > sm90::kSpMaxEntries) return "a group's block rows pass 32";
-  int optin = 0;
-  TS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  const size_t smem = sm90::sparse_smem_bytes(most);
-  if (smem > static_cast<size_t>(optin)) return "a group's W tiles pass shared memory";
-  const int resident =
-      dtype == DType::bf16
-          ? sm90::resident_blocks(sm90::lstm_wgmma_sparse_forward_kernel<__nv_bfloat16>, device, sm90::kSpThreads, smem,
-                                  1)
-          : sm90::resident_blocks(sm90::lstm_wgmma_sparse_forward_kernel<__half>, device, sm90::kSpThreads, smem, 1);
-  if (resident < hidden / sm90::kSpBs) return "more groups of 32 units than resident blocks";
+  if (facts.max_col_blocks > sm90::kSpMaxEntries) return "a group's block rows pass 32";
+  const sm90::SparseGrid grid = dtype == DType::bf16 ? sm90::forward_grid<__nv_bfloat16>(device, hidden, facts)
+                                                     : sm90::forward_grid<__half>(device, hidden, facts);
+  if (grid.per_block == 0) return grid.why;
   return "";
 }
 
