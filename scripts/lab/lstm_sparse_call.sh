@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# device call (issue 16): ncu of the block-sparse wgmma recurrence kernels on the sparse H 4096 layer
-# (1/16, bs 32; LAYOUT=balanced by default, or random), from the bundle build-gpu/lab.tar.xz (carry
-# it; BUNDLE= another; target lstm_step), under a minute. For each of the forward and the backward
-# kernel, one launch: speed of light, warp states, launch statistics and source counters
-# ($OUT/spfwd.txt, $OUT/spbwd.txt; warp stall samples per SASS instruction in $OUT/sp*.sass.csv,
+# device call (issue 16): ncu of the block-sparse wgmma recurrence kernels and bsmm_dw's gate-run
+# kernel on the sparse H 4096 layer (1/16, bs 32; LAYOUT=balanced by default, or random), from the
+# bundle build-gpu/lab.tar.xz (carry it; BUNDLE= another; target lstm_step), about a minute. For
+# each of the forward, the backward and the weight gradient (KERNELS="fwd bwd dw" by default), one
+# launch: speed of light, warp states, launch statistics and source counters ($OUT/spfwd.txt,
+# $OUT/spbwd.txt, $OUT/spdw.txt; warp stall samples per SASS instruction in $OUT/sp*.sass.csv,
 # read by address ranges as docs/convolution.md's digest of the halo kernel does). The tests and
 # timings of the same kernels: lstm_wgmma_call.sh.
 set -uo pipefail
@@ -13,8 +14,12 @@ cat dist/BUILD
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu"
 [ "${LAYOUT-balanced}" = random ] && layout=4096:0.0625:32 || layout=4096:0.0625:32:balanced
 sections=(--section SpeedOfLight --section WarpStateStats --section LaunchStats --section SourceCounters)
-for dir in fwd bwd; do
-  kernel=lstm_wgmma_sparse_forward_kernel; [ $dir = bwd ] && kernel=lstm_wgmma_sparse_backward_kernel
+for dir in ${KERNELS-fwd bwd dw}; do
+  case $dir in
+    fwd) kernel=lstm_wgmma_sparse_forward_kernel ;;
+    bwd) kernel=lstm_wgmma_sparse_backward_kernel ;;
+    *) kernel=gate_gradient_kernel ;;
+  esac
   TESSERA_LSTM_WGMMA=1 timeout 150 ncu --clock-control none --kernel-name-base demangled \
     --kernel-name "regex:$kernel" --launch-count 1 "${sections[@]}" -o "$O/sp$dir" \
     dist/bin/lstm_step --hidden 0 --dtypes bf16 --repeats 1 --warmup 0 --sparse "$layout" >"$O/sp$dir.log" 2>&1

@@ -600,6 +600,35 @@ TEST(LstmRecurrenceGpu, WgmmaSparsePairsMatchTheCpu) {
       {"TESSERA_LSTM_SPARSE_PAIRS", "'2'"});
 }
 
+// The block-sparse kernels with a 16-stage ring (TESSERA_LSTM_SPARSE_RING=16, a lab choice: more
+// operand copies in flight for the busiest group or row): against the CPU for batch 1, 7 and 64,
+// bf16 and f16, the issue's layer and a layout with an empty group and block row; each case must
+// have run it in both directions. A bad value is one ValueError naming it.
+TEST(LstmRecurrenceGpu, WgmmaSparseDeepRingMatchesTheCpu) {
+  REQUIRE_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "the wgmma recurrence needs an sm_90a build on a GPU of compute 9.0";
+  const ScopedEnv on("TESSERA_LSTM_WGMMA", "1");
+  const ScopedEnv deep("TESSERA_LSTM_SPARSE_RING", "16");
+  auto check = [](const Case& k, DType dt, const LayoutPtr& given = nullptr) {
+    const uint64_t before = cuda::wgmma_sparse_deep_ring_launch_count();
+    check_case(k, dt, given);
+    EXPECT_EQ(cuda::wgmma_sparse_deep_ring_launch_count() - before, 4u) << "16 stages: " << label(k, dt);
+  };
+  for (int64_t b : {1, 7, 64}) check({6, b, 256, 32, 0.25}, DType::bf16);
+  check({5, 7, 256, 32, 0.5, /*bias=*/false}, DType::f16);
+  check({3, 16, 4096, 32, 0.0625}, DType::bf16);
+  std::vector<uint8_t> mask(64);
+  for (int r = 0; r < 8; ++r)
+    for (int c = 0; c < 8; ++c) mask[r * 8 + c] = r != 6 && c != 3 && (r + c) % 3 != 0;
+  check({6, 5, 256, 32, 0.25}, DType::bf16, nn::lstm_gate_layout(*mask_layout(256, 256, 32, mask)));
+  const ScopedEnv bad("TESSERA_LSTM_SPARSE_RING", "12");
+  const LayoutPtr layout = gate_layout(256, 32, 0.25, 5);
+  const std::vector<Tensor> in = inputs({2, 7, 256, 32, 0.25}, layout, DType::bf16);
+  testing::expect_error<ValueError>(
+      [&] { lstm_recurrence(in[0].to(kGpu), in[1].to(kGpu), in[2].to(kGpu), in[3].to(kGpu), layout, 1.0); },
+      {"TESSERA_LSTM_SPARSE_RING", "'12'"});
+}
+
 // The issue-16 lab kernels (cuda::wgmma_step_floor, lstm_wgmma_floor.cu: dense H 1024 steps
 // whose product runs on wgmma from TMA-fed shared memory) against the same arithmetic on the CPU,
 // three steps each way, the products over all of K and over its first half, and over all of K

@@ -79,6 +79,8 @@ uint64_t wgmma_sparse_backward_launch_count();
 /// Launches of either block-sparse kernel with two groups or block rows a block
 /// (TESSERA_LSTM_SPARSE_PAIRS, lstm_wgmma_ring.cuh).
 uint64_t wgmma_sparse_paired_launch_count();
+/// Launches of either block-sparse kernel with a 16-stage ring (the lab's TESSERA_LSTM_SPARSE_RING).
+uint64_t wgmma_sparse_deep_ring_launch_count();
 
 /// lstm_recurrence_backward on the GPU: outputs dpre [T, B, 4H], dh0, dc0 [B, H].
 void recurrence_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT, const Tensor& gates,

@@ -292,6 +292,17 @@ SparsePairs sparse_pairs_choice() {
   return choice == "1" ? SparsePairs::wherever_they_fit : SparsePairs::where_needed;
 }
 
+int sparse_ring_stages() {
+  const char* e = std::getenv("TESSERA_LSTM_SPARSE_RING");
+  const std::string choice = e ? e : "8";
+  TS_CHECK(choice == "8" || choice == "16", ValueError,
+           "TESSERA_LSTM_SPARSE_RING must be 8 or 16, not '" << choice << "'");
+  return std::stoi(choice);
+}
+
+std::atomic<uint64_t> g_sparse_deep_ring_launches{0};
+void count_sparse_deep_ring_launch() { g_sparse_deep_ring_launches.fetch_add(1, std::memory_order_relaxed); }
+
 std::atomic<uint64_t> g_sparse_paired_launches{0};
 void count_sparse_paired_launch() { g_sparse_paired_launches.fetch_add(1, std::memory_order_relaxed); }
 
@@ -397,6 +408,10 @@ void wgmma_forward(int cluster, const Tensor& gx, const Tensor& h0, const Tensor
   } else {
     run(__half{});
   }
+}
+
+uint64_t wgmma_sparse_deep_ring_launch_count() {
+  return sm90::g_sparse_deep_ring_launches.load(std::memory_order_relaxed);
 }
 
 uint64_t wgmma_sparse_paired_launch_count() {

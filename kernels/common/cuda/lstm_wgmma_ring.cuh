@@ -103,6 +103,13 @@ SparsePairs sparse_pairs_choice();
 /// Counts a launch of a kernel with two work units a block (wgmma_sparse_paired_launch_count).
 void count_sparse_paired_launch();
 
+/// TESSERA_LSTM_SPARSE_RING (a lab choice): 16 gives a block-sparse kernel with one work unit a block
+/// a ring of 16 operand stages where they fit its shared memory (more copies in flight from L2 for
+/// the busiest group or row); 8 (the default) the usual ring; anything else a ValueError naming it.
+int sparse_ring_stages();
+/// Counts a launch with the 16-stage ring (wgmma_sparse_deep_ring_launch_count).
+void count_sparse_deep_ring_launch();
+
 /// A block-sparse kernel's threads: `per_block` consumer warpgroups and the producer warp.
 constexpr int sparse_block_threads(int per_block) { return 128 * per_block + 32; }
 
@@ -285,23 +292,24 @@ struct RingSmem {
   uint64_t* empty;
   uint64_t* w_bar;
 };
-__device__ __forceinline__ RingSmem carve_ring_smem(uint8_t* smem_raw, int w_bytes, int box_bytes = kWgmmaABox) {
+__device__ __forceinline__ RingSmem carve_ring_smem(uint8_t* smem_raw, int w_bytes, int box_bytes = kWgmmaABox,
+                                                    int stages = kWgmmaRing) {
   RingSmem m;
   m.w = align1024(smem_raw);
   m.ring = m.w + w_bytes;
-  m.full = reinterpret_cast<uint64_t*>(m.ring + kWgmmaRing * box_bytes);
-  m.empty = m.full + kWgmmaRing;
-  m.w_bar = m.empty + kWgmmaRing;
+  m.full = reinterpret_cast<uint64_t*>(m.ring + stages * box_bytes);
+  m.empty = m.full + stages;
+  m.w_bar = m.empty + stages;
   return m;
 }
 
-/// Thread 0 makes the ring's barriers (full: the producer's one arrival plus the bytes; empty: the
-/// cluster's 4·kCluster consumer warps) and W's; then the block, or with kCluster > 1 the whole
-/// cluster, meets, so that no peer's copy or arrival reaches a barrier before it exists.
-template <int kCluster>
+/// Thread 0 makes the ring's kStages barriers (full: the producer's one arrival plus the bytes;
+/// empty: the cluster's 4·kCluster consumer warps) and W's; then the block, or with kCluster > 1 the
+/// whole cluster, meets, so that no peer's copy or arrival reaches a barrier before it exists.
+template <int kCluster, int kStages = kWgmmaRing>
 __device__ __forceinline__ void init_ring_barriers(uint64_t* full, uint64_t* empty, uint64_t* w_bar) {
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kWgmmaRing; ++s) {
+    for (int s = 0; s < kStages; ++s) {
       mbar_init(&full[s], 1);
       mbar_init(&empty[s], 4 * kCluster);
     }

@@ -45,8 +45,8 @@ constexpr int kSbWBlock = kSbBs * kSbBs * 2;  // one W block [32, 32]
 constexpr int kSbMaxEntries = 96;             // blocks of a row at most (the table in shared memory)
 
 // W's blocks (`entries`: a block's, over its rows), the ring, the barriers and alignment, the table.
-size_t sparse_bwd_smem_bytes(int entries, int rows) {
-  return static_cast<size_t>(entries) * kSbWBlock + kWgmmaRing * kSbABox + 2048 + rows * kSbMaxEntries * 4;
+size_t sparse_bwd_smem_bytes(int entries, int rows, int ring = kWgmmaRing) {
+  return static_cast<size_t>(entries) * kSbWBlock + ring * kSbABox + 2048 + rows * kSbMaxEntries * 4;
 }
 
 std::atomic<uint64_t> g_sparse_bwd_launches{0};
@@ -67,23 +67,24 @@ struct SparseBackwardArgs {
   unsigned* counter;
 };
 
-template <class T, int kRows>
+// kRing: the ring's stages (8, or the lab's 16 with one block row a block)
+template <class T, int kRows, int kRing = kWgmmaRing>
 __global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
     lstm_wgmma_sparse_backward_kernel(const __grid_constant__ CUtensorMap map_dpre,
                                       const __grid_constant__ CUtensorMap map_w, const SparseBackwardArgs p,
                                       int max_entries) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kStages = kWgmmaRing / kRows;  // a warpgroup's share of the ring
+  constexpr int kStages = kRing / kRows;  // a warpgroup's share of the ring
   extern __shared__ uint8_t smem_raw[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
   // the block's blocks: row kRows·b's first, then row kRows·b + 1's
   const int first = p.row_ptr[kRows * blockIdx.x], entries = p.row_ptr[kRows * (blockIdx.x + 1)] - first;
-  const RingSmem m = carve_ring_smem(smem_raw, max_entries * kSbWBlock, kSbABox);
+  const RingSmem m = carve_ring_smem(smem_raw, max_entries * kSbWBlock, kSbABox, kRing);
   uint8_t *w_s = m.w, *ring = m.ring;
   uint64_t *full = m.full, *empty = m.empty, *w_bar = m.w_bar;
   int32_t* cols_s = reinterpret_cast<int32_t*>(w_bar + 1);  // [entries]: block column of entry i
   for (int i = threadIdx.x; i < entries; i += blockDim.x) cols_s[i] = p.block_col[first + i];
-  init_ring_barriers<1>(full, empty, w_bar);  // (its block barrier also publishes the table)
+  init_ring_barriers<1, kRing>(full, empty, w_bar);  // (its block barrier also publishes the table)
   const int steps = p.steps;
   if (warp == 4 * kRows) {  // the producer: the row's blocks once, then per phase ph ≥ 1 the boxes of dpre_{T − ph}
     if (lane == 0) {
@@ -227,6 +228,22 @@ __global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
 #endif
 }
 
+// With one block row a block and TESSERA_LSTM_SPARSE_RING=16: the 16-stage ring where it fits and
+// all rows stay resident (its shared memory then in `grid`).
+template <class T>
+bool deep_ring(SparseGrid& grid, int device, int64_t hidden, const SparseLayoutFacts& f) {
+  if (grid.per_block != 1 || sparse_ring_stages() != 16) return false;
+  const size_t smem = sparse_bwd_smem_bytes(f.max_row_blocks, 1, 16);
+  int optin = 0;
+  TS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (smem > static_cast<size_t>(optin) ||
+      resident_blocks(lstm_wgmma_sparse_backward_kernel<T, 1, 16>, device, sparse_block_threads(1), smem, 1) <
+          hidden / kSbBs)
+    return false;
+  grid.smem = smem;
+  return true;
+}
+
 // One block row a block, or two (sparse_grid), for this layout on this device.
 template <class T>
 SparseGrid backward_grid(int device, int64_t hidden, const SparseLayoutFacts& f) {
@@ -245,7 +262,8 @@ void launch_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& d
   const DType dt = dy.dtype();
   const cudaStream_t stream = current_stream(dpre);
   const SparseLayoutFacts facts = sparse_layout_facts(layout);
-  const SparseGrid grid = backward_grid<T>(device, hidden, facts);
+  SparseGrid grid = backward_grid<T>(device, hidden, facts);
+  const bool deep = deep_ring<T>(grid, device, hidden, facts);
   TS_CHECK(grid.per_block > 0, ValueError, "lstm_recurrence_backward (wgmma, block-sparse): " << grid.why);
   const int most = grid.per_block == 2 ? facts.max_pair_row_blocks : facts.max_row_blocks;
   const size_t smem = grid.smem;
@@ -274,8 +292,9 @@ void launch_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& d
   a.dh0 = dh0.data_ptr();
   a.dc0 = dc0.data_ptr();
   a.counter = counter;
-  const auto kernel =
-      grid.per_block == 2 ? &lstm_wgmma_sparse_backward_kernel<T, 2> : &lstm_wgmma_sparse_backward_kernel<T, 1>;
+  const auto kernel = grid.per_block == 2 ? &lstm_wgmma_sparse_backward_kernel<T, 2>
+                      : deep                ? &lstm_wgmma_sparse_backward_kernel<T, 1, 16>
+                                            : &lstm_wgmma_sparse_backward_kernel<T, 1>;
   TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   cudaLaunchAttribute attrs[2];
   const int blocks = static_cast<int>(hidden / kSbBs) / grid.per_block;
@@ -287,6 +306,7 @@ void launch_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& d
   TS_CUDA_LAUNCH_CHECK("lstm_recurrence_backward (wgmma, block-sparse)");
   g_sparse_bwd_launches.fetch_add(1, std::memory_order_relaxed);
   if (grid.per_block == 2) count_sparse_paired_launch();
+  if (deep) count_sparse_deep_ring_launch();
 }
 
 }  // namespace

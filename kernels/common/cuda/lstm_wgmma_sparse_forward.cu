@@ -53,9 +53,9 @@ constexpr int kSpMaxEntries = 32;             // block rows of a group at most (
 
 // W's tiles (`entries`: a block's block rows, over its groups), the ring of [64, 32] boxes, the
 // barriers and the alignment, the entry tables and the bias.
-size_t sparse_smem_bytes(int entries, int groups) {
+size_t sparse_smem_bytes(int entries, int groups, int ring = kWgmmaRing) {
   const size_t tables = static_cast<size_t>(groups) * (kSpMaxEntries * 5 + kSpCols) * 4;
-  return static_cast<size_t>(entries) * kSpWTile + kWgmmaRing * kSpABox + 2048 + tables;
+  return static_cast<size_t>(entries) * kSpWTile + ring * kSpABox + 2048 + tables;
 }
 
 std::atomic<uint64_t> g_sparse_launches{0};
@@ -77,18 +77,19 @@ struct SparseArgs {
   unsigned* counter;
 };
 
-template <class T, int kGroups>
+// kRing: the ring's stages (8, or the lab's 16 with one group a block)
+template <class T, int kGroups, int kRing = kWgmmaRing>
 __global__ void __launch_bounds__(sparse_block_threads(kGroups), 1)
     lstm_wgmma_sparse_forward_kernel(const __grid_constant__ CUtensorMap map_h0,
                                      const __grid_constant__ CUtensorMap map_y,
                                      const __grid_constant__ CUtensorMap map_w, const SparseArgs p, int max_entries) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kStages = kWgmmaRing / kGroups;  // a warpgroup's share of the ring
+  constexpr int kStages = kRing / kGroups;  // a warpgroup's share of the ring
   extern __shared__ uint8_t smem_raw[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
   // the block's block rows: entries of group kGroups·b first, then group kGroups·b + 1's
   const int first = p.col_ptr[kGroups * blockIdx.x], entries = p.col_ptr[kGroups * (blockIdx.x + 1)] - first;
-  const RingSmem m = carve_ring_smem(smem_raw, max_entries * kSpWTile, kSpABox);
+  const RingSmem m = carve_ring_smem(smem_raw, max_entries * kSpWTile, kSpABox, kRing);
   uint8_t *w_s = m.w, *ring = m.ring;
   uint64_t *full = m.full, *empty = m.empty, *w_bar = m.w_bar;
   int32_t* rows_s = reinterpret_cast<int32_t*>(w_bar + 1);  // [entries]: r_i
@@ -108,7 +109,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kGroups), 1)
       const float b = p.bias ? to_acc(static_cast<const T*>(p.bias)[gate * p.hidden + unit]) : 0.f;
       bias_s[i] = gate == 1 ? p.forget_bias + b : b;
     }
-  init_ring_barriers<1>(full, empty, w_bar);  // (its block barrier also publishes the tables)
+  init_ring_barriers<1, kRing>(full, empty, w_bar);  // (its block barrier also publishes the tables)
   if (warp == 4 * kGroups) {  // the producer: the W tiles once, then per step one box of h_t per entry
     if (lane == 0) {
       mbar_arrive_expect_tx(w_bar, entries * kSpWTile);
@@ -247,6 +248,22 @@ __global__ void __launch_bounds__(sparse_block_threads(kGroups), 1)
 #endif
 }
 
+// With one group a block and TESSERA_LSTM_SPARSE_RING=16: the 16-stage ring where it fits and all
+// groups stay resident (its shared memory then in `grid`).
+template <class T>
+bool deep_ring(SparseGrid& grid, int device, int64_t hidden, const SparseLayoutFacts& f) {
+  if (grid.per_block != 1 || sparse_ring_stages() != 16) return false;
+  const size_t smem = sparse_smem_bytes(f.max_col_blocks, 1, 16);
+  int optin = 0;
+  TS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (smem > static_cast<size_t>(optin) ||
+      resident_blocks(lstm_wgmma_sparse_forward_kernel<T, 1, 16>, device, sparse_block_threads(1), smem, 1) <
+          hidden / kSpBs)
+    return false;
+  grid.smem = smem;
+  return true;
+}
+
 // One group a block, or two (sparse_grid), for this layout on this device.
 template <class T>
 SparseGrid forward_grid(int device, int64_t hidden, const SparseLayoutFacts& f) {
@@ -265,7 +282,8 @@ void launch_sparse(const Tensor& gx, const Tensor& h0, const Tensor& c0, const T
   const DType dt = gx.dtype();
   const cudaStream_t stream = current_stream(y);
   const SparseLayoutFacts facts = sparse_layout_facts(layout);
-  const SparseGrid grid = forward_grid<T>(device, hidden, facts);
+  SparseGrid grid = forward_grid<T>(device, hidden, facts);
+  const bool deep = deep_ring<T>(grid, device, hidden, facts);
   TS_CHECK(grid.per_block > 0, ValueError, "lstm_recurrence (wgmma, block-sparse): " << grid.why);
   const int most = grid.per_block == 2 ? facts.max_pair_col_blocks : facts.max_col_blocks;
   const size_t smem = grid.smem;
@@ -297,8 +315,9 @@ void launch_sparse(const Tensor& gx, const Tensor& h0, const Tensor& c0, const T
   a.gates = static_cast<float*>(gates.data_ptr());
   a.cells = static_cast<float*>(cells.data_ptr());
   a.counter = counter;
-  const auto kernel =
-      grid.per_block == 2 ? &lstm_wgmma_sparse_forward_kernel<T, 2> : &lstm_wgmma_sparse_forward_kernel<T, 1>;
+  const auto kernel = grid.per_block == 2 ? &lstm_wgmma_sparse_forward_kernel<T, 2>
+                      : deep                ? &lstm_wgmma_sparse_forward_kernel<T, 1, 16>
+                                            : &lstm_wgmma_sparse_forward_kernel<T, 1>;
   TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   cudaLaunchAttribute attrs[2];
   const int blocks = static_cast<int>(hidden / kSpBs) / grid.per_block;
@@ -310,6 +329,7 @@ void launch_sparse(const Tensor& gx, const Tensor& h0, const Tensor& c0, const T
   TS_CUDA_LAUNCH_CHECK("lstm_recurrence (wgmma, block-sparse)");
   g_sparse_launches.fetch_add(1, std::memory_order_relaxed);
   if (grid.per_block == 2) count_sparse_paired_launch();
+  if (deep) count_sparse_deep_ring_launch();
 }
 
 }  // namespace
