@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # device call (issue 16): the block-sparse recurrence with two groups / block rows a block
 # (lstm_wgmma_sparse_{forward,backward}.cu, kGroups / kRows = 2; lstm_wgmma_ring.cuh's sparse_grid;
-# TESSERA_LSTM_SPARSE_PAIRS=auto, off by default until this call passes) and the lab's 16-stage ring
-# (TESSERA_LSTM_SPARSE_RING=16), from the bundle build-gpu/lab.tar.xz (carry it; BUNDLE= another;
+# TESSERA_LSTM_SPARSE_PAIRS=auto, off by default until this call passes), the lab's 16-stage ring
+# (TESSERA_LSTM_SPARSE_RING=16) and streamed-W dense forward (TESSERA_LSTM_WGMMA_STREAMED=1), from the bundle build-gpu/lab.tar.xz (carry it; BUNDLE= another;
 # targets gpu_tests lstm_step train_lstm), about 4 minutes, the most useful first:
 #   1. the LSTM GPU tests (the pairs' and the deep ring's among them);
 #   2. lstm_step on sparse H 8192 at 1/64, bs 32 (paired; before on the production kernels) against
 #      cuDNN's dense H 1024 (the target: ≤ 1.5× it), and H 4096 at 1/16 (random) as the reference;
 #   3. lstm_step on H 4096 at 1/16 (random and balanced) with the 16-stage ring;
-#   4. train_lstm's tokens/s (tinyshakespeare, B 64, T 256, 400 steps) on sparse H 8192 at 1/64.
+#   4. lstm_step on dense H 2048 with the forward's W partly streamed (TESSERA_LSTM_WGMMA_STREAMED=1,
+#      lstm_wgmma_forward_streamed.cu; the recurrence rows give its µs a step beside the production
+#      kernel's, the graph row the layer against cuDNN's);
+#   5. train_lstm's tokens/s (tinyshakespeare, B 64, T 256, 400 steps) on sparse H 8192 at 1/64.
 set -uo pipefail
 O=$OUT; t0=$(date +%s)
 export TESSERA_LSTM_SPARSE_PAIRS=auto
@@ -19,15 +22,16 @@ timeout 120 dist/run gpu_tests --gtest_filter='LstmRecurrenceGpu.*:LstmLayerGpu.
 echo "tests rc $?: $(grep -E '^\[  (PASSED|FAILED)' $O/lstm_tests.log | tr '\n' ' ')"
 grep -E "FAILED|Failure" $O/lstm_tests.log | head -5
 grep -E "H 8192" $O/lstm_tests.log | head -2 | cut -c1-160
-step() {  # NAME SPARSE [ENV...]: one lstm_step run, its graph and recurrence rows
-  local name=$1 sparse=$2; shift 2
-  env "$@" timeout 60 dist/run lstm_step --hidden 1024 --dtypes bf16 --repeats 3 --warmup 1 --sparse "$sparse" \
+step() {  # NAME HIDDEN SPARSE [ENV...]: one lstm_step run, its graph and recurrence rows
+  local name=$1 hidden=$2 sparse=$3; shift 3
+  env "$@" timeout 60 dist/run lstm_step --hidden $hidden --dtypes bf16 --repeats 3 --warmup 1 --sparse "$sparse" \
     --json $O/step_$name.json >$O/step_$name.log 2>&1
   echo "== $name rc $? at $(( $(date +%s) - t0 )) s"
   grep -E "graph|recurrence (fwd|bwd)" $O/step_$name.log | grep -v " vs \|step-wise" | cut -c1-120
 }
-step pairs 8192:0.015625:32,4096:0.0625:32,4096:0.0625:32:balanced X=1
-step ring16 4096:0.0625:32,4096:0.0625:32:balanced TESSERA_LSTM_SPARSE_RING=16
+step pairs 1024 8192:0.015625:32,4096:0.0625:32,4096:0.0625:32:balanced X=1
+step ring16 0 4096:0.0625:32,4096:0.0625:32:balanced TESSERA_LSTM_SPARSE_RING=16
+step streamed 2048 none TESSERA_LSTM_WGMMA_STREAMED=1
 timeout 45 dist/run train_lstm --device cuda --dtype bf16 --batch 64 --seq 256 --steps 400 --data dist/data/input.txt \
   --eval-every 0 --ckpt-every 0 --log-every 100 --sample-chars 0 --out /tmp/tl --hidden 8192 --block 32 \
   --density 0.015625 >$O/tl_8192.log 2>&1

@@ -1074,6 +1074,8 @@ void recurrence_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, co
   // TMA maps need h0, y and the sparse W_h at 16-byte addresses, its pairs 4-byte ones)
   if (wgmma_wanted() && aligned16(h0) && aligned16(y) &&
       pairs_aligned({&gx, &bias, &c0, &hT, &cT})) {
+    if (wgmma_streamed_forward_unfit(device, gx.dtype(), batch, hidden, layout).empty())
+      return wgmma_streamed_forward(gx, h0, c0, wh, bias, forget_bias, y, hT, cT, gates, cells);
     if (const int cluster = wgmma_cluster(device, gx.dtype(), batch, hidden, layout, false); cluster > 0)
       return wgmma_forward(cluster, gx, h0, c0, wh, bias, forget_bias, y, hT, cT, gates, cells);
     if (layout && aligned16(wh) && wgmma_sparse_forward_unfit(device, gx.dtype(), batch, hidden, layout).empty())
@@ -1202,6 +1204,15 @@ void wgmma_backward(int, const Tensor&, const Tensor&, const Tensor&, const Tens
 }
 uint64_t wgmma_forward_launch_count() { return 0; }
 uint64_t wgmma_backward_launch_count() { return 0; }
+std::string wgmma_streamed_forward_unfit(int, DType, int64_t, int64_t, const LayoutPtr&) {
+  return "this build has no code for compute capability 9.0 (sm_90a)";
+}
+void wgmma_streamed_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, double,
+                            const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  const bool built = false;
+  TS_CHECK(built, NotImplementedError, "lstm_recurrence (wgmma, W streamed): this build has no code for sm_90a");
+}
+uint64_t wgmma_streamed_forward_launch_count() { return 0; }
 std::string wgmma_sparse_forward_unfit(int, DType, int64_t, int64_t, const LayoutPtr&) {
   return "this build has no code for compute capability 9.0 (sm_90a)";
 }

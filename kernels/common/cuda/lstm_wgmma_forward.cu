@@ -41,6 +41,7 @@
 #include "kernels/common/cuda/bsmm_sm90_common.cuh"
 #include "kernels/common/cuda/lstm_gate_math.cuh"
 #include "kernels/common/cuda/lstm_persistent.h"
+#include "kernels/common/cuda/lstm_wgmma_permute.cuh"
 #include "kernels/common/cuda/lstm_wgmma_ring.cuh"
 
 namespace tessera {
@@ -192,23 +193,6 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
 #else
   __trap();  // compiled for another architecture: the host never launches this
 #endif
-}
-
-// wt[32g + 8j + e][k] = wh[k][j·H + 8g + e] (the file comment), through a 32 × 32 tile: a block of
-// 32 × 8 threads reads 32 K rows × 32 columns of wh (coalesced along the columns) and writes the
-// columns as rows of wt (coalesced along K).
-template <class T>
-__global__ void permute_transpose_kernel(const T* __restrict__ wh, T* __restrict__ wt, int hidden) {
-  __shared__ T tile[32][33];
-  const int64_t n_cols = 4 * static_cast<int64_t>(hidden);
-  const int k0 = blockIdx.y * 32, n0 = blockIdx.x * 32;
-  for (int r = threadIdx.y; r < 32; r += 8) tile[r][threadIdx.x] = wh[(k0 + r) * n_cols + n0 + threadIdx.x];
-  __syncthreads();
-  for (int r = threadIdx.y; r < 32; r += 8) {
-    const int n = n0 + r, j = n / hidden, rem = n % hidden;
-    const int64_t row = 32 * (rem / 8) + 8 * j + rem % 8;
-    wt[row * hidden + k0 + threadIdx.x] = tile[threadIdx.x][r];
-  }
 }
 
 template <class T>

@@ -304,14 +304,15 @@ __device__ __forceinline__ RingSmem carve_ring_smem(uint8_t* smem_raw, int w_byt
 }
 
 /// Thread 0 makes the ring's kStages barriers (full: the producer's one arrival plus the bytes;
-/// empty: the cluster's 4·kCluster consumer warps) and W's; then the block, or with kCluster > 1 the
-/// whole cluster, meets, so that no peer's copy or arrival reaches a barrier before it exists.
-template <int kCluster, int kStages = kWgmmaRing>
+/// empty: the cluster's kWarps·kCluster consumer warps, kWarps of each block reading every stage)
+/// and W's; then the block, or with kCluster > 1 the whole cluster, meets, so that no peer's copy or
+/// arrival reaches a barrier before it exists.
+template <int kCluster, int kStages = kWgmmaRing, int kWarps = 4>
 __device__ __forceinline__ void init_ring_barriers(uint64_t* full, uint64_t* empty, uint64_t* w_bar) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 4 * kCluster);
+      mbar_init(&empty[s], kWarps * kCluster);
     }
     mbar_init(w_bar, 1);
     fence_barrier_init();

@@ -1,0 +1,315 @@
+// The dense LSTM recurrence's forward on wgmma with W_h partly streamed from L2 (issue 16; compute
+// capability 9.0, sm_90a; a lab kernel behind TESSERA_LSTM_WGMMA_STREAMED until it has run on a
+// GPU): for dense layers whose W_h passes the SMs' shared memory (H 2048: 32 MB against 132 ×
+// 227 KB), which lstm_wgmma_forward.cu (W resident, one group of 8 units a block) cannot take.
+// The same inputs, outputs and arithmetic as that kernel (its file comment), with:
+//
+// One thread block per 16 units (grid H / 16, a cooperative launch), one consumer warpgroup per
+// group of 8 (group g = 2b + w, warpgroup w of block b): the block's 64 rows of the permuted
+// transpose wt [4H, H] (lstm_wgmma_permute.cuh) are one TMA box [64, 64] per K box (128-byte
+// swizzle), rows 32w … 32w + 31 warpgroup w's. The first `resident` K boxes stay in shared memory
+// for all T steps; each step the producer warp copies, per K box k, the operand box [64, 64] of
+// h_t into a ring stage and, for k ≥ resident, the block's W box beside it (16 KB stages, both
+// warpgroups reading every stage):
+//   P_w [64, 32] = Σ_k h_t[:, 64k …] · W_g[:, 64k …]ᵀ     (m64n32k16 wgmmas, f32 accumulators)
+// then each warpgroup's epilogue for its 8 units as in lstm_wgmma_forward.cu, one arrival per block
+// on the split grid barrier once both have stored. Per step the block reads all of h_t and its
+// streamed W boxes from L2 (H 2048, 16 resident of 32: 256 KB + 128 KB). Each sum has a fixed
+// order: the same inputs give the same bits.
+#include <cuda.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
+#include "core/cuda/check.cuh"
+#include "core/cuda/runtime.h"
+#include "kernels/common/cuda/bsmm_sm90_common.cuh"
+#include "kernels/common/cuda/lstm_gate_math.cuh"
+#include "kernels/common/cuda/lstm_persistent.h"
+#include "kernels/common/cuda/lstm_wgmma_permute.cuh"
+#include "kernels/common/cuda/lstm_wgmma_ring.cuh"
+
+namespace tessera {
+namespace cuda {
+namespace sm90 {
+namespace {
+
+constexpr int kStUnits = 16;               // a block's units: two groups of 8
+constexpr int kStRows = 4 * kStUnits;      // its rows of wt: 64, 32 a warpgroup
+constexpr int kStThreads = 288;            // two consumer warpgroups, the producer warp
+constexpr int kStStages = 6;               // ring stages
+constexpr int kStBox = 64 * 64 * 2;        // an operand box [64, 64], or a W box [64 rows, 64 K]
+constexpr int kStStage = 2 * kStBox;       // a stage: the h box, then (streamed K boxes) the W box
+constexpr int kStHalf = 32 * 128;          // a warpgroup's 32 rows of a W box
+constexpr int kStMaxBatch = 64;
+
+size_t streamed_smem_bytes(int resident) {
+  return static_cast<size_t>(resident) * kStBox + kStStages * kStStage + 2048;
+}
+
+std::atomic<uint64_t> g_streamed_launches{0};
+
+struct StreamedArgs {
+  int steps, batch, hidden, resident;
+  float forget_bias;
+  const void* gx;     // [T, B, 4H]
+  const void* bias;   // [4H] or null
+  const void* c0;     // [B, H]
+  void* y;            // [T, B, H]
+  void* h_last;       // [B, H]
+  void* c_last;       // [B, H]
+  float* gates;       // [T, B, 4H]
+  float* cells;       // [T, B, H]
+  unsigned* counter;  // zeroed: the grid's arrivals
+};
+
+template <class T>
+__global__ void __launch_bounds__(kStThreads, 1)
+    lstm_wgmma_forward_streamed_kernel(const __grid_constant__ CUtensorMap map_h0,
+                                       const __grid_constant__ CUtensorMap map_y,
+                                       const __grid_constant__ CUtensorMap map_w, const StreamedArgs p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t smem_raw[];
+  const int boxes = p.hidden / 64, resident = p.resident;
+  const RingSmem m = carve_ring_smem(smem_raw, resident * kStBox, kStStage, kStStages);
+  uint8_t *w_s = m.w, *ring = m.ring;
+  uint64_t *full = m.full, *empty = m.empty, *w_bar = m.w_bar;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4, b = blockIdx.x;
+  init_ring_barriers<1, kStStages, 8>(full, empty, w_bar);  // both warpgroups read every stage
+  if (warp == 8) {  // the producer: the resident W boxes once, then per step h_t's boxes (and W's streamed ones)
+    if (lane == 0) {
+      mbar_arrive_expect_tx(w_bar, resident * kStBox);
+      for (int k = 0; k < resident; ++k) tma_load_2d(w_s + k * kStBox, &map_w, w_bar, k * 64, b * kStRows);
+      for (int t = 0, n = 0; t < p.steps; ++t, n += boxes) {
+        if (t > 0) {
+          wait_count(p.counter, static_cast<unsigned>(t) * gridDim.x);
+          fence_proxy_async_global();  // the other blocks' stores of y[t − 1] (generic) before these TMA reads
+        }
+        for (int k = 0; k < boxes; ++k) {
+          const int s = (n + k) % kStStages;
+          const bool streamed = k >= resident;
+          uint8_t* stage = ring + s * kStStage;
+          mbar_wait(&empty[s], (((n + k) / kStStages) & 1) ^ 1);
+          mbar_arrive_expect_tx(&full[s], streamed ? kStStage : kStBox);
+          if (t == 0) {
+            tma_load_2d(stage, &map_h0, &full[s], k * 64, 0);
+          } else {
+            tma_load_3d(stage, &map_y, &full[s], k * 64, 0, t - 1);
+          }
+          if (streamed) tma_load_2d(stage + kStBox, &map_w, &full[s], k * 64, b * kStRows);
+        }
+      }
+    }
+    return;
+  }
+
+  // the consumers: warpgroup wg takes group g = 2b + wg; rows r[hh] = 16·(warp mod 4) + lane / 4 +
+  // 8·hh, units u and u + 1 of every gate
+  const int g = 2 * b + wg;
+  const int B = p.batch, H = p.hidden, q = lane % 4, u = g * 8 + 2 * q;
+  const int64_t G4 = 4 * static_cast<int64_t>(H);
+  int rows[2];
+  bool live[2];
+  consumer_rows(warp % 4, lane, B, rows, live);
+  float bias[4][2];  // gate j of units u, u + 1; the forget gate's with forget_bias
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 v = p.bias ? load_pair(static_cast<const T*>(p.bias) + j * H + u) : make_float2(0.f, 0.f);
+    bias[j][0] = j == 1 ? p.forget_bias + v.x : v.x;
+    bias[j][1] = j == 1 ? p.forget_bias + v.y : v.y;
+  }
+  float c[2][2];
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const float2 c0 = live[hh] ? load_pair(static_cast<const T*>(p.c0) + static_cast<int64_t>(rows[hh]) * H + u)
+                               : make_float2(0.f, 0.f);
+    c[hh][0] = c0.x;
+    c[hh][1] = c0.y;
+  }
+  mbar_wait(w_bar, 0);
+  for (int t = 0, n = 0; t < p.steps; ++t, n += boxes) {
+    float gx[2][4][2];  // the step's input term, read while the operand arrives
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const T* row = static_cast<const T*>(p.gx) + (static_cast<int64_t>(t) * B + rows[hh]) * G4 + u;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 v = live[hh] ? load_pair(row + j * H) : make_float2(0.f, 0.f);
+        gx[hh][j][0] = v.x;
+        gx[hh][j][1] = v.y;
+      }
+    }
+    float acc[16];  // [64, 32]: acc[4j + 2hh + e] = row rows[hh], gate j of unit u + e
+#pragma unroll
+    for (int e = 0; e < 16; ++e) acc[e] = 0.f;
+    for (int k = 0; k < boxes; ++k) {
+      const int s = (n + k) % kStStages;
+      uint8_t* stage = ring + s * kStStage;
+      const uint8_t* w = (k < resident ? w_s + k * kStBox : stage + kStBox) + wg * kStHalf;
+      mbar_wait(&full[s], ((n + k) / kStStages) & 1);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        Wgmma<T, 32>::template run<0, 0>(acc, make_desc(stage + kk * 32, 16, 1024, 128),
+                                         make_desc(w + kk * 32, 16, 1024, 128), true);
+      wgmma_commit();
+      if (k > 0) {  // box k − 1's products are done: its stage goes back to the producer
+        wgmma_wait<1>();
+        fence_operands(acc);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[(n + k - 1) % kStStages]);
+      }
+    }
+    wgmma_wait<0>();
+    fence_operands(acc);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&empty[(n + boxes - 1) % kStStages]);
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      if (!live[hh]) continue;
+      float h[2], cell[2], gate[4][2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float pre[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) pre[j] = (acc[4 * j + 2 * hh + e] + gx[hh][j][e]) + bias[j][e];
+        gate[0][e] = sigmoid_fast(pre[0]);
+        gate[1][e] = sigmoid_fast(pre[1]);
+        gate[2][e] = sigmoid_fast(pre[2]);
+        gate[3][e] = tanh_fast(pre[3]);
+        c[hh][e] = gate[1][e] * c[hh][e] + gate[0][e] * gate[3][e];
+        cell[e] = c[hh][e];
+        h[e] = gate[2][e] * tanh_fast(c[hh][e]);
+      }
+      const int64_t hb = static_cast<int64_t>(rows[hh]) * H + u;  // [B, H] index
+      const int64_t th = static_cast<int64_t>(t) * B * H + hb;    // [T, B, H] index
+      store_pair(static_cast<T*>(p.y) + th, h[0], h[1]);
+      *reinterpret_cast<float2*>(p.cells + th) = make_float2(cell[0], cell[1]);
+      float* gt = p.gates + (static_cast<int64_t>(t) * B + rows[hh]) * G4 + u;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) *reinterpret_cast<float2*>(gt + j * H) = make_float2(gate[j][0], gate[j][1]);
+      if (t == p.steps - 1) {
+        store_pair(static_cast<T*>(p.h_last) + hb, h[0], h[1]);
+        store_pair(static_cast<T*>(p.c_last) + hb, cell[0], cell[1]);
+      }
+    }
+    arrive_grid<2>(p.counter);  // the step's outputs stored: the block's arrival
+  }
+#else
+  __trap();  // compiled for another architecture: the host never launches this
+#endif
+}
+
+// TESSERA_LSTM_WGMMA_STREAMED: unset or 0 off; 1 on, as many K boxes resident as fit; 1:N on with at
+// most N resident (the tests stream all or most of W at small H). Returns -1 (off) or the cap.
+int streamed_choice() {
+  const char* e = std::getenv("TESSERA_LSTM_WGMMA_STREAMED");
+  const std::string v = e ? e : "0";
+  if (v == "0") return -1;
+  if (v == "1") return 1 << 20;
+  const bool capped = v.size() > 2 && v.compare(0, 2, "1:") == 0 &&
+                      v.find_first_not_of("0123456789", 2) == std::string::npos && v.size() <= 6;
+  TS_CHECK(capped, ValueError, "TESSERA_LSTM_WGMMA_STREAMED must be 0, 1 or 1:N, not '" << v << "'");
+  return std::stoi(v.substr(2));
+}
+
+// The K boxes to keep resident at `hidden` (the rest streamed), within the cap and shared memory.
+int resident_boxes(int device, int64_t hidden, int cap) {
+  int optin = 0;
+  TS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const int fit = static_cast<int>((optin - static_cast<int64_t>(streamed_smem_bytes(0))) / kStBox);
+  return std::max(0, std::min({static_cast<int>(hidden / 64), cap, fit}));
+}
+
+template <class T>
+void launch_streamed(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh, const Tensor& bias,
+                     double forget_bias, const Tensor& y, const Tensor& hT, const Tensor& cT, const Tensor& gates,
+                     const Tensor& cells) {
+  const int device = gx.device().index;
+  const int64_t steps = gx.size(0), batch = gx.size(1), hidden = h0.size(1);
+  const DType dt = gx.dtype();
+  const cudaStream_t stream = current_stream(y);
+  const int resident = resident_boxes(device, hidden, streamed_choice());
+  const size_t smem = streamed_smem_bytes(resident);
+  const size_t wt_bytes = static_cast<size_t>(4 * hidden * hidden) * 2;
+  void* wt = allocate(wt_bytes, device);
+  permute_transpose_kernel<T>
+      <<<dim3(static_cast<unsigned>(4 * hidden / 32), static_cast<unsigned>(hidden / 32)), dim3(32, 8), 0, stream>>>(
+          static_cast<const T*>(wh.data_ptr()), static_cast<T*>(wt), static_cast<int>(hidden));
+  TS_CUDA_LAUNCH_CHECK("lstm_recurrence (wgmma, W streamed): W_h's permuted transpose");
+  const CUtensorMap map_h0 = tensor_map(h0.data_ptr(), dt, static_cast<uint64_t>(batch), hidden, 64, 64);
+  const uint64_t y_dims[3] = {static_cast<uint64_t>(hidden), static_cast<uint64_t>(batch),
+                              static_cast<uint64_t>(steps)};
+  const uint32_t y_box[3] = {64, 64, 1};
+  const CUtensorMap map_y = encode_map(y.data_ptr(), dt, 3, y_dims, y_box);
+  const CUtensorMap map_w = tensor_map(wt, dt, static_cast<uint64_t>(4 * hidden), hidden, kStRows, 64);
+  unsigned* counter = static_cast<unsigned*>(allocate(256, device));
+  TS_CUDA_CHECK(cudaMemsetAsync(counter, 0, 256, stream));
+  StreamedArgs a = {};
+  a.steps = static_cast<int>(steps);
+  a.batch = static_cast<int>(batch);
+  a.hidden = static_cast<int>(hidden);
+  a.resident = resident;
+  a.forget_bias = static_cast<float>(forget_bias);
+  a.gx = gx.data_ptr();
+  a.bias = bias.defined() ? bias.data_ptr() : nullptr;
+  a.c0 = c0.data_ptr();
+  a.y = y.data_ptr();
+  a.h_last = hT.data_ptr();
+  a.c_last = cT.data_ptr();
+  a.gates = static_cast<float*>(gates.data_ptr());
+  a.cells = static_cast<float*>(cells.data_ptr());
+  a.counter = counter;
+  constexpr auto kernel = &lstm_wgmma_forward_streamed_kernel<T>;
+  TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  cudaLaunchAttribute attrs[2];
+  const cudaLaunchConfig_t cfg =
+      wgmma_launch_config(static_cast<int>(hidden / kStUnits), kStThreads, smem, stream, 1, true, attrs);
+  const cudaError_t launched = cudaLaunchKernelEx(&cfg, kernel, map_h0, map_y, map_w, a);
+  deallocate(counter, 256, device);  // stream-ordered: freed after the kernel
+  deallocate(wt, wt_bytes, device);
+  TS_CUDA_CHECK(launched);
+  TS_CUDA_LAUNCH_CHECK("lstm_recurrence (wgmma, W streamed)");
+  g_streamed_launches.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace
+}  // namespace sm90
+
+std::string wgmma_streamed_forward_unfit(int device, DType dtype, int64_t batch, int64_t hidden,
+                                         const LayoutPtr& layout) {
+  const int cap = sm90::streamed_choice();
+  if (cap < 0) return "off (TESSERA_LSTM_WGMMA_STREAMED)";
+  if (layout) return "dense layers only";
+  if (dtype != DType::bf16 && dtype != DType::f16) return "bf16 or f16 only";
+  if (batch < 1 || batch > sm90::kStMaxBatch) return "batch 1 to 64 only";
+  if (hidden < 64 || hidden % 64 != 0) return "hidden a multiple of 64 only";
+  if (!sm90::device_ok(device)) return "compute capability 9.0 only";
+  const size_t smem = sm90::streamed_smem_bytes(sm90::resident_boxes(device, hidden, cap));
+  const int resident = dtype == DType::bf16
+                           ? sm90::resident_blocks(sm90::lstm_wgmma_forward_streamed_kernel<__nv_bfloat16>, device,
+                                                   sm90::kStThreads, smem, 1)
+                           : sm90::resident_blocks(sm90::lstm_wgmma_forward_streamed_kernel<__half>, device,
+                                                   sm90::kStThreads, smem, 1);
+  if (resident < hidden / sm90::kStUnits) return "more blocks of 16 units than resident blocks";
+  return "";
+}
+
+void wgmma_streamed_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh,
+                            const Tensor& bias, double forget_bias, const Tensor& y, const Tensor& hT,
+                            const Tensor& cT, const Tensor& gates, const Tensor& cells) {
+  if (gx.dtype() == DType::bf16) {
+    sm90::launch_streamed<__nv_bfloat16>(gx, h0, c0, wh, bias, forget_bias, y, hT, cT, gates, cells);
+  } else {
+    sm90::launch_streamed<__half>(gx, h0, c0, wh, bias, forget_bias, y, hT, cT, gates, cells);
+  }
+}
+
+uint64_t wgmma_streamed_forward_launch_count() {
+  return sm90::g_streamed_launches.load(std::memory_order_relaxed);
+}
+
+}  // namespace cuda
+}  // namespace tessera
