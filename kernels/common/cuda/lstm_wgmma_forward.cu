@@ -41,6 +41,7 @@
 #include "kernels/common/cuda/bsmm_sm90_common.cuh"
 #include "kernels/common/cuda/lstm_gate_math.cuh"
 #include "kernels/common/cuda/lstm_persistent.h"
+#include "kernels/common/cuda/lstm_wgmma_dense_cell.cuh"
 #include "kernels/common/cuda/lstm_wgmma_permute.cuh"
 #include "kernels/common/cuda/lstm_wgmma_ring.cuh"
 
@@ -58,20 +59,6 @@ constexpr int kWBox = kCols * 64 * 2;  // a W box [32, 64]
 constexpr int kMaxBatch = 64;          // one m64 tile of rows
 
 std::atomic<uint64_t> g_fwd_launches{0};
-
-struct ForwardArgs {
-  int steps, batch, hidden;
-  float forget_bias;
-  const void* gx;     // [T, B, 4H]
-  const void* bias;   // [4H] or null
-  const void* c0;     // [B, H]
-  void* y;            // [T, B, H]
-  void* h_last;       // [B, H]
-  void* c_last;       // [B, H]
-  float* gates;       // [T, B, 4H]
-  float* cells;       // [T, B, H]
-  unsigned* counter;  // zeroed: the grid's arrivals
-};
 
 template <class T, int kCluster>
 __global__ void __launch_bounds__(kFwdThreads, 1)
@@ -120,73 +107,15 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
     return;
   }
 
-  // the consumers: rows r[hh] = 16·warp + lane / 4 + 8·hh, units u and u + 1 of every gate
-  const int B = p.batch, H = p.hidden, q = lane % 4, u = g * kUnits + 2 * q;
-  const int64_t G4 = 4 * static_cast<int64_t>(H);
-  int rows[2];
-  bool live[2];
-  consumer_rows(warp, lane, B, rows, live);
-  float bias[4][2];  // gate j of units u, u + 1; the forget gate's with forget_bias
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const float2 b = p.bias ? load_pair(static_cast<const T*>(p.bias) + j * H + u) : make_float2(0.f, 0.f);
-    bias[j][0] = j == 1 ? p.forget_bias + b.x : b.x;
-    bias[j][1] = j == 1 ? p.forget_bias + b.y : b.y;
-  }
-  float c[2][2];
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const float2 c0 = live[hh] ? load_pair(static_cast<const T*>(p.c0) + static_cast<int64_t>(rows[hh]) * H + u)
-                               : make_float2(0.f, 0.f);
-    c[hh][0] = c0.x;
-    c[hh][1] = c0.y;
-  }
+  // the consumers: rows 16·warp + lane / 4 (+ 8), units 8g + 2q (+ 1) of every gate (DenseCell)
+  DenseCell<T> cell(p, g, warp, lane);
   mbar_wait(w_bar, 0);
   for (int t = 0, n = 0; t < p.steps; ++t, n += boxes) {
-    // the step's input term, read while the operand arrives
     float gx[2][4][2];
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const T* row = static_cast<const T*>(p.gx) + (static_cast<int64_t>(t) * B + rows[hh]) * G4 + u;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float2 v = live[hh] ? load_pair(row + j * H) : make_float2(0.f, 0.f);
-        gx[hh][j][0] = v.x;
-        gx[hh][j][1] = v.y;
-      }
-    }
+    cell.input_term(p, t, gx);
     float acc[kCols / 2];
     ring_product<T, kCols>(acc, ring, w_s, full, empty, n, boxes, lane, release_stage<kCluster>);
-    // acc[4j + 2hh + e]: row rows[hh], gate j of unit u + e
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      if (!live[hh]) continue;
-      float h[2], cell[2], gate[4][2];
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float pre[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) pre[j] = (acc[4 * j + 2 * hh + e] + gx[hh][j][e]) + bias[j][e];
-        gate[0][e] = sigmoid_fast(pre[0]);
-        gate[1][e] = sigmoid_fast(pre[1]);
-        gate[2][e] = sigmoid_fast(pre[2]);
-        gate[3][e] = tanh_fast(pre[3]);
-        c[hh][e] = gate[1][e] * c[hh][e] + gate[0][e] * gate[3][e];
-        cell[e] = c[hh][e];
-        h[e] = gate[2][e] * tanh_fast(c[hh][e]);
-      }
-      const int64_t hb = static_cast<int64_t>(rows[hh]) * H + u;  // [B, H] index
-      const int64_t th = static_cast<int64_t>(t) * B * H + hb;    // [T, B, H] index
-      store_pair(static_cast<T*>(p.y) + th, h[0], h[1]);
-      *reinterpret_cast<float2*>(p.cells + th) = make_float2(cell[0], cell[1]);
-      float* gt = p.gates + (static_cast<int64_t>(t) * B + rows[hh]) * G4 + u;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) *reinterpret_cast<float2*>(gt + j * H) = make_float2(gate[j][0], gate[j][1]);
-      if (t == p.steps - 1) {
-        store_pair(static_cast<T*>(p.h_last) + hb, h[0], h[1]);
-        store_pair(static_cast<T*>(p.c_last) + hb, cell[0], cell[1]);
-      }
-    }
+    cell.finish_step(p, t, acc, gx);
     arrive_grid(p.counter);  // the step's outputs stored: the block's arrival
   }
   if constexpr (kCluster > 1) cluster_meet();  // no peer's copy or arrival is still on its way here

@@ -28,6 +28,7 @@
 #include "kernels/common/cuda/bsmm_sm90_common.cuh"
 #include "kernels/common/cuda/lstm_gate_math.cuh"
 #include "kernels/common/cuda/lstm_persistent.h"
+#include "kernels/common/cuda/lstm_wgmma_dense_cell.cuh"
 #include "kernels/common/cuda/lstm_wgmma_permute.cuh"
 #include "kernels/common/cuda/lstm_wgmma_ring.cuh"
 
@@ -51,28 +52,15 @@ size_t streamed_smem_bytes(int resident) {
 
 std::atomic<uint64_t> g_streamed_launches{0};
 
-struct StreamedArgs {
-  int steps, batch, hidden, resident;
-  float forget_bias;
-  const void* gx;     // [T, B, 4H]
-  const void* bias;   // [4H] or null
-  const void* c0;     // [B, H]
-  void* y;            // [T, B, H]
-  void* h_last;       // [B, H]
-  void* c_last;       // [B, H]
-  float* gates;       // [T, B, 4H]
-  float* cells;       // [T, B, H]
-  unsigned* counter;  // zeroed: the grid's arrivals
-};
-
 template <class T>
 __global__ void __launch_bounds__(kStThreads, 1)
     lstm_wgmma_forward_streamed_kernel(const __grid_constant__ CUtensorMap map_h0,
                                        const __grid_constant__ CUtensorMap map_y,
-                                       const __grid_constant__ CUtensorMap map_w, const StreamedArgs p) {
+                                       const __grid_constant__ CUtensorMap map_w, const ForwardArgs p,
+                                       int resident) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
-  const int boxes = p.hidden / 64, resident = p.resident;
+  const int boxes = p.hidden / 64;
   const RingSmem m = carve_ring_smem(smem_raw, resident * kStBox, kStStage, kStStages);
   uint8_t *w_s = m.w, *ring = m.ring;
   uint64_t *full = m.full, *empty = m.empty, *w_bar = m.w_bar;
@@ -105,42 +93,12 @@ __global__ void __launch_bounds__(kStThreads, 1)
     return;
   }
 
-  // the consumers: warpgroup wg takes group g = 2b + wg; rows r[hh] = 16·(warp mod 4) + lane / 4 +
-  // 8·hh, units u and u + 1 of every gate
-  const int g = 2 * b + wg;
-  const int B = p.batch, H = p.hidden, q = lane % 4, u = g * 8 + 2 * q;
-  const int64_t G4 = 4 * static_cast<int64_t>(H);
-  int rows[2];
-  bool live[2];
-  consumer_rows(warp % 4, lane, B, rows, live);
-  float bias[4][2];  // gate j of units u, u + 1; the forget gate's with forget_bias
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const float2 v = p.bias ? load_pair(static_cast<const T*>(p.bias) + j * H + u) : make_float2(0.f, 0.f);
-    bias[j][0] = j == 1 ? p.forget_bias + v.x : v.x;
-    bias[j][1] = j == 1 ? p.forget_bias + v.y : v.y;
-  }
-  float c[2][2];
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const float2 c0 = live[hh] ? load_pair(static_cast<const T*>(p.c0) + static_cast<int64_t>(rows[hh]) * H + u)
-                               : make_float2(0.f, 0.f);
-    c[hh][0] = c0.x;
-    c[hh][1] = c0.y;
-  }
+  // the consumers: warpgroup wg takes group g = 2b + wg (DenseCell: its rows and units)
+  DenseCell<T> cell(p, 2 * b + wg, warp % 4, lane);
   mbar_wait(w_bar, 0);
   for (int t = 0, n = 0; t < p.steps; ++t, n += boxes) {
-    float gx[2][4][2];  // the step's input term, read while the operand arrives
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const T* row = static_cast<const T*>(p.gx) + (static_cast<int64_t>(t) * B + rows[hh]) * G4 + u;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float2 v = live[hh] ? load_pair(row + j * H) : make_float2(0.f, 0.f);
-        gx[hh][j][0] = v.x;
-        gx[hh][j][1] = v.y;
-      }
-    }
+    float gx[2][4][2];
+    cell.input_term(p, t, gx);
     float acc[16];  // [64, 32]: acc[4j + 2hh + e] = row rows[hh], gate j of unit u + e
 #pragma unroll
     for (int e = 0; e < 16; ++e) acc[e] = 0.f;
@@ -166,35 +124,7 @@ __global__ void __launch_bounds__(kStThreads, 1)
     fence_operands(acc);
     __syncwarp();
     if (lane == 0) mbar_arrive(&empty[(n + boxes - 1) % kStStages]);
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      if (!live[hh]) continue;
-      float h[2], cell[2], gate[4][2];
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float pre[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) pre[j] = (acc[4 * j + 2 * hh + e] + gx[hh][j][e]) + bias[j][e];
-        gate[0][e] = sigmoid_fast(pre[0]);
-        gate[1][e] = sigmoid_fast(pre[1]);
-        gate[2][e] = sigmoid_fast(pre[2]);
-        gate[3][e] = tanh_fast(pre[3]);
-        c[hh][e] = gate[1][e] * c[hh][e] + gate[0][e] * gate[3][e];
-        cell[e] = c[hh][e];
-        h[e] = gate[2][e] * tanh_fast(c[hh][e]);
-      }
-      const int64_t hb = static_cast<int64_t>(rows[hh]) * H + u;  // [B, H] index
-      const int64_t th = static_cast<int64_t>(t) * B * H + hb;    // [T, B, H] index
-      store_pair(static_cast<T*>(p.y) + th, h[0], h[1]);
-      *reinterpret_cast<float2*>(p.cells + th) = make_float2(cell[0], cell[1]);
-      float* gt = p.gates + (static_cast<int64_t>(t) * B + rows[hh]) * G4 + u;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) *reinterpret_cast<float2*>(gt + j * H) = make_float2(gate[j][0], gate[j][1]);
-      if (t == p.steps - 1) {
-        store_pair(static_cast<T*>(p.h_last) + hb, h[0], h[1]);
-        store_pair(static_cast<T*>(p.c_last) + hb, cell[0], cell[1]);
-      }
-    }
+    cell.finish_step(p, t, acc, gx);
     arrive_grid<2>(p.counter);  // the step's outputs stored: the block's arrival
   }
 #else
@@ -247,11 +177,10 @@ void launch_streamed(const Tensor& gx, const Tensor& h0, const Tensor& c0, const
   const CUtensorMap map_w = tensor_map(wt, dt, static_cast<uint64_t>(4 * hidden), hidden, kStRows, 64);
   unsigned* counter = static_cast<unsigned*>(allocate(256, device));
   TS_CUDA_CHECK(cudaMemsetAsync(counter, 0, 256, stream));
-  StreamedArgs a = {};
+  ForwardArgs a = {};
   a.steps = static_cast<int>(steps);
   a.batch = static_cast<int>(batch);
   a.hidden = static_cast<int>(hidden);
-  a.resident = resident;
   a.forget_bias = static_cast<float>(forget_bias);
   a.gx = gx.data_ptr();
   a.bias = bias.defined() ? bias.data_ptr() : nullptr;
@@ -267,7 +196,7 @@ void launch_streamed(const Tensor& gx, const Tensor& h0, const Tensor& c0, const
   cudaLaunchAttribute attrs[2];
   const cudaLaunchConfig_t cfg =
       wgmma_launch_config(static_cast<int>(hidden / kStUnits), kStThreads, smem, stream, 1, true, attrs);
-  const cudaError_t launched = cudaLaunchKernelEx(&cfg, kernel, map_h0, map_y, map_w, a);
+  const cudaError_t launched = cudaLaunchKernelEx(&cfg, kernel, map_h0, map_y, map_w, a, resident);
   deallocate(counter, 256, device);  // stream-ordered: freed after the kernel
   deallocate(wt, wt_bytes, device);
   TS_CUDA_CHECK(launched);
