@@ -42,7 +42,7 @@
 #include "kernels/common/cuda/lstm_gate_math.cuh"
 #include "kernels/common/cuda/lstm_persistent.h"
 #include "kernels/common/cuda/lstm_wgmma_dense_cell.cuh"
-#include "kernels/common/cuda/lstm_wgmma_permute.cuh"
+#include "kernels/common/cuda/lstm_wgmma_dense_launch.cuh"
 #include "kernels/common/cuda/lstm_wgmma_ring.cuh"
 
 namespace tessera {
@@ -138,47 +138,17 @@ template <class T, int kCluster>
 void launch(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh, const Tensor& bias,
             double forget_bias, const Tensor& y, const Tensor& hT, const Tensor& cT, const Tensor& gates,
             const Tensor& cells) {
-  const int device = gx.device().index;
-  const int64_t steps = gx.size(0), batch = gx.size(1), hidden = h0.size(1);
-  const DType dt = gx.dtype();
+  const int64_t hidden = h0.size(1);
   const cudaStream_t stream = current_stream(y);
   const size_t smem = wgmma_smem_bytes(hidden);
-  const size_t wt_bytes = static_cast<size_t>(4 * hidden * hidden) * 2;
-  void* wt = allocate(wt_bytes, device);
-  permute_transpose_kernel<T>
-      <<<dim3(static_cast<unsigned>(4 * hidden / 32), static_cast<unsigned>(hidden / 32)), dim3(32, 8), 0, stream>>>(
-          static_cast<const T*>(wh.data_ptr()), static_cast<T*>(wt), static_cast<int>(hidden));
-  TS_CUDA_LAUNCH_CHECK("lstm_recurrence (wgmma): W_h's permuted transpose");
-  const CUtensorMap map_h0 = tensor_map(h0.data_ptr(), dt, static_cast<uint64_t>(batch), hidden, 64, 64);
-  const uint64_t y_dims[3] = {static_cast<uint64_t>(hidden), static_cast<uint64_t>(batch),
-                              static_cast<uint64_t>(steps)};
-  const uint32_t y_box[3] = {64, 64, 1};
-  const CUtensorMap map_y = encode_map(y.data_ptr(), dt, 3, y_dims, y_box);
-  const CUtensorMap map_w = tensor_map(wt, dt, static_cast<uint64_t>(4 * hidden), hidden, kCols, 64);
-  unsigned* counter = static_cast<unsigned*>(allocate(256, device));
-  TS_CUDA_CHECK(cudaMemsetAsync(counter, 0, 256, stream));
-  ForwardArgs a = {};
-  a.steps = static_cast<int>(steps);
-  a.batch = static_cast<int>(batch);
-  a.hidden = static_cast<int>(hidden);
-  a.forget_bias = static_cast<float>(forget_bias);
-  a.gx = gx.data_ptr();
-  a.bias = bias.defined() ? bias.data_ptr() : nullptr;
-  a.c0 = c0.data_ptr();
-  a.y = y.data_ptr();
-  a.h_last = hT.data_ptr();
-  a.c_last = cT.data_ptr();
-  a.gates = static_cast<float*>(gates.data_ptr());
-  a.cells = static_cast<float*>(cells.data_ptr());
-  a.counter = counter;
+  DenseForwardLaunch<T> l(gx, h0, c0, wh, bias, forget_bias, y, hT, cT, gates, cells, kCols, stream);
   constexpr auto kernel = &lstm_wgmma_forward_kernel<T, kCluster>;
   TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   cudaLaunchAttribute attrs[2];
   const cudaLaunchConfig_t cfg =
       wgmma_launch_config(static_cast<int>(hidden / kUnits), kFwdThreads, smem, stream, kCluster, true, attrs);
-  const cudaError_t launched = cudaLaunchKernelEx(&cfg, kernel, map_h0, map_y, map_w, a);
-  deallocate(counter, 256, device);  // stream-ordered: freed after the kernel
-  deallocate(wt, wt_bytes, device);
+  const cudaError_t launched = cudaLaunchKernelEx(&cfg, kernel, l.map_h0, l.map_y, l.map_w, l.args);
+  l.release();  // stream-ordered: freed after the kernel
   TS_CUDA_CHECK(launched);
   TS_CUDA_LAUNCH_CHECK("lstm_recurrence (wgmma)");
   g_fwd_launches.fetch_add(1, std::memory_order_relaxed);
