@@ -600,20 +600,22 @@ TEST(LstmRecurrenceGpu, WgmmaSparsePairsMatchTheCpu) {
       {"TESSERA_LSTM_SPARSE_PAIRS", "'2'"});
 }
 
-// The dense forward with W_h partly streamed from L2 (lstm_wgmma_forward_streamed.cu, the lab's
-// TESSERA_LSTM_WGMMA_STREAMED): against the CPU with all of W streamed (1:0), one K box resident
-// (1:1) and as many as fit (1), at H 256, 1024 and 2048 (W_h 32 MB: the shape it is for), batch
-// 1, 7 and 64, bf16 and f16, with and without a bias; each case must have run it. Off, it is not
-// taken; a bad value is one ValueError naming it.
-TEST(LstmRecurrenceGpu, WgmmaStreamedForwardMatchesTheCpu) {
+// The dense forward and backward with W_h partly streamed from L2 (lstm_wgmma_{forward,backward}_
+// streamed.cu, the lab's TESSERA_LSTM_WGMMA_STREAMED): against the CPU with all of W streamed (1:0),
+// one K box resident (1:1) and as many as fit (1), at H 256, 1024 and 2048 (W_h 32 MB: the shape
+// they are for), batch 1, 7 and 64, bf16 and f16, with and without a bias; each case must have run
+// both. Off, they are not taken; a bad value is one ValueError naming it.
+TEST(LstmRecurrenceGpu, WgmmaStreamedKernelsMatchTheCpu) {
   REQUIRE_GPU();
   if (!sm90_here()) GTEST_SKIP() << "the wgmma recurrence needs an sm_90a build on a GPU of compute 9.0";
   const ScopedEnv on("TESSERA_LSTM_WGMMA", "1");
   auto check = [](const char* choice, const Case& k, DType dt) {
     const ScopedEnv streamed("TESSERA_LSTM_WGMMA_STREAMED", choice);
-    const uint64_t before = cuda::wgmma_streamed_forward_launch_count();
+    const uint64_t fwd = cuda::wgmma_streamed_forward_launch_count();
+    const uint64_t bwd = cuda::wgmma_streamed_backward_launch_count();
     check_case(k, dt);
-    EXPECT_EQ(cuda::wgmma_streamed_forward_launch_count() - before, 2u) << choice << ", " << label(k, dt);
+    EXPECT_EQ(cuda::wgmma_streamed_forward_launch_count() - fwd, 2u) << "forward " << choice << ", " << label(k, dt);
+    EXPECT_EQ(cuda::wgmma_streamed_backward_launch_count() - bwd, 2u) << "backward " << choice << ", " << label(k, dt);
   };
   for (const char* choice : {"1:0", "1:1", "1"}) {
     for (int64_t b : {1, 7, 64}) check(choice, {5, b, 256, 0, 1.0}, DType::bf16);
@@ -624,6 +626,8 @@ TEST(LstmRecurrenceGpu, WgmmaStreamedForwardMatchesTheCpu) {
   check("1:4", {2, 7, 2048, 0, 1.0}, DType::f16);
   const int dev = kGpu.index;
   EXPECT_EQ(cuda::wgmma_streamed_forward_unfit(dev, DType::bf16, 64, 2048, nullptr),
+            "off (TESSERA_LSTM_WGMMA_STREAMED)");
+  EXPECT_EQ(cuda::wgmma_streamed_backward_unfit(dev, DType::bf16, 64, 2048, nullptr),
             "off (TESSERA_LSTM_WGMMA_STREAMED)");
   const ScopedEnv bad("TESSERA_LSTM_WGMMA_STREAMED", "2");
   testing::expect_error<ValueError>([&] { cuda::wgmma_streamed_forward_unfit(dev, DType::bf16, 64, 2048, nullptr); },

@@ -1118,6 +1118,8 @@ void recurrence_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT,
   // (its TMA maps need dpre and W_h at 16-byte addresses, its pairs 4-byte ones)
   if (wgmma_wanted() && aligned16(dpre) && aligned16(wh) &&
       pairs_aligned({&dy, &dcT, &c0, &dh0, &dc0})) {
+    if (wgmma_streamed_backward_unfit(device, dy.dtype(), batch, hidden, layout).empty())
+      return wgmma_streamed_backward(dy, dhT, dcT, gates, cells, c0, wh, dpre, dh0, dc0);
     if (const int cluster = wgmma_cluster(device, dy.dtype(), batch, hidden, layout, true); cluster > 0)
       return wgmma_backward(cluster, dy, dhT, dcT, gates, cells, c0, wh, dpre, dh0, dc0);
     if (layout && wgmma_sparse_backward_unfit(device, dy.dtype(), batch, hidden, layout).empty())
@@ -1213,6 +1215,16 @@ void wgmma_streamed_forward(const Tensor&, const Tensor&, const Tensor&, const T
   TS_CHECK(built, NotImplementedError, "lstm_recurrence (wgmma, W streamed): this build has no code for sm_90a");
 }
 uint64_t wgmma_streamed_forward_launch_count() { return 0; }
+std::string wgmma_streamed_backward_unfit(int, DType, int64_t, int64_t, const LayoutPtr&) {
+  return "this build has no code for compute capability 9.0 (sm_90a)";
+}
+void wgmma_streamed_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                             const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  const bool built = false;
+  TS_CHECK(built, NotImplementedError,
+           "lstm_recurrence_backward (wgmma, W streamed): this build has no code for sm_90a");
+}
+uint64_t wgmma_streamed_backward_launch_count() { return 0; }
 std::string wgmma_sparse_forward_unfit(int, DType, int64_t, int64_t, const LayoutPtr&) {
   return "this build has no code for compute capability 9.0 (sm_90a)";
 }

@@ -56,17 +56,23 @@ void wgmma_backward(int cluster, const Tensor& dy, const Tensor& dhT, const Tens
 uint64_t wgmma_forward_launch_count();
 uint64_t wgmma_backward_launch_count();
 
-/// The dense forward on wgmma with W_h partly streamed from L2 (lstm_wgmma_forward_streamed.cu; a
-/// lab kernel, not yet run on a GPU): taken, before the resident kernel above, only where
-/// TESSERA_LSTM_WGMMA_STREAMED asks (1: as many of W's K boxes resident as fit; 1:N at most N) and
-/// it fits (dense, bf16/f16, batch ≤ 64, hidden a multiple of 64, its blocks of 16 units all
-/// resident). wgmma_streamed_forward_unfit says why not.
+/// The dense forward and backward on wgmma with W_h partly streamed from L2
+/// (lstm_wgmma_{forward,backward}_streamed.cu; lab kernels, not yet run on a GPU): taken, before
+/// the resident kernels above, only where TESSERA_LSTM_WGMMA_STREAMED asks (1: as many of W's K
+/// boxes resident as fit; 1:N at most N) and they fit (dense, bf16/f16, batch ≤ 64, hidden a
+/// multiple of 64, their blocks of 16 units all resident). The _unfit functions say why not.
 std::string wgmma_streamed_forward_unfit(int device, DType dtype, int64_t batch, int64_t hidden,
                                          const LayoutPtr& layout);
 void wgmma_streamed_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh,
                             const Tensor& bias, double forget_bias, const Tensor& y, const Tensor& hT,
                             const Tensor& cT, const Tensor& gates, const Tensor& cells);
 uint64_t wgmma_streamed_forward_launch_count();
+std::string wgmma_streamed_backward_unfit(int device, DType dtype, int64_t batch, int64_t hidden,
+                                          const LayoutPtr& layout);
+void wgmma_streamed_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT, const Tensor& gates,
+                             const Tensor& cells, const Tensor& c0, const Tensor& wh, const Tensor& dpre,
+                             const Tensor& dh0, const Tensor& dc0);
+uint64_t wgmma_streamed_backward_launch_count();
 
 /// The block-sparse forward on wgmma (lstm_wgmma_sparse_forward.cu), for nn::LSTM's gate layouts
 /// in blocks of 32 whose groups all fit (one group of 32 units per resident block, or where those

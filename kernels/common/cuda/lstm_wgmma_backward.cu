@@ -32,6 +32,7 @@
 #include "kernels/common/cuda/bsmm_sm90_common.cuh"
 #include "kernels/common/cuda/lstm_gate_math.cuh"
 #include "kernels/common/cuda/lstm_persistent.h"
+#include "kernels/common/cuda/lstm_wgmma_dense_cell.cuh"
 #include "kernels/common/cuda/lstm_wgmma_ring.cuh"
 
 namespace tessera {
@@ -44,20 +45,6 @@ constexpr int kBwdThreads = 160;              // the consumer warpgroup, the pro
 constexpr int kBwdWBox = kBwdUnits * 64 * 2;  // a W box [8, 64]
 
 std::atomic<uint64_t> g_bwd_launches{0};
-
-struct BackwardArgs {
-  int steps, batch, hidden;
-  const void* dy;       // [T, B, H]
-  const void* dh_last;  // [B, H]
-  const void* dc_last;  // [B, H]
-  const float* gates;   // [T, B, 4H]
-  const float* cells;   // [T, B, H]
-  const void* c0;       // [B, H]
-  void* dpre;           // [T, B, 4H]
-  void* dh0;            // [B, H]
-  void* dc0;            // [B, H]
-  unsigned* counter;    // zeroed: the grid's arrivals
-};
 
 template <class T, int kCluster>
 __global__ void __launch_bounds__(kBwdThreads, 1)
@@ -98,76 +85,19 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
     return;
   }
 
-  // the consumers: rows r[hh] = 16·warp + lane / 4 + 8·hh, units u and u + 1
-  const int B = p.batch, H = p.hidden, q = lane % 4, u = g * kBwdUnits + 2 * q;
-  const int64_t G4 = 4 * static_cast<int64_t>(H);
-  int rows[2];
-  bool live[2];
-  consumer_rows(warp, lane, B, rows, live);
-  float dcc[2][2];  // the carried dc of (row, unit), from dc_T
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const float2 d = live[hh] ? load_pair(static_cast<const T*>(p.dc_last) + static_cast<int64_t>(rows[hh]) * H + u)
-                              : make_float2(0.f, 0.f);
-    dcc[hh][0] = d.x;
-    dcc[hh][1] = d.y;
-  }
+  // the consumers: rows 16·warp + lane / 4 (+ 8), units 8g + 2q (+ 1) (DenseGradCell)
+  DenseGradCell<T> cell(p, g, warp, lane);
   mbar_wait(w_bar, 0);
   for (int ph = 0, n = 0; ph <= steps; ++ph) {
-    const int t = steps - 1 - ph;
     const bool final_phase = ph == steps;
-    // the epilogue's inputs of step t, read while the operand arrives
-    float gate[2][4][2], cell[2][2], cprev[2][2], dyv[2][2];
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      if (!live[hh] || final_phase) continue;
-      const int64_t bt = (static_cast<int64_t>(t) * B + rows[hh]) * H + u;
-      const float* gt = p.gates + (static_cast<int64_t>(t) * B + rows[hh]) * G4 + u;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float2 v = *reinterpret_cast<const float2*>(gt + j * H);
-        gate[hh][j][0] = v.x;
-        gate[hh][j][1] = v.y;
-      }
-      const float2 c = *reinterpret_cast<const float2*>(p.cells + bt);
-      const float2 cp = t > 0 ? *reinterpret_cast<const float2*>(p.cells + bt - static_cast<int64_t>(B) * H)
-                              : load_pair(static_cast<const T*>(p.c0) + static_cast<int64_t>(rows[hh]) * H + u);
-      const float2 d = load_pair(static_cast<const T*>(p.dy) + bt);
-      cell[hh][0] = c.x, cell[hh][1] = c.y;
-      cprev[hh][0] = cp.x, cprev[hh][1] = cp.y;
-      dyv[hh][0] = d.x, dyv[hh][1] = d.y;
-    }
+    typename DenseGradCell<T>::StepInputs in;
+    cell.read_step(p, steps - 1 - ph, final_phase, in);
     float acc[kBwdUnits / 2] = {0.f, 0.f, 0.f, 0.f};
     if (ph > 0) {
       ring_product<T, kBwdUnits>(acc, ring, w_s, full, empty, n, boxes, lane, release_stage<kCluster>);
       n += boxes;
     }
-    // acc[2hh + e]: row rows[hh], unit u + e
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      if (!live[hh]) continue;
-      const int64_t hb = static_cast<int64_t>(rows[hh]) * H + u;  // [B, H] index
-      if (final_phase) {
-        store_pair(static_cast<T*>(p.dh0) + hb, acc[2 * hh], acc[2 * hh + 1]);
-        continue;
-      }
-      float dp[4][2], dc0v[2];
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float dh = acc[2 * hh + e] + dyv[hh][e];
-        if (ph == 0) dh += to_acc(static_cast<const T*>(p.dh_last)[hb + e]);
-        const float g[4] = {gate[hh][0][e], gate[hh][1][e], gate[hh][2][e], gate[hh][3][e]};
-        float d[4];
-        lstm_step_grads(g, cell[hh][e], cprev[hh][e], dh, dcc[hh][e], d);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) dp[j][e] = d[j];
-        dc0v[e] = dcc[hh][e];
-      }
-      T* dpt = static_cast<T*>(p.dpre) + (static_cast<int64_t>(t) * B + rows[hh]) * G4 + u;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) store_pair(dpt + j * H, dp[j][0], dp[j][1]);
-      if (t == 0) store_pair(static_cast<T*>(p.dc0) + hb, dc0v[0], dc0v[1]);
-    }
+    cell.finish_phase(p, ph, acc, in);
     if (final_phase) break;
     arrive_grid(p.counter);  // the step's outputs stored: the block's arrival
   }

@@ -35,6 +35,11 @@ __global__ void permute_transpose_kernel(const T* __restrict__ wh, T* __restrict
   }
 }
 
+/// TESSERA_LSTM_WGMMA_STREAMED (the lab's W-streamed dense kernels, lstm_wgmma_*_streamed.cu): unset
+/// or 0 off; 1 on, as many of W's K boxes resident as fit; 1:N on with at most N resident (the tests
+/// stream all or most of W at small H). Returns -1 (off) or the cap; anything else a ValueError.
+int streamed_choice();
+
 /// What a dense forward's launch needs besides its kernel: wt (its own buffer, filled on `stream`),
 /// the maps of h0 and y [T, B, H] in [64, 64] boxes and of wt in [w_rows, 64] boxes (128-byte
 /// swizzle), the zeroed arrival counter and the arguments. release() after the launch (the frees

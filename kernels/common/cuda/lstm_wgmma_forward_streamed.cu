@@ -132,18 +132,6 @@ __global__ void __launch_bounds__(kStThreads, 1)
 #endif
 }
 
-// TESSERA_LSTM_WGMMA_STREAMED: unset or 0 off; 1 on, as many K boxes resident as fit; 1:N on with at
-// most N resident (the tests stream all or most of W at small H). Returns -1 (off) or the cap.
-int streamed_choice() {
-  const char* e = std::getenv("TESSERA_LSTM_WGMMA_STREAMED");
-  const std::string v = e ? e : "0";
-  if (v == "0") return -1;
-  if (v == "1") return 1 << 20;
-  const bool capped = v.size() > 2 && v.compare(0, 2, "1:") == 0 &&
-                      v.find_first_not_of("0123456789", 2) == std::string::npos && v.size() <= 6;
-  TS_CHECK(capped, ValueError, "TESSERA_LSTM_WGMMA_STREAMED must be 0, 1 or 1:N, not '" << v << "'");
-  return std::stoi(v.substr(2));
-}
 
 // The K boxes to keep resident at `hidden` (the rest streamed), within the cap and shared memory.
 int resident_boxes(int device, int64_t hidden, int cap) {
@@ -176,6 +164,17 @@ void launch_streamed(const Tensor& gx, const Tensor& h0, const Tensor& c0, const
 }
 
 }  // namespace
+
+int streamed_choice() {
+  const char* e = std::getenv("TESSERA_LSTM_WGMMA_STREAMED");
+  const std::string v = e ? e : "0";
+  if (v == "0") return -1;
+  if (v == "1") return 1 << 20;
+  const bool capped = v.size() > 2 && v.compare(0, 2, "1:") == 0 &&
+                      v.find_first_not_of("0123456789", 2) == std::string::npos && v.size() <= 6;
+  TS_CHECK(capped, ValueError, "TESSERA_LSTM_WGMMA_STREAMED must be 0, 1 or 1:N, not '" << v << "'");
+  return std::stoi(v.substr(2));
+}
 }  // namespace sm90
 
 std::string wgmma_streamed_forward_unfit(int device, DType dtype, int64_t batch, int64_t hidden,
