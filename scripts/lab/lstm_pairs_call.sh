@@ -8,9 +8,9 @@
 #   2. lstm_step on sparse H 8192 at 1/64, bs 32 (paired; before on the production kernels) against
 #      cuDNN's dense H 1024 (the target: ≤ 1.5× it), and H 4096 at 1/16 (random) as the reference;
 #   3. lstm_step on H 4096 at 1/16 (random and balanced) with the 16-stage ring;
-#   4. lstm_step on dense H 2048 with the forward's W partly streamed (TESSERA_LSTM_WGMMA_STREAMED=1,
-#      lstm_wgmma_forward_streamed.cu; the recurrence rows give its µs a step beside the production
-#      kernel's, the graph row the layer against cuDNN's);
+#   4. lstm_step on dense H 2048 with W partly streamed in both directions
+#      (TESSERA_LSTM_WGMMA_STREAMED=1, lstm_wgmma_{forward,backward}_streamed.cu; the recurrence rows
+#      give their µs a step beside the production kernels', the graph row the layer against cuDNN's);
 #   5. train_lstm's tokens/s (tinyshakespeare, B 64, T 256, 400 steps) on sparse H 8192 at 1/64.
 set -uo pipefail
 O=$OUT; t0=$(date +%s)
