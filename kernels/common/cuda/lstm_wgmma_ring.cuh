@@ -140,9 +140,8 @@ SparseGrid sparse_grid(int device, int units, K1 one_kernel, size_t one_smem, K2
 /// nn::LSTM's gate layout [H, 4H] (gate g's block column c + g·q lists the block rows of column c,
 /// in the same order), its busiest block column's and block row's block counts, and the most blocks
 /// two neighbouring block columns 2j, 2j + 1 of the first gate, or block rows 2j, 2j + 1, hold
-/// together. Found once
-/// per layout object (an O(nnz) scan, and every recurrence call asks); the cache holds layouts
-/// weakly, so a new layout at a reused address is scanned afresh.
+/// together. Found once per layout object (an O(nnz) scan, and every recurrence call asks); the
+/// cache holds layouts weakly, so a new layout at a reused address is scanned afresh.
 struct SparseLayoutFacts {
   bool gate_layout = false;
   int max_col_blocks = 0;
