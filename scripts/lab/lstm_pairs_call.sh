@@ -2,12 +2,14 @@
 # device call (issue 16): the block-sparse recurrence with two groups / block rows a block
 # (lstm_wgmma_sparse_{forward,backward}.cu, kGroups / kRows = 2; lstm_wgmma_ring.cuh's sparse_grid;
 # TESSERA_LSTM_SPARSE_PAIRS=auto, off by default until this call passes), the lab's 16-stage ring
-# (TESSERA_LSTM_SPARSE_RING=16) and streamed-W dense forward (TESSERA_LSTM_WGMMA_STREAMED=1), from the bundle build-gpu/lab.tar.xz (carry it; BUNDLE= another;
+# (TESSERA_LSTM_SPARSE_RING=16), the backward's gate boxes and the streamed-W dense kernels
+# (TESSERA_LSTM_WGMMA_STREAMED=1), from the bundle build-gpu/lab.tar.xz (carry it; BUNDLE= another;
 # targets gpu_tests lstm_step train_lstm), about 4 minutes, the most useful first:
 #   1. the LSTM GPU tests (the pairs' and the deep ring's among them);
 #   2. lstm_step on sparse H 8192 at 1/64, bs 32 (paired; before on the production kernels) against
 #      cuDNN's dense H 1024 (the target: ≤ 1.5× it), and H 4096 at 1/16 (random) as the reference;
-#   3. lstm_step on H 4096 at 1/16 (random and balanced) with the 16-stage ring;
+#   3. lstm_step on H 4096 at 1/16 (random and balanced) with the 16-stage ring, then with the
+#      backward's gate boxes (TESSERA_LSTM_SPARSE_GATE_BOXES=1: one copy per entry for four gates);
 #   4. lstm_step on dense H 2048 with W partly streamed in both directions
 #      (TESSERA_LSTM_WGMMA_STREAMED=1, lstm_wgmma_{forward,backward}_streamed.cu; the recurrence rows
 #      give their µs a step beside the production kernels', the graph row the layer against cuDNN's);
@@ -31,6 +33,7 @@ step() {  # NAME HIDDEN SPARSE [ENV...]: one lstm_step run, its graph and recurr
 }
 step pairs 1024 8192:0.015625:32,4096:0.0625:32,4096:0.0625:32:balanced X=1
 step ring16 0 4096:0.0625:32,4096:0.0625:32:balanced TESSERA_LSTM_SPARSE_RING=16
+step gateboxes 0 4096:0.0625:32,4096:0.0625:32:balanced TESSERA_LSTM_SPARSE_GATE_BOXES=1
 step streamed 2048 none TESSERA_LSTM_WGMMA_STREAMED=1
 timeout 45 dist/run train_lstm --device cuda --dtype bf16 --batch 64 --seq 256 --steps 400 --data dist/data/input.txt \
   --eval-every 0 --ckpt-every 0 --log-every 100 --sample-chars 0 --out /tmp/tl --hidden 8192 --block 32 \

@@ -1246,6 +1246,7 @@ void wgmma_sparse_backward(const Tensor&, const Tensor&, const Tensor&, const Te
 uint64_t wgmma_sparse_backward_launch_count() { return 0; }
 uint64_t wgmma_sparse_paired_launch_count() { return 0; }
 uint64_t wgmma_sparse_deep_ring_launch_count() { return 0; }
+uint64_t wgmma_sparse_backward_gate_box_launch_count() { return 0; }
 #endif
 
 }  // namespace cuda

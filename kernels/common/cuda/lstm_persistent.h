@@ -97,8 +97,10 @@ uint64_t wgmma_sparse_backward_launch_count();
 /// Launches of either block-sparse kernel with two groups or block rows a block
 /// (TESSERA_LSTM_SPARSE_PAIRS, lstm_wgmma_ring.cuh).
 uint64_t wgmma_sparse_paired_launch_count();
-/// Launches of either block-sparse kernel with a 16-stage ring (the lab's TESSERA_LSTM_SPARSE_RING).
+/// Launches of either block-sparse kernel with a 16-stage ring (the lab's TESSERA_LSTM_SPARSE_RING),
+/// and of the backward with gate boxes (TESSERA_LSTM_SPARSE_GATE_BOXES).
 uint64_t wgmma_sparse_deep_ring_launch_count();
+uint64_t wgmma_sparse_backward_gate_box_launch_count();
 
 /// lstm_recurrence_backward on the GPU: outputs dpre [T, B, 4H], dh0, dc0 [B, H].
 void recurrence_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT, const Tensor& gates,

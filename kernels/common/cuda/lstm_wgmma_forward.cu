@@ -183,6 +183,14 @@ int sparse_ring_stages() {
   return std::stoi(choice);
 }
 
+bool sparse_gate_boxes_wanted() {
+  const char* e = std::getenv("TESSERA_LSTM_SPARSE_GATE_BOXES");
+  const std::string choice = e ? e : "0";
+  TS_CHECK(choice == "0" || choice == "1", ValueError,
+           "TESSERA_LSTM_SPARSE_GATE_BOXES must be 0 or 1, not '" << choice << "'");
+  return choice == "1";
+}
+
 std::atomic<uint64_t> g_sparse_deep_ring_launches{0};
 void count_sparse_deep_ring_launch() { g_sparse_deep_ring_launches.fetch_add(1, std::memory_order_relaxed); }
 

@@ -109,6 +109,10 @@ void count_sparse_paired_launch();
 int sparse_ring_stages();
 /// Counts a launch with the 16-stage ring (wgmma_sparse_deep_ring_launch_count).
 void count_sparse_deep_ring_launch();
+/// TESSERA_LSTM_SPARSE_GATE_BOXES (a lab choice): 1 gives the block-sparse backward, with one block
+/// row a block under nn::LSTM's gate layout, one operand copy per mask entry for its four gates
+/// (lstm_wgmma_sparse_backward.cu); 0 (the default) one a block; anything else a ValueError.
+bool sparse_gate_boxes_wanted();
 
 /// A block-sparse kernel's threads: `per_block` consumer warpgroups and the producer warp.
 constexpr int sparse_block_threads(int per_block) { return 128 * per_block + 32; }

@@ -20,6 +20,13 @@
 // 2b, 2b + 1, one per consumer warpgroup (kRows = 2, grid H / 64), as the forward pairs its groups:
 // their blocks side by side in shared memory, the ring split in two (each warpgroup its stages),
 // the rows' boxes issued in turn, one arrival per block.
+//
+// Gate boxes (kGateBoxes, the lab's TESSERA_LSTM_SPARSE_GATE_BOXES=1; one row a block): under the
+// gate layout a block row's list is m mask entries in each gate, gate-major (list position
+// g·m + i: column g·q + c_i), so one TMA box {32 units, 64 rows, 4 gates} over dpre viewed as
+// [T, 4 gates, B, H] (strides: a gate H, a row 4H) brings entry i's four operand boxes at once into
+// a 16 KB stage (four compact [64, 32] boxes), and the product takes the four gates' blocks from it:
+// a quarter of the copies and barrier waits, and more bytes in flight (kGateRing stages).
 #include <cuda.h>
 
 #include <algorithm>
@@ -43,6 +50,7 @@ constexpr int kSbBs = 32;                     // the block size it takes
 constexpr int kSbABox = 64 * kSbBs * 2;       // an operand box [64 rows, 32 K]
 constexpr int kSbWBlock = kSbBs * kSbBs * 2;  // one W block [32, 32]
 constexpr int kSbMaxEntries = 96;             // blocks of a row at most (the table in shared memory)
+constexpr int kGateRing = 5;                  // the gate boxes' stages (16 KB each)
 
 // W's blocks (`entries`: a block's, over its rows), the ring, the barriers and alignment, the table.
 size_t sparse_bwd_smem_bytes(int entries, int rows, int ring = kWgmmaRing) {
@@ -50,6 +58,7 @@ size_t sparse_bwd_smem_bytes(int entries, int rows, int ring = kWgmmaRing) {
 }
 
 std::atomic<uint64_t> g_sparse_bwd_launches{0};
+std::atomic<uint64_t> g_sparse_bwd_gate_box_launches{0};
 
 struct SparseBackwardArgs {
   int steps, batch, hidden;
@@ -67,19 +76,56 @@ struct SparseBackwardArgs {
   unsigned* counter;
 };
 
-// kRing: the ring's stages (8, or the lab's 16 with one block row a block)
-template <class T, int kRows, int kRing = kWgmmaRing>
+// One phase's product with gate boxes: acc [64, 32] = Σ over the row's m entries i and the gates g of
+// stage (n + i)'s box g [64, 32] (K-major, 64-byte rows) times the W block at list position g·m + i
+// (w: the row's first block, [32 units, 32 columns] each, 2 KB apart) transposed.
+template <class T, int kStages>
+__device__ __forceinline__ void gate_box_product(float (&acc)[kSbBs / 2], uint8_t* ring, uint64_t* full,
+                                                 uint64_t* empty, int n, int m, int lane, const uint8_t* w) {
+#pragma unroll
+  for (int e = 0; e < kSbBs / 2; ++e) acc[e] = 0.f;
+  if (m == 0) return;
+  for (int i = 0; i < m; ++i) {
+    const int s = (n + i) % kStages;
+    const uint8_t* stage = ring + s * 4 * kSbABox;
+    mbar_wait(&full[s], ((n + i) / kStages) & 1);
+    wgmma_fence();
+#pragma unroll
+    for (int g = 0; g < 4; ++g)
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk)
+        Wgmma<T, kSbBs>::template run<0, 0>(acc, make_desc(stage + g * kSbABox + kk * 32, 16, 8 * 64, 64),
+                                            make_desc(w + (g * m + i) * kSbWBlock + kk * 32, 16, 8 * 64, 64), true);
+    wgmma_commit();
+    if (i > 0) {  // entry i − 1's products are done: its stage goes back to the producer
+      wgmma_wait<1>();
+      fence_operands(acc);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[(n + i - 1) % kStages]);
+    }
+  }
+  wgmma_wait<0>();
+  fence_operands(acc);
+  __syncwarp();
+  if (lane == 0) mbar_arrive(&empty[(n + m - 1) % kStages]);
+}
+
+// kRing: the ring's stages (8, or the lab's 16 with one block row a block); kGateBoxes: an entry's
+// four gates a stage (kRing = kGateRing, one row a block)
+template <class T, int kRows, int kRing = kWgmmaRing, bool kGateBoxes = false>
 __global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
     lstm_wgmma_sparse_backward_kernel(const __grid_constant__ CUtensorMap map_dpre,
                                       const __grid_constant__ CUtensorMap map_w, const SparseBackwardArgs p,
                                       int max_entries) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kStages = kRing / kRows;  // a warpgroup's share of the ring
+  static_assert(!kGateBoxes || kRows == 1, "gate boxes with one row a block");
+  constexpr int kBox = kGateBoxes ? 4 * kSbABox : kSbABox;  // a stage
   extern __shared__ uint8_t smem_raw[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
   // the block's blocks: row kRows·b's first, then row kRows·b + 1's
   const int first = p.row_ptr[kRows * blockIdx.x], entries = p.row_ptr[kRows * (blockIdx.x + 1)] - first;
-  const RingSmem m = carve_ring_smem(smem_raw, max_entries * kSbWBlock, kSbABox, kRing);
+  const RingSmem m = carve_ring_smem(smem_raw, max_entries * kSbWBlock, kBox, kRing);
   uint8_t *w_s = m.w, *ring = m.ring;
   uint64_t *full = m.full, *empty = m.empty, *w_bar = m.w_bar;
   int32_t* cols_s = reinterpret_cast<int32_t*>(w_bar + 1);  // [entries]: block column of entry i
@@ -99,18 +145,28 @@ __global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
         count[g] = p.row_ptr[kRows * blockIdx.x + g + 1] - p.row_ptr[kRows * blockIdx.x + g];
         most = max(most, count[g]);
       }
+      if constexpr (kGateBoxes) count[0] /= 4, most = count[0];  // mask entries: a box for four gates
       for (int ph = 1; ph <= steps; ++ph) {
         wait_count(p.counter, static_cast<unsigned>(ph) * gridDim.x);  // every block's dpre_{T − ph}
         fence_proxy_async_global();                                    // those generic stores before these TMA reads
-        for (int i = 0; i < most; ++i)
-#pragma unroll
-          for (int g = 0; g < kRows; ++g) {
-            if (i >= count[g]) continue;
-            const int u = (ph - 1) * count[g] + i, s = g * kStages + u % kStages;
+        if constexpr (kGateBoxes) {  // entry i's four gates: columns g·q + c_i, at g·H + 32·c_i of dpre
+          for (int i = 0; i < most; ++i) {
+            const int u = (ph - 1) * most + i, s = u % kStages;
             mbar_wait(&empty[s], ((u / kStages) & 1) ^ 1);
-            mbar_arrive_expect_tx(&full[s], kSbABox);
-            tma_load_3d(ring + s * kSbABox, &map_dpre, &full[s], cols_s[lead[g] + i] * kSbBs, 0, steps - ph);
+            mbar_arrive_expect_tx(&full[s], kBox);
+            tma_load_4d(ring + s * kBox, &map_dpre, &full[s], cols_s[i] * kSbBs, 0, 0, steps - ph);
           }
+        } else {
+          for (int i = 0; i < most; ++i)
+#pragma unroll
+            for (int g = 0; g < kRows; ++g) {
+              if (i >= count[g]) continue;
+              const int u = (ph - 1) * count[g] + i, s = g * kStages + u % kStages;
+              mbar_wait(&empty[s], ((u / kStages) & 1) ^ 1);
+              mbar_arrive_expect_tx(&full[s], kSbABox);
+              tma_load_3d(ring + s * kSbABox, &map_dpre, &full[s], cols_s[lead[g] + i] * kSbBs, 0, steps - ph);
+            }
+        }
       }
     }
     return;
@@ -173,7 +229,10 @@ __global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
       }
     }
     float acc[kSbBs / 2];
-    if (ph > 0) {
+    if (ph > 0 && kGateBoxes) {
+      gate_box_product<T, kStages>(acc, ring, full, empty, n, mine / 4, lane, w_mine);
+      n += mine / 4;
+    } else if (ph > 0) {
       ring_product_with<T, kSbBs, 2, 0, kStages>(acc, my_ring, my_full, my_empty, n, mine, lane, b_desc,
                                                  release_stage<1>);
       n += mine;
@@ -228,6 +287,41 @@ __global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
 #endif
 }
 
+// With one block row a block, nn::LSTM's gate layout and TESSERA_LSTM_SPARSE_GATE_BOXES=1: the gate
+// boxes where their ring fits and all rows stay resident (its shared memory then in `grid`).
+template <class T>
+bool gate_boxes(SparseGrid& grid, int device, int64_t hidden, const SparseLayoutFacts& f) {
+  if (grid.per_block != 1 || !f.gate_layout || !sparse_gate_boxes_wanted()) return false;
+  const size_t smem = static_cast<size_t>(f.max_row_blocks) * kSbWBlock + kGateRing * 4 * kSbABox + 2048 +
+                      kSbMaxEntries * 4;
+  int optin = 0;
+  TS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (smem > static_cast<size_t>(optin) ||
+      resident_blocks(lstm_wgmma_sparse_backward_kernel<T, 1, kGateRing, true>, device, sparse_block_threads(1),
+                      smem, 1) < hidden / kSbBs)
+    return false;
+  grid.smem = smem;
+  return true;
+}
+
+// dpre [T, B, 4H] as [T, 4 gates, B, H] for the gate boxes: dims (H, B, 4, T) innermost first, a
+// row 4H elements apart, a gate H, a step B·4H; boxes {32, 64, 4, 1} (64-byte swizzle).
+CUtensorMap gate_box_map(const Tensor& dpre, int64_t steps, int64_t batch, int64_t hidden) {
+  CUtensorMap map;
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(hidden), static_cast<cuuint64_t>(batch), 4,
+                              static_cast<cuuint64_t>(steps)};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(8 * hidden), static_cast<cuuint64_t>(2 * hidden),
+                                 static_cast<cuuint64_t>(8 * hidden * batch)};
+  const cuuint32_t box[4] = {kSbBs, 64, 4, 1}, element_strides[4] = {1, 1, 1, 1};
+  const CUtensorMapDataType type =
+      dpre.dtype() == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUresult r = encode_tiled()(&map, type, 4, dpre.data_ptr(), dims, strides, box, element_strides,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_64B,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  TS_CHECK(r == CUDA_SUCCESS, DeviceError, "lstm_recurrence_backward: dpre's gate-box tensor map failed (" << r << ")");
+  return map;
+}
+
 // With one block row a block and TESSERA_LSTM_SPARSE_RING=16: the 16-stage ring where it fits and
 // all rows stay resident (its shared memory then in `grid`).
 template <class T>
@@ -263,7 +357,8 @@ void launch_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& d
   const cudaStream_t stream = current_stream(dpre);
   const SparseLayoutFacts facts = sparse_layout_facts(layout);
   SparseGrid grid = backward_grid<T>(device, hidden, facts);
-  const bool deep = deep_ring<T>(grid, device, hidden, facts);
+  const bool boxes4 = gate_boxes<T>(grid, device, hidden, facts);
+  const bool deep = !boxes4 && deep_ring<T>(grid, device, hidden, facts);
   TS_CHECK(grid.per_block > 0, ValueError, "lstm_recurrence_backward (wgmma, block-sparse): " << grid.why);
   const int most = grid.per_block == 2 ? facts.max_pair_row_blocks : facts.max_row_blocks;
   const size_t smem = grid.smem;
@@ -271,7 +366,8 @@ void launch_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& d
   const uint64_t dims[3] = {static_cast<uint64_t>(4 * hidden), static_cast<uint64_t>(batch),
                             static_cast<uint64_t>(steps)};
   const uint32_t box[3] = {kSbBs, 64, 1};
-  const CUtensorMap map_dpre = encode_map(dpre.data_ptr(), dt, 3, dims, box);
+  const CUtensorMap map_dpre =
+      boxes4 ? gate_box_map(dpre, steps, batch, hidden) : encode_map(dpre.data_ptr(), dt, 3, dims, box);
   const CUtensorMap map_w =
       tensor_map(wh.data_ptr(), dt, static_cast<uint64_t>(layout->nnz()) * kSbBs, kSbBs, kSbBs, kSbBs);
   unsigned* counter = static_cast<unsigned*>(allocate(256, device));
@@ -293,6 +389,7 @@ void launch_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& d
   a.dc0 = dc0.data_ptr();
   a.counter = counter;
   const auto kernel = grid.per_block == 2 ? &lstm_wgmma_sparse_backward_kernel<T, 2>
+                      : boxes4              ? &lstm_wgmma_sparse_backward_kernel<T, 1, kGateRing, true>
                       : deep                ? &lstm_wgmma_sparse_backward_kernel<T, 1, 16>
                                             : &lstm_wgmma_sparse_backward_kernel<T, 1>;
   TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
@@ -307,6 +404,7 @@ void launch_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& d
   g_sparse_bwd_launches.fetch_add(1, std::memory_order_relaxed);
   if (grid.per_block == 2) count_sparse_paired_launch();
   if (deep) count_sparse_deep_ring_launch();
+  if (boxes4) g_sparse_bwd_gate_box_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -339,6 +437,9 @@ void wgmma_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dc
 }
 
 uint64_t wgmma_sparse_backward_launch_count() { return sm90::g_sparse_bwd_launches.load(std::memory_order_relaxed); }
+uint64_t wgmma_sparse_backward_gate_box_launch_count() {
+  return sm90::g_sparse_bwd_gate_box_launches.load(std::memory_order_relaxed);
+}
 
 }  // namespace cuda
 }  // namespace tessera
