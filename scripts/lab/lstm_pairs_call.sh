@@ -4,8 +4,8 @@
 # TESSERA_LSTM_SPARSE_PAIRS=auto, off by default until this call passes), the lab's 16-stage ring
 # (TESSERA_LSTM_SPARSE_RING=16), the backward's gate boxes and the streamed-W dense kernels
 # (TESSERA_LSTM_WGMMA_STREAMED=1), from the bundle build-gpu/lab.tar.xz (carry it; BUNDLE= another;
-# targets gpu_tests lstm_step train_lstm), about 4 minutes, the most useful first:
-#   1. the LSTM GPU tests (the pairs' and the deep ring's among them);
+# targets gpu_tests lstm_step train_lstm), 5-8 minutes, the most useful first:
+#   1. the LSTM GPU tests (the pairs', the ring variants' and the streamed kernels' among them);
 #   2. lstm_step on sparse H 8192 at 1/64, bs 32 (paired; before on the production kernels) against
 #      cuDNN's dense H 1024 (the target: ≤ 1.5× it), and H 4096 at 1/16 (random) as the reference;
 #   3. lstm_step on H 4096 at 1/16 (random and balanced) with the 16-stage ring, then with the
@@ -19,7 +19,7 @@ O=$OUT; t0=$(date +%s)
 export TESSERA_LSTM_SPARSE_PAIRS=auto
 B=${BUNDLE:-build-gpu/lab.tar.xz}; rm -rf dist; tar xJf "$B"
 cat dist/BUILD
-timeout 120 dist/run gpu_tests --gtest_filter='LstmRecurrenceGpu.*:LstmLayerGpu.*:CudaLstm*.*:CudaModels.*' \
+timeout 200 dist/run gpu_tests --gtest_filter='LstmRecurrenceGpu.*:LstmLayerGpu.*:CudaLstm*.*:CudaModels.*' \
   >$O/lstm_tests.log 2>&1
 echo "tests rc $?: $(grep -E '^\[  (PASSED|FAILED)' $O/lstm_tests.log | tr '\n' ' ')"
 grep -E "FAILED|Failure" $O/lstm_tests.log | head -5
