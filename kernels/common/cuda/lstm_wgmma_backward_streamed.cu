@@ -92,28 +92,10 @@ __global__ void __launch_bounds__(kSbThreads, 1)
     cell.read_step(p, steps - 1 - ph, ph == steps, in);
     float acc[4] = {0.f, 0.f, 0.f, 0.f};  // [64, 8]: acc[2hh + e] = row rows[hh], unit u + e
     if (ph > 0) {
-      for (int k = 0; k < boxes; ++k) {
-        const int s = (n + k) % kSbStages;
-        uint8_t* stage = ring + s * kSbStage;
-        const uint8_t* w = (k < resident ? w_s + k * kSbWBox : stage + kSbABox) + wg * kSbHalf;
-        mbar_wait(&full[s], ((n + k) / kSbStages) & 1);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-          Wgmma<T, 8>::template run<0, 0>(acc, make_desc(stage + kk * 32, 16, 1024, 128),
-                                          make_desc(w + kk * 32, 16, 1024, 128), true);
-        wgmma_commit();
-        if (k > 0) {  // box k − 1's products are done: its stage goes back to the producer
-          wgmma_wait<1>();
-          fence_operands(acc);
-          __syncwarp();
-          if (lane == 0) mbar_arrive(&empty[(n + k - 1) % kSbStages]);
-        }
-      }
-      wgmma_wait<0>();
-      fence_operands(acc);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&empty[(n + boxes - 1) % kSbStages]);
+      auto w_of = [&](int k, uint8_t* stage) {  // this warpgroup's 8 rows of W box k
+        return (k < resident ? w_s + k * kSbWBox : stage + kSbABox) + wg * kSbHalf;
+      };
+      ring_product_staged<T, 8, kSbStages, kSbStage>(acc, ring, full, empty, n, boxes, lane, w_of);
       n += boxes;
     }
     cell.finish_phase(p, ph, acc, in);

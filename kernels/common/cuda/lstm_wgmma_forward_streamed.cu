@@ -100,30 +100,10 @@ __global__ void __launch_bounds__(kStThreads, 1)
     float gx[2][4][2];
     cell.input_term(p, t, gx);
     float acc[16];  // [64, 32]: acc[4j + 2hh + e] = row rows[hh], gate j of unit u + e
-#pragma unroll
-    for (int e = 0; e < 16; ++e) acc[e] = 0.f;
-    for (int k = 0; k < boxes; ++k) {
-      const int s = (n + k) % kStStages;
-      uint8_t* stage = ring + s * kStStage;
-      const uint8_t* w = (k < resident ? w_s + k * kStBox : stage + kStBox) + wg * kStHalf;
-      mbar_wait(&full[s], ((n + k) / kStStages) & 1);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        Wgmma<T, 32>::template run<0, 0>(acc, make_desc(stage + kk * 32, 16, 1024, 128),
-                                         make_desc(w + kk * 32, 16, 1024, 128), true);
-      wgmma_commit();
-      if (k > 0) {  // box k − 1's products are done: its stage goes back to the producer
-        wgmma_wait<1>();
-        fence_operands(acc);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&empty[(n + k - 1) % kStStages]);
-      }
-    }
-    wgmma_wait<0>();
-    fence_operands(acc);
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&empty[(n + boxes - 1) % kStStages]);
+    auto w_of = [&](int k, uint8_t* stage) {  // this warpgroup's 32 rows of W box k
+      return (k < resident ? w_s + k * kStBox : stage + kStBox) + wg * kStHalf;
+    };
+    ring_product_staged<T, 32, kStStages, kStStage>(acc, ring, full, empty, n, boxes, lane, w_of);
     cell.finish_step(p, t, acc, gx);
     arrive_grid<2>(p.counter);  // the step's outputs stored: the block's arrival
   }

@@ -364,6 +364,41 @@ __device__ __forceinline__ void ring_product_with(float (&acc)[N / 2], uint8_t* 
   if (lane == 0) release(&empty[(n + boxes - 1) % kStages]);
 }
 
+/// One step's product over a ring of kStages stages of kStageBytes, each starting with an operand box
+/// [64, 64] (128-byte swizzle) and holding, for W-streaming kernels, more beside it: acc [64, N] =
+/// Σ over the step's `boxes` boxes k of stage (n + k) mod kStages's box times the K-major W box
+/// [N, 64] (128-byte swizzle) at w_of(k, stage) (resident, or in the stage) transposed. The full /
+/// empty protocol of ring_product_with (one block: each warp's lane 0 gives the stage back).
+template <class T, int N, int kStages, int kStageBytes, class WOf>
+__device__ __forceinline__ void ring_product_staged(float (&acc)[N / 2], uint8_t* ring, uint64_t* full,
+                                                    uint64_t* empty, int n, int boxes, int lane, WOf w_of) {
+#pragma unroll
+  for (int e = 0; e < N / 2; ++e) acc[e] = 0.f;
+  if (boxes == 0) return;
+  for (int k = 0; k < boxes; ++k) {
+    const int s = (n + k) % kStages;
+    uint8_t* stage = ring + s * kStageBytes;
+    const uint8_t* w = w_of(k, stage);
+    mbar_wait(&full[s], ((n + k) / kStages) & 1);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      Wgmma<T, N>::template run<0, 0>(acc, make_desc(stage + kk * 32, 16, 1024, 128),
+                                      make_desc(w + kk * 32, 16, 1024, 128), true);
+    wgmma_commit();
+    if (k > 0) {  // box k − 1's products are done: its stage goes back to the producer
+      wgmma_wait<1>();
+      fence_operands(acc);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[(n + k - 1) % kStages]);
+    }
+  }
+  wgmma_wait<0>();
+  fence_operands(acc);
+  __syncwarp();
+  if (lane == 0) mbar_arrive(&empty[(n + boxes - 1) % kStages]);
+}
+
 /// ring_product_with for [64, 64] operand boxes (128-byte swizzle) and W resident as K-major boxes
 /// [N, 64] (the same swizzle) at w_s + k·N·128.
 template <class T, int N, class Release>
