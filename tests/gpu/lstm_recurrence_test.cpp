@@ -600,40 +600,6 @@ TEST(LstmRecurrenceGpu, WgmmaSparsePairsMatchTheCpu) {
       {"TESSERA_LSTM_SPARSE_PAIRS", "'2'"});
 }
 
-// The block-sparse backward with gate boxes (TESSERA_LSTM_SPARSE_GATE_BOXES=1, a lab choice: one
-// 4-D TMA copy per mask entry of a block row brings its four gates' operand boxes): against the
-// CPU for batch 1, 7 and 64, bf16 and f16, the issue's layer and a layout with an empty group and
-// block row; each case must have run it (twice: check_case's determinism run). A bad value is one
-// ValueError naming it.
-TEST(LstmRecurrenceGpu, WgmmaSparseGateBoxesMatchTheCpu) {
-  REQUIRE_GPU();
-  if (!sm90_here()) GTEST_SKIP() << "the wgmma recurrence needs an sm_90a build on a GPU of compute 9.0";
-  const ScopedEnv on("TESSERA_LSTM_WGMMA", "1");
-  const ScopedEnv boxes("TESSERA_LSTM_SPARSE_GATE_BOXES", "1");
-  auto check = [](const Case& k, DType dt, const LayoutPtr& given = nullptr) {
-    const uint64_t before = cuda::wgmma_sparse_backward_gate_box_launch_count();
-    check_case(k, dt, given);
-    EXPECT_EQ(cuda::wgmma_sparse_backward_gate_box_launch_count() - before, 2u) << "gate boxes: " << label(k, dt);
-  };
-  for (int64_t b : {1, 7, 64}) check({6, b, 256, 32, 0.25}, DType::bf16);
-  check({5, 7, 256, 32, 0.5, /*bias=*/false}, DType::f16);
-  check({3, 16, 4096, 32, 0.0625}, DType::bf16);
-  std::vector<uint8_t> mask(64);
-  for (int r = 0; r < 8; ++r)
-    for (int c = 0; c < 8; ++c) mask[r * 8 + c] = r != 6 && c != 3 && (r + c) % 3 != 0;
-  check({6, 5, 256, 32, 0.25}, DType::bf16, nn::lstm_gate_layout(*mask_layout(256, 256, 32, mask)));
-  const ScopedEnv bad("TESSERA_LSTM_SPARSE_GATE_BOXES", "on");
-  const LayoutPtr layout = gate_layout(256, 32, 0.25, 5);
-  const std::vector<Tensor> in = inputs({2, 7, 256, 32, 0.25}, layout, DType::bf16);
-  const TensorOptions gpu = TensorOptions(DType::bf16).device(kGpu);
-  const Tensor h = zeros({7, 256}, gpu), seq = zeros({2, 7, 256}, gpu);
-  const Tensor saved = zeros({2, 7, 1024}, TensorOptions(DType::f32).device(kGpu));
-  const Tensor cells = zeros({2, 7, 256}, TensorOptions(DType::f32).device(kGpu));
-  testing::expect_error<ValueError>(
-      [&] { lstm_recurrence_backward(seq, h, h, saved, cells, h, in[3].to(kGpu), layout); },
-      {"TESSERA_LSTM_SPARSE_GATE_BOXES", "'on'"});
-}
-
 // The dense forward and backward with W_h partly streamed from L2 (lstm_wgmma_{forward,backward}_
 // streamed.cu, the lab's TESSERA_LSTM_WGMMA_STREAMED): against the CPU with all of W streamed (1:0),
 // one K box resident (1:1) and as many as fit (1), at H 256, 1024 and 2048 (W_h 32 MB: the shape
@@ -668,19 +634,16 @@ TEST(LstmRecurrenceGpu, WgmmaStreamedKernelsMatchTheCpu) {
                                     {"TESSERA_LSTM_WGMMA_STREAMED", "'2'"});
 }
 
-// The block-sparse kernels with a 16-stage ring (TESSERA_LSTM_SPARSE_RING=16, a lab choice: more
-// operand copies in flight for the busiest group or row): against the CPU for batch 1, 7 and 64,
-// bf16 and f16, the issue's layer and a layout with an empty group and block row; each case must
-// have run it in both directions. A bad value is one ValueError naming it.
-TEST(LstmRecurrenceGpu, WgmmaSparseDeepRingMatchesTheCpu) {
-  REQUIRE_GPU();
-  if (!sm90_here()) GTEST_SKIP() << "the wgmma recurrence needs an sm_90a build on a GPU of compute 9.0";
+// A lab variant of the block-sparse kernels, under `variable`=`value` (and TESSERA_LSTM_WGMMA=1),
+// against the CPU for batch 1, 7 and 64, bf16 and f16, the issue's layer and a layout with an empty
+// group and block row; `launches` (a launch counter of the variant) must grow by `per_case` in each.
+void check_sparse_variant(const char* variable, const char* value, uint64_t (*launches)(), uint64_t per_case) {
   const ScopedEnv on("TESSERA_LSTM_WGMMA", "1");
-  const ScopedEnv deep("TESSERA_LSTM_SPARSE_RING", "16");
-  auto check = [](const Case& k, DType dt, const LayoutPtr& given = nullptr) {
-    const uint64_t before = cuda::wgmma_sparse_deep_ring_launch_count();
+  const ScopedEnv variant(variable, value);
+  auto check = [&](const Case& k, DType dt, const LayoutPtr& given = nullptr) {
+    const uint64_t before = launches();
     check_case(k, dt, given);
-    EXPECT_EQ(cuda::wgmma_sparse_deep_ring_launch_count() - before, 4u) << "16 stages: " << label(k, dt);
+    EXPECT_EQ(launches() - before, per_case) << variable << "=" << value << ": " << label(k, dt);
   };
   for (int64_t b : {1, 7, 64}) check({6, b, 256, 32, 0.25}, DType::bf16);
   check({5, 7, 256, 32, 0.5, /*bias=*/false}, DType::f16);
@@ -689,12 +652,42 @@ TEST(LstmRecurrenceGpu, WgmmaSparseDeepRingMatchesTheCpu) {
   for (int r = 0; r < 8; ++r)
     for (int c = 0; c < 8; ++c) mask[r * 8 + c] = r != 6 && c != 3 && (r + c) % 3 != 0;
   check({6, 5, 256, 32, 0.25}, DType::bf16, nn::lstm_gate_layout(*mask_layout(256, 256, 32, mask)));
+}
+
+// The block-sparse kernels with a 16-stage ring (TESSERA_LSTM_SPARSE_RING=16, a lab choice: more
+// operand copies in flight for the busiest group or row), both directions each case
+// (check_sparse_variant: each run twice, so four launches). A bad value is one ValueError naming it.
+TEST(LstmRecurrenceGpu, WgmmaSparseDeepRingMatchesTheCpu) {
+  REQUIRE_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "the wgmma recurrence needs an sm_90a build on a GPU of compute 9.0";
+  check_sparse_variant("TESSERA_LSTM_SPARSE_RING", "16", cuda::wgmma_sparse_deep_ring_launch_count, 4);
+  const ScopedEnv on("TESSERA_LSTM_WGMMA", "1");
   const ScopedEnv bad("TESSERA_LSTM_SPARSE_RING", "12");
   const LayoutPtr layout = gate_layout(256, 32, 0.25, 5);
   const std::vector<Tensor> in = inputs({2, 7, 256, 32, 0.25}, layout, DType::bf16);
   testing::expect_error<ValueError>(
       [&] { lstm_recurrence(in[0].to(kGpu), in[1].to(kGpu), in[2].to(kGpu), in[3].to(kGpu), layout, 1.0); },
       {"TESSERA_LSTM_SPARSE_RING", "'12'"});
+}
+
+// The block-sparse backward with gate boxes (TESSERA_LSTM_SPARSE_GATE_BOXES=1, a lab choice: one
+// 4-D TMA copy per mask entry of a block row brings its four gates' operand boxes), two launches
+// each case (check_sparse_variant). A bad value is one ValueError naming it.
+TEST(LstmRecurrenceGpu, WgmmaSparseGateBoxesMatchTheCpu) {
+  REQUIRE_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "the wgmma recurrence needs an sm_90a build on a GPU of compute 9.0";
+  check_sparse_variant("TESSERA_LSTM_SPARSE_GATE_BOXES", "1", cuda::wgmma_sparse_backward_gate_box_launch_count, 2);
+  const ScopedEnv on("TESSERA_LSTM_WGMMA", "1");
+  const ScopedEnv bad("TESSERA_LSTM_SPARSE_GATE_BOXES", "on");
+  const LayoutPtr layout = gate_layout(256, 32, 0.25, 5);
+  const std::vector<Tensor> in = inputs({2, 7, 256, 32, 0.25}, layout, DType::bf16);
+  const TensorOptions gpu = TensorOptions(DType::bf16).device(kGpu);
+  const Tensor h = zeros({7, 256}, gpu), seq = zeros({2, 7, 256}, gpu);
+  const Tensor saved = zeros({2, 7, 1024}, TensorOptions(DType::f32).device(kGpu));
+  const Tensor cells = zeros({2, 7, 256}, TensorOptions(DType::f32).device(kGpu));
+  testing::expect_error<ValueError>(
+      [&] { lstm_recurrence_backward(seq, h, h, saved, cells, h, in[3].to(kGpu), layout); },
+      {"TESSERA_LSTM_SPARSE_GATE_BOXES", "'on'"});
 }
 
 // The issue-16 lab kernels (cuda::wgmma_step_floor, lstm_wgmma_floor.cu: dense H 1024 steps
