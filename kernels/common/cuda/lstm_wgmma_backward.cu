@@ -33,6 +33,7 @@
 #include "kernels/common/cuda/lstm_gate_math.cuh"
 #include "kernels/common/cuda/lstm_persistent.h"
 #include "kernels/common/cuda/lstm_wgmma_dense_cell.cuh"
+#include "kernels/common/cuda/lstm_wgmma_dense_launch.cuh"
 #include "kernels/common/cuda/lstm_wgmma_ring.cuh"
 
 namespace tessera {
@@ -121,38 +122,20 @@ template <class T, int kCluster>
 void launch_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT, const Tensor& gates, const Tensor& cells,
                      const Tensor& c0, const Tensor& wh, const Tensor& dpre, const Tensor& dh0, const Tensor& dc0) {
   const int device = dy.device().index;
-  const int64_t steps = dy.size(0), batch = dy.size(1), hidden = dy.size(2);
-  const DType dt = dy.dtype();
+  const int64_t hidden = dy.size(2);
   const cudaStream_t stream = current_stream(dpre);
   const size_t smem = wgmma_smem_bytes(hidden);
-  const uint64_t dpre_dims[3] = {static_cast<uint64_t>(4 * hidden), static_cast<uint64_t>(batch),
-                                 static_cast<uint64_t>(steps)};
-  const uint32_t dpre_box[3] = {64, 64, 1};
-  const CUtensorMap map_dpre = encode_map(dpre.data_ptr(), dt, 3, dpre_dims, dpre_box);
-  const CUtensorMap map_w = tensor_map(wh.data_ptr(), dt, static_cast<uint64_t>(hidden), 4 * hidden, kBwdUnits, 64);
-  unsigned* counter = static_cast<unsigned*>(allocate(256, device));
-  TS_CUDA_CHECK(cudaMemsetAsync(counter, 0, 256, stream));
-  BackwardArgs a = {};
-  a.steps = static_cast<int>(steps);
-  a.batch = static_cast<int>(batch);
-  a.hidden = static_cast<int>(hidden);
-  a.dy = dy.data_ptr();
-  a.dh_last = dhT.data_ptr();
-  a.dc_last = dcT.data_ptr();
-  a.gates = static_cast<const float*>(gates.data_ptr());
-  a.cells = static_cast<const float*>(cells.data_ptr());
-  a.c0 = c0.data_ptr();
-  a.dpre = dpre.data_ptr();
-  a.dh0 = dh0.data_ptr();
-  a.dc0 = dc0.data_ptr();
-  a.counter = counter;
+  const CUtensorMap map_dpre = dense_dpre_map(dpre);
+  const CUtensorMap map_w =
+      tensor_map(wh.data_ptr(), dy.dtype(), static_cast<uint64_t>(hidden), 4 * hidden, kBwdUnits, 64);
+  const BackwardArgs a = dense_backward_args(dy, dhT, dcT, gates, cells, c0, dpre, dh0, dc0, stream);
   constexpr auto kernel = &lstm_wgmma_backward_kernel<T, kCluster>;
   TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   cudaLaunchAttribute attrs[2];
   const cudaLaunchConfig_t cfg =
       wgmma_launch_config(static_cast<int>(hidden / kBwdUnits), kBwdThreads, smem, stream, kCluster, true, attrs);
   const cudaError_t launched = cudaLaunchKernelEx(&cfg, kernel, map_dpre, map_w, a);
-  deallocate(counter, 256, device);  // stream-ordered: freed after the kernel
+  deallocate(a.counter, 256, device);  // stream-ordered: freed after the kernel
   TS_CUDA_CHECK(launched);
   TS_CUDA_LAUNCH_CHECK("lstm_recurrence_backward (wgmma)");
   g_bwd_launches.fetch_add(1, std::memory_order_relaxed);

@@ -120,31 +120,14 @@ void launch_streamed_backward(const Tensor& dy, const Tensor& dhT, const Tensor&
                               const Tensor& cells, const Tensor& c0, const Tensor& wh, const Tensor& dpre,
                               const Tensor& dh0, const Tensor& dc0) {
   const int device = dy.device().index;
-  const int64_t steps = dy.size(0), batch = dy.size(1), hidden = dy.size(2);
-  const DType dt = dy.dtype();
+  const int64_t hidden = dy.size(2);
   const cudaStream_t stream = current_stream(dpre);
   const int resident = resident_bwd_boxes(device, hidden, streamed_choice());
   const size_t smem = streamed_bwd_smem_bytes(resident);
-  const uint64_t dpre_dims[3] = {static_cast<uint64_t>(4 * hidden), static_cast<uint64_t>(batch),
-                                 static_cast<uint64_t>(steps)};
-  const uint32_t dpre_box[3] = {64, 64, 1};
-  const CUtensorMap map_dpre = encode_map(dpre.data_ptr(), dt, 3, dpre_dims, dpre_box);
-  const CUtensorMap map_w = tensor_map(wh.data_ptr(), dt, static_cast<uint64_t>(hidden), 4 * hidden, kSbUnits, 64);
-  BackwardArgs a = {};
-  a.counter = static_cast<unsigned*>(allocate(256, device));
-  TS_CUDA_CHECK(cudaMemsetAsync(a.counter, 0, 256, stream));
-  a.steps = static_cast<int>(steps);
-  a.batch = static_cast<int>(batch);
-  a.hidden = static_cast<int>(hidden);
-  a.dy = dy.data_ptr();
-  a.dh_last = dhT.data_ptr();
-  a.dc_last = dcT.data_ptr();
-  a.gates = static_cast<const float*>(gates.data_ptr());
-  a.cells = static_cast<const float*>(cells.data_ptr());
-  a.c0 = c0.data_ptr();
-  a.dpre = dpre.data_ptr();
-  a.dh0 = dh0.data_ptr();
-  a.dc0 = dc0.data_ptr();
+  const CUtensorMap map_dpre = dense_dpre_map(dpre);
+  const CUtensorMap map_w =
+      tensor_map(wh.data_ptr(), dy.dtype(), static_cast<uint64_t>(hidden), 4 * hidden, kSbUnits, 64);
+  const BackwardArgs a = dense_backward_args(dy, dhT, dcT, gates, cells, c0, dpre, dh0, dc0, stream);
   constexpr auto kernel = &lstm_wgmma_backward_streamed_kernel<T>;
   TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   cudaLaunchAttribute attrs[2];

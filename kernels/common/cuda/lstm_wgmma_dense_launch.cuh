@@ -92,6 +92,36 @@ struct DenseForwardLaunch {
   }
 };
 
+/// The dense backwards' arguments (lstm_wgmma_backward.cu, lstm_wgmma_backward_streamed.cu), with a
+/// zeroed arrival counter from `device`'s pool (deallocate(args.counter, 256, device) after the
+/// launch), and the TMA map of dpre [T, B, 4H] in [64, 64] boxes.
+inline BackwardArgs dense_backward_args(const Tensor& dy, const Tensor& dhT, const Tensor& dcT, const Tensor& gates,
+                                        const Tensor& cells, const Tensor& c0, const Tensor& dpre, const Tensor& dh0,
+                                        const Tensor& dc0, cudaStream_t stream) {
+  BackwardArgs a = {};
+  a.counter = static_cast<unsigned*>(allocate(256, dy.device().index));
+  TS_CUDA_CHECK(cudaMemsetAsync(a.counter, 0, 256, stream));
+  a.steps = static_cast<int>(dy.size(0));
+  a.batch = static_cast<int>(dy.size(1));
+  a.hidden = static_cast<int>(dy.size(2));
+  a.dy = dy.data_ptr();
+  a.dh_last = dhT.data_ptr();
+  a.dc_last = dcT.data_ptr();
+  a.gates = static_cast<const float*>(gates.data_ptr());
+  a.cells = static_cast<const float*>(cells.data_ptr());
+  a.c0 = c0.data_ptr();
+  a.dpre = dpre.data_ptr();
+  a.dh0 = dh0.data_ptr();
+  a.dc0 = dc0.data_ptr();
+  return a;
+}
+inline CUtensorMap dense_dpre_map(const Tensor& dpre) {
+  const uint64_t dims[3] = {static_cast<uint64_t>(dpre.size(2)), static_cast<uint64_t>(dpre.size(1)),
+                            static_cast<uint64_t>(dpre.size(0))};
+  const uint32_t box[3] = {64, 64, 1};
+  return encode_map(dpre.data_ptr(), dpre.dtype(), 3, dims, box);
+}
+
 }  // namespace sm90
 }  // namespace cuda
 }  // namespace tessera
