@@ -39,6 +39,8 @@
 #include "kernels/common/cuda/layout_tables.h"
 #include "kernels/common/cuda/lstm_gate_math.cuh"
 #include "kernels/common/cuda/lstm_persistent.h"
+#include "kernels/common/cuda/lstm_wgmma_dense_cell.cuh"
+#include "kernels/common/cuda/lstm_wgmma_dense_launch.cuh"
 #include "kernels/common/cuda/lstm_wgmma_ring.cuh"
 
 namespace tessera {
@@ -60,20 +62,10 @@ size_t sparse_bwd_smem_bytes(int entries, int rows, int ring = kWgmmaRing) {
 std::atomic<uint64_t> g_sparse_bwd_launches{0};
 std::atomic<uint64_t> g_sparse_bwd_gate_box_launches{0};
 
-struct SparseBackwardArgs {
-  int steps, batch, hidden;
-  const int32_t* row_ptr;  // the layout's tables (layout_tables.h)
+// The dense backward's arguments (lstm_wgmma_dense_cell.cuh) and the layout's tables (layout_tables.h).
+struct SparseBackwardArgs : BackwardArgs {
+  const int32_t* row_ptr;
   const int32_t* block_col;
-  const void* dy;       // [T, B, H]
-  const void* dh_last;  // [B, H]
-  const void* dc_last;  // [B, H]
-  const float* gates;   // [T, B, 4H]
-  const float* cells;   // [T, B, H]
-  const void* c0;       // [B, H]
-  void* dpre;           // [T, B, 4H]
-  void* dh0;            // [B, H]
-  void* dc0;            // [B, H]
-  unsigned* counter;
 };
 
 // One phase's product with gate boxes: acc [64, 32] = Σ over the row's m entries i and the gates g of
@@ -370,24 +362,10 @@ void launch_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& d
       boxes4 ? gate_box_map(dpre, steps, batch, hidden) : encode_map(dpre.data_ptr(), dt, 3, dims, box);
   const CUtensorMap map_w =
       tensor_map(wh.data_ptr(), dt, static_cast<uint64_t>(layout->nnz()) * kSbBs, kSbBs, kSbBs, kSbBs);
-  unsigned* counter = static_cast<unsigned*>(allocate(256, device));
-  TS_CUDA_CHECK(cudaMemsetAsync(counter, 0, 256, stream));
-  SparseBackwardArgs a = {};
-  a.steps = static_cast<int>(steps);
-  a.batch = static_cast<int>(batch);
-  a.hidden = static_cast<int>(hidden);
+  SparseBackwardArgs a;
+  static_cast<BackwardArgs&>(a) = dense_backward_args(dy, dhT, dcT, gates, cells, c0, dpre, dh0, dc0, stream);
   a.row_ptr = tables.row_ptr;
   a.block_col = tables.block_col;
-  a.dy = dy.data_ptr();
-  a.dh_last = dhT.data_ptr();
-  a.dc_last = dcT.data_ptr();
-  a.gates = static_cast<const float*>(gates.data_ptr());
-  a.cells = static_cast<const float*>(cells.data_ptr());
-  a.c0 = c0.data_ptr();
-  a.dpre = dpre.data_ptr();
-  a.dh0 = dh0.data_ptr();
-  a.dc0 = dc0.data_ptr();
-  a.counter = counter;
   const auto kernel = grid.per_block == 2 ? &lstm_wgmma_sparse_backward_kernel<T, 2>
                       : boxes4              ? &lstm_wgmma_sparse_backward_kernel<T, 1, kGateRing, true>
                       : deep                ? &lstm_wgmma_sparse_backward_kernel<T, 1, 16>
@@ -398,7 +376,7 @@ void launch_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& d
   const cudaLaunchConfig_t cfg =
       wgmma_launch_config(blocks, sparse_block_threads(grid.per_block), smem, stream, 1, true, attrs);
   const cudaError_t launched = cudaLaunchKernelEx(&cfg, kernel, map_dpre, map_w, a, most);
-  deallocate(counter, 256, device);  // stream-ordered: freed after the kernel
+  deallocate(a.counter, 256, device);  // stream-ordered: freed after the kernel
   TS_CUDA_CHECK(launched);
   TS_CUDA_LAUNCH_CHECK("lstm_recurrence_backward (wgmma, block-sparse)");
   g_sparse_bwd_launches.fetch_add(1, std::memory_order_relaxed);
