@@ -109,10 +109,7 @@ __global__ void __launch_bounds__(kSbThreads, 1)
 
 // The K boxes to keep resident at `hidden` (the rest streamed), within the cap and shared memory.
 int resident_bwd_boxes(int device, int64_t hidden, int cap) {
-  int optin = 0;
-  TS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  const int fit = static_cast<int>((optin - static_cast<int64_t>(streamed_bwd_smem_bytes(0))) / kSbWBox);
-  return std::max(0, std::min({static_cast<int>(4 * hidden / 64), cap, fit}));
+  return resident_w_boxes(device, static_cast<int>(4 * hidden / 64), cap, streamed_bwd_smem_bytes(0), kSbWBox);
 }
 
 template <class T>

@@ -7,6 +7,7 @@
 
 #include <cuda.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/cuda/runtime.h"
@@ -33,6 +34,14 @@ __global__ void permute_transpose_kernel(const T* __restrict__ wh, T* __restrict
     const int64_t row = 32 * (rem / 8) + 8 * j + rem % 8;
     wt[row * hidden + k0 + threadIdx.x] = tile[threadIdx.x][r];
   }
+}
+
+/// How many of a block's `boxes` W boxes of `box_bytes` stay resident beside `fixed_bytes` of other
+/// shared memory (the streamed kernels' ring and barriers), at most `cap`.
+inline int resident_w_boxes(int device, int boxes, int cap, size_t fixed_bytes, int box_bytes) {
+  const int fit = static_cast<int>((static_cast<int64_t>(smem_optin(device)) - static_cast<int64_t>(fixed_bytes)) /
+                                   box_bytes);
+  return std::max(0, std::min({boxes, cap, fit}));
 }
 
 /// TESSERA_LSTM_WGMMA_STREAMED (the lab's W-streamed dense kernels, lstm_wgmma_*_streamed.cu): unset

@@ -211,9 +211,7 @@ std::string wgmma_forward_unfit(int device, DType dtype, int64_t batch, int64_t 
   if (batch < 1 || batch > sm90::kMaxBatch) return "batch 1 to 64 only";
   if (hidden < 64 || hidden % 64 != 0) return "hidden a multiple of 64 only";
   if (!sm90::device_ok(device)) return "compute capability 9.0 only";
-  int optin = 0;
-  TS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (sm90::wgmma_smem_bytes(hidden) > static_cast<size_t>(optin))
+  if (sm90::wgmma_smem_bytes(hidden) > sm90::smem_optin(device))
     return "a block's slice of W_h and the ring pass its shared memory";
   if (sm90::forward_resident_blocks(device, dtype, hidden, 1) < hidden / sm90::kUnits ||
       sm90::backward_resident_blocks(device, dtype, hidden, 1) < hidden / sm90::kUnits)

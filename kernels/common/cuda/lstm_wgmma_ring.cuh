@@ -117,6 +117,20 @@ bool sparse_gate_boxes_wanted();
 /// A block-sparse kernel's threads: `per_block` consumer warpgroups and the producer warp.
 constexpr int sparse_block_threads(int per_block) { return 128 * per_block + 32; }
 
+/// The dynamic shared memory one block may have on `device` (its opt-in limit).
+inline size_t smem_optin(int device) {
+  int optin = 0;
+  TS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return static_cast<size_t>(optin);
+}
+
+/// Whether `blocks` blocks of `kernel` (`threads` each, `smem` bytes of dynamic shared memory, within
+/// the per-block limit) can all be resident at once (a cooperative launch of them can run).
+template <class K>
+bool all_resident(K kernel, int device, int threads, size_t smem, int64_t blocks) {
+  return smem <= smem_optin(device) && resident_blocks(kernel, device, threads, smem, 1) >= blocks;
+}
+
 struct SparseGrid {
   int per_block = 0;
   size_t smem = 0;
@@ -125,18 +139,15 @@ struct SparseGrid {
 template <class K1, class K2>
 SparseGrid sparse_grid(int device, int units, K1 one_kernel, size_t one_smem, K2 pair_kernel, size_t pair_smem,
                        const char* too_big, const char* not_resident) {
-  int optin = 0;
-  TS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (one_smem > static_cast<size_t>(optin)) return {0, one_smem, too_big};
+  if (one_smem > smem_optin(device)) return {0, one_smem, too_big};
   const SparsePairs pairs = sparse_pairs_choice();
   const bool forced = pairs == SparsePairs::wherever_they_fit;
-  if (!forced && resident_blocks(one_kernel, device, sparse_block_threads(1), one_smem, 1) >= units)
-    return {1, one_smem, ""};
-  if (pairs != SparsePairs::never && units % 2 == 0 && pair_smem <= static_cast<size_t>(optin) &&
-      resident_blocks(pair_kernel, device, sparse_block_threads(2), pair_smem, 1) >= units / 2)
+  const bool ones_fit = all_resident(one_kernel, device, sparse_block_threads(1), one_smem, units);
+  if (!forced && ones_fit) return {1, one_smem, ""};
+  if (pairs != SparsePairs::never && units % 2 == 0 &&
+      all_resident(pair_kernel, device, sparse_block_threads(2), pair_smem, units / 2))
     return {2, pair_smem, ""};
-  if (forced && resident_blocks(one_kernel, device, sparse_block_threads(1), one_smem, 1) >= units)
-    return {1, one_smem, ""};  // (pairs asked for where they do not fit)
+  if (ones_fit) return {1, one_smem, ""};  // (pairs asked for where they do not fit)
   return {0, one_smem, not_resident};
 }
 

@@ -284,13 +284,9 @@ __global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
 template <class T>
 bool gate_boxes(SparseGrid& grid, int device, int64_t hidden, const SparseLayoutFacts& f) {
   if (grid.per_block != 1 || !f.gate_layout || !sparse_gate_boxes_wanted()) return false;
-  const size_t smem = static_cast<size_t>(f.max_row_blocks) * kSbWBlock + kGateRing * 4 * kSbABox + 2048 +
-                      kSbMaxEntries * 4;
-  int optin = 0;
-  TS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (smem > static_cast<size_t>(optin) ||
-      resident_blocks(lstm_wgmma_sparse_backward_kernel<T, 1, kGateRing, true>, device, sparse_block_threads(1),
-                      smem, 1) < hidden / kSbBs)
+  const size_t smem = sparse_bwd_smem_bytes(f.max_row_blocks, 1, 4 * kGateRing);  // (a stage: 4 boxes)
+  if (!all_resident(lstm_wgmma_sparse_backward_kernel<T, 1, kGateRing, true>, device, sparse_block_threads(1), smem,
+                    hidden / kSbBs))
     return false;
   grid.smem = smem;
   return true;
@@ -320,11 +316,7 @@ template <class T>
 bool deep_ring(SparseGrid& grid, int device, int64_t hidden, const SparseLayoutFacts& f) {
   if (grid.per_block != 1 || sparse_ring_stages() != 16) return false;
   const size_t smem = sparse_bwd_smem_bytes(f.max_row_blocks, 1, 16);
-  int optin = 0;
-  TS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (smem > static_cast<size_t>(optin) ||
-      resident_blocks(lstm_wgmma_sparse_backward_kernel<T, 1, 16>, device, sparse_block_threads(1), smem, 1) <
-          hidden / kSbBs)
+  if (!all_resident(lstm_wgmma_sparse_backward_kernel<T, 1, 16>, device, sparse_block_threads(1), smem, hidden / kSbBs))
     return false;
   grid.smem = smem;
   return true;

@@ -254,11 +254,7 @@ template <class T>
 bool deep_ring(SparseGrid& grid, int device, int64_t hidden, const SparseLayoutFacts& f) {
   if (grid.per_block != 1 || sparse_ring_stages() != 16) return false;
   const size_t smem = sparse_smem_bytes(f.max_col_blocks, 1, 16);
-  int optin = 0;
-  TS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (smem > static_cast<size_t>(optin) ||
-      resident_blocks(lstm_wgmma_sparse_forward_kernel<T, 1, 16>, device, sparse_block_threads(1), smem, 1) <
-          hidden / kSpBs)
+  if (!all_resident(lstm_wgmma_sparse_forward_kernel<T, 1, 16>, device, sparse_block_threads(1), smem, hidden / kSpBs))
     return false;
   grid.smem = smem;
   return true;
