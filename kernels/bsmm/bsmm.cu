@@ -78,7 +78,8 @@ void op::Bsmm::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& ou
                                 tables.col_pairs.pairs,
                                 tables.col_pairs.steps,
                                 bias_ptr,
-                                attrs.f32_bias};
+                                attrs.f32_bias,
+                                tables.col_pairs.stride};
     if (cuda::dense_route_takes(cuda::BsmmOp::fwd, x.dtype(), l, n, {p.a, p.w, p.out}, dev)) {
       cuda::GatherProduct gemm = p;
       gemm.bias = nullptr;  // the GEMMs take none: y += bias in one pass after them

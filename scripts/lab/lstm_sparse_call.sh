@@ -13,7 +13,8 @@ B=${BUNDLE:-build-gpu/lab.tar.xz}; rm -rf dist; tar xJf "$B"  # always this bund
 cat dist/BUILD
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu"
 [ "${LAYOUT-balanced}" = random ] && layout=4096:0.0625:32 || layout=4096:0.0625:32:balanced
-sections=(--section SpeedOfLight --section WarpStateStats --section LaunchStats --section SourceCounters)
+sections=(--section SpeedOfLight --section WarpStateStats --section LaunchStats --section SourceCounters
+  --section MemoryWorkloadAnalysis)
 for dir in ${KERNELS-fwd bwd dw}; do
   case $dir in
     fwd) kernel=lstm_wgmma_sparse_forward_kernel ;;
@@ -25,7 +26,8 @@ for dir in ${KERNELS-fwd bwd dw}; do
     dist/bin/lstm_step --hidden 0 --dtypes bf16 --repeats 1 --warmup 0 --sparse "$layout" >"$O/sp$dir.log" 2>&1
   echo "$dir ($layout) rc $? at $(( $(date +%s) - t0 )) s"
   ncu -i "$O/sp$dir.ncu-rep" --page details >"$O/sp$dir.txt" 2>&1 || true
-  grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Warp Cycles Per Issued" "$O/sp$dir.txt"
+  grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L2 Hit Rate|Registers Per" "$O/sp$dir.txt"
+  grep -E "Warp Cycles Per Issued" "$O/sp$dir.txt"
   ncu -i "$O/sp$dir.ncu-rep" --page source --csv --print-source sass >"$O/sp$dir.sass.csv" 2>&1 || true
 done
 rm -f "$O"/*.ncu-rep "$O"/*.log

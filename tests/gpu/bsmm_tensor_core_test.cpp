@@ -615,6 +615,66 @@ TEST(CudaBsmmTensorCores, ColumnPairsGiveTheBitsOfSingleColumns) {
 #endif
 }
 
+// nn::LSTM's gate layouts pair each forward column with its twin in the next gate (c, c + q:
+// PairLists::stride q), whose list is the same, so the rule takes pairs at any density: against
+// the CPU and the bits of single columns, bs 32 and 64, bf16 and f16, gated or not, with a bias
+// (bf16, and f32 under autocast's form), on a layout with an empty column and an empty block row;
+// a gate layout at 1/16 takes pairs by the rule.
+TEST(CudaBsmmTensorCores, GateLayoutForwardPairsTwinColumns) {
+  REQUIRE_GPU();
+#ifdef TESSERA_WITH_CUDA
+  if (!sm90_here()) GTEST_SKIP() << "column pairs are a kernel of sm_90a";
+  PathGuard kernels({nullptr, "0"}, false);  // the block-sparse kernels, never the dense route
+  uint64_t seed = 700;
+  for (int64_t bs : {32, 64}) {
+    std::vector<uint8_t> mask(6 * 5, 0);  // a gate's mask: column 2 and block row 4 empty
+    for (int r = 0; r < 6; ++r)
+      for (int c = 0; c < 5; ++c) mask[r * 5 + c] = c != 2 && r != 4 && (r + c) % 3 != 1;
+    for (const LayoutPtr& l : {nn::lstm_gate_layout(*BlockLayout::from_mask(6 * bs, 5 * bs, bs, mask)),
+                               nn::lstm_gate_layout(*random_layout(8 * bs, 8 * bs, bs, 0.25, 45))})
+      for (DType dt : {DType::bf16, DType::f16})
+        for (bool gated : {false, true})
+          for (bool f32_bias : {false, true}) {
+            const int64_t n = 1000;
+            const Tensor x = random({n, l->in_features()}, seed += 4, dt);
+            const Tensor w = random({l->nnz(), bs, bs}, seed + 1, dt);
+            const Tensor gate = cast(testing::test_rand({l->nnz()}, 0.5, 1.5, seed + 2), dt);
+            const Tensor bias = random({l->out_features()}, seed + 3, f32_bias ? DType::f32 : dt);
+            std::vector<Tensor> in{x, w};
+            if (gated) in.push_back(gate);
+            in.push_back(bias);
+            op::Bsmm::Attrs attrs{l, gated};
+            attrs.biased = true;
+            attrs.f32_bias = f32_bias;
+            const std::string what = l->str() + " " + dtype_name(dt) + (gated ? " gated" : "") +
+                                     (f32_bias ? " f32 bias" : " bias");
+            Tensor single, paired;
+            {
+              PairsGuard off("0");
+              single = run_on_gpu_host<op::Bsmm>(attrs, in)[0];
+            }
+            {
+              PairsGuard rule(nullptr);
+              const uint64_t before = pair_launches();
+              paired = run_on_gpu_host<op::Bsmm>(attrs, in)[0];
+              EXPECT_EQ(pair_launches(), before + 1) << what;
+            }
+            EXPECT_TRUE(same_bits(paired, single)) << what;
+            // the f64 reference takes no f32 bias beside f64 inputs: the CPU op in the inputs' dtype then
+            const Tensor want =
+                f32_bias ? cast(call<op::Bsmm>(attrs, in)[0], DType::f64) : reference<op::Bsmm>(attrs, in);
+            EXPECT_TRUE(close_to(cast(paired, DType::f64), want, 1e-2)) << what;
+          }
+  }
+  const LayoutPtr sparse = nn::lstm_gate_layout(*random_layout(1024, 1024, 32, 0.0625, 46));
+  const Tensor x = random({512, 1024}, 9, DType::bf16), w = random({sparse->nnz(), 32, 32}, 10, DType::bf16);
+  const uint64_t before = pair_launches();
+  const Tensor y = run_on_gpu_host<op::Bsmm>({sparse, false}, {x, w})[0];
+  EXPECT_EQ(pair_launches() - before, 1u) << sparse->str();
+  EXPECT_TRUE(close_to(cast(y, DType::f64), reference<op::Bsmm>({sparse, false}, {x, w}), 1e-2)) << sparse->str();
+#endif
+}
+
 // A block-sparse two-layer MLP trained under bf16 autocast.
 struct SparseMlp {
   LayoutPtr l1, l2;

@@ -582,7 +582,7 @@ TEST(LstmRecurrenceGpu, WgmmaSparsePairsMatchTheCpu) {
   for (int64_t b : {1, 7, 64}) check({6, b, 256, 32, 0.25}, DType::bf16);
   check({6, 7, 256, 32, 0.25, /*bias=*/false}, DType::bf16);
   check({5, 7, 256, 32, 0.5}, DType::f16);
-  check({4, 64, 2048, 32, 0.125}, DType::bf16);
+  check({4, 64, 2048, 32, 0.0625}, DType::bf16);
   // block columns 3, 4, 5 and block rows 2, 3, 6 empty: pairs (2, 3) and (6, 7) of each half, and
   // (4, 5) of the groups and (2, 3) of the rows with nothing at all
   std::vector<uint8_t> mask(64);
@@ -604,7 +604,8 @@ TEST(LstmRecurrenceGpu, WgmmaSparsePairsMatchTheCpu) {
 // streamed.cu, the lab's TESSERA_LSTM_WGMMA_STREAMED): against the CPU with all of W streamed (1:0),
 // one K box resident (1:1) and as many as fit (1), at H 256, 1024 and 2048 (W_h 32 MB: the shape
 // they are for), batch 1, 7 and 64, bf16 and f16, with and without a bias; each case must have run
-// both. Off, they are not taken; a bad value is one ValueError naming it.
+// both. By default (unset or auto) they run at H 2048 and not at H 256, whose W the resident kernels
+// hold; off (0), they are not taken; a bad value is one ValueError naming it.
 TEST(LstmRecurrenceGpu, WgmmaStreamedKernelsMatchTheCpu) {
   REQUIRE_GPU();
   if (!sm90_here()) GTEST_SKIP() << "the wgmma recurrence needs an sm_90a build on a GPU of compute 9.0";
@@ -624,11 +625,24 @@ TEST(LstmRecurrenceGpu, WgmmaStreamedKernelsMatchTheCpu) {
   check("1", {3, 16, 1024, 0, 1.0}, DType::bf16);
   check("1", {3, 64, 2048, 0, 1.0}, DType::bf16);
   check("1:4", {2, 7, 2048, 0, 1.0}, DType::f16);
+  // the default (auto): only where the resident kernels do not fit (W_h of H 2048), both directions
+  for (const char* choice : {"auto", static_cast<const char*>(nullptr)}) {
+    const ScopedEnv automatic("TESSERA_LSTM_WGMMA_STREAMED", choice);
+    EXPECT_FALSE(cuda::wgmma_streamed_first());
+    const uint64_t fwd = cuda::wgmma_streamed_forward_launch_count();
+    check_case({3, 7, 256, 0, 1.0}, DType::bf16);
+    EXPECT_EQ(cuda::wgmma_streamed_forward_launch_count(), fwd) << "H 256 runs the resident kernels";
+    check_case({2, 64, 2048, 0, 1.0}, DType::bf16);
+    EXPECT_EQ(cuda::wgmma_streamed_forward_launch_count() - fwd, 2u) << "H 2048 runs the streamed kernels";
+  }
   const int dev = kGpu.index;
-  EXPECT_EQ(cuda::wgmma_streamed_forward_unfit(dev, DType::bf16, 64, 2048, nullptr),
-            "off (TESSERA_LSTM_WGMMA_STREAMED)");
-  EXPECT_EQ(cuda::wgmma_streamed_backward_unfit(dev, DType::bf16, 64, 2048, nullptr),
-            "off (TESSERA_LSTM_WGMMA_STREAMED)");
+  {
+    const ScopedEnv off("TESSERA_LSTM_WGMMA_STREAMED", "0");
+    EXPECT_EQ(cuda::wgmma_streamed_forward_unfit(dev, DType::bf16, 64, 2048, nullptr),
+              "off (TESSERA_LSTM_WGMMA_STREAMED)");
+    EXPECT_EQ(cuda::wgmma_streamed_backward_unfit(dev, DType::bf16, 64, 2048, nullptr),
+              "off (TESSERA_LSTM_WGMMA_STREAMED)");
+  }
   const ScopedEnv bad("TESSERA_LSTM_WGMMA_STREAMED", "2");
   testing::expect_error<ValueError>([&] { cuda::wgmma_streamed_forward_unfit(dev, DType::bf16, 64, 2048, nullptr); },
                                     {"TESSERA_LSTM_WGMMA_STREAMED", "'2'"});
@@ -654,30 +668,22 @@ void check_sparse_variant(const char* variable, const char* value, uint64_t (*la
   check({6, 5, 256, 32, 0.25}, DType::bf16, nn::lstm_gate_layout(*mask_layout(256, 256, 32, mask)));
 }
 
-// The block-sparse kernels with a 16-stage ring (TESSERA_LSTM_SPARSE_RING=16, a lab choice: more
-// operand copies in flight for the busiest group or row), both directions each case
-// (check_sparse_variant: each run twice, so four launches). A bad value is one ValueError naming it.
-TEST(LstmRecurrenceGpu, WgmmaSparseDeepRingMatchesTheCpu) {
-  REQUIRE_GPU();
-  if (!sm90_here()) GTEST_SKIP() << "the wgmma recurrence needs an sm_90a build on a GPU of compute 9.0";
-  check_sparse_variant("TESSERA_LSTM_SPARSE_RING", "16", cuda::wgmma_sparse_deep_ring_launch_count, 4);
-  const ScopedEnv on("TESSERA_LSTM_WGMMA", "1");
-  const ScopedEnv bad("TESSERA_LSTM_SPARSE_RING", "12");
-  const LayoutPtr layout = gate_layout(256, 32, 0.25, 5);
-  const std::vector<Tensor> in = inputs({2, 7, 256, 32, 0.25}, layout, DType::bf16);
-  testing::expect_error<ValueError>(
-      [&] { lstm_recurrence(in[0].to(kGpu), in[1].to(kGpu), in[2].to(kGpu), in[3].to(kGpu), layout, 1.0); },
-      {"TESSERA_LSTM_SPARSE_RING", "'12'"});
-}
-
-// The block-sparse backward with gate boxes (TESSERA_LSTM_SPARSE_GATE_BOXES=1, a lab choice: one
-// 4-D TMA copy per mask entry of a block row brings its four gates' operand boxes), two launches
-// each case (check_sparse_variant). A bad value is one ValueError naming it.
+// The block-sparse backward with gate boxes (TESSERA_LSTM_SPARSE_GATE_BOXES, 1 by default: one 4-D
+// TMA copy per mask entry of a block row brings its four gates' operand boxes), two launches each
+// case (check_sparse_variant); unset they run, at 0 they do not. A bad value is one ValueError
+// naming it.
 TEST(LstmRecurrenceGpu, WgmmaSparseGateBoxesMatchTheCpu) {
   REQUIRE_GPU();
   if (!sm90_here()) GTEST_SKIP() << "the wgmma recurrence needs an sm_90a build on a GPU of compute 9.0";
   check_sparse_variant("TESSERA_LSTM_SPARSE_GATE_BOXES", "1", cuda::wgmma_sparse_backward_gate_box_launch_count, 2);
   const ScopedEnv on("TESSERA_LSTM_WGMMA", "1");
+  for (const char* choice : {static_cast<const char*>(nullptr), "0"}) {  // the default takes them; 0 does not
+    const ScopedEnv boxes("TESSERA_LSTM_SPARSE_GATE_BOXES", choice);
+    const uint64_t before = cuda::wgmma_sparse_backward_gate_box_launch_count();
+    check_case({3, 7, 256, 32, 0.25}, DType::bf16);
+    EXPECT_EQ(cuda::wgmma_sparse_backward_gate_box_launch_count() - before, choice ? 0u : 2u)
+        << "TESSERA_LSTM_SPARSE_GATE_BOXES " << (choice ? choice : "unset");
+  }
   const ScopedEnv bad("TESSERA_LSTM_SPARSE_GATE_BOXES", "on");
   const LayoutPtr layout = gate_layout(256, 32, 0.25, 5);
   const std::vector<Tensor> in = inputs({2, 7, 256, 32, 0.25}, layout, DType::bf16);

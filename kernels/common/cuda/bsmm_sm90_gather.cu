@@ -19,14 +19,16 @@
 // retired. The tile goes out through shared memory by TMA stores, which run on while the next
 // item's products start (the accumulate mode adds to global memory from the registers).
 //
-// Column pairs (kCols = 2, bs 32 and 64, 256-row items): a work item covers output block columns
-// 2j and 2j+1 of one row tile, and its list is the union of their lists by input block
-// (layout_tables.h's PairLists). A step copies one A strip and both columns' weight blocks side
+// Column pairs (kCols = 2, bs 32 and 64, 256-row items): a work item covers two output block
+// columns of one row tile (2j and 2j+1, or for nn::LSTM's gate layouts a column and its twin in
+// the next gate, c and c + q: layout_tables.h's pair_list), and its list is the union of their
+// lists by input block (PairLists). A step copies one A strip and both columns' weight blocks side
 // by side, [bs, 2·bs] (a block a column does not have is a copy from past the end of W: zeros),
 // and multiplies them with one wgmma.m64n(2·bs)k16: twice the flops per byte of A. It pays where
-// the two lists overlap (the all-blocks layout: every strip serves both columns); the rule is
-// pairs_pay below. A missing block adds 0·A to its column, which leaves the sum's bits unchanged
-// (for finite A), so both forms give the same bits.
+// the two lists overlap (the all-blocks layout, and the gate layouts' twins, whose lists are the
+// same: every strip serves both columns); the rule is pairs_pay below. A missing block adds 0·A
+// to its column, which leaves the sum's bits unchanged (for finite A), so both forms give the
+// same bits.
 //
 // Deterministic: each output element is summed by one thread in list order, with no atomics on
 // data (the counter only decides which thread block computes an item).
@@ -79,9 +81,10 @@ struct GatherTile {
   static constexpr int kWBytes = BS * kRowBytes;     // weight block
   static constexpr int kStageBytes = kABytes + kCols * kWBytes;
   // The output staging of each consumer warpgroup: its [64·kMTiles, kBN] tile as boxes of rows
-  // of 128 bytes (64 for bf16 at bs 32), swizzled like the TMA store that writes them out.
+  // of 128 bytes (64 for bf16 at bs 32), swizzled like the TMA store that writes them out. A box
+  // never spans two output block columns: a pair's members need not be neighbours (pair_list).
   static constexpr int kWgRows = 64 * kMTiles;
-  static constexpr int kOutCols = 128 / static_cast<int>(sizeof(TO)) < kBN ? 128 / static_cast<int>(sizeof(TO)) : kBN;
+  static constexpr int kOutCols = 128 / static_cast<int>(sizeof(TO)) < BS ? 128 / static_cast<int>(sizeof(TO)) : BS;
   static constexpr int kOutRowBytes = kOutCols * static_cast<int>(sizeof(TO));
   static constexpr int kOutBoxBytes = kWgRows * kOutRowBytes;
   static constexpr int kStagingBytes = (kBN / kOutCols) * kOutBoxBytes;
@@ -327,6 +330,17 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     const int64_t m0 = static_cast<int64_t>(mt) * Tile::kBM;
     const int steps = end - begin;
     constexpr int kBN = Tile::kBN;
+    // The output column of the item's column x (0 .. kBN): a pair's member x / BS is output block
+    // column pair_list(o, x / BS, stride) (x / BS is known at compile time where callers unroll).
+    int64_t first_col = static_cast<int64_t>(o) * kBN, second_col = 0;
+    if constexpr (kCols == 2) {
+      first_col = static_cast<int64_t>(pair_list(o, 0, p.pair_stride)) * BS;
+      second_col = static_cast<int64_t>(pair_list(o, 1, p.pair_stride)) * BS;
+    }
+    auto out_col = [&](int x) -> int64_t {
+      if constexpr (kCols == 2) return (x < BS ? first_col : second_col) + x % BS;
+      return first_col + x;
+    };
     float acc[kMTiles][kBN / 2];
 #pragma unroll
     for (int mi = 0; mi < kMTiles; ++mi)
@@ -370,7 +384,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     if (p.bias) {  // + bias[col] on every row, to the f32 sums before their one rounding
 #pragma unroll
       for (int j = 0; j < kBN / 8; ++j) {
-        const int64_t col = static_cast<int64_t>(o) * kBN + 8 * j + 2 * t;
+        const int64_t col = out_col(8 * j + 2 * t);
         const float2 b = p.bias_f32 ? bias_pair(static_cast<const float*>(p.bias), col, p.out_cols)
                                     : bias_pair(static_cast<const TO*>(p.bias), col, p.out_cols);
 #pragma unroll
@@ -387,7 +401,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
       for (int mi = 0; mi < kMTiles; ++mi)
 #pragma unroll
         for (int j = 0; j < kBN / 8; ++j) {
-          const int64_t col = static_cast<int64_t>(o) * kBN + 8 * j + 2 * t;
+          const int64_t col = out_col(8 * j + 2 * t);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int64_t row = m0 + (c * kMTiles + mi) * 64 + warp * 16 + g + 8 * h;
@@ -414,7 +428,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
       }
 #pragma unroll
       for (int box = 0; box < kBN / Tile::kOutCols; ++box) {
-        const int col = o * kBN + box * Tile::kOutCols;
+        const int col = static_cast<int>(out_col(box * Tile::kOutCols));
         if constexpr (kConv)
           tma_store_5d(&map_out, mine + box * Tile::kOutBoxBytes, col, at);
         else if (col < p.out_cols)  // a pair of an odd column count: the last has no second

@@ -60,8 +60,9 @@ struct GatherProduct {
   const int32_t* list;       ///< fwd: the list's block indices k (col_blocks); dx: nullptr (k = list position)
   const int32_t* list_in;    ///< [nnz]: A's block column of each list entry (col_rows for fwd, block_col for dx)
   int32_t* counter;          ///< 2 device ints, 0 between launches: the sm_90a kernel hands out work items with them
-  /// Output block columns 2j and 2j+1 merged into one list by input block (layout_tables.h's
-  /// PairLists: col_pairs for fwd, row_pairs for dx), for the sm_90a kernel's column pairs.
+  /// Output block columns pair_list(j, 0, s) and pair_list(j, 1, s) merged into one list by input
+  /// block (layout_tables.h's PairLists: col_pairs for fwd, row_pairs for dx), for the sm_90a
+  /// kernel's column pairs; s is pair_stride below.
   const int32_t* pair_work = nullptr;
   const int32_t* pair_entries = nullptr;
   int32_t pairs = 0;
@@ -71,6 +72,7 @@ struct GatherProduct {
   /// it); nullptr: none
   const void* bias = nullptr;
   bool bias_f32 = false;  ///< bias is f32 while out_dtype is bf16/f16 (autocast's low output)
+  int32_t pair_stride = 1;  ///< PairLists::stride of pair_work (a gate layout's forward: q)
 };
 
 /// dw [nnz, bs, bs] (+)= gate·P per stored block, P[k] = X[:, r-block]ᵀ·dY[:, c-block] (gate 1

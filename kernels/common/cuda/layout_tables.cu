@@ -23,8 +23,8 @@ namespace {
 // Host figures of a BlockLayout's tables, by index: the offsets of the column and row pairs' work
 // lists in the tables (their entries follow) and their entry counts (pairs are built for bs 32
 // and 64 only, the sm_90a kernel's), the dW group and run counts.
-enum HostCount { kColPairsAt, kColPairSteps, kRowPairsAt, kRowPairSteps, kDwGroups, kDwRuns, kGateQ, kGateColPtrAt,
-                 kHostCounts };
+enum HostCount { kColPairsAt, kColPairSteps, kColPairStride, kRowPairsAt, kRowPairSteps, kDwGroups, kDwRuns, kGateQ,
+                 kGateColPtrAt, kHostCounts };
 using HostCounts = std::array<int64_t, kHostCounts>;
 
 struct Entry {
@@ -141,22 +141,31 @@ std::vector<int32_t> conv_col_runs(const BlockLayout& l, int32_t taps, int32_t r
   return out;
 }
 
-// gate_dw_runs's runs (layout_tables.h) and q, or nothing where `l` is not a gate layout.
-std::vector<int32_t> gate_col_runs(const BlockLayout& l, int32_t run, int32_t& q) {
+// q where `l` is a gate layout (its block columns four gates of q columns whose lists c, c + q,
+// c + 2q, c + 3q hold the same block rows in the same order), else 0.
+int32_t gate_quarter(const BlockLayout& l) {
   const auto& col_ptr = l.col_ptr();
   const auto& col_blocks = l.col_blocks();
   const auto& block_row = l.block_row();
   const int64_t cols = static_cast<int64_t>(col_ptr.size()) - 1;
-  q = 0;
-  if (cols < 4 || cols % 4 != 0) return {};
+  if (cols < 4 || cols % 4 != 0) return 0;
   const int32_t quarter = static_cast<int32_t>(cols / 4);
   for (int32_t c = 0; c < quarter; ++c)
     for (int32_t g = 1; g < 4; ++g) {
       const int32_t a = col_ptr[c], b = col_ptr[c + g * quarter], len = col_ptr[c + 1] - a;
-      if (col_ptr[c + g * quarter + 1] - b != len) return {};
+      if (col_ptr[c + g * quarter + 1] - b != len) return 0;
       for (int32_t i = 0; i < len; ++i)
-        if (block_row[col_blocks[a + i]] != block_row[col_blocks[b + i]]) return {};
+        if (block_row[col_blocks[a + i]] != block_row[col_blocks[b + i]]) return 0;
     }
+  return quarter;
+}
+
+// gate_dw_runs's runs (layout_tables.h) and q, or nothing where `l` is not a gate layout.
+std::vector<int32_t> gate_col_runs(const BlockLayout& l, int32_t run, int32_t& q) {
+  const auto& col_ptr = l.col_ptr();
+  q = 0;
+  const int32_t quarter = gate_quarter(l);
+  if (quarter == 0) return {};
   std::vector<std::array<int32_t, 3>> runs;
   for (int32_t c = 0; c < quarter; ++c)
     for (int32_t e = col_ptr[c]; e < col_ptr[c + 1]; e += run)
@@ -168,19 +177,22 @@ std::vector<int32_t> gate_col_runs(const BlockLayout& l, int32_t run, int32_t& q
   return out;
 }
 
-// The column pairs of the sm_90a gather kernel: lists 2j and 2j+1 of `lists` (each (input block,
-// k) by increasing input block) merged by input block into entries (input block, k of list 2j or
-// -1, k of list 2j+1 or -1), and the work list (j, first entry, end entry) longest first.
+// The column pairs of the sm_90a gather kernel: lists pair_list(j, 0, s) and pair_list(j, 1, s)
+// of `lists` (each (input block, k) by increasing input block; s divides half their count unless
+// it is 1) merged by input block into entries (input block, k of the first list or -1, k of the
+// second or -1), and the work list (j, first entry, end entry) longest first.
 struct PairTables {
   std::vector<int32_t> work, entries;
 };
-PairTables pair_tables(const std::vector<std::vector<std::pair<int32_t, int32_t>>>& lists) {
+PairTables pair_tables(const std::vector<std::vector<std::pair<int32_t, int32_t>>>& lists, int32_t s) {
   PairTables t;
   std::vector<int32_t> ptr{0};
   const std::vector<std::pair<int32_t, int32_t>> none;
-  for (size_t j = 0; 2 * j < lists.size(); ++j) {
-    const auto& a = lists[2 * j];
-    const auto& b = 2 * j + 1 < lists.size() ? lists[2 * j + 1] : none;
+  const int32_t count = static_cast<int32_t>(lists.size());
+  for (int32_t j = 0; 2 * j < count; ++j) {
+    const int32_t la = pair_list(j, 0, s), lb = pair_list(j, 1, s);
+    const auto& a = lists[la];
+    const auto& b = lb < count ? lists[lb] : none;
     size_t ia = 0, ib = 0;
     while (ia < a.size() || ib < b.size()) {
       const int32_t in = ib == b.size() || (ia < a.size() && a[ia].first <= b[ib].first) ? a[ia].first : b[ib].first;
@@ -237,7 +249,10 @@ BlockTables device_tables(const LayoutPtr& layout, int device) {
         packed.host[kDwRuns] = count_runs(l.col_ptr(), dw_col_run_size(l.block_size()));
         // Column pairs last (each table's entries follow its work list).
         if (l.block_size() >= 32) {
-          const PairTables cols = pair_tables(column_lists(l)), rows = pair_tables(row_lists(l));
+          // a gate layout's columns pair with their twins in the next gate (PairLists)
+          const int32_t stride = std::max<int32_t>(1, gate_quarter(l));
+          packed.host[kColPairStride] = stride;
+          const PairTables cols = pair_tables(column_lists(l), stride), rows = pair_tables(row_lists(l), 1);
           for (auto [pt, at, steps] : {std::tuple{&cols, kColPairsAt, kColPairSteps}, {&rows, kRowPairsAt, kRowPairSteps}}) {
             packed.host[at] = static_cast<int64_t>(all.size());
             packed.host[steps] = static_cast<int64_t>(pt->entries.size() / 3);
@@ -265,8 +280,9 @@ BlockTables device_tables(const LayoutPtr& layout, int device) {
     const int32_t col_pairs = static_cast<int32_t>((q + 1) / 2), row_pairs = static_cast<int32_t>((r + 1) / 2);
     const int32_t* cp = base + found.host[kColPairsAt];
     const int32_t* rp = base + found.host[kRowPairsAt];
-    t.col_pairs = {cp, cp + 3 * col_pairs, col_pairs, found.host[kColPairSteps]};
-    t.row_pairs = {rp, rp + 3 * row_pairs, row_pairs, found.host[kRowPairSteps]};
+    t.col_pairs = {cp, cp + 3 * col_pairs, col_pairs, found.host[kColPairSteps],
+                   static_cast<int32_t>(found.host[kColPairStride])};
+    t.row_pairs = {rp, rp + 3 * row_pairs, row_pairs, found.host[kRowPairSteps], 1};
   }
   return t;
 }

@@ -23,18 +23,32 @@
 #include "core/sparse/block_layout.h"
 #include "core/sparse/attention_layout.h"
 
+#if defined(__CUDACC__)
+#define TS_TABLES_HD __host__ __device__ __forceinline__
+#else
+#define TS_TABLES_HD inline
+#endif
+
 namespace tessera {
 namespace cuda {
 
 /// The column pairs of the sm_90a gather kernel (bsmm_sm90_gather.cu) over the forward lists (by
-/// output block column) or the dX lists (by block row): lists 2j and 2j+1 merged by input block.
-/// Built for bs 32 and 64 only (the kernel's); empty (pairs 0) otherwise.
+/// output block column) or the dX lists (by block row): pair j merges lists pair_list(j, 0, s) and
+/// pair_list(j, 1, s) by input block. Stride s = 1 pairs neighbours (2j, 2j+1); the forward lists
+/// of nn::LSTM's gate layouts (four gates of q columns with the same lists) pair each column with
+/// its twin in the next gate (c, c + q: s = q), so that both share every A strip. Built for bs 32
+/// and 64 only (the kernel's); empty (pairs 0) otherwise.
 struct PairLists {
   const int32_t* work = nullptr;     ///< [pairs, 3]: (pair j, first entry, end entry), longest first
-  const int32_t* entries = nullptr;  ///< [steps, 3]: (input block, k of list 2j or -1, k of list 2j+1 or -1)
+  const int32_t* entries = nullptr;  ///< [steps, 3]: (input block, k of its first list or -1, of its second or -1)
   int32_t pairs = 0;                 ///< ceil(lists / 2)
-  int64_t steps = 0;                 ///< entries: the sum over pairs of |list 2j ∪ list 2j+1|
+  int64_t steps = 0;                 ///< entries: the sum over pairs of the union of their lists
+  int32_t stride = 1;                ///< s above
 };
+
+/// Member m (0 or 1) of pair j at stride s (PairLists): list (j / s)·2s + j % s + m·s; s = 1
+/// gives 2j + m.
+TS_TABLES_HD int32_t pair_list(int32_t j, int32_t m, int32_t s) { return (j / s) * 2 * s + j % s + m * s; }
 
 /// BlockLayout tables on the device (see block_layout.h): block_row/block_col [nnz],
 /// col_ptr [K/bs + 1], col_blocks [nnz], row_ptr [C/bs + 1]; and the work lists of the

@@ -1074,10 +1074,13 @@ void recurrence_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, co
   // TMA maps need h0, y and the sparse W_h at 16-byte addresses, its pairs 4-byte ones)
   if (wgmma_wanted() && aligned16(h0) && aligned16(y) &&
       pairs_aligned({&gx, &bias, &c0, &hT, &cT})) {
-    if (wgmma_streamed_forward_unfit(device, gx.dtype(), batch, hidden, layout).empty())
+    const bool first = wgmma_streamed_first();  // the W-streamed kernels before the resident ones
+    if (first && wgmma_streamed_forward_unfit(device, gx.dtype(), batch, hidden, layout).empty())
       return wgmma_streamed_forward(gx, h0, c0, wh, bias, forget_bias, y, hT, cT, gates, cells);
     if (const int cluster = wgmma_cluster(device, gx.dtype(), batch, hidden, layout, false); cluster > 0)
       return wgmma_forward(cluster, gx, h0, c0, wh, bias, forget_bias, y, hT, cT, gates, cells);
+    if (!first && wgmma_streamed_forward_unfit(device, gx.dtype(), batch, hidden, layout).empty())
+      return wgmma_streamed_forward(gx, h0, c0, wh, bias, forget_bias, y, hT, cT, gates, cells);
     if (layout && aligned16(wh) && wgmma_sparse_forward_unfit(device, gx.dtype(), batch, hidden, layout).empty())
       return wgmma_sparse_forward(gx, h0, c0, wh, bias, layout, forget_bias, y, hT, cT, gates, cells);
   }
@@ -1118,10 +1121,13 @@ void recurrence_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT,
   // (its TMA maps need dpre and W_h at 16-byte addresses, its pairs 4-byte ones)
   if (wgmma_wanted() && aligned16(dpre) && aligned16(wh) &&
       pairs_aligned({&dy, &dcT, &c0, &dh0, &dc0})) {
-    if (wgmma_streamed_backward_unfit(device, dy.dtype(), batch, hidden, layout).empty())
+    const bool first = wgmma_streamed_first();  // the W-streamed kernels before the resident ones
+    if (first && wgmma_streamed_backward_unfit(device, dy.dtype(), batch, hidden, layout).empty())
       return wgmma_streamed_backward(dy, dhT, dcT, gates, cells, c0, wh, dpre, dh0, dc0);
     if (const int cluster = wgmma_cluster(device, dy.dtype(), batch, hidden, layout, true); cluster > 0)
       return wgmma_backward(cluster, dy, dhT, dcT, gates, cells, c0, wh, dpre, dh0, dc0);
+    if (!first && wgmma_streamed_backward_unfit(device, dy.dtype(), batch, hidden, layout).empty())
+      return wgmma_streamed_backward(dy, dhT, dcT, gates, cells, c0, wh, dpre, dh0, dc0);
     if (layout && wgmma_sparse_backward_unfit(device, dy.dtype(), batch, hidden, layout).empty())
       return wgmma_sparse_backward(dy, dhT, dcT, gates, cells, c0, wh, layout, dpre, dh0, dc0);
   }
@@ -1206,6 +1212,7 @@ void wgmma_backward(int, const Tensor&, const Tensor&, const Tensor&, const Tens
 }
 uint64_t wgmma_forward_launch_count() { return 0; }
 uint64_t wgmma_backward_launch_count() { return 0; }
+bool wgmma_streamed_first() { return false; }
 std::string wgmma_streamed_forward_unfit(int, DType, int64_t, int64_t, const LayoutPtr&) {
   return "this build has no code for compute capability 9.0 (sm_90a)";
 }
@@ -1245,7 +1252,6 @@ void wgmma_sparse_backward(const Tensor&, const Tensor&, const Tensor&, const Te
 }
 uint64_t wgmma_sparse_backward_launch_count() { return 0; }
 uint64_t wgmma_sparse_paired_launch_count() { return 0; }
-uint64_t wgmma_sparse_deep_ring_launch_count() { return 0; }
 uint64_t wgmma_sparse_backward_gate_box_launch_count() { return 0; }
 #endif
 

@@ -57,10 +57,12 @@ uint64_t wgmma_forward_launch_count();
 uint64_t wgmma_backward_launch_count();
 
 /// The dense forward and backward on wgmma with W_h partly streamed from L2
-/// (lstm_wgmma_{forward,backward}_streamed.cu; lab kernels, not yet run on a GPU): taken, before
-/// the resident kernels above, only where TESSERA_LSTM_WGMMA_STREAMED asks (1: as many of W's K
-/// boxes resident as fit; 1:N at most N) and they fit (dense, bf16/f16, batch ≤ 64, hidden a
-/// multiple of 64, their blocks of 16 units all resident). The _unfit functions say why not.
+/// (lstm_wgmma_{forward,backward}_streamed.cu): where they fit (dense, bf16/f16, batch ≤ 64, hidden
+/// a multiple of 64, their blocks of 16 units all resident), taken where the resident kernels above
+/// do not fit (dense H 2048: 16.9 -> 13.3 ms a layer step on the H100), or before them where
+/// TESSERA_LSTM_WGMMA_STREAMED asks (wgmma_streamed_first: 1, as many of W's K boxes resident as
+/// fit; 1:N at most N); 0 turns them off. The _unfit functions say why not.
+bool wgmma_streamed_first();
 std::string wgmma_streamed_forward_unfit(int device, DType dtype, int64_t batch, int64_t hidden,
                                          const LayoutPtr& layout);
 void wgmma_streamed_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, const Tensor& wh,
@@ -97,9 +99,7 @@ uint64_t wgmma_sparse_backward_launch_count();
 /// Launches of either block-sparse kernel with two groups or block rows a block
 /// (TESSERA_LSTM_SPARSE_PAIRS, lstm_wgmma_ring.cuh).
 uint64_t wgmma_sparse_paired_launch_count();
-/// Launches of either block-sparse kernel with a 16-stage ring (the lab's TESSERA_LSTM_SPARSE_RING),
-/// and of the backward with gate boxes (TESSERA_LSTM_SPARSE_GATE_BOXES).
-uint64_t wgmma_sparse_deep_ring_launch_count();
+/// Launches of the block-sparse backward with gate boxes (TESSERA_LSTM_SPARSE_GATE_BOXES).
 uint64_t wgmma_sparse_backward_gate_box_launch_count();
 
 /// lstm_recurrence_backward on the GPU: outputs dpre [T, B, 4H], dh0, dc0 [B, H].

@@ -44,9 +44,11 @@ inline int resident_w_boxes(int device, int boxes, int cap, size_t fixed_bytes, 
   return std::max(0, std::min({boxes, cap, fit}));
 }
 
-/// TESSERA_LSTM_WGMMA_STREAMED (the lab's W-streamed dense kernels, lstm_wgmma_*_streamed.cu): unset
-/// or 0 off; 1 on, as many of W's K boxes resident as fit; 1:N on with at most N resident (the tests
-/// stream all or most of W at small H). Returns -1 (off) or the cap; anything else a ValueError.
+/// TESSERA_LSTM_WGMMA_STREAMED (the W-streamed dense kernels, lstm_wgmma_*_streamed.cu): unset or
+/// auto on where the resident kernels do not fit (wgmma_streamed_first), as many of W's K boxes
+/// resident as fit; 0 off; 1 on before the resident kernels; 1:N the same with at most N resident
+/// (the tests stream all or most of W at small H). Returns -1 (off) or the cap; anything else a
+/// ValueError.
 int streamed_choice();
 
 /// What a dense forward's launch needs besides its kernel: wt (its own buffer, filled on `stream`),

@@ -168,31 +168,21 @@ bool wgmma_wanted() {
 namespace sm90 {
 SparsePairs sparse_pairs_choice() {
   const char* e = std::getenv("TESSERA_LSTM_SPARSE_PAIRS");
-  const std::string choice = e ? e : "0";  // (the default until the pairs have run on a GPU)
+  const std::string choice = e ? e : "auto";
   TS_CHECK(choice == "0" || choice == "1" || choice == "auto", ValueError,
            "TESSERA_LSTM_SPARSE_PAIRS must be 0, 1 or auto, not '" << choice << "'");
   if (choice == "0") return SparsePairs::never;
   return choice == "1" ? SparsePairs::wherever_they_fit : SparsePairs::where_needed;
 }
 
-int sparse_ring_stages() {
-  const char* e = std::getenv("TESSERA_LSTM_SPARSE_RING");
-  const std::string choice = e ? e : "8";
-  TS_CHECK(choice == "8" || choice == "16", ValueError,
-           "TESSERA_LSTM_SPARSE_RING must be 8 or 16, not '" << choice << "'");
-  return std::stoi(choice);
-}
-
 bool sparse_gate_boxes_wanted() {
   const char* e = std::getenv("TESSERA_LSTM_SPARSE_GATE_BOXES");
-  const std::string choice = e ? e : "0";
+  const std::string choice = e ? e : "1";
   TS_CHECK(choice == "0" || choice == "1", ValueError,
            "TESSERA_LSTM_SPARSE_GATE_BOXES must be 0 or 1, not '" << choice << "'");
   return choice == "1";
 }
 
-std::atomic<uint64_t> g_sparse_deep_ring_launches{0};
-void count_sparse_deep_ring_launch() { g_sparse_deep_ring_launches.fetch_add(1, std::memory_order_relaxed); }
 
 std::atomic<uint64_t> g_sparse_paired_launches{0};
 void count_sparse_paired_launch() { g_sparse_paired_launches.fetch_add(1, std::memory_order_relaxed); }
@@ -297,10 +287,6 @@ void wgmma_forward(int cluster, const Tensor& gx, const Tensor& h0, const Tensor
   } else {
     run(__half{});
   }
-}
-
-uint64_t wgmma_sparse_deep_ring_launch_count() {
-  return sm90::g_sparse_deep_ring_launches.load(std::memory_order_relaxed);
 }
 
 uint64_t wgmma_sparse_paired_launch_count() {

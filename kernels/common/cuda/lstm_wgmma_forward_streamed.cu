@@ -144,15 +144,21 @@ void launch_streamed(const Tensor& gx, const Tensor& h0, const Tensor& c0, const
 
 int streamed_choice() {
   const char* e = std::getenv("TESSERA_LSTM_WGMMA_STREAMED");
-  const std::string v = e ? e : "0";
+  const std::string v = e ? e : "auto";
   if (v == "0") return -1;
-  if (v == "1") return 1 << 20;
+  if (v == "1" || v == "auto") return 1 << 20;
   const bool capped = v.size() > 2 && v.compare(0, 2, "1:") == 0 &&
                       v.find_first_not_of("0123456789", 2) == std::string::npos && v.size() <= 6;
-  TS_CHECK(capped, ValueError, "TESSERA_LSTM_WGMMA_STREAMED must be 0, 1 or 1:N, not '" << v << "'");
+  TS_CHECK(capped, ValueError, "TESSERA_LSTM_WGMMA_STREAMED must be auto, 0, 1 or 1:N, not '" << v << "'");
   return std::stoi(v.substr(2));
 }
 }  // namespace sm90
+
+bool wgmma_streamed_first() {
+  const int cap = sm90::streamed_choice();  // (the check of the value)
+  const char* e = std::getenv("TESSERA_LSTM_WGMMA_STREAMED");
+  return cap >= 0 && e && std::string(e) != "auto";
+}
 
 std::string wgmma_streamed_forward_unfit(int device, DType dtype, int64_t batch, int64_t hidden,
                                          const LayoutPtr& layout) {

@@ -94,24 +94,19 @@ int resident_blocks(void (*kernel)(Args...), int device, int threads, size_t sme
 /// (groups of 32 units, or block rows) over the grid: one a block, or where those cannot all be
 /// resident at once, two neighbours a block (one per consumer warpgroup, as at H 8192 on 132 SMs);
 /// each with its shared memory. per_block 0 where neither fits, `why` saying so.
-/// TESSERA_LSTM_SPARSE_PAIRS: auto pairs the work units only where one a block cannot all be
-/// resident; 1 pairs them wherever the pairs fit (lab timings, and the pairs' tests at small H); 0
-/// (the default until the pairs have run on a GPU: scripts/lab/lstm_pairs_call.sh) never; anything
-/// else a ValueError that names it.
+/// TESSERA_LSTM_SPARSE_PAIRS: auto (the default) pairs the work units only where one a block cannot
+/// all be resident (the sparse H 8192 layers at 1/64: 19.3 -> 11.0 ms on the H100); 1 pairs them
+/// wherever the pairs fit (lab timings, and the pairs' tests at small H); 0 never; anything else a
+/// ValueError that names it.
 enum class SparsePairs { where_needed, wherever_they_fit, never };
 SparsePairs sparse_pairs_choice();
 /// Counts a launch of a kernel with two work units a block (wgmma_sparse_paired_launch_count).
 void count_sparse_paired_launch();
 
-/// TESSERA_LSTM_SPARSE_RING (a lab choice): 16 gives a block-sparse kernel with one work unit a block
-/// a ring of 16 operand stages where they fit its shared memory (more copies in flight from L2 for
-/// the busiest group or row); 8 (the default) the usual ring; anything else a ValueError naming it.
-int sparse_ring_stages();
-/// Counts a launch with the 16-stage ring (wgmma_sparse_deep_ring_launch_count).
-void count_sparse_deep_ring_launch();
-/// TESSERA_LSTM_SPARSE_GATE_BOXES (a lab choice): 1 gives the block-sparse backward, with one block
+/// TESSERA_LSTM_SPARSE_GATE_BOXES: 1 (the default) gives the block-sparse backward, with one block
 /// row a block under nn::LSTM's gate layout, one operand copy per mask entry for its four gates
-/// (lstm_wgmma_sparse_backward.cu); 0 (the default) one a block; anything else a ValueError.
+/// (lstm_wgmma_sparse_backward.cu; H 4096 at 1/16 on the H100: 11.8 -> 7.8 µs a step); 0 one copy
+/// a block; anything else a ValueError.
 bool sparse_gate_boxes_wanted();
 
 /// A block-sparse kernel's threads: `per_block` consumer warpgroups and the producer warp.

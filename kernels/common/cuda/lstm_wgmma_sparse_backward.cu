@@ -310,18 +310,6 @@ CUtensorMap gate_box_map(const Tensor& dpre, int64_t steps, int64_t batch, int64
   return map;
 }
 
-// With one block row a block and TESSERA_LSTM_SPARSE_RING=16: the 16-stage ring where it fits and
-// all rows stay resident (its shared memory then in `grid`).
-template <class T>
-bool deep_ring(SparseGrid& grid, int device, int64_t hidden, const SparseLayoutFacts& f) {
-  if (grid.per_block != 1 || sparse_ring_stages() != 16) return false;
-  const size_t smem = sparse_bwd_smem_bytes(f.max_row_blocks, 1, 16);
-  if (!all_resident(lstm_wgmma_sparse_backward_kernel<T, 1, 16>, device, sparse_block_threads(1), smem, hidden / kSbBs))
-    return false;
-  grid.smem = smem;
-  return true;
-}
-
 // One block row a block, or two (sparse_grid), for this layout on this device.
 template <class T>
 SparseGrid backward_grid(int device, int64_t hidden, const SparseLayoutFacts& f) {
@@ -342,7 +330,6 @@ void launch_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& d
   const SparseLayoutFacts facts = sparse_layout_facts(layout);
   SparseGrid grid = backward_grid<T>(device, hidden, facts);
   const bool boxes4 = gate_boxes<T>(grid, device, hidden, facts);
-  const bool deep = !boxes4 && deep_ring<T>(grid, device, hidden, facts);
   TS_CHECK(grid.per_block > 0, ValueError, "lstm_recurrence_backward (wgmma, block-sparse): " << grid.why);
   const int most = grid.per_block == 2 ? facts.max_pair_row_blocks : facts.max_row_blocks;
   const size_t smem = grid.smem;
@@ -360,7 +347,6 @@ void launch_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& d
   a.block_col = tables.block_col;
   const auto kernel = grid.per_block == 2 ? &lstm_wgmma_sparse_backward_kernel<T, 2>
                       : boxes4              ? &lstm_wgmma_sparse_backward_kernel<T, 1, kGateRing, true>
-                      : deep                ? &lstm_wgmma_sparse_backward_kernel<T, 1, 16>
                                             : &lstm_wgmma_sparse_backward_kernel<T, 1>;
   TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   cudaLaunchAttribute attrs[2];
@@ -373,7 +359,6 @@ void launch_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& d
   TS_CUDA_LAUNCH_CHECK("lstm_recurrence_backward (wgmma, block-sparse)");
   g_sparse_bwd_launches.fetch_add(1, std::memory_order_relaxed);
   if (grid.per_block == 2) count_sparse_paired_launch();
-  if (deep) count_sparse_deep_ring_launch();
   if (boxes4) g_sparse_bwd_gate_box_launches.fetch_add(1, std::memory_order_relaxed);
 }
 

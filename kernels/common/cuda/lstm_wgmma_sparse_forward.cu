@@ -248,18 +248,6 @@ __global__ void __launch_bounds__(sparse_block_threads(kGroups), 1)
 #endif
 }
 
-// With one group a block and TESSERA_LSTM_SPARSE_RING=16: the 16-stage ring where it fits and all
-// groups stay resident (its shared memory then in `grid`).
-template <class T>
-bool deep_ring(SparseGrid& grid, int device, int64_t hidden, const SparseLayoutFacts& f) {
-  if (grid.per_block != 1 || sparse_ring_stages() != 16) return false;
-  const size_t smem = sparse_smem_bytes(f.max_col_blocks, 1, 16);
-  if (!all_resident(lstm_wgmma_sparse_forward_kernel<T, 1, 16>, device, sparse_block_threads(1), smem, hidden / kSpBs))
-    return false;
-  grid.smem = smem;
-  return true;
-}
-
 // One group a block, or two (sparse_grid), for this layout on this device.
 template <class T>
 SparseGrid forward_grid(int device, int64_t hidden, const SparseLayoutFacts& f) {
@@ -278,8 +266,7 @@ void launch_sparse(const Tensor& gx, const Tensor& h0, const Tensor& c0, const T
   const DType dt = gx.dtype();
   const cudaStream_t stream = current_stream(y);
   const SparseLayoutFacts facts = sparse_layout_facts(layout);
-  SparseGrid grid = forward_grid<T>(device, hidden, facts);
-  const bool deep = deep_ring<T>(grid, device, hidden, facts);
+  const SparseGrid grid = forward_grid<T>(device, hidden, facts);
   TS_CHECK(grid.per_block > 0, ValueError, "lstm_recurrence (wgmma, block-sparse): " << grid.why);
   const int most = grid.per_block == 2 ? facts.max_pair_col_blocks : facts.max_col_blocks;
   const size_t smem = grid.smem;
@@ -311,9 +298,8 @@ void launch_sparse(const Tensor& gx, const Tensor& h0, const Tensor& c0, const T
   a.gates = static_cast<float*>(gates.data_ptr());
   a.cells = static_cast<float*>(cells.data_ptr());
   a.counter = counter;
-  const auto kernel = grid.per_block == 2 ? &lstm_wgmma_sparse_forward_kernel<T, 2>
-                      : deep                ? &lstm_wgmma_sparse_forward_kernel<T, 1, 16>
-                                            : &lstm_wgmma_sparse_forward_kernel<T, 1>;
+  const auto kernel =
+      grid.per_block == 2 ? &lstm_wgmma_sparse_forward_kernel<T, 2> : &lstm_wgmma_sparse_forward_kernel<T, 1>;
   TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   cudaLaunchAttribute attrs[2];
   const int blocks = static_cast<int>(hidden / kSpBs) / grid.per_block;
@@ -325,7 +311,6 @@ void launch_sparse(const Tensor& gx, const Tensor& h0, const Tensor& c0, const T
   TS_CUDA_LAUNCH_CHECK("lstm_recurrence (wgmma, block-sparse)");
   g_sparse_launches.fetch_add(1, std::memory_order_relaxed);
   if (grid.per_block == 2) count_sparse_paired_launch();
-  if (deep) count_sparse_deep_ring_launch();
 }
 
 }  // namespace
