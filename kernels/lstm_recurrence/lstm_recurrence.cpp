@@ -3,11 +3,11 @@
 #include <cmath>
 
 #include "core/autocast.h"
+#include "kernels/add/add.h"
 #include "kernels/bsmm_dw/bsmm_dw.h"
 #include "kernels/cast/cast.h"
 #include "kernels/common/dispatch.h"
 #include "kernels/common/lstm_cell_cpu.h"
-#include "kernels/concat/concat.h"
 #include "kernels/lstm_recurrence/recurrent_product.h"
 #include "kernels/lstm_recurrence_backward/lstm_recurrence_backward.h"
 #include "kernels/matmul/matmul.h"
@@ -147,12 +147,19 @@ std::vector<Tensor> op::LstmRecurrence::backward(const BackwardContext& ctx, con
   const Tensor& dpre = d[0];  // [T, B, 4H]
   Tensor dwh;
   if (ctx.needs_input_grad(3)) {
-    // dW_h = Σ_t h_{t−1}ᵀ·dpre_t over all rows at once: Hprev = [h0; y_0 … y_{T−2}] [T·B, H]
+    // dW_h = Σ_t h_{t−1}ᵀ·dpre_t = [y_0 … y_{T−2}]ᵀ·dpre[B:] + h0ᵀ·dpre[:B] over all rows at once,
+    // y's rows read in place (no copy of [h0; y_0 … y_{T−2}] [T·B, H])
     const int64_t ts = y.size(0), b = y.size(1), hs = y.size(2);
-    const Tensor h0_3d = reshape(h0, {1, b, hs});
-    const Tensor hprev = reshape(ts > 1 ? concat({h0_3d, slice(y, 0, 0, ts - 1)}, 0) : h0_3d, {ts * b, hs});
     const Tensor g = reshape(dpre, {ts * b, 4 * hs});
-    dwh = attrs.layout ? bsmm_dw(hprev, g, attrs.layout) : matmul(hprev, g, /*trans_a=*/true);
+    const Tensor g0 = ts > 1 ? slice(g, 0, 0, b) : g;
+    if (ts == 1) {
+      dwh = attrs.layout ? bsmm_dw(h0, g0, attrs.layout) : matmul(h0, g0, /*trans_a=*/true);
+    } else {
+      const Tensor y_prev = reshape(slice(y, 0, 0, ts - 1), {(ts - 1) * b, hs});
+      const Tensor g_rest = slice(g, 0, b, ts * b);
+      dwh = attrs.layout ? bsmm_dw(h0, g0, attrs.layout, bsmm_dw(y_prev, g_rest, attrs.layout), /*f32_output=*/false)
+                         : add(matmul(y_prev, g_rest, /*trans_a=*/true), matmul(h0, g0, /*trans_a=*/true));
+    }
   }
   std::vector<Tensor> grads{ctx.needs_input_grad(0) ? dpre : Tensor(), ctx.needs_input_grad(1) ? d[1] : Tensor(),
                             ctx.needs_input_grad(2) ? d[2] : Tensor(), dwh};
