@@ -600,6 +600,37 @@ TEST(LstmRecurrenceGpu, WgmmaSparsePairsMatchTheCpu) {
       {"TESSERA_LSTM_SPARSE_PAIRS", "'2'"});
 }
 
+// Gate boxes with two block rows a block (TESSERA_LSTM_SPARSE_GATE_BOXES=pairs, a lab choice): under
+// TESSERA_LSTM_SPARSE_PAIRS=1 at H 256 for batch 1, 7 and 64, bf16 and f16, H 2048 at 1/16, a
+// layout with empty rows and a row pair with nothing at all, and under auto the H 8192 at
+// 1/64; each case's backward ran paired with gate boxes (two launches: check_case runs it twice).
+TEST(LstmRecurrenceGpu, WgmmaSparseGateBoxPairsMatchTheCpu) {
+  REQUIRE_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "the wgmma recurrence needs an sm_90a build on a GPU of compute 9.0";
+  const ScopedEnv on("TESSERA_LSTM_WGMMA", "1");
+  const ScopedEnv boxes("TESSERA_LSTM_SPARSE_GATE_BOXES", "pairs");
+  auto check = [](const Case& k, DType dt, const LayoutPtr& given = nullptr) {
+    const uint64_t paired = cuda::wgmma_sparse_paired_launch_count();
+    const uint64_t gate_boxes = cuda::wgmma_sparse_backward_gate_box_launch_count();
+    check_case(k, dt, given);
+    const std::string how = label(k, dt) + (given ? ", a given layout" : "");
+    EXPECT_EQ(cuda::wgmma_sparse_paired_launch_count() - paired, 4u) << "paired: " << how;
+    EXPECT_EQ(cuda::wgmma_sparse_backward_gate_box_launch_count() - gate_boxes, 2u) << "gate boxes: " << how;
+  };
+  {
+    const ScopedEnv where_needed("TESSERA_LSTM_SPARSE_PAIRS", "auto");
+    check({3, 7, 8192, 32, 0.015625}, DType::bf16);
+  }
+  const ScopedEnv pairs("TESSERA_LSTM_SPARSE_PAIRS", "1");
+  for (int64_t b : {1, 7, 64}) check({6, b, 256, 32, 0.25}, DType::bf16);
+  check({5, 7, 256, 32, 0.5, /*bias=*/false}, DType::f16);
+  check({4, 64, 2048, 32, 0.0625}, DType::bf16);
+  std::vector<uint8_t> mask(64);  // block rows 2, 3 (a pair) and 6 empty
+  for (int r = 0; r < 8; ++r)
+    for (int c = 0; c < 8; ++c) mask[r * 8 + c] = r != 2 && r != 3 && r != 6 && (r + c) % 3 != 0;
+  check({6, 5, 256, 32, 0.25}, DType::bf16, nn::lstm_gate_layout(*mask_layout(256, 256, 32, mask)));
+}
+
 // The dense forward and backward with W_h partly streamed from L2 (lstm_wgmma_{forward,backward}_
 // streamed.cu, the lab's TESSERA_LSTM_WGMMA_STREAMED): against the CPU with all of W streamed (1:0),
 // one K box resident (1:1) and as many as fit (1), at H 256, 1024 and 2048 (W_h 32 MB: the shape

@@ -175,13 +175,18 @@ SparsePairs sparse_pairs_choice() {
   return choice == "1" ? SparsePairs::wherever_they_fit : SparsePairs::where_needed;
 }
 
-bool sparse_gate_boxes_wanted() {
+namespace {
+std::string gate_boxes_choice() {
   const char* e = std::getenv("TESSERA_LSTM_SPARSE_GATE_BOXES");
   const std::string choice = e ? e : "1";
-  TS_CHECK(choice == "0" || choice == "1", ValueError,
-           "TESSERA_LSTM_SPARSE_GATE_BOXES must be 0 or 1, not '" << choice << "'");
-  return choice == "1";
+  TS_CHECK(choice == "0" || choice == "1" || choice == "pairs", ValueError,
+           "TESSERA_LSTM_SPARSE_GATE_BOXES must be 0, 1 or pairs, not '" << choice << "'");
+  return choice;
 }
+}  // namespace
+
+bool sparse_gate_boxes_wanted() { return gate_boxes_choice() != "0"; }
+bool sparse_gate_boxes_paired() { return gate_boxes_choice() == "pairs"; }
 
 
 std::atomic<uint64_t> g_sparse_paired_launches{0};

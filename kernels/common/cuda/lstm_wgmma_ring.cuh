@@ -105,9 +105,11 @@ void count_sparse_paired_launch();
 
 /// TESSERA_LSTM_SPARSE_GATE_BOXES: 1 (the default) gives the block-sparse backward, with one block
 /// row a block under nn::LSTM's gate layout, one operand copy per mask entry for its four gates
-/// (lstm_wgmma_sparse_backward.cu; H 4096 at 1/16 on the H100: 11.8 -> 7.8 µs a step); 0 one copy
-/// a block; anything else a ValueError.
+/// (lstm_wgmma_sparse_backward.cu; H 4096 at 1/16 on the H100: 11.8 -> 7.8 µs a step); `pairs`
+/// (a lab choice, not yet run on a GPU) also with two block rows a block (H 8192 at 1/64); 0 one
+/// copy a block; anything else a ValueError.
 bool sparse_gate_boxes_wanted();
+bool sparse_gate_boxes_paired();
 
 /// A block-sparse kernel's threads: `per_block` consumer warpgroups and the producer warp.
 constexpr int sparse_block_threads(int per_block) { return 128 * per_block + 32; }

@@ -21,12 +21,13 @@
 // their blocks side by side in shared memory, the ring split in two (each warpgroup its stages),
 // the rows' boxes issued in turn, one arrival per block.
 //
-// Gate boxes (kGateBoxes, the lab's TESSERA_LSTM_SPARSE_GATE_BOXES=1; one row a block): under the
-// gate layout a block row's list is m mask entries in each gate, gate-major (list position
-// g·m + i: column g·q + c_i), so one TMA box {32 units, 64 rows, 4 gates} over dpre viewed as
-// [T, 4 gates, B, H] (strides: a gate H, a row 4H) brings entry i's four operand boxes at once into
-// a 16 KB stage (four compact [64, 32] boxes), and the product takes the four gates' blocks from it:
-// a quarter of the copies and barrier waits, and more bytes in flight (kGateRing stages).
+// Gate boxes (kGateBoxes; TESSERA_LSTM_SPARSE_GATE_BOXES, on by default with one row a block, and
+// with two under the lab's `pairs`): under the gate layout a block row's list is m mask entries in
+// each gate, gate-major (list position g·m + i: column g·q + c_i), so one TMA box {32 units, 64
+// rows, 4 gates} over dpre viewed as [T, 4 gates, B, H] (strides: a gate H, a row 4H) brings entry
+// i's four operand boxes at once into a 16 KB stage (four compact [64, 32] boxes), and the product
+// takes the four gates' blocks from it: a quarter of the copies and barrier waits, and more bytes in
+// flight (kGateRing stages; with two rows a block kGatePairRing, two a row).
 #include <cuda.h>
 
 #include <algorithm>
@@ -52,7 +53,8 @@ constexpr int kSbBs = 32;                     // the block size it takes
 constexpr int kSbABox = 64 * kSbBs * 2;       // an operand box [64 rows, 32 K]
 constexpr int kSbWBlock = kSbBs * kSbBs * 2;  // one W block [32, 32]
 constexpr int kSbMaxEntries = 96;             // blocks of a row at most (the table in shared memory)
-constexpr int kGateRing = 5;                  // the gate boxes' stages (16 KB each)
+constexpr int kGateRing = 5;                  // the gate boxes' stages (16 KB each), one row a block
+constexpr int kGatePairRing = 4;              // the same with two rows a block: two stages a row
 
 // W's blocks (`entries`: a block's, over its rows), the ring, the barriers and alignment, the table.
 size_t sparse_bwd_smem_bytes(int entries, int rows, int ring = kWgmmaRing) {
@@ -102,8 +104,8 @@ __device__ __forceinline__ void gate_box_product(float (&acc)[kSbBs / 2], uint8_
   if (lane == 0) mbar_arrive(&empty[(n + m - 1) % kStages]);
 }
 
-// kRing: the ring's stages (8, or the lab's 16 with one block row a block); kGateBoxes: an entry's
-// four gates a stage (kRing = kGateRing, one row a block)
+// kRing: the ring's stages (kWgmmaRing, split between the rows); kGateBoxes: an entry's four gates a
+// stage (kRing = kGateRing with one row a block, kGatePairRing with two)
 template <class T, int kRows, int kRing = kWgmmaRing, bool kGateBoxes = false>
 __global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
     lstm_wgmma_sparse_backward_kernel(const __grid_constant__ CUtensorMap map_dpre,
@@ -111,7 +113,6 @@ __global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
                                       int max_entries) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kStages = kRing / kRows;  // a warpgroup's share of the ring
-  static_assert(!kGateBoxes || kRows == 1, "gate boxes with one row a block");
   constexpr int kBox = kGateBoxes ? 4 * kSbABox : kSbABox;  // a stage
   extern __shared__ uint8_t smem_raw[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
@@ -137,17 +138,27 @@ __global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
         count[g] = p.row_ptr[kRows * blockIdx.x + g + 1] - p.row_ptr[kRows * blockIdx.x + g];
         most = max(most, count[g]);
       }
-      if constexpr (kGateBoxes) count[0] /= 4, most = count[0];  // mask entries: a box for four gates
+      if constexpr (kGateBoxes) {  // mask entries: a box for four gates
+        most = 0;
+#pragma unroll
+        for (int g = 0; g < kRows; ++g) {
+          count[g] /= 4;
+          most = max(most, count[g]);
+        }
+      }
       for (int ph = 1; ph <= steps; ++ph) {
         wait_count(p.counter, static_cast<unsigned>(ph) * gridDim.x);  // every block's dpre_{T − ph}
         fence_proxy_async_global();                                    // those generic stores before these TMA reads
-        if constexpr (kGateBoxes) {  // entry i's four gates: columns g·q + c_i, at g·H + 32·c_i of dpre
-          for (int i = 0; i < most; ++i) {
-            const int u = (ph - 1) * most + i, s = u % kStages;
-            mbar_wait(&empty[s], ((u / kStages) & 1) ^ 1);
-            mbar_arrive_expect_tx(&full[s], kBox);
-            tma_load_4d(ring + s * kBox, &map_dpre, &full[s], cols_s[i] * kSbBs, 0, 0, steps - ph);
-          }
+        if constexpr (kGateBoxes) {  // row g's entry i's four gates: columns g'·q + c_i, at g'·H + 32·c_i of dpre
+          for (int i = 0; i < most; ++i)
+#pragma unroll
+            for (int g = 0; g < kRows; ++g) {
+              if (i >= count[g]) continue;
+              const int u = (ph - 1) * count[g] + i, s = g * kStages + u % kStages;
+              mbar_wait(&empty[s], ((u / kStages) & 1) ^ 1);
+              mbar_arrive_expect_tx(&full[s], kBox);
+              tma_load_4d(ring + s * kBox, &map_dpre, &full[s], cols_s[lead[g] + i] * kSbBs, 0, 0, steps - ph);
+            }
         } else {
           for (int i = 0; i < most; ++i)
 #pragma unroll
@@ -187,7 +198,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
   // B of entry k, slice kk: the block's rows (units) as N, its columns K-major
   const uint8_t* w_mine = w_s + lead * kSbWBlock;
   auto b_desc = [w_mine](int k, int kk) { return make_desc(w_mine + k * kSbWBlock + kk * 32, 16, 8 * 64, 64); };
-  uint8_t* my_ring = ring + wg * kStages * kSbABox;
+  uint8_t* my_ring = ring + wg * kStages * kBox;
   uint64_t *my_full = full + wg * kStages, *my_empty = empty + wg * kStages;
   for (int ph = 0, n = 0; ph <= steps; ++ph) {
     const int t = steps - 1 - ph;
@@ -222,7 +233,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
     }
     float acc[kSbBs / 2];
     if (ph > 0 && kGateBoxes) {
-      gate_box_product<T, kStages>(acc, ring, full, empty, n, mine / 4, lane, w_mine);
+      gate_box_product<T, kStages>(acc, my_ring, my_full, my_empty, n, mine / 4, lane, w_mine);
       n += mine / 4;
     } else if (ph > 0) {
       ring_product_with<T, kSbBs, 2, 0, kStages>(acc, my_ring, my_full, my_empty, n, mine, lane, b_desc,
@@ -283,10 +294,19 @@ __global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
 // boxes where their ring fits and all rows stay resident (its shared memory then in `grid`).
 template <class T>
 bool gate_boxes(SparseGrid& grid, int device, int64_t hidden, const SparseLayoutFacts& f) {
-  if (grid.per_block != 1 || !f.gate_layout || !sparse_gate_boxes_wanted()) return false;
-  const size_t smem = sparse_bwd_smem_bytes(f.max_row_blocks, 1, 4 * kGateRing);  // (a stage: 4 boxes)
-  if (!all_resident(lstm_wgmma_sparse_backward_kernel<T, 1, kGateRing, true>, device, sparse_block_threads(1), smem,
-                    hidden / kSbBs))
+  if (!f.gate_layout || !sparse_gate_boxes_wanted()) return false;
+  if (grid.per_block == 1) {
+    const size_t smem = sparse_bwd_smem_bytes(f.max_row_blocks, 1, 4 * kGateRing);  // (a stage: 4 boxes)
+    if (!all_resident(lstm_wgmma_sparse_backward_kernel<T, 1, kGateRing, true>, device, sparse_block_threads(1), smem,
+                      hidden / kSbBs))
+      return false;
+    grid.smem = smem;
+    return true;
+  }
+  if (grid.per_block != 2 || !sparse_gate_boxes_paired()) return false;
+  const size_t smem = sparse_bwd_smem_bytes(f.max_pair_row_blocks, 2, 4 * kGatePairRing);
+  if (!all_resident(lstm_wgmma_sparse_backward_kernel<T, 2, kGatePairRing, true>, device, sparse_block_threads(2),
+                    smem, hidden / kSbBs / 2))
     return false;
   grid.smem = smem;
   return true;
@@ -345,9 +365,10 @@ void launch_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& d
   static_cast<BackwardArgs&>(a) = dense_backward_args(dy, dhT, dcT, gates, cells, c0, dpre, dh0, dc0, stream);
   a.row_ptr = tables.row_ptr;
   a.block_col = tables.block_col;
-  const auto kernel = grid.per_block == 2 ? &lstm_wgmma_sparse_backward_kernel<T, 2>
-                      : boxes4              ? &lstm_wgmma_sparse_backward_kernel<T, 1, kGateRing, true>
-                                            : &lstm_wgmma_sparse_backward_kernel<T, 1>;
+  const auto kernel = grid.per_block == 2 ? (boxes4 ? &lstm_wgmma_sparse_backward_kernel<T, 2, kGatePairRing, true>
+                                                     : &lstm_wgmma_sparse_backward_kernel<T, 2>)
+                      : boxes4 ? &lstm_wgmma_sparse_backward_kernel<T, 1, kGateRing, true>
+                               : &lstm_wgmma_sparse_backward_kernel<T, 1>;
   TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   cudaLaunchAttribute attrs[2];
   const int blocks = static_cast<int>(hidden / kSbBs) / grid.per_block;
