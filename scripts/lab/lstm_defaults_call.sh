@@ -28,7 +28,9 @@ train() {  # NAME ARGS...: train_lstm's tokens/s at step 400
   timeout 45 dist/run train_lstm --device cuda --dtype bf16 --batch 64 --seq 256 --steps 400 \
     --data dist/data/input.txt --eval-every 0 --ckpt-every 0 --log-every 100 --sample-chars 0 --out /tmp/tl "$@" \
     >$O/train_$name.log 2>&1
-  echo "train $name rc $?: $(grep -E '^step 400/' $O/train_$name.log | grep -oE '[0-9]+ tok/s|loss [0-9.]+' | tr '\n' ' ')"
+  local rc=$? at400
+  at400=$(grep -E '^step 400/' $O/train_$name.log | grep -oE '[0-9]+ tok/s|loss [0-9.]+' | tr '\n' ' ')
+  echo "train $name rc $rc: $at400"
 }
 [ $(( $(date +%s) - t0 )) -lt 250 ] && train dense1024 --hidden 1024 --block 0
 [ $(( $(date +%s) - t0 )) -lt 280 ] && train cudnn1024 --hidden 1024 --block 0 --cudnn

@@ -1,22 +1,23 @@
 #!/usr/bin/env bash
 # device call (issue 16): the block-sparse recurrence with two groups / block rows a block
 # (lstm_wgmma_sparse_{forward,backward}.cu, kGroups / kRows = 2; lstm_wgmma_ring.cuh's sparse_grid;
-# TESSERA_LSTM_SPARSE_PAIRS=auto, off by default until this call passes), the lab's 16-stage ring
-# (TESSERA_LSTM_SPARSE_RING=16), the backward's gate boxes and the streamed-W dense kernels
+# TESSERA_LSTM_SPARSE_PAIRS=auto), the backward's gate boxes and the streamed-W dense kernels
 # (TESSERA_LSTM_WGMMA_STREAMED=1), from the bundle build-gpu/lab.tar.xz (carry it; BUNDLE= another;
-# targets gpu_tests lstm_step train_lstm), 5-8 minutes, the most useful first:
-#   1. the LSTM GPU tests (the pairs', the ring variants' and the streamed kernels' among them) and
-#      the bsmm column pairs' and gate-run dW's (the gate layouts' twin columns and parts among them);
+# targets gpu_tests lstm_step train_lstm), about a minute, the most useful first. The seventh run
+# (docs/lstm_gpu.md) ran it with a 16-stage ring beside the gate boxes (deleted since: no gain)
+# and before these became the defaults:
+#   1. the LSTM GPU tests (the pairs', the gate boxes' and the streamed kernels' among them) and the
+#      bsmm column pairs' and gate-run dW's (the gate layouts' twin columns among them);
 #   2. lstm_step on sparse H 8192 at 1/64, bs 32 (paired; before on the production kernels) against
 #      cuDNN's dense H 1024 (the target: ≤ 1.5× it), and H 4096 at 1/16 (random) as the reference;
-#   3. lstm_step on H 4096 at 1/16 (random and balanced) with the 16-stage ring, then with the
-#      backward's gate boxes (TESSERA_LSTM_SPARSE_GATE_BOXES=1: one copy per entry for four gates);
+#   3. lstm_step on H 4096 at 1/16 (random and balanced) with the backward's gate boxes
+#      (TESSERA_LSTM_SPARSE_GATE_BOXES=1: one copy per entry for four gates);
 #   4. lstm_step on dense H 2048 with W partly streamed in both directions
 #      (TESSERA_LSTM_WGMMA_STREAMED=1, lstm_wgmma_{forward,backward}_streamed.cu; the recurrence rows
 #      give their µs a step beside the production kernels', the graph row the layer against cuDNN's);
 #   5. lstm_step --profile of the sparse H 4096 layer (1/16) with the forward bsmm's twin-column
-#      pairs of the gate layouts and the gate-run dW's split of N (the rules' choices) and without
-#      either (TESSERA_BSMM_PAIRS=0 TESSERA_BSMM_DW_PARTS=1);
+#      pairs of the gate layouts (the rule's choice) and without (TESSERA_BSMM_PAIRS=0; the seventh
+#      run also timed a split of N in the gate-run dW here, deleted since);
 #   6. where time is left, train_lstm's tokens/s (tinyshakespeare, B 64, T 256, 400 steps) on
 #      sparse H 8192 at 1/64.
 set -uo pipefail
@@ -46,9 +47,8 @@ profile() {  # NAME [ENV...]: lstm_step --profile of the sparse H 4096 layer, it
   grep -E "bsmm|^tessera sparse graph" $O/profile_$name.log | grep -v " vs " | cut -c1-120
 }
 profile twins X=1
-profile before TESSERA_BSMM_PAIRS=0 TESSERA_BSMM_DW_PARTS=1
+profile before TESSERA_BSMM_PAIRS=0
 step streamed 2048 none TESSERA_LSTM_WGMMA_STREAMED=1
-step ring16 0 4096:0.0625:32,4096:0.0625:32:balanced TESSERA_LSTM_SPARSE_RING=16
 step gateboxes 0 4096:0.0625:32,4096:0.0625:32:balanced TESSERA_LSTM_SPARSE_GATE_BOXES=1
 [ $(( $(date +%s) - t0 )) -lt 420 ] && timeout 45 dist/run train_lstm --device cuda --dtype bf16 --batch 64 --seq 256 \
   --steps 400 --data dist/data/input.txt \

@@ -26,7 +26,8 @@ for dir in ${KERNELS-fwd bwd dw}; do
     dist/bin/lstm_step --hidden 0 --dtypes bf16 --repeats 1 --warmup 0 --sparse "$layout" >"$O/sp$dir.log" 2>&1
   echo "$dir ($layout) rc $? at $(( $(date +%s) - t0 )) s"
   ncu -i "$O/sp$dir.ncu-rep" --page details >"$O/sp$dir.txt" 2>&1 || true
-  grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L2 Hit Rate|Registers Per" "$O/sp$dir.txt"
+  grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L2 Hit Rate" "$O/sp$dir.txt"
+  grep -E "Registers Per" "$O/sp$dir.txt"
   grep -E "Warp Cycles Per Issued" "$O/sp$dir.txt"
   ncu -i "$O/sp$dir.ncu-rep" --page source --csv --print-source sass >"$O/sp$dir.sass.csv" 2>&1 || true
 done
