@@ -261,6 +261,24 @@ __device__ __forceinline__ void store_pair(T* p, float a, float b) {
 /// (which other blocks read by TMA next step): the stores ordered before the async proxy's reads,
 /// the consumer warpgroups (threads 0 … 128·kWarpgroups − 1) met, then thread 0's fence and the
 /// block's arrival.
+/// The block-sparse producers' walk over a block's kUnits work units (groups or block rows, one per
+/// consumer warpgroup, block b holding units kUnits·b …): unit g's list entries are
+/// [lead[g], lead[g] + kPer·count[g]) of the block's, which start at `first`, in `ptr` (the layout's
+/// col_ptr or row_ptr); count[g] counts copies of kPer entries each (4: the gate boxes, one copy a
+/// mask entry for its four gates). Returns the most copies of a unit.
+template <int kUnits, int kPer = 1>
+__device__ __forceinline__ int unit_lists(const int32_t* ptr, int first, int (&lead)[kUnits], int (&count)[kUnits]) {
+  int most = 0;
+#pragma unroll
+  for (int g = 0; g < kUnits; ++g) {
+    const int at = ptr[kUnits * blockIdx.x + g];
+    lead[g] = at - first;
+    count[g] = (ptr[kUnits * blockIdx.x + g + 1] - at) / kPer;
+    most = max(most, count[g]);
+  }
+  return most;
+}
+
 template <int kWarpgroups = 1>
 __device__ __forceinline__ void arrive_grid(unsigned* counter) {
   fence_proxy_async_global();

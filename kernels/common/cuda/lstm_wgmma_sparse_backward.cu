@@ -129,47 +129,26 @@ __global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
     if (lane == 0) {
       mbar_arrive_expect_tx(w_bar, entries * kSbWBlock);
       for (int i = 0; i < entries; ++i) tma_load_2d(w_s + i * kSbWBlock, &map_w, w_bar, 0, (first + i) * kSbBs);
-      // row g's entries [lead[g], lead[g] + count[g]) of the block's, its boxes through its share of
-      // the ring (stages g·kStages …), the i-th box of each row in turn
-      int lead[kRows], count[kRows], most = 0;
-#pragma unroll
-      for (int g = 0; g < kRows; ++g) {
-        lead[g] = p.row_ptr[kRows * blockIdx.x + g] - first;
-        count[g] = p.row_ptr[kRows * blockIdx.x + g + 1] - p.row_ptr[kRows * blockIdx.x + g];
-        most = max(most, count[g]);
-      }
-      if constexpr (kGateBoxes) {  // mask entries: a box for four gates
-        most = 0;
-#pragma unroll
-        for (int g = 0; g < kRows; ++g) {
-          count[g] /= 4;
-          most = max(most, count[g]);
-        }
-      }
+      // row g's boxes (with gate boxes one a mask entry) through its share of the ring (stages
+      // g·kStages …), the i-th box of each row in turn
+      int lead[kRows], count[kRows];
+      const int most = unit_lists<kRows, kGateBoxes ? 4 : 1>(p.row_ptr, first, lead, count);
       for (int ph = 1; ph <= steps; ++ph) {
         wait_count(p.counter, static_cast<unsigned>(ph) * gridDim.x);  // every block's dpre_{T − ph}
         fence_proxy_async_global();                                    // those generic stores before these TMA reads
-        if constexpr (kGateBoxes) {  // row g's entry i's four gates: columns g'·q + c_i, at g'·H + 32·c_i of dpre
-          for (int i = 0; i < most; ++i)
+        for (int i = 0; i < most; ++i)
 #pragma unroll
-            for (int g = 0; g < kRows; ++g) {
-              if (i >= count[g]) continue;
-              const int u = (ph - 1) * count[g] + i, s = g * kStages + u % kStages;
-              mbar_wait(&empty[s], ((u / kStages) & 1) ^ 1);
-              mbar_arrive_expect_tx(&full[s], kBox);
-              tma_load_4d(ring + s * kBox, &map_dpre, &full[s], cols_s[lead[g] + i] * kSbBs, 0, 0, steps - ph);
-            }
-        } else {
-          for (int i = 0; i < most; ++i)
-#pragma unroll
-            for (int g = 0; g < kRows; ++g) {
-              if (i >= count[g]) continue;
-              const int u = (ph - 1) * count[g] + i, s = g * kStages + u % kStages;
-              mbar_wait(&empty[s], ((u / kStages) & 1) ^ 1);
-              mbar_arrive_expect_tx(&full[s], kSbABox);
-              tma_load_3d(ring + s * kSbABox, &map_dpre, &full[s], cols_s[lead[g] + i] * kSbBs, 0, steps - ph);
-            }
-        }
+          for (int g = 0; g < kRows; ++g) {
+            if (i >= count[g]) continue;
+            const int u = (ph - 1) * count[g] + i, s = g * kStages + u % kStages;
+            const int col = cols_s[lead[g] + i] * kSbBs;  // with gate boxes: gate 0's column c_i
+            mbar_wait(&empty[s], ((u / kStages) & 1) ^ 1);
+            mbar_arrive_expect_tx(&full[s], kBox);
+            if constexpr (kGateBoxes)  // the four gates' columns g'·q + c_i, at g'·H + 32·c_i of dpre
+              tma_load_4d(ring + s * kBox, &map_dpre, &full[s], col, 0, 0, steps - ph);
+            else
+              tma_load_3d(ring + s * kBox, &map_dpre, &full[s], col, 0, steps - ph);
+          }
       }
     }
     return;

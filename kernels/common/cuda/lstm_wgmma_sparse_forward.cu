@@ -53,9 +53,9 @@ constexpr int kSpMaxEntries = 32;             // block rows of a group at most (
 
 // W's tiles (`entries`: a block's block rows, over its groups), the ring of [64, 32] boxes, the
 // barriers and the alignment, the entry tables and the bias.
-size_t sparse_smem_bytes(int entries, int groups, int ring = kWgmmaRing) {
+size_t sparse_smem_bytes(int entries, int groups) {
   const size_t tables = static_cast<size_t>(groups) * (kSpMaxEntries * 5 + kSpCols) * 4;
-  return static_cast<size_t>(entries) * kSpWTile + ring * kSpABox + 2048 + tables;
+  return static_cast<size_t>(entries) * kSpWTile + kWgmmaRing * kSpABox + 2048 + tables;
 }
 
 std::atomic<uint64_t> g_sparse_launches{0};
@@ -77,14 +77,13 @@ struct SparseArgs {
   unsigned* counter;
 };
 
-// kRing: the ring's stages (8, or the lab's 16 with one group a block)
-template <class T, int kGroups, int kRing = kWgmmaRing>
+template <class T, int kGroups>
 __global__ void __launch_bounds__(sparse_block_threads(kGroups), 1)
     lstm_wgmma_sparse_forward_kernel(const __grid_constant__ CUtensorMap map_h0,
                                      const __grid_constant__ CUtensorMap map_y,
                                      const __grid_constant__ CUtensorMap map_w, const SparseArgs p, int max_entries) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kStages = kRing / kGroups;  // a warpgroup's share of the ring
+  constexpr int kRing = kWgmmaRing, kStages = kRing / kGroups;  // a warpgroup's share of the ring
   extern __shared__ uint8_t smem_raw[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
   // the block's block rows: entries of group kGroups·b first, then group kGroups·b + 1's
@@ -119,13 +118,8 @@ __global__ void __launch_bounds__(sparse_block_threads(kGroups), 1)
           tma_load_2d(w_s + i * kSpWTile + g * kSpWBlock, &map_w, w_bar, 0, blk_s[4 * i + g] * kSpBs);
       // group g's entries [lead[g], lead[g] + count[g]) of the block's, its boxes through its share
       // of the ring (stages g·kStages …), the i-th box of each group in turn
-      int lead[kGroups], count[kGroups], most = 0;
-#pragma unroll
-      for (int g = 0; g < kGroups; ++g) {
-        lead[g] = p.col_ptr[kGroups * blockIdx.x + g] - first;
-        count[g] = p.col_ptr[kGroups * blockIdx.x + g + 1] - p.col_ptr[kGroups * blockIdx.x + g];
-        most = max(most, count[g]);
-      }
+      int lead[kGroups], count[kGroups];
+      const int most = unit_lists(p.col_ptr, first, lead, count);
       for (int t = 0; t < p.steps; ++t) {
         if (t > 0) {
           wait_count(p.counter, static_cast<unsigned>(t) * gridDim.x);
