@@ -406,6 +406,17 @@ TEST(CudaBsmmTensorCores, GateLayoutWeightGradientMatchesTheCpu) {
               << what << " against the general kernel";
         }
       }
+  {  // the lab switch of dY's L2 policy: off, the same sums; a bad value is one clear error
+    const testing::ScopedEnv off("TESSERA_BSMM_DW_EVICT_FIRST", "0");
+    const std::vector<Tensor> in{random({1000, 384}, 13700, DType::bf16), random({1000, 512}, 13701, DType::bf16)};
+    const uint64_t before = gate_runs();
+    const Tensor plain = run_on_gpu_host<op::BsmmDw>({gate_layouts[0]}, in)[0];
+    EXPECT_GT(gate_runs(), before);
+    EXPECT_TRUE(close_to(cast(plain, DType::f64), reference<op::BsmmDw>({gate_layouts[0]}, in), 1e-2));
+    const testing::ScopedEnv bad("TESSERA_BSMM_DW_EVICT_FIRST", "yes");
+    testing::expect_error<ValueError>([&] { run_on_gpu_host<op::BsmmDw>({gate_layouts[0]}, in); },
+                                      {"TESSERA_BSMM_DW_EVICT_FIRST", "'yes'"});
+  }
   {  // a bad value is one clear error, naming the variable and the value
     const testing::ScopedEnv bad("TESSERA_BSMM_DW_GATE_RUNS", "yes");
     const std::vector<Tensor> in{random({100, 384}, 13800, DType::bf16), random({100, 512}, 13801, DType::bf16)};

@@ -181,8 +181,10 @@ void launch_gates(const BlockGradient& g, const GateRuns& runs, int device, cuda
   p.col_runs = runs.runs;
   p.col_run = runs.run;
   const int grid = std::min(runs.runs, persistent);
-  // TESSERA_BSMM_DW_EVICT_FIRST=0 (a lab switch) copies dY with the default L2 policy
+  // TESSERA_BSMM_DW_EVICT_FIRST=0 (a lab switch) copies dY with the default L2 policy; 1 (the default) evict-first
   const char* e = std::getenv("TESSERA_BSMM_DW_EVICT_FIRST");
+  TS_CHECK(!e || std::strcmp(e, "0") == 0 || std::strcmp(e, "1") == 0, ValueError,
+           "TESSERA_BSMM_DW_EVICT_FIRST must be 0 or 1, not '" << e << "'");
   const bool evict_first = !(e && std::strcmp(e, "0") == 0);
   kernel<<<grid, kThreads, kGSmemBytes, stream>>>(map_x, map_dy, p, runs.col_ptr, runs.q, evict_first);
   TS_CUDA_LAUNCH_CHECK("bsmm_dw (gate runs)");
