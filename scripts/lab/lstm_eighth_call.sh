@@ -8,7 +8,8 @@
 #      dW's evict-first copies of dY (bsmm_sm90_gate_gradient.cu, the default) and without
 #      (TESSERA_BSMM_DW_EVICT_FIRST=0);
 #   3. lstm_step on H 8192 at 1/64 with gate boxes in the paired backward
-#      (TESSERA_LSTM_SPARSE_GATE_BOXES=pairs) and without (the default), against cuDNN's dense H 1024.
+#      (TESSERA_LSTM_SPARSE_GATE_BOXES=pairs) and without (the default), against cuDNN's dense H 1024;
+#   4. lstm_step --profile of sparse H 8192 at 1/16 and of dense H 2048.
 set -uo pipefail
 O=$OUT; t0=$(date +%s)
 B=${BUNDLE:-build-gpu/lab.tar.xz}; rm -rf dist; tar xJf "$B"  # always this bundle (a warm machine keeps the last dist)
@@ -32,4 +33,10 @@ for boxes in pairs 1; do
   grep -E "^(tessera|cudnn) (sparse )?graph|recurrence (fwd|bwd), wgmma bf16 +B64 T256 H8192" $O/step_boxes_$boxes.log |
     cut -c1-100
 done
+# 4. where sparse H 8192 at 1/16 (W_h 33.5 MB: production kernels, W partly from L2) spends its step
+timeout 90 dist/run lstm_step --hidden 0 --dtypes bf16 --repeats 2 --warmup 1 --sparse 8192:0.0625:32 --profile \
+  >$O/profile_8192_16.log 2>&1
+echo "== H 8192 1/16 profile rc $?"; grep -E "^tessera sparse graph|^profile tessera" $O/profile_8192_16.log | cut -c1-120 | head -14
+timeout 90 dist/run lstm_step --hidden 2048 --dtypes bf16 --repeats 2 --warmup 1 --profile >$O/profile_d2048.log 2>&1
+echo "== dense H 2048 profile rc $?"; grep -E "^(tessera|cudnn) graph|^profile tessera" $O/profile_d2048.log | cut -c1-120 | head -24
 echo "all done at $(( $(date +%s) - t0 )) s"
