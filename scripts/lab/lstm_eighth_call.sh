@@ -36,7 +36,9 @@ done
 # 4. where sparse H 8192 at 1/16 (W_h 33.5 MB: production kernels, W partly from L2) spends its step
 timeout 90 dist/run lstm_step --hidden 0 --dtypes bf16 --repeats 2 --warmup 1 --sparse 8192:0.0625:32 --profile \
   >$O/profile_8192_16.log 2>&1
-echo "== H 8192 1/16 profile rc $?"; grep -E "^tessera sparse graph|^profile tessera" $O/profile_8192_16.log | cut -c1-120 | head -14
+echo "== H 8192 1/16 profile rc $?"
+grep -E "^tessera sparse graph|^profile tessera" $O/profile_8192_16.log | cut -c1-120 | head -14
 timeout 90 dist/run lstm_step --hidden 2048 --dtypes bf16 --repeats 2 --warmup 1 --profile >$O/profile_d2048.log 2>&1
-echo "== dense H 2048 profile rc $?"; grep -E "^(tessera|cudnn) graph|^profile tessera" $O/profile_d2048.log | cut -c1-120 | head -24
+echo "== dense H 2048 profile rc $?"
+grep -E "^(tessera|cudnn) graph|^profile tessera" $O/profile_d2048.log | cut -c1-120 | head -24
 echo "all done at $(( $(date +%s) - t0 )) s"
