@@ -9,12 +9,23 @@
 #      (TESSERA_BSMM_DW_EVICT_FIRST=0);
 #   3. lstm_step on H 8192 at 1/64 with gate boxes in the paired backward
 #      (TESSERA_LSTM_SPARSE_GATE_BOXES=pairs) and without (the default), against cuDNN's dense H 1024;
-#   4. lstm_step --profile of sparse H 8192 at 1/16 and of dense H 2048.
+#   4. lstm_step --profile of sparse H 8192 at 1/16 and of dense H 2048;
+#   0. first: the K-split streamed backward's test (lstm_wgmma_backward_split.cu) and dense H 2048
+#      with it (TESSERA_LSTM_STREAMED_SPLIT=1) and without.
 set -uo pipefail
 O=$OUT; t0=$(date +%s)
 B=${BUNDLE:-build-gpu/lab.tar.xz}; rm -rf dist; tar xJf "$B"  # always this bundle (a warm machine keeps the last dist)
 cat dist/BUILD
-filter='CudaBsmmTensorCores.GateLayout*:LstmLayerGpu.*:CudaModels.*:LstmRecurrenceGpu.Wgmma*'
+filter='CudaBsmmTensorCores.GateLayout*:LstmLayerGpu.*:CudaModels.*:LstmRecurrenceGpu.Wgmma*-*WgmmaSplit*'
+timeout 120 dist/run gpu_tests --gtest_filter='LstmRecurrenceGpu.WgmmaSplit*' >$O/split_test.log 2>&1
+echo "split test rc $?: $(grep -E '^\[  (PASSED|FAILED)' $O/split_test.log | tr '\n' ' ')"
+grep -E "Failure|Error|error" -A 3 $O/split_test.log | head -12
+for sp in 1 0; do
+  TESSERA_LSTM_STREAMED_SPLIT=$sp timeout 60 dist/run lstm_step --hidden 2048 --dtypes bf16 --repeats 3 --warmup 1 \
+    >$O/split_$sp.log 2>&1
+  echo "== dense H 2048, K split $sp rc $?"
+  grep -E "^(tessera|cudnn) graph|recurrence (fwd|bwd)" $O/split_$sp.log | cut -c1-110
+done
 timeout 180 dist/run gpu_tests --gtest_filter="$filter" >$O/tests.log 2>&1
 echo "tests rc $?: $(grep -E '^\[  (PASSED|FAILED)' $O/tests.log | tr '\n' ' ')"
 grep -E "Failure" -A 3 $O/tests.log | head -8

@@ -75,6 +75,16 @@ void wgmma_streamed_backward(const Tensor& dy, const Tensor& dhT, const Tensor& 
                              const Tensor& cells, const Tensor& c0, const Tensor& wh, const Tensor& dpre,
                              const Tensor& dh0, const Tensor& dc0);
 uint64_t wgmma_streamed_backward_launch_count();
+/// The streamed backward with K split over clusters of two blocks (lstm_wgmma_backward_split.cu:
+/// each block reads half of dpre a phase, the halves' partial products meet in distributed shared
+/// memory). A lab variant, not yet run on a GPU: wgmma_streamed_backward takes it where
+/// TESSERA_LSTM_STREAMED_SPLIT=1 (0 or unset: off; anything else a ValueError) and it fits.
+bool wgmma_split_backward_asked();
+std::string wgmma_split_backward_unfit(int device, DType dtype, int64_t batch, int64_t hidden);
+void wgmma_split_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT, const Tensor& gates,
+                          const Tensor& cells, const Tensor& c0, const Tensor& wh, const Tensor& dpre,
+                          const Tensor& dh0, const Tensor& dc0);
+uint64_t wgmma_split_backward_launch_count();
 
 /// The block-sparse forward on wgmma (lstm_wgmma_sparse_forward.cu), for nn::LSTM's gate layouts
 /// in blocks of 32 whose groups all fit (one group of 32 units per resident block, or where those

@@ -162,6 +162,9 @@ std::string wgmma_streamed_backward_unfit(int device, DType dtype, int64_t batch
 void wgmma_streamed_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT, const Tensor& gates,
                              const Tensor& cells, const Tensor& c0, const Tensor& wh, const Tensor& dpre,
                              const Tensor& dh0, const Tensor& dc0) {
+  if (wgmma_split_backward_asked() &&
+      wgmma_split_backward_unfit(dy.device().index, dy.dtype(), dy.size(1), dy.size(2)).empty())
+    return wgmma_split_backward(dy, dhT, dcT, gates, cells, c0, wh, dpre, dh0, dc0);
   if (dy.dtype() == DType::bf16) {
     sm90::launch_streamed_backward<__nv_bfloat16>(dy, dhT, dcT, gates, cells, c0, wh, dpre, dh0, dc0);
   } else {
