@@ -357,14 +357,16 @@ __device__ __forceinline__ void init_ring_barriers(uint64_t* full, uint64_t* emp
 /// Σ over the step's `boxes` K boxes of the operand box in ring stage (n + k) mod kStages (a ring of
 /// kStages: the block's, or with two consumer warpgroups on different boxes, this one's share)
 /// ([64, kSlices·16] K-major, rows of kSlices·32 bytes swizzled as TMA wrote them, at
-/// ring + stage·kBoxBytes) times W box k, whose k16 slice kk's descriptor is b_desc(k, kk) (and
+/// ring + stage·kStride) times W box k, whose k16 slice kk's descriptor is b_desc(k, kk) (and
 /// kTransB its major-ness). Waits for each box's full barrier (phase by the box count n + k) and
 /// gives each stage back once its products are done: lane 0 of each warp calls release(empty
-/// barrier of the stage) (an arrival in this block, or in every block of a cluster).
-template <class T, int N, int kSlices, int kTransB, int kStages = kWgmmaRing, class BDesc, class Release>
+/// barrier of the stage) (an arrival in this block, or in every block of a cluster). kStageBytes
+/// (0: the box's size) spaces the stages where they hold more than the box (a streamed W tile).
+template <class T, int N, int kSlices, int kTransB, int kStages = kWgmmaRing, int kStageBytes = 0, class BDesc,
+          class Release>
 __device__ __forceinline__ void ring_product_with(float (&acc)[N / 2], uint8_t* ring, uint64_t* full, uint64_t* empty,
                                                   int n, int boxes, int lane, BDesc b_desc, Release release) {
-  constexpr int kRowBytes = kSlices * 32, kBoxBytes = 64 * kRowBytes;
+  constexpr int kRowBytes = kSlices * 32, kStride = kStageBytes > 0 ? kStageBytes : 64 * kRowBytes;
 #pragma unroll
   for (int e = 0; e < N / 2; ++e) acc[e] = 0.f;
   if (boxes == 0) return;  // (a block-sparse group with no block rows)
@@ -375,7 +377,7 @@ __device__ __forceinline__ void ring_product_with(float (&acc)[N / 2], uint8_t* 
 #pragma unroll
     for (int kk = 0; kk < kSlices; ++kk)
       Wgmma<T, N>::template run<0, kTransB>(
-          acc, make_desc(ring + s * kBoxBytes + kk * 32, 16, 8 * kRowBytes, kRowBytes), b_desc(k, kk), true);
+          acc, make_desc(ring + s * kStride + kk * 32, 16, 8 * kRowBytes, kRowBytes), b_desc(k, kk), true);
     wgmma_commit();
     if (k > 0) {  // box k − 1's products are done: its stage goes back to the producer(s)
       wgmma_wait<1>();

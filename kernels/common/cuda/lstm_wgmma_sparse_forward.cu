@@ -25,10 +25,17 @@
 // warpgroup's boxes must not share a stage's phases with the other's, whose waits would run a phase
 // ahead), the two groups' boxes issued in turn, and one arrival per block once both warpgroups
 // have stored.
+//
+// Where even the pairs' W tiles pass shared memory (H 8192 at 1/16: 33.5 MB of W_h against 30 MB
+// on 132 SMs), the streamed form (kStreamed, two groups a block; a lab kernel behind
+// TESSERA_LSTM_SPARSE_STREAMED until it has run on a GPU) keeps each group's first `w_tiles`
+// entries' tiles resident and copies the rest with their operand boxes: a stage holds the box
+// [64, 32] of h and, for an entry past w_tiles, the entry's tile [32, 128] beside it (12 KB).
 #include <cuda.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <string>
 
 #include "core/cuda/check.cuh"
@@ -50,15 +57,17 @@ constexpr int kSpABox = 64 * kSpBs * 2;       // an operand box [64 rows, 32 K]
 constexpr int kSpWBlock = kSpBs * kSpBs * 2;  // one W block [32, 32]
 constexpr int kSpWTile = 4 * kSpWBlock;       // an entry's tile: the four gates' blocks
 constexpr int kSpMaxEntries = 32;             // block rows of a group at most (the tables in shared memory)
+constexpr int kSpStreamedStage = kSpABox + kSpWTile;  // the streamed form's stage: the box, then a tile
 
-// W's tiles (`entries`: a block's block rows, over its groups), the ring of [64, 32] boxes, the
-// barriers and the alignment, the entry tables and the bias.
-size_t sparse_smem_bytes(int entries, int groups) {
+// W's tiles (`tiles`: a block's block rows over its groups, or the resident ones), the ring of
+// `stage`-byte stages, the barriers and the alignment, the entry tables and the bias.
+size_t sparse_smem_bytes(int tiles, int groups, int stage = kSpABox) {
   const size_t tables = static_cast<size_t>(groups) * (kSpMaxEntries * 5 + kSpCols) * 4;
-  return static_cast<size_t>(entries) * kSpWTile + kWgmmaRing * kSpABox + 2048 + tables;
+  return static_cast<size_t>(tiles) * kSpWTile + static_cast<size_t>(kWgmmaRing) * stage + 2048 + tables;
 }
 
 std::atomic<uint64_t> g_sparse_launches{0};
+std::atomic<uint64_t> g_sparse_streamed_launches{0};
 
 struct SparseArgs {
   int steps, batch, hidden, q;  // q = H / 32: block columns of a gate
@@ -77,18 +86,20 @@ struct SparseArgs {
   unsigned* counter;
 };
 
-template <class T, int kGroups>
+// w_tiles: the tiles held, the busiest block's entries; with kStreamed, each group's first w_tiles.
+template <class T, int kGroups, bool kStreamed = false>
 __global__ void __launch_bounds__(sparse_block_threads(kGroups), 1)
     lstm_wgmma_sparse_forward_kernel(const __grid_constant__ CUtensorMap map_h0,
                                      const __grid_constant__ CUtensorMap map_y,
-                                     const __grid_constant__ CUtensorMap map_w, const SparseArgs p, int max_entries) {
+                                     const __grid_constant__ CUtensorMap map_w, const SparseArgs p, int w_tiles) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kRing = kWgmmaRing, kStages = kRing / kGroups;  // a warpgroup's share of the ring
+  constexpr int kStage = kStreamed ? kSpStreamedStage : kSpABox;
   extern __shared__ uint8_t smem_raw[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
   // the block's block rows: entries of group kGroups·b first, then group kGroups·b + 1's
   const int first = p.col_ptr[kGroups * blockIdx.x], entries = p.col_ptr[kGroups * (blockIdx.x + 1)] - first;
-  const RingSmem m = carve_ring_smem(smem_raw, max_entries * kSpWTile, kSpABox, kRing);
+  const RingSmem m = carve_ring_smem(smem_raw, (kStreamed ? kGroups : 1) * w_tiles * kSpWTile, kStage, kRing);
   uint8_t *w_s = m.w, *ring = m.ring;
   uint64_t *full = m.full, *empty = m.empty, *w_bar = m.w_bar;
   int32_t* rows_s = reinterpret_cast<int32_t*>(w_bar + 1);  // [entries]: r_i
@@ -111,15 +122,27 @@ __global__ void __launch_bounds__(sparse_block_threads(kGroups), 1)
   init_ring_barriers<1, kRing>(full, empty, w_bar);  // (its block barrier also publishes the tables)
   if (warp == 4 * kGroups) {  // the producer: the W tiles once, then per step one box of h_t per entry
     if (lane == 0) {
-      mbar_arrive_expect_tx(w_bar, entries * kSpWTile);
-      for (int i = 0; i < entries; ++i)
-#pragma unroll
-        for (int g = 0; g < 4; ++g)
-          tma_load_2d(w_s + i * kSpWTile + g * kSpWBlock, &map_w, w_bar, 0, blk_s[4 * i + g] * kSpBs);
       // group g's entries [lead[g], lead[g] + count[g]) of the block's, its boxes through its share
       // of the ring (stages g·kStages …), the i-th box of each group in turn
       int lead[kGroups], count[kGroups];
       const int most = unit_lists(p.col_ptr, first, lead, count);
+      // an entry's four gate blocks side by side at `tile`, completing on `bar`
+      auto copy_tile = [&](uint8_t* tile, uint64_t* bar, int e) {
+#pragma unroll
+        for (int g = 0; g < 4; ++g) tma_load_2d(tile + g * kSpWBlock, &map_w, bar, 0, blk_s[4 * e + g] * kSpBs);
+      };
+      if constexpr (kStreamed) {  // group g's first w_tiles entries at tiles g·w_tiles …
+        int held = 0;
+#pragma unroll
+        for (int g = 0; g < kGroups; ++g) held += min(count[g], w_tiles);
+        mbar_arrive_expect_tx(w_bar, held * kSpWTile);
+#pragma unroll
+        for (int g = 0; g < kGroups; ++g)
+          for (int i = 0; i < min(count[g], w_tiles); ++i) copy_tile(w_s + (g * w_tiles + i) * kSpWTile, w_bar, lead[g] + i);
+      } else {
+        mbar_arrive_expect_tx(w_bar, entries * kSpWTile);
+        for (int i = 0; i < entries; ++i) copy_tile(w_s + i * kSpWTile, w_bar, i);
+      }
       for (int t = 0; t < p.steps; ++t) {
         if (t > 0) {
           wait_count(p.counter, static_cast<unsigned>(t) * gridDim.x);
@@ -130,13 +153,16 @@ __global__ void __launch_bounds__(sparse_block_threads(kGroups), 1)
           for (int g = 0; g < kGroups; ++g) {
             if (i >= count[g]) continue;
             const int u = t * count[g] + i, s = g * kStages + u % kStages, r = rows_s[lead[g] + i];
+            const bool streamed = kStreamed && i >= w_tiles;
+            uint8_t* stage = ring + s * kStage;
             mbar_wait(&empty[s], ((u / kStages) & 1) ^ 1);
-            mbar_arrive_expect_tx(&full[s], kSpABox);
+            mbar_arrive_expect_tx(&full[s], streamed ? kSpStreamedStage : kSpABox);
             if (t == 0) {
-              tma_load_2d(ring + s * kSpABox, &map_h0, &full[s], r * kSpBs, 0);
+              tma_load_2d(stage, &map_h0, &full[s], r * kSpBs, 0);
             } else {
-              tma_load_3d(ring + s * kSpABox, &map_y, &full[s], r * kSpBs, 0, t - 1);
+              tma_load_3d(stage, &map_y, &full[s], r * kSpBs, 0, t - 1);
             }
+            if (streamed) copy_tile(stage + kSpABox, &full[s], lead[g] + i);
           }
       }
     }
@@ -177,14 +203,17 @@ __global__ void __launch_bounds__(sparse_block_threads(kGroups), 1)
       cst[hh][o][1] = v.y;
     }
   mbar_wait(w_bar, 0);
-  // B of entry k, slice kk: the tile's K rows 16kk …, MN-major, the gates' blocks 2 KB apart
-  const uint8_t* w_mine = w_s + lead * kSpWTile;
-  auto b_desc = [w_mine](int k, int kk) {
-    return make_desc(w_mine + k * kSpWTile + kk * 16 * 64, kSpWBlock, 8 * 64, 64);
-  };
-  uint8_t* my_ring = ring + wg * kStages * kSpABox;
+  const uint8_t* w_mine = w_s + (kStreamed ? wg * w_tiles : lead) * kSpWTile;
+  uint8_t* my_ring = ring + wg * kStages * kStage;
   uint64_t *my_full = full + wg * kStages, *my_empty = empty + wg * kStages;
   for (int t = 0, n = 0; t < p.steps; ++t, n += mine) {
+    // B of entry k, slice kk: the tile's K rows 16kk …, MN-major, the gates' blocks 2 KB apart; the
+    // tile resident, or (streamed, past w_tiles) beside the entry's box in its stage
+    auto b_desc = [&](int k, int kk) {
+      const uint8_t* tile = w_mine + k * kSpWTile;
+      if (kStreamed && k >= w_tiles) tile = my_ring + ((n + k) % kStages) * kStage + kSpABox;
+      return make_desc(tile + kk * 16 * 64, kSpWBlock, 8 * 64, 64);
+    };
     keep_pace_if_idle(entries == 0, p.counter, t);  // a block with no block rows
     // the step's input term, read (packed) while the operand arrives: gx[hh][g][o] holds gate g's
     // units 8o + 2q (+ 1) of row rows[hh]
@@ -198,8 +227,8 @@ __global__ void __launch_bounds__(sparse_block_threads(kGroups), 1)
         for (int o = 0; o < 4; ++o) gx[hh][g][o] = live[hh] ? load_pair_raw(row + g * H + 8 * o) : Pair<T>{};
     }
     float acc[kSpCols / 2];
-    ring_product_with<T, kSpCols, 2, 1, kStages>(acc, my_ring, my_full, my_empty, n, mine, lane, b_desc,
-                                                 release_stage<1>);
+    ring_product_with<T, kSpCols, 2, 1, kStages, kStage>(acc, my_ring, my_full, my_empty, n, mine, lane, b_desc,
+                                                         release_stage<1>);
     // acc[4j + 2hh + e]: row rows[hh], column 8j + 2q + e = gate j / 4, unit 8(j mod 4) + 2q + e
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
@@ -242,13 +271,55 @@ __global__ void __launch_bounds__(sparse_block_threads(kGroups), 1)
 #endif
 }
 
-// One group a block, or two (sparse_grid), for this layout on this device.
+/// TESSERA_LSTM_SPARSE_STREAMED (the streamed form; a lab switch until it has run on a GPU): unset
+/// or 0 off; 1 where neither one group nor two a block fit (H 8192 at 1/16); 1:N before the other
+/// forms, at most N tiles of a group resident (the tests stream most of W at small H); anything
+/// else a ValueError. cap -1: off.
+struct StreamedChoice {
+  int cap = -1;
+  bool first = false;
+};
+StreamedChoice sparse_streamed_choice() {
+  const char* e = std::getenv("TESSERA_LSTM_SPARSE_STREAMED");
+  const std::string v = e ? e : "0";
+  if (v == "0") return {};
+  if (v == "1") return {kSpMaxEntries, false};
+  const bool capped = v.size() > 2 && v.size() <= 4 && v.compare(0, 2, "1:") == 0 &&
+                      v.find_first_not_of("0123456789", 2) == std::string::npos;
+  TS_CHECK(capped, ValueError, "TESSERA_LSTM_SPARSE_STREAMED must be 0, 1 or 1:N, not '" << v << "'");
+  return {std::stoi(v.substr(2)), true};
+}
+
+// How the forward runs a layout on a device: the grid (one group a block or two), and with the
+// streamed form the tiles of a group kept resident (w_tiles; else -1).
+struct ForwardPlan {
+  SparseGrid grid;
+  int w_tiles = -1;
+};
+
 template <class T>
-SparseGrid forward_grid(int device, int64_t hidden, const SparseLayoutFacts& f) {
-  return sparse_grid(device, static_cast<int>(hidden / kSpBs), lstm_wgmma_sparse_forward_kernel<T, 1>,
-                     sparse_smem_bytes(f.max_col_blocks, 1), lstm_wgmma_sparse_forward_kernel<T, 2>,
-                     sparse_smem_bytes(f.max_pair_col_blocks, 2), "a group's W tiles pass shared memory",
-                     "more groups of 32 units than resident blocks, one or two a block");
+ForwardPlan forward_plan(int device, int64_t hidden, const SparseLayoutFacts& f) {
+  const StreamedChoice streamed = sparse_streamed_choice();
+  const int groups = static_cast<int>(hidden / kSpBs);
+  ForwardPlan plan;
+  if (!streamed.first) {
+    plan.grid = sparse_grid(device, groups, lstm_wgmma_sparse_forward_kernel<T, 1>,
+                            sparse_smem_bytes(f.max_col_blocks, 1), lstm_wgmma_sparse_forward_kernel<T, 2>,
+                            sparse_smem_bytes(f.max_pair_col_blocks, 2), "a group's W tiles pass shared memory",
+                            "more groups of 32 units than resident blocks, one or two a block");
+    if (plan.grid.per_block > 0 || streamed.cap < 0) return plan;
+  }
+  // two groups a block, each its first w_tiles tiles resident (as many as fit, within the cap)
+  const int64_t room = static_cast<int64_t>(smem_optin(device)) -
+                       static_cast<int64_t>(sparse_smem_bytes(0, 2, kSpStreamedStage));
+  const int w_tiles = static_cast<int>(std::max<int64_t>(
+      0, std::min<int64_t>({room / (2 * kSpWTile), streamed.cap, f.max_col_blocks})));
+  const size_t smem = sparse_smem_bytes(2 * w_tiles, 2, kSpStreamedStage);
+  if (groups % 2 == 0 && all_resident(lstm_wgmma_sparse_forward_kernel<T, 2, true>, device, sparse_block_threads(2),
+                                      smem, groups / 2))
+    return {{2, smem, ""}, w_tiles};
+  if (plan.grid.per_block == 0) plan.grid = {0, smem, "more pairs of groups than resident blocks, even streamed"};
+  return plan;
 }
 
 template <class T>
@@ -260,9 +331,11 @@ void launch_sparse(const Tensor& gx, const Tensor& h0, const Tensor& c0, const T
   const DType dt = gx.dtype();
   const cudaStream_t stream = current_stream(y);
   const SparseLayoutFacts facts = sparse_layout_facts(layout);
-  const SparseGrid grid = forward_grid<T>(device, hidden, facts);
+  const ForwardPlan plan = forward_plan<T>(device, hidden, facts);
+  const SparseGrid& grid = plan.grid;
   TS_CHECK(grid.per_block > 0, ValueError, "lstm_recurrence (wgmma, block-sparse): " << grid.why);
-  const int most = grid.per_block == 2 ? facts.max_pair_col_blocks : facts.max_col_blocks;
+  const bool streamed = plan.w_tiles >= 0;
+  const int w_tiles = streamed ? plan.w_tiles : grid.per_block == 2 ? facts.max_pair_col_blocks : facts.max_col_blocks;
   const size_t smem = grid.smem;
   const BlockTables tables = device_tables(layout, device);
   const CUtensorMap map_h0 = tensor_map(h0.data_ptr(), dt, static_cast<uint64_t>(batch), hidden, 64, kSpBs);
@@ -292,19 +365,21 @@ void launch_sparse(const Tensor& gx, const Tensor& h0, const Tensor& c0, const T
   a.gates = static_cast<float*>(gates.data_ptr());
   a.cells = static_cast<float*>(cells.data_ptr());
   a.counter = counter;
-  const auto kernel =
-      grid.per_block == 2 ? &lstm_wgmma_sparse_forward_kernel<T, 2> : &lstm_wgmma_sparse_forward_kernel<T, 1>;
+  const auto kernel = streamed                ? &lstm_wgmma_sparse_forward_kernel<T, 2, true>
+                      : grid.per_block == 2 ? &lstm_wgmma_sparse_forward_kernel<T, 2>
+                                            : &lstm_wgmma_sparse_forward_kernel<T, 1>;
   TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   cudaLaunchAttribute attrs[2];
   const int blocks = static_cast<int>(hidden / kSpBs) / grid.per_block;
   const cudaLaunchConfig_t cfg =
       wgmma_launch_config(blocks, sparse_block_threads(grid.per_block), smem, stream, 1, true, attrs);
-  const cudaError_t launched = cudaLaunchKernelEx(&cfg, kernel, map_h0, map_y, map_w, a, most);
+  const cudaError_t launched = cudaLaunchKernelEx(&cfg, kernel, map_h0, map_y, map_w, a, w_tiles);
   deallocate(counter, 256, device);  // stream-ordered: freed after the kernel
   TS_CUDA_CHECK(launched);
   TS_CUDA_LAUNCH_CHECK("lstm_recurrence (wgmma, block-sparse)");
   g_sparse_launches.fetch_add(1, std::memory_order_relaxed);
   if (grid.per_block == 2) count_sparse_paired_launch();
+  if (streamed) g_sparse_streamed_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -321,9 +396,9 @@ std::string wgmma_sparse_forward_unfit(int device, DType dtype, int64_t batch, i
   const sm90::SparseLayoutFacts facts = sm90::sparse_layout_facts(layout);
   if (!facts.gate_layout) return "not nn::LSTM's gate layout";
   if (facts.max_col_blocks > sm90::kSpMaxEntries) return "a group's block rows pass 32";
-  const sm90::SparseGrid grid = dtype == DType::bf16 ? sm90::forward_grid<__nv_bfloat16>(device, hidden, facts)
-                                                     : sm90::forward_grid<__half>(device, hidden, facts);
-  if (grid.per_block == 0) return grid.why;
+  const sm90::ForwardPlan plan = dtype == DType::bf16 ? sm90::forward_plan<__nv_bfloat16>(device, hidden, facts)
+                                                      : sm90::forward_plan<__half>(device, hidden, facts);
+  if (plan.grid.per_block == 0) return plan.grid.why;
   return "";
 }
 
@@ -338,6 +413,9 @@ void wgmma_sparse_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, 
 }
 
 uint64_t wgmma_sparse_forward_launch_count() { return sm90::g_sparse_launches.load(std::memory_order_relaxed); }
+uint64_t wgmma_sparse_streamed_forward_launch_count() {
+  return sm90::g_sparse_streamed_launches.load(std::memory_order_relaxed);
+}
 
 }  // namespace cuda
 }  // namespace tessera
