@@ -11,7 +11,7 @@
 #      (TESSERA_LSTM_SPARSE_GATE_BOXES=pairs) and without (the default), against cuDNN's dense H 1024;
 #   4. lstm_step --profile of sparse H 8192 at 1/16 and of dense H 2048;
 #   0. first: the K-split streamed backward's test (lstm_wgmma_backward_split.cu) and dense H 2048
-#      with it (TESSERA_LSTM_STREAMED_SPLIT=1) and without; the sparse forward's streamed form's test
+#      with it (TESSERA_LSTM_STREAMED_SPLIT=1) and without; the sparse streamed forms' test
 #      and sparse H 8192 at 1/16 with it (TESSERA_LSTM_SPARSE_STREAMED=1) and without.
 set -uo pipefail
 O=$OUT; t0=$(date +%s)
@@ -23,12 +23,12 @@ timeout 120 dist/run gpu_tests --gtest_filter='LstmRecurrenceGpu.WgmmaSplit*' >$
 echo "split test rc $?: $(grep -E '^\[  (PASSED|FAILED)' $O/split_test.log | tr '\n' ' ')"
 grep -E "Failure|Error|error" -A 3 $O/split_test.log | head -12
 timeout 150 dist/run gpu_tests --gtest_filter='LstmRecurrenceGpu.WgmmaSparseStreamed*' >$O/streamed_test.log 2>&1
-echo "sparse streamed forward test rc $?: $(grep -E '^\[  (PASSED|FAILED)' $O/streamed_test.log | tr '\n' ' ')"
+echo "sparse streamed test rc $?: $(grep -E '^\[  (PASSED|FAILED)' $O/streamed_test.log | tr '\n' ' ')"
 grep -E "Failure|Error|error" -A 3 $O/streamed_test.log | head -12
 for st in 1 0; do
   TESSERA_LSTM_SPARSE_STREAMED=$st timeout 90 dist/run lstm_step --hidden 0 --dtypes bf16 --repeats 2 --warmup 1 \
     --sparse 8192:0.0625:32 >$O/sparse_streamed_$st.log 2>&1
-  echo "== sparse H 8192 1/16, streamed forward $st rc $?"
+  echo "== sparse H 8192 1/16, streamed $st rc $?"
   grep -E "^tessera sparse graph|recurrence (fwd|bwd)" $O/sparse_streamed_$st.log | cut -c1-110
 done
 for sp in 1 0; do

@@ -724,14 +724,20 @@ void check_sparse_variant(const char* variable, const char* value, uint64_t (*la
   check({6, 5, 256, 32, 0.25}, DType::bf16, nn::lstm_gate_layout(*mask_layout(256, 256, 32, mask)));
 }
 
-// The block-sparse forward's streamed form (TESSERA_LSTM_SPARSE_STREAMED=1:N: two groups a block, at
-// most N tiles of a group resident, the rest copied with their operand boxes; 1:0 streams them all),
-// two launches each case (check_sparse_variant). A bad value is one ValueError naming it.
-TEST(LstmRecurrenceGpu, WgmmaSparseStreamedForwardMatchesTheCpu) {
+// Launches of the block-sparse kernels' streamed forms, both directions.
+uint64_t sparse_streamed_launches() {
+  return cuda::wgmma_sparse_streamed_forward_launch_count() + cuda::wgmma_sparse_streamed_backward_launch_count();
+}
+
+// The block-sparse kernels' streamed forms (TESSERA_LSTM_SPARSE_STREAMED=1:N: two groups or block
+// rows a block, at most N tiles or blocks of each resident, the rest copied with their operand
+// boxes; 1:0 streams them all), two launches each way each case (check_sparse_variant). A bad value
+// is one ValueError naming it.
+TEST(LstmRecurrenceGpu, WgmmaSparseStreamedMatchesTheCpu) {
   REQUIRE_GPU();
   if (!sm90_here()) GTEST_SKIP() << "the wgmma recurrence needs an sm_90a build on a GPU of compute 9.0";
   for (const char* cap : {"1:2", "1:0"})
-    check_sparse_variant("TESSERA_LSTM_SPARSE_STREAMED", cap, cuda::wgmma_sparse_streamed_forward_launch_count, 2);
+    check_sparse_variant("TESSERA_LSTM_SPARSE_STREAMED", cap, sparse_streamed_launches, 4);
   const ScopedEnv on("TESSERA_LSTM_WGMMA", "1");
   const ScopedEnv bad("TESSERA_LSTM_SPARSE_STREAMED", "2");
   const LayoutPtr layout = gate_layout(256, 32, 0.25, 5);

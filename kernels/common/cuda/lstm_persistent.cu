@@ -1253,6 +1253,7 @@ void wgmma_sparse_forward(const Tensor&, const Tensor&, const Tensor&, const Ten
 }
 uint64_t wgmma_sparse_forward_launch_count() { return 0; }
 uint64_t wgmma_sparse_streamed_forward_launch_count() { return 0; }
+uint64_t wgmma_sparse_streamed_backward_launch_count() { return 0; }
 std::string wgmma_sparse_backward_unfit(int, DType, int64_t, int64_t, const LayoutPtr&) {
   return "this build has no code for compute capability 9.0 (sm_90a)";
 }

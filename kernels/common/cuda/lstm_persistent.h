@@ -99,6 +99,7 @@ uint64_t wgmma_sparse_forward_launch_count();
 /// Launches of its streamed form (two groups a block, W tiles past each group's resident ones copied
 /// with their operand boxes; TESSERA_LSTM_SPARSE_STREAMED, a lab switch, off by default).
 uint64_t wgmma_sparse_streamed_forward_launch_count();
+uint64_t wgmma_sparse_streamed_backward_launch_count();
 
 /// The block-sparse backward on wgmma (lstm_wgmma_sparse_backward.cu), for W_h [H, 4H] in blocks
 /// of 32 whose block rows all fit (one row of 32 units per resident block, or two a block as the

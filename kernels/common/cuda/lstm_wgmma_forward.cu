@@ -175,6 +175,17 @@ SparsePairs sparse_pairs_choice() {
   return choice == "1" ? SparsePairs::wherever_they_fit : SparsePairs::where_needed;
 }
 
+SparseStreamed sparse_streamed_choice() {
+  const char* e = std::getenv("TESSERA_LSTM_SPARSE_STREAMED");
+  const std::string v = e ? e : "0";
+  if (v == "0") return {};
+  if (v == "1") return {1 << 20, false};
+  const bool capped = v.size() > 2 && v.size() <= 5 && v.compare(0, 2, "1:") == 0 &&
+                      v.find_first_not_of("0123456789", 2) == std::string::npos;
+  TS_CHECK(capped, ValueError, "TESSERA_LSTM_SPARSE_STREAMED must be 0, 1 or 1:N, not '" << v << "'");
+  return {std::stoi(v.substr(2)), true};
+}
+
 namespace {
 std::string gate_boxes_choice() {
   const char* e = std::getenv("TESSERA_LSTM_SPARSE_GATE_BOXES");

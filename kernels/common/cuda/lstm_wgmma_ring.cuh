@@ -100,6 +100,17 @@ int resident_blocks(void (*kernel)(Args...), int device, int threads, size_t sme
 /// ValueError that names it.
 enum class SparsePairs { where_needed, wherever_they_fit, never };
 SparsePairs sparse_pairs_choice();
+/// TESSERA_LSTM_SPARSE_STREAMED (the block-sparse kernels' streamed forms, two work units a block,
+/// each unit's first W tiles or blocks resident and the rest copied beside their operand boxes; a lab
+/// switch until they have run on a GPU): unset or 0 off; 1 where neither one unit nor two a block
+/// fit (H 8192 at 1/16); 1:N before the other forms, at most N tiles (forward) or blocks (backward)
+/// of a unit resident (the tests stream most of W at small H); anything else a ValueError. cap -1:
+/// off.
+struct SparseStreamed {
+  int cap = -1;
+  bool first = false;
+};
+SparseStreamed sparse_streamed_choice();
 /// Counts a launch of a kernel with two work units a block (wgmma_sparse_paired_launch_count).
 void count_sparse_paired_launch();
 

@@ -28,6 +28,11 @@
 // i's four operand boxes at once into a 16 KB stage (four compact [64, 32] boxes), and the product
 // takes the four gates' blocks from it: a quarter of the copies and barrier waits, and more bytes in
 // flight (kGateRing stages; with two rows a block kGatePairRing, two a row).
+//
+// Where even the pairs' blocks pass shared memory (H 8192 at 1/16), the streamed form (kStreamed,
+// two rows a block, one box a copy; TESSERA_LSTM_SPARSE_STREAMED, a lab switch until it has run on a
+// GPU) keeps each row's first `w_tiles` blocks resident and copies each other block beside its
+// operand box: a stage holds the box [64, 32] of dpre and the block [32, 32] (6 KB).
 #include <cuda.h>
 
 #include <algorithm>
@@ -57,11 +62,14 @@ constexpr int kGateRing = 5;                  // the gate boxes' stages (16 KB e
 constexpr int kGatePairRing = 4;              // the same with two rows a block: two stages a row
 
 // W's blocks (`entries`: a block's, over its rows), the ring, the barriers and alignment, the table.
-size_t sparse_bwd_smem_bytes(int entries, int rows, int ring = kWgmmaRing) {
-  return static_cast<size_t>(entries) * kSbWBlock + ring * kSbABox + 2048 + rows * kSbMaxEntries * 4;
+size_t sparse_bwd_smem_bytes(int entries, int rows, int ring = kWgmmaRing, int stage = kSbABox) {
+  return static_cast<size_t>(entries) * kSbWBlock + static_cast<size_t>(ring) * stage + 2048 + rows * kSbMaxEntries * 4;
 }
 
+constexpr int kSbStreamedStage = kSbABox + kSbWBlock;  // the streamed form's stage: the box, then a block
+
 std::atomic<uint64_t> g_sparse_bwd_launches{0};
+std::atomic<uint64_t> g_sparse_bwd_streamed_launches{0};
 std::atomic<uint64_t> g_sparse_bwd_gate_box_launches{0};
 
 // The dense backward's arguments (lstm_wgmma_dense_cell.cuh) and the layout's tables (layout_tables.h).
@@ -105,20 +113,23 @@ __device__ __forceinline__ void gate_box_product(float (&acc)[kSbBs / 2], uint8_
 }
 
 // kRing: the ring's stages (kWgmmaRing, split between the rows); kGateBoxes: an entry's four gates a
-// stage (kRing = kGateRing with one row a block, kGatePairRing with two)
-template <class T, int kRows, int kRing = kWgmmaRing, bool kGateBoxes = false>
+// stage (kRing = kGateRing with one row a block, kGatePairRing with two); kStreamed: the streamed
+// form (two rows, one box a copy). w_tiles: the blocks held, the busiest block's; with kStreamed,
+// each row's first w_tiles.
+template <class T, int kRows, int kRing = kWgmmaRing, bool kGateBoxes = false, bool kStreamed = false>
 __global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
     lstm_wgmma_sparse_backward_kernel(const __grid_constant__ CUtensorMap map_dpre,
                                       const __grid_constant__ CUtensorMap map_w, const SparseBackwardArgs p,
-                                      int max_entries) {
+                                      int w_tiles) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(!(kStreamed && kGateBoxes), "the streamed form copies one box a block");
   constexpr int kStages = kRing / kRows;  // a warpgroup's share of the ring
-  constexpr int kBox = kGateBoxes ? 4 * kSbABox : kSbABox;  // a stage
+  constexpr int kBox = kGateBoxes ? 4 * kSbABox : kStreamed ? kSbStreamedStage : kSbABox;  // a stage
   extern __shared__ uint8_t smem_raw[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
   // the block's blocks: row kRows·b's first, then row kRows·b + 1's
   const int first = p.row_ptr[kRows * blockIdx.x], entries = p.row_ptr[kRows * (blockIdx.x + 1)] - first;
-  const RingSmem m = carve_ring_smem(smem_raw, max_entries * kSbWBlock, kBox, kRing);
+  const RingSmem m = carve_ring_smem(smem_raw, (kStreamed ? kRows : 1) * w_tiles * kSbWBlock, kBox, kRing);
   uint8_t *w_s = m.w, *ring = m.ring;
   uint64_t *full = m.full, *empty = m.empty, *w_bar = m.w_bar;
   int32_t* cols_s = reinterpret_cast<int32_t*>(w_bar + 1);  // [entries]: block column of entry i
@@ -127,12 +138,23 @@ __global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
   const int steps = p.steps;
   if (warp == 4 * kRows) {  // the producer: the row's blocks once, then per phase ph ≥ 1 the boxes of dpre_{T − ph}
     if (lane == 0) {
-      mbar_arrive_expect_tx(w_bar, entries * kSbWBlock);
-      for (int i = 0; i < entries; ++i) tma_load_2d(w_s + i * kSbWBlock, &map_w, w_bar, 0, (first + i) * kSbBs);
       // row g's boxes (with gate boxes one a mask entry) through its share of the ring (stages
       // g·kStages …), the i-th box of each row in turn
       int lead[kRows], count[kRows];
       const int most = unit_lists<kRows, kGateBoxes ? 4 : 1>(p.row_ptr, first, lead, count);
+      if constexpr (kStreamed) {  // row g's first w_tiles blocks at g·w_tiles …
+        int held = 0;
+#pragma unroll
+        for (int g = 0; g < kRows; ++g) held += min(count[g], w_tiles);
+        mbar_arrive_expect_tx(w_bar, held * kSbWBlock);
+#pragma unroll
+        for (int g = 0; g < kRows; ++g)
+          for (int i = 0; i < min(count[g], w_tiles); ++i)
+            tma_load_2d(w_s + (g * w_tiles + i) * kSbWBlock, &map_w, w_bar, 0, (first + lead[g] + i) * kSbBs);
+      } else {
+        mbar_arrive_expect_tx(w_bar, entries * kSbWBlock);
+        for (int i = 0; i < entries; ++i) tma_load_2d(w_s + i * kSbWBlock, &map_w, w_bar, 0, (first + i) * kSbBs);
+      }
       for (int ph = 1; ph <= steps; ++ph) {
         wait_count(p.counter, static_cast<unsigned>(ph) * gridDim.x);  // every block's dpre_{T − ph}
         fence_proxy_async_global();                                    // those generic stores before these TMA reads
@@ -142,12 +164,15 @@ __global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
             if (i >= count[g]) continue;
             const int u = (ph - 1) * count[g] + i, s = g * kStages + u % kStages;
             const int col = cols_s[lead[g] + i] * kSbBs;  // with gate boxes: gate 0's column c_i
+            const bool streamed = kStreamed && i >= w_tiles;
             mbar_wait(&empty[s], ((u / kStages) & 1) ^ 1);
-            mbar_arrive_expect_tx(&full[s], kBox);
+            mbar_arrive_expect_tx(&full[s], kGateBoxes || streamed ? kBox : kSbABox);
             if constexpr (kGateBoxes)  // the four gates' columns g'·q + c_i, at g'·H + 32·c_i of dpre
               tma_load_4d(ring + s * kBox, &map_dpre, &full[s], col, 0, 0, steps - ph);
             else
               tma_load_3d(ring + s * kBox, &map_dpre, &full[s], col, 0, steps - ph);
+            if (streamed)
+              tma_load_2d(ring + s * kBox + kSbABox, &map_w, &full[s], 0, (first + lead[g] + i) * kSbBs);
           }
       }
     }
@@ -174,9 +199,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
       dcc[hh][o][1] = d.y;
     }
   mbar_wait(w_bar, 0);
-  // B of entry k, slice kk: the block's rows (units) as N, its columns K-major
-  const uint8_t* w_mine = w_s + lead * kSbWBlock;
-  auto b_desc = [w_mine](int k, int kk) { return make_desc(w_mine + k * kSbWBlock + kk * 32, 16, 8 * 64, 64); };
+  const uint8_t* w_mine = w_s + (kStreamed ? wg * w_tiles : lead) * kSbWBlock;
   uint8_t* my_ring = ring + wg * kStages * kBox;
   uint64_t *my_full = full + wg * kStages, *my_empty = empty + wg * kStages;
   for (int ph = 0, n = 0; ph <= steps; ++ph) {
@@ -215,8 +238,15 @@ __global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
       gate_box_product<T, kStages>(acc, my_ring, my_full, my_empty, n, mine / 4, lane, w_mine);
       n += mine / 4;
     } else if (ph > 0) {
-      ring_product_with<T, kSbBs, 2, 0, kStages>(acc, my_ring, my_full, my_empty, n, mine, lane, b_desc,
-                                                 release_stage<1>);
+      // B of entry k, slice kk: the block's rows (units) as N, its columns K-major; resident, or
+      // (streamed, past w_tiles) beside the entry's box in its stage
+      auto b_desc = [&](int k, int kk) {
+        const uint8_t* blk = w_mine + k * kSbWBlock;
+        if (kStreamed && k >= w_tiles) blk = my_ring + ((n + k) % kStages) * kBox + kSbABox;
+        return make_desc(blk + kk * 32, 16, 8 * 64, 64);
+      };
+      ring_product_with<T, kSbBs, 2, 0, kStages, kBox>(acc, my_ring, my_full, my_empty, n, mine, lane, b_desc,
+                                                       release_stage<1>);
       n += mine;
     } else {
 #pragma unroll
@@ -309,13 +339,37 @@ CUtensorMap gate_box_map(const Tensor& dpre, int64_t steps, int64_t batch, int64
   return map;
 }
 
-// One block row a block, or two (sparse_grid), for this layout on this device.
+// How the backward runs a layout on a device: one block row a block, or two (sparse_grid), and with
+// the streamed form the blocks of a row kept resident (w_tiles; else -1).
+struct BackwardPlan {
+  SparseGrid grid;
+  int w_tiles = -1;
+};
+
 template <class T>
-SparseGrid backward_grid(int device, int64_t hidden, const SparseLayoutFacts& f) {
-  return sparse_grid(device, static_cast<int>(hidden / kSbBs), lstm_wgmma_sparse_backward_kernel<T, 1>,
-                     sparse_bwd_smem_bytes(f.max_row_blocks, 1), lstm_wgmma_sparse_backward_kernel<T, 2>,
-                     sparse_bwd_smem_bytes(f.max_pair_row_blocks, 2), "a block row's W blocks pass shared memory",
-                     "more block rows than resident blocks, one or two a block");
+BackwardPlan backward_plan(int device, int64_t hidden, const SparseLayoutFacts& f) {
+  const SparseStreamed streamed = sparse_streamed_choice();
+  const int rows = static_cast<int>(hidden / kSbBs);
+  BackwardPlan plan;
+  if (!streamed.first) {
+    plan.grid = sparse_grid(device, rows, lstm_wgmma_sparse_backward_kernel<T, 1>,
+                            sparse_bwd_smem_bytes(f.max_row_blocks, 1), lstm_wgmma_sparse_backward_kernel<T, 2>,
+                            sparse_bwd_smem_bytes(f.max_pair_row_blocks, 2),
+                            "a block row's W blocks pass shared memory",
+                            "more block rows than resident blocks, one or two a block");
+    if (plan.grid.per_block > 0 || streamed.cap < 0) return plan;
+  }
+  // two rows a block, each its first w_tiles blocks resident (as many as fit, within the cap)
+  const int64_t room = static_cast<int64_t>(smem_optin(device)) -
+                       static_cast<int64_t>(sparse_bwd_smem_bytes(0, 2, kWgmmaRing, kSbStreamedStage));
+  const int w_tiles = static_cast<int>(
+      std::max<int64_t>(0, std::min<int64_t>({room / (2 * kSbWBlock), streamed.cap, f.max_row_blocks})));
+  const size_t smem = sparse_bwd_smem_bytes(2 * w_tiles, 2, kWgmmaRing, kSbStreamedStage);
+  if (rows % 2 == 0 && all_resident(lstm_wgmma_sparse_backward_kernel<T, 2, kWgmmaRing, false, true>, device,
+                                    sparse_block_threads(2), smem, rows / 2))
+    return {{2, smem, ""}, w_tiles};
+  if (plan.grid.per_block == 0) plan.grid = {0, smem, "more pairs of block rows than resident blocks, even streamed"};
+  return plan;
 }
 
 template <class T>
@@ -327,10 +381,14 @@ void launch_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& d
   const DType dt = dy.dtype();
   const cudaStream_t stream = current_stream(dpre);
   const SparseLayoutFacts facts = sparse_layout_facts(layout);
-  SparseGrid grid = backward_grid<T>(device, hidden, facts);
-  const bool boxes4 = gate_boxes<T>(grid, device, hidden, facts);
+  BackwardPlan plan = backward_plan<T>(device, hidden, facts);
+  SparseGrid& grid = plan.grid;
+  const bool streamed = plan.w_tiles >= 0;
+  const bool boxes4 = !streamed && gate_boxes<T>(grid, device, hidden, facts);
   TS_CHECK(grid.per_block > 0, ValueError, "lstm_recurrence_backward (wgmma, block-sparse): " << grid.why);
-  const int most = grid.per_block == 2 ? facts.max_pair_row_blocks : facts.max_row_blocks;
+  const int w_tiles = streamed              ? plan.w_tiles
+                      : grid.per_block == 2 ? facts.max_pair_row_blocks
+                                            : facts.max_row_blocks;
   const size_t smem = grid.smem;
   const BlockTables tables = device_tables(layout, device);
   const uint64_t dims[3] = {static_cast<uint64_t>(4 * hidden), static_cast<uint64_t>(batch),
@@ -344,8 +402,9 @@ void launch_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& d
   static_cast<BackwardArgs&>(a) = dense_backward_args(dy, dhT, dcT, gates, cells, c0, dpre, dh0, dc0, stream);
   a.row_ptr = tables.row_ptr;
   a.block_col = tables.block_col;
-  const auto kernel = grid.per_block == 2 ? (boxes4 ? &lstm_wgmma_sparse_backward_kernel<T, 2, kGatePairRing, true>
-                                                     : &lstm_wgmma_sparse_backward_kernel<T, 2>)
+  const auto kernel = streamed ? &lstm_wgmma_sparse_backward_kernel<T, 2, kWgmmaRing, false, true>
+                      : grid.per_block == 2 ? (boxes4 ? &lstm_wgmma_sparse_backward_kernel<T, 2, kGatePairRing, true>
+                                                      : &lstm_wgmma_sparse_backward_kernel<T, 2>)
                       : boxes4 ? &lstm_wgmma_sparse_backward_kernel<T, 1, kGateRing, true>
                                : &lstm_wgmma_sparse_backward_kernel<T, 1>;
   TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
@@ -353,13 +412,14 @@ void launch_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& d
   const int blocks = static_cast<int>(hidden / kSbBs) / grid.per_block;
   const cudaLaunchConfig_t cfg =
       wgmma_launch_config(blocks, sparse_block_threads(grid.per_block), smem, stream, 1, true, attrs);
-  const cudaError_t launched = cudaLaunchKernelEx(&cfg, kernel, map_dpre, map_w, a, most);
+  const cudaError_t launched = cudaLaunchKernelEx(&cfg, kernel, map_dpre, map_w, a, w_tiles);
   deallocate(a.counter, 256, device);  // stream-ordered: freed after the kernel
   TS_CUDA_CHECK(launched);
   TS_CUDA_LAUNCH_CHECK("lstm_recurrence_backward (wgmma, block-sparse)");
   g_sparse_bwd_launches.fetch_add(1, std::memory_order_relaxed);
   if (grid.per_block == 2) count_sparse_paired_launch();
   if (boxes4) g_sparse_bwd_gate_box_launches.fetch_add(1, std::memory_order_relaxed);
+  if (streamed) g_sparse_bwd_streamed_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -375,9 +435,9 @@ std::string wgmma_sparse_backward_unfit(int device, DType dtype, int64_t batch, 
   if (!sm90::device_ok(device)) return "compute capability 9.0 only";
   const sm90::SparseLayoutFacts facts = sm90::sparse_layout_facts(layout);
   if (facts.max_row_blocks > sm90::kSbMaxEntries) return "a block row's blocks pass 96";
-  const sm90::SparseGrid grid = dtype == DType::bf16 ? sm90::backward_grid<__nv_bfloat16>(device, hidden, facts)
-                                                     : sm90::backward_grid<__half>(device, hidden, facts);
-  if (grid.per_block == 0) return grid.why;
+  const sm90::BackwardPlan plan = dtype == DType::bf16 ? sm90::backward_plan<__nv_bfloat16>(device, hidden, facts)
+                                                       : sm90::backward_plan<__half>(device, hidden, facts);
+  if (plan.grid.per_block == 0) return plan.grid.why;
   return "";
 }
 
@@ -392,6 +452,9 @@ void wgmma_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dc
 }
 
 uint64_t wgmma_sparse_backward_launch_count() { return sm90::g_sparse_bwd_launches.load(std::memory_order_relaxed); }
+uint64_t wgmma_sparse_streamed_backward_launch_count() {
+  return sm90::g_sparse_bwd_streamed_launches.load(std::memory_order_relaxed);
+}
 uint64_t wgmma_sparse_backward_gate_box_launch_count() {
   return sm90::g_sparse_bwd_gate_box_launches.load(std::memory_order_relaxed);
 }

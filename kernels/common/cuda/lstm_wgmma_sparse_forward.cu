@@ -138,7 +138,8 @@ __global__ void __launch_bounds__(sparse_block_threads(kGroups), 1)
         mbar_arrive_expect_tx(w_bar, held * kSpWTile);
 #pragma unroll
         for (int g = 0; g < kGroups; ++g)
-          for (int i = 0; i < min(count[g], w_tiles); ++i) copy_tile(w_s + (g * w_tiles + i) * kSpWTile, w_bar, lead[g] + i);
+          for (int i = 0; i < min(count[g], w_tiles); ++i)
+            copy_tile(w_s + (g * w_tiles + i) * kSpWTile, w_bar, lead[g] + i);
       } else {
         mbar_arrive_expect_tx(w_bar, entries * kSpWTile);
         for (int i = 0; i < entries; ++i) copy_tile(w_s + i * kSpWTile, w_bar, i);
@@ -271,25 +272,6 @@ __global__ void __launch_bounds__(sparse_block_threads(kGroups), 1)
 #endif
 }
 
-/// TESSERA_LSTM_SPARSE_STREAMED (the streamed form; a lab switch until it has run on a GPU): unset
-/// or 0 off; 1 where neither one group nor two a block fit (H 8192 at 1/16); 1:N before the other
-/// forms, at most N tiles of a group resident (the tests stream most of W at small H); anything
-/// else a ValueError. cap -1: off.
-struct StreamedChoice {
-  int cap = -1;
-  bool first = false;
-};
-StreamedChoice sparse_streamed_choice() {
-  const char* e = std::getenv("TESSERA_LSTM_SPARSE_STREAMED");
-  const std::string v = e ? e : "0";
-  if (v == "0") return {};
-  if (v == "1") return {kSpMaxEntries, false};
-  const bool capped = v.size() > 2 && v.size() <= 4 && v.compare(0, 2, "1:") == 0 &&
-                      v.find_first_not_of("0123456789", 2) == std::string::npos;
-  TS_CHECK(capped, ValueError, "TESSERA_LSTM_SPARSE_STREAMED must be 0, 1 or 1:N, not '" << v << "'");
-  return {std::stoi(v.substr(2)), true};
-}
-
 // How the forward runs a layout on a device: the grid (one group a block or two), and with the
 // streamed form the tiles of a group kept resident (w_tiles; else -1).
 struct ForwardPlan {
@@ -299,7 +281,7 @@ struct ForwardPlan {
 
 template <class T>
 ForwardPlan forward_plan(int device, int64_t hidden, const SparseLayoutFacts& f) {
-  const StreamedChoice streamed = sparse_streamed_choice();
+  const SparseStreamed streamed = sparse_streamed_choice();
   const int groups = static_cast<int>(hidden / kSpBs);
   ForwardPlan plan;
   if (!streamed.first) {
