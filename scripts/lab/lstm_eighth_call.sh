@@ -48,7 +48,7 @@ for s in 4096:0.0625:32 8192:0.015625:32; do
     grep -E "^tessera sparse graph" $O/profile_${s%%:*}_$ef.log | cut -c1-90
   done
 done
-for boxes in pairs 1; do
+for boxes in 1 0; do  # (run on 2026-12-06 as `pairs 1`: `pairs` has since become the default, 1)
   TESSERA_LSTM_SPARSE_GATE_BOXES=$boxes timeout 60 dist/run lstm_step --hidden 1024 --dtypes bf16 --repeats 3 \
     --warmup 1 --sparse 8192:0.015625:32 >$O/step_boxes_$boxes.log 2>&1
   echo "== H 8192 1/64, gate boxes $boxes rc $?"

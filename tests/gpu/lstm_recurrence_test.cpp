@@ -531,6 +531,12 @@ TEST(LstmRecurrenceGpu, WgmmaSparseKernelsMatchTheCpu) {
             "blocks of 32 only");
   EXPECT_EQ(cuda::wgmma_sparse_forward_unfit(dev, DType::bf16, 64, 256, random_layout(256, 1024, 32, 0.25, 5)),
             "not nn::LSTM's gate layout");
+  // H 8192 at 1/16 and 0.03 fit only in the streamed forms (TESSERA_LSTM_SPARSE_STREAMED, on by default)
+  for (double d : {0.0625, 0.03}) {
+    EXPECT_EQ(cuda::wgmma_sparse_forward_unfit(dev, DType::bf16, 64, 8192, gate_layout(8192, 32, d, 5)), "");
+    EXPECT_EQ(cuda::wgmma_sparse_backward_unfit(dev, DType::bf16, 64, 8192, gate_layout(8192, 32, d, 5)), "");
+  }
+  const ScopedEnv unstreamed("TESSERA_LSTM_SPARSE_STREAMED", "0");
   EXPECT_EQ(cuda::wgmma_sparse_forward_unfit(dev, DType::bf16, 64, 8192, gate_layout(8192, 32, 0.0625, 5)),
             "a group's W tiles pass shared memory");  // 27 block rows in its busiest group: 217 KB of W
   // 256 groups and block rows, the busiest 17 and 64 blocks: each fits a block, not all resident,
@@ -541,7 +547,7 @@ TEST(LstmRecurrenceGpu, WgmmaSparseKernelsMatchTheCpu) {
   EXPECT_EQ(cuda::wgmma_sparse_backward_unfit(dev, DType::bf16, 64, 512, gate_layout(512, 16, 0.25, 5)),
             "blocks of 32 only");
   EXPECT_EQ(cuda::wgmma_sparse_backward_unfit(dev, DType::bf16, 64, 8192, gate_layout(8192, 32, 0.0625, 5)),
-            "a block row's blocks pass 96");  // 108
+            "a block row's W blocks pass shared memory");  // 108 blocks: 216 KB
   EXPECT_EQ(cuda::wgmma_sparse_backward_unfit(dev, DType::bf16, 64, 8192, gate_layout(8192, 32, 0.03, 5)),
             "more block rows than resident blocks, one or two a block");
 }
@@ -589,8 +595,9 @@ TEST(LstmRecurrenceGpu, WgmmaSparsePairsMatchTheCpu) {
   for (int r = 0; r < 8; ++r)
     for (int c = 0; c < 8; ++c) mask[r * 8 + c] = r != 2 && r != 3 && r != 6 && (c < 3 || c > 5) && (r + c) % 3 != 0;
   check({6, 5, 256, 32, 0.25}, DType::bf16, nn::lstm_gate_layout(*mask_layout(256, 256, 32, mask)));
-  {  // never: H 8192 at 1/64 is not taken
+  {  // never (and not streamed): H 8192 at 1/64 is not taken
     const ScopedEnv never("TESSERA_LSTM_SPARSE_PAIRS", "0");
+    const ScopedEnv unstreamed("TESSERA_LSTM_SPARSE_STREAMED", "0");
     EXPECT_EQ(cuda::wgmma_sparse_forward_unfit(dev, DType::bf16, 64, 8192, gate_layout(8192, 32, 0.015625, 5)),
               "more groups of 32 units than resident blocks, one or two a block");
   }
@@ -600,7 +607,7 @@ TEST(LstmRecurrenceGpu, WgmmaSparsePairsMatchTheCpu) {
       {"TESSERA_LSTM_SPARSE_PAIRS", "'2'"});
 }
 
-// Gate boxes with two block rows a block (TESSERA_LSTM_SPARSE_GATE_BOXES=pairs, a lab choice): under
+// Gate boxes with two block rows a block (TESSERA_LSTM_SPARSE_GATE_BOXES=1, the default): under
 // TESSERA_LSTM_SPARSE_PAIRS=1 at H 256 for batch 1, 7 and 64, bf16 and f16, H 2048 at 1/16, a
 // layout with empty rows and a row pair with nothing at all, and under auto the H 8192 at
 // 1/64; each case's backward ran paired with gate boxes (two launches: check_case runs it twice).
@@ -608,7 +615,7 @@ TEST(LstmRecurrenceGpu, WgmmaSparseGateBoxPairsMatchTheCpu) {
   REQUIRE_GPU();
   if (!sm90_here()) GTEST_SKIP() << "the wgmma recurrence needs an sm_90a build on a GPU of compute 9.0";
   const ScopedEnv on("TESSERA_LSTM_WGMMA", "1");
-  const ScopedEnv boxes("TESSERA_LSTM_SPARSE_GATE_BOXES", "pairs");
+  const ScopedEnv boxes("TESSERA_LSTM_SPARSE_GATE_BOXES", "1");
   auto check = [](const Case& k, DType dt, const LayoutPtr& given = nullptr) {
     const uint64_t paired = cuda::wgmma_sparse_paired_launch_count();
     const uint64_t gate_boxes = cuda::wgmma_sparse_backward_gate_box_launch_count();
@@ -641,6 +648,7 @@ TEST(LstmRecurrenceGpu, WgmmaStreamedKernelsMatchTheCpu) {
   REQUIRE_GPU();
   if (!sm90_here()) GTEST_SKIP() << "the wgmma recurrence needs an sm_90a build on a GPU of compute 9.0";
   const ScopedEnv on("TESSERA_LSTM_WGMMA", "1");
+  const ScopedEnv unsplit("TESSERA_LSTM_STREAMED_SPLIT", "0");  // (its own test below)
   auto check = [](const char* choice, const Case& k, DType dt) {
     const ScopedEnv streamed("TESSERA_LSTM_WGMMA_STREAMED", choice);
     const uint64_t fwd = cuda::wgmma_streamed_forward_launch_count();

@@ -78,7 +78,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // dY's strips are read by the one or two runs of their column, X's by every run of a column
     // that lists the row (about 8 at H 4096, 1/16): dY's lines go first, so that they do not push
     // X's out of L2 before the other runs read them (ncu, H200, H 4096 at 1/16, without it: L2 hit
-    // rate 39%, 1.83 GB from DRAM for 0.67 GB of operands)
+    // rate 39%, 1.83 GB from DRAM for 0.67 GB of operands). With it, on the H100: the two dW of that
+    // layer 1.72 -> 1.54 ms; H 8192 at 1/64 2.92 -> 2.91
     const uint64_t read_once = dy_evict_first ? l2_evict_first_policy() : 0;
     int it = 0, taken = blockIdx.x;
     for (int n = 0;; ++n) {

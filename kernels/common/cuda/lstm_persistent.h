@@ -77,8 +77,9 @@ void wgmma_streamed_backward(const Tensor& dy, const Tensor& dhT, const Tensor& 
 uint64_t wgmma_streamed_backward_launch_count();
 /// The streamed backward with K split over clusters of two blocks (lstm_wgmma_backward_split.cu:
 /// each block reads half of dpre a phase, the halves' partial products meet in distributed shared
-/// memory). A lab variant, not yet run on a GPU: wgmma_streamed_backward takes it where
-/// TESSERA_LSTM_STREAMED_SPLIT=1 (0 or unset: off; anything else a ValueError) and it fits.
+/// memory): wgmma_streamed_backward takes it where its clusters can all be resident, unless
+/// TESSERA_LSTM_STREAMED_SPLIT=0 (1 or unset: on; anything else a ValueError). Dense H 2048 on the
+/// H100: 13.30 -> 9.61 ms a layer step, cuDNN's 11.41.
 bool wgmma_split_backward_asked();
 std::string wgmma_split_backward_unfit(int device, DType dtype, int64_t batch, int64_t hidden);
 void wgmma_split_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT, const Tensor& gates,
@@ -97,7 +98,7 @@ void wgmma_sparse_forward(const Tensor& gx, const Tensor& h0, const Tensor& c0, 
                           const Tensor& cT, const Tensor& gates, const Tensor& cells);
 uint64_t wgmma_sparse_forward_launch_count();
 /// Launches of its streamed form (two groups a block, W tiles past each group's resident ones copied
-/// with their operand boxes; TESSERA_LSTM_SPARSE_STREAMED, a lab switch, off by default).
+/// with their operand boxes; TESSERA_LSTM_SPARSE_STREAMED, on by default where nothing else fits).
 uint64_t wgmma_sparse_streamed_forward_launch_count();
 uint64_t wgmma_sparse_streamed_backward_launch_count();
 

@@ -177,7 +177,7 @@ SparsePairs sparse_pairs_choice() {
 
 SparseStreamed sparse_streamed_choice() {
   const char* e = std::getenv("TESSERA_LSTM_SPARSE_STREAMED");
-  const std::string v = e ? e : "0";
+  const std::string v = e ? e : "1";
   if (v == "0") return {};
   if (v == "1") return {1 << 20, false};
   const bool capped = v.size() > 2 && v.size() <= 5 && v.compare(0, 2, "1:") == 0 &&
@@ -190,14 +190,14 @@ namespace {
 std::string gate_boxes_choice() {
   const char* e = std::getenv("TESSERA_LSTM_SPARSE_GATE_BOXES");
   const std::string choice = e ? e : "1";
-  TS_CHECK(choice == "0" || choice == "1" || choice == "pairs", ValueError,
-           "TESSERA_LSTM_SPARSE_GATE_BOXES must be 0, 1 or pairs, not '" << choice << "'");
+  TS_CHECK(choice == "0" || choice == "1", ValueError,
+           "TESSERA_LSTM_SPARSE_GATE_BOXES must be 0 or 1, not '" << choice << "'");
   return choice;
 }
 }  // namespace
 
 bool sparse_gate_boxes_wanted() { return gate_boxes_choice() != "0"; }
-bool sparse_gate_boxes_paired() { return gate_boxes_choice() == "pairs"; }
+bool sparse_gate_boxes_paired() { return gate_boxes_choice() != "0"; }
 
 
 std::atomic<uint64_t> g_sparse_paired_launches{0};

@@ -101,11 +101,11 @@ int resident_blocks(void (*kernel)(Args...), int device, int threads, size_t sme
 enum class SparsePairs { where_needed, wherever_they_fit, never };
 SparsePairs sparse_pairs_choice();
 /// TESSERA_LSTM_SPARSE_STREAMED (the block-sparse kernels' streamed forms, two work units a block,
-/// each unit's first W tiles or blocks resident and the rest copied beside their operand boxes; a lab
-/// switch until they have run on a GPU): unset or 0 off; 1 where neither one unit nor two a block
-/// fit (H 8192 at 1/16); 1:N before the other forms, at most N tiles (forward) or blocks (backward)
-/// of a unit resident (the tests stream most of W at small H); anything else a ValueError. cap -1:
-/// off.
+/// each unit's first W tiles or blocks resident and the rest copied beside their operand boxes):
+/// unset or 1 (the default) where neither one unit nor two a block fit (sparse H 8192 at 1/16: 32.5
+/// -> 22.0 ms on the H100); 0 off; 1:N before the other forms, at most N tiles (forward) or blocks
+/// (backward) of a unit resident (the tests stream most of W at small H); anything else a
+/// ValueError. cap -1: off.
 struct SparseStreamed {
   int cap = -1;
   bool first = false;
@@ -114,11 +114,10 @@ SparseStreamed sparse_streamed_choice();
 /// Counts a launch of a kernel with two work units a block (wgmma_sparse_paired_launch_count).
 void count_sparse_paired_launch();
 
-/// TESSERA_LSTM_SPARSE_GATE_BOXES: 1 (the default) gives the block-sparse backward, with one block
-/// row a block under nn::LSTM's gate layout, one operand copy per mask entry for its four gates
-/// (lstm_wgmma_sparse_backward.cu; H 4096 at 1/16 on the H100: 11.8 -> 7.8 µs a step); `pairs`
-/// (a lab choice, not yet run on a GPU) also with two block rows a block (H 8192 at 1/64); 0 one
-/// copy a block; anything else a ValueError.
+/// TESSERA_LSTM_SPARSE_GATE_BOXES: 1 (the default) gives the block-sparse backward under nn::LSTM's
+/// gate layout one operand copy per mask entry for its four gates, with one block row a block
+/// (lstm_wgmma_sparse_backward.cu; H 4096 at 1/16 on the H100: 11.8 -> 7.8 µs a step) and with two
+/// (H 8192 at 1/64: 15.06 -> 14.36 µs a step); 0 one copy a block; anything else a ValueError.
 bool sparse_gate_boxes_wanted();
 bool sparse_gate_boxes_paired();
 
