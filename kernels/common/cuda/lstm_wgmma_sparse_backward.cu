@@ -30,9 +30,12 @@
 // flight (kGateRing stages; with two rows a block kGatePairRing, two a row).
 //
 // Where even the pairs' blocks pass shared memory (H 8192 at 1/16), the streamed form (kStreamed,
-// two rows a block, one box a copy; TESSERA_LSTM_SPARSE_STREAMED, on by default: 53.5 -> 32.9 µs a
-// step there on the H100) keeps each row's first `w_tiles` blocks resident and copies each other block beside its
-// operand box: a stage holds the box [64, 32] of dpre and the block [32, 32] (6 KB).
+// two rows a block; TESSERA_LSTM_SPARSE_STREAMED, on by default) keeps each row's first `w_tiles`
+// copy units resident and copies each other unit's W blocks beside its operand boxes. One box a
+// copy: a stage holds the box [64, 32] of dpre and its block [32, 32] (6 KB; H 8192 at 1/16 on the
+// H100: 53.5 -> 32.9 µs a step against the production kernel). With gate boxes (the default where
+// the layout allows; built after that run, not yet run on a GPU): a mask entry's four boxes and
+// its four blocks (24 KB stages).
 #include <cuda.h>
 
 #include <algorithm>
@@ -67,6 +70,7 @@ size_t sparse_bwd_smem_bytes(int entries, int rows, int ring = kWgmmaRing, int s
 }
 
 constexpr int kSbStreamedStage = kSbABox + kSbWBlock;  // the streamed form's stage: the box, then a block
+constexpr int kSbStreamedGateStage = 4 * (kSbABox + kSbWBlock);  // with gate boxes: four boxes, four blocks
 
 std::atomic<uint64_t> g_sparse_bwd_launches{0};
 std::atomic<uint64_t> g_sparse_bwd_streamed_launches{0};
@@ -79,17 +83,18 @@ struct SparseBackwardArgs : BackwardArgs {
 };
 
 // One phase's product with gate boxes: acc [64, 32] = Σ over the row's m entries i and the gates g of
-// stage (n + i)'s box g [64, 32] (K-major, 64-byte rows) times the W block at list position g·m + i
-// (w: the row's first block, [32 units, 32 columns] each, 2 KB apart) transposed.
-template <class T, int kStages>
+// stage (n + i)'s box g [64, 32] (K-major, 64-byte rows; stages kStageBytes apart) times the W block
+// of (i, g) at w_block(i, g, stage) ([32 units, 32 columns]: resident at list position g·m + i, or
+// streamed beside the boxes) transposed.
+template <class T, int kStages, int kStageBytes, class WBlock>
 __device__ __forceinline__ void gate_box_product(float (&acc)[kSbBs / 2], uint8_t* ring, uint64_t* full,
-                                                 uint64_t* empty, int n, int m, int lane, const uint8_t* w) {
+                                                 uint64_t* empty, int n, int m, int lane, WBlock w_block) {
 #pragma unroll
   for (int e = 0; e < kSbBs / 2; ++e) acc[e] = 0.f;
   if (m == 0) return;
   for (int i = 0; i < m; ++i) {
     const int s = (n + i) % kStages;
-    const uint8_t* stage = ring + s * 4 * kSbABox;
+    const uint8_t* stage = ring + s * kStageBytes;
     mbar_wait(&full[s], ((n + i) / kStages) & 1);
     wgmma_fence();
 #pragma unroll
@@ -97,7 +102,7 @@ __device__ __forceinline__ void gate_box_product(float (&acc)[kSbBs / 2], uint8_
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk)
         Wgmma<T, kSbBs>::template run<0, 0>(acc, make_desc(stage + g * kSbABox + kk * 32, 16, 8 * 64, 64),
-                                            make_desc(w + (g * m + i) * kSbWBlock + kk * 32, 16, 8 * 64, 64), true);
+                                            make_desc(w_block(i, g, stage) + kk * 32, 16, 8 * 64, 64), true);
     wgmma_commit();
     if (i > 0) {  // entry i − 1's products are done: its stage goes back to the producer
       wgmma_wait<1>();
@@ -122,14 +127,15 @@ __global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
                                       const __grid_constant__ CUtensorMap map_w, const SparseBackwardArgs p,
                                       int w_tiles) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  static_assert(!(kStreamed && kGateBoxes), "the streamed form copies one box a block");
   constexpr int kStages = kRing / kRows;  // a warpgroup's share of the ring
-  constexpr int kBox = kGateBoxes ? 4 * kSbABox : kStreamed ? kSbStreamedStage : kSbABox;  // a stage
+  constexpr int kBox = kGateBoxes ? (kStreamed ? kSbStreamedGateStage : 4 * kSbABox)
+                                  : (kStreamed ? kSbStreamedStage : kSbABox);  // a stage
+  constexpr int kPer = kGateBoxes ? 4 : 1;  // W blocks a copy unit (a mask entry's four gates, or one)
   extern __shared__ uint8_t smem_raw[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
   // the block's blocks: row kRows·b's first, then row kRows·b + 1's
   const int first = p.row_ptr[kRows * blockIdx.x], entries = p.row_ptr[kRows * (blockIdx.x + 1)] - first;
-  const RingSmem m = carve_ring_smem(smem_raw, (kStreamed ? kRows : 1) * w_tiles * kSbWBlock, kBox, kRing);
+  const RingSmem m = carve_ring_smem(smem_raw, (kStreamed ? kRows * kPer : 1) * w_tiles * kSbWBlock, kBox, kRing);
   uint8_t *w_s = m.w, *ring = m.ring;
   uint64_t *full = m.full, *empty = m.empty, *w_bar = m.w_bar;
   int32_t* cols_s = reinterpret_cast<int32_t*>(w_bar + 1);  // [entries]: block column of entry i
@@ -141,16 +147,22 @@ __global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
       // row g's boxes (with gate boxes one a mask entry) through its share of the ring (stages
       // g·kStages …), the i-th box of each row in turn
       int lead[kRows], count[kRows];
-      const int most = unit_lists<kRows, kGateBoxes ? 4 : 1>(p.row_ptr, first, lead, count);
-      if constexpr (kStreamed) {  // row g's first w_tiles blocks at g·w_tiles …
+      const int most = unit_lists<kRows, kPer>(p.row_ptr, first, lead, count);
+      // the kPer blocks of row g's unit i (list positions lead[g] + gate·count[g] + i) at `dst`, 2 KB apart
+      auto copy_unit = [&](uint8_t* dst, uint64_t* bar, int g, int i) {
+#pragma unroll
+        for (int gate = 0; gate < kPer; ++gate)
+          tma_load_2d(dst + gate * kSbWBlock, &map_w, bar, 0, (first + lead[g] + gate * count[g] + i) * kSbBs);
+      };
+      if constexpr (kStreamed) {  // row g's first w_tiles units at units g·w_tiles …
         int held = 0;
 #pragma unroll
         for (int g = 0; g < kRows; ++g) held += min(count[g], w_tiles);
-        mbar_arrive_expect_tx(w_bar, held * kSbWBlock);
+        mbar_arrive_expect_tx(w_bar, held * kPer * kSbWBlock);
 #pragma unroll
         for (int g = 0; g < kRows; ++g)
           for (int i = 0; i < min(count[g], w_tiles); ++i)
-            tma_load_2d(w_s + (g * w_tiles + i) * kSbWBlock, &map_w, w_bar, 0, (first + lead[g] + i) * kSbBs);
+            copy_unit(w_s + (g * w_tiles + i) * kPer * kSbWBlock, w_bar, g, i);
       } else {
         mbar_arrive_expect_tx(w_bar, entries * kSbWBlock);
         for (int i = 0; i < entries; ++i) tma_load_2d(w_s + i * kSbWBlock, &map_w, w_bar, 0, (first + i) * kSbBs);
@@ -166,13 +178,13 @@ __global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
             const int col = cols_s[lead[g] + i] * kSbBs;  // with gate boxes: gate 0's column c_i
             const bool streamed = kStreamed && i >= w_tiles;
             mbar_wait(&empty[s], ((u / kStages) & 1) ^ 1);
-            mbar_arrive_expect_tx(&full[s], kGateBoxes || streamed ? kBox : kSbABox);
+            constexpr int kBoxes = kPer * kSbABox;  // the operand boxes of a stage
+            mbar_arrive_expect_tx(&full[s], streamed ? kBox : kBoxes);
             if constexpr (kGateBoxes)  // the four gates' columns g'·q + c_i, at g'·H + 32·c_i of dpre
               tma_load_4d(ring + s * kBox, &map_dpre, &full[s], col, 0, 0, steps - ph);
             else
               tma_load_3d(ring + s * kBox, &map_dpre, &full[s], col, 0, steps - ph);
-            if (streamed)
-              tma_load_2d(ring + s * kBox + kSbABox, &map_w, &full[s], 0, (first + lead[g] + i) * kSbBs);
+            if (streamed) copy_unit(ring + s * kBox + kBoxes, &full[s], g, i);
           }
       }
     }
@@ -199,7 +211,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
       dcc[hh][o][1] = d.y;
     }
   mbar_wait(w_bar, 0);
-  const uint8_t* w_mine = w_s + (kStreamed ? wg * w_tiles : lead) * kSbWBlock;
+  const uint8_t* w_mine = w_s + (kStreamed ? wg * w_tiles * kPer : lead) * kSbWBlock;
   uint8_t* my_ring = ring + wg * kStages * kBox;
   uint64_t *my_full = full + wg * kStages, *my_empty = empty + wg * kStages;
   for (int ph = 0, n = 0; ph <= steps; ++ph) {
@@ -235,7 +247,15 @@ __global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
     }
     float acc[kSbBs / 2];
     if (ph > 0 && kGateBoxes) {
-      gate_box_product<T, kStages>(acc, my_ring, my_full, my_empty, n, mine / 4, lane, w_mine);
+      const int m4 = mine / 4;
+      // entry i's block of gate g: resident at list position g·m + i, or (streamed) with the first
+      // w_tiles entries' four blocks resident and the others' beside their boxes
+      auto w_block = [&](int i, int g, const uint8_t* stage) -> const uint8_t* {
+        if constexpr (kStreamed)
+          return i < w_tiles ? w_mine + (4 * i + g) * kSbWBlock : stage + 4 * kSbABox + g * kSbWBlock;
+        return w_mine + (g * m4 + i) * kSbWBlock;
+      };
+      gate_box_product<T, kStages, kBox>(acc, my_ring, my_full, my_empty, n, m4, lane, w_block);
       n += mine / 4;
     } else if (ph > 0) {
       // B of entry k, slice kk: the block's rows (units) as N, its columns K-major; resident, or
@@ -340,10 +360,12 @@ CUtensorMap gate_box_map(const Tensor& dpre, int64_t steps, int64_t batch, int64
 }
 
 // How the backward runs a layout on a device: one block row a block, or two (sparse_grid), and with
-// the streamed form the blocks of a row kept resident (w_tiles; else -1).
+// the streamed form the copy units of a row kept resident (w_tiles; else -1) and whether it copies
+// gate boxes.
 struct BackwardPlan {
   SparseGrid grid;
   int w_tiles = -1;
+  bool gate_boxes = false;
 };
 
 template <class T>
@@ -359,7 +381,18 @@ BackwardPlan backward_plan(int device, int64_t hidden, const SparseLayoutFacts& 
                             "more block rows than resident blocks, one or two a block");
     if (plan.grid.per_block > 0 || streamed.cap < 0) return plan;
   }
-  // two rows a block, each its first w_tiles blocks resident (as many as fit, within the cap)
+  // two rows a block, each its first w_tiles copy units resident (as many as fit, within the cap):
+  // with gate boxes a mask entry's four blocks a unit, else one block
+  if (f.gate_layout && sparse_gate_boxes_wanted() && rows % 2 == 0) {
+    const int64_t room = static_cast<int64_t>(smem_optin(device)) -
+                         static_cast<int64_t>(sparse_bwd_smem_bytes(0, 2, kGatePairRing, kSbStreamedGateStage));
+    const int w_tiles = static_cast<int>(
+        std::max<int64_t>(0, std::min<int64_t>({room / (2 * 4 * kSbWBlock), streamed.cap, f.max_row_blocks / 4})));
+    const size_t smem = sparse_bwd_smem_bytes(2 * 4 * w_tiles, 2, kGatePairRing, kSbStreamedGateStage);
+    if (all_resident(lstm_wgmma_sparse_backward_kernel<T, 2, kGatePairRing, true, true>, device,
+                     sparse_block_threads(2), smem, rows / 2))
+      return {{2, smem, ""}, w_tiles, true};
+  }
   const int64_t room = static_cast<int64_t>(smem_optin(device)) -
                        static_cast<int64_t>(sparse_bwd_smem_bytes(0, 2, kWgmmaRing, kSbStreamedStage));
   const int w_tiles = static_cast<int>(
@@ -384,7 +417,7 @@ void launch_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& d
   BackwardPlan plan = backward_plan<T>(device, hidden, facts);
   SparseGrid& grid = plan.grid;
   const bool streamed = plan.w_tiles >= 0;
-  const bool boxes4 = !streamed && gate_boxes<T>(grid, device, hidden, facts);
+  const bool boxes4 = streamed ? plan.gate_boxes : gate_boxes<T>(grid, device, hidden, facts);
   TS_CHECK(grid.per_block > 0, ValueError, "lstm_recurrence_backward (wgmma, block-sparse): " << grid.why);
   const int w_tiles = streamed              ? plan.w_tiles
                       : grid.per_block == 2 ? facts.max_pair_row_blocks
@@ -402,7 +435,8 @@ void launch_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& d
   static_cast<BackwardArgs&>(a) = dense_backward_args(dy, dhT, dcT, gates, cells, c0, dpre, dh0, dc0, stream);
   a.row_ptr = tables.row_ptr;
   a.block_col = tables.block_col;
-  const auto kernel = streamed ? &lstm_wgmma_sparse_backward_kernel<T, 2, kWgmmaRing, false, true>
+  const auto kernel = streamed ? (boxes4 ? &lstm_wgmma_sparse_backward_kernel<T, 2, kGatePairRing, true, true>
+                                         : &lstm_wgmma_sparse_backward_kernel<T, 2, kWgmmaRing, false, true>)
                       : grid.per_block == 2 ? (boxes4 ? &lstm_wgmma_sparse_backward_kernel<T, 2, kGatePairRing, true>
                                                       : &lstm_wgmma_sparse_backward_kernel<T, 2>)
                       : boxes4 ? &lstm_wgmma_sparse_backward_kernel<T, 1, kGateRing, true>
