@@ -2,9 +2,11 @@
 # device call (issue 16): what was built after the eighth run, from the bundle build-gpu/lab.tar.xz
 # (carry it; BUNDLE= another; targets gpu_tests lstm_step train_lstm), about 3 minutes:
 #   1. the streamed forms' test (LstmRecurrenceGpu.WgmmaSparseStreamedMatchesTheCpu: the backward's
-#      streamed form now also with gate boxes, a mask entry's four W blocks beside its four boxes);
-#   2. sparse H 8192 at 1/16 (the streamed forms' layer) with gate boxes (the default) and without
-#      (TESSERA_LSTM_SPARSE_GATE_BOXES=0, one box a copy: 32.9 µs a backward step on the H100),
+#      streamed form now also with gate boxes, a mask entry's four W blocks beside its four boxes;
+#      if it passes and is faster, make `streamed` the behaviour of 1 in sparse_gate_boxes_streamed);
+#   2. sparse H 8192 at 1/16 (the streamed forms' layer) with gate boxes in the streamed form
+#      (TESSERA_LSTM_SPARSE_GATE_BOXES=streamed) and without (1, the default: one box a copy there,
+#      32.9 µs a backward step on the H100),
 #      --profile, against cuDNN's dense H 2048;
 #   3. every LSTM, bsmm and block-sparse convolution GPU test under the defaults.
 set -uo pipefail
@@ -14,7 +16,7 @@ cat dist/BUILD
 timeout 150 dist/run gpu_tests --gtest_filter='LstmRecurrenceGpu.WgmmaSparseStreamed*' >$O/streamed_test.log 2>&1
 echo "streamed test rc $?: $(grep -E '^\[  (PASSED|FAILED)' $O/streamed_test.log | tr '\n' ' ')"
 grep -E "Failure" -A 4 $O/streamed_test.log | head -12
-for boxes in 1 0; do
+for boxes in streamed 1; do
   TESSERA_LSTM_SPARSE_GATE_BOXES=$boxes timeout 90 dist/run lstm_step --hidden 2048 --dtypes bf16 --repeats 3 \
     --warmup 1 --sparse 8192:0.0625:32 --profile >$O/step_$boxes.log 2>&1
   echo "== sparse H 8192 1/16, gate boxes $boxes rc $?"

@@ -190,14 +190,15 @@ namespace {
 std::string gate_boxes_choice() {
   const char* e = std::getenv("TESSERA_LSTM_SPARSE_GATE_BOXES");
   const std::string choice = e ? e : "1";
-  TS_CHECK(choice == "0" || choice == "1", ValueError,
-           "TESSERA_LSTM_SPARSE_GATE_BOXES must be 0 or 1, not '" << choice << "'");
+  TS_CHECK(choice == "0" || choice == "1" || choice == "streamed", ValueError,
+           "TESSERA_LSTM_SPARSE_GATE_BOXES must be 0, 1 or streamed, not '" << choice << "'");
   return choice;
 }
 }  // namespace
 
 bool sparse_gate_boxes_wanted() { return gate_boxes_choice() != "0"; }
 bool sparse_gate_boxes_paired() { return gate_boxes_choice() != "0"; }
+bool sparse_gate_boxes_streamed() { return gate_boxes_choice() == "streamed"; }
 
 
 std::atomic<uint64_t> g_sparse_paired_launches{0};
