@@ -11,7 +11,8 @@
 #      (TESSERA_LSTM_SPARSE_GATE_BOXES=pairs) and without (the default), against cuDNN's dense H 1024;
 #   4. lstm_step --profile of sparse H 8192 at 1/16 and of dense H 2048;
 #   0. first: the K-split streamed backward's test (lstm_wgmma_backward_split.cu) and dense H 2048
-#      with it (TESSERA_LSTM_STREAMED_SPLIT=1) and without; the sparse streamed forms' test
+#      with it (TESSERA_LSTM_STREAMED_SPLIT=1) and without (as run on 2026-12-06; the split kernel
+#      has since replaced the unsplit one, and the switch and the test are gone); the sparse streamed forms' test
 #      and sparse H 8192 at 1/16 with it (TESSERA_LSTM_SPARSE_STREAMED=1) and without.
 set -uo pipefail
 O=$OUT; t0=$(date +%s)

@@ -648,7 +648,6 @@ TEST(LstmRecurrenceGpu, WgmmaStreamedKernelsMatchTheCpu) {
   REQUIRE_GPU();
   if (!sm90_here()) GTEST_SKIP() << "the wgmma recurrence needs an sm_90a build on a GPU of compute 9.0";
   const ScopedEnv on("TESSERA_LSTM_WGMMA", "1");
-  const ScopedEnv unsplit("TESSERA_LSTM_STREAMED_SPLIT", "0");  // (its own test below)
   auto check = [](const char* choice, const Case& k, DType dt) {
     const ScopedEnv streamed("TESSERA_LSTM_WGMMA_STREAMED", choice);
     const uint64_t fwd = cuda::wgmma_streamed_forward_launch_count();
@@ -685,31 +684,6 @@ TEST(LstmRecurrenceGpu, WgmmaStreamedKernelsMatchTheCpu) {
   const ScopedEnv bad("TESSERA_LSTM_WGMMA_STREAMED", "2");
   testing::expect_error<ValueError>([&] { cuda::wgmma_streamed_forward_unfit(dev, DType::bf16, 64, 2048, nullptr); },
                                     {"TESSERA_LSTM_WGMMA_STREAMED", "'2'"});
-}
-
-// The streamed backward with K split over block pairs (TESSERA_LSTM_STREAMED_SPLIT=1): all, one and
-// as many W boxes resident as fit, batch 1, 7 and 64, bf16 and f16, H 256 to 2048.
-TEST(LstmRecurrenceGpu, WgmmaSplitBackwardMatchesTheCpu) {
-  REQUIRE_GPU();
-  if (!sm90_here()) GTEST_SKIP() << "the wgmma recurrence needs an sm_90a build on a GPU of compute 9.0";
-  const ScopedEnv on("TESSERA_LSTM_WGMMA", "1");
-  const ScopedEnv split("TESSERA_LSTM_STREAMED_SPLIT", "1");
-  auto check = [](const char* choice, const Case& k, DType dt) {
-    const ScopedEnv streamed("TESSERA_LSTM_WGMMA_STREAMED", choice);
-    const uint64_t before = cuda::wgmma_split_backward_launch_count();
-    check_case(k, dt);
-    EXPECT_EQ(cuda::wgmma_split_backward_launch_count() - before, 2u) << choice << ", " << label(k, dt);
-  };
-  for (const char* choice : {"1:0", "1:1", "1"}) {
-    for (int64_t b : {1, 7, 64}) check(choice, {5, b, 256, 0, 1.0}, DType::bf16);
-    check(choice, {4, 7, 256, 0, 1.0, /*bias=*/false}, DType::f16);
-  }
-  check("1", {3, 16, 1024, 0, 1.0}, DType::bf16);
-  check("1", {3, 64, 2048, 0, 1.0}, DType::bf16);
-  check("1:4", {2, 7, 2048, 0, 1.0}, DType::f16);
-  check("auto", {2, 64, 2048, 0, 1.0}, DType::bf16);  // the default's way in: H 2048's W does not fit
-  const ScopedEnv bad("TESSERA_LSTM_STREAMED_SPLIT", "2");
-  testing::expect_error<ValueError>([] { cuda::wgmma_split_backward_asked(); }, {"TESSERA_LSTM_STREAMED_SPLIT", "'2'"});
 }
 
 // A lab variant of the block-sparse kernels, under `variable`=`value` (and TESSERA_LSTM_WGMMA=1),

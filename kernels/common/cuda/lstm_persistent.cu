@@ -1232,17 +1232,6 @@ void wgmma_streamed_backward(const Tensor&, const Tensor&, const Tensor&, const 
            "lstm_recurrence_backward (wgmma, W streamed): this build has no code for sm_90a");
 }
 uint64_t wgmma_streamed_backward_launch_count() { return 0; }
-bool wgmma_split_backward_asked() { return false; }
-std::string wgmma_split_backward_unfit(int, DType, int64_t, int64_t) {
-  return "this build has no code for compute capability 9.0 (sm_90a)";
-}
-void wgmma_split_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                          const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
-  const bool built = false;
-  TS_CHECK(built, NotImplementedError,
-           "lstm_recurrence_backward (wgmma, K split): this build has no code for sm_90a");
-}
-uint64_t wgmma_split_backward_launch_count() { return 0; }
 std::string wgmma_sparse_forward_unfit(int, DType, int64_t, int64_t, const LayoutPtr&) {
   return "this build has no code for compute capability 9.0 (sm_90a)";
 }

@@ -57,9 +57,10 @@ uint64_t wgmma_forward_launch_count();
 uint64_t wgmma_backward_launch_count();
 
 /// The dense forward and backward on wgmma with W_h partly streamed from L2
-/// (lstm_wgmma_{forward,backward}_streamed.cu): where they fit (dense, bf16/f16, batch ≤ 64, hidden
-/// a multiple of 64, their blocks of 16 units all resident), taken where the resident kernels above
-/// do not fit (dense H 2048: 16.9 -> 13.3 ms a layer step on the H100), or before them where
+/// (lstm_wgmma_{forward,backward}_streamed.cu, the backward with K split over clusters of two
+/// blocks): where they fit (dense, bf16/f16, batch ≤ 64, hidden a multiple of 64, their blocks of
+/// 16 units all resident), taken where the resident kernels above do not fit (dense H 2048 on the
+/// H100: 16.9 -> 13.3 ms a layer step, 9.6 with the K split; cuDNN's 11.4), or before them where
 /// TESSERA_LSTM_WGMMA_STREAMED asks (wgmma_streamed_first: 1, as many of W's K boxes resident as
 /// fit; 1:N at most N); 0 turns them off. The _unfit functions say why not.
 bool wgmma_streamed_first();
@@ -75,17 +76,6 @@ void wgmma_streamed_backward(const Tensor& dy, const Tensor& dhT, const Tensor& 
                              const Tensor& cells, const Tensor& c0, const Tensor& wh, const Tensor& dpre,
                              const Tensor& dh0, const Tensor& dc0);
 uint64_t wgmma_streamed_backward_launch_count();
-/// The streamed backward with K split over clusters of two blocks (lstm_wgmma_backward_split.cu:
-/// each block reads half of dpre a phase, the halves' partial products meet in distributed shared
-/// memory): wgmma_streamed_backward takes it where its clusters can all be resident, unless
-/// TESSERA_LSTM_STREAMED_SPLIT=0 (1 or unset: on; anything else a ValueError). Dense H 2048 on the
-/// H100: 13.30 -> 9.61 ms a layer step, cuDNN's 11.41.
-bool wgmma_split_backward_asked();
-std::string wgmma_split_backward_unfit(int device, DType dtype, int64_t batch, int64_t hidden);
-void wgmma_split_backward(const Tensor& dy, const Tensor& dhT, const Tensor& dcT, const Tensor& gates,
-                          const Tensor& cells, const Tensor& c0, const Tensor& wh, const Tensor& dpre,
-                          const Tensor& dh0, const Tensor& dc0);
-uint64_t wgmma_split_backward_launch_count();
 
 /// The block-sparse forward on wgmma (lstm_wgmma_sparse_forward.cu), for nn::LSTM's gate layouts
 /// in blocks of 32 whose groups all fit (one group of 32 units per resident block, or where those
