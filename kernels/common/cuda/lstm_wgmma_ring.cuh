@@ -5,6 +5,7 @@
 // over a ring of TMA-filled operand boxes.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -132,6 +133,14 @@ inline size_t smem_optin(int device) {
   int optin = 0;
   TS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   return static_cast<size_t>(optin);
+}
+
+/// How many copy units (`unit_bytes` of W each) of each of its two work units a block-sparse kernel's
+/// streamed form keeps resident beside `fixed_bytes` of other shared memory (its ring, barriers and
+/// tables): as many as fit, at most `cap` and `most` (the busiest work unit's count).
+inline int streamed_resident_units(int device, size_t fixed_bytes, int unit_bytes, int cap, int most) {
+  const int64_t room = static_cast<int64_t>(smem_optin(device)) - static_cast<int64_t>(fixed_bytes);
+  return static_cast<int>(std::max<int64_t>(0, std::min<int64_t>({room / (2 * unit_bytes), cap, most})));
 }
 
 /// Whether `blocks` blocks of `kernel` (`threads` each, `smem` bytes of dynamic shared memory, within

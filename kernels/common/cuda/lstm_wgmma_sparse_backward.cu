@@ -384,19 +384,15 @@ BackwardPlan backward_plan(int device, int64_t hidden, const SparseLayoutFacts& 
   // two rows a block, each its first w_tiles copy units resident (as many as fit, within the cap):
   // with gate boxes (the lab's `streamed`) a mask entry's four blocks a unit, else one block
   if (f.gate_layout && sparse_gate_boxes_streamed() && rows % 2 == 0) {
-    const int64_t room = static_cast<int64_t>(smem_optin(device)) -
-                         static_cast<int64_t>(sparse_bwd_smem_bytes(0, 2, kGatePairRing, kSbStreamedGateStage));
-    const int w_tiles = static_cast<int>(
-        std::max<int64_t>(0, std::min<int64_t>({room / (2 * 4 * kSbWBlock), streamed.cap, f.max_row_blocks / 4})));
+    const size_t fixed = sparse_bwd_smem_bytes(0, 2, kGatePairRing, kSbStreamedGateStage);
+    const int w_tiles = streamed_resident_units(device, fixed, 4 * kSbWBlock, streamed.cap, f.max_row_blocks / 4);
     const size_t smem = sparse_bwd_smem_bytes(2 * 4 * w_tiles, 2, kGatePairRing, kSbStreamedGateStage);
     if (all_resident(lstm_wgmma_sparse_backward_kernel<T, 2, kGatePairRing, true, true>, device,
                      sparse_block_threads(2), smem, rows / 2))
       return {{2, smem, ""}, w_tiles, true};
   }
-  const int64_t room = static_cast<int64_t>(smem_optin(device)) -
-                       static_cast<int64_t>(sparse_bwd_smem_bytes(0, 2, kWgmmaRing, kSbStreamedStage));
-  const int w_tiles = static_cast<int>(
-      std::max<int64_t>(0, std::min<int64_t>({room / (2 * kSbWBlock), streamed.cap, f.max_row_blocks})));
+  const int w_tiles = streamed_resident_units(device, sparse_bwd_smem_bytes(0, 2, kWgmmaRing, kSbStreamedStage),
+                                              kSbWBlock, streamed.cap, f.max_row_blocks);
   const size_t smem = sparse_bwd_smem_bytes(2 * w_tiles, 2, kWgmmaRing, kSbStreamedStage);
   if (rows % 2 == 0 && all_resident(lstm_wgmma_sparse_backward_kernel<T, 2, kWgmmaRing, false, true>, device,
                                     sparse_block_threads(2), smem, rows / 2))

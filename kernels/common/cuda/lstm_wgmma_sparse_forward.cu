@@ -292,10 +292,8 @@ ForwardPlan forward_plan(int device, int64_t hidden, const SparseLayoutFacts& f)
     if (plan.grid.per_block > 0 || streamed.cap < 0) return plan;
   }
   // two groups a block, each its first w_tiles tiles resident (as many as fit, within the cap)
-  const int64_t room = static_cast<int64_t>(smem_optin(device)) -
-                       static_cast<int64_t>(sparse_smem_bytes(0, 2, kSpStreamedStage));
-  const int w_tiles = static_cast<int>(std::max<int64_t>(
-      0, std::min<int64_t>({room / (2 * kSpWTile), streamed.cap, f.max_col_blocks})));
+  const int w_tiles = streamed_resident_units(device, sparse_smem_bytes(0, 2, kSpStreamedStage), kSpWTile,
+                                              streamed.cap, f.max_col_blocks);
   const size_t smem = sparse_smem_bytes(2 * w_tiles, 2, kSpStreamedStage);
   if (groups % 2 == 0 && all_resident(lstm_wgmma_sparse_forward_kernel<T, 2, true>, device, sparse_block_threads(2),
                                       smem, groups / 2))
