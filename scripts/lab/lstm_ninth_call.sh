@@ -8,7 +8,10 @@
 #      (TESSERA_LSTM_SPARSE_GATE_BOXES=streamed) and without (1, the default: one box a copy there,
 #      32.9 µs a backward step on the H100),
 #      --profile, against cuDNN's dense H 2048;
-#   3. every LSTM, bsmm and block-sparse convolution GPU test under the defaults.
+#   3. every LSTM, bsmm and block-sparse convolution GPU test under the defaults;
+#   4. ncu of the gate-run dW kernel on sparse H 8192 at 1/16 (one launch: DRAM bytes, L2 hit rate),
+#      the 6.1 ms of that layer's 22.0 that the next lever (a dW schedule keeping X's strips in L2)
+#      is for.
 set -uo pipefail
 O=$OUT; t0=$(date +%s)
 B=${BUNDLE:-build-gpu/lab.tar.xz}; rm -rf dist; tar xJf "$B"  # always this bundle (a warm machine keeps the last dist)
@@ -27,4 +30,12 @@ filter='LstmRecurrenceGpu.*:LstmLayerGpu.*:CudaLstm*.*:CudaModels.*:CudaBsmmTens
 timeout 240 dist/run gpu_tests --gtest_filter="$filter" >$O/tests.log 2>&1
 echo "tests rc $? at $(( $(date +%s) - t0 )) s: $(grep -E '^\[  (PASSED|FAILED)' $O/tests.log | tr '\n' ' ')"
 grep -E "^\[  FAILED|Failure" $O/tests.log | head -8
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu"
+timeout 150 ncu --clock-control none --kernel-name-base demangled --kernel-name "regex:gate_gradient_kernel" \
+  --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis -o "$O/dw8192" \
+  dist/bin/lstm_step --hidden 0 --dtypes bf16 --repeats 1 --warmup 0 --sparse 8192:0.0625:32 >"$O/dw8192.log" 2>&1
+echo "ncu dW rc $? at $(( $(date +%s) - t0 )) s"
+ncu -i "$O/dw8192.ncu-rep" --page details >"$O/dw8192.txt" 2>&1 || true
+grep -E "Duration|DRAM Throughput|L2 Hit Rate|dram__bytes|Memory Throughput" "$O/dw8192.txt" | head -8
+rm -f "$O"/*.ncu-rep
 echo "all done at $(( $(date +%s) - t0 )) s"
