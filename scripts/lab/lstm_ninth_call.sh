@@ -8,7 +8,10 @@
 #      (TESSERA_LSTM_SPARSE_GATE_BOXES=streamed) and without (1, the default: one box a copy there,
 #      32.9 µs a backward step on the H100),
 #      --profile, against cuDNN's dense H 2048;
-#   3. every LSTM, bsmm and block-sparse convolution GPU test under the defaults;
+#   3. every LSTM, bsmm and block-sparse convolution GPU test under the defaults (with the gate dW's
+#      chunks test in CudaBsmmTensorCores.GateLayoutWeightGradientMatchesTheCpu);
+#   3b. the gate dW with n cut into chunks (TESSERA_BSMM_DW_CHUNKS=1, 4, 8, 16; lab), profiled on
+#      sparse H 4096 at 1/16 and H 8192 at 1/16 (the `bsmm_dw` rows: 1.54 and 6.08 ms with 1);
 #   4. ncu of the gate-run dW kernel on sparse H 8192 at 1/16 (one launch: DRAM bytes, L2 hit rate),
 #      the 6.1 ms of that layer's 22.0 that the next lever (a dW schedule keeping X's strips in L2)
 #      is for.
@@ -30,6 +33,15 @@ filter='LstmRecurrenceGpu.*:LstmLayerGpu.*:CudaLstm*.*:CudaModels.*:CudaBsmmTens
 timeout 240 dist/run gpu_tests --gtest_filter="$filter" >$O/tests.log 2>&1
 echo "tests rc $? at $(( $(date +%s) - t0 )) s: $(grep -E '^\[  (PASSED|FAILED)' $O/tests.log | tr '\n' ' ')"
 grep -E "^\[  FAILED|Failure" $O/tests.log | head -8
+for layer in 4096:0.0625:32 8192:0.0625:32; do
+  for chunks in 1 4 8 16; do
+    TESSERA_BSMM_DW_CHUNKS=$chunks timeout 60 dist/run lstm_step --hidden 0 --dtypes bf16 --repeats 2 --warmup 1 \
+      --sparse $layer --profile >$O/chunks_${layer%%:*}_$chunks.log 2>&1
+    echo "== $layer, dW chunks $chunks rc $?: $(grep -E '^profile tessera sparse graph bf16: bsmm_dw ' \
+      $O/chunks_${layer%%:*}_$chunks.log | grep -oE ' [0-9]+\.[0-9]+ ' | head -1) ms dW;" \
+      "$(grep -E '^tessera sparse graph' $O/chunks_${layer%%:*}_$chunks.log | grep -oE '[0-9]+\.[0-9]+ ms')"
+  done
+done
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu"
 timeout 150 ncu --clock-control none --kernel-name-base demangled --kernel-name "regex:gate_gradient_kernel" \
   --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis -o "$O/dw8192" \

@@ -406,6 +406,28 @@ TEST(CudaBsmmTensorCores, GateLayoutWeightGradientMatchesTheCpu) {
               << what << " against the general kernel";
         }
       }
+  {  // n cut into chunks (TESSERA_BSMM_DW_CHUNKS, a lab switch; 1000 rows: chunks of 6, 6 and 4 stages):
+     // the same sums through the f32 workspace, the accumulate mode, the same bits twice; a bad
+     // value is one clear error
+    const testing::ScopedEnv chunked("TESSERA_BSMM_DW_CHUNKS", "3");
+    for (const LayoutPtr& l : gate_layouts) {
+      const std::vector<Tensor> in{random({1000, l->in_features()}, 13800, DType::bf16),
+                                   random({1000, l->out_features()}, 13801, DType::bf16)};
+      const uint64_t before = gate_runs();
+      const Tensor got = run_on_gpu_host<op::BsmmDw>({l}, in)[0];
+      EXPECT_GT(gate_runs(), before) << "chunks, " << l->str();
+      EXPECT_TRUE(close_to(cast(got, DType::f64), reference<op::BsmmDw>({l}, in), 1e-2)) << "chunks, " << l->str();
+      EXPECT_TRUE(same_bits(got, run_on_gpu_host<op::BsmmDw>({l}, in)[0])) << "chunks, " << l->str();
+      const std::vector<Tensor> acc_in{in[0], in[1], random({l->nnz(), 32, 32}, 13802, DType::f32)};
+      EXPECT_TRUE(close_to(run_on_gpu_host<op::BsmmDw>({l, true, true}, acc_in)[0],
+                           call<op::BsmmDw>({l, true, true}, acc_in)[0], 1e-3))
+          << "chunks, f32 accumulate " << l->str();
+    }
+    const std::vector<Tensor> in{random({1000, 384}, 13803, DType::bf16), random({1000, 512}, 13804, DType::bf16)};
+    const testing::ScopedEnv bad("TESSERA_BSMM_DW_CHUNKS", "0");
+    testing::expect_error<ValueError>([&] { run_on_gpu_host<op::BsmmDw>({gate_layouts[0]}, in); },
+                                      {"TESSERA_BSMM_DW_CHUNKS", "'0'"});
+  }
   {  // the lab switch of dY's L2 policy: off, the same sums; a bad value is one clear error
     const testing::ScopedEnv off("TESSERA_BSMM_DW_EVICT_FIRST", "0");
     const std::vector<Tensor> in{random({1000, 384}, 13700, DType::bf16), random({1000, 512}, 13701, DType::bf16)};

@@ -14,8 +14,14 @@
 //   acc [64, 128] += [X_r(2p) | X_r(2p+1)][t0 .. t0+64, :]ᵀ · [dY_c | dY_c+q | dY_c+2q | dY_c+3q][t0 .. t0+64, :]
 //   (row i of acc: entry 2p + i / 32, row i % 32 of its blocks; column n: gate n / 32, column n % 32)
 //
-// Ungated, not transposed, one part (N is not split): each element is summed by one thread in row
-// order, so the same inputs give the same bits. 164 registers, no spills, no serialized wgmma. The
+// Ungated, not transposed. Each element is summed by one thread in row order, so the same inputs give
+// the same bits. With TESSERA_BSMM_DW_CHUNKS=N (a lab switch, not yet run on a GPU; default 1) the
+// rows n are cut into N chunks and the items go chunk-major (all runs of chunk 0, then chunk 1, ...),
+// so that the X strips of the chunk the grid is on, which ~8-16 runs read each, can stay in L2
+// (X [n, C] is 134 MB at H 4096, 268 MB at H 8192; L2 50 MB); each chunk's sums go to an f32
+// workspace [N, nnz, 32, 32] and sum_parts_kernel adds the chunks in order. (Two chunks, N split
+// as the general kernel's parts, measured slower at H 4096: X's halves are still larger than L2.)
+// 164 registers, no spills, no serialized wgmma. The
 // default for gate layouts (TESSERA_BSMM_DW_GATE_RUNS=0 runs the general kernel instead): on the
 // H100 the sparse H 4096 layer's two weight gradients took 1.65 ms against the general kernel's
 // 2.25 (docs/bsmm_kernels.md).
@@ -54,7 +60,8 @@ __device__ __forceinline__ uint64_t mn_major64(const uint8_t* p, uint32_t atom_s
 template <class T, class TO>
 __global__ void __launch_bounds__(kThreads, 1)
     gate_gradient_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_dy,
-                         BlockGradient p, const int32_t* __restrict__ col_ptr, int q, bool dy_evict_first) {
+                         BlockGradient p, const int32_t* __restrict__ col_ptr, int q, bool dy_evict_first, int items,
+                         int chunk_steps, int64_t chunk_elems) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = align1024(smem_raw);
@@ -64,8 +71,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto strip = [&](int s, int i) { return smem + s * kGStageBytes + i * kGStrip; };  // 0-3: dY, 4 + e: X
 
   const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
+  // an item's chunk w.z: steps [w.z·chunk_steps, min(steps, (w.z + 1)·chunk_steps)), its sums at
+  // dw + w.z·chunk_elems (one chunk: all steps, into dw itself)
   const int steps = static_cast<int>((p.n + kGKT - 1) / kGKT);
-  const int items = p.col_runs;
 
   if (wg == 0) {
     // Producer: warp 0. Lane 0 takes the items (the longest runs first) and claims each stage;
@@ -86,7 +94,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int4 w = next_run_item<kGItemRing>(p, items, n, taken, lane, item_full, item_empty, ring);
       if (w.y == 0) break;
       const int count = w.y, row = lane < count ? p.col_rows[w.x + lane] : 0;
-      for (int step = 0; step < steps; ++step, ++it) {
+      const int s0 = w.z * chunk_steps, s1 = min(steps, s0 + chunk_steps);
+      for (int step = s0; step < s1; ++step, ++it) {
         const int s = it % kGStages;
         if (lane == 0) {
           mbar_wait(&empty[s], ((it / kGStages) & 1) ^ 1);
@@ -105,12 +114,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // Consumer warpgroup c computes products 2c and 2c + 1 of each item (entries 2(2c + j), + 1).
   const int c = wg - 1, warp = (threadIdx.x / 32) % 4, g = lane / 4, t = lane % 4;
-  TO* dw = static_cast<TO*>(p.dw);
   int it = 0;
   for (int n = 0;; ++n) {
     const int4 w = receive_item<kGItemRing>(n, item_full, item_empty, ring, lane);
     if (w.y == 0) break;
     const int first = w.x, count = w.y, column = w.w;
+    const int s0 = w.z * chunk_steps, s1 = min(steps, s0 + chunk_steps);
+    TO* dw = static_cast<TO*>(p.dw) + w.z * chunk_elems;
     // Both products run even where the run has fewer entries (on stale shared memory, whose rows
     // are never stored): a wgmma under a branch makes ptxas serialize every wgmma of the kernel.
     float acc[2][4 * kGBs / 2];
@@ -118,7 +128,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int j = 0; j < 2; ++j)
 #pragma unroll
       for (int i = 0; i < 4 * kGBs / 2; ++i) acc[j][i] = 0.f;
-    for (int step = 0; step < steps; ++step, ++it) {
+    for (int step = s0; step < s1; ++step, ++it) {
       const int s = it % kGStages;
       mbar_wait(&full[s], (it / kGStages) & 1);
       wgmma_fence();
@@ -128,7 +138,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           const uint64_t da = mn_major64(strip(s, 4 + 2 * (2 * c + j)) + kk * 16 * kGRowBytes, kGStrip);
-          Wgmma<T, 4 * kGBs>::template run<1, 1>(acc[j], da, db, step > 0 || kk > 0);
+          Wgmma<T, 4 * kGBs>::template run<1, 1>(acc[j], da, db, step > s0 || kk > 0);
         }
       }
       wgmma_commit();
@@ -137,13 +147,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int j = 0; j < 2; ++j) fence_operands(acc[j]);
       // The whole warp's reads of the previous stage come before lane 0 releases it.
       __syncwarp();
-      if (step > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % kGStages]);
+      if (step > s0 && lane == 0) mbar_arrive(&empty[(it - 1) % kGStages]);
     }
     wgmma_wait<0>();
 #pragma unroll
     for (int j = 0; j < 2; ++j) fence_operands(acc[j]);
     __syncwarp();
-    if (steps > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % kGStages]);
+    if (s1 > s0 && lane == 0) mbar_arrive(&empty[(it - 1) % kGStages]);
     // acc[j][4·jj + 2h + e]: row i = 16·warp + g + 8h (entry 2(2c + j) + i / 32, its blocks' row
     // i % 32), column 8·jj + 2t + e (gate jj / 4, its block's column 8(jj % 4) + 2t + e)
     const int offset = first - col_ptr[column];  // the run's place in each gate's list
@@ -171,24 +181,60 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+// TESSERA_BSMM_DW_CHUNKS (a lab switch): the chunks the rows n are cut into, 1 (unset, the default)
+// to 64, at most one a stage of rows; anything else a ValueError.
+int gate_chunks(int steps) {
+  const char* e = std::getenv("TESSERA_BSMM_DW_CHUNKS");
+  if (!e) return 1;
+  char* end = nullptr;
+  const long v = std::strtol(e, &end, 10);
+  TS_CHECK(end != e && *end == '\0' && v >= 1 && v <= 64, ValueError,
+           "TESSERA_BSMM_DW_CHUNKS must be a whole number from 1 to 64, not '" << e << "'");
+  return std::max(1, std::min(static_cast<int>(v), steps));
+}
+
 template <class T, class TO>
 void launch_gates(const BlockGradient& g, const GateRuns& runs, int device, cudaStream_t stream) {
-  static_cast<void>(device);
   const CUtensorMap map_x = tensor_map(g.x, g.in_dtype, g.n, g.C, kGKT, kGBs);
   const CUtensorMap map_dy = tensor_map(g.dy, g.in_dtype, g.n, g.K, kGKT, kGBs);
-  constexpr auto kernel = &gate_gradient_kernel<T, TO>;
-  const int persistent = persistent_grid<kernel>(kGSmemBytes);
-  BlockGradient p = g;
-  p.col_runs = runs.runs;
-  p.col_run = runs.run;
-  const int grid = std::min(runs.runs, persistent);
   // TESSERA_BSMM_DW_EVICT_FIRST=0 (a lab switch) copies dY with the default L2 policy; 1 (the default) evict-first
   const char* e = std::getenv("TESSERA_BSMM_DW_EVICT_FIRST");
   TS_CHECK(!e || std::strcmp(e, "0") == 0 || std::strcmp(e, "1") == 0, ValueError,
            "TESSERA_BSMM_DW_EVICT_FIRST must be 0 or 1, not '" << e << "'");
   const bool evict_first = !(e && std::strcmp(e, "0") == 0);
-  kernel<<<grid, kThreads, kGSmemBytes, stream>>>(map_x, map_dy, p, runs.col_ptr, runs.q, evict_first);
-  TS_CUDA_LAUNCH_CHECK("bsmm_dw (gate runs)");
+  const int steps = static_cast<int>((g.n + kGKT - 1) / kGKT);
+  const int wanted = gate_chunks(steps);
+  const int chunk_steps = (steps + wanted - 1) / wanted;
+  const int chunks = (steps + chunk_steps - 1) / chunk_steps;  // every chunk has rows
+  const int64_t elems = g.nnz * kGBs * kGBs;
+  TS_CHECK(static_cast<int64_t>(runs.runs) * chunks < INT32_MAX, ShapeError,
+           "bsmm_dw (gate runs): too many work items");
+  const int items = runs.runs * chunks;
+  BlockGradient p = g;
+  p.col_runs = runs.runs;
+  p.col_run = runs.run;
+  Tensor partial;  // chunks > 1: [chunks, nnz, 32, 32] f32, freed in stream order after the kernels below
+  if (chunks == 1) {
+    constexpr auto kernel = &gate_gradient_kernel<T, TO>;
+    const int grid = std::min(items, persistent_grid<kernel>(kGSmemBytes));
+    kernel<<<grid, kThreads, kGSmemBytes, stream>>>(map_x, map_dy, p, runs.col_ptr, runs.q, evict_first, items,
+                                                    chunk_steps, 0);
+    TS_CUDA_LAUNCH_CHECK("bsmm_dw (gate runs)");
+  } else {
+    partial = empty({chunks * elems}, TensorOptions(DType::f32).device(Device::cuda(device)));
+    p.dw = partial.data_ptr();
+    p.accumulate = false;
+    constexpr auto kernel = &gate_gradient_kernel<T, float>;
+    const int persistent = persistent_grid<kernel>(kGSmemBytes);
+    kernel<<<std::min(items, persistent), kThreads, kGSmemBytes, stream>>>(map_x, map_dy, p, runs.col_ptr, runs.q,
+                                                                          evict_first, items, chunk_steps, elems);
+    TS_CUDA_LAUNCH_CHECK("bsmm_dw (gate runs, chunks of n)");
+    const int threads = 256;
+    const int blocks = static_cast<int>(std::min<int64_t>((elems / 4 + threads - 1) / threads, 8 * persistent));
+    sum_parts_kernel<TO><<<blocks, threads, 0, stream>>>(static_cast<const float*>(partial.data_ptr()),
+                                                         static_cast<TO*>(g.dw), elems, chunks, g.accumulate);
+    TS_CUDA_LAUNCH_CHECK("bsmm_dw (gate runs, sum of chunks)");
+  }
   g_launches.fetch_add(1, std::memory_order_relaxed);
   g_gate_launches.fetch_add(1, std::memory_order_relaxed);
 }

@@ -264,25 +264,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-/// dw[e] (+)= partial[0][e] + partial[1][e] + ... (in that order), four elements per thread.
-template <class TO>
-__global__ void sum_parts_kernel(const float* __restrict__ partial, TO* __restrict__ dw, int64_t elems, int parts,
-                                 bool accumulate) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * 4;
-  for (int64_t e = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 4; e < elems; e += stride) {
-    float4 s = *reinterpret_cast<const float4*>(partial + e);
-    for (int q = 1; q < parts; ++q) {
-      const float4 v = *reinterpret_cast<const float4*>(partial + q * elems + e);
-      s.x += v.x;
-      s.y += v.y;
-      s.z += v.z;
-      s.w += v.w;
-    }
-    store_pair(dw + e, s.x, s.y, accumulate);
-    store_pair(dw + e + 2, s.z, s.w, accumulate);
-  }
-}
-
 // The parts N is split into: the count (1 to 16, each part at least 8 steps of 64 rows) that
 // minimizes the estimated time
 //   waves(runs·parts over the grid) · (steps per part + 2)
