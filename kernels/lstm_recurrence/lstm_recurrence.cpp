@@ -178,7 +178,8 @@ std::vector<Tensor> op::LstmRecurrence::backward(const BackwardContext& ctx, con
   }
   std::vector<Tensor> grads{ctx.needs_input_grad(0) ? dpre : Tensor(), ctx.needs_input_grad(1) ? d[1] : Tensor(),
                             ctx.needs_input_grad(2) ? d[2] : Tensor(), dwh};
-  if (ctx.num_inputs() == 5) grads.push_back(ctx.needs_input_grad(4) ? bias_gradient(dpre, ctx.input_meta(4)) : Tensor());
+  if (ctx.num_inputs() == 5)
+    grads.push_back(ctx.needs_input_grad(4) ? bias_gradient(dpre, ctx.input_meta(4)) : Tensor());
   return grads;
 }
 

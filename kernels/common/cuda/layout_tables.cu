@@ -18,6 +18,24 @@
 
 namespace tessera {
 namespace cuda {
+
+int32_t gate_quarter(const BlockLayout& l) {
+  const auto& col_ptr = l.col_ptr();
+  const auto& col_blocks = l.col_blocks();
+  const auto& block_row = l.block_row();
+  const int64_t cols = static_cast<int64_t>(col_ptr.size()) - 1;
+  if (cols < 4 || cols % 4 != 0) return 0;
+  const int32_t quarter = static_cast<int32_t>(cols / 4);
+  for (int32_t c = 0; c < quarter; ++c)
+    for (int32_t g = 1; g < 4; ++g) {
+      const int32_t a = col_ptr[c], b = col_ptr[c + g * quarter], len = col_ptr[c + 1] - a;
+      if (col_ptr[c + g * quarter + 1] - b != len) return 0;
+      for (int32_t i = 0; i < len; ++i)
+        if (block_row[col_blocks[a + i]] != block_row[col_blocks[b + i]]) return 0;
+    }
+  return quarter;
+}
+
 namespace {
 
 // Host figures of a BlockLayout's tables, by index: the offsets of the column and row pairs' work
@@ -139,25 +157,6 @@ std::vector<int32_t> conv_col_runs(const BlockLayout& l, int32_t taps, int32_t r
   std::vector<int32_t> out;
   for (const auto& r : runs) out.insert(out.end(), r.begin(), r.end());
   return out;
-}
-
-// q where `l` is a gate layout (its block columns four gates of q columns whose lists c, c + q,
-// c + 2q, c + 3q hold the same block rows in the same order), else 0.
-int32_t gate_quarter(const BlockLayout& l) {
-  const auto& col_ptr = l.col_ptr();
-  const auto& col_blocks = l.col_blocks();
-  const auto& block_row = l.block_row();
-  const int64_t cols = static_cast<int64_t>(col_ptr.size()) - 1;
-  if (cols < 4 || cols % 4 != 0) return 0;
-  const int32_t quarter = static_cast<int32_t>(cols / 4);
-  for (int32_t c = 0; c < quarter; ++c)
-    for (int32_t g = 1; g < 4; ++g) {
-      const int32_t a = col_ptr[c], b = col_ptr[c + g * quarter], len = col_ptr[c + 1] - a;
-      if (col_ptr[c + g * quarter + 1] - b != len) return 0;
-      for (int32_t i = 0; i < len; ++i)
-        if (block_row[col_blocks[a + i]] != block_row[col_blocks[b + i]]) return 0;
-    }
-  return quarter;
 }
 
 // gate_dw_runs's runs (layout_tables.h) and q, or nothing where `l` is not a gate layout.

@@ -122,6 +122,11 @@ struct GateRuns {
 };
 GateRuns gate_dw_runs(const LayoutPtr& layout, int device);
 
+/// q where `l` is a gate layout: its block columns four gates of q columns whose lists c, c + q,
+/// c + 2q and c + 3q hold the same block rows in the same order (nn::lstm_gate_layout); else 0.
+/// An O(nnz) scan on the host.
+int32_t gate_quarter(const BlockLayout& l);
+
 /// The tables of `layout` on `device`, uploaded on first use (valid while the layout lives).
 BlockTables device_tables(const LayoutPtr& layout, int device);
 AttentionTables device_tables(const AttentionLayoutPtr& layout, int device);

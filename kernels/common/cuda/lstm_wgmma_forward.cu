@@ -197,7 +197,6 @@ std::string gate_boxes_choice() {
 }  // namespace
 
 bool sparse_gate_boxes_wanted() { return gate_boxes_choice() != "0"; }
-bool sparse_gate_boxes_paired() { return gate_boxes_choice() != "0"; }
 bool sparse_gate_boxes_streamed() { return gate_boxes_choice() == "streamed"; }
 
 
@@ -267,20 +266,13 @@ SparseLayoutFacts sparse_layout_facts(const LayoutPtr& layout) {
   }
   SparseLayoutFacts f;
   const std::vector<int32_t>&cp = layout->col_ptr(), &rp = layout->row_ptr();
-  const std::vector<int32_t>&cb = layout->col_blocks(), &br = layout->block_row();
   for (size_t c = 0; c + 1 < cp.size(); ++c) f.max_col_blocks = std::max(f.max_col_blocks, cp[c + 1] - cp[c]);
   for (size_t r = 0; r + 1 < rp.size(); ++r) f.max_row_blocks = std::max(f.max_row_blocks, rp[r + 1] - rp[r]);
   const int64_t q = layout->block_cols() / 4;
   for (int64_t c = 0; c + 1 < q; c += 2) f.max_pair_col_blocks = std::max(f.max_pair_col_blocks, cp[c + 2] - cp[c]);
   for (size_t r = 0; r + 2 < rp.size(); r += 2)
     f.max_pair_row_blocks = std::max(f.max_pair_row_blocks, rp[r + 2] - rp[r]);
-  f.gate_layout = layout->block_cols() == 4 * q && layout->block_rows() == q;
-  for (int64_t c = 0; c < q && f.gate_layout; ++c)
-    for (int64_t g = 1; g < 4 && f.gate_layout; ++g) {
-      const int32_t n = cp[c + 1] - cp[c];
-      f.gate_layout = cp[g * q + c + 1] - cp[g * q + c] == n;
-      for (int32_t i = 0; i < n && f.gate_layout; ++i) f.gate_layout = br[cb[cp[g * q + c] + i]] == br[cb[cp[c] + i]];
-    }
+  f.gate_layout = layout->block_rows() == q && gate_quarter(*layout) == q;  // [H, 4H], the gates' lists alike
   std::lock_guard<std::mutex> lock(mu);
   known[layout.get()] = {layout, f};
   return f;

@@ -122,7 +122,6 @@ void count_sparse_paired_launch();
 /// in the backward's streamed form (sparse H 8192 at 1/16); 0 one copy a block; anything else a
 /// ValueError.
 bool sparse_gate_boxes_wanted();
-bool sparse_gate_boxes_paired();
 bool sparse_gate_boxes_streamed();
 
 /// A block-sparse kernel's threads: `per_block` consumer warpgroups and the producer warp.

@@ -319,8 +319,9 @@ __global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
 #endif
 }
 
-// With one block row a block, nn::LSTM's gate layout and TESSERA_LSTM_SPARSE_GATE_BOXES=1: the gate
-// boxes where their ring fits and all rows stay resident (its shared memory then in `grid`).
+// Under nn::LSTM's gate layout and TESSERA_LSTM_SPARSE_GATE_BOXES (1, the default), with one block
+// row a block or two: the gate boxes where their ring fits and all rows stay resident (its shared
+// memory then in `grid`).
 template <class T>
 bool gate_boxes(SparseGrid& grid, int device, int64_t hidden, const SparseLayoutFacts& f) {
   if (!f.gate_layout || !sparse_gate_boxes_wanted()) return false;
@@ -332,7 +333,7 @@ bool gate_boxes(SparseGrid& grid, int device, int64_t hidden, const SparseLayout
     grid.smem = smem;
     return true;
   }
-  if (grid.per_block != 2 || !sparse_gate_boxes_paired()) return false;
+  if (grid.per_block != 2) return false;
   const size_t smem = sparse_bwd_smem_bytes(f.max_pair_row_blocks, 2, 4 * kGatePairRing);
   if (!all_resident(lstm_wgmma_sparse_backward_kernel<T, 2, kGatePairRing, true>, device, sparse_block_threads(2),
                     smem, hidden / kSbBs / 2))
