@@ -12,6 +12,8 @@
 #      chunks test in CudaBsmmTensorCores.GateLayoutWeightGradientMatchesTheCpu);
 #   3b. the gate dW with n cut into chunks (TESSERA_BSMM_DW_CHUNKS=1, 4, 8, 16; lab), profiled on
 #      sparse H 4096 at 1/16 and H 8192 at 1/16 (the `bsmm_dw` rows: 1.54 and 6.08 ms with 1);
+#   3c. issue 19: bsconv_gpu's fwd and dgrad with the halo kernel's entry mode
+#      (TESSERA_BSCONV_HALO_ENTRY=1: one barrier wait and release per list entry, not per tap) and without;
 #   4. ncu of the gate-run dW kernel on sparse H 8192 at 1/16 (one launch: DRAM bytes, L2 hit rate),
 #      the 6.1 ms of that layer's 22.0 that the next lever (a dW schedule keeping X's strips in L2)
 #      is for.
@@ -33,6 +35,14 @@ filter='LstmRecurrenceGpu.*:LstmLayerGpu.*:CudaLstm*.*:CudaModels.*:CudaBsmmTens
 timeout 240 dist/run gpu_tests --gtest_filter="$filter" >$O/tests.log 2>&1
 echo "tests rc $? at $(( $(date +%s) - t0 )) s: $(grep -E '^\[  (PASSED|FAILED)' $O/tests.log | tr '\n' ' ')"
 grep -E "^\[  FAILED|Failure" $O/tests.log | head -8
+for entry in 0 1; do  # issue 19: the halo kernel's entry mode (a list entry's taps under one barrier)
+  TESSERA_BSCONV_HALO_ENTRY=$entry timeout 150 dist/run bsconv_gpu --shapes n64h56c256,n32h28c512 \
+    --block-sizes 16,32,64 --densities 0.25 --repeats 10 >$O/conv_$entry.log 2>&1
+  echo "== bsconv, halo entry mode $entry rc $?"; grep -E "fwd|dgrad" $O/conv_$entry.log | cut -c1-110
+done
+TESSERA_BSCONV_HALO_ENTRY=1 timeout 100 dist/run bsconv_gpu --shapes n64h56c256 --block-sizes 32,64 --densities 0.25 \
+  --halo-a ss --repeats 10 >$O/conv_ss.log 2>&1
+echo "== bsconv, halo entry mode 1, A from shared memory, rc $?"; grep -E "fwd|dgrad" $O/conv_ss.log | cut -c1-110
 for layer in 4096:0.0625:32 8192:0.0625:32; do
   for chunks in 1 4 8 16; do
     TESSERA_BSMM_DW_CHUNKS=$chunks timeout 60 dist/run lstm_step --hidden 0 --dtypes bf16 --repeats 2 --warmup 1 \

@@ -26,7 +26,9 @@
 // a table made once per thread block, and each step's products run while the next step's
 // barriers are waited for and, in register mode, its A fragments loaded (two buffers). At block
 // sizes 16 and 32 large calls take tall tiles of 512 rows (four m64 tiles per consumer
-// warpgroup), which spread a step's fixed cost over twice the products.
+// warpgroup), which spread a step's fixed cost over twice the products. In entry mode (kEntry) a
+// slot holds a list entry's halo box and all of its taps' weight blocks under one barrier, so
+// the per-tap steps wait for nothing and release nothing: one wait and one release per entry.
 //
 // Deterministic: each output element is summed by one thread, over the list's blocks in order
 // and each block's taps in order, with no atomics on data.
@@ -45,6 +47,7 @@ namespace sm90 {
 
 std::atomic<uint64_t> g_halo_launches{0};
 std::atomic<uint64_t> g_halo_tall_launches{0};
+std::atomic<uint64_t> g_halo_entry_launches{0};
 
 namespace {
 
@@ -75,37 +78,48 @@ struct HaloTile {
   static constexpr int kStagingBytes = (BS / kOutCols) * kOutBoxBytes;
   static constexpr int kItemRing = 4;
   static constexpr int kMaxStages = 16;
-  // halo slots: the producer copies one block ahead (3 or 4 slots measured the same on the H200)
-  static constexpr int kSlots = 2;
-  // barriers (halo 2·2, stages 2·16, item ring 2·4), the item ring's int4s and the taps' row
+  // halo slots: per tap the producer copies one block ahead (3 or 4 slots measured the same on
+  // the H200); in entry mode as many as fit, up to four
+  static constexpr int kTapSlots = 2, kMaxSlots = 4;
+  // barriers (halo 2·4, stages 2·16, item ring 2·4), the item ring's int4s and the taps' row
   // offsets (at most 64 ints: conv_tiles_support), rounded up
   static constexpr int kBarrierBytes = 1024;
-  static_assert((2 * kSlots + 2 * kMaxStages + 2 * kItemRing) * 8 + kItemRing * 16 + 64 * 4 <= kBarrierBytes,
+  static_assert((2 * kMaxSlots + 2 * kMaxStages + 2 * kItemRing) * 8 + kItemRing * 16 + 64 * 4 <= kBarrierBytes,
                 "the barriers, item ring and tap table outgrow their part of shared memory");
 };
 
 /// Where the parts of the dynamic shared memory lie (byte offsets from its 1024-aligned start).
 struct HaloSmem {
   int halo_bytes;  ///< one halo slot, a multiple of 1024 (the swizzle repeats every 1024 bytes)
-  int stages;      ///< weight stages
+  int slots;       ///< halo slots
+  int stages;      ///< weight stages (entry mode: slots · taps, slot-major, a slot's taps in order)
   int w_at, staging_at, barriers_at, total;
 };
 
-template <int BS, int kWGs, int kMTiles, class TO>
+/// The shared memory of a call: per tap, two halo slots and as many weight stages as fit (at most
+/// 16); in entry mode as many slots (at most 4) as fit with all of their entries' weight blocks.
+template <int BS, int kWGs, int kMTiles, class TO, bool kEntry>
 HaloSmem halo_smem(const ConvTiles& ct) {
   using Tile = HaloTile<BS, kWGs, kMTiles, TO>;
   HaloSmem m{};
   m.halo_bytes = (ct.halo_rows() * Tile::kRowBytes + 1023) / 1024 * 1024;
   const int fixed = 1024 + kWGs * Tile::kStagingBytes + Tile::kBarrierBytes;
-  m.stages = std::min(Tile::kMaxStages, (kSmemLimit - fixed - Tile::kSlots * m.halo_bytes - 1024) / Tile::kWBytes);
-  m.w_at = Tile::kSlots * m.halo_bytes;
+  if (kEntry) {
+    const int per_slot = m.halo_bytes + ct.taps * Tile::kWBytes;  // + at most 1023 of rounding in all
+    m.slots = std::min(Tile::kMaxSlots, (kSmemLimit - fixed - 2048) / per_slot);
+    m.stages = m.slots * ct.taps;
+  } else {
+    m.slots = Tile::kTapSlots;
+    m.stages = std::min(Tile::kMaxStages, (kSmemLimit - fixed - m.slots * m.halo_bytes - 1024) / Tile::kWBytes);
+  }
+  m.w_at = m.slots * m.halo_bytes;
   m.staging_at = m.w_at + (m.stages * Tile::kWBytes + 1023) / 1024 * 1024;
   m.barriers_at = m.staging_at + kWGs * Tile::kStagingBytes;
   m.total = m.barriers_at + Tile::kBarrierBytes + 1024;  // + the alignment of the start
   return m;
 }
 
-template <class T, class TO, int BS, bool kTransW, int kWGs, int kMTiles, AMode kMode>
+template <class T, class TO, int BS, bool kTransW, int kWGs, int kMTiles, AMode kMode, bool kEntry>
 __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     halo_kernel(const __grid_constant__ CUtensorMap map_halo, const __grid_constant__ CUtensorMap map_w,
                 const __grid_constant__ CUtensorMap map_out, GatherProduct p, int items, ConvTiles ct, HaloSmem sm) {
@@ -116,8 +130,8 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
   uint8_t* smem = align1024(smem_raw);
   uint8_t* staging = smem + sm.staging_at;  // [kWGs][kStagingBytes]
   uint64_t* halo_full = reinterpret_cast<uint64_t*>(smem + sm.barriers_at);
-  uint64_t* halo_empty = halo_full + Tile::kSlots;
-  uint64_t* full = halo_empty + Tile::kSlots;
+  uint64_t* halo_empty = halo_full + Tile::kMaxSlots;
+  uint64_t* full = halo_empty + Tile::kMaxSlots;  // per-tap stages (not in entry mode)
   uint64_t* empty = full + Tile::kMaxStages;
   uint64_t* item_full = empty + Tile::kMaxStages;
   uint64_t* item_empty = item_full + kRing;
@@ -125,13 +139,12 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
   int32_t* tap_row = reinterpret_cast<int32_t*>(ring + kRing);  // [taps]: ConvTiles::tap_rows of each tap
   auto halo = [&](int h) { return smem + h * sm.halo_bytes; };
   auto wblock = [&](int s) { return smem + sm.w_at + s * Tile::kWBytes; };
-  const int stages = sm.stages, taps = ct.taps;
-  constexpr int slots = Tile::kSlots;
+  const int stages = sm.stages, taps = ct.taps, slots = sm.slots;
 
   const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
-    init_barrier_pairs(halo_full, halo_empty, Tile::kSlots, 4 * kWGs);
-    init_barrier_pairs(full, empty, stages, 4 * kWGs);
+    init_barrier_pairs(halo_full, halo_empty, slots, 4 * kWGs);
+    if (!kEntry) init_barrier_pairs(full, empty, stages, 4 * kWGs);
     init_barrier_pairs(item_full, item_empty, kRing, 4 * kWGs);
     fence_barrier_init();
   }
@@ -143,12 +156,13 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
   constexpr bool kTall = kMTiles == 4;
   if (wg == 0) {
     // Producer: one thread takes the items (the first by blockIdx.x, then the layout's counter),
-    // hands each to the consumers and copies, per list entry, the halo box and the taps' blocks.
+    // hands each to the consumers and copies, per list entry, the halo box and the taps' blocks
+    // (entry mode: into the slot's stages, completing the slot's barrier with the box).
     if constexpr (kTall) setmaxnreg_dec<40>();
     if (threadIdx.x != 0) return;
     prefetch_tma_map(&map_halo);
     prefetch_tma_map(&map_w);
-    const uint32_t halo_tx = static_cast<uint32_t>(ct.halo_rows() * kRowBytes);
+    const uint32_t halo_tx = static_cast<uint32_t>(ct.halo_rows() * kRowBytes + (kEntry ? taps * Tile::kWBytes : 0));
     RingCursor stage, slot, item_slot;
     for (int item = blockIdx.x;;) {
       int4 w = make_int4(-1, 0, 0, 0);
@@ -171,13 +185,17 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
         mbar_wait(&halo_empty[slot.slot], slot.phase ^ 1);
         mbar_arrive_expect_tx(&halo_full[slot.slot], halo_tx);
         tma_load_5d(halo(slot.slot), &map_halo, &halo_full[slot.slot], in * BS, at);
-        slot.next(slots);
         for (int t = 0, row = k * taps * BS; t < taps; ++t, row += BS) {
-          mbar_wait(&empty[stage.slot], stage.phase ^ 1);
-          mbar_arrive_expect_tx(&full[stage.slot], Tile::kWBytes);
-          tma_load_2d(wblock(stage.slot), &map_w, &full[stage.slot], 0, row);
+          if constexpr (kEntry) {  // stage = slot · taps + t: the stages advance with the slots
+            tma_load_2d(wblock(stage.slot), &map_w, &halo_full[slot.slot], 0, row);
+          } else {
+            mbar_wait(&empty[stage.slot], stage.phase ^ 1);
+            mbar_arrive_expect_tx(&full[stage.slot], Tile::kWBytes);
+            tma_load_2d(wblock(stage.slot), &map_w, &full[stage.slot], 0, row);
+          }
           stage.next(stages);
         }
+        slot.next(slots);
       }
       item = static_cast<int>(gridDim.x) + atomicAdd(p.counter, 1);
     }
@@ -215,7 +233,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
   auto begin_step = [&]() {
     const int shift = ld_shared(tap_row + walk.tap);  // issued before the waits: its latency under theirs
     if (walk.first_tap()) mbar_wait(&halo_full[walk.slot.slot], walk.slot.phase);
-    mbar_wait(&full[walk.stage.slot], walk.stage.phase);
+    if (!kEntry) mbar_wait(&full[walk.stage.slot], walk.stage.phase);
     const Step st{walk.slot.slot, shift, walk.stage.slot, walk.tap == taps - 1};
     walk.next(taps, stages, slots);
     return st;
@@ -227,11 +245,11 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     const uint32_t bytes = static_cast<uint32_t>(s * Tile::kWBytes + kk * (kTransW ? 32 : 16 * kRowBytes));
     return (b_desc0 & 0xFFFFFFFF00000000ull) | static_cast<uint32_t>(static_cast<uint32_t>(b_desc0) + (bytes >> 4));
   };
-  // Lane 0 releases a step's weight stage, and after its entry's last tap the halo slot (the
-  // whole warp's reads of them came first: callers __syncwarp), where `any` (a step was issued);
-  // predicated arrivals, no branch.
+  // Lane 0 releases a step's weight stage (not in entry mode), and after its entry's last tap the
+  // halo slot (the whole warp's reads of them came first: callers __syncwarp), where `any` (a
+  // step was issued); predicated arrivals, no branch.
   auto release = [&](const Step& st, bool any) {
-    mbar_arrive_if(&empty[st.s], any && lane == 0);
+    if (!kEntry) mbar_arrive_if(&empty[st.s], any && lane == 0);
     mbar_arrive_if(&halo_empty[st.h], any && lane == 0 && st.last_tap);
   };
   for (int n = 0;; ++n) {
@@ -348,10 +366,10 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
 #endif
 }
 
-template <class T, class TO, int BS, bool kTrans, int kWGs, int kMTiles, AMode kMode>
+template <class T, class TO, int BS, bool kTrans, int kWGs, int kMTiles, AMode kMode, bool kEntry>
 void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
   using Tile = HaloTile<BS, kWGs, kMTiles, TO>;
-  const HaloSmem sm = halo_smem<BS, kWGs, kMTiles, TO>(ct);
+  const HaloSmem sm = halo_smem<BS, kWGs, kMTiles, TO, kEntry>(ct);
   const int64_t items = static_cast<int64_t>(ct.total_tiles) * p.outs;
   TS_CHECK(items < INT32_MAX, ShapeError, (kTrans ? "bsconv_dx" : "bsconv") << ": too many tiles for one launch");
   int32_t half[ConvTiles::kAxes], origin[ConvTiles::kAxes];
@@ -359,7 +377,7 @@ void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
   const CUtensorMap map_halo = conv_map(p.a, p.in_dtype, p.a_cols, ct.a_ext, BS, ct.halo);
   const CUtensorMap map_w = tensor_map(p.w, p.in_dtype, static_cast<uint64_t>(p.nnz) * BS, BS, BS, BS);
   const CUtensorMap map_out = conv_map(p.out, p.out_dtype, p.out_cols, ct.ext, Tile::kOutCols, half);
-  constexpr auto kernel = &halo_kernel<T, TO, BS, kTrans, kWGs, kMTiles, kMode>;
+  constexpr auto kernel = &halo_kernel<T, TO, BS, kTrans, kWGs, kMTiles, kMode, kEntry>;
   const int grid = static_cast<int>(std::min<int64_t>(items, persistent_grid<kernel>(sm.total, Tile::kThreads)));
   kernel<<<grid, Tile::kThreads, sm.total, stream>>>(map_halo, map_w, map_out, p, static_cast<int>(items), ct, sm);
   TS_CUDA_LAUNCH_CHECK((kTrans ? "bsconv_dx (halo)" : "bsconv (halo)"));
@@ -367,12 +385,14 @@ void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
   g_conv_launches.fetch_add(1, std::memory_order_relaxed);
   g_halo_launches.fetch_add(1, std::memory_order_relaxed);
   if (kMTiles == 4) g_halo_tall_launches.fetch_add(1, std::memory_order_relaxed);
+  if (kEntry) g_halo_entry_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace
 
 uint64_t halo_launch_count() { return g_halo_launches.load(std::memory_order_relaxed); }
 uint64_t halo_tall_launch_count() { return g_halo_tall_launches.load(std::memory_order_relaxed); }
+uint64_t halo_entry_launch_count() { return g_halo_entry_launches.load(std::memory_order_relaxed); }
 
 namespace {
 
@@ -403,27 +423,46 @@ bool tall_tiles(const GatherProduct& p) {
 }
 
 /// Whether the halo kernel's tiles for (BS, kWGs, kMTiles) fit ci: each halo extent one TMA box,
-/// two weight stages at least, the shared memory a thread block may have.
-template <int BS, int kWGs, int kMTiles>
+/// two weight stages at least (entry mode: two slots), the shared memory a thread block may have.
+template <int BS, int kWGs, int kMTiles, bool kEntry>
 bool halo_fits(const GatherProduct& p, const ConvIndex& ci, int64_t batch, bool dx) {
   const ConvTiles ct = conv_tiles(ci, batch, dx, 64 * kWGs * kMTiles);
-  const HaloSmem sm = p.out_dtype == DType::f32 ? halo_smem<BS, kWGs, kMTiles, float>(ct)
-                                                : halo_smem<BS, kWGs, kMTiles, __half>(ct);  // bf16: the same sizes
-  return ct.halo_fits() && sm.stages >= 2 && sm.total <= kSmemLimit;
+  const HaloSmem sm = p.out_dtype == DType::f32
+                          ? halo_smem<BS, kWGs, kMTiles, float, kEntry>(ct)
+                          : halo_smem<BS, kWGs, kMTiles, __half, kEntry>(ct);  // bf16: the same sizes
+  return ct.halo_fits() && sm.stages >= 2 && sm.slots >= 2 && sm.total <= kSmemLimit;
 }
 
-/// Calls f(bs, transpose_w, warpgroups, m64 tiles) with the halo kernel's tile for p and ci:
-/// tall tiles where tall_tiles asks for them and they fit, else the gather kernel's.
+// Entry mode (a slot per list entry with all of its taps' weight blocks, one barrier wait and one
+// release per entry instead of per tap): TESSERA_BSCONV_HALO_ENTRY=1 takes it where two slots
+// fit, 0 (the default until timed on the GPU) never.
+bool entry_asked() {
+  const char* e = std::getenv("TESSERA_BSCONV_HALO_ENTRY");
+  if (!e) return false;
+  TS_CHECK(std::strcmp(e, "0") == 0 || std::strcmp(e, "1") == 0, ValueError,
+           "TESSERA_BSCONV_HALO_ENTRY must be 0 or 1, not '" << e << "'");
+  return std::strcmp(e, "1") == 0;
+}
+
+/// Calls f(bs, transpose_w, warpgroups, m64 tiles, entry) with the halo kernel's tile for p and
+/// ci: tall tiles where tall_tiles asks for them and they fit, else the gather kernel's; entry
+/// mode where entry_asked and it fits that tile.
 template <class F>
 void with_halo_tile(const GatherProduct& p, const ConvIndex& ci, int64_t batch, F&& f) {
-  const bool tall = tall_tiles(p);
+  const bool tall = tall_tiles(p), entry = entry_asked();
   with_gather_tile(p, [&](auto bs, auto trans, auto wgs, auto mtiles) {
     constexpr int BS = decltype(bs)::value, kWGs = decltype(wgs)::value;
+    constexpr bool kTrans = decltype(trans)::value;
+    auto with_entry = [&](auto m) {
+      constexpr int kM = decltype(m)::value;
+      if (entry && halo_fits<BS, kWGs, kM, true>(p, ci, batch, kTrans)) return f(bs, trans, wgs, m, std::true_type{});
+      return f(bs, trans, wgs, m, std::false_type{});
+    };
     if constexpr (BS <= 32 && kWGs == 2) {
-      if (tall && halo_fits<BS, kWGs, 4>(p, ci, batch, decltype(trans)::value))
-        return f(bs, trans, wgs, std::integral_constant<int, 4>{});
+      if (tall && halo_fits<BS, kWGs, 4, false>(p, ci, batch, kTrans))
+        return with_entry(std::integral_constant<int, 4>{});
     }
-    return f(bs, trans, wgs, mtiles);
+    return with_entry(mtiles);
   });
 }
 
@@ -432,9 +471,9 @@ void with_halo_tile(const GatherProduct& p, const ConvIndex& ci, int64_t batch, 
 bool halo_pays(const GatherProduct& p, const ConvIndex& ci, int64_t batch) {
   if (ci.taps < 2) return false;  // a 1x1 filter has nothing to reuse
   bool fits = false;
-  with_halo_tile(p, ci, batch, [&](auto bs, auto trans, auto wgs, auto mtiles) {
+  with_halo_tile(p, ci, batch, [&](auto bs, auto trans, auto wgs, auto mtiles, auto entry) {
     constexpr int BS = decltype(bs)::value, kWGs = decltype(wgs)::value, kMTiles = decltype(mtiles)::value;
-    fits = halo_fits<BS, kWGs, kMTiles>(p, ci, batch, decltype(trans)::value);
+    fits = halo_fits<BS, kWGs, kMTiles, decltype(entry)::value>(p, ci, batch, decltype(trans)::value);
   });
   return fits;
 }
@@ -444,16 +483,16 @@ void gather_conv_halo(const GatherProduct& p, const ConvIndex& ci, int64_t batch
   dispatch_types(p.in_dtype, p.out_dtype, [&](auto tin, auto tout) {
     using T = typename decltype(tin)::type;
     using TO = typename decltype(tout)::type;
-    with_halo_tile(p, ci, batch, [&](auto bs, auto trans, auto wgs, auto mtiles) {
+    with_halo_tile(p, ci, batch, [&](auto bs, auto trans, auto wgs, auto mtiles, auto entry) {
       constexpr int BS = decltype(bs)::value, kWGs = decltype(wgs)::value, kMTiles = decltype(mtiles)::value;
-      constexpr bool kTrans = decltype(trans)::value;
+      constexpr bool kTrans = decltype(trans)::value, kEntry = decltype(entry)::value;
       const ConvTiles ct = conv_tiles(ci, batch, kTrans, 64 * kWGs * kMTiles);
       if constexpr (kMTiles == 4) {  // tall tiles: A in registers only (tall_tiles)
-        return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::rs>(p, ct, stream);
+        return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::rs, kEntry>(p, ct, stream);
       } else {
         switch (a_mode(ct)) {
-          case AMode::rs: return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::rs>(p, ct, stream);
-          case AMode::ss: return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::ss>(p, ct, stream);
+          case AMode::rs: return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::rs, kEntry>(p, ct, stream);
+          case AMode::ss: return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::ss, kEntry>(p, ct, stream);
         }
       }
     });
