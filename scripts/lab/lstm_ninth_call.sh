@@ -40,6 +40,11 @@ for entry in 0 1; do  # issue 19: the halo kernel's entry mode (a list entry's t
     --block-sizes 16,32,64 --densities 0.25 --repeats 10 >$O/conv_$entry.log 2>&1
   echo "== bsconv, halo entry mode $entry rc $?"; grep -E "fwd|dgrad" $O/conv_$entry.log | cut -c1-110
 done
+for depth in 3; do for entry in 0 1; do  # tall tiles' three A buffers (bs 16, 32)
+  TESSERA_BSCONV_HALO_DEPTH=$depth TESSERA_BSCONV_HALO_ENTRY=$entry timeout 100 dist/run bsconv_gpu \
+    --shapes n64h56c256,n32h28c512 --block-sizes 16,32 --densities 0.25 --repeats 10 >$O/conv_d$entry.log 2>&1
+  echo "== bsconv, A depth $depth, entry mode $entry rc $?"; grep -E "fwd|dgrad" $O/conv_d$entry.log | cut -c1-110
+done; done
 TESSERA_BSCONV_HALO_ENTRY=1 timeout 100 dist/run bsconv_gpu --shapes n64h56c256 --block-sizes 32,64 --densities 0.25 \
   --halo-a ss --repeats 10 >$O/conv_ss.log 2>&1
 echo "== bsconv, halo entry mode 1, A from shared memory, rc $?"; grep -E "fwd|dgrad" $O/conv_ss.log | cut -c1-110
