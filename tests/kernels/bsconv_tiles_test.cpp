@@ -366,6 +366,22 @@ TEST(ConvTiles, TheHaloKernelsStepWalkEqualsItsDivisions) {
       }
 }
 
+// In entry mode (bsconv_sm90_halo.cu: a slot holds an entry's halo box and all of its taps'
+// weight blocks, stages = slots · taps) the same walk's stage is slot · taps + tap at every step,
+// so the weight block each step reads lies in its entry's slot.
+TEST(ConvTiles, TheHaloKernelsEntryModeStagesLieInTheirEntrysSlot) {
+  for (int32_t taps : {1, 2, 3, 9, 27})
+    for (int32_t slots : {2, 3, 4}) {
+      HaloStepWalk walk;
+      const int32_t stages = slots * taps;
+      for (int64_t hq = 0; hq < 11; ++hq)
+        for (int32_t t = 0; t < taps; ++t) {
+          ASSERT_EQ(walk.stage.slot, walk.slot.slot * taps + t) << taps << " taps, " << slots << " slots";
+          walk.next(taps, stages, slots);
+        }
+    }
+}
+
 TEST(ConvTiles, StridedOrVeryWideFiltersAreLeftToTheScalarKernels) {
   EXPECT_FALSE(conv_tiles_support(conv_index(conv_geometry({9, 7}, {3, 3}, {2}, {1}, ConvPadding::same), {9, 7}, "t")));
   EXPECT_FALSE(conv_tiles_support(conv_index(conv_geometry({9, 9}, {9, 9}, {1}, {1}, ConvPadding::same), {9, 9}, "t")));
