@@ -15,38 +15,33 @@
 #      memory;
 #   4. the gate dW with n cut into chunks (TESSERA_BSMM_DW_CHUNKS=1, 4, 8, 16; lab), profiled on
 #      sparse H 8192 at 1/16 (the `bsmm_dw` rows: 6.08 ms with 1 on the H100);
-#   5. every LSTM, bsmm and block-sparse convolution GPU test under the defaults (their lab paths
+#   5. the tests of what it times, in what is left of LIMIT seconds (default 570); TESTS_ONLY=1: every
+#      LSTM, bsmm and block-sparse convolution GPU test under the defaults (their lab paths
 #      included: the gate dW's chunks, the halo kernel's entry mode and A depth).
 set -uo pipefail
 O=$OUT; t0=$(date +%s)
 B=${BUNDLE:-build-gpu/lab.tar.xz}; rm -rf dist; tar xJf "$B"  # always this bundle (a warm machine keeps the last dist)
 cat dist/BUILD
 if [ "${TESTS_ONLY:-0}" = 0 ]; then
-timeout 90 dist/run gpu_tests --gtest_filter='LstmRecurrenceGpu.WgmmaSparseStreamed*' >$O/streamed_test.log 2>&1
-echo "streamed test rc $?: $(grep -E '^\[  (PASSED|FAILED)' $O/streamed_test.log | tr '\n' ' ')"
-grep -E "Failure" -A 4 $O/streamed_test.log | head -12
+for entry in 0 1; do  # issue 19: the halo kernel's entry mode (a list entry's taps under one barrier)
+  TESSERA_BSCONV_HALO_ENTRY=$entry timeout 70 dist/run bsconv_gpu --shapes n64h56c256,n32h28c512 \
+    --block-sizes 32,64 --densities 0.25 --repeats 10 >$O/conv_$entry.log 2>&1
+  echo "== bsconv, halo entry mode $entry rc $?"; grep -E "fwd|dgrad" $O/conv_$entry.log | cut -c1-110
+done
+for depth in 3; do for entry in 1; do  # tall tiles' three A buffers (bs 16, 32)
+  TESSERA_BSCONV_HALO_DEPTH=$depth TESSERA_BSCONV_HALO_ENTRY=$entry timeout 60 dist/run bsconv_gpu \
+    --shapes n64h56c256,n32h28c512 --block-sizes 32 --densities 0.25 --repeats 10 >$O/conv_d$entry.log 2>&1
+  echo "== bsconv, A depth $depth, entry mode $entry rc $?"; grep -E "fwd|dgrad" $O/conv_d$entry.log | cut -c1-110
+done; done
 for boxes in streamed 1; do
   TESSERA_LSTM_SPARSE_GATE_BOXES=$boxes timeout 60 dist/run lstm_step --hidden 2048 --dtypes bf16 --repeats 3 \
-    --warmup 1 --sparse 8192:0.0625:32 --profile >$O/step_$boxes.log 2>&1
+    --warmup 1 --sparse 8192:0.0625:32 >$O/step_$boxes.log 2>&1
   echo "== sparse H 8192 1/16, gate boxes $boxes rc $?"
   grep -E "^(tessera|cudnn) (sparse )?graph|wgmma bf16 +B64 T256 H8192" $O/step_$boxes.log | cut -c1-100
   grep -E "^profile tessera sparse graph bf16: [a-z_]+ \(" $O/step_$boxes.log | cut -c1-100 | head -5
 done
-for entry in 0 1; do  # issue 19: the halo kernel's entry mode (a list entry's taps under one barrier)
-  TESSERA_BSCONV_HALO_ENTRY=$entry timeout 70 dist/run bsconv_gpu --shapes n64h56c256,n32h28c512 \
-    --block-sizes 16,32,64 --densities 0.25 --repeats 10 >$O/conv_$entry.log 2>&1
-  echo "== bsconv, halo entry mode $entry rc $?"; grep -E "fwd|dgrad" $O/conv_$entry.log | cut -c1-110
-done
-for depth in 3; do for entry in 0 1; do  # tall tiles' three A buffers (bs 16, 32)
-  TESSERA_BSCONV_HALO_DEPTH=$depth TESSERA_BSCONV_HALO_ENTRY=$entry timeout 60 dist/run bsconv_gpu \
-    --shapes n64h56c256,n32h28c512 --block-sizes 16,32 --densities 0.25 --repeats 10 >$O/conv_d$entry.log 2>&1
-  echo "== bsconv, A depth $depth, entry mode $entry rc $?"; grep -E "fwd|dgrad" $O/conv_d$entry.log | cut -c1-110
-done; done
-TESSERA_BSCONV_HALO_ENTRY=1 timeout 60 dist/run bsconv_gpu --shapes n64h56c256 --block-sizes 32,64 --densities 0.25 \
-  --halo-a ss --repeats 10 >$O/conv_ss.log 2>&1
-echo "== bsconv, halo entry mode 1, A from shared memory, rc $?"; grep -E "fwd|dgrad" $O/conv_ss.log | cut -c1-110
 for layer in 8192:0.0625:32; do
-  for chunks in 1 4 8 16; do
+  for chunks in 1 4 16; do
     TESSERA_BSMM_DW_CHUNKS=$chunks timeout 45 dist/run lstm_step --hidden 0 --dtypes bf16 --repeats 2 --warmup 1 \
       --sparse $layer --profile >$O/chunks_${layer%%:*}_$chunks.log 2>&1
     echo "== $layer, dW chunks $chunks rc $?: $(grep -E '^profile tessera sparse graph bf16: bsmm_dw ' \
@@ -55,8 +50,9 @@ for layer in 8192:0.0625:32; do
   done
 done
 fi
-left=$(( 570 - ($(date +%s) - t0) ))  # the tests last, in what is left of the call (or a call of their own: TESTS_ONLY=1)
-filter='LstmRecurrenceGpu.*:LstmLayerGpu.*:CudaLstm*.*:CudaModels.*:CudaBsmmTensorCores.*:CudaBsConv.*'
+left=$(( ${LIMIT:-570} - ($(date +%s) - t0) ))  # the tests last, in what is left of the call (or a call of their own: TESTS_ONLY=1)
+filter='CudaBsConv.*:LstmRecurrenceGpu.WgmmaSparseStreamed*:CudaBsmmTensorCores.GateLayout*'
+[ "${TESTS_ONLY:-0}" = 0 ] || filter='LstmRecurrenceGpu.*:LstmLayerGpu.*:CudaLstm*.*:CudaModels.*:CudaBsmmTensorCores.*:CudaBsConv.*'
 timeout $left dist/run gpu_tests --gtest_filter="$filter" >$O/tests.log 2>&1
 echo "tests rc $? at $(( $(date +%s) - t0 )) s: $(grep -E '^\[  (PASSED|FAILED)' $O/tests.log | tr '\n' ' ')"
 grep -E "^\[  FAILED|Failure" $O/tests.log | head -8
