@@ -1,23 +1,19 @@
 #!/usr/bin/env bash
 # device call (issues 16 and 19): what was built after the eighth run, from the bundle
-# build-gpu/lab.tar.xz (carry it; BUNDLE= another; targets gpu_tests lstm_step bsconv_gpu), at most
-# 10 minutes, the timings first and the tests in what is left (TESTS_ONLY=1: only the tests):
-#   1. the streamed forms' test (LstmRecurrenceGpu.WgmmaSparseStreamedMatchesTheCpu: the backward's
-#      streamed form now also with gate boxes, a mask entry's four W blocks beside its four boxes;
-#      if it passes and is faster, make `streamed` the behaviour of 1 in sparse_gate_boxes_streamed);
-#   2. sparse H 8192 at 1/16 with gate boxes in the streamed form (TESSERA_LSTM_SPARSE_GATE_BOXES=
-#      streamed) and without (1, the default: 32.9 µs a backward step on the H100), --profile,
-#      against cuDNN's dense H 2048;
-#   3. issue 19: bsconv_gpu's fwd and dgrad (N 64 × 56 × 56 × 256 and 32 × 28 × 28 × 512, density
-#      0.25) with the halo kernel's entry mode (TESSERA_BSCONV_HALO_ENTRY=1: one barrier wait and
-#      release per list entry, not per tap) and without, the tall tiles' three A buffers
-#      (TESSERA_BSCONV_HALO_DEPTH=3) with and without entry mode, and entry mode with A from shared
-#      memory;
-#   4. the gate dW with n cut into chunks (TESSERA_BSMM_DW_CHUNKS=1, 4, 8, 16; lab), profiled on
-#      sparse H 8192 at 1/16 (the `bsmm_dw` rows: 6.08 ms with 1 on the H100);
-#   5. the tests of what it times, in what is left of LIMIT seconds (default 570); TESTS_ONLY=1: every
-#      LSTM, bsmm and block-sparse convolution GPU test under the defaults (their lab paths
-#      included: the gate dW's chunks, the halo kernel's entry mode and A depth).
+# build-gpu/lab.tar.xz (carry it; BUNDLE= another; targets gpu_tests lstm_step bsconv_gpu), the
+# timings first and the tests of what they time in what is left of LIMIT seconds (default 570):
+#   1. issue 19: bsconv_gpu's fwd and dgrad (N 64 × 56 × 56 × 256 and 32 × 28 × 28 × 512, density
+#      0.25, bs 32 and 64) with the halo kernel's entry mode (TESSERA_BSCONV_HALO_ENTRY=1: one
+#      barrier wait and release per list entry, not per tap) and without; then bs 32 with the tall
+#      tiles' three A buffers (TESSERA_BSCONV_HALO_DEPTH=3) in entry mode;
+#   2. sparse H 8192 at 1/16 with the backward's gate boxes in the streamed form
+#      (TESSERA_LSTM_SPARSE_GATE_BOXES=streamed: a mask entry's four W blocks beside its four boxes)
+#      and without (1, the default: 32.9 µs a backward step on the H100), against cuDNN's dense H 2048;
+#      if its test passes and it is faster, make it the behaviour of 1 (sparse_gate_boxes_streamed);
+#   3. the gate dW with n cut into chunks (TESSERA_BSMM_DW_CHUNKS=1, 4, 16; lab), profiled on sparse
+#      H 8192 at 1/16 (the `bsmm_dw` row: 6.08 ms with 1 on the H100);
+#   4. the tests: CudaBsConv.*, LstmRecurrenceGpu.WgmmaSparseStreamed*, CudaBsmmTensorCores.GateLayout*;
+#      with TESTS_ONLY=1 only tests, every LSTM, bsmm and block-sparse convolution GPU test.
 set -uo pipefail
 O=$OUT; t0=$(date +%s)
 B=${BUNDLE:-build-gpu/lab.tar.xz}; rm -rf dist; tar xJf "$B"  # always this bundle (a warm machine keeps the last dist)
