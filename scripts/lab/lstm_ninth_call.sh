@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# A record: it ran once (2026-12-07, the "Ninth run" of docs/lstm_gpu.md), before its lab choices
+# became defaults or were deleted; TESSERA_LSTM_SPARSE_GATE_BOXES=streamed is now an error and
+# TESSERA_BSCONV_HALO_DEPTH is no longer read. scripts/lab/lstm_defaults_call.sh times the defaults.
 # device call (issues 16 and 19): what was built after the eighth run, from the bundle
 # build-gpu/lab.tar.xz (carry it; BUNDLE= another; targets gpu_tests lstm_step bsconv_gpu), the
 # timings first and the tests of what they time in what is left of LIMIT seconds (default 570):

@@ -714,12 +714,12 @@ uint64_t sparse_streamed_launches() {
 // The block-sparse kernels' streamed forms (TESSERA_LSTM_SPARSE_STREAMED=1:N: two groups or block
 // rows a block, at most N tiles or blocks of each resident, the rest copied with their operand
 // boxes; 1:0 streams them all), two launches each way each case (check_sparse_variant); the
-// backward with gate boxes (TESSERA_LSTM_SPARSE_GATE_BOXES=streamed, a lab choice) and with one box
-// a copy (the default). A bad value is one ValueError naming it.
+// backward with gate boxes (TESSERA_LSTM_SPARSE_GATE_BOXES=1, the default) and with one box a copy
+// (0). A bad value is one ValueError naming it.
 TEST(LstmRecurrenceGpu, WgmmaSparseStreamedMatchesTheCpu) {
   REQUIRE_GPU();
   if (!sm90_here()) GTEST_SKIP() << "the wgmma recurrence needs an sm_90a build on a GPU of compute 9.0";
-  for (const char* boxes : {"streamed", "1"}) {  // the backward's streamed form with gate boxes, one box a copy
+  for (const char* boxes : {"1", "0"}) {  // the backward's streamed form with gate boxes, one box a copy
     const ScopedEnv gate_boxes("TESSERA_LSTM_SPARSE_GATE_BOXES", boxes);
     for (const char* cap : {"1:2", "1:0"})
       check_sparse_variant("TESSERA_LSTM_SPARSE_STREAMED", cap, sparse_streamed_launches, 4);

@@ -26,9 +26,10 @@
 // a table made once per thread block, and each step's products run while the next step's
 // barriers are waited for and, in register mode, its A fragments loaded (two buffers). At block
 // sizes 16 and 32 large calls take tall tiles of 512 rows (four m64 tiles per consumer
-// warpgroup), which spread a step's fixed cost over twice the products. In entry mode (kEntry) a
-// slot holds a list entry's halo box and all of its taps' weight blocks under one barrier, so
-// the per-tap steps wait for nothing and release nothing: one wait and one release per entry.
+// warpgroup), which spread a step's fixed cost over twice the products. In entry mode (kEntry,
+// the default where two slots fit) a slot holds a list entry's halo box and all of its taps'
+// weight blocks under one barrier, so the per-tap steps wait for nothing and release nothing:
+// one wait and one release per entry.
 //
 // Deterministic: each output element is summed by one thread, over the list's blocks in order
 // and each block's taps in order, with no atomics on data.
@@ -119,7 +120,7 @@ HaloSmem halo_smem(const ConvTiles& ct) {
   return m;
 }
 
-template <class T, class TO, int BS, bool kTransW, int kWGs, int kMTiles, AMode kMode, bool kEntry, int kADepth>
+template <class T, class TO, int BS, bool kTransW, int kWGs, int kMTiles, AMode kMode, bool kEntry>
 __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     halo_kernel(const __grid_constant__ CUtensorMap map_halo, const __grid_constant__ CUtensorMap map_w,
                 const __grid_constant__ CUtensorMap map_out, GatherProduct p, int items, ConvTiles ct, HaloSmem sm) {
@@ -295,12 +296,10 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
         prev = cur;
       }
     } else {
-      // A from registers that ldmatrix writes, kADepth steps' fragments: step e + kADepth − 1's are
-      // loaded while step e's products run (into the buffer of step e − 1, whose products retired
-      // first), so with three buffers no step waits for its own loads. Unrolled by kADepth, so that
-      // each buffer is named at compile time (registers).
-      static_assert(kADepth == 2 || kADepth == 3, "two or three A buffers");
-      uint32_t a0[BS / 16][kMTiles][4], a1[BS / 16][kMTiles][4], a2[kADepth == 3 ? BS / 16 : 1][kMTiles][4];
+      // A from registers that ldmatrix writes, two steps' fragments: step e + 1's are loaded while
+      // step e's products run (into the buffer of step e - 1, whose products retired first).
+      // Unrolled by two, so that each buffer is named at compile time (registers).
+      uint32_t a0[BS / 16][kMTiles][4], a1[BS / 16][kMTiles][4];
       auto load_a = [&](uint32_t(&a)[BS / 16][kMTiles][4], const Step& st) {
         const uint8_t* box = halo(st.h);
 #pragma unroll
@@ -320,42 +319,6 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
         }
         wgmma_commit();
       };
-      if constexpr (kADepth == 3) {
-        Step s0{}, s1{}, s2{};
-        if (steps > 0) {
-          s0 = begin_step();
-          load_a(a0, s0);
-        }
-        if (steps > 1) {
-          s1 = begin_step();
-          load_a(a1, s1);
-        }
-        for (int e = 0; e < steps; e += 3) {
-          issue(a0, s0);
-          retire_previous(e > 0, prev);  // step e − 1's buffer (a2) is free
-          prev = s0;
-          if (e + 2 < steps) {
-            s2 = begin_step();
-            load_a(a2, s2);
-          }
-          if (e + 1 == steps) break;
-          issue(a1, s1);
-          retire_previous(true, prev);
-          prev = s1;
-          if (e + 3 < steps) {
-            s0 = begin_step();
-            load_a(a0, s0);
-          }
-          if (e + 2 == steps) break;
-          issue(a2, s2);
-          retire_previous(true, prev);
-          prev = s2;
-          if (e + 4 < steps) {
-            s1 = begin_step();
-            load_a(a1, s1);
-          }
-        }
-      } else {
       if (steps > 0) {
         cur = begin_step();
         load_a(a0, cur);
@@ -373,7 +336,6 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
         if (e + 2 == steps) break;
         cur = begin_step();
         load_a(a0, cur);
-      }
       }
     }
     wgmma_wait<0>();
@@ -405,7 +367,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
 #endif
 }
 
-template <class T, class TO, int BS, bool kTrans, int kWGs, int kMTiles, AMode kMode, bool kEntry, int kADepth = 2>
+template <class T, class TO, int BS, bool kTrans, int kWGs, int kMTiles, AMode kMode, bool kEntry>
 void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
   using Tile = HaloTile<BS, kWGs, kMTiles, TO>;
   const HaloSmem sm = halo_smem<BS, kWGs, kMTiles, TO, kEntry>(ct);
@@ -416,7 +378,7 @@ void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
   const CUtensorMap map_halo = conv_map(p.a, p.in_dtype, p.a_cols, ct.a_ext, BS, ct.halo);
   const CUtensorMap map_w = tensor_map(p.w, p.in_dtype, static_cast<uint64_t>(p.nnz) * BS, BS, BS, BS);
   const CUtensorMap map_out = conv_map(p.out, p.out_dtype, p.out_cols, ct.ext, Tile::kOutCols, half);
-  constexpr auto kernel = &halo_kernel<T, TO, BS, kTrans, kWGs, kMTiles, kMode, kEntry, kADepth>;
+  constexpr auto kernel = &halo_kernel<T, TO, BS, kTrans, kWGs, kMTiles, kMode, kEntry>;
   const int grid = static_cast<int>(std::min<int64_t>(items, persistent_grid<kernel>(sm.total, Tile::kThreads)));
   kernel<<<grid, Tile::kThreads, sm.total, stream>>>(map_halo, map_w, map_out, p, static_cast<int>(items), ct, sm);
   TS_CUDA_LAUNCH_CHECK((kTrans ? "bsconv_dx (halo)" : "bsconv (halo)"));
@@ -473,30 +435,20 @@ bool halo_fits(const GatherProduct& p, const ConvIndex& ci, int64_t batch, bool 
 }
 
 // Entry mode (a slot per list entry with all of its taps' weight blocks, one barrier wait and one
-// release per entry instead of per tap): TESSERA_BSCONV_HALO_ENTRY=1 takes it where two slots
-// fit, 0 (the default until timed on the GPU) never.
+// release per entry instead of per tap), where two slots fit: the default (TESSERA_BSCONV_HALO_ENTRY
+// unset or 1); 0 never (the lab's switch). On the H100 at bs 32, N 64 × 56 × 56, density 0.25:
+// forward 0.252 -> 0.236 ms, dgrad 0.231 -> 0.208 in one call (docs/convolution.md).
 bool entry_asked() {
   const char* e = std::getenv("TESSERA_BSCONV_HALO_ENTRY");
-  if (!e) return false;
+  if (!e) return true;
   TS_CHECK(std::strcmp(e, "0") == 0 || std::strcmp(e, "1") == 0, ValueError,
            "TESSERA_BSCONV_HALO_ENTRY must be 0 or 1, not '" << e << "'");
   return std::strcmp(e, "1") == 0;
 }
 
-// Three A buffers for tall tiles (A of step e + 2 loaded while step e's products run, so that no
-// step waits for its own ldmatrix results): TESSERA_BSCONV_HALO_DEPTH=3 (a lab switch), 2 (the
-// default until timed on the GPU) the two buffers of the other tiles.
-bool deep_a_asked() {
-  const char* e = std::getenv("TESSERA_BSCONV_HALO_DEPTH");
-  if (!e) return false;
-  TS_CHECK(std::strcmp(e, "2") == 0 || std::strcmp(e, "3") == 0, ValueError,
-           "TESSERA_BSCONV_HALO_DEPTH must be 2 or 3, not '" << e << "'");
-  return std::strcmp(e, "3") == 0;
-}
-
 /// Calls f(bs, transpose_w, warpgroups, m64 tiles, entry) with the halo kernel's tile for p and
 /// ci: tall tiles where tall_tiles asks for them and they fit, else the gather kernel's; entry
-/// mode where entry_asked and it fits that tile.
+/// mode where entry_asked and it fits that tile (bs 16 and 32: at bs 64 one slot fits).
 template <class F>
 void with_halo_tile(const GatherProduct& p, const ConvIndex& ci, int64_t batch, F&& f) {
   const bool tall = tall_tiles(p), entry = entry_asked();
@@ -537,8 +489,7 @@ void gather_conv_halo(const GatherProduct& p, const ConvIndex& ci, int64_t batch
       constexpr int BS = decltype(bs)::value, kWGs = decltype(wgs)::value, kMTiles = decltype(mtiles)::value;
       constexpr bool kTrans = decltype(trans)::value, kEntry = decltype(entry)::value;
       const ConvTiles ct = conv_tiles(ci, batch, kTrans, 64 * kWGs * kMTiles);
-      if constexpr (kMTiles == 4) {  // tall tiles: A in registers only (tall_tiles), two or three buffers
-        if (deep_a_asked()) return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::rs, kEntry, 3>(p, ct, stream);
+      if constexpr (kMTiles == 4) {  // tall tiles: A in registers only (tall_tiles)
         return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::rs, kEntry>(p, ct, stream);
       } else {
         switch (a_mode(ct)) {

@@ -15,13 +15,13 @@
 //   (row i of acc: entry 2p + i / 32, row i % 32 of its blocks; column n: gate n / 32, column n % 32)
 //
 // Ungated, not transposed. Each element is summed by one thread in row order, so the same inputs give
-// the same bits. With TESSERA_BSMM_DW_CHUNKS=N (a lab switch, not yet run on a GPU; default 1) the
-// rows n are cut into N chunks and the items go chunk-major (all runs of chunk 0, then chunk 1, ...),
+// the same bits. Where X is much larger than L2 (gate_chunks: 16 chunks at sparse H 8192) the
+// rows n are cut into chunks and the items go chunk-major (all runs of chunk 0, then chunk 1, ...),
 // so that the X strips of the chunk the grid is on, which ~8-16 runs read each, can stay in L2
 // (X [n, C] is 134 MB at H 4096, 268 MB at H 8192; L2 50 MB); each chunk's sums go to an f32
 // workspace [N, nnz, 32, 32] and sum_parts_kernel adds the chunks in order. (Two chunks, N split
 // as the general kernel's parts, measured slower at H 4096: X's halves are still larger than L2.)
-// 164 registers, no spills, no serialized wgmma. The
+// 166 registers, no spills, no serialized wgmma. The
 // default for gate layouts (TESSERA_BSMM_DW_GATE_RUNS=0 runs the general kernel instead): on the
 // H100 the sparse H 4096 layer's two weight gradients took 1.65 ms against the general kernel's
 // 2.25 (docs/bsmm_kernels.md).
@@ -181,16 +181,30 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// TESSERA_BSMM_DW_CHUNKS (a lab switch): the chunks the rows n are cut into, 1 (unset, the default)
-// to 64, at most one a stage of rows; anything else a ValueError.
-int gate_chunks(int steps) {
+// The chunks the rows n are cut into: 16 where X [n, C] is at least four times the L2 cache and
+// the chunks' f32 sums [16, nnz, 32, 32] take no more memory than dY [n, K], else 1. Measured on
+// the H100 (one call, 2026-12-07; the layer's three dW, graph step): sparse H 8192 at 1/16 (X 268
+// MB, L2 50 MB) 6.46 ms with 1 chunk, 6.81 with 4, 5.88 with 8, 5.55 with 16 (step 22.85 ->
+// 21.49 ms); sparse H 4096 at 1/16 (X 134 MB) 1.51 with 1, 1.63 with 16, 1.98 with 32.
+// TESSERA_BSMM_DW_CHUNKS=N (the lab's switch) forces 1 to 64, at most one a stage of rows;
+// anything else a ValueError.
+constexpr int kWideChunks = 16;
+
+int gate_chunks(const BlockGradient& g, int steps, int device) {
   const char* e = std::getenv("TESSERA_BSMM_DW_CHUNKS");
-  if (!e) return 1;
-  char* end = nullptr;
-  const long v = std::strtol(e, &end, 10);
-  TS_CHECK(end != e && *end == '\0' && v >= 1 && v <= 64, ValueError,
-           "TESSERA_BSMM_DW_CHUNKS must be a whole number from 1 to 64, not '" << e << "'");
-  return std::max(1, std::min(static_cast<int>(v), steps));
+  if (e) {
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    TS_CHECK(end != e && *end == '\0' && v >= 1 && v <= 64, ValueError,
+             "TESSERA_BSMM_DW_CHUNKS must be a whole number from 1 to 64, not '" << e << "'");
+    return std::max(1, std::min(static_cast<int>(v), steps));
+  }
+  int l2 = 0;
+  TS_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+  const int64_t x_bytes = g.n * g.C * 2, dy_bytes = g.n * g.K * 2;  // bf16 / f16 operands
+  const int64_t sums_bytes = int64_t{kWideChunks} * g.nnz * kGBs * kGBs * 4;
+  const bool wide = l2 > 0 && x_bytes >= 4 * int64_t{l2} && sums_bytes <= dy_bytes;
+  return wide ? std::min(kWideChunks, steps) : 1;
 }
 
 template <class T, class TO>
@@ -203,7 +217,7 @@ void launch_gates(const BlockGradient& g, const GateRuns& runs, int device, cuda
            "TESSERA_BSMM_DW_EVICT_FIRST must be 0 or 1, not '" << e << "'");
   const bool evict_first = !(e && std::strcmp(e, "0") == 0);
   const int steps = static_cast<int>((g.n + kGKT - 1) / kGKT);
-  const int wanted = gate_chunks(steps);
+  const int wanted = gate_chunks(g, steps, device);
   const int chunk_steps = (steps + wanted - 1) / wanted;
   const int chunks = (steps + chunk_steps - 1) / chunk_steps;  // every chunk has rows
   const int64_t elems = g.nnz * kGBs * kGBs;

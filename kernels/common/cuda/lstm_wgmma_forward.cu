@@ -186,18 +186,13 @@ SparseStreamed sparse_streamed_choice() {
   return {std::stoi(v.substr(2)), true};
 }
 
-namespace {
-std::string gate_boxes_choice() {
+bool sparse_gate_boxes_wanted() {
   const char* e = std::getenv("TESSERA_LSTM_SPARSE_GATE_BOXES");
   const std::string choice = e ? e : "1";
-  TS_CHECK(choice == "0" || choice == "1" || choice == "streamed", ValueError,
-           "TESSERA_LSTM_SPARSE_GATE_BOXES must be 0, 1 or streamed, not '" << choice << "'");
-  return choice;
+  TS_CHECK(choice == "0" || choice == "1", ValueError,
+           "TESSERA_LSTM_SPARSE_GATE_BOXES must be 0 or 1, not '" << choice << "'");
+  return choice == "1";
 }
-}  // namespace
-
-bool sparse_gate_boxes_wanted() { return gate_boxes_choice() != "0"; }
-bool sparse_gate_boxes_streamed() { return gate_boxes_choice() == "streamed"; }
 
 
 std::atomic<uint64_t> g_sparse_paired_launches{0};

@@ -117,12 +117,11 @@ void count_sparse_paired_launch();
 
 /// TESSERA_LSTM_SPARSE_GATE_BOXES: 1 (the default) gives the block-sparse backward under nn::LSTM's
 /// gate layout one operand copy per mask entry for its four gates, with one block row a block
-/// (lstm_wgmma_sparse_backward.cu; H 4096 at 1/16 on the H100: 11.8 -> 7.8 µs a step) and with two
-/// (H 8192 at 1/64: 15.06 -> 14.36 µs a step); `streamed` (a lab choice, not yet run on a GPU) also
-/// in the backward's streamed form (sparse H 8192 at 1/16); 0 one copy a block; anything else a
-/// ValueError.
+/// (lstm_wgmma_sparse_backward.cu; H 4096 at 1/16 on the H100: 11.8 -> 7.8 µs a step), with two
+/// (H 8192 at 1/64: 15.06 -> 14.36 µs a step) and in the streamed form, the entry's four W blocks
+/// beside its four boxes (H 8192 at 1/16: 33.5 -> 32.3 µs a step); 0 one copy a block; anything
+/// else a ValueError.
 bool sparse_gate_boxes_wanted();
-bool sparse_gate_boxes_streamed();
 
 /// A block-sparse kernel's threads: `per_block` consumer warpgroups and the producer warp.
 constexpr int sparse_block_threads(int per_block) { return 128 * per_block + 32; }
