@@ -460,28 +460,26 @@ bool halo_fits(const GatherProduct& p, const ConvIndex& ci, int64_t batch, bool 
   return ct.halo_fits() && sm.stages >= 2 && sm.slots >= 2 && sm.total <= kSmemLimit;
 }
 
+// A lab switch: the environment variable `name` is `off` or `on` (unset: `fallback`); anything else
+// is a ValueError that names it.
+bool env_switch(const char* name, const char* off, const char* on, bool fallback) {
+  const char* e = std::getenv(name);
+  if (!e) return fallback;
+  TS_CHECK(std::strcmp(e, off) == 0 || std::strcmp(e, on) == 0, ValueError,
+           name << " must be " << off << " or " << on << ", not '" << e << "'");
+  return std::strcmp(e, on) == 0;
+}
+
 // Entry mode (a slot per list entry with all of its taps' weight blocks, one barrier wait and one
 // release per entry instead of per tap), where two slots fit: the default (TESSERA_BSCONV_HALO_ENTRY
 // unset or 1); 0 never (the lab's switch). On the H100 at bs 32, N 64 × 56 × 56, density 0.25:
 // forward 0.252 -> 0.236 ms, dgrad 0.231 -> 0.208 in one call (docs/convolution.md).
-bool entry_asked() {
-  const char* e = std::getenv("TESSERA_BSCONV_HALO_ENTRY");
-  if (!e) return true;
-  TS_CHECK(std::strcmp(e, "0") == 0 || std::strcmp(e, "1") == 0, ValueError,
-           "TESSERA_BSCONV_HALO_ENTRY must be 0 or 1, not '" << e << "'");
-  return std::strcmp(e, "1") == 0;
-}
+bool entry_asked() { return env_switch("TESSERA_BSCONV_HALO_ENTRY", "0", "1", true); }
 
 // Group mode at bs 64 (a weight stage holds three consecutive taps of an entry: one barrier wait
 // and one release per three taps), for filters whose taps are a multiple of 3:
 // TESSERA_BSCONV_HALO_GROUP=3 (a lab choice, not yet timed), 1 or unset the per-tap stages.
-bool group_asked() {
-  const char* e = std::getenv("TESSERA_BSCONV_HALO_GROUP");
-  if (!e) return false;
-  TS_CHECK(std::strcmp(e, "1") == 0 || std::strcmp(e, "3") == 0, ValueError,
-           "TESSERA_BSCONV_HALO_GROUP must be 1 or 3, not '" << e << "'");
-  return std::strcmp(e, "3") == 0;
-}
+bool group_asked() { return env_switch("TESSERA_BSCONV_HALO_GROUP", "1", "3", false); }
 
 /// Calls f(bs, transpose_w, warpgroups, m64 tiles, entry, group) with the halo kernel's tile for p
 /// and ci: tall tiles where tall_tiles asks for them and they fit, else the gather kernel's; entry
