@@ -460,16 +460,6 @@ bool halo_fits(const GatherProduct& p, const ConvIndex& ci, int64_t batch, bool 
   return ct.halo_fits() && sm.stages >= 2 && sm.slots >= 2 && sm.total <= kSmemLimit;
 }
 
-// A lab switch: the environment variable `name` is `off` or `on` (unset: `fallback`); anything else
-// is a ValueError that names it.
-bool env_switch(const char* name, const char* off, const char* on, bool fallback) {
-  const char* e = std::getenv(name);
-  if (!e) return fallback;
-  TS_CHECK(std::strcmp(e, off) == 0 || std::strcmp(e, on) == 0, ValueError,
-           name << " must be " << off << " or " << on << ", not '" << e << "'");
-  return std::strcmp(e, on) == 0;
-}
-
 // Entry mode (a slot per list entry with all of its taps' weight blocks, one barrier wait and one
 // release per entry instead of per tap), where two slots fit: the default (TESSERA_BSCONV_HALO_ENTRY
 // unset or 1); 0 never (the lab's switch). On the H100 at bs 32, N 64 × 56 × 56, density 0.25:

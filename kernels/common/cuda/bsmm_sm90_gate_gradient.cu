@@ -212,10 +212,7 @@ void launch_gates(const BlockGradient& g, const GateRuns& runs, int device, cuda
   const CUtensorMap map_x = tensor_map(g.x, g.in_dtype, g.n, g.C, kGKT, kGBs);
   const CUtensorMap map_dy = tensor_map(g.dy, g.in_dtype, g.n, g.K, kGKT, kGBs);
   // TESSERA_BSMM_DW_EVICT_FIRST=0 (a lab switch) copies dY with the default L2 policy; 1 (the default) evict-first
-  const char* e = std::getenv("TESSERA_BSMM_DW_EVICT_FIRST");
-  TS_CHECK(!e || std::strcmp(e, "0") == 0 || std::strcmp(e, "1") == 0, ValueError,
-           "TESSERA_BSMM_DW_EVICT_FIRST must be 0 or 1, not '" << e << "'");
-  const bool evict_first = !(e && std::strcmp(e, "0") == 0);
+  const bool evict_first = env_switch("TESSERA_BSMM_DW_EVICT_FIRST", "0", "1", true);
   const int steps = static_cast<int>((g.n + kGKT - 1) / kGKT);
   const int wanted = gate_chunks(g, steps, device);
   const int chunk_steps = (steps + wanted - 1) / wanted;
@@ -258,10 +255,7 @@ void launch_gates(const BlockGradient& g, const GateRuns& runs, int device, cuda
 uint64_t gate_launch_count() { return g_gate_launches.load(std::memory_order_relaxed); }
 
 bool gate_gradient_wanted(const BlockGradient& g, int device) {
-  const char* e = std::getenv("TESSERA_BSMM_DW_GATE_RUNS");  // 1 (the default) or 0
-  TS_CHECK(!e || std::strcmp(e, "0") == 0 || std::strcmp(e, "1") == 0, ValueError,
-           "TESSERA_BSMM_DW_GATE_RUNS must be 0 or 1, not '" << e << "'");
-  if (e && std::strcmp(e, "0") == 0) return false;
+  if (!env_switch("TESSERA_BSMM_DW_GATE_RUNS", "0", "1", true)) return false;  // 1 (the default) or 0
   return g.bs == kGBs && g.gate == nullptr && !g.transposed && gradient_supported(g, device);
 }
 
