@@ -6,16 +6,17 @@
 #      of bsmm_dw's chunks among them);
 #   2. bsconv_gpu at density 0.25, bs 32 and 64, both shapes; then bs 64 in the halo kernel's group
 #      mode (TESSERA_BSCONV_HALO_GROUP=3) against it;
-#   3. lstm_step's issue-16 table (lstm_defaults_call.sh's command), --json $OUT/lstm_step.json;
-#   4. sparse H 8192 at 1/16: the gate dW's chunks summed by a second kernel (the default) against
-#      chain mode (TESSERA_BSMM_DW_CHAIN=1), graph step and profile, twice interleaved;
+#   3. the gate dW's chunks in chain mode (TESSERA_BSMM_DW_CHAIN=1), graph step and profile: sparse
+#      H 8192 at 1/16 against the chunks summed by a second kernel (the default); sparse H 4096 at
+#      1/16 (random) in 2 and 4 chunks against 1 (the default);
+#   4. lstm_step's issue-16 table (lstm_defaults_call.sh's command), --json $OUT/lstm_step.json;
 #   5. train_lstm tokens/s (dense H 1024 tessera / cuDNN, sparse H 4096 at 1/16).
 set -uo pipefail
 O=$OUT; t0=$(date +%s); LIMIT=${LIMIT:-560}
 left() { [ $(( $(date +%s) - t0 )) -lt $(( LIMIT - ${1:-0} )) ]; }
 B=${BUNDLE:-build-gpu/lab2.tar.xz}; rm -rf dist; tar xJf "$B"; cat dist/BUILD
 filter='LstmRecurrenceGpu.*:LstmLayerGpu.*:CudaLstm*.*:CudaModels.*:CudaBsmmTensorCores.*:CudaBsConv.*'
-timeout 240 dist/run gpu_tests --gtest_filter="$filter" >$O/tests.log 2>&1
+timeout $(( LIMIT / 2 < 240 ? LIMIT / 2 : 240 )) dist/run gpu_tests --gtest_filter="$filter" >$O/tests.log 2>&1
 echo "tests rc $? at $(( $(date +%s) - t0 )) s: $(grep -E '^\[  (PASSED|FAILED)' $O/tests.log | tr '\n' ' ')"
 grep -E "^\[  FAILED|Failure" $O/tests.log | head -8
 conv() {  # NAME BLOCK-SIZES ENV...: bsconv_gpu at density 0.25 on both shapes
@@ -26,21 +27,25 @@ conv() {  # NAME BLOCK-SIZES ENV...: bsconv_gpu at density 0.25 on both shapes
 }
 left 90 && conv default 32,64 X=1
 left 60 && conv group3 64 TESSERA_BSCONV_HALO_GROUP=3
+chain() {  # NAME LAYER ENV...: a sparse layer's graph step and its profile
+  local name=$1 layer=$2; shift 2
+  env "$@" timeout 60 dist/run lstm_step --hidden 0 --dtypes bf16 --repeats 2 --warmup 1 --sparse $layer \
+    --profile >$O/chain_$name.log 2>&1
+  echo "$layer $name rc $?: $(grep -E 'tessera sparse graph' $O/chain_$name.log | head -1 | cut -c1-100)"
+  grep -E "profile.*(bsmm_dw|\(sum\))" $O/chain_$name.log | cut -c1-110
+}
+left 45 && chain h8192sums 8192:0.0625:32 X=1
+left 45 && chain h8192chain 8192:0.0625:32 TESSERA_BSMM_DW_CHAIN=1
+# the random H 4096 layer's ~180 gate runs leave the dW's second wave mostly idle: chunks of n in
+# chain mode make more, shorter items (its sums, 16 MB, fit L2)
+left 40 && chain h4096one 4096:0.0625:32 X=1
+left 40 && chain h4096chain2 4096:0.0625:32 TESSERA_BSMM_DW_CHAIN=1 TESSERA_BSMM_DW_CHUNKS=2
+left 40 && chain h4096chain4 4096:0.0625:32 TESSERA_BSMM_DW_CHAIN=1 TESSERA_BSMM_DW_CHUNKS=4
 sparse=2048:0.25:32,4096:0.0625:32,4096:0.0625:32:balanced,4096:0.25:32,8192:0.015625:32,8192:0.0625:32
 left 150 && { timeout 200 dist/run lstm_step --hidden 1024,2048 --dtypes bf16 --repeats 3 --warmup 1 \
   --sparse $sparse --json $O/lstm_step.json >$O/lstm_step.log 2>&1
   echo "lstm_step rc $? at $(( $(date +%s) - t0 )) s"
   grep -E "graph" $O/lstm_step.log | grep -v " vs \|step-wise\|floor" | cut -c1-110; }
-chain() {  # NAME ENV...: sparse H 8192 at 1/16, graph step and its profile
-  env "$@" timeout 60 dist/run lstm_step --hidden 0 --dtypes bf16 --repeats 2 --warmup 1 --sparse 8192:0.0625:32 \
-    --profile >$O/chain_$name.log 2>&1
-  echo "H8192 1/16 $name rc $?: $(grep -E 'tessera sparse graph' $O/chain_$name.log | head -1 | cut -c1-100)"
-  grep -E "profile.*(bsmm_dw|\(sum\))" $O/chain_$name.log | cut -c1-110
-}
-for r in 1 2; do
-  left 45 && chain sums$r X=1
-  left 45 && chain chain$r TESSERA_BSMM_DW_CHAIN=1
-done
 train() {  # NAME ARGS...: train_lstm's tokens/s at step 400
   local name=$1; shift
   timeout 45 dist/run train_lstm --device cuda --dtype bf16 --batch 64 --seq 256 --steps 400 \
