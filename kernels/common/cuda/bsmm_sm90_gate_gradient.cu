@@ -29,7 +29,7 @@
 // (chunk-major order), taken by a thread block either statically (items 0 .. grid − 1) or from the
 // counter before this one, and every thread block works its items in the order it took them, so the
 // earliest unfinished item never waits; nothing this kernel waits for waits on another kernel.
-// 166 registers, no spills, no serialized wgmma. The
+// 168 registers, no spills, no serialized wgmma. The
 // default for gate layouts (TESSERA_BSMM_DW_GATE_RUNS=0 runs the general kernel instead): on the
 // H100 the sparse H 4096 layer's two weight gradients took 1.65 ms against the general kernel's
 // 2.25 (docs/bsmm_kernels.md).
