@@ -42,19 +42,6 @@ struct HaloStepWalk {
       slot.next(slots);
     }
   }
-  /// The same walk where a weight stage holds `group` consecutive taps of an entry (group divides
-  /// taps): the stage moves on after the group's last tap; in_group is the step's place in it.
-  int32_t in_group = 0;
-  TS_RING_HD void next(int32_t taps, int32_t stages, int32_t slots, int32_t group) {
-    if (++in_group == group) {
-      in_group = 0;
-      stage.next(stages);
-    }
-    if (++tap == taps) {
-      tap = 0;
-      slot.next(slots);
-    }
-  }
 };
 
 }  // namespace tessera

@@ -11,8 +11,7 @@
 #   3. train_lstm's tokens/s (tinyshakespeare, B 64, T 256, 400 steps): dense H 1024 (cuDNN and
 #      tessera) and sparse H 4096 at 1/16;
 #   4. issue 19: bsconv_gpu at density 0.25, bs 32 and 64, both shapes (targets gpu_tests lstm_step
-#      bsconv_gpu train_lstm in the bundle), and bs 64 in the halo kernel's group mode
-#      (TESSERA_BSCONV_HALO_GROUP=3, lab: make it the default at bs 64 if faster), about 2 minutes more.
+#      bsconv_gpu train_lstm in the bundle), about a minute more.
 set -uo pipefail
 O=$OUT; t0=$(date +%s)
 B=${BUNDLE:-build-gpu/lab.tar.xz}; rm -rf dist; tar xJf "$B"  # always this bundle (a warm machine keeps the last dist)
@@ -42,8 +41,4 @@ train() {  # NAME ARGS...: train_lstm's tokens/s at step 400
 [ $(( $(date +%s) - t0 )) -lt 420 ] && timeout 90 dist/run bsconv_gpu --shapes n64h56c256,n32h28c512 \
   --block-sizes 32,64 --densities 0.25 --repeats 10 --json $O/bsconv_gpu.json >$O/bsconv.log 2>&1 &&
   grep -E "fwd|dgrad|wgrad" $O/bsconv.log | cut -c1-110
-# and bs 64 in group mode (lab: three taps a weight stage), against the same run's defaults above
-[ $(( $(date +%s) - t0 )) -lt 480 ] && TESSERA_BSCONV_HALO_GROUP=3 timeout 60 dist/run bsconv_gpu \
-  --shapes n64h56c256,n32h28c512 --block-sizes 64 --densities 0.25 --repeats 10 >$O/bsconv_group.log 2>&1 &&
-  grep -E "fwd|dgrad" $O/bsconv_group.log | sed 's/^/group 3: /' | cut -c1-120
 echo "all done at $(( $(date +%s) - t0 )) s"

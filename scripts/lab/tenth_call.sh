@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# The record of the tenth run (docs/lstm_gpu.md, "Tenth run"; H100, 2026-12-07, 102 s). Since then
+# the two lab forms it timed are deleted, so their switches (TESSERA_BSCONV_HALO_GROUP,
+# TESSERA_BSMM_DW_CHAIN) change nothing: parts 2 and 3 now time the defaults twice.
 # device call (issues 16 and 19), one machine session with little device time: the parts in order of
 # need, each skipped once LIMIT seconds (default 560) have passed. From the bundle build-gpu/lab2.tar.xz
 # (carry it; BUNDLE= another; targets gpu_tests lstm_step bsconv_gpu train_lstm):

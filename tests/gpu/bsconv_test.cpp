@@ -113,7 +113,6 @@ struct ConvPath {
   const char* halo_a;     // TESSERA_BSCONV_HALO_A: how the halo kernel reads A (nullptr: its choice)
   const char* halo_rows;  // TESSERA_BSCONV_HALO_ROWS: its rows per tile at bs 16/32 (nullptr: its choice)
   const char* entry;      // TESSERA_BSCONV_HALO_ENTRY: a list entry's taps under one barrier (nullptr: its choice)
-  const char* group;      // TESSERA_BSCONV_HALO_GROUP: taps a weight stage at bs 64 (nullptr: its choice)
 };
 class ConvPathGuard {
  public:
@@ -123,7 +122,6 @@ class ConvPathGuard {
     if (p.halo_a) setenv("TESSERA_BSCONV_HALO_A", p.halo_a, 1);
     if (p.halo_rows) setenv("TESSERA_BSCONV_HALO_ROWS", p.halo_rows, 1);
     if (p.entry) setenv("TESSERA_BSCONV_HALO_ENTRY", p.entry, 1);
-    if (p.group) setenv("TESSERA_BSCONV_HALO_GROUP", p.group, 1);
   }
   ~ConvPathGuard() {
     unsetenv("TESSERA_BSMM_PATH");
@@ -131,33 +129,29 @@ class ConvPathGuard {
     unsetenv("TESSERA_BSCONV_HALO_A");
     unsetenv("TESSERA_BSCONV_HALO_ROWS");
     unsetenv("TESSERA_BSCONV_HALO_ENTRY");
-    unsetenv("TESSERA_BSCONV_HALO_GROUP");
   }
 };
 // sm_90a in halo mode where it fits (A from registers, and from shared memory where the tiles
 // allow it; tall 512-row tiles at bs 16/32 forced, since these small calls take 256; per-tap
-// weight stages forced, or entry mode, the default where it fits, or group mode at bs 64, three
-// taps a stage), sm_90a with per-tap copies, and sm_80 (the A100 path, forced).
-const ConvPath kConvPaths[] = {{"sm90 halo", nullptr, "1", nullptr, "256", "0", nullptr},
-                               {"sm90 halo tall", nullptr, "1", nullptr, "512", "0", nullptr},
-                               {"sm90 halo entry", nullptr, "1", nullptr, "256", "1", nullptr},
-                               {"sm90 halo tall entry", nullptr, "1", nullptr, "512", "1", nullptr},
-                               {"sm90 halo group", nullptr, "1", nullptr, "256", "0", "3"},
-                               {"sm90 halo ss", nullptr, "1", "ss", nullptr, "0", nullptr},
-                               {"sm90 halo ss entry", nullptr, "1", "ss", nullptr, "1", nullptr},
-                               {"sm90 halo ss group", nullptr, "1", "ss", nullptr, "0", "3"},
-                               {"sm90 per-tap", nullptr, "0", nullptr, nullptr, nullptr, nullptr},
-                               {"sm80", "sm80", "1", nullptr, nullptr, nullptr, nullptr}};
+// weight stages forced, or entry mode, the default where it fits), sm_90a with per-tap copies,
+// and sm_80 (the A100 path, forced).
+const ConvPath kConvPaths[] = {{"sm90 halo", nullptr, "1", nullptr, "256", "0"},
+                               {"sm90 halo tall", nullptr, "1", nullptr, "512", "0"},
+                               {"sm90 halo entry", nullptr, "1", nullptr, "256", "1"},
+                               {"sm90 halo tall entry", nullptr, "1", nullptr, "512", "1"},
+                               {"sm90 halo ss", nullptr, "1", "ss", nullptr, "0"},
+                               {"sm90 halo ss entry", nullptr, "1", "ss", nullptr, "1"},
+                               {"sm90 per-tap", nullptr, "0", nullptr, nullptr, nullptr},
+                               {"sm80", "sm80", "1", nullptr, nullptr, nullptr}};
 
 struct ConvLaunches {
-  uint64_t sm90 = 0, halo = 0, sm80 = 0, tall = 0, entry = 0, group = 0;
+  uint64_t sm90 = 0, halo = 0, sm80 = 0, tall = 0, entry = 0;
 };
 ConvLaunches conv_launches() {
 #ifdef TESSERA_WITH_CUDA
   return {cuda::bsmm_launches(cuda::BsmmKernel::sm90_conv), cuda::bsmm_launches(cuda::BsmmKernel::sm90_halo),
           cuda::bsmm_launches(cuda::BsmmKernel::sm80_conv), cuda::bsmm_launches(cuda::BsmmKernel::sm90_halo_tall),
-          cuda::bsmm_launches(cuda::BsmmKernel::sm90_halo_entry),
-          cuda::bsmm_launches(cuda::BsmmKernel::sm90_halo_group)};
+          cuda::bsmm_launches(cuda::BsmmKernel::sm90_halo_entry)};
 #else
   return {};
 #endif
@@ -193,15 +187,12 @@ bool strided(const ConvGeometry& g) {
   const uint64_t d90 = now.sm90 - before.sm90, d80 = now.sm80 - before.sm80, dh = now.halo - before.halo;
   const bool no_tall = path.halo_rows == nullptr || std::string(path.halo_rows) != "512";
   const bool no_entry = path.entry != nullptr && std::string(path.entry) == "0";
-  const bool no_group = path.group == nullptr || std::string(path.group) != "3";
   const bool ok = d90 == (want90 ? 1u : 0u) && d80 == (want90 ? 0u : 1u) &&
                   (std::string(path.halo) == "1" || dh == 0) && (!no_tall || now.tall == before.tall) &&
-                  (!no_entry || now.entry == before.entry) && now.entry - before.entry <= dh &&
-                  (!no_group || now.group == before.group) && now.group - before.group <= dh;
+                  (!no_entry || now.entry == before.entry) && now.entry - before.entry <= dh;
   if (ok) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << "launched sm90 " << d90 << " (halo " << dh << ", tall "
                                        << now.tall - before.tall << ", entry " << now.entry - before.entry
-                                       << ", group " << now.group - before.group
                                        << "), sm80 " << d80
                                        << "; want sm90 " << want90;
 }
@@ -254,7 +245,6 @@ TEST(CudaBsConv, TensorCoreKernelsMatchTheCpu) {
   EXPECT_GT(conv_launches().halo, start.halo) << "no call took the halo kernel";
   EXPECT_GT(conv_launches().tall, start.tall) << "no call took the halo kernel's tall tiles";
   EXPECT_GT(conv_launches().entry, start.entry) << "no call took the halo kernel's entry mode";
-  EXPECT_GT(conv_launches().group, start.group) << "no call took the halo kernel's group mode";
 }
 
 // f32 operands on the sm_80 kernels with TF32 allowed (within 2e-3 of the CPU's f64 sums, relative

@@ -382,27 +382,6 @@ TEST(ConvTiles, TheHaloKernelsEntryModeStagesLieInTheirEntrysSlot) {
     }
 }
 
-// In group mode (bs 64: a weight stage holds `group` consecutive taps of an entry, group dividing
-// taps) the walk's stage moves on every group steps: step it's stage is (it / group) % stages,
-// its place in the stage it % group, and the halo slots move as in the other modes.
-TEST(ConvTiles, TheHaloKernelsGroupModeWalkEqualsItsDivisions) {
-  for (int32_t taps : {3, 6, 9, 27})
-    for (int32_t stages : {2, 3, 5}) {
-      HaloStepWalk walk;
-      const int32_t group = 3;
-      int64_t it = 0;
-      for (int64_t hq = 0; hq < 13; ++hq)
-        for (int32_t t = 0; t < taps; ++t, ++it) {
-          ASSERT_EQ(walk.tap, t);
-          ASSERT_EQ(walk.in_group, static_cast<int32_t>(it % group));
-          ASSERT_EQ(walk.stage.slot, static_cast<int32_t>((it / group) % stages)) << taps << " " << stages;
-          ASSERT_EQ(walk.stage.phase, static_cast<uint32_t>((it / group / stages) & 1));
-          ASSERT_EQ(walk.slot.slot, static_cast<int32_t>(hq % 2));
-          walk.next(taps, stages, 2, group);
-        }
-    }
-}
-
 TEST(ConvTiles, StridedOrVeryWideFiltersAreLeftToTheScalarKernels) {
   EXPECT_FALSE(conv_tiles_support(conv_index(conv_geometry({9, 7}, {3, 3}, {2}, {1}, ConvPadding::same), {9, 7}, "t")));
   EXPECT_FALSE(conv_tiles_support(conv_index(conv_geometry({9, 9}, {9, 9}, {1}, {1}, ConvPadding::same), {9, 9}, "t")));

@@ -29,9 +29,7 @@
 // warpgroup), which spread a step's fixed cost over twice the products. In entry mode (kEntry,
 // the default where two slots fit) a slot holds a list entry's halo box and all of its taps'
 // weight blocks under one barrier, so the per-tap steps wait for nothing and release nothing:
-// one wait and one release per entry. Where one slot only fits (bs 64), group mode (kGroup = 3,
-// a lab choice) gives each weight stage three consecutive taps of an entry: a wait and a release
-// per three taps.
+// one wait and one release per entry.
 //
 // Deterministic: each output element is summed by one thread, over the list's blocks in order
 // and each block's taps in order, with no atomics on data.
@@ -51,7 +49,6 @@ namespace sm90 {
 std::atomic<uint64_t> g_halo_launches{0};
 std::atomic<uint64_t> g_halo_tall_launches{0};
 std::atomic<uint64_t> g_halo_entry_launches{0};
-std::atomic<uint64_t> g_halo_group_launches{0};
 
 namespace {
 
@@ -96,14 +93,13 @@ struct HaloTile {
 struct HaloSmem {
   int halo_bytes;  ///< one halo slot, a multiple of 1024 (the swizzle repeats every 1024 bytes)
   int slots;       ///< halo slots
-  int stages;      ///< weight stages of kGroup blocks (entry mode: slots · taps blocks, slot-major)
+  int stages;      ///< weight stages (entry mode: slots · taps, slot-major, a slot's taps in order)
   int w_at, staging_at, barriers_at, total;
 };
 
-/// The shared memory of a call: per tap, two halo slots and as many weight stages of kGroup blocks
-/// as fit (at most 16); in entry mode as many slots (at most 4) as fit with all of their entries'
-/// weight blocks.
-template <int BS, int kWGs, int kMTiles, class TO, bool kEntry, int kGroup = 1>
+/// The shared memory of a call: per tap, two halo slots and as many weight stages as fit (at most
+/// 16); in entry mode as many slots (at most 4) as fit with all of their entries' weight blocks.
+template <int BS, int kWGs, int kMTiles, class TO, bool kEntry>
 HaloSmem halo_smem(const ConvTiles& ct) {
   using Tile = HaloTile<BS, kWGs, kMTiles, TO>;
   HaloSmem m{};
@@ -115,17 +111,16 @@ HaloSmem halo_smem(const ConvTiles& ct) {
     m.stages = m.slots * ct.taps;
   } else {
     m.slots = Tile::kTapSlots;
-    m.stages = std::min(Tile::kMaxStages,
-                        (kSmemLimit - fixed - m.slots * m.halo_bytes - 1024) / (kGroup * Tile::kWBytes));
+    m.stages = std::min(Tile::kMaxStages, (kSmemLimit - fixed - m.slots * m.halo_bytes - 1024) / Tile::kWBytes);
   }
   m.w_at = m.slots * m.halo_bytes;
-  m.staging_at = m.w_at + ((kEntry ? 1 : kGroup) * m.stages * Tile::kWBytes + 1023) / 1024 * 1024;
+  m.staging_at = m.w_at + (m.stages * Tile::kWBytes + 1023) / 1024 * 1024;
   m.barriers_at = m.staging_at + kWGs * Tile::kStagingBytes;
   m.total = m.barriers_at + Tile::kBarrierBytes + 1024;  // + the alignment of the start
   return m;
 }
 
-template <class T, class TO, int BS, bool kTransW, int kWGs, int kMTiles, AMode kMode, bool kEntry, int kGroup>
+template <class T, class TO, int BS, bool kTransW, int kWGs, int kMTiles, AMode kMode, bool kEntry>
 __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     halo_kernel(const __grid_constant__ CUtensorMap map_halo, const __grid_constant__ CUtensorMap map_w,
                 const __grid_constant__ CUtensorMap map_out, GatherProduct p, int items, ConvTiles ct, HaloSmem sm) {
@@ -191,26 +186,15 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
         mbar_wait(&halo_empty[slot.slot], slot.phase ^ 1);
         mbar_arrive_expect_tx(&halo_full[slot.slot], halo_tx);
         tma_load_5d(halo(slot.slot), &map_halo, &halo_full[slot.slot], in * BS, at);
-        for (int t = 0, row = k * taps * BS, g = 0; t < taps; ++t, row += BS) {
+        for (int t = 0, row = k * taps * BS; t < taps; ++t, row += BS) {
           if constexpr (kEntry) {  // stage = slot · taps + t: the stages advance with the slots
             tma_load_2d(wblock(stage.slot), &map_w, &halo_full[slot.slot], 0, row);
-            stage.next(stages);
-          } else if constexpr (kGroup == 1) {
+          } else {
             mbar_wait(&empty[stage.slot], stage.phase ^ 1);
             mbar_arrive_expect_tx(&full[stage.slot], Tile::kWBytes);
             tma_load_2d(wblock(stage.slot), &map_w, &full[stage.slot], 0, row);
-            stage.next(stages);
-          } else {  // group g of a stage's kGroup blocks (kGroup divides taps: whole groups an entry)
-            if (g == 0) {
-              mbar_wait(&empty[stage.slot], stage.phase ^ 1);
-              mbar_arrive_expect_tx(&full[stage.slot], kGroup * Tile::kWBytes);
-            }
-            tma_load_2d(wblock(stage.slot * kGroup + g), &map_w, &full[stage.slot], 0, row);
-            if (++g == kGroup) {
-              g = 0;
-              stage.next(stages);
-            }
           }
+          stage.next(stages);
         }
         slot.next(slots);
       }
@@ -241,9 +225,8 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
   auto a_off = [&](int row) { return swizzled_offset(row, lane_chunk0, kRowBytes); };  // at slice 0
   // A step: tap `walk.tap` of a list entry, its halo box in slot h, its weight block in stage s.
   struct Step {
-    int h, shift, s, stage;  // s: the weight block (stage · kGroup + place), stage: its barriers
-    bool last_tap;           // the entry's last tap: its products retired free the halo slot too
-    bool group_end;          // the stage's last block: its products retired free the stage
+    int h, shift, s;
+    bool last_tap;  // the entry's last tap: its products retired free the halo slot too
   };
   HaloStepWalk walk;  // over the launch's steps, across work items
   // Waits for the walk's step (its halo box at the entry's first tap, and its weight block), then
@@ -251,15 +234,9 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
   auto begin_step = [&]() {
     const int shift = ld_shared(tap_row + walk.tap);  // issued before the waits: its latency under theirs
     if (walk.first_tap()) mbar_wait(&halo_full[walk.slot.slot], walk.slot.phase);
-    constexpr bool kGrouped = !kEntry && kGroup > 1;
-    if (!kEntry && (!kGrouped || walk.in_group == 0)) mbar_wait(&full[walk.stage.slot], walk.stage.phase);
-    const Step st{walk.slot.slot, shift, kGrouped ? walk.stage.slot * kGroup + walk.in_group : walk.stage.slot,
-                  walk.stage.slot, walk.tap == taps - 1, !kGrouped || walk.in_group == kGroup - 1};
-    if constexpr (!kGrouped) {
-      walk.next(taps, stages, slots);
-    } else {
-      walk.next(taps, stages, slots, kGroup);
-    }
+    if (!kEntry) mbar_wait(&full[walk.stage.slot], walk.stage.phase);
+    const Step st{walk.slot.slot, shift, walk.stage.slot, walk.tap == taps - 1};
+    walk.next(taps, stages, slots);
     return st;
   };
   // B as the gather kernel's: dx K-major (rows of W are n), fwd MN-major (rows of W are k).
@@ -269,12 +246,11 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     const uint32_t bytes = static_cast<uint32_t>(s * Tile::kWBytes + kk * (kTransW ? 32 : 16 * kRowBytes));
     return (b_desc0 & 0xFFFFFFFF00000000ull) | static_cast<uint32_t>(static_cast<uint32_t>(b_desc0) + (bytes >> 4));
   };
-  // Lane 0 releases a step's weight stage (not in entry mode; in group mode after the stage's last
-  // block), and after its entry's last tap the halo slot (the whole warp's reads of them came
-  // first: callers __syncwarp), where `any` (a step was issued); predicated arrivals, no branch.
+  // Lane 0 releases a step's weight stage (not in entry mode), and after its entry's last tap the
+  // halo slot (the whole warp's reads of them came first: callers __syncwarp), where `any` (a
+  // step was issued); predicated arrivals, no branch.
   auto release = [&](const Step& st, bool any) {
-    if constexpr (!kEntry && kGroup == 1) mbar_arrive_if(&empty[st.s], any && lane == 0);
-    if constexpr (!kEntry && kGroup > 1) mbar_arrive_if(&empty[st.stage], any && lane == 0 && st.group_end);
+    if (!kEntry) mbar_arrive_if(&empty[st.s], any && lane == 0);
     mbar_arrive_if(&halo_empty[st.h], any && lane == 0 && st.last_tap);
   };
   for (int n = 0;; ++n) {
@@ -391,10 +367,10 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
 #endif
 }
 
-template <class T, class TO, int BS, bool kTrans, int kWGs, int kMTiles, AMode kMode, bool kEntry, int kGroup>
+template <class T, class TO, int BS, bool kTrans, int kWGs, int kMTiles, AMode kMode, bool kEntry>
 void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
   using Tile = HaloTile<BS, kWGs, kMTiles, TO>;
-  const HaloSmem sm = halo_smem<BS, kWGs, kMTiles, TO, kEntry, kGroup>(ct);
+  const HaloSmem sm = halo_smem<BS, kWGs, kMTiles, TO, kEntry>(ct);
   const int64_t items = static_cast<int64_t>(ct.total_tiles) * p.outs;
   TS_CHECK(items < INT32_MAX, ShapeError, (kTrans ? "bsconv_dx" : "bsconv") << ": too many tiles for one launch");
   int32_t half[ConvTiles::kAxes], origin[ConvTiles::kAxes];
@@ -402,7 +378,7 @@ void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
   const CUtensorMap map_halo = conv_map(p.a, p.in_dtype, p.a_cols, ct.a_ext, BS, ct.halo);
   const CUtensorMap map_w = tensor_map(p.w, p.in_dtype, static_cast<uint64_t>(p.nnz) * BS, BS, BS, BS);
   const CUtensorMap map_out = conv_map(p.out, p.out_dtype, p.out_cols, ct.ext, Tile::kOutCols, half);
-  constexpr auto kernel = &halo_kernel<T, TO, BS, kTrans, kWGs, kMTiles, kMode, kEntry, kGroup>;
+  constexpr auto kernel = &halo_kernel<T, TO, BS, kTrans, kWGs, kMTiles, kMode, kEntry>;
   const int grid = static_cast<int>(std::min<int64_t>(items, persistent_grid<kernel>(sm.total, Tile::kThreads)));
   kernel<<<grid, Tile::kThreads, sm.total, stream>>>(map_halo, map_w, map_out, p, static_cast<int>(items), ct, sm);
   TS_CUDA_LAUNCH_CHECK((kTrans ? "bsconv_dx (halo)" : "bsconv (halo)"));
@@ -411,7 +387,6 @@ void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
   g_halo_launches.fetch_add(1, std::memory_order_relaxed);
   if (kMTiles == 4) g_halo_tall_launches.fetch_add(1, std::memory_order_relaxed);
   if (kEntry) g_halo_entry_launches.fetch_add(1, std::memory_order_relaxed);
-  if (kGroup > 1) g_halo_group_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -419,7 +394,6 @@ void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
 uint64_t halo_launch_count() { return g_halo_launches.load(std::memory_order_relaxed); }
 uint64_t halo_tall_launch_count() { return g_halo_tall_launches.load(std::memory_order_relaxed); }
 uint64_t halo_entry_launch_count() { return g_halo_entry_launches.load(std::memory_order_relaxed); }
-uint64_t halo_group_launch_count() { return g_halo_group_launches.load(std::memory_order_relaxed); }
 
 namespace {
 
@@ -451,12 +425,12 @@ bool tall_tiles(const GatherProduct& p) {
 
 /// Whether the halo kernel's tiles for (BS, kWGs, kMTiles) fit ci: each halo extent one TMA box,
 /// two weight stages at least (entry mode: two slots), the shared memory a thread block may have.
-template <int BS, int kWGs, int kMTiles, bool kEntry, int kGroup = 1>
+template <int BS, int kWGs, int kMTiles, bool kEntry>
 bool halo_fits(const GatherProduct& p, const ConvIndex& ci, int64_t batch, bool dx) {
   const ConvTiles ct = conv_tiles(ci, batch, dx, 64 * kWGs * kMTiles);
   const HaloSmem sm = p.out_dtype == DType::f32
-                          ? halo_smem<BS, kWGs, kMTiles, float, kEntry, kGroup>(ct)
-                          : halo_smem<BS, kWGs, kMTiles, __half, kEntry, kGroup>(ct);  // bf16: the same sizes
+                          ? halo_smem<BS, kWGs, kMTiles, float, kEntry>(ct)
+                          : halo_smem<BS, kWGs, kMTiles, __half, kEntry>(ct);  // bf16: the same sizes
   return ct.halo_fits() && sm.stages >= 2 && sm.slots >= 2 && sm.total <= kSmemLimit;
 }
 
@@ -466,31 +440,19 @@ bool halo_fits(const GatherProduct& p, const ConvIndex& ci, int64_t batch, bool 
 // forward 0.252 -> 0.236 ms, dgrad 0.231 -> 0.208 in one call (docs/convolution.md).
 bool entry_asked() { return env_switch("TESSERA_BSCONV_HALO_ENTRY", "0", "1", true); }
 
-// Group mode at bs 64 (a weight stage holds three consecutive taps of an entry: one barrier wait
-// and one release per three taps), for filters whose taps are a multiple of 3:
-// TESSERA_BSCONV_HALO_GROUP=3 (a lab choice, not yet timed), 1 or unset the per-tap stages.
-bool group_asked() { return env_switch("TESSERA_BSCONV_HALO_GROUP", "1", "3", false); }
-
-/// Calls f(bs, transpose_w, warpgroups, m64 tiles, entry, group) with the halo kernel's tile for p
-/// and ci: tall tiles where tall_tiles asks for them and they fit, else the gather kernel's; entry
-/// mode where entry_asked and it fits that tile (bs 16 and 32: at bs 64 one slot fits); else
-/// group mode at bs 64 where group_asked, the taps allow it and it fits.
+/// Calls f(bs, transpose_w, warpgroups, m64 tiles, entry) with the halo kernel's tile for p and
+/// ci: tall tiles where tall_tiles asks for them and they fit, else the gather kernel's; entry
+/// mode where entry_asked and it fits that tile (bs 16 and 32: at bs 64 one slot fits).
 template <class F>
 void with_halo_tile(const GatherProduct& p, const ConvIndex& ci, int64_t batch, F&& f) {
-  const bool tall = tall_tiles(p), entry = entry_asked(), group = group_asked() && ci.taps % 3 == 0;
-  using G1 = std::integral_constant<int, 1>;
+  const bool tall = tall_tiles(p), entry = entry_asked();
   with_gather_tile(p, [&](auto bs, auto trans, auto wgs, auto mtiles) {
     constexpr int BS = decltype(bs)::value, kWGs = decltype(wgs)::value;
     constexpr bool kTrans = decltype(trans)::value;
     auto with_entry = [&](auto m) {
       constexpr int kM = decltype(m)::value;
-      if (entry && halo_fits<BS, kWGs, kM, true>(p, ci, batch, kTrans))
-        return f(bs, trans, wgs, m, std::true_type{}, G1{});
-      if constexpr (BS == 64) {
-        if (group && halo_fits<BS, kWGs, kM, false, 3>(p, ci, batch, kTrans))
-          return f(bs, trans, wgs, m, std::false_type{}, std::integral_constant<int, 3>{});
-      }
-      return f(bs, trans, wgs, m, std::false_type{}, G1{});
+      if (entry && halo_fits<BS, kWGs, kM, true>(p, ci, batch, kTrans)) return f(bs, trans, wgs, m, std::true_type{});
+      return f(bs, trans, wgs, m, std::false_type{});
     };
     if constexpr (BS <= 32 && kWGs == 2) {
       if (tall && halo_fits<BS, kWGs, 4, false>(p, ci, batch, kTrans))
@@ -505,10 +467,9 @@ void with_halo_tile(const GatherProduct& p, const ConvIndex& ci, int64_t batch, 
 bool halo_pays(const GatherProduct& p, const ConvIndex& ci, int64_t batch) {
   if (ci.taps < 2) return false;  // a 1x1 filter has nothing to reuse
   bool fits = false;
-  with_halo_tile(p, ci, batch, [&](auto bs, auto trans, auto wgs, auto mtiles, auto entry, auto group) {
+  with_halo_tile(p, ci, batch, [&](auto bs, auto trans, auto wgs, auto mtiles, auto entry) {
     constexpr int BS = decltype(bs)::value, kWGs = decltype(wgs)::value, kMTiles = decltype(mtiles)::value;
-    fits = halo_fits<BS, kWGs, kMTiles, decltype(entry)::value, decltype(group)::value>(p, ci, batch,
-                                                                                      decltype(trans)::value);
+    fits = halo_fits<BS, kWGs, kMTiles, decltype(entry)::value>(p, ci, batch, decltype(trans)::value);
   });
   return fits;
 }
@@ -518,17 +479,16 @@ void gather_conv_halo(const GatherProduct& p, const ConvIndex& ci, int64_t batch
   dispatch_types(p.in_dtype, p.out_dtype, [&](auto tin, auto tout) {
     using T = typename decltype(tin)::type;
     using TO = typename decltype(tout)::type;
-    with_halo_tile(p, ci, batch, [&](auto bs, auto trans, auto wgs, auto mtiles, auto entry, auto group) {
+    with_halo_tile(p, ci, batch, [&](auto bs, auto trans, auto wgs, auto mtiles, auto entry) {
       constexpr int BS = decltype(bs)::value, kWGs = decltype(wgs)::value, kMTiles = decltype(mtiles)::value;
       constexpr bool kTrans = decltype(trans)::value, kEntry = decltype(entry)::value;
-      constexpr int kGroup = decltype(group)::value;
       const ConvTiles ct = conv_tiles(ci, batch, kTrans, 64 * kWGs * kMTiles);
       if constexpr (kMTiles == 4) {  // tall tiles: A in registers only (tall_tiles)
-        return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::rs, kEntry, kGroup>(p, ct, stream);
+        return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::rs, kEntry>(p, ct, stream);
       } else {
         switch (a_mode(ct)) {
-          case AMode::rs: return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::rs, kEntry, kGroup>(p, ct, stream);
-          case AMode::ss: return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::ss, kEntry, kGroup>(p, ct, stream);
+          case AMode::rs: return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::rs, kEntry>(p, ct, stream);
+          case AMode::ss: return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::ss, kEntry>(p, ct, stream);
         }
       }
     });

@@ -73,13 +73,12 @@ uint64_t gate_launch_count();
 /// Launches of the gather kernel as column pairs (counted in launch_count too).
 uint64_t pair_launch_count();
 /// Launches in convolution mode, gather and dW kernels (counted in launch_count too), and of
-/// those the halo kernel's, and of those the ones with tall (512-row) tiles, the ones in entry
-/// mode (a list entry's taps under one barrier) and in group mode (three taps a weight stage).
+/// those the halo kernel's, and of those the ones with tall (512-row) tiles and the ones in entry
+/// mode (a list entry's taps under one barrier).
 uint64_t conv_launch_count();
 uint64_t halo_launch_count();
 uint64_t halo_tall_launch_count();
 uint64_t halo_entry_launch_count();
-uint64_t halo_group_launch_count();
 
 }  // namespace sm90
 }  // namespace cuda

@@ -21,15 +21,7 @@
 // (X [n, C] is 134 MB at H 4096, 268 MB at H 8192; L2 50 MB); each chunk's sums go to an f32
 // workspace [N, nnz, 32, 32] and sum_parts_kernel adds the chunks in order. (Two chunks, N split
 // as the general kernel's parts, measured slower at H 4096: X's halves are still larger than L2.)
-// Chain mode (TESSERA_BSMM_DW_CHAIN=1, a lab choice): the chunks add up in place instead, in one f32
-// buffer [nnz, 32, 32] (64 MB at sparse H 8192 1/16 against the workspace's 1 GB) and no second
-// kernel. Item (run, chunk z) waits until its run's flag says z, adds its sums to the buffer's
-// (buffer first, as sum_parts_kernel adds them, so the bits are the same), and raises the flag to
-// z + 1; the last chunk writes dW itself. No deadlock: chunk z − 1 of a run is an earlier item
-// (chunk-major order), taken by a thread block either statically (items 0 .. grid − 1) or from the
-// counter before this one, and every thread block works its items in the order it took them, so the
-// earliest unfinished item never waits; nothing this kernel waits for waits on another kernel.
-// 168 registers, no spills, no serialized wgmma. The
+// 166 registers, no spills, no serialized wgmma. The
 // default for gate layouts (TESSERA_BSMM_DW_GATE_RUNS=0 runs the general kernel instead): on the
 // H100 the sparse H 4096 layer's two weight gradients took 1.65 ms against the general kernel's
 // 2.25 (docs/bsmm_kernels.md).
@@ -65,21 +57,11 @@ __device__ __forceinline__ uint64_t mn_major64(const uint8_t* p, uint32_t atom_s
   return make_desc(p, atom_stride, 8 * kGRowBytes, kGRowBytes);
 }
 
-/// Spins until *flag ≥ value (an acquire at GPU scope), with a short sleep between reads.
-__device__ __forceinline__ void wait_flag_at_least(const int* flag, int value) {
-  for (;;) {
-    int seen;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(flag) : "memory");
-    if (seen >= value) return;
-    __nanosleep(64);
-  }
-}
-
 template <class T, class TO>
 __global__ void __launch_bounds__(kThreads, 1)
     gate_gradient_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_dy,
                          BlockGradient p, const int32_t* __restrict__ col_ptr, int q, bool dy_evict_first, int items,
-                         int chunk_steps, int64_t chunk_elems, float* chain_sums, int* chain_flags, int chunks) {
+                         int chunk_steps, int64_t chunk_elems) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = align1024(smem_raw);
@@ -175,14 +157,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     // acc[j][4·jj + 2h + e]: row i = 16·warp + g + 8h (entry 2(2c + j) + i / 32, its blocks' row
     // i % 32), column 8·jj + 2t + e (gate jj / 4, its block's column 8(jj % 4) + 2t + e)
     const int offset = first - col_ptr[column];  // the run's place in each gate's list
-    // chain mode: chunks 0 .. w.z − 1 of the run are in chain_sums once its flag (at the run's first
-    // list position) reads w.z; the last chunk writes dw, the others chain_sums
-    const bool chained = chain_flags != nullptr, add_earlier = chained && w.z > 0;
-    const bool to_dw = !chained || w.z == chunks - 1;
-    if (add_earlier) {
-      if (lane == 0) wait_flag_at_least(chain_flags + first, w.z);
-      __syncwarp();  // lane 0's acquire before the other lanes' reads
-    }
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
 #pragma unroll
@@ -196,25 +170,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int o = 0; o < kGBs / 8; ++o) {
             const int jj = 4 * gate + o;
             const int64_t at = (k * kGBs + i % kGBs) * kGBs + 8 * o + 2 * t;
-            float a = acc[j][4 * jj + 2 * h], b = acc[j][4 * jj + 2 * h + 1];
-            if (add_earlier) {  // L2's copy: another multiprocessor wrote it
-              const float2 earlier = __ldcg(reinterpret_cast<const float2*>(chain_sums + at));
-              a = earlier.x + a;
-              b = earlier.y + b;
-            }
-            if (to_dw)
-              store_pair(dw + at, a, b, p.accumulate);
-            else
-              *reinterpret_cast<float2*>(chain_sums + at) = make_float2(a, b);
+            store_pair(dw + at, acc[j][4 * jj + 2 * h], acc[j][4 * jj + 2 * h + 1], p.accumulate);
           }
         }
-      }
-    }
-    if (chained && !to_dw) {  // every consumer thread's sums stored, then the run's next chunk may go
-      asm volatile("bar.sync 1, 256;\n" ::: "memory");
-      if (threadIdx.x == 128) {
-        __threadfence();
-        asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(chain_flags + first), "r"(w.z + 1) : "memory");
       }
     }
   }
@@ -266,31 +224,21 @@ void launch_gates(const BlockGradient& g, const GateRuns& runs, int device, cuda
   BlockGradient p = g;
   p.col_runs = runs.runs;
   p.col_run = runs.run;
-  // TESSERA_BSMM_DW_CHAIN=1 (a lab choice): the chunks add up in place (the kernel's comment)
-  const bool chain = chunks > 1 && env_switch("TESSERA_BSMM_DW_CHAIN", "0", "1", false);
-  Tensor partial;  // chunks > 1: [chunks, nnz, 32, 32] f32 (chain: [nnz, 32, 32] and the flags), freed in stream order
-  if (chunks == 1 || chain) {
+  Tensor partial;  // chunks > 1: [chunks, nnz, 32, 32] f32, freed in stream order after the kernels below
+  if (chunks == 1) {
     constexpr auto kernel = &gate_gradient_kernel<T, TO>;
     const int grid = std::min(items, persistent_grid<kernel>(kGSmemBytes));
-    float* sums = nullptr;
-    int* flags = nullptr;
-    if (chain) {  // the sums, then one flag per run at its first list position (< nnz)
-      partial = empty({elems + g.nnz}, TensorOptions(DType::f32).device(Device::cuda(device)));
-      sums = static_cast<float*>(partial.data_ptr());
-      flags = reinterpret_cast<int*>(sums + elems);
-      TS_CUDA_CHECK(cudaMemsetAsync(flags, 0, g.nnz * sizeof(int), stream));
-    }
     kernel<<<grid, kThreads, kGSmemBytes, stream>>>(map_x, map_dy, p, runs.col_ptr, runs.q, evict_first, items,
-                                                    chunk_steps, 0, sums, flags, chunks);
-    TS_CUDA_LAUNCH_CHECK((chain ? "bsmm_dw (gate runs, chunks of n added in place)" : "bsmm_dw (gate runs)"));
+                                                    chunk_steps, 0);
+    TS_CUDA_LAUNCH_CHECK("bsmm_dw (gate runs)");
   } else {
     partial = empty({chunks * elems}, TensorOptions(DType::f32).device(Device::cuda(device)));
     p.dw = partial.data_ptr();
     p.accumulate = false;
     constexpr auto kernel = &gate_gradient_kernel<T, float>;
     const int persistent = persistent_grid<kernel>(kGSmemBytes);
-    kernel<<<std::min(items, persistent), kThreads, kGSmemBytes, stream>>>(
-        map_x, map_dy, p, runs.col_ptr, runs.q, evict_first, items, chunk_steps, elems, nullptr, nullptr, chunks);
+    kernel<<<std::min(items, persistent), kThreads, kGSmemBytes, stream>>>(map_x, map_dy, p, runs.col_ptr, runs.q,
+                                                                          evict_first, items, chunk_steps, elems);
     TS_CUDA_LAUNCH_CHECK("bsmm_dw (gate runs, chunks of n)");
     const int threads = 256;
     const int blocks = static_cast<int>(std::min<int64_t>((elems / 4 + threads - 1) / threads, 8 * persistent));
