@@ -407,8 +407,8 @@ TEST(CudaBsmmTensorCores, GateLayoutWeightGradientMatchesTheCpu) {
         }
       }
   {  // n cut into chunks (TESSERA_BSMM_DW_CHUNKS, a lab switch; 1000 rows: chunks of 6, 6 and 4 stages):
-     // the same sums through the f32 workspace, the accumulate mode, the same bits twice; a bad
-     // value is one clear error
+     // the same sums through the f32 workspace, the accumulate mode, the same bits twice, and by
+     // the rule of waves; a bad value is one clear error
     const testing::ScopedEnv chunked("TESSERA_BSMM_DW_CHUNKS", "3");
     for (const LayoutPtr& l : gate_layouts) {
       const std::vector<Tensor> in{random({1000, l->in_features()}, 13800, DType::bf16),
@@ -422,6 +422,18 @@ TEST(CudaBsmmTensorCores, GateLayoutWeightGradientMatchesTheCpu) {
       EXPECT_TRUE(close_to(run_on_gpu_host<op::BsmmDw>({l, true, true}, acc_in)[0],
                            call<op::BsmmDw>({l, true, true}, acc_in)[0], 1e-3))
           << "chunks, f32 accumulate " << l->str();
+    }
+    {  // the lab's rule by waves (a few runs on the whole grid: 4 chunks), the same sums
+      const testing::ScopedEnv waves("TESSERA_BSMM_DW_CHUNKS", "waves");
+      for (const LayoutPtr& l : gate_layouts) {
+        const std::vector<Tensor> in{random({1000, l->in_features()}, 13807, DType::bf16),
+                                     random({1000, l->out_features()}, 13808, DType::bf16)};
+        const uint64_t before = gate_runs();
+        const Tensor got = run_on_gpu_host<op::BsmmDw>({l}, in)[0];
+        EXPECT_GT(gate_runs(), before) << "waves, " << l->str();
+        EXPECT_TRUE(close_to(cast(got, DType::f64), reference<op::BsmmDw>({l}, in), 1e-2)) << "waves, " << l->str();
+        EXPECT_TRUE(same_bits(got, run_on_gpu_host<op::BsmmDw>({l}, in)[0])) << "waves, " << l->str();
+      }
     }
     const std::vector<Tensor> in{random({1000, 384}, 13803, DType::bf16), random({1000, 512}, 13804, DType::bf16)};
     const testing::ScopedEnv bad("TESSERA_BSMM_DW_CHUNKS", "0");

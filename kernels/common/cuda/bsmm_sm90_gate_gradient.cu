@@ -33,6 +33,7 @@
 #include "core/tensor.h"
 #include "kernels/common/cuda/bsmm_sm90.h"
 #include "kernels/common/cuda/bsmm_sm90_common.cuh"
+#include "kernels/common/work_waves.h"
 
 namespace tessera {
 namespace cuda {
@@ -187,24 +188,30 @@ __global__ void __launch_bounds__(kThreads, 1)
 // MB, L2 50 MB) 6.46 ms with 1 chunk, 6.81 with 4, 5.88 with 8, 5.55 with 16 (step 22.85 ->
 // 21.49 ms); sparse H 4096 at 1/16 (X 134 MB) 1.51 with 1, 1.63 with 16, 1.98 with 32.
 // TESSERA_BSMM_DW_CHUNKS=N (the lab's switch) forces 1 to 64, at most one a stage of rows;
-// anything else a ValueError.
-constexpr int kWideChunks = 16;
+// TESSERA_BSMM_DW_CHUNKS=waves (a lab choice, not yet timed) takes, where the L2 rule gives 1,
+// the 1 to 4 chunks whose waves of `runs · chunks` items on `grid` thread blocks end soonest
+// (pieces_for_waves: 3 for the random sparse H 4096 layer's 173 runs on 132, whose second wave is
+// mostly idle with 1), within the same memory bound; anything else a ValueError.
+constexpr int kWideChunks = 16, kWaveChunks = 4;
 
-int gate_chunks(const BlockGradient& g, int steps, int device) {
+int gate_chunks(const BlockGradient& g, int steps, int device, int runs, int grid) {
   const char* e = std::getenv("TESSERA_BSMM_DW_CHUNKS");
-  if (e) {
+  const bool waves = e && std::strcmp(e, "waves") == 0;
+  if (e && !waves) {
     char* end = nullptr;
     const long v = std::strtol(e, &end, 10);
     TS_CHECK(end != e && *end == '\0' && v >= 1 && v <= 64, ValueError,
-             "TESSERA_BSMM_DW_CHUNKS must be a whole number from 1 to 64, not '" << e << "'");
+             "TESSERA_BSMM_DW_CHUNKS must be a whole number from 1 to 64 or 'waves', not '" << e << "'");
     return std::max(1, std::min(static_cast<int>(v), steps));
   }
   int l2 = 0;
   TS_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
   const int64_t x_bytes = g.n * g.C * 2, dy_bytes = g.n * g.K * 2;  // bf16 / f16 operands
-  const int64_t sums_bytes = int64_t{kWideChunks} * g.nnz * kGBs * kGBs * 4;
-  const bool wide = l2 > 0 && x_bytes >= 4 * int64_t{l2} && sums_bytes <= dy_bytes;
-  return wide ? std::min(kWideChunks, steps) : 1;
+  auto sums_fit = [&](int chunks) { return int64_t{chunks} * g.nnz * kGBs * kGBs * 4 <= dy_bytes; };
+  if (l2 > 0 && x_bytes >= 4 * int64_t{l2} && sums_fit(kWideChunks)) return std::min(kWideChunks, steps);
+  if (!waves) return 1;
+  const int chunks = std::min(pieces_for_waves(runs, grid, kWaveChunks), steps);
+  return sums_fit(chunks) ? chunks : 1;
 }
 
 template <class T, class TO>
@@ -214,7 +221,8 @@ void launch_gates(const BlockGradient& g, const GateRuns& runs, int device, cuda
   // TESSERA_BSMM_DW_EVICT_FIRST=0 (a lab switch) copies dY with the default L2 policy; 1 (the default) evict-first
   const bool evict_first = env_switch("TESSERA_BSMM_DW_EVICT_FIRST", "0", "1", true);
   const int steps = static_cast<int>((g.n + kGKT - 1) / kGKT);
-  const int wanted = gate_chunks(g, steps, device);
+  const int resident = persistent_grid<&gate_gradient_kernel<T, float>>(kGSmemBytes);  // either kernel's: same smem
+  const int wanted = gate_chunks(g, steps, device, runs.runs, resident);
   const int chunk_steps = (steps + wanted - 1) / wanted;
   const int chunks = (steps + chunk_steps - 1) / chunk_steps;  // every chunk has rows
   const int64_t elems = g.nnz * kGBs * kGBs;
