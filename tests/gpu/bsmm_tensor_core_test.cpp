@@ -406,33 +406,24 @@ TEST(CudaBsmmTensorCores, GateLayoutWeightGradientMatchesTheCpu) {
               << what << " against the general kernel";
         }
       }
-  {  // n cut into chunks (TESSERA_BSMM_DW_CHUNKS, a lab switch; 1000 rows: chunks of 6, 6 and 4 stages):
-     // the same sums through the f32 workspace, the accumulate mode, the same bits twice, and by
-     // the rule of waves; a bad value is one clear error
-    const testing::ScopedEnv chunked("TESSERA_BSMM_DW_CHUNKS", "3");
-    for (const LayoutPtr& l : gate_layouts) {
-      const std::vector<Tensor> in{random({1000, l->in_features()}, 13800, DType::bf16),
-                                   random({1000, l->out_features()}, 13801, DType::bf16)};
-      const uint64_t before = gate_runs();
-      const Tensor got = run_on_gpu_host<op::BsmmDw>({l}, in)[0];
-      EXPECT_GT(gate_runs(), before) << "chunks, " << l->str();
-      EXPECT_TRUE(close_to(cast(got, DType::f64), reference<op::BsmmDw>({l}, in), 1e-2)) << "chunks, " << l->str();
-      EXPECT_TRUE(same_bits(got, run_on_gpu_host<op::BsmmDw>({l}, in)[0])) << "chunks, " << l->str();
-      const std::vector<Tensor> acc_in{in[0], in[1], random({l->nnz(), 32, 32}, 13802, DType::f32)};
-      EXPECT_TRUE(close_to(run_on_gpu_host<op::BsmmDw>({l, true, true}, acc_in)[0],
-                           call<op::BsmmDw>({l, true, true}, acc_in)[0], 1e-3))
-          << "chunks, f32 accumulate " << l->str();
-    }
-    {  // the lab's rule by waves (a few runs on the whole grid: 4 chunks), the same sums
-      const testing::ScopedEnv waves("TESSERA_BSMM_DW_CHUNKS", "waves");
+  {  // n cut into chunks (TESSERA_BSMM_DW_CHUNKS, a lab switch; 1000 rows: 3 gives chunks of 6, 6 and 4
+     // stages, the rule of waves 4 chunks here: a few runs on the whole grid): the same sums through
+     // the f32 workspace, the accumulate mode, the same bits twice; a bad value is one clear error
+    for (const char* chunks : {"3", "waves"}) {
+      const testing::ScopedEnv chunked("TESSERA_BSMM_DW_CHUNKS", chunks);
       for (const LayoutPtr& l : gate_layouts) {
-        const std::vector<Tensor> in{random({1000, l->in_features()}, 13807, DType::bf16),
-                                     random({1000, l->out_features()}, 13808, DType::bf16)};
+        const std::string what = std::string("chunks ") + chunks + ", " + l->str();
+        const std::vector<Tensor> in{random({1000, l->in_features()}, 13800, DType::bf16),
+                                     random({1000, l->out_features()}, 13801, DType::bf16)};
         const uint64_t before = gate_runs();
         const Tensor got = run_on_gpu_host<op::BsmmDw>({l}, in)[0];
-        EXPECT_GT(gate_runs(), before) << "waves, " << l->str();
-        EXPECT_TRUE(close_to(cast(got, DType::f64), reference<op::BsmmDw>({l}, in), 1e-2)) << "waves, " << l->str();
-        EXPECT_TRUE(same_bits(got, run_on_gpu_host<op::BsmmDw>({l}, in)[0])) << "waves, " << l->str();
+        EXPECT_GT(gate_runs(), before) << what;
+        EXPECT_TRUE(close_to(cast(got, DType::f64), reference<op::BsmmDw>({l}, in), 1e-2)) << what;
+        EXPECT_TRUE(same_bits(got, run_on_gpu_host<op::BsmmDw>({l}, in)[0])) << what;
+        const std::vector<Tensor> acc_in{in[0], in[1], random({l->nnz(), 32, 32}, 13802, DType::f32)};
+        EXPECT_TRUE(close_to(run_on_gpu_host<op::BsmmDw>({l, true, true}, acc_in)[0],
+                             call<op::BsmmDw>({l, true, true}, acc_in)[0], 1e-3))
+            << what << ", f32 accumulate";
       }
     }
     const std::vector<Tensor> in{random({1000, 384}, 13803, DType::bf16), random({1000, 512}, 13804, DType::bf16)};
