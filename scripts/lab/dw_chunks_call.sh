@@ -14,15 +14,16 @@ O=$OUT; t0=$(date +%s); LIMIT=${LIMIT:-150}
 [ "${KEEP:-0}" = 1 ] && [ -x dist/run ] || { rm -rf dist; tar xJf "${BUNDLE:-build-gpu/lab.tar.xz}"; }
 # first the gate dW's GPU tests (the chunk cases, waves among them)
 timeout 60 dist/run gpu_tests --gtest_filter='CudaBsmmTensorCores.GateLayout*' >$O/tests.log 2>&1
-echo "tests rc $?: $(grep -E '^\[  (PASSED|FAILED)' $O/tests.log | tr '\n' ' ')"; grep -E "Failure" -A3 $O/tests.log | head -12
+echo "tests rc $?: $(grep -E '^\[  (PASSED|FAILED)' $O/tests.log | tr '\n' ' ')"
+grep -E "Failure" -A3 $O/tests.log | head -12
 for r in 1 2; do
   for layer in 4096:0.0625:32 8192:0.015625:32; do
     for c in 1 2 3 4 waves; do
       [ $(( $(date +%s) - t0 )) -lt $LIMIT ] || break 3
       TESSERA_BSMM_DW_CHUNKS=$c timeout 40 dist/run lstm_step --hidden 0 --dtypes bf16 --repeats 2 --warmup 1 \
         --sparse $layer --profile >$O/c.log 2>&1
-      echo "$layer chunks $c: graph $(grep -E '^tessera sparse graph' $O/c.log | head -1 | grep -oE 'bs32 +[0-9.]+' | awk '{print $2}')" \
-        "dW $(grep -E 'profile.*bsmm_dw' $O/c.log | head -1 | grep -oE 'bs32 +[0-9.]+' | awk '{print $2}')"
+      ms() { grep -E "$1" $O/c.log | head -1 | grep -oE 'bs32 +[0-9.]+' | awk '{print $2}'; }
+      echo "$layer chunks $c: graph $(ms '^tessera sparse graph') dW $(ms 'profile.*bsmm_dw')"
     done
   done
 done
