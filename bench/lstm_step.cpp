@@ -295,9 +295,9 @@ void bench_recurrence_ops(BenchReport& report, Timer& timer, const Options& o, D
   const Tensor h0 = zeros({b, hidden}, TensorOptions(dt).device(dev));
   const Shape ws = layout ? Shape({layout->nnz(), layout->block_size(), layout->block_size()}) : Shape({hidden, 4 * hidden});
   const Tensor wh = cast(normal(ws, 0.0, 0.03, DType::f32), dt).to(dev);
-  std::vector<Tensor> fwd = call<op::LstmRecurrence>({layout, 1.0}, {gx, h0, h0, wh});
+  std::vector<Tensor> fwd = call<op::LstmRecurrence>({layout, 1.0, nullptr}, {gx, h0, h0, wh});
   const Tensor dy = cast(normal({t, b, hidden}, 0.0, 1.0, DType::f32), dt).to(dev);
-  auto forward = [&] { call<op::LstmRecurrence>({layout, 1.0}, {gx, h0, h0, wh}); };
+  auto forward = [&] { call<op::LstmRecurrence>({layout, 1.0, nullptr}, {gx, h0, h0, wh}); };
   auto backward = [&] { call<op::LstmRecurrenceBackward>({layout}, {dy, h0, h0, fwd[3], fwd[4], h0, wh}); };
   // fn's value with the environment variable `name` set to `value`, restored afterwards; with_env:
   // fn as a function that does that each time it runs

@@ -53,6 +53,7 @@
   X(Bsmm)                                 \
   X(BsmmDx)                               \
   X(BsmmDw)                               \
+  X(BsmmDwPair)                           \
   X(BsConv)                               \
   X(BsConvDx)                             \
   X(BsConvDw)                             \

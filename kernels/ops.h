@@ -18,6 +18,7 @@
 #include "kernels/bsconv_dx/bsconv_dx.h"
 #include "kernels/bsmm/bsmm.h"
 #include "kernels/bsmm_dw/bsmm_dw.h"
+#include "kernels/bsmm_dw_pair/bsmm_dw_pair.h"
 #include "kernels/bsmm_dx/bsmm_dx.h"
 #include "kernels/cast/cast.h"
 #include "kernels/cast_col_sum/cast_col_sum.h"

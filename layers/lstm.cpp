@@ -139,13 +139,29 @@ bool LSTMCell::fused_recurrence(const Tensor& x, int64_t steps, int64_t batch) c
   return lstm_recurrence_fused(gx, o.hidden_size(), recurrent_weight_layout());
 }
 
-std::pair<Tensor, LSTMState> LSTMCell::fused_sequence(const Tensor& product_x, const LSTMState& s) const {
+std::pair<Tensor, LSTMState> LSTMCell::fused_sequence(const Tensor& product_x, const LSTMState& s,
+                                                      const InputOperands& paired) const {
   const Tensor wh = wh_.sparse() ? wh_.sparse()->effective_weight() : wh_.dense()->weight();
-  auto [y, h, c] = lstm_recurrence(product_x, s.h, s.c, wh, recurrent_weight_layout(), options_.forget_bias(), bias_);
+  const LayoutPtr x_layout = paired.x.defined() ? wx_.sparse()->layout() : nullptr;
+  auto [y, h, c] = lstm_recurrence(product_x, s.h, s.c, wh, recurrent_weight_layout(), options_.forget_bias(), bias_,
+                                   paired.x, paired.wx, x_layout);
   return {y, LSTMState{h, c}};
 }
 
-Tensor LSTMCell::fused_input_product(const Tensor& x) const {
+LSTMCell::InputOperands LSTMCell::paired_input_operands(const Tensor& x, int64_t batch) const {
+  const auto &sx = wx_.sparse(), &sh = wh_.sparse();
+  if (!sx || !sh || sx->gate().defined() || x.dim() != 2 || x.size(0) <= batch) return {};
+  auto operand = [](const Tensor& t) { return autocast::enabled() ? autocast::operand(t) : t; };
+  const TensorMeta xm{x.shape(), autocast::enabled() ? autocast::operand_dtype(x) : x.dtype(), x.device()};
+  const int64_t rows = x.size(0), hs = options_.hidden_size();
+  const TensorMeta y_prev{Shape({rows - batch, hs}), xm.dtype, x.device()};
+  const TensorMeta dpre{Shape({rows, kGates * hs}), xm.dtype, x.device()};
+  if (!bsmm_dw_pair_fused(xm, y_prev, dpre, sx->layout(), sh->layout(), batch)) return {};
+  return {operand(x), operand(sx->effective_weight())};
+}
+
+Tensor LSTMCell::fused_input_product(const Tensor& x, const InputOperands& paired) const {
+  if (paired.x.defined()) return bsmm(paired.x, paired.wx.detach(), wx_.sparse()->layout());
   if (!autocast::enabled() || autocast::operand_dtype(x) != autocast::dtype()) return wx_.forward(x);
   // Under autocast the product would be written in f32 [N, 4H] and cast by the recurrence (and
   // its gradient cast back and forth in the backward): at H 4096, B 64, T 256 about 4 GB of
@@ -197,7 +213,8 @@ LSTMOutput LSTM::forward(const Tensor& x, const LSTMState& state, int64_t batch)
   if (fused_recurrence(x, steps, b)) {  // the recurrence in one op (the GPU's persistent kernel)
     const LSTMState s0 = state.defined() ? state : zero_state(b, x.dtype(), x.device());
     const Shape gates_shape({steps, b, 4 * options().hidden_size()});
-    auto [y, last] = fused_sequence(reshape(fused_input_product(x2), gates_shape), s0);
+    const InputOperands paired = paired_input_operands(x2, b);
+    auto [y, last] = fused_sequence(reshape(fused_input_product(x2, paired), gates_shape), s0, paired);
     LSTMOutput out;
     out.output = reshape(y, {rows, options().hidden_size()});
     out.state = last;

@@ -170,11 +170,21 @@ class LSTMCell : public Module {
   /// The recurrence from the input products x·W_x [T, B, 4H] and a defined state as one
   /// lstm_recurrence op, which adds the bias itself: every step's h, y [T, B, H], and the final
   /// state.
-  std::pair<Tensor, LSTMState> fused_sequence(const Tensor& product_x, const LSTMState& s) const;
+  /// With `paired` operands (paired_input_operands) the op's backward also gives W_x its gradient.
+  struct InputOperands {
+    Tensor x, wx;  ///< x [N, In] and W_x's blocks as the product reads them (cast under autocast)
+  };
+  std::pair<Tensor, LSTMState> fused_sequence(const Tensor& product_x, const LSTMState& s,
+                                              const InputOperands& paired = {}) const;
   /// The input products x [N, In] -> x·W_x [N, 4H] (no bias) for the fused recurrence: under
   /// autocast written in the autocast dtype, which the recurrence reads (the product's operands
   /// cast here, as the product would cast them), instead of f32 that the recurrence would cast.
-  Tensor fused_input_product(const Tensor& x) const;
+  /// With `paired` operands, bsmm of them with W_x detached: its gradient comes from the recurrence.
+  Tensor fused_input_product(const Tensor& x, const InputOperands& paired = {}) const;
+  /// W_x's gradient in one launch with W_h's (bsmm_dw_pair: the gates' gradient read once): the
+  /// product's operands where both weights are block-sparse, W_x ungated, and bsmm_dw_pair_fused
+  /// takes the problem (x [N, In], batch rows a step); else none (W_x's from the product's backward).
+  InputOperands paired_input_operands(const Tensor& x, int64_t batch) const;
 
  private:
   // The weight `name` [in, out] without bias, registered as a submodule: dense (layout null) or

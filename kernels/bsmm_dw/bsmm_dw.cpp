@@ -1,10 +1,7 @@
 #include "kernels/bsmm_dw/bsmm_dw.h"
 
-#include <Eigen/Core>
-#include <algorithm>
-
+#include "kernels/common/bsmm_dw_cpu.h"
 #include "kernels/common/dispatch.h"
-#include "kernels/common/eigen_maps.h"
 #include "kernels/ops.h"
 
 namespace tessera {
@@ -51,47 +48,6 @@ std::vector<TensorMeta> op::BsmmDw::infer(const std::vector<TensorMeta>& in, con
   return {out};
 }
 
-namespace {
-
-using cpu::RowMap;
-using cpu::StridedRowMap;
-
-// dw[k] [bs, bs] = X_r [N, bs]ᵀ · dY_c [N, bs], each block owned by one thread. The sum over N
-// runs in chunks of kChunk rows, every block of a chunk before the next chunk: the chunk's rows
-// of X and dY stay in cache across the blocks that read them (1.2-1.3x faster than one full-depth
-// product per block, which streams X_r and dY_c from memory for each block anew).
-template <class T>
-void dw_kernel(const T* x, const T* dy, T* dw, int64_t n, const BlockLayout& l) {
-  constexpr int64_t kChunk = 64;
-  const int64_t C = l.in_features(), K = l.out_features(), bs = l.block_size(), nnz = l.nnz();
-  const auto &block_row = l.block_row(), &block_col = l.block_col();
-  if (n == 0) {
-    std::fill(dw, dw + nnz * bs * bs, T(0));
-    return;
-  }
-  // Eigen multithreads a product of 1e5 multiply-adds or more unless it runs inside an active
-  // OpenMP region (whose team it would fight): any call with that much work runs in one.
-  const double work = static_cast<double>(n) * bs * bs * static_cast<double>(nnz);
-#pragma omp parallel if (work > 5e4)
-  for (int64_t n0 = 0; n0 < n; n0 += kChunk) {
-    const int64_t rows = std::min(kChunk, n - n0);
-    // Static schedule, same trip count: every chunk gives a thread the same blocks, so no barrier.
-#pragma omp for schedule(static) nowait
-    for (int64_t k = 0; k < nnz; ++k) {
-      RowMap<T> out(dw + k * bs * bs, bs, bs);
-      StridedRowMap<T> xr(x + n0 * C + block_row[k] * bs, rows, bs, Eigen::OuterStride<>(C));   // [rows, bs]
-      StridedRowMap<T> gc(dy + n0 * K + block_col[k] * bs, rows, bs, Eigen::OuterStride<>(K));  // [rows, bs]
-      if (n0 == 0) {
-        out.noalias() = xr.transpose() * gc;
-      } else {
-        out.noalias() += xr.transpose() * gc;
-      }
-    }
-  }
-}
-
-}  // namespace
-
 // The gate epilogue on the P blocks in dw: dgate[k] = sum_ij P[k]_ij·w[k]_ij (in increasing
 // element order), then dw[k] = gate[k]·P[k].
 template <class T>
@@ -113,7 +69,7 @@ void op::BsmmDw::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& o
     using T = typename decltype(tag)::type;
     T* dw = out[0].data<T>();
     const BlockLayout& l = *attrs.layout;
-    dw_kernel<T>(in[0].data<T>(), in[1].data<T>(), dw, in[0].size(0), l);
+    cpu::block_weight_gradient<T>(in[0].data<T>(), in[1].data<T>(), dw, in[0].size(0), l);
     if (attrs.gated)
       gate_epilogue<T>(dw, out[1].data<T>(), in[2].data<T>(), in[3].data<T>(), l.nnz(), l.block_size());
     if (!attrs.accumulate) return;

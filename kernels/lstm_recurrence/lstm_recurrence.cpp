@@ -1,10 +1,12 @@
 #include "kernels/lstm_recurrence/lstm_recurrence.h"
 
 #include <cmath>
+#include <tuple>
 
 #include "core/autocast.h"
 #include "kernels/add/add.h"
 #include "kernels/bsmm_dw/bsmm_dw.h"
+#include "kernels/bsmm_dw_pair/bsmm_dw_pair.h"
 #include "kernels/cast/cast.h"
 #include "kernels/col_sum/col_sum.h"
 #include "kernels/common/dispatch.h"
@@ -20,14 +22,18 @@ namespace tessera {
 
 std::tuple<Tensor, Tensor, Tensor> lstm_recurrence(const Tensor& gx, const Tensor& h0, const Tensor& c0,
                                                    const Tensor& wh, const LayoutPtr& layout, double forget_bias,
-                                                   const Tensor& bias) {
-  const op::LstmRecurrence::Attrs attrs{layout, forget_bias};
+                                                   const Tensor& bias, const Tensor& x, const Tensor& wx,
+                                                   const LayoutPtr& x_layout) {
+  TS_CHECK(x.defined() == wx.defined() && x.defined() == (x_layout != nullptr), ValueError,
+           "lstm_recurrence: x, wx and x_layout come together (W_x's gradient from the backward) or not at all");
+  const op::LstmRecurrence::Attrs attrs{layout, forget_bias, x_layout};
   auto inputs = [&](auto&& f) {
     std::vector<Tensor> in{f(gx), f(h0), f(c0), f(wh)};
     if (bias.defined()) in.push_back(f(bias));
+    if (x_layout) in.insert(in.end(), {f(x), f(wx)});
     return in;
   };
-  if (autocast::applies({&gx, &h0, &c0, &wh, &bias})) {
+  if (autocast::applies({&gx, &h0, &c0, &wh, &bias, &x, &wx})) {
     // autocast: the recurrence in the low-precision dtype (f32 math and f32 cells inside), its
     // outputs back in f32 as every autocast op's are
     std::vector<Tensor> out =
@@ -88,10 +94,26 @@ std::string recurrence_unfused_reason(const TensorMeta&, int64_t, const LayoutPt
 }  // namespace detail
 
 std::vector<TensorMeta> op::LstmRecurrence::infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
-  TS_CHECK(in.size() == 4 || in.size() == 5, ValueError,
-           kName << ": expected 4 inputs (gx, h0, c0, wh) or 5 (and bias), got " << in.size());
+  const size_t extra = attrs.x_layout ? 2 : 0;
+  TS_CHECK(in.size() == 4 + extra || in.size() == 5 + extra, ValueError,
+           kName << ": expected " << 4 + extra << " inputs (gx, h0, c0, wh" << (extra ? ", x, wx" : "") << ") or "
+                 << 5 + extra << " (and bias), got " << in.size());
+  const bool biased = has_bias(in.size(), attrs);
   const detail::RecurrenceDims d = detail::check_recurrence_inputs(kName, in[0], in[1], in[2], in[3], attrs.layout,
-                                                                   in.size() == 5 ? &in[4] : nullptr);
+                                                                   biased ? &in[4] : nullptr);
+  if (attrs.x_layout) {  // x [T·B, C] and wx, the input projection's operands
+    const TensorMeta &x = in[biased ? 5 : 4], &wx = in[biased ? 6 : 5];
+    const BlockLayout& l = *attrs.x_layout;
+    const int64_t bs = l.block_size();
+    TS_CHECK(l.out_features() == 4 * d.hidden && x.shape == Shape({d.steps * d.batch, l.in_features()}) &&
+                 wx.shape == Shape({l.nnz(), bs, bs}),
+             ShapeError,
+             kName << ": x " << x << " and wx " << wx << " must be [" << d.steps * d.batch << ", "
+                   << l.in_features() << "] and [" << l.nnz() << ", " << bs << ", " << bs << "] for x_layout "
+                   << l.str() << " and gx " << in[0]);
+    TS_CHECK(x.dtype == in[0].dtype && wx.dtype == in[0].dtype, DTypeError,
+             kName << ": x " << x << " and wx " << wx << " must have gx's dtype (" << in[0] << ")");
+  }
   TS_CHECK(std::isfinite(attrs.forget_bias), ValueError, kName << ": forget_bias must be finite, got " << attrs.forget_bias);
   const TensorMeta& gx = in[0];
   const DType ct = detail::recurrence_compute_dtype(gx.dtype);
@@ -109,7 +131,7 @@ void recurrence_forward_cpu(const std::vector<Tensor>& in, const std::vector<Ten
   const int64_t ts = in[0].size(0), b = in[0].size(1), hs = in[1].size(1), g4 = 4 * hs;
   const T* gx = in[0].data<T>();                  // [T, B, 4H]
   const T* w = in[3].data<T>();                   // [H, 4H] or [nnz, bs, bs]
-  const T* bias = in.size() == 5 ? in[4].data<T>() : nullptr;  // [4H] or none
+  const T* bias = op::LstmRecurrence::has_bias(in.size(), attrs) ? in[4].data<T>() : nullptr;  // [4H] or none
   T* y = out[0].data<T>();                        // [T, B, H]
   T* gates = out[3].data<T>();                    // [T, B, 4H]: pre, then activated in place
   T* cells = out[4].data<T>();                    // [T, B, H]
@@ -160,7 +182,12 @@ std::vector<Tensor> op::LstmRecurrence::backward(const BackwardContext& ctx, con
   std::vector<Tensor> d = lstm_recurrence_backward(ctx.grad_output(0), ctx.grad_output(1), ctx.grad_output(2),
                                                    ctx.output(3), ctx.output(4), ctx.input(2), wh, attrs.layout);
   const Tensor& dpre = d[0];  // [T, B, 4H]
-  Tensor dwh;
+  const bool biased = has_bias(ctx.num_inputs(), attrs);
+  const int wx_at = biased ? 6 : 5;
+  const Tensor x = attrs.x_layout ? ctx.input(wx_at - 1) : Tensor();
+  // both weight gradients in one bsmm_dw_pair where both are wanted over T > 1 steps
+  const bool pair = attrs.x_layout && attrs.layout && ctx.needs_input_grad(wx_at) && y.size(0) > 1;
+  Tensor dwh, dwx;
   if (ctx.needs_input_grad(3)) {
     // dW_h = Σ_t h_{t−1}ᵀ·dpre_t = [y_0 … y_{T−2}]ᵀ·dpre[B:] + h0ᵀ·dpre[:B] over all rows at once,
     // y's rows read in place (no copy of [h0; y_0 … y_{T−2}] [T·B, H])
@@ -171,15 +198,23 @@ std::vector<Tensor> op::LstmRecurrence::backward(const BackwardContext& ctx, con
       dwh = attrs.layout ? bsmm_dw(h0, g0, attrs.layout) : matmul(h0, g0, /*trans_a=*/true);
     } else {
       const Tensor y_prev = reshape(slice(y, 0, 0, ts - 1), {(ts - 1) * b, hs});
-      const Tensor g_rest = slice(g, 0, b, ts * b);
-      dwh = attrs.layout ? bsmm_dw(h0, g0, attrs.layout, bsmm_dw(y_prev, g_rest, attrs.layout), /*f32_output=*/false)
-                         : add(matmul(y_prev, g_rest, /*trans_a=*/true), matmul(h0, g0, /*trans_a=*/true));
+      Tensor rest;  // Σ_{t ≥ 1} h_{t−1}ᵀ·dpre_t
+      if (pair) {   // with dW_x = xᵀ·dpre, reading dpre once
+        std::tie(dwx, rest) = bsmm_dw_pair(x, y_prev, g, attrs.x_layout, attrs.layout, b);
+      } else if (attrs.layout) {
+        rest = bsmm_dw(y_prev, slice(g, 0, b, ts * b), attrs.layout);
+      }
+      dwh = attrs.layout ? bsmm_dw(h0, g0, attrs.layout, rest, /*f32_output=*/false)
+                         : add(matmul(y_prev, slice(g, 0, b, ts * b), /*trans_a=*/true),
+                               matmul(h0, g0, /*trans_a=*/true));
     }
   }
+  if (attrs.x_layout && ctx.needs_input_grad(wx_at) && !dwx.defined())
+    dwx = bsmm_dw(x, reshape(dpre, {x.size(0), dpre.size(2)}), attrs.x_layout);
   std::vector<Tensor> grads{ctx.needs_input_grad(0) ? dpre : Tensor(), ctx.needs_input_grad(1) ? d[1] : Tensor(),
                             ctx.needs_input_grad(2) ? d[2] : Tensor(), dwh};
-  if (ctx.num_inputs() == 5)
-    grads.push_back(ctx.needs_input_grad(4) ? bias_gradient(dpre, ctx.input_meta(4)) : Tensor());
+  if (biased) grads.push_back(ctx.needs_input_grad(4) ? bias_gradient(dpre, ctx.input_meta(4)) : Tensor());
+  if (attrs.x_layout) grads.insert(grads.end(), {Tensor(), dwx});  // x's comes from bsmm's backward
   return grads;
 }
 

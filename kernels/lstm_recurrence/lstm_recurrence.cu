@@ -14,7 +14,7 @@ std::string detail::recurrence_unfused_reason(const TensorMeta& gx, int64_t hidd
 }
 
 void op::LstmRecurrence::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
-  cuda::recurrence_forward(in[0], in[1], in[2], in[3], in.size() == 5 ? in[4] : Tensor(), attrs.layout,
+  cuda::recurrence_forward(in[0], in[1], in[2], in[3], has_bias(in.size(), attrs) ? in[4] : Tensor(), attrs.layout,
                            attrs.forget_bias, out[0], out[1], out[2], out[3], out[4]);
 }
 

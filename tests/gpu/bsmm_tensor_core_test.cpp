@@ -407,9 +407,9 @@ TEST(CudaBsmmTensorCores, GateLayoutWeightGradientMatchesTheCpu) {
         }
       }
   {  // n cut into chunks (TESSERA_BSMM_DW_CHUNKS, a lab switch; 1000 rows: 3 gives chunks of 6, 6 and 4
-     // stages, the rule of waves 4 chunks here: a few runs on the whole grid): the same sums through
-     // the f32 workspace, the accumulate mode, the same bits twice; a bad value is one clear error
-    for (const char* chunks : {"3", "waves"}) {
+     // stages): the same sums through the f32 workspace, the accumulate mode, the same bits twice; a
+     // bad value is one clear error
+    for (const char* chunks : {"3"}) {
       const testing::ScopedEnv chunked("TESSERA_BSMM_DW_CHUNKS", chunks);
       for (const LayoutPtr& l : gate_layouts) {
         const std::string what = std::string("chunks ") + chunks + ", " + l->str();
@@ -455,6 +455,88 @@ TEST(CudaBsmmTensorCores, GateLayoutWeightGradientMatchesTheCpu) {
   const Tensor got = run_on_gpu_host<op::BsmmDw>({other}, in)[0];
   EXPECT_TRUE(close_to(cast(got, DType::f64), reference<op::BsmmDw>({other}, in), 1e-2));
   EXPECT_EQ(gate_runs(), before);
+}
+
+// bsmm_dw_pair (nn::LSTM's W_x and W_h gradients from one dpre) on the gate-run kernel: both gate
+// layouts' blocks of a gate-0 column in one run, X_b's rows `shift` up (the first rows the copy's
+// zero fill). Against the CPU for bf16 and f16, layouts of different in_features and densities
+// (a column of 11 + 2 entries: two runs), shifts 0, 7 and 64, rows that end mid-stage; the same
+// bits twice; one launch where two bsmm_dw take two; n cut into chunks (3; 16, a stage each), the workspace
+// of both layouts summed into two outputs; TESSERA_BSMM_DW_PAIR=0 and a layout that is no gate
+// layout take two bsmm_dw, with the same sums.
+TEST(CudaBsmmTensorCores, GatePairWeightGradientsMatchTheCpu) {
+  REQUIRE_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "the gate-run dW kernel needs an sm_90a build on a GPU of compute 9.0";
+  auto gate_runs = [] { return cuda::bsmm_launches(cuda::BsmmKernel::sm90_gate_runs); };
+  const testing::ScopedEnv on("TESSERA_BSMM_DW_GATE_RUNS", "1");
+  const testing::ScopedEnv pair_on("TESSERA_BSMM_DW_PAIR", "1");
+  const testing::ScopedEnv kernels("TESSERA_BSMM_DENSE", "0");
+  std::vector<uint8_t> mask(12 * 4, 0);  // as above: column 0 holds 11 blocks, column 2 none
+  for (int r = 0; r < 12; ++r) mask[r * 4 + 0] = r != 5;
+  for (int r : {0, 3, 7}) mask[r * 4 + 1] = 1;
+  for (int r = 1; r < 12; r += 2) mask[r * 4 + 3] = r != 5;
+  struct Pair {
+    LayoutPtr a, b;
+  };
+  const std::vector<Pair> pairs = {
+      {nn::lstm_gate_layout(*BlockLayout::from_mask(12 * 32, 4 * 32, 32, mask)),
+       nn::lstm_gate_layout(*random_layout(128, 128, 32, 0.5, 44))},
+      {nn::lstm_gate_layout(*random_layout(1024, 1024, 32, 0.0625, 45)),
+       nn::lstm_gate_layout(*random_layout(1024, 1024, 32, 0.0625, 46))}};
+  auto check = [&](const Pair& p, DType dt, int64_t n, int64_t shift, int launches, const std::string& what) {
+    const BlockLayout &a = *p.a, &b = *p.b;
+    const std::vector<Tensor> in{random({n, a.in_features()}, 14000 + n + shift, dt),
+                                 random({n - shift, b.in_features()}, 14001 + n, dt),
+                                 random({n, a.out_features()}, 14002 + shift, dt)};
+    const op::BsmmDwPair::Attrs attrs{p.a, p.b, shift};
+    const uint64_t before = gate_runs();
+    const std::vector<Tensor> got = run_on_gpu_host<op::BsmmDwPair>(attrs, in);
+    EXPECT_EQ(gate_runs(), before + launches) << what;
+    const std::vector<Tensor> want = reference_all<op::BsmmDwPair>(attrs, in);
+    EXPECT_TRUE(close_to(cast(got[0], DType::f64), want[0], 1e-2)) << what << ", dW_a";
+    EXPECT_TRUE(close_to(cast(got[1], DType::f64), want[1], 1e-2)) << what << ", dW_b";
+    const std::vector<Tensor> again = run_on_gpu_host<op::BsmmDwPair>(attrs, in);
+    EXPECT_TRUE(same_bits(got[0], again[0]) && same_bits(got[1], again[1])) << what;
+  };
+  for (const Pair& p : pairs)
+    for (DType dt : {DType::bf16, DType::f16})
+      for (int64_t shift : {0, 7, 64})
+        for (int64_t n : {100, 1000}) {
+          const std::string what = "pair " + p.a->str() + " / " + p.b->str() + " " + dtype_name(dt) + " n " +
+                                   std::to_string(n) + " shift " + std::to_string(shift);
+          EXPECT_TRUE(bsmm_dw_pair_fused(TensorMeta{Shape({n, p.a->in_features()}), dt, kGpu},
+                                         TensorMeta{Shape({n - shift, p.b->in_features()}), dt, kGpu},
+                                         TensorMeta{Shape({n, p.a->out_features()}), dt, kGpu}, p.a, p.b, shift))
+              << what;
+          check(p, dt, n, shift, 1, what);
+        }
+  for (const char* chunks : {"3", "16"}) {
+    const testing::ScopedEnv chunked("TESSERA_BSMM_DW_CHUNKS", chunks);
+    for (const Pair& p : pairs) check(p, DType::bf16, 1000, 64, 1, std::string("chunks ") + chunks + " " + p.a->str());
+  }
+  {
+    const testing::ScopedEnv off("TESSERA_BSMM_DW_PAIR", "0");
+    EXPECT_FALSE(bsmm_dw_pair_fused(TensorMeta{Shape({1000, 1024}), DType::bf16, kGpu},
+                                    TensorMeta{Shape({936, 1024}), DType::bf16, kGpu},
+                                    TensorMeta{Shape({1000, 4096}), DType::bf16, kGpu}, pairs[1].a, pairs[1].b, 64));
+    check(pairs[1], DType::bf16, 1000, 64, 2, "TESSERA_BSMM_DW_PAIR=0");
+  }
+  {  // a bad value is one clear error, naming the variable and the value
+    const testing::ScopedEnv bad("TESSERA_BSMM_DW_PAIR", "yes");
+    testing::expect_error<ValueError>(
+        [&] {
+          bsmm_dw_pair_fused(TensorMeta{Shape({1000, 1024}), DType::bf16, kGpu},
+                             TensorMeta{Shape({936, 1024}), DType::bf16, kGpu},
+                             TensorMeta{Shape({1000, 4096}), DType::bf16, kGpu}, pairs[1].a, pairs[1].b, 64);
+        },
+        {"TESSERA_BSMM_DW_PAIR", "'yes'"});
+  }
+  // b no gate layout: bsmm_dw on each, the gate-run kernel for a only
+  const Pair mixed{pairs[1].a, random_layout(1024, 4096, 32, 0.0625, 47)};
+  EXPECT_FALSE(bsmm_dw_pair_fused(TensorMeta{Shape({1000, 1024}), DType::bf16, kGpu},
+                                  TensorMeta{Shape({936, 1024}), DType::bf16, kGpu},
+                                  TensorMeta{Shape({1000, 4096}), DType::bf16, kGpu}, mixed.a, mixed.b, 64));
+  check(mixed, DType::bf16, 1000, 64, 1, "b no gate layout");
 }
 
 // Large block counts per list and a feature count past 2^15/bs blocks: C = K = 32768 at bs 64

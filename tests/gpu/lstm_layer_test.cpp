@@ -20,6 +20,11 @@
 #include "gradcheck.h"
 #include "kernels/ops.h"
 #include "layers/lstm.h"
+#include "scoped_env.h"
+
+#ifdef TESSERA_WITH_CUDA
+#include "kernels/common/cuda/bsmm_tc.h"
+#endif
 
 namespace tessera {
 namespace {
@@ -97,6 +102,43 @@ TEST(LstmLayerGpu, EveryVariantMatchesTheCpuInF32) {
   for (int64_t bs : {0, 16, 64})
     for (bool mlstm : {false, true})
       for (bool ln : {false, true}) check_variant({bs, mlstm, ln, 7}, DType::f32);
+}
+
+// The fused sparse layer at bs 32 (gate layouts both): W_x's gradient comes from the recurrence's
+// backward with W_h's in one bsmm_dw_pair launch (the gate-run kernel: the pair, then the h0 term;
+// three launches with TESSERA_BSMM_DW_PAIR=0: x, y's steps, h0), the same gradients either way
+// (batch 64: the same 64-row stages of dpre, so the same bits; batch 7 to bf16 rounding).
+TEST(LstmLayerGpu, SparseWeightGradientsComeInOnePairedLaunch) {
+  REQUIRE_GPU();
+#ifdef TESSERA_WITH_CUDA
+  if (!sm90_here()) GTEST_SKIP() << "the gate-run dW kernel needs an sm_90a build on a GPU of compute 9.0";
+  const testing::ScopedEnv kernels("TESSERA_BSMM_DENSE", "0");
+  auto gate_runs = [] { return cuda::bsmm_launches(cuda::BsmmKernel::sm90_gate_runs); };
+  for (int64_t batch : {7, 64}) {
+    const LSTMOptions o = LSTMOptions(64, 128).forget_bias(1.0).block_size(32).density(0.5, 11);
+    const Tensor x = test_randn({5, batch, 64}, 5, DType::f32).to(kGpu);
+    auto grads = [&](const char* pair, uint64_t launches) {
+      const testing::ScopedEnv env("TESSERA_BSMM_DW_PAIR", pair);
+      Generator g(3);
+      LSTM m(o, g);
+      m.to(kGpu);
+      autocast::Guard guard(DType::bf16);
+      EXPECT_TRUE(m.fused_recurrence(x, 5, batch));
+      const uint64_t before = gate_runs();
+      run(m, x);
+      EXPECT_EQ(gate_runs() - before, launches) << "TESSERA_BSMM_DW_PAIR=" << pair << ", B " << batch;
+      std::vector<Tensor> out;
+      for (const auto& p : m.named_parameters()) out.push_back(p.tensor.grad());
+      return out;
+    };
+    const std::vector<Tensor> paired = grads("1", 2), apart = grads("0", 3);
+    for (size_t i = 0; i < paired.size(); ++i) {
+      ASSERT_TRUE(paired[i].defined() && apart[i].defined());
+      if (batch == 64) EXPECT_TRUE(same_bits(paired[i], apart[i])) << "parameter " << i;
+      EXPECT_TRUE(close_rms(paired[i], apart[i], 1e-2)) << "parameter " << i << ", B " << batch;
+    }
+  }
+#endif
 }
 
 }  // namespace

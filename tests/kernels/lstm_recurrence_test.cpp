@@ -162,6 +162,56 @@ TEST(LstmRecurrence, GateLayoutGatesShareTheirBlockRowsInOrder) {
   }
 }
 
+// With the input projection's operands (x, wx, x_layout; the product run with wx detached) the
+// op's backward gives wx its gradient (bsmm_dw_pair with W_h's, or bsmm_dw for one step or a dense
+// W_h): every gradient equals the plain composition's, where bsmm's backward gives wx its own.
+TEST(LstmRecurrence, TheInputProjectionsWeightGetsItsGradientFromTheBackward) {
+  struct PairCase {
+    int64_t steps, batch, in, hidden, bs;  // bs of W_h; 0: dense
+    bool bias;
+  };
+  const PairCase cases[] = {{4, 3, 16, 16, 8, true}, {1, 2, 16, 16, 8, false}, {3, 2, 24, 16, 8, false},
+                            {3, 2, 16, 16, 0, true}};
+  for (const PairCase& k : cases) {
+    const LayoutPtr lx = nn::lstm_gate_layout(*random_layout(k.in, k.hidden, 8, 0.5, 21));
+    const LayoutPtr lh = k.bs ? gate_layout(k.hidden, k.bs, 0.5, 22) : nullptr;
+    const Shape wshape = lh ? Shape({lh->nnz(), k.bs, k.bs}) : Shape({k.hidden, 4 * k.hidden});
+    const Tensor x = test_randn({k.steps * k.batch, k.in}, 1), wx = mul(test_randn({lx->nnz(), 8, 8}, 2), 0.3),
+                 h0 = test_randn({k.batch, k.hidden}, 3), c0 = test_randn({k.batch, k.hidden}, 4),
+                 wh = mul(test_randn(wshape, 5), 0.3), bias = test_randn({4 * k.hidden}, 6),
+                 ry = test_randn({k.steps, k.batch, k.hidden}, 7);
+    auto run = [&](bool paired) {
+      std::vector<Tensor> leaf{x.clone().requires_grad_(), wx.clone().requires_grad_(), h0.clone().requires_grad_(),
+                               c0.clone().requires_grad_(), wh.clone().requires_grad_(),
+                               bias.clone().requires_grad_()};
+      const Tensor b = k.bias ? leaf[5] : Tensor();
+      const Tensor wx_product = paired ? leaf[1].detach() : leaf[1];  // paired: wx's gradient from the recurrence
+      const Tensor gx = reshape(bsmm(leaf[0], wx_product, lx), {k.steps, k.batch, 4 * k.hidden});
+      auto [y, h, c] = paired ? lstm_recurrence(gx, leaf[2], leaf[3], leaf[4], lh, 1.0, b, leaf[0], leaf[1], lx)
+                              : lstm_recurrence(gx, leaf[2], leaf[3], leaf[4], lh, 1.0, b);
+      add(sum(mul(y, ry)), sum(c)).backward();
+      std::vector<Tensor> grads;
+      for (int i = 0; i < (k.bias ? 6 : 5); ++i) grads.push_back(leaf[i].grad());
+      return grads;
+    };
+    const std::vector<Tensor> got = run(true), want = run(false);
+    const char* names[] = {"dx", "dwx", "dh0", "dc0", "dwh", "dbias"};
+    const std::string what =
+        "T " + std::to_string(k.steps) + " In " + std::to_string(k.in) + " bs " + std::to_string(k.bs);
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_TRUE(got[i].defined()) << names[i] << ", " << what;
+      EXPECT_TRUE(all_close(got[i], want[i], 1e-12, 1e-12)) << names[i] << ", " << what;
+    }
+  }
+  const LayoutPtr lx = nn::lstm_gate_layout(*random_layout(16, 16, 8, 0.5, 21));
+  const Tensor gx = zeros({2, 2, 64}), h = zeros({2, 16}), wh = zeros({16, 64});
+  expect_error<ValueError>([&] { lstm_recurrence(gx, h, h, wh, nullptr, 0.0, Tensor(), zeros({4, 16})); },
+                           {"lstm_recurrence", "x, wx and x_layout"});
+  expect_error<ShapeError>(
+      [&] { lstm_recurrence(gx, h, h, wh, nullptr, 0.0, Tensor(), zeros({3, 16}), zeros({lx->nnz(), 8, 8}), lx); },
+      {"lstm_recurrence", "x", "[3, 16]", "[4, 16]"});
+}
+
 TEST(LstmRecurrence, NotFusedOnTheCpu) {
   EXPECT_FALSE(lstm_recurrence_fused(TensorMeta{Shape({4, 2, 256}), DType::bf16, Device::cpu()}, 64, nullptr));
 }
@@ -186,7 +236,7 @@ TEST(LstmRecurrence, BadArgumentsNameTheOp) {
                            {"lstm_recurrence", "wh", "[16, 64]", "layout"});
   expect_error<ShapeError>([&] { lstm_recurrence(gx, h, h, wh, l); }, {"lstm_recurrence", "layout"});
   // the backward op checks its saved tensors' compute type
-  auto outs = call<op::LstmRecurrence>({nullptr, 0.0}, {gx, h, h, wh});
+  auto outs = call<op::LstmRecurrence>({nullptr, 0.0, nullptr}, {gx, h, h, wh});
   expect_error<DTypeError>(
       [&] { lstm_recurrence_backward(outs[0], h, h, cast(outs[3], DType::f64), outs[4], h, wh, nullptr); },
       {"lstm_recurrence_backward", "gates"});

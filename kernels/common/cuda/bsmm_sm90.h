@@ -66,6 +66,15 @@ void conv_gradient_halo(const BlockGradient& g, const ConvIndex& ci, int64_t bat
 bool gate_gradient_wanted(const BlockGradient& g, int device);
 void gate_gradient(const BlockGradient& g, const GateRuns& runs, int device, cudaStream_t stream);
 
+/// bsmm_dw_pair on the gate-run kernel: a (x = X_a, dy, dw = dW_a of layout a, not accumulating)
+/// and b, both gate layouts, one item a run of gate_pair_runs.h (a's entries of a gate-0 column
+/// with b's); `runs` from cuda::gate_pair_dw_runs. gate_pair_gradient_wanted: gate_gradient_wanted
+/// for a, not accumulating, b's operands aligned and supported likewise, and not where the chunk
+/// rule would cut n but the pair's sums pass the memory bound that each layout's alone keeps.
+bool gate_pair_gradient_wanted(const BlockGradient& a, const GatePairOperand& b, int device);
+void gate_pair_gradient(const BlockGradient& a, const GatePairOperand& b, const GatePairTables& runs, int device,
+                        cudaStream_t stream);
+
 /// Launches of these kernels so far in this process (all devices).
 uint64_t launch_count();
 /// Launches of the gate-run dW kernel (counted in launch_count too).

@@ -278,15 +278,16 @@ bool device_ok(int device) {
 }
 
 
-/// dw[e] (+)= partial[0][e] + partial[1][e] + ... (in that order), four elements per thread.
+/// dw[e] (+)= partial[0][e] + partial[1][e] + ... (in that order; part q at partial + q·part_stride)
+/// for e < elems, four elements per thread.
 template <class TO>
 __global__ void sum_parts_kernel(const float* __restrict__ partial, TO* __restrict__ dw, int64_t elems, int parts,
-                                 bool accumulate) {
+                                 int64_t part_stride, bool accumulate) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * 4;
   for (int64_t e = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 4; e < elems; e += stride) {
     float4 s = *reinterpret_cast<const float4*>(partial + e);
     for (int q = 1; q < parts; ++q) {
-      const float4 v = *reinterpret_cast<const float4*>(partial + q * elems + e);
+      const float4 v = *reinterpret_cast<const float4*>(partial + q * part_stride + e);
       s.x += v.x;
       s.y += v.y;
       s.z += v.z;

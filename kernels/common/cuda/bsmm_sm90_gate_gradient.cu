@@ -21,7 +21,13 @@
 // (X [n, C] is 134 MB at H 4096, 268 MB at H 8192; L2 50 MB); each chunk's sums go to an f32
 // workspace [N, nnz, 32, 32] and sum_parts_kernel adds the chunks in order. (Two chunks, N split
 // as the general kernel's parts, measured slower at H 4096: X's halves are still larger than L2.)
-// 166 registers, no spills, no serialized wgmma. The
+// Pair mode (kPair; bsmm_dw_pair): the entries of two gate layouts a and b of one dY, nn::LSTM's
+// input and recurrent masks whose gradients both read dpre [n, 4H], a gate-0 column's a-entries
+// then its b-entries in runs of 8 (gate_pair_runs.h): each entry's X strip from X_a, or from X_b
+// `shift` rows up (dY row t against X_b row t − shift, the rows before 0 the copy's zero fill),
+// its blocks into dW_a or dW_b. One launch reads dpre once where two read it twice (1 GB a read at
+// sparse H 8192), and a column's two short lists fill one run (at H 8192 1/64 each mask's runs hold
+// about 4 entries of 8). 166 registers (158 in pair mode), no spills, no serialized wgmma. The
 // default for gate layouts (TESSERA_BSMM_DW_GATE_RUNS=0 runs the general kernel instead): on the
 // H100 the sparse H 4096 layer's two weight gradients took 1.65 ms against the general kernel's
 // 2.25 (docs/bsmm_kernels.md).
@@ -33,7 +39,7 @@
 #include "core/tensor.h"
 #include "kernels/common/cuda/bsmm_sm90.h"
 #include "kernels/common/cuda/bsmm_sm90_common.cuh"
-#include "kernels/common/work_waves.h"
+#include "kernels/common/gate_pair_runs.h"
 
 namespace tessera {
 namespace cuda {
@@ -58,10 +64,22 @@ __device__ __forceinline__ uint64_t mn_major64(const uint8_t* p, uint32_t atom_s
   return make_desc(p, atom_stride, 8 * kGRowBytes, kGRowBytes);
 }
 
-template <class T, class TO>
+/// A pair's second layout in the kernel (bsmm_dw_pair; kPair): the entries of gate_pair_runs.h,
+/// X_b's map (dY row t reads X_b row t − shift: the rows before 0 are the copy's zero fill), and
+/// where blocks k ≥ split go: dw_b's block k − split (split = nnz_a where the sums go to dW_a and
+/// dW_b, past every block where they go to one workspace of both).
+struct PairArgs {
+  const int32_t* entries;
+  int shift;
+  int64_t split;
+  void* dw_b;
+};
+
+template <class T, class TO, bool kPair>
 __global__ void __launch_bounds__(kThreads, 1)
     gate_gradient_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_dy,
-                         BlockGradient p, const int32_t* __restrict__ col_ptr, int q, bool dy_evict_first, int items,
+                         const __grid_constant__ CUtensorMap map_b, BlockGradient p,
+                         const int32_t* __restrict__ col_ptr, int q, PairArgs pair, bool dy_evict_first, int items,
                          int chunk_steps, int64_t chunk_elems) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
@@ -94,7 +112,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int n = 0;; ++n) {
       const int4 w = next_run_item<kGItemRing>(p, items, n, taken, lane, item_full, item_empty, ring);
       if (w.y == 0) break;
-      const int count = w.y, row = lane < count ? p.col_rows[w.x + lane] : 0;
+      // entry `lane`'s X strip: block row `row` of X (kPair: of X_a, or of X_b `shift` rows up)
+      int code = 0;
+      if (lane < w.y) code = kPair ? pair.entries[5 * (w.x + lane)] : p.col_rows[w.x + lane];
+      const bool from_b = kPair && (code & kPairFromB);
+      const int count = w.y, row = code & (kPairFromB - 1), up = from_b ? pair.shift : 0;
+      const CUtensorMap* map_entry = from_b ? &map_b : &map_x;
       const int s0 = w.z * chunk_steps, s1 = min(steps, s0 + chunk_steps);
       for (int step = s0; step < s1; ++step, ++it) {
         const int s = it % kGStages;
@@ -107,7 +130,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           tma_load_2d_hint(strip(s, lane), &map_dy, &full[s], (w.w + lane * q) * kGBs, step * kGKT, read_once);
         else if (lane < 4)
           tma_load_2d(strip(s, lane), &map_dy, &full[s], (w.w + lane * q) * kGBs, step * kGKT);
-        if (lane < count) tma_load_2d(strip(s, 4 + lane), &map_x, &full[s], row * kGBs, step * kGKT);
+        if (lane < count) tma_load_2d(strip(s, 4 + lane), map_entry, &full[s], row * kGBs, step * kGKT - up);
       }
     }
     return;
@@ -157,7 +180,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (s1 > s0 && lane == 0) mbar_arrive(&empty[(it - 1) % kGStages]);
     // acc[j][4·jj + 2h + e]: row i = 16·warp + g + 8h (entry 2(2c + j) + i / 32, its blocks' row
     // i % 32), column 8·jj + 2t + e (gate jj / 4, its block's column 8(jj % 4) + 2t + e)
-    const int offset = first - col_ptr[column];  // the run's place in each gate's list
+    const int offset = kPair ? 0 : first - col_ptr[column];  // the run's place in each gate's list
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
 #pragma unroll
@@ -166,12 +189,18 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (e >= count) continue;  // the same for every lane of the warp
 #pragma unroll
         for (int gate = 0; gate < 4; ++gate) {
-          const int64_t k = p.col_blocks[col_ptr[column + gate * q] + offset + e];
+          int64_t k = kPair ? pair.entries[5 * (first + e) + 1 + gate]
+                            : p.col_blocks[col_ptr[column + gate * q] + offset + e];
+          TO* out = dw;
+          if (kPair && k >= pair.split) {
+            out = static_cast<TO*>(pair.dw_b);
+            k -= pair.split;
+          }
 #pragma unroll
           for (int o = 0; o < kGBs / 8; ++o) {
             const int jj = 4 * gate + o;
             const int64_t at = (k * kGBs + i % kGBs) * kGBs + 8 * o + 2 * t;
-            store_pair(dw + at, acc[j][4 * jj + 2 * h], acc[j][4 * jj + 2 * h + 1], p.accumulate);
+            store_pair(out + at, acc[j][4 * jj + 2 * h], acc[j][4 * jj + 2 * h + 1], p.accumulate);
           }
         }
       }
@@ -187,72 +216,113 @@ __global__ void __launch_bounds__(kThreads, 1)
 // the H100 (one call, 2026-12-07; the layer's three dW, graph step): sparse H 8192 at 1/16 (X 268
 // MB, L2 50 MB) 6.46 ms with 1 chunk, 6.81 with 4, 5.88 with 8, 5.55 with 16 (step 22.85 ->
 // 21.49 ms); sparse H 4096 at 1/16 (X 134 MB) 1.51 with 1, 1.63 with 16, 1.98 with 32.
+// A pair's X bytes are its wider X's, its sums both layouts' blocks.
 // TESSERA_BSMM_DW_CHUNKS=N (the lab's switch) forces 1 to 64, at most one a stage of rows;
-// TESSERA_BSMM_DW_CHUNKS=waves (a lab choice, not yet timed) takes, where the L2 rule gives 1,
-// the 1 to 4 chunks whose waves of `runs · chunks` items on `grid` thread blocks end soonest
-// (pieces_for_waves: 3 for the random sparse H 4096 layer's 173 runs on 132, whose second wave is
-// mostly idle with 1), within the same memory bound; anything else a ValueError.
-constexpr int kWideChunks = 16, kWaveChunks = 4;
+// anything else a ValueError. (Cutting n into 2-4 chunks where the L2 rule gives 1, so that the
+// random sparse H 4096 layer's 173 and 184 runs would fill their second wave on 132 SMs, measured
+// slower on the H100, 2026-12-07: its three dW 1.54-1.57 ms with 1 chunk, 1.66-1.79 with 2, 3 or
+// 4: the items' time follows the strips they copy, not their count; deleted.)
+constexpr int kWideChunks = 16;
 
-int gate_chunks(const BlockGradient& g, int steps, int device, int runs, int grid) {
-  const char* e = std::getenv("TESSERA_BSMM_DW_CHUNKS");
-  const bool waves = e && std::strcmp(e, "waves") == 0;
-  if (e && !waves) {
+/// Whether the wide rule below cuts n for X of x_bytes, and whether the f32 sums of `chunks` chunks
+/// of nnz blocks fit in dY's bytes.
+bool wide_x(int64_t x_bytes, int device) {
+  int l2 = 0;
+  TS_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+  return l2 > 0 && x_bytes >= 4 * int64_t{l2};
+}
+bool sums_fit(int chunks, int64_t nnz, int64_t dy_bytes) {
+  return int64_t{chunks} * nnz * kGBs * kGBs * 4 <= dy_bytes;
+}
+
+/// What the chunk rule reads: the widest X's bytes (x_bytes), dY's, and the blocks summed (both
+/// layouts' for a pair).
+int gate_chunks(int64_t x_bytes, int64_t dy_bytes, int64_t nnz, int steps, int device) {
+  if (const char* e = std::getenv("TESSERA_BSMM_DW_CHUNKS")) {
     char* end = nullptr;
     const long v = std::strtol(e, &end, 10);
     TS_CHECK(end != e && *end == '\0' && v >= 1 && v <= 64, ValueError,
-             "TESSERA_BSMM_DW_CHUNKS must be a whole number from 1 to 64 or 'waves', not '" << e << "'");
+             "TESSERA_BSMM_DW_CHUNKS must be a whole number from 1 to 64, not '" << e << "'");
     return std::max(1, std::min(static_cast<int>(v), steps));
   }
-  int l2 = 0;
-  TS_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
-  const int64_t x_bytes = g.n * g.C * 2, dy_bytes = g.n * g.K * 2;  // bf16 / f16 operands
-  auto sums_fit = [&](int chunks) { return int64_t{chunks} * g.nnz * kGBs * kGBs * 4 <= dy_bytes; };
-  if (l2 > 0 && x_bytes >= 4 * int64_t{l2} && sums_fit(kWideChunks)) return std::min(kWideChunks, steps);
-  if (!waves) return 1;
-  const int chunks = std::min(pieces_for_waves(runs, grid, kWaveChunks), steps);
-  return sums_fit(chunks) ? chunks : 1;
+  return wide_x(x_bytes, device) && sums_fit(kWideChunks, nnz, dy_bytes) ? std::min(kWideChunks, steps) : 1;
 }
 
+/// The second layout of a launch over a pair (bsmm_dw_pair): X_b [n − shift, c_b], its blocks'
+/// gradients dw_b [nnz_b, 32, 32], the entries of gate_pair_runs.h.
+struct PairLaunch {
+  const void* x_b;
+  int64_t c_b, nnz_b;
+  int shift;
+  void* dw_b;
+  const int32_t* entries;
+};
+
+/// One launch of the kernel over g's gate layout (pair null: `col_ptr`) or over a pair (g the
+/// first layout: x = X_a, dw = dW_a, nnz its blocks), q block columns a gate, with `runs` runs at
+/// `run`; with chunks, then the chunks' sums into the output(s).
 template <class T, class TO>
-void launch_gates(const BlockGradient& g, const GateRuns& runs, int device, cudaStream_t stream) {
+void launch_gates(const BlockGradient& g, const int32_t* run, int runs, const int32_t* col_ptr, int q,
+                  const PairLaunch* pair, int device, cudaStream_t stream) {
   const CUtensorMap map_x = tensor_map(g.x, g.in_dtype, g.n, g.C, kGKT, kGBs);
   const CUtensorMap map_dy = tensor_map(g.dy, g.in_dtype, g.n, g.K, kGKT, kGBs);
+  const CUtensorMap map_b = pair ? tensor_map(pair->x_b, g.in_dtype, g.n - pair->shift, pair->c_b, kGKT, kGBs) : map_x;
   // TESSERA_BSMM_DW_EVICT_FIRST=0 (a lab switch) copies dY with the default L2 policy; 1 (the default) evict-first
   const bool evict_first = env_switch("TESSERA_BSMM_DW_EVICT_FIRST", "0", "1", true);
   const int steps = static_cast<int>((g.n + kGKT - 1) / kGKT);
-  const int resident = persistent_grid<&gate_gradient_kernel<T, float>>(kGSmemBytes);  // either kernel's: same smem
-  const int wanted = gate_chunks(g, steps, device, runs.runs, resident);
+  // either kernel's grid: the same shared memory
+  const int resident = persistent_grid<&gate_gradient_kernel<T, float, false>>(kGSmemBytes);
+  const int64_t nnz = g.nnz + (pair ? pair->nnz_b : 0);
+  const int64_t x_bytes = g.n * std::max(g.C, pair ? pair->c_b : 0) * 2;  // bf16 / f16 operands
+  const int wanted = gate_chunks(x_bytes, g.n * g.K * 2, nnz, steps, device);
   const int chunk_steps = (steps + wanted - 1) / wanted;
   const int chunks = (steps + chunk_steps - 1) / chunk_steps;  // every chunk has rows
-  const int64_t elems = g.nnz * kGBs * kGBs;
-  TS_CHECK(static_cast<int64_t>(runs.runs) * chunks < INT32_MAX, ShapeError,
-           "bsmm_dw (gate runs): too many work items");
-  const int items = runs.runs * chunks;
+  const int64_t elems = nnz * kGBs * kGBs;
+  TS_CHECK(static_cast<int64_t>(runs) * chunks < INT32_MAX, ShapeError, "bsmm_dw (gate runs): too many work items");
+  const int items = runs * chunks;
   BlockGradient p = g;
-  p.col_runs = runs.runs;
-  p.col_run = runs.run;
-  Tensor partial;  // chunks > 1: [chunks, nnz, 32, 32] f32, freed in stream order after the kernels below
+  p.col_runs = runs;
+  p.col_run = run;
+  PairArgs args{pair ? pair->entries : nullptr, pair ? pair->shift : 0, g.nnz, pair ? pair->dw_b : nullptr};
+  const int grid = std::min(items, resident);
+  // (persistent_grid<K> before each launch of K: it sets that instantiation's shared-memory size)
+  auto launch = [&](auto kernel) {
+    kernel<<<grid, kThreads, kGSmemBytes, stream>>>(map_x, map_dy, map_b, p, col_ptr, q, args, evict_first, items,
+                                                    chunk_steps, chunks == 1 ? 0 : elems);
+  };
   if (chunks == 1) {
-    constexpr auto kernel = &gate_gradient_kernel<T, TO>;
-    const int grid = std::min(items, persistent_grid<kernel>(kGSmemBytes));
-    kernel<<<grid, kThreads, kGSmemBytes, stream>>>(map_x, map_dy, p, runs.col_ptr, runs.q, evict_first, items,
-                                                    chunk_steps, 0);
+    if (pair) {
+      persistent_grid<&gate_gradient_kernel<T, TO, true>>(kGSmemBytes);
+      launch(&gate_gradient_kernel<T, TO, true>);
+    } else {
+      persistent_grid<&gate_gradient_kernel<T, TO, false>>(kGSmemBytes);
+      launch(&gate_gradient_kernel<T, TO, false>);
+    }
     TS_CUDA_LAUNCH_CHECK("bsmm_dw (gate runs)");
   } else {
-    partial = empty({chunks * elems}, TensorOptions(DType::f32).device(Device::cuda(device)));
+    // [chunks, nnz, 32, 32] f32 (a pair's blocks after a's), freed in stream order after the kernels below
+    const Tensor partial = empty({chunks * elems}, TensorOptions(DType::f32).device(Device::cuda(device)));
     p.dw = partial.data_ptr();
     p.accumulate = false;
-    constexpr auto kernel = &gate_gradient_kernel<T, float>;
-    const int persistent = persistent_grid<kernel>(kGSmemBytes);
-    kernel<<<std::min(items, persistent), kThreads, kGSmemBytes, stream>>>(map_x, map_dy, p, runs.col_ptr, runs.q,
-                                                                          evict_first, items, chunk_steps, elems);
+    args.split = INT64_MAX;  // every block into the workspace
+    if (pair) {
+      persistent_grid<&gate_gradient_kernel<T, float, true>>(kGSmemBytes);
+      launch(&gate_gradient_kernel<T, float, true>);
+    } else {
+      launch(&gate_gradient_kernel<T, float, false>);  // its grid was asked above
+    }
     TS_CUDA_LAUNCH_CHECK("bsmm_dw (gate runs, chunks of n)");
-    const int threads = 256;
-    const int blocks = static_cast<int>(std::min<int64_t>((elems / 4 + threads - 1) / threads, 8 * persistent));
-    sum_parts_kernel<TO><<<blocks, threads, 0, stream>>>(static_cast<const float*>(partial.data_ptr()),
-                                                         static_cast<TO*>(g.dw), elems, chunks, g.accumulate);
-    TS_CUDA_LAUNCH_CHECK("bsmm_dw (gate runs, sum of chunks)");
+    const float* sums = static_cast<const float*>(partial.data_ptr());
+    auto sum = [&](const float* from, void* to, int64_t count) {
+      const int threads = 256;
+      const int blocks = static_cast<int>(std::min<int64_t>((count / 4 + threads - 1) / threads, 8 * resident));
+      sum_parts_kernel<TO><<<blocks, threads, 0, stream>>>(from, static_cast<TO*>(to), count, chunks, elems,
+                                                           g.accumulate);
+      TS_CUDA_LAUNCH_CHECK("bsmm_dw (gate runs, sum of chunks)");
+    };
+    const int64_t elems_a = g.nnz * kGBs * kGBs;
+    sum(sums, g.dw, elems_a);
+    if (pair) sum(sums + elems_a, pair->dw_b, elems - elems_a);
   }
   g_launches.fetch_add(1, std::memory_order_relaxed);
   g_gate_launches.fetch_add(1, std::memory_order_relaxed);
@@ -272,7 +342,37 @@ void gate_gradient(const BlockGradient& g, const GateRuns& runs, int device, cud
   dispatch_types(g.in_dtype, g.out_dtype, [&](auto tin, auto tout) {
     using T = typename decltype(tin)::type;
     using TO = typename decltype(tout)::type;
-    launch_gates<T, TO>(g, runs, device, stream);
+    launch_gates<T, TO>(g, runs.run, runs.runs, runs.col_ptr, runs.q, nullptr, device, stream);
+  });
+}
+
+bool gate_pair_gradient_wanted(const BlockGradient& a, const GatePairOperand& b, int device) {
+  if (!gate_gradient_wanted(a, device) || a.accumulate || b.rows < 1 || b.shift < 0 || b.shift + b.rows != a.n ||
+      b.shift > INT32_MAX || !aligned16(b.x) || !aligned16(b.dw) || b.C % kGBs != 0)
+    return false;
+  // Where X is wide, not where the pair's chunk sums would pass the memory bound that each
+  // layout's alone keeps (sparse H 8192 at 1/16: 2 GB of sums; two launches take 16 chunks each)
+  const int64_t dy_bytes = a.n * a.K * 2;
+  if (wide_x(a.n * std::max(a.C, b.C) * 2, device) && !sums_fit(kWideChunks, a.nnz + b.nnz, dy_bytes) &&
+      sums_fit(kWideChunks, std::max(a.nnz, b.nnz), dy_bytes))
+    return false;
+  BlockGradient gb = a;  // b's operands as a gradient of their own, for the support rule
+  gb.x = b.x;
+  gb.dw = b.dw;
+  gb.n = b.rows;
+  gb.C = b.C;
+  gb.nnz = b.nnz;
+  return gradient_supported(gb, device);
+}
+
+void gate_pair_gradient(const BlockGradient& a, const GatePairOperand& b, const GatePairTables& runs, int device,
+                        cudaStream_t stream) {
+  if (runs.runs == 0) return;
+  const PairLaunch pair{b.x, b.C, b.nnz, static_cast<int>(b.shift), b.dw, runs.entries};
+  dispatch_types(a.in_dtype, a.out_dtype, [&](auto tin, auto tout) {
+    using T = typename decltype(tin)::type;
+    using TO = typename decltype(tout)::type;
+    launch_gates<T, TO>(a, runs.run, runs.runs, nullptr, runs.q, &pair, device, stream);
   });
 }
 

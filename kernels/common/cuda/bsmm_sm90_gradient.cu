@@ -335,7 +335,8 @@ void launch(const BlockGradient& g, int device, cudaStream_t stream, const ConvT
     const int threads = 256;
     const int blocks = static_cast<int>(std::min<int64_t>((elems / 4 + threads - 1) / threads, 8 * persistent));
     sum_parts_kernel<TO><<<blocks, threads, 0, stream>>>(static_cast<const float*>(partial.data_ptr()),
-                                                         static_cast<TO*>(g.dw), elems, parts, g.accumulate);
+                                                         static_cast<TO*>(g.dw), elems, parts, elems,
+                                                         g.accumulate);
     TS_CUDA_LAUNCH_CHECK("bsmm_dw (sum of parts)");
   }
   g_launches.fetch_add(1, std::memory_order_relaxed);

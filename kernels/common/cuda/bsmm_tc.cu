@@ -137,6 +137,29 @@ bool run_gate_gradient(const BlockGradient& g, const LayoutPtr& layout, int devi
 #endif
 }
 
+bool gate_pair_gradient_applies(const BlockGradient& a, const LayoutPtr& la, const GatePairOperand& b,
+                                const LayoutPtr& lb, int device) {
+#ifdef TESSERA_HAVE_SM90A
+  return path_override() == Path::automatic && sm90::gate_pair_gradient_wanted(a, b, device) &&
+         gate_pair_dw_runs(la, lb, device).runs > 0;
+#else
+  (void)a, (void)la, (void)b, (void)lb, (void)device;
+  return false;
+#endif
+}
+
+bool run_gate_pair_gradient(const BlockGradient& a, const LayoutPtr& la, const GatePairOperand& b,
+                            const LayoutPtr& lb, int device, cudaStream_t stream) {
+#ifdef TESSERA_HAVE_SM90A
+  if (!gate_pair_gradient_applies(a, la, b, lb, device)) return false;
+  sm90::gate_pair_gradient(a, b, gate_pair_dw_runs(la, lb, device), device, stream);
+  return true;
+#else
+  (void)a, (void)la, (void)b, (void)lb, (void)device, (void)stream;
+  return false;
+#endif
+}
+
 bool gradient_wants_transposed(const BlockGradient& g, int device) {
 #ifdef TESSERA_HAVE_SM90A
   BlockGradient t = g;

@@ -129,6 +129,22 @@ bool run_gradient(const BlockGradient& g, int device, cudaStream_t stream);
 /// g; false (nothing launched) otherwise, and then run_gradient.
 bool run_gate_gradient(const BlockGradient& g, const LayoutPtr& layout, int device, cudaStream_t stream);
 
+/// bsmm_dw_pair's second layout: X_b [rows, C] with rows = n − shift (dY row t reads X_b row
+/// t − shift), its blocks' gradients dw [nnz, bs, bs] in a's output dtype.
+struct GatePairOperand {
+  const void* x;
+  int64_t rows, C, nnz, shift;
+  void* dw;
+};
+/// bsmm_dw_pair of two gate layouts (nn::LSTM's input and recurrent masks, one dY) in one launch
+/// of the gate-run kernel (bsmm_sm90.h's gate_pair_gradient), where it takes them: a = g of
+/// layout a, b of layout b; false (nothing launched) otherwise. gate_pair_gradient_applies: the
+/// same rule without launching.
+bool run_gate_pair_gradient(const BlockGradient& a, const LayoutPtr& la, const GatePairOperand& b,
+                            const LayoutPtr& lb, int device, cudaStream_t stream);
+bool gate_pair_gradient_applies(const BlockGradient& a, const LayoutPtr& la, const GatePairOperand& b,
+                                const LayoutPtr& lb, int device);
+
 /// The block-sparse convolutions (bsconv, bsconv_dx; bsconv_dw) on the tensor-core kernels in
 /// convolution mode, over `batch` samples of geometry ci, by the same rule as the matmuls:
 ///   - sm_90a (bsmm_sm90.h's gather_conv, gather_conv_halo, conv_gradient) on compute

@@ -15,6 +15,7 @@
 
 #include "core/cuda/check.cuh"
 #include "core/tensor.h"
+#include "kernels/common/gate_pair_runs.h"
 
 namespace tessera {
 namespace cuda {
@@ -46,9 +47,12 @@ enum HostCount { kColPairsAt, kColPairSteps, kColPairStride, kRowPairsAt, kRowPa
 using HostCounts = std::array<int64_t, kHostCounts>;
 
 struct Entry {
-  std::weak_ptr<const void> owner;  // the layout; expired once it died
-  Tensor tables;                    // i32 [total], on the entry's device
-  HostCounts host;                  // counts that the host needs at launch (see Packed)
+  std::weak_ptr<const void> owner;    // the layout; expired once it died
+  std::weak_ptr<const void> partner;  // a pair's second layout (gate_pair_dw_runs), else none
+  bool paired = false;
+  bool dead() const { return owner.expired() || (paired && partner.expired()); }
+  Tensor tables;                      // i32 [total], on the entry's device
+  HostCounts host;                    // counts that the host needs at launch (see Packed)
 };
 
 // What `pack` builds for one layout: the i32 tables uploaded back to back, and counts kept on the
@@ -65,8 +69,10 @@ struct Found {
 };
 
 // (layout address, device, variant: 0, a convolution's taps, or kGateVariant)
-using Key = std::tuple<const void*, int, int>;
-constexpr int kGateVariant = -1;  // gate_dw_runs's tables
+// and the second layout of a pair or null
+using Key = std::tuple<const void*, int, int, const void*>;
+constexpr int kGateVariant = -1;      // gate_dw_runs's tables
+constexpr int kGatePairVariant = -2;  // gate_pair_dw_runs's
 
 std::mutex g_mutex;
 // Never destroyed: layouts held in static objects may run kernels until the process ends.
@@ -82,7 +88,8 @@ void append(std::vector<int32_t>& all, const std::vector<int32_t>& part) {
 // The device tables of `layout` on `device`, packed by `pack` and uploaded on a miss. `what`
 // describes the layout in errors.
 Found lookup(const std::shared_ptr<const void>& layout, int device, const std::function<Packed()>& pack,
-             const std::function<std::string()>& what, int variant = 0) {
+             const std::function<std::string()>& what, int variant = 0,
+             const std::shared_ptr<const void>& partner = nullptr) {
   std::lock_guard<std::mutex> lock(g_mutex);
   auto& c = cache();
   set_device(device);
@@ -91,12 +98,12 @@ Found lookup(const std::shared_ptr<const void>& layout, int device, const std::f
     // Free the tables of dead layouts first (so an address reused by a new layout misses).
     // Freeing is ordered on each table's device stream, after the kernels that read it; it may
     // switch the current device, hence set_device again below.
-    for (auto it = c.begin(); it != c.end();) it = it->second.owner.expired() ? c.erase(it) : std::next(it);
+    for (auto it = c.begin(); it != c.end();) it = it->second.dead() ? c.erase(it) : std::next(it);
     set_device(device);
   }
-  const Key key{layout.get(), device, variant};
+  const Key key{layout.get(), device, variant, partner.get()};
   auto it = c.find(key);
-  if (it != c.end() && !it->second.owner.expired())
+  if (it != c.end() && !it->second.dead())
     return {static_cast<const int32_t*>(it->second.tables.data_ptr()), it->second.host};
   TS_CHECK(!capturing, DeviceError,
            "the look-up tables of " << what() << " are uploaded to cuda:" << device
@@ -106,7 +113,7 @@ Found lookup(const std::shared_ptr<const void>& layout, int device, const std::f
   const Device dev = Device::cuda(device);
   Tensor t = empty({static_cast<int64_t>(packed.device.size())}, TensorOptions(DType::i32).device(dev));
   cuda::copy(t.data_ptr(), dev, packed.device.data(), Device::cpu(), packed.device.size() * sizeof(int32_t));
-  c.insert_or_assign(key, Entry{layout, t, packed.host});
+  c.insert_or_assign(key, Entry{layout, partner, partner != nullptr, t, packed.host});
   return {static_cast<const int32_t*>(t.data_ptr()), packed.host};
 }
 
@@ -317,6 +324,29 @@ GateRuns gate_dw_runs(const LayoutPtr& layout, int device) {
         return packed;
       },
       [&] { return l.str() + " (gate runs)"; }, kGateVariant);
+  return {found.base, static_cast<int32_t>(found.host[kDwRuns]), found.base + found.host[kGateColPtrAt],
+          static_cast<int32_t>(found.host[kGateQ])};
+}
+
+GatePairTables gate_pair_dw_runs(const LayoutPtr& a, const LayoutPtr& b, int device) {
+  const Found found = lookup(
+      a, device,
+      [&] {
+        Packed packed;
+        const int32_t q = gate_quarter(*a);
+        if (q > 0 && gate_quarter(*b) == q && a->block_size() == b->block_size() &&
+            a->out_features() == b->out_features()) {
+          GatePairRuns t = gate_pair_runs(*a, *b, q, 8);
+          packed.device = std::move(t.runs);
+          packed.host[kDwRuns] = static_cast<int64_t>(packed.device.size() / 3);
+          packed.host[kGateQ] = q;
+          packed.host[kGateColPtrAt] = static_cast<int64_t>(packed.device.size());  // the entries follow the runs
+          append(packed.device, t.entries);
+        }
+        if (packed.device.empty()) packed.device.push_back(0);  // no zero-size upload
+        return packed;
+      },
+      [&] { return a->str() + " with " + b->str() + " (gate pair runs)"; }, kGatePairVariant, b);
   return {found.base, static_cast<int32_t>(found.host[kDwRuns]), found.base + found.host[kGateColPtrAt],
           static_cast<int32_t>(found.host[kGateQ])};
 }

@@ -122,6 +122,17 @@ struct GateRuns {
 };
 GateRuns gate_dw_runs(const LayoutPtr& layout, int device);
 
+/// The runs and entries of bsmm_dw_pair's gate-run kernel for layouts a and b (gate_pair_runs.h,
+/// runs of at most 8), where both are gate layouts of the same q and block size; runs 0 otherwise.
+/// Cached per (a, b, device) while both live.
+struct GatePairTables {
+  const int32_t* run;      ///< [runs, 3]
+  int32_t runs;
+  const int32_t* entries;  ///< [E, 5]
+  int32_t q;               ///< block columns a gate (dY's gate g of column c is column c + g·q)
+};
+GatePairTables gate_pair_dw_runs(const LayoutPtr& a, const LayoutPtr& b, int device);
+
 /// q where `l` is a gate layout: its block columns four gates of q columns whose lists c, c + q,
 /// c + 2q and c + 3q hold the same block rows in the same order (nn::lstm_gate_layout); else 0.
 /// An O(nnz) scan on the host.

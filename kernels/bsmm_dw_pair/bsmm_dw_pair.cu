@@ -1,0 +1,91 @@
+// bsmm_dw_pair on the GPU: both layouts' blocks in one launch of the gate-run dW kernel where it
+// takes them (bsmm_dw_pair_fused), else bsmm_dw's CUDA kernels on each layout.
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "core/cuda/check.cuh"
+#include "kernels/bsmm_dw/bsmm_dw.h"
+#include "kernels/bsmm_dw_pair/bsmm_dw_pair.h"
+#include "kernels/common/cuda/bsmm_dense.h"
+#include "kernels/common/cuda/bsmm_tc.h"
+#include "kernels/common/cuda/layout_tables.h"
+
+namespace tessera {
+
+namespace {
+
+/// Rows [from, from + rows) of a contiguous 2-D tensor, as a tensor on its storage.
+Tensor row_range(const Tensor& t, int64_t from, int64_t rows) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = t.impl()->storage;
+  impl->offset = t.impl()->offset + static_cast<size_t>(from * t.size(1)) * dtype_size(t.dtype());
+  impl->meta = {Shape({rows, t.size(1)}), t.dtype(), t.device()};
+  return Tensor(impl);
+}
+
+/// The kernel's view of the pair: a as bsmm_dw's BlockGradient (its tables), b's operands.
+struct PairCall {
+  cuda::BlockGradient a;
+  cuda::GatePairOperand b;
+};
+
+PairCall pair_call(const void* x_a, const void* x_b, const void* dy, void* dw_a, void* dw_b, DType dt, int64_t n,
+                   const LayoutPtr& la, const LayoutPtr& lb, int64_t shift, int device) {
+  const BlockLayout &a = *la, &b = *lb;
+  const cuda::BlockTables t = cuda::device_tables(la, device);
+  return {cuda::BlockGradient{dt, dt, static_cast<int>(a.block_size()), false, x_a, dy, dw_a, n, a.in_features(),
+                              a.out_features(), a.nnz(), t.dw_groups, t.dw_group, t.dw_col_runs, t.dw_col_run,
+                              t.col_blocks, t.col_rows, t.block_row, t.block_col, t.counter},
+          cuda::GatePairOperand{x_b, n - shift, b.in_features(), b.nnz(), shift, dw_b}};
+}
+
+// TESSERA_BSMM_DW_PAIR: 1 the one launch where it applies, 0 two bsmm_dw (the lab's A/B switch);
+// unset: kPairByDefault. Off until the pair's GPU tests pass on a GPU: the one run so far
+// (H100, 2026-12-07) had dY's gates 1-3 read from gate 0's columns (q not passed, fixed since).
+constexpr bool kPairByDefault = false;
+bool pair_switch_on() {
+  const char* e = std::getenv("TESSERA_BSMM_DW_PAIR");
+  if (!e) return kPairByDefault;
+  TS_CHECK(std::strcmp(e, "0") == 0 || std::strcmp(e, "1") == 0, ValueError,
+           "TESSERA_BSMM_DW_PAIR must be 0 or 1, not '" << e << "'");
+  return e[0] == '1';
+}
+
+}  // namespace
+
+bool bsmm_dw_pair_fused(const TensorMeta& x_a, const TensorMeta& x_b, const TensorMeta& dy,
+                        const LayoutPtr& layout_a, const LayoutPtr& layout_b, int64_t shift) {
+  if (!pair_switch_on() || !dy.device.is_cuda() || !layout_a || !layout_b || x_a.shape.ndim() != 2 ||
+      x_b.shape.ndim() != 2 || dy.shape.ndim() != 2)
+    return false;
+  // dummy aligned addresses: the rule reads only shapes, dtypes and alignment here
+  void* const aligned = reinterpret_cast<void*>(uintptr_t{256});
+  const PairCall c = pair_call(aligned, aligned, aligned, aligned, aligned, x_a.dtype, dy.shape[0], layout_a,
+                               layout_b, shift, dy.device.index);
+  const int64_t n = dy.shape[0];
+  const int device = dy.device.index;
+  // where bsmm_dw would take the dense route for either layout (high densities), so do the two
+  auto dense = [&](const BlockLayout& l, int64_t rows) {
+    return cuda::dense_route_takes(cuda::BsmmOp::dw, dy.dtype, l, rows, {aligned}, device);
+  };
+  return x_a.dtype == dy.dtype && x_b.dtype == dy.dtype && x_a.shape[0] == n && x_b.shape[0] == n - shift &&
+         !dense(*layout_a, n) && !dense(*layout_b, n - shift) &&
+         cuda::gate_pair_gradient_applies(c.a, layout_a, c.b, layout_b, device);
+}
+
+void op::BsmmDwPair::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
+  const Tensor &x_a = in[0], &x_b = in[1], &dy = in[2];
+  const int64_t n = dy.size(0), shift = attrs.shift;
+  const int device = dy.device().index;
+  const cudaStream_t stream = cuda::current_stream(dy);
+  if (bsmm_dw_pair_fused(x_a.meta(), x_b.meta(), dy.meta(), attrs.layout_a, attrs.layout_b, shift)) {
+    const PairCall c = pair_call(x_a.data_ptr(), x_b.data_ptr(), dy.data_ptr(), out[0].data_ptr(),
+                                 out[1].data_ptr(), dy.dtype(), n, attrs.layout_a, attrs.layout_b, shift, device);
+    if (cuda::run_gate_pair_gradient(c.a, attrs.layout_a, c.b, attrs.layout_b, device, stream)) return;
+  }
+  op::BsmmDw::cuda({x_a, dy}, {out[0]}, {attrs.layout_a});
+  op::BsmmDw::cuda({x_b, row_range(dy, shift, n - shift)}, {out[1]}, {attrs.layout_b});
+}
+
+}  // namespace tessera

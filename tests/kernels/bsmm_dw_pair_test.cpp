@@ -1,0 +1,98 @@
+// bsmm_dw_pair on the CPU (the reference of its GPU kernel): equal to bsmm_dw on each layout with
+// X_b's rows `shift` up, every block size, f32 and f64; the gate-run kernel's work list
+// (kernels/common/gate_pair_runs.h) counted by hand; the errors.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/sparse/generators.h"
+#include "gradcheck.h"
+#include "kernels/common/gate_pair_runs.h"
+#include "kernels/ops.h"
+#include "layers/lstm.h"
+
+namespace tessera {
+namespace {
+
+using testing::all_close;
+using testing::expect_error;
+using testing::test_randn;
+
+TEST(BsmmDwPair, EqualsBsmmDwOnEachLayout) {
+  uint64_t seed = 100;
+  for (int64_t bs : {8, 16, 32, 64})
+    for (DType dt : {DType::f32, DType::f64})
+      for (int64_t shift : {0, 3, 9}) {
+        const int64_t n = 9 + 2 * bs;
+        const LayoutPtr a = random_layout(2 * bs, 4 * bs, bs, 0.5, ++seed);
+        const LayoutPtr b = random_layout(3 * bs, 4 * bs, bs, 0.5, ++seed);
+        const Tensor xa = cast(test_randn({n, 2 * bs}, ++seed), dt);
+        const Tensor xb = cast(test_randn({n - shift, 3 * bs}, ++seed), dt);
+        const Tensor dy = cast(test_randn({n, 4 * bs}, ++seed), dt);
+        const auto [dwa, dwb] = bsmm_dw_pair(xa, xb, dy, a, b, shift);
+        const std::string what = "bs " + std::to_string(bs) + " " + dtype_name(dt) + " shift " + std::to_string(shift);
+        const double tol = dt == DType::f64 ? 1e-12 : 1e-5;
+        EXPECT_TRUE(all_close(dwa, bsmm_dw(xa, dy, a), tol, tol)) << what;
+        EXPECT_TRUE(all_close(dwb, bsmm_dw(xb, slice(dy, 0, shift, n), b), tol, tol)) << what;
+      }
+}
+
+TEST(BsmmDwPair, AllRowsShiftedAwayGiveZeros) {
+  const LayoutPtr l = random_layout(16, 32, 8, 0.5, 7);
+  const Tensor x = test_randn({4, 16}, 1), dy = test_randn({4, 32}, 2);
+  const auto [dwa, dwb] = bsmm_dw_pair(x, zeros({0, 16}, x.dtype()), dy, l, l, 4);
+  EXPECT_TRUE(all_close(dwa, bsmm_dw(x, dy, l)));
+  EXPECT_TRUE(all_close(dwb, zeros({l->nnz(), 8, 8}, x.dtype())));
+}
+
+TEST(BsmmDwPair, BadArgumentsNameTheOp) {
+  const LayoutPtr a = random_layout(16, 32, 8, 0.5, 1), b = random_layout(16, 32, 8, 0.5, 2);
+  const Tensor x = zeros({6, 16}), dy = zeros({6, 32});
+  expect_error<ShapeError>([&] { bsmm_dw_pair(x, zeros({5, 16}), dy, a, b, 2); },
+                           {"bsmm_dw_pair", "x_b", "[5, 16]", "shift (2)"});
+  expect_error<ShapeError>([&] { bsmm_dw_pair(x, zeros({7, 16}), dy, a, b, -1); }, {"bsmm_dw_pair", "shift"});
+  expect_error<ShapeError>([&] { bsmm_dw_pair(x, x, dy, a, random_layout(16, 64, 8, 0.5, 3), 0); },
+                           {"bsmm_dw_pair", "out_features"});
+  expect_error<ShapeError>([&] { bsmm_dw_pair(x, x, dy, a, random_layout(16, 32, 16, 0.5, 3), 0); },
+                           {"bsmm_dw_pair", "block size"});
+  expect_error<ShapeError>([&] { bsmm_dw_pair(zeros({6, 8}), x, dy, a, b, 0); }, {"bsmm_dw_pair", "x_a", "[6, 8]"});
+  expect_error<DTypeError>([&] { bsmm_dw_pair(x, zeros({6, 16}, DType::f64), dy, a, b, 0); },
+                           {"bsmm_dw_pair", "dtype"});
+  expect_error<ValueError>([&] { bsmm_dw_pair(x, x, dy, nullptr, b, 0); }, {"bsmm_dw_pair", "layout"});
+  EXPECT_FALSE(bsmm_dw_pair_fused(x.meta(), x.meta(), dy.meta(), a, b, 0));  // never on the CPU
+}
+
+// Two gate layouts of q = 2 columns a gate: a [3·32, 256] with gate-0 column 0 holding rows 0, 1, 2
+// and column 1 row 2; b [2·32, 256] with column 0 rows 0, 1 and column 1 nothing. Runs of at most
+// 4: column 0 has 5 entries (a's 3, then b's 2) in runs of 4 and 1, column 1 one.
+TEST(GatePairRuns, EntriesAndRunsCountedByHand) {
+  const LayoutPtr a = nn::lstm_gate_layout(*BlockLayout::from_mask(96, 64, 32, {1, 0, 1, 0, 1, 1}));
+  const LayoutPtr b = nn::lstm_gate_layout(*BlockLayout::from_mask(64, 64, 32, {1, 0, 1, 0}));
+  const GatePairRuns t = gate_pair_runs(*a, *b, 2, 4);
+  ASSERT_EQ(t.entries.size(), 6u * 5);
+  const std::vector<int32_t> codes{0, 1, 2, kPairFromB | 0, kPairFromB | 1, 2};
+  for (size_t e = 0; e < codes.size(); ++e) EXPECT_EQ(t.entries[5 * e], codes[e]) << "entry " << e;
+  // every entry's four blocks are its row's blocks in gates 0-3 of its own layout (b's after a's)
+  const int32_t nnz_a = static_cast<int32_t>(a->nnz());
+  std::set<int32_t> seen;
+  for (size_t e = 0; e < codes.size(); ++e) {
+    const bool from_b = codes[e] & kPairFromB;
+    const BlockLayout& l = from_b ? *b : *a;
+    const int32_t column = e < 5 ? 0 : 1;
+    for (int g = 0; g < 4; ++g) {
+      const int32_t k = t.entries[5 * e + 1 + g] - (from_b ? nnz_a : 0);
+      ASSERT_GE(k, 0);
+      ASSERT_LT(k, l.nnz());
+      EXPECT_EQ(l.block_row()[k], codes[e] & (kPairFromB - 1)) << "entry " << e << " gate " << g;
+      EXPECT_EQ(l.block_col()[k], column + 2 * g) << "entry " << e << " gate " << g;
+      EXPECT_TRUE(seen.insert(t.entries[5 * e + 1 + g]).second) << "block listed twice";
+    }
+  }
+  EXPECT_EQ(seen.size(), static_cast<size_t>(a->nnz() + b->nnz()));
+  EXPECT_EQ(t.runs, (std::vector<int32_t>{0, 4, 0, 4, 1, 0, 5, 1, 1}));  // longest first, ties by column
+}
+
+}  // namespace
+}  // namespace tessera
