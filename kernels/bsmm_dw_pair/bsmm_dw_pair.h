@@ -24,7 +24,8 @@ std::pair<Tensor, Tensor> bsmm_dw_pair(const Tensor& x_a, const Tensor& x_b, con
 /// Whether bsmm_dw_pair runs as one kernel launch for these operands (CUDA builds with the sm_90a
 /// kernels, on an H100/H200: bf16/f16, both layouts nn::LSTM gate layouts of blocks of 32, the
 /// same q, neither on bsmm_dw's dense route, and where X passes four times L2 the pair's f32 chunk
-/// sums within dY's bytes as each layout's are (not sparse H 8192 at 1/16); and
+/// sums within dY's bytes as each layout's are (not sparse H 8192 at 1/16, unless the lab's
+/// TESSERA_BSMM_DW_CHUNKS sets the chunks); and
 /// TESSERA_BSMM_DW_PAIR=1, off by default until the kernel's GPU tests pass): what nn::LSTM asks
 /// before it routes W_x's gradient through lstm_recurrence. False on the CPU.
 bool bsmm_dw_pair_fused(const TensorMeta& x_a, const TensorMeta& x_b, const TensorMeta& dy,

@@ -351,10 +351,11 @@ bool gate_pair_gradient_wanted(const BlockGradient& a, const GatePairOperand& b,
       b.shift > INT32_MAX || !aligned16(b.x) || !aligned16(b.dw) || b.C % kGBs != 0)
     return false;
   // Where X is wide, not where the pair's chunk sums would pass the memory bound that each
-  // layout's alone keeps (sparse H 8192 at 1/16: 2 GB of sums; two launches take 16 chunks each)
+  // layout's alone keeps (sparse H 8192 at 1/16: 2 GB of sums; two launches take 16 chunks each),
+  // unless the lab's TESSERA_BSMM_DW_CHUNKS sets the chunks (to time the pair there)
   const int64_t dy_bytes = a.n * a.K * 2;
-  if (wide_x(a.n * std::max(a.C, b.C) * 2, device) && !sums_fit(kWideChunks, a.nnz + b.nnz, dy_bytes) &&
-      sums_fit(kWideChunks, std::max(a.nnz, b.nnz), dy_bytes))
+  if (!std::getenv("TESSERA_BSMM_DW_CHUNKS") && wide_x(a.n * std::max(a.C, b.C) * 2, device) &&
+      !sums_fit(kWideChunks, a.nnz + b.nnz, dy_bytes) && sums_fit(kWideChunks, std::max(a.nnz, b.nnz), dy_bytes))
     return false;
   BlockGradient gb = a;  // b's operands as a gradient of their own, for the support rule
   gb.x = b.x;
