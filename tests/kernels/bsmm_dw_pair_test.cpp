@@ -94,5 +94,44 @@ TEST(GatePairRuns, EntriesAndRunsCountedByHand) {
   EXPECT_EQ(t.runs, (std::vector<int32_t>{0, 4, 0, 4, 1, 0, 5, 1, 1}));  // longest first, ties by column
 }
 
+// The gate-run kernel's pair mode replayed on the CPU from the work list alone: per run, per
+// entry, per gate g, the block listed for g gets X(source)[t − shift(source)]ᵀ·dY[t, column + g·q]
+// over every row t (rows before 0 read as zeros, as the copy's zero fill). Equal to the op's CPU
+// result: the list, its b-offset of block numbers, and the columns the kernel reads make dW.
+TEST(GatePairRuns, ReplayingTheRunsGivesTheOpsResult) {
+  constexpr int64_t bs = 32, q = 4, n = 70, shift = 7;
+  const LayoutPtr a = nn::lstm_gate_layout(*random_layout(3 * bs, q * bs, bs, 0.5, 5));
+  const LayoutPtr b = nn::lstm_gate_layout(*random_layout(2 * bs, q * bs, bs, 0.75, 6));
+  const Tensor xa = test_randn({n, a->in_features()}, 1, DType::f64);
+  const Tensor xb = test_randn({n - shift, b->in_features()}, 2, DType::f64);
+  const Tensor dy = test_randn({n, 4 * q * bs}, 3, DType::f64);
+  const GatePairRuns t = gate_pair_runs(*a, *b, q, 8);
+  const int64_t nnz_a = a->nnz();
+  std::vector<double> dw((nnz_a + b->nnz()) * bs * bs, 0.0);  // one workspace of both, a's first
+  const std::vector<double> va = xa.to_vector<double>(), vb = xb.to_vector<double>(), vy = dy.to_vector<double>();
+  for (size_t r = 0; r < t.runs.size(); r += 3) {
+    const int32_t first = t.runs[r], count = t.runs[r + 1], column = t.runs[r + 2];
+    ASSERT_LE(count, 8);
+    for (int32_t e = first; e < first + count; ++e) {
+      const int32_t code = t.entries[5 * e];
+      const bool from_b = code & kPairFromB;
+      const int64_t row = code & (kPairFromB - 1), up = from_b ? shift : 0;
+      const int64_t cols = from_b ? b->in_features() : a->in_features();
+      const std::vector<double>& x = from_b ? vb : va;
+      for (int g = 0; g < 4; ++g) {
+        double* out = dw.data() + t.entries[5 * e + 1 + g] * bs * bs;
+        for (int64_t s = up; s < n; ++s)
+          for (int64_t i = 0; i < bs; ++i)
+            for (int64_t j = 0; j < bs; ++j)
+              out[i * bs + j] += x[(s - up) * cols + row * bs + i] * vy[s * 4 * q * bs + (column + g * q) * bs + j];
+      }
+    }
+  }
+  const auto [want_a, want_b] = bsmm_dw_pair(xa, xb, dy, a, b, shift);
+  const std::vector<double> wa = want_a.to_vector<double>(), wb = want_b.to_vector<double>();
+  for (size_t i = 0; i < wa.size(); ++i) ASSERT_NEAR(dw[i], wa[i], 1e-9) << "dW_a element " << i;
+  for (size_t i = 0; i < wb.size(); ++i) ASSERT_NEAR(dw[wa.size() + i], wb[i], 1e-9) << "dW_b element " << i;
+}
+
 }  // namespace
 }  // namespace tessera
