@@ -7,8 +7,9 @@
 namespace tessera {
 
 std::pair<Tensor, Tensor> bsmm_dw_pair(const Tensor& x_a, const Tensor& x_b, const Tensor& dy,
-                                       const LayoutPtr& layout_a, const LayoutPtr& layout_b, int64_t shift) {
-  std::vector<Tensor> out = call<op::BsmmDwPair>({layout_a, layout_b, shift}, {x_a, x_b, dy});
+                                       const LayoutPtr& layout_a, const LayoutPtr& layout_b, int64_t shift,
+                                       bool f32_output) {
+  std::vector<Tensor> out = call<op::BsmmDwPair>({layout_a, layout_b, shift, f32_output}, {x_a, x_b, dy});
   return {out[0], out[1]};
 }
 
@@ -35,9 +36,11 @@ std::vector<TensorMeta> op::BsmmDwPair::infer(const std::vector<TensorMeta>& in,
   TS_CHECK(attrs.shift >= 0 && in[0].shape[0] == n && in[1].shape[0] == n - attrs.shift, ShapeError,
            kName << ": x_a " << in[0] << " must have dy's " << n << " rows and x_b " << in[1] << " " << n
                  << " - shift (" << attrs.shift << ") rows, with shift >= 0");
+  TS_CHECK(!attrs.f32_output || is_half(in[0].dtype), DTypeError,
+           kName << ": an f32 output needs bf16 or f16 inputs, got x_a " << in[0]);
   const int64_t bs = a.block_size();
-  return {TensorMeta{Shape({a.nnz(), bs, bs}), in[0].dtype, in[0].device},
-          TensorMeta{Shape({b.nnz(), bs, bs}), in[0].dtype, in[0].device}};
+  const DType out = attrs.f32_output ? DType::f32 : in[0].dtype;
+  return {TensorMeta{Shape({a.nnz(), bs, bs}), out, in[0].device}, TensorMeta{Shape({b.nnz(), bs, bs}), out, in[0].device}};
 }
 
 void op::BsmmDwPair::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {

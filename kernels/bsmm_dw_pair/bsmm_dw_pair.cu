@@ -30,11 +30,11 @@ struct PairCall {
   cuda::GatePairOperand b;
 };
 
-PairCall pair_call(const void* x_a, const void* x_b, const void* dy, void* dw_a, void* dw_b, DType dt, int64_t n,
-                   const LayoutPtr& la, const LayoutPtr& lb, int64_t shift, int device) {
+PairCall pair_call(const void* x_a, const void* x_b, const void* dy, void* dw_a, void* dw_b, DType dt, DType out,
+                   int64_t n, const LayoutPtr& la, const LayoutPtr& lb, int64_t shift, int device) {
   const BlockLayout &a = *la, &b = *lb;
   const cuda::BlockTables t = cuda::device_tables(la, device);
-  return {cuda::BlockGradient{dt, dt, static_cast<int>(a.block_size()), false, x_a, dy, dw_a, n, a.in_features(),
+  return {cuda::BlockGradient{dt, out, static_cast<int>(a.block_size()), false, x_a, dy, dw_a, n, a.in_features(),
                               a.out_features(), a.nnz(), t.dw_groups, t.dw_group, t.dw_col_runs, t.dw_col_run,
                               t.col_blocks, t.col_rows, t.block_row, t.block_col, t.counter},
           cuda::GatePairOperand{x_b, n - shift, b.in_features(), b.nnz(), shift, dw_b}};
@@ -61,8 +61,8 @@ bool bsmm_dw_pair_fused(const TensorMeta& x_a, const TensorMeta& x_b, const Tens
     return false;
   // dummy aligned addresses: the rule reads only shapes, dtypes and alignment here
   void* const aligned = reinterpret_cast<void*>(uintptr_t{256});
-  const PairCall c = pair_call(aligned, aligned, aligned, aligned, aligned, x_a.dtype, dy.shape[0], layout_a,
-                               layout_b, shift, dy.device.index);
+  const PairCall c = pair_call(aligned, aligned, aligned, aligned, aligned, x_a.dtype, x_a.dtype, dy.shape[0],
+                               layout_a, layout_b, shift, dy.device.index);
   const int64_t n = dy.shape[0];
   const int device = dy.device.index;
   // where bsmm_dw would take the dense route for either layout (high densities), so do the two
@@ -81,11 +81,12 @@ void op::BsmmDwPair::cuda(const std::vector<Tensor>& in, const std::vector<Tenso
   const cudaStream_t stream = cuda::current_stream(dy);
   if (bsmm_dw_pair_fused(x_a.meta(), x_b.meta(), dy.meta(), attrs.layout_a, attrs.layout_b, shift)) {
     const PairCall c = pair_call(x_a.data_ptr(), x_b.data_ptr(), dy.data_ptr(), out[0].data_ptr(),
-                                 out[1].data_ptr(), dy.dtype(), n, attrs.layout_a, attrs.layout_b, shift, device);
+                                 out[1].data_ptr(), dy.dtype(), out[0].dtype(), n, attrs.layout_a, attrs.layout_b,
+                                 shift, device);
     if (cuda::run_gate_pair_gradient(c.a, attrs.layout_a, c.b, attrs.layout_b, device, stream)) return;
   }
-  op::BsmmDw::cuda({x_a, dy}, {out[0]}, {attrs.layout_a});
-  op::BsmmDw::cuda({x_b, row_range(dy, shift, n - shift)}, {out[1]}, {attrs.layout_b});
+  op::BsmmDw::cuda({x_a, dy}, {out[0]}, {attrs.layout_a, attrs.f32_output});
+  op::BsmmDw::cuda({x_b, row_range(dy, shift, n - shift)}, {out[1]}, {attrs.layout_b, attrs.f32_output});
 }
 
 }  // namespace tessera

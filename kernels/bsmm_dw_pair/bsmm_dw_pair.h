@@ -16,10 +16,12 @@ namespace tessera {
 ///   dW_a[k] = Σ_{t < n} X_a[t, r-block]ᵀ·dY[t, c-block]
 ///   dW_b[k] = Σ_{shift ≤ t < n} X_b[t − shift, r-block]ᵀ·dY[t, c-block]
 /// x_a [n, C_a], x_b [n − shift, C_b], dy [n, K], both layouts [·, K] of one block size; in x_a's
-/// dtype. For nn::LSTM: x_a the inputs, x_b = y's first T−1 steps, shift B (h_{t−1} = y_{t−1});
-/// the h0 term of dW_b is bsmm_dw's accumulate form afterwards.
+/// dtype, or f32 from bf16/f16 inputs with f32_output (the f32 sums as they are, as bsmm_dw's).
+/// For nn::LSTM: x_a the inputs, x_b = y's first T−1 steps, shift B (h_{t−1} = y_{t−1}); the h0
+/// term of dW_b is bsmm_dw's accumulate form afterwards.
 std::pair<Tensor, Tensor> bsmm_dw_pair(const Tensor& x_a, const Tensor& x_b, const Tensor& dy,
-                                       const LayoutPtr& layout_a, const LayoutPtr& layout_b, int64_t shift);
+                                       const LayoutPtr& layout_a, const LayoutPtr& layout_b, int64_t shift,
+                                       bool f32_output = false);
 
 /// Whether bsmm_dw_pair runs as one kernel launch for these operands (CUDA builds with the sm_90a
 /// kernels, on an H100/H200: bf16/f16, both layouts nn::LSTM gate layouts of blocks of 32, the
@@ -32,8 +34,9 @@ bool bsmm_dw_pair_fused(const TensorMeta& x_a, const TensorMeta& x_b, const Tens
                         const LayoutPtr& layout_a, const LayoutPtr& layout_b, int64_t shift);
 
 namespace op {
-/// Inputs x_a [n, C_a], x_b [n − shift, C_b], dy [n, K]; attrs layout_a, layout_b, shift ≥ 0.
-/// Outputs dW_a [nnz_a, bs, bs], dW_b [nnz_b, bs, bs] as above, in the inputs' dtype. CPU: bsmm_dw's
+/// Inputs x_a [n, C_a], x_b [n − shift, C_b], dy [n, K]; attrs layout_a, layout_b, shift ≥ 0,
+/// f32_output. Outputs dW_a [nnz_a, bs, bs], dW_b [nnz_b, bs, bs] as above, in the inputs' dtype
+/// (f32 with f32_output, bf16/f16 inputs only). CPU: bsmm_dw's
 /// kernel twice. CUDA: the gate-run kernel over both layouts where bsmm_dw_pair_fused, else
 /// bsmm_dw's kernels twice; deterministic either way. Not differentiable (a backward's op).
 struct BsmmDwPair : OpBase {
@@ -42,6 +45,7 @@ struct BsmmDwPair : OpBase {
   struct Attrs {
     LayoutPtr layout_a, layout_b;
     int64_t shift = 0;
+    bool f32_output = false;
   };
   static std::vector<TensorMeta> infer(const std::vector<TensorMeta>& in, const Attrs&);
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);

@@ -185,8 +185,10 @@ std::vector<Tensor> op::LstmRecurrence::backward(const BackwardContext& ctx, con
   const bool biased = has_bias(ctx.num_inputs(), attrs);
   const int wx_at = biased ? 6 : 5;
   const Tensor x = attrs.x_layout ? ctx.input(wx_at - 1) : Tensor();
-  // both weight gradients in one bsmm_dw_pair where both are wanted over T > 1 steps
+  // both weight gradients in one bsmm_dw_pair where both are wanted over T > 1 steps; W_x's in f32
+  // where its operand is a cast of an f32 tensor (autocast), as bsmm's backward gives it
   const bool pair = attrs.x_layout && attrs.layout && ctx.needs_input_grad(wx_at) && y.size(0) > 1;
+  const bool wide_x = attrs.x_layout && is_half(dpre.dtype()) && ctx.input_grad_may_be_f32(wx_at);
   Tensor dwh, dwx;
   if (ctx.needs_input_grad(3)) {
     // dW_h = Σ_t h_{t−1}ᵀ·dpre_t = [y_0 … y_{T−2}]ᵀ·dpre[B:] + h0ᵀ·dpre[:B] over all rows at once,
@@ -200,7 +202,8 @@ std::vector<Tensor> op::LstmRecurrence::backward(const BackwardContext& ctx, con
       const Tensor y_prev = reshape(slice(y, 0, 0, ts - 1), {(ts - 1) * b, hs});
       Tensor rest;  // Σ_{t ≥ 1} h_{t−1}ᵀ·dpre_t
       if (pair) {   // with dW_x = xᵀ·dpre, reading dpre once
-        std::tie(dwx, rest) = bsmm_dw_pair(x, y_prev, g, attrs.x_layout, attrs.layout, b);
+        std::tie(dwx, rest) = bsmm_dw_pair(x, y_prev, g, attrs.x_layout, attrs.layout, b, wide_x);
+        if (wide_x) rest = cast(rest, y.dtype());  // the f32 sums rounded once, as bsmm_dw rounds them
       } else if (attrs.layout) {
         rest = bsmm_dw(y_prev, slice(g, 0, b, ts * b), attrs.layout);
       }
@@ -210,7 +213,7 @@ std::vector<Tensor> op::LstmRecurrence::backward(const BackwardContext& ctx, con
     }
   }
   if (attrs.x_layout && ctx.needs_input_grad(wx_at) && !dwx.defined())
-    dwx = bsmm_dw(x, reshape(dpre, {x.size(0), dpre.size(2)}), attrs.x_layout);
+    dwx = bsmm_dw(x, reshape(dpre, {x.size(0), dpre.size(2)}), attrs.x_layout, Tensor(), wide_x);
   std::vector<Tensor> grads{ctx.needs_input_grad(0) ? dpre : Tensor(), ctx.needs_input_grad(1) ? d[1] : Tensor(),
                             ctx.needs_input_grad(2) ? d[2] : Tensor(), dwh};
   if (biased) grads.push_back(ctx.needs_input_grad(4) ? bias_gradient(dpre, ctx.input_meta(4)) : Tensor());

@@ -461,7 +461,8 @@ TEST(CudaBsmmTensorCores, GateLayoutWeightGradientMatchesTheCpu) {
 // layouts' blocks of a gate-0 column in one run, X_b's rows `shift` up (the first rows the copy's
 // zero fill). Against the CPU for bf16 and f16, layouts of different in_features and densities
 // (a column of 11 + 2 entries: two runs), shifts 0, 7 and 64, rows that end mid-stage; the same
-// bits twice; one launch where two bsmm_dw take two; n cut into chunks (3; 16, a stage each), the workspace
+// bits twice; bf16 and f32 outputs; one launch where two bsmm_dw take two; n cut into chunks (3; 16,
+// a stage each), the workspace
 // of both layouts summed into two outputs; TESSERA_BSMM_DW_PAIR=0 and a layout that is no gate
 // layout take two bsmm_dw, with the same sums.
 TEST(CudaBsmmTensorCores, GatePairWeightGradientsMatchTheCpu) {
@@ -483,12 +484,13 @@ TEST(CudaBsmmTensorCores, GatePairWeightGradientsMatchTheCpu) {
        nn::lstm_gate_layout(*random_layout(128, 128, 32, 0.5, 44))},
       {nn::lstm_gate_layout(*random_layout(1024, 1024, 32, 0.0625, 45)),
        nn::lstm_gate_layout(*random_layout(1024, 1024, 32, 0.0625, 46))}};
-  auto check = [&](const Pair& p, DType dt, int64_t n, int64_t shift, int launches, const std::string& what) {
+  auto check = [&](const Pair& p, DType dt, int64_t n, int64_t shift, int launches, const std::string& what,
+                   bool f32 = false) {
     const BlockLayout &a = *p.a, &b = *p.b;
     const std::vector<Tensor> in{random({n, a.in_features()}, 14000 + n + shift, dt),
                                  random({n - shift, b.in_features()}, 14001 + n, dt),
                                  random({n, a.out_features()}, 14002 + shift, dt)};
-    const op::BsmmDwPair::Attrs attrs{p.a, p.b, shift};
+    const op::BsmmDwPair::Attrs attrs{p.a, p.b, shift, f32};
     const uint64_t before = gate_runs();
     const std::vector<Tensor> got = run_on_gpu_host<op::BsmmDwPair>(attrs, in);
     EXPECT_EQ(gate_runs(), before + launches) << what;
@@ -509,10 +511,14 @@ TEST(CudaBsmmTensorCores, GatePairWeightGradientsMatchTheCpu) {
                                          TensorMeta{Shape({n, p.a->out_features()}), dt, kGpu}, p.a, p.b, shift))
               << what;
           check(p, dt, n, shift, 1, what);
+          if (n == 1000) check(p, dt, n, shift, 1, what + ", f32 output", true);
         }
   for (const char* chunks : {"3", "16"}) {
     const testing::ScopedEnv chunked("TESSERA_BSMM_DW_CHUNKS", chunks);
-    for (const Pair& p : pairs) check(p, DType::bf16, 1000, 64, 1, std::string("chunks ") + chunks + " " + p.a->str());
+    for (const Pair& p : pairs) {
+      check(p, DType::bf16, 1000, 64, 1, std::string("chunks ") + chunks + " " + p.a->str());
+      check(p, DType::bf16, 1000, 64, 1, std::string("chunks ") + chunks + " " + p.a->str() + ", f32 output", true);
+    }
   }
   {
     const testing::ScopedEnv off("TESSERA_BSMM_DW_PAIR", "0");

@@ -39,6 +39,20 @@ TEST(BsmmDwPair, EqualsBsmmDwOnEachLayout) {
       }
 }
 
+// bf16 inputs with f32 outputs: bsmm_dw's f32_output form on each layout (the f32 sums unrounded).
+TEST(BsmmDwPair, F32OutputsOfBf16InputsEqualBsmmDwsF32Outputs) {
+  const LayoutPtr a = random_layout(64, 128, 32, 0.5, 8), b = random_layout(96, 128, 32, 0.5, 9);
+  const Tensor xa = cast(test_randn({40, 64}, 1), DType::bf16), xb = cast(test_randn({33, 96}, 2), DType::bf16),
+               dy = cast(test_randn({40, 128}, 3), DType::bf16);
+  const auto [dwa, dwb] = bsmm_dw_pair(xa, xb, dy, a, b, 7, /*f32_output=*/true);
+  ASSERT_EQ(dwa.dtype(), DType::f32);
+  ASSERT_EQ(dwb.dtype(), DType::f32);
+  EXPECT_TRUE(all_close(dwa, bsmm_dw(xa, dy, a, Tensor(), true), 1e-6, 1e-6));
+  EXPECT_TRUE(all_close(dwb, bsmm_dw(xb, slice(dy, 0, 7, 40), b, Tensor(), true), 1e-6, 1e-6));
+  const Tensor fa = cast(xa, DType::f32), fb = cast(xb, DType::f32), fy = cast(dy, DType::f32);
+  expect_error<DTypeError>([&] { bsmm_dw_pair(fa, fb, fy, a, b, 7, true); }, {"bsmm_dw_pair", "f32 output"});
+}
+
 TEST(BsmmDwPair, AllRowsShiftedAwayGiveZeros) {
   const LayoutPtr l = random_layout(16, 32, 8, 0.5, 7);
   const Tensor x = test_randn({4, 16}, 1), dy = test_randn({4, 32}, 2);

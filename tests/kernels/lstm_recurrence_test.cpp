@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/autocast.h"
 #include "core/sparse/generators.h"
 #include "gradcheck.h"
 #include "kernels/ops.h"
@@ -202,6 +203,26 @@ TEST(LstmRecurrence, TheInputProjectionsWeightGetsItsGradientFromTheBackward) {
       ASSERT_TRUE(got[i].defined()) << names[i] << ", " << what;
       EXPECT_TRUE(all_close(got[i], want[i], 1e-12, 1e-12)) << names[i] << ", " << what;
     }
+  }
+  {  // under bf16 autocast (f32 leaves): wx's gradient in f32 either way, as bsmm's backward gives it
+    autocast::Guard guard(DType::bf16);
+    const LayoutPtr lx = nn::lstm_gate_layout(*random_layout(16, 16, 8, 0.5, 21));
+    const LayoutPtr lh = gate_layout(16, 8, 0.5, 22);
+    auto wx_grad = [&](bool paired) {
+      Tensor x = test_randn({6, 16}, 1, DType::f32).requires_grad_();
+      Tensor wx = test_randn({lx->nnz(), 8, 8}, 2, DType::f32).requires_grad_();
+      const Tensor wh = mul(test_randn({lh->nnz(), 8, 8}, 3, DType::f32), 0.3).requires_grad_();
+      const Tensor h0 = test_randn({2, 16}, 4, DType::f32);
+      const Tensor xo = autocast::operand(x), wo = autocast::operand(wx);
+      const Tensor gx = reshape(bsmm(xo, paired ? wo.detach() : wo, lx), {3, 2, 64});
+      auto [y, h, c] = paired ? lstm_recurrence(gx, h0, h0, wh, lh, 1.0, Tensor(), xo, wo, lx)
+                              : lstm_recurrence(gx, h0, h0, wh, lh, 1.0);
+      sum(y).backward();
+      return wx.grad();
+    };
+    const Tensor paired = wx_grad(true), apart = wx_grad(false);
+    EXPECT_EQ(paired.dtype(), DType::f32);
+    EXPECT_TRUE(all_close(paired, apart, 1e-6, 1e-6));
   }
   const LayoutPtr lx = nn::lstm_gate_layout(*random_layout(16, 16, 8, 0.5, 21));
   const Tensor gx = zeros({2, 2, 64}), h = zeros({2, 16}), wh = zeros({16, 64});
