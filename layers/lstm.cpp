@@ -151,8 +151,8 @@ std::pair<Tensor, LSTMState> LSTMCell::fused_sequence(const Tensor& product_x, c
 LSTMCell::InputOperands LSTMCell::paired_input_operands(const Tensor& x, int64_t batch) const {
   const auto &sx = wx_.sparse(), &sh = wh_.sparse();
   if (!sx || !sh || sx->gate().defined() || x.dim() != 2 || x.size(0) <= batch) return {};
-  auto operand = [](const Tensor& t) { return autocast::enabled() ? autocast::operand(t) : t; };
-  const TensorMeta xm{x.shape(), autocast::enabled() ? autocast::operand_dtype(x) : x.dtype(), x.device()};
+  using autocast::operand;  // t itself with autocast off
+  const TensorMeta xm{x.shape(), autocast::operand_dtype(x), x.device()};
   const int64_t rows = x.size(0), hs = options_.hidden_size();
   const TensorMeta y_prev{Shape({rows - batch, hs}), xm.dtype, x.device()};
   const TensorMeta dpre{Shape({rows, kGates * hs}), xm.dtype, x.device()};

@@ -52,25 +52,30 @@ bool pair_switch_on() {
   return e[0] == '1';
 }
 
+/// Whether the pair may run as one launch: the switch on, neither layout on bsmm_dw's dense route
+/// (high densities), where bsmm_dw would not take the gate-run kernel either.
+bool pair_wanted(const PairCall& c, const LayoutPtr& la, const LayoutPtr& lb, int device) {
+  auto dense = [&](const BlockLayout& l, int64_t rows, const void* x) {
+    return cuda::dense_route_takes(cuda::BsmmOp::dw, c.a.in_dtype, l, rows, {x, c.a.dy}, device);
+  };
+  return pair_switch_on() && !dense(*la, c.a.n, c.a.x) && !dense(*lb, c.b.rows, c.b.x);
+}
+
 }  // namespace
 
 bool bsmm_dw_pair_fused(const TensorMeta& x_a, const TensorMeta& x_b, const TensorMeta& dy,
                         const LayoutPtr& layout_a, const LayoutPtr& layout_b, int64_t shift) {
-  if (!pair_switch_on() || !dy.device.is_cuda() || !layout_a || !layout_b || x_a.shape.ndim() != 2 ||
-      x_b.shape.ndim() != 2 || dy.shape.ndim() != 2)
+  if (!dy.device.is_cuda() || !layout_a || !layout_b || x_a.shape.ndim() != 2 || x_b.shape.ndim() != 2 ||
+      dy.shape.ndim() != 2 || x_a.dtype != dy.dtype || x_b.dtype != dy.dtype)
     return false;
-  // dummy aligned addresses: the rule reads only shapes, dtypes and alignment here
-  void* const aligned = reinterpret_cast<void*>(uintptr_t{256});
-  const PairCall c = pair_call(aligned, aligned, aligned, aligned, aligned, x_a.dtype, x_a.dtype, dy.shape[0],
-                               layout_a, layout_b, shift, dy.device.index);
   const int64_t n = dy.shape[0];
   const int device = dy.device.index;
-  // where bsmm_dw would take the dense route for either layout (high densities), so do the two
-  auto dense = [&](const BlockLayout& l, int64_t rows) {
-    return cuda::dense_route_takes(cuda::BsmmOp::dw, dy.dtype, l, rows, {aligned}, device);
-  };
-  return x_a.dtype == dy.dtype && x_b.dtype == dy.dtype && x_a.shape[0] == n && x_b.shape[0] == n - shift &&
-         !dense(*layout_a, n) && !dense(*layout_b, n - shift) &&
+  if (x_a.shape[0] != n || x_b.shape[0] != n - shift) return false;
+  // dummy aligned addresses: the rules read only shapes, dtypes and alignment here
+  void* const aligned = reinterpret_cast<void*>(uintptr_t{256});
+  const PairCall c =
+      pair_call(aligned, aligned, aligned, aligned, aligned, dy.dtype, dy.dtype, n, layout_a, layout_b, shift, device);
+  return pair_wanted(c, layout_a, layout_b, device) &&
          cuda::gate_pair_gradient_applies(c.a, layout_a, c.b, layout_b, device);
 }
 
@@ -79,12 +84,11 @@ void op::BsmmDwPair::cuda(const std::vector<Tensor>& in, const std::vector<Tenso
   const int64_t n = dy.size(0), shift = attrs.shift;
   const int device = dy.device().index;
   const cudaStream_t stream = cuda::current_stream(dy);
-  if (bsmm_dw_pair_fused(x_a.meta(), x_b.meta(), dy.meta(), attrs.layout_a, attrs.layout_b, shift)) {
-    const PairCall c = pair_call(x_a.data_ptr(), x_b.data_ptr(), dy.data_ptr(), out[0].data_ptr(),
-                                 out[1].data_ptr(), dy.dtype(), out[0].dtype(), n, attrs.layout_a, attrs.layout_b,
-                                 shift, device);
-    if (cuda::run_gate_pair_gradient(c.a, attrs.layout_a, c.b, attrs.layout_b, device, stream)) return;
-  }
+  const PairCall c = pair_call(x_a.data_ptr(), x_b.data_ptr(), dy.data_ptr(), out[0].data_ptr(), out[1].data_ptr(),
+                               dy.dtype(), out[0].dtype(), n, attrs.layout_a, attrs.layout_b, shift, device);
+  if (pair_wanted(c, attrs.layout_a, attrs.layout_b, device) &&
+      cuda::run_gate_pair_gradient(c.a, attrs.layout_a, c.b, attrs.layout_b, device, stream))
+    return;
   op::BsmmDw::cuda({x_a, dy}, {out[0]}, {attrs.layout_a, attrs.f32_output});
   op::BsmmDw::cuda({x_b, row_range(dy, shift, n - shift)}, {out[1]}, {attrs.layout_b, attrs.f32_output});
 }

@@ -248,32 +248,23 @@ int gate_chunks(int64_t x_bytes, int64_t dy_bytes, int64_t nnz, int steps, int d
   return wide_x(x_bytes, device) && sums_fit(kWideChunks, nnz, dy_bytes) ? std::min(kWideChunks, steps) : 1;
 }
 
-/// The second layout of a launch over a pair (bsmm_dw_pair): X_b [n − shift, c_b], its blocks'
-/// gradients dw_b [nnz_b, 32, 32], the entries of gate_pair_runs.h.
-struct PairLaunch {
-  const void* x_b;
-  int64_t c_b, nnz_b;
-  int shift;
-  void* dw_b;
-  const int32_t* entries;
-};
-
 /// One launch of the kernel over g's gate layout (pair null: `col_ptr`) or over a pair (g the
-/// first layout: x = X_a, dw = dW_a, nnz its blocks), q block columns a gate, with `runs` runs at
-/// `run`; with chunks, then the chunks' sums into the output(s).
+/// first layout: x = X_a, dw = dW_a, nnz its blocks; pair the second, `entries` of
+/// gate_pair_runs.h), q block columns a gate, with `runs` runs at `run`; with chunks, then the
+/// chunks' sums into the output(s).
 template <class T, class TO>
 void launch_gates(const BlockGradient& g, const int32_t* run, int runs, const int32_t* col_ptr, int q,
-                  const PairLaunch* pair, int device, cudaStream_t stream) {
+                  const GatePairOperand* pair, const int32_t* entries, int device, cudaStream_t stream) {
   const CUtensorMap map_x = tensor_map(g.x, g.in_dtype, g.n, g.C, kGKT, kGBs);
   const CUtensorMap map_dy = tensor_map(g.dy, g.in_dtype, g.n, g.K, kGKT, kGBs);
-  const CUtensorMap map_b = pair ? tensor_map(pair->x_b, g.in_dtype, g.n - pair->shift, pair->c_b, kGKT, kGBs) : map_x;
+  const CUtensorMap map_b = pair ? tensor_map(pair->x, g.in_dtype, pair->rows, pair->C, kGKT, kGBs) : map_x;
   // TESSERA_BSMM_DW_EVICT_FIRST=0 (a lab switch) copies dY with the default L2 policy; 1 (the default) evict-first
   const bool evict_first = env_switch("TESSERA_BSMM_DW_EVICT_FIRST", "0", "1", true);
   const int steps = static_cast<int>((g.n + kGKT - 1) / kGKT);
   // either kernel's grid: the same shared memory
   const int resident = persistent_grid<&gate_gradient_kernel<T, float, false>>(kGSmemBytes);
-  const int64_t nnz = g.nnz + (pair ? pair->nnz_b : 0);
-  const int64_t x_bytes = g.n * std::max(g.C, pair ? pair->c_b : 0) * 2;  // bf16 / f16 operands
+  const int64_t nnz = g.nnz + (pair ? pair->nnz : 0);
+  const int64_t x_bytes = g.n * std::max(g.C, pair ? pair->C : 0) * 2;  // bf16 / f16 operands
   const int wanted = gate_chunks(x_bytes, g.n * g.K * 2, nnz, steps, device);
   const int chunk_steps = (steps + wanted - 1) / wanted;
   const int chunks = (steps + chunk_steps - 1) / chunk_steps;  // every chunk has rows
@@ -283,7 +274,7 @@ void launch_gates(const BlockGradient& g, const int32_t* run, int runs, const in
   BlockGradient p = g;
   p.col_runs = runs;
   p.col_run = run;
-  PairArgs args{pair ? pair->entries : nullptr, pair ? pair->shift : 0, g.nnz, pair ? pair->dw_b : nullptr};
+  PairArgs args{entries, pair ? static_cast<int>(pair->shift) : 0, g.nnz, pair ? pair->dw : nullptr};
   const int grid = std::min(items, resident);
   // (persistent_grid<K> before each launch of K: it sets that instantiation's shared-memory size)
   auto launch = [&](auto kernel) {
@@ -322,7 +313,7 @@ void launch_gates(const BlockGradient& g, const int32_t* run, int runs, const in
     };
     const int64_t elems_a = g.nnz * kGBs * kGBs;
     sum(sums, g.dw, elems_a);
-    if (pair) sum(sums + elems_a, pair->dw_b, elems - elems_a);
+    if (pair) sum(sums + elems_a, pair->dw, elems - elems_a);
   }
   g_launches.fetch_add(1, std::memory_order_relaxed);
   g_gate_launches.fetch_add(1, std::memory_order_relaxed);
@@ -342,7 +333,7 @@ void gate_gradient(const BlockGradient& g, const GateRuns& runs, int device, cud
   dispatch_types(g.in_dtype, g.out_dtype, [&](auto tin, auto tout) {
     using T = typename decltype(tin)::type;
     using TO = typename decltype(tout)::type;
-    launch_gates<T, TO>(g, runs.run, runs.runs, runs.col_ptr, runs.q, nullptr, device, stream);
+    launch_gates<T, TO>(g, runs.run, runs.runs, runs.col_ptr, runs.q, nullptr, nullptr, device, stream);
   });
 }
 
@@ -369,11 +360,10 @@ bool gate_pair_gradient_wanted(const BlockGradient& a, const GatePairOperand& b,
 void gate_pair_gradient(const BlockGradient& a, const GatePairOperand& b, const GatePairTables& runs, int device,
                         cudaStream_t stream) {
   if (runs.runs == 0) return;
-  const PairLaunch pair{b.x, b.C, b.nnz, static_cast<int>(b.shift), b.dw, runs.entries};
   dispatch_types(a.in_dtype, a.out_dtype, [&](auto tin, auto tout) {
     using T = typename decltype(tin)::type;
     using TO = typename decltype(tout)::type;
-    launch_gates<T, TO>(a, runs.run, runs.runs, nullptr, runs.q, &pair, device, stream);
+    launch_gates<T, TO>(a, runs.run, runs.runs, nullptr, runs.q, &b, runs.entries, device, stream);
   });
 }
 

@@ -151,8 +151,10 @@ bool gate_pair_gradient_applies(const BlockGradient& a, const LayoutPtr& la, con
 bool run_gate_pair_gradient(const BlockGradient& a, const LayoutPtr& la, const GatePairOperand& b,
                             const LayoutPtr& lb, int device, cudaStream_t stream) {
 #ifdef TESSERA_HAVE_SM90A
-  if (!gate_pair_gradient_applies(a, la, b, lb, device)) return false;
-  sm90::gate_pair_gradient(a, b, gate_pair_dw_runs(la, lb, device), device, stream);
+  if (path_override() != Path::automatic || !sm90::gate_pair_gradient_wanted(a, b, device)) return false;
+  const GatePairTables runs = gate_pair_dw_runs(la, lb, device);
+  if (runs.runs == 0) return false;
+  sm90::gate_pair_gradient(a, b, runs, device, stream);
   return true;
 #else
   (void)a, (void)la, (void)b, (void)lb, (void)device, (void)stream;
