@@ -233,6 +233,22 @@ TEST(LstmRecurrence, TheInputProjectionsWeightGetsItsGradientFromTheBackward) {
       {"lstm_recurrence", "x", "[3, 16]", "[4, 16]"});
 }
 
+// f64 gradient check of the paired form: wx reaches the outputs through the product (run with wx
+// detached), so its gradient is right only if the recurrence's backward (bsmm_dw_pair) gives it.
+TEST(LstmRecurrence, GradcheckF64WithTheInputProjectionsWeight) {
+  const LayoutPtr lx = nn::lstm_gate_layout(*random_layout(16, 16, 8, 0.5, 31));
+  const LayoutPtr lh = gate_layout(16, 8, 0.5, 32);
+  const std::vector<Tensor> in{test_randn({6, 16}, 1), mul(test_randn({lx->nnz(), 8, 8}, 2), 0.4),
+                               test_randn({2, 16}, 3), mul(test_randn({lh->nnz(), 8, 8}, 4), 0.4)};
+  EXPECT_TRUE(gradcheck(
+      [&](const std::vector<Tensor>& v) {
+        const Tensor gx = reshape(bsmm(v[0], v[1].detach(), lx), {3, 2, 64});
+        auto [y, h, c] = lstm_recurrence(gx, v[2], v[2], v[3], lh, 1.0, Tensor(), v[0], v[1], lx);
+        return concat({reshape(y, {y.numel()}), reshape(c, {c.numel()})});
+      },
+      in));
+}
+
 TEST(LstmRecurrence, NotFusedOnTheCpu) {
   EXPECT_FALSE(lstm_recurrence_fused(TensorMeta{Shape({4, 2, 256}), DType::bf16, Device::cpu()}, 64, nullptr));
 }
