@@ -41,9 +41,11 @@ PairCall pair_call(const void* x_a, const void* x_b, const void* dy, void* dw_a,
 }
 
 // TESSERA_BSMM_DW_PAIR: 1 the one launch where it applies, 0 two bsmm_dw (the lab's A/B switch);
-// unset: kPairByDefault. Off until the pair's GPU tests pass on a GPU: the one run so far
-// (H100, 2026-12-07) had dY's gates 1-3 read from gate 0's columns (q not passed, fixed since).
-constexpr bool kPairByDefault = false;
+// unset: kPairByDefault. On since its GPU tests passed (H100, 2026-12-07): the graph step of the
+// random sparse H 4096 layer at 1/16 6.37 / 6.41 -> 6.16 / 6.21 ms, of H 8192 at 1/64 9.91 / 9.89 ->
+// 9.70 / 9.74 (two rounds; docs/bsmm_kernels.md). Layouts whose pair saves no runs take two
+// launches (gate_pair_dw_runs), as at H 8192 1/16 the memory rule does.
+constexpr bool kPairByDefault = true;
 bool pair_switch_on() {
   const char* e = std::getenv("TESSERA_BSMM_DW_PAIR");
   if (!e) return kPairByDefault;

@@ -55,4 +55,23 @@ inline GatePairRuns gate_pair_runs(const BlockLayout& a, const BlockLayout& b, i
   return out;
 }
 
+/// The runs of at most `run` entries that the pair takes (Σ_c ⌈(a_c + b_c) / run⌉ over the gate-0
+/// columns c < q) and that two gate-run launches take (Σ_c ⌈a_c / run⌉ + ⌈b_c / run⌉). A run
+/// copies its column's four dY strips at every step whatever it holds, so the pair reads dY
+/// fewer times only where it takes fewer runs: where each mask fills whole runs alone (the
+/// balanced layouts' 8 and 8 entries a column) it saves nothing.
+struct PairRunCounts {
+  int64_t paired = 0, apart = 0;
+};
+inline PairRunCounts pair_run_counts(const BlockLayout& a, const BlockLayout& b, int32_t q, int32_t run) {
+  PairRunCounts n;
+  auto runs = [run](int64_t entries) { return (entries + run - 1) / run; };
+  for (int32_t c = 0; c < q; ++c) {
+    const int64_t in_a = a.col_ptr()[c + 1] - a.col_ptr()[c], in_b = b.col_ptr()[c + 1] - b.col_ptr()[c];
+    n.paired += runs(in_a + in_b);
+    n.apart += runs(in_a) + runs(in_b);
+  }
+  return n;
+}
+
 }  // namespace tessera

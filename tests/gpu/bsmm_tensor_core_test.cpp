@@ -494,7 +494,10 @@ TEST(CudaBsmmTensorCores, GatePairWeightGradientsMatchTheCpu) {
     const uint64_t before = gate_runs();
     const std::vector<Tensor> got = run_on_gpu_host<op::BsmmDwPair>(attrs, in);
     EXPECT_EQ(gate_runs(), before + launches) << what;
-    const std::vector<Tensor> want = reference_all<op::BsmmDwPair>(attrs, in);
+    // the reference in f64 (the f32 output is a form of half inputs only)
+    const std::vector<Tensor> want = reference_all<op::BsmmDwPair>({p.a, p.b, shift, false}, in);
+    const DType out_dtype = f32 ? DType::f32 : dt;
+    EXPECT_TRUE(got[0].dtype() == out_dtype && got[1].dtype() == out_dtype) << what;
     EXPECT_TRUE(close_to(cast(got[0], DType::f64), want[0], 1e-2)) << what << ", dW_a";
     EXPECT_TRUE(close_to(cast(got[1], DType::f64), want[1], 1e-2)) << what << ", dW_b";
     const std::vector<Tensor> again = run_on_gpu_host<op::BsmmDwPair>(attrs, in);
@@ -526,6 +529,14 @@ TEST(CudaBsmmTensorCores, GatePairWeightGradientsMatchTheCpu) {
                                     TensorMeta{Shape({936, 1024}), DType::bf16, kGpu},
                                     TensorMeta{Shape({1000, 4096}), DType::bf16, kGpu}, pairs[1].a, pairs[1].b, 64));
     check(pairs[1], DType::bf16, 1000, 64, 2, "TESSERA_BSMM_DW_PAIR=0");
+  }
+  {  // layouts whose every column fills a run of 8 alone: pairing saves no run, so two bsmm_dw
+    const Pair full{nn::lstm_gate_layout(*BlockLayout::from_mask(8 * 32, 2 * 32, 32, std::vector<uint8_t>(16, 1))),
+                    nn::lstm_gate_layout(*BlockLayout::from_mask(8 * 32, 2 * 32, 32, std::vector<uint8_t>(16, 1)))};
+    EXPECT_FALSE(bsmm_dw_pair_fused(TensorMeta{Shape({1000, 256}), DType::bf16, kGpu},
+                                    TensorMeta{Shape({936, 256}), DType::bf16, kGpu},
+                                    TensorMeta{Shape({1000, 256}), DType::bf16, kGpu}, full.a, full.b, 64));
+    check(full, DType::bf16, 1000, 64, 2, "8 + 8 entries a column");
   }
   {  // a bad value is one clear error, naming the variable and the value
     const testing::ScopedEnv bad("TESSERA_BSMM_DW_PAIR", "yes");

@@ -106,6 +106,13 @@ TEST(GatePairRuns, EntriesAndRunsCountedByHand) {
   }
   EXPECT_EQ(seen.size(), static_cast<size_t>(a->nnz() + b->nnz()));
   EXPECT_EQ(t.runs, (std::vector<int32_t>{0, 4, 0, 4, 1, 0, 5, 1, 1}));  // longest first, ties by column
+  // the runs the pair saves: runs of 4, column 0 ⌈5/4⌉ = 2 = ⌈3/4⌉ + ⌈2/4⌉, column 1 1 = 1 + 0: none;
+  // runs of 8, column 0 ⌈5/8⌉ = 1 against 2: one
+  const PairRunCounts by4 = pair_run_counts(*a, *b, 2, 4), by8 = pair_run_counts(*a, *b, 2, 8);
+  EXPECT_EQ(by4.paired, 3);
+  EXPECT_EQ(by4.apart, 3);
+  EXPECT_EQ(by8.paired, 2);
+  EXPECT_EQ(by8.apart, 3);
 }
 
 // The gate-run kernel's pair mode replayed on the CPU from the work list alone: per run, per
