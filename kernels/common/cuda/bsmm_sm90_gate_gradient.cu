@@ -58,6 +58,24 @@ constexpr int kGSmemBytes = kGStages * kGStageBytes + 2 * kGStages * 8 + kGItemR
 
 std::atomic<uint64_t> g_gate_launches{0};
 
+// Pacing (TESSERA_BSMM_DW_PACE=N steps, 8 by default, 0 off): each thread block's producer adds a
+// tick to a grid-wide count every kPaceSteps steps it issues, and before issuing more waits, at most
+// kPaceSpin cycles, while the grid's average is more than N steps behind it. The runs that read an
+// X strip are ~8 of ~320 at random sparse H 4096 (bsmm_dw_pair), spread over three waves: unpaced,
+// the second and third waves' runs drift apart, so most X strips come from DRAM again (ncu: 3.74 GB
+// for 0.81 GB of operands, L2 hit rate 36%). A throttle, not a barrier: a block that waits too long
+// goes on, so blocks that are not resident at once (another kernel holding SMs) cannot deadlock it,
+// and the sums do not depend on it. A block with no items left adds kPaceCredit ticks, so the rest
+// are not held back by it. Measured on the H100 (2026-12-07, lstm_step --profile, the layer's weight
+// gradients): random sparse H 4096 at 1/16 (the pair) 1.32 / 1.35 ms unpaced, 1.04 at N = 8, 1.18 /
+// 1.12 at 16, 1.28 at 32, 1.31 / 1.25 at 64; sparse H 8192 at 1/16 (16 chunks) 5.83 / 5.73, 4.81,
+// 5.08 / 5.09, 5.31, 5.68 / 5.55; the balanced H 4096 layer 0.73 / 0.71 unpaced, 0.62 / 0.63 at 16.
+constexpr int kPaceSteps = 8;
+constexpr int kPaceCredit = 1 << 20;
+constexpr long long kPaceSpin = 200000;  // about 110 µs at 1.8 GHz
+
+__device__ __forceinline__ int load_volatile(const int* p) { return *reinterpret_cast<const volatile int*>(p); }
+
 /// The descriptor of an MN-major operand of 64-byte rows whose k16 slice starts at `p`, atoms of
 /// 32 elements along MN `atom_stride` bytes apart (as bsmm_sm90_gradient.cu's mn_major<64>).
 __device__ __forceinline__ uint64_t mn_major64(const uint8_t* p, uint32_t atom_stride) {
@@ -80,7 +98,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     gate_gradient_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_dy,
                          const __grid_constant__ CUtensorMap map_b, BlockGradient p,
                          const int32_t* __restrict__ col_ptr, int q, PairArgs pair, bool dy_evict_first, int items,
-                         int chunk_steps, int64_t chunk_elems) {
+                         int chunk_steps, int64_t chunk_elems, int pace_ticks) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = align1024(smem_raw);
@@ -109,7 +127,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     // layer 1.72 -> 1.54 ms; H 8192 at 1/64 2.92 -> 2.91
     const uint64_t read_once = dy_evict_first ? l2_evict_first_policy() : 0;
     int it = 0, taken = blockIdx.x;
+    int* const pace = p.counter + 2;  // [ticks, blocks done]
     for (int n = 0;; ++n) {
+      if (pace_ticks > 0 && lane == 0 && taken >= items) {  // no items left: this block's credit, then done
+        atomicAdd(pace, kPaceCredit);
+        __threadfence();
+        if (atomicAdd(pace + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+          pace[0] = 0;
+          pace[1] = 0;
+        }
+      }
       const int4 w = next_run_item<kGItemRing>(p, items, n, taken, lane, item_full, item_empty, ring);
       if (w.y == 0) break;
       // entry `lane`'s X strip: block row `row` of X (kPair: of X_a, or of X_b `shift` rows up)
@@ -121,6 +148,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int s0 = w.z * chunk_steps, s1 = min(steps, s0 + chunk_steps);
       for (int step = s0; step < s1; ++step, ++it) {
         const int s = it % kGStages;
+        if (pace_ticks > 0 && lane == 0 && it % kPaceSteps == 0 && it > 0) {
+          // tick; then wait (bounded) while the grid's average is more than pace_ticks behind
+          const long long need = static_cast<long long>(gridDim.x) * (it / kPaceSteps - pace_ticks);
+          if (atomicAdd(pace, 1) + 1 < need) {
+            const long long t0 = clock64();
+            while (load_volatile(pace) < need && clock64() - t0 < kPaceSpin) __nanosleep(64);
+          }
+        }
         if (lane == 0) {
           mbar_wait(&empty[s], ((it / kGStages) & 1) ^ 1);
           mbar_arrive_expect_tx(&full[s], (4 + count) * kGStrip);
@@ -260,6 +295,14 @@ void launch_gates(const BlockGradient& g, const int32_t* run, int runs, const in
   const CUtensorMap map_b = pair ? tensor_map(pair->x, g.in_dtype, pair->rows, pair->C, kGKT, kGBs) : map_x;
   // TESSERA_BSMM_DW_EVICT_FIRST=0 (a lab switch) copies dY with the default L2 policy; 1 (the default) evict-first
   const bool evict_first = env_switch("TESSERA_BSMM_DW_EVICT_FIRST", "0", "1", true);
+  int pace_ticks = 1;  // TESSERA_BSMM_DW_PACE=N: at most N steps (rounded down to ticks of 8) ahead; 0 off
+  if (const char* e = std::getenv("TESSERA_BSMM_DW_PACE")) {
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    TS_CHECK(end != e && *end == '\0' && v >= 0 && v <= 4096, ValueError,
+             "TESSERA_BSMM_DW_PACE must be a whole number of steps from 0 to 4096, not '" << e << "'");
+    pace_ticks = v == 0 ? 0 : std::max<int>(1, static_cast<int>(v) / kPaceSteps);
+  }
   const int steps = static_cast<int>((g.n + kGKT - 1) / kGKT);
   // either kernel's grid: the same shared memory
   const int resident = persistent_grid<&gate_gradient_kernel<T, float, false>>(kGSmemBytes);
@@ -279,7 +322,7 @@ void launch_gates(const BlockGradient& g, const int32_t* run, int runs, const in
   // (persistent_grid<K> before each launch of K: it sets that instantiation's shared-memory size)
   auto launch = [&](auto kernel) {
     kernel<<<grid, kThreads, kGSmemBytes, stream>>>(map_x, map_dy, map_b, p, col_ptr, q, args, evict_first, items,
-                                                    chunk_steps, chunks == 1 ? 0 : elems);
+                                                    chunk_steps, chunks == 1 ? 0 : elems, pace_ticks);
   };
   if (chunks == 1) {
     if (pair) {

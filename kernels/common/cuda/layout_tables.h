@@ -74,9 +74,10 @@ struct BlockTables {
   /// dW work items (the blocks of a run share their dY strip)
   const int32_t* dw_col_run;
   int32_t dw_col_runs;
-  /// Two device ints of scratch per (layout, device), 0 between launches: the work-item counter
+  /// Four device ints of scratch per (layout, device), 0 between launches: the work-item counter
   /// of the kernels that hand out work dynamically, and the count of their thread blocks done
-  /// (the last one sets both back to 0). Ops on one device's stream run one after another, so
+  /// (the last one sets both back to 0); then the gate-run dW's pace (its steps taken, in ticks)
+  /// and its done count, kept the same way. Ops on one device's stream run one after another, so
   /// two launches never share them at once.
   int32_t* counter;
   PairLists col_pairs;  ///< of the forward lists (bsmm)
