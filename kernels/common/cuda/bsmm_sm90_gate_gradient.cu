@@ -59,7 +59,7 @@ constexpr int kGSmemBytes = kGStages * kGStageBytes + 2 * kGStages * 8 + kGItemR
 std::atomic<uint64_t> g_gate_launches{0};
 
 // Pacing (TESSERA_BSMM_DW_PACE=N steps, 8 by default, 0 off): each thread block's producer adds a
-// tick to a grid-wide count every kPaceSteps steps it issues, and before issuing more waits, at most
+// tick to a grid-wide count every min(N, kPaceSteps) steps it issues, and before issuing more waits, at most
 // kPaceSpin cycles, while the grid's average is more than N steps behind it. The runs that read an
 // X strip are ~8 of ~320 at random sparse H 4096 (bsmm_dw_pair), spread over three waves: unpaced,
 // the second and third waves' runs drift apart, so most X strips come from DRAM again (ncu: 3.74 GB
@@ -70,6 +70,7 @@ std::atomic<uint64_t> g_gate_launches{0};
 // gradients): random sparse H 4096 at 1/16 (the pair) 1.32 / 1.35 ms unpaced, 1.04 at N = 8, 1.18 /
 // 1.12 at 16, 1.28 at 32, 1.31 / 1.25 at 64; sparse H 8192 at 1/16 (16 chunks) 5.83 / 5.73, 4.81,
 // 5.08 / 5.09, 5.31, 5.68 / 5.55; the balanced H 4096 layer 0.73 / 0.71 unpaced, 0.62 / 0.63 at 16.
+// N below 8 (ticks of N steps, one tick ahead) is the lab's, not yet measured.
 constexpr int kPaceSteps = 8;
 constexpr int kPaceCredit = 1 << 20;
 constexpr long long kPaceSpin = 200000;  // about 110 µs at 1.8 GHz
@@ -98,7 +99,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     gate_gradient_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_dy,
                          const __grid_constant__ CUtensorMap map_b, BlockGradient p,
                          const int32_t* __restrict__ col_ptr, int q, PairArgs pair, bool dy_evict_first, int items,
-                         int chunk_steps, int64_t chunk_elems, int pace_ticks) {
+                         int chunk_steps, int64_t chunk_elems, int pace_ticks, int pace_steps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = align1024(smem_raw);
@@ -148,9 +149,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int s0 = w.z * chunk_steps, s1 = min(steps, s0 + chunk_steps);
       for (int step = s0; step < s1; ++step, ++it) {
         const int s = it % kGStages;
-        if (pace_ticks > 0 && lane == 0 && it % kPaceSteps == 0 && it > 0) {
+        if (pace_ticks > 0 && lane == 0 && it % pace_steps == 0 && it > 0) {
           // tick; then wait (bounded) while the grid's average is more than pace_ticks behind
-          const long long need = static_cast<long long>(gridDim.x) * (it / kPaceSteps - pace_ticks);
+          const long long need = static_cast<long long>(gridDim.x) * (it / pace_steps - pace_ticks);
           if (atomicAdd(pace, 1) + 1 < need) {
             const long long t0 = clock64();
             while (load_volatile(pace) < need && clock64() - t0 < kPaceSpin) __nanosleep(64);
@@ -295,13 +296,15 @@ void launch_gates(const BlockGradient& g, const int32_t* run, int runs, const in
   const CUtensorMap map_b = pair ? tensor_map(pair->x, g.in_dtype, pair->rows, pair->C, kGKT, kGBs) : map_x;
   // TESSERA_BSMM_DW_EVICT_FIRST=0 (a lab switch) copies dY with the default L2 policy; 1 (the default) evict-first
   const bool evict_first = env_switch("TESSERA_BSMM_DW_EVICT_FIRST", "0", "1", true);
-  int pace_ticks = 1;  // TESSERA_BSMM_DW_PACE=N: at most N steps (rounded down to ticks of 8) ahead; 0 off
+  // TESSERA_BSMM_DW_PACE=N: at most N steps ahead (ticks of min(N, 8) steps, N rounded down to them); 0 off
+  int pace_ticks = 1, pace_steps = kPaceSteps;
   if (const char* e = std::getenv("TESSERA_BSMM_DW_PACE")) {
     char* end = nullptr;
     const long v = std::strtol(e, &end, 10);
     TS_CHECK(end != e && *end == '\0' && v >= 0 && v <= 4096, ValueError,
              "TESSERA_BSMM_DW_PACE must be a whole number of steps from 0 to 4096, not '" << e << "'");
-    pace_ticks = v == 0 ? 0 : std::max<int>(1, static_cast<int>(v) / kPaceSteps);
+    pace_steps = std::max(1, std::min(kPaceSteps, static_cast<int>(v)));
+    pace_ticks = v == 0 ? 0 : static_cast<int>(v) / pace_steps;
   }
   const int steps = static_cast<int>((g.n + kGKT - 1) / kGKT);
   // either kernel's grid: the same shared memory
@@ -322,7 +325,8 @@ void launch_gates(const BlockGradient& g, const int32_t* run, int runs, const in
   // (persistent_grid<K> before each launch of K: it sets that instantiation's shared-memory size)
   auto launch = [&](auto kernel) {
     kernel<<<grid, kThreads, kGSmemBytes, stream>>>(map_x, map_dy, map_b, p, col_ptr, q, args, evict_first, items,
-                                                    chunk_steps, chunks == 1 ? 0 : elems, pace_ticks);
+                                                    chunk_steps, chunks == 1 ? 0 : elems, pace_ticks,
+                                                    pace_steps);
   };
   if (chunks == 1) {
     if (pair) {
