@@ -1,6 +1,7 @@
 #include "kernels/bsmm_dw_pair/bsmm_dw_pair.h"
 
 #include "kernels/bsmm/bsmm.h"
+#include "kernels/col_sum/col_sum.h"
 #include "kernels/common/bsmm_dw_cpu.h"
 #include "kernels/common/dispatch.h"
 
@@ -9,8 +10,15 @@ namespace tessera {
 std::pair<Tensor, Tensor> bsmm_dw_pair(const Tensor& x_a, const Tensor& x_b, const Tensor& dy,
                                        const LayoutPtr& layout_a, const LayoutPtr& layout_b, int64_t shift,
                                        bool f32_output) {
-  std::vector<Tensor> out = call<op::BsmmDwPair>({layout_a, layout_b, shift, f32_output}, {x_a, x_b, dy});
+  std::vector<Tensor> out = call<op::BsmmDwPair>({layout_a, layout_b, shift, f32_output, false}, {x_a, x_b, dy});
   return {out[0], out[1]};
+}
+
+std::tuple<Tensor, Tensor, Tensor> bsmm_dw_pair_and_column_sums(const Tensor& x_a, const Tensor& x_b, const Tensor& dy,
+                                                                const LayoutPtr& layout_a, const LayoutPtr& layout_b,
+                                                                int64_t shift, bool f32_output) {
+  std::vector<Tensor> out = call<op::BsmmDwPair>({layout_a, layout_b, shift, f32_output, true}, {x_a, x_b, dy});
+  return {out[0], out[1], out[2]};
 }
 
 #ifndef TESSERA_WITH_CUDA
@@ -40,7 +48,12 @@ std::vector<TensorMeta> op::BsmmDwPair::infer(const std::vector<TensorMeta>& in,
            kName << ": an f32 output needs bf16 or f16 inputs, got x_a " << in[0]);
   const int64_t bs = a.block_size();
   const DType out = attrs.f32_output ? DType::f32 : in[0].dtype;
-  return {TensorMeta{Shape({a.nnz(), bs, bs}), out, in[0].device}, TensorMeta{Shape({b.nnz(), bs, bs}), out, in[0].device}};
+  std::vector<TensorMeta> metas{TensorMeta{Shape({a.nnz(), bs, bs}), out, in[0].device},
+                                TensorMeta{Shape({b.nnz(), bs, bs}), out, in[0].device}};
+  if (attrs.column_sums)
+    metas.push_back(TensorMeta{Shape({a.out_features()}), in[2].dtype == DType::f64 ? DType::f64 : DType::f32,
+                               in[0].device});
+  return metas;
 }
 
 void op::BsmmDwPair::cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs& attrs) {
@@ -51,6 +64,7 @@ void op::BsmmDwPair::cpu(const std::vector<Tensor>& in, const std::vector<Tensor
     cpu::block_weight_gradient<T>(in[1].data<T>(), in[2].data<T>() + attrs.shift * k, out[1].data<T>(),
                                   n - attrs.shift, *attrs.layout_b);
   });
+  if (attrs.column_sums) op::ColSum::cpu({in[2]}, {out[2]}, {});  // in f64, as col_sum sums
 }
 
 }  // namespace tessera

@@ -7,6 +7,7 @@
 #include "core/cuda/check.cuh"
 #include "kernels/bsmm_dw/bsmm_dw.h"
 #include "kernels/bsmm_dw_pair/bsmm_dw_pair.h"
+#include "kernels/col_sum/col_sum.h"
 #include "kernels/common/cuda/bsmm_dense.h"
 #include "kernels/common/cuda/bsmm_tc.h"
 #include "kernels/common/cuda/layout_tables.h"
@@ -31,13 +32,14 @@ struct PairCall {
 };
 
 PairCall pair_call(const void* x_a, const void* x_b, const void* dy, void* dw_a, void* dw_b, DType dt, DType out,
-                   int64_t n, const LayoutPtr& la, const LayoutPtr& lb, int64_t shift, int device) {
+                   int64_t n, const LayoutPtr& la, const LayoutPtr& lb, int64_t shift, int device,
+                   float* column_sums = nullptr) {
   const BlockLayout &a = *la, &b = *lb;
   const cuda::BlockTables t = cuda::device_tables(la, device);
   return {cuda::BlockGradient{dt, out, static_cast<int>(a.block_size()), false, x_a, dy, dw_a, n, a.in_features(),
                               a.out_features(), a.nnz(), t.dw_groups, t.dw_group, t.dw_col_runs, t.dw_col_run,
                               t.col_blocks, t.col_rows, t.block_row, t.block_col, t.counter},
-          cuda::GatePairOperand{x_b, n - shift, b.in_features(), b.nnz(), shift, dw_b}};
+          cuda::GatePairOperand{x_b, n - shift, b.in_features(), b.nnz(), shift, dw_b, column_sums}};
 }
 
 // TESSERA_BSMM_DW_PAIR: 1 the one launch where it applies, 0 two bsmm_dw (the lab's A/B switch);
@@ -51,6 +53,18 @@ bool pair_switch_on() {
   if (!e) return kPairByDefault;
   TS_CHECK(std::strcmp(e, "0") == 0 || std::strcmp(e, "1") == 0, ValueError,
            "TESSERA_BSMM_DW_PAIR must be 0 or 1, not '" << e << "'");
+  return e[0] == '1';
+}
+
+// TESSERA_BSMM_DW_PAIR_SUMS: 1 the column sums in the pair's kernel where it can write them (each
+// column's first run), 0 col_sum's kernel after it; unset: kSumsByDefault, off until the kernel's
+// sums pass their GPU tests (written 2026-12-07, not yet run on a GPU).
+constexpr bool kSumsByDefault = false;
+bool sums_switch_on() {
+  const char* e = std::getenv("TESSERA_BSMM_DW_PAIR_SUMS");
+  if (!e) return kSumsByDefault;
+  TS_CHECK(std::strcmp(e, "0") == 0 || std::strcmp(e, "1") == 0, ValueError,
+           "TESSERA_BSMM_DW_PAIR_SUMS must be 0 or 1, not '" << e << "'");
   return e[0] == '1';
 }
 
@@ -86,13 +100,16 @@ void op::BsmmDwPair::cuda(const std::vector<Tensor>& in, const std::vector<Tenso
   const int64_t n = dy.size(0), shift = attrs.shift;
   const int device = dy.device().index;
   const cudaStream_t stream = cuda::current_stream(dy);
+  float* const sums = attrs.column_sums && sums_switch_on() ? static_cast<float*>(out[2].data_ptr()) : nullptr;
   const PairCall c = pair_call(x_a.data_ptr(), x_b.data_ptr(), dy.data_ptr(), out[0].data_ptr(), out[1].data_ptr(),
-                               dy.dtype(), out[0].dtype(), n, attrs.layout_a, attrs.layout_b, shift, device);
-  if (pair_wanted(c, attrs.layout_a, attrs.layout_b, device) &&
-      cuda::run_gate_pair_gradient(c.a, attrs.layout_a, c.b, attrs.layout_b, device, stream))
-    return;
-  op::BsmmDw::cuda({x_a, dy}, {out[0]}, {attrs.layout_a, attrs.f32_output});
-  op::BsmmDw::cuda({x_b, row_range(dy, shift, n - shift)}, {out[1]}, {attrs.layout_b, attrs.f32_output});
+                               dy.dtype(), out[0].dtype(), n, attrs.layout_a, attrs.layout_b, shift, device, sums);
+  bool sums_written = false;
+  if (!(pair_wanted(c, attrs.layout_a, attrs.layout_b, device) &&
+        cuda::run_gate_pair_gradient(c.a, attrs.layout_a, c.b, attrs.layout_b, device, stream, &sums_written))) {
+    op::BsmmDw::cuda({x_a, dy}, {out[0]}, {attrs.layout_a, attrs.f32_output});
+    op::BsmmDw::cuda({x_b, row_range(dy, shift, n - shift)}, {out[1]}, {attrs.layout_b, attrs.f32_output});
+  }
+  if (attrs.column_sums && !sums_written) op::ColSum::cuda({dy}, {out[2]}, {});
 }
 
 }  // namespace tessera

@@ -5,6 +5,7 @@
 // (kernels/common/cuda/bsmm_sm90_gate_gradient.cu); elsewhere two bsmm_dw.
 #pragma once
 
+#include <tuple>
 #include <utility>
 
 #include "core/op.h"
@@ -23,20 +24,29 @@ std::pair<Tensor, Tensor> bsmm_dw_pair(const Tensor& x_a, const Tensor& x_b, con
                                        const LayoutPtr& layout_a, const LayoutPtr& layout_b, int64_t shift,
                                        bool f32_output = false);
 
+/// The same and s [K] = Σ_t dY[t, :] over all n rows (f32, f64 for f64 dY): nn::LSTM's bias
+/// gradient from the same read of dpre. On the GPU the pair's kernel sums the columns where it
+/// can (each gate-0 column with a run, n in one chunk, TESSERA_BSMM_DW_PAIR_SUMS=1: off by default
+/// until it runs on a GPU), else col_sum's kernel; col_sum's on the CPU (summed in f64).
+std::tuple<Tensor, Tensor, Tensor> bsmm_dw_pair_and_column_sums(const Tensor& x_a, const Tensor& x_b, const Tensor& dy,
+                                                                const LayoutPtr& layout_a, const LayoutPtr& layout_b,
+                                                                int64_t shift, bool f32_output = false);
+
 /// Whether bsmm_dw_pair runs as one kernel launch for these operands (CUDA builds with the sm_90a
 /// kernels, on an H100/H200: bf16/f16, both layouts nn::LSTM gate layouts of blocks of 32, the
-/// same q, neither on bsmm_dw's dense route, and where X passes four times L2 the pair's f32 chunk
-/// sums within dY's bytes as each layout's are (not sparse H 8192 at 1/16, unless the lab's
-/// TESSERA_BSMM_DW_CHUNKS sets the chunks); and
-/// TESSERA_BSMM_DW_PAIR=1, off by default until the kernel's GPU tests pass): what nn::LSTM asks
-/// before it routes W_x's gradient through lstm_recurrence. False on the CPU.
+/// same q, neither on bsmm_dw's dense route, pairing saves at least 1/16 of two launches' runs,
+/// and where X passes four times L2 the pair's f32 chunk sums within dY's bytes as each layout's
+/// are (not sparse H 8192 at 1/16, unless the lab's TESSERA_BSMM_DW_CHUNKS sets the chunks); and
+/// TESSERA_BSMM_DW_PAIR not 0): what nn::LSTM asks before it routes W_x's gradient through
+/// lstm_recurrence. False on the CPU.
 bool bsmm_dw_pair_fused(const TensorMeta& x_a, const TensorMeta& x_b, const TensorMeta& dy,
                         const LayoutPtr& layout_a, const LayoutPtr& layout_b, int64_t shift);
 
 namespace op {
 /// Inputs x_a [n, C_a], x_b [n − shift, C_b], dy [n, K]; attrs layout_a, layout_b, shift ≥ 0,
-/// f32_output. Outputs dW_a [nnz_a, bs, bs], dW_b [nnz_b, bs, bs] as above, in the inputs' dtype
-/// (f32 with f32_output, bf16/f16 inputs only). CPU: bsmm_dw's
+/// f32_output, column_sums. Outputs dW_a [nnz_a, bs, bs], dW_b [nnz_b, bs, bs] as above, in the
+/// inputs' dtype (f32 with f32_output, bf16/f16 inputs only); with column_sums a third, s [K] as
+/// col_sum gives it (f32; f64 for f64 dY). CPU: bsmm_dw's
 /// kernel twice. CUDA: the gate-run kernel over both layouts where bsmm_dw_pair_fused, else
 /// bsmm_dw's kernels twice; deterministic either way. Not differentiable (a backward's op).
 struct BsmmDwPair : OpBase {
@@ -46,6 +56,7 @@ struct BsmmDwPair : OpBase {
     LayoutPtr layout_a, layout_b;
     int64_t shift = 0;
     bool f32_output = false;
+    bool column_sums = false;
   };
   static std::vector<TensorMeta> infer(const std::vector<TensorMeta>& in, const Attrs&);
   static void cpu(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const Attrs&);

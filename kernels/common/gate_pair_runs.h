@@ -8,9 +8,11 @@
 //
 //   entries [E, 5]: (X row code, block of gate 0, 1, 2, 3)   code = block row r (from X_a) or
 //                                                            r | kPairFromB (from X_b)
-//   runs [R, 3]: (first entry, count ≤ run, column c), longest first (ties by column)
+//   runs [R, 3]: (first entry, count ≤ run, column c | kRunOpensColumn on c's first run),
+//                longest first (ties by column)
 //
-// b's blocks are numbered after a's (k + nnz_a), as in a workspace that holds both.
+// b's blocks are numbered after a's (k + nnz_a), as in a workspace that holds both. A column's
+// first run may also sum dY's columns of its four gates (bsmm_dw_pair's column sums).
 #pragma once
 
 #include <algorithm>
@@ -25,9 +27,13 @@ namespace tessera {
 /// The bit of an entry's row code that says its X strip comes from X_b.
 constexpr int32_t kPairFromB = int32_t{1} << 30;
 
+/// The bit of a run's column that marks the column's first run.
+constexpr int32_t kRunOpensColumn = int32_t{1} << 30;
+
 struct GatePairRuns {
   std::vector<int32_t> runs;     ///< [R, 3]
   std::vector<int32_t> entries;  ///< [E, 5]
+  bool every_column = true;      ///< every gate-0 column has a run (an entry in a or b)
 };
 
 /// The runs and entries of layouts a and b, both gate layouts of q columns a gate (the caller
@@ -48,7 +54,9 @@ inline GatePairRuns gate_pair_runs(const BlockLayout& a, const BlockLayout& b, i
       }
     }
     const int32_t end = static_cast<int32_t>(out.entries.size() / 5);
-    for (int32_t e = first; e < end; e += run) runs.push_back({e, std::min(run, end - e), c});
+    for (int32_t e = first; e < end; e += run)
+      runs.push_back({e, std::min(run, end - e), e == first ? c | kRunOpensColumn : c});
+    out.every_column = out.every_column && end > first;
   }
   std::stable_sort(runs.begin(), runs.end(), [](const auto& x, const auto& y) { return x[1] > y[1]; });
   for (const auto& r : runs) out.runs.insert(out.runs.end(), r.begin(), r.end());

@@ -189,7 +189,11 @@ std::vector<Tensor> op::LstmRecurrence::backward(const BackwardContext& ctx, con
   // where its operand is a cast of an f32 tensor (autocast), as bsmm's backward gives it
   const bool pair = attrs.x_layout && attrs.layout && ctx.needs_input_grad(wx_at) && y.size(0) > 1;
   const bool wide_x = attrs.x_layout && is_half(dpre.dtype()) && ctx.input_grad_may_be_f32(wx_at);
-  Tensor dwh, dwx;
+  // on the GPU the bias gradient comes with the pair (dpre read once for all three: bsmm_dw_pair's
+  // column sums, in its kernel where TESSERA_BSMM_DW_PAIR_SUMS allows, else col_sum's after it); on
+  // the CPU from sum as before (its bits unchanged)
+  const bool db_from_pair = biased && ctx.needs_input_grad(4) && dpre.device().is_cuda();
+  Tensor dwh, dwx, db;
   if (ctx.needs_input_grad(3)) {
     // dW_h = Σ_t h_{t−1}ᵀ·dpre_t = [y_0 … y_{T−2}]ᵀ·dpre[B:] + h0ᵀ·dpre[:B] over all rows at once,
     // y's rows read in place (no copy of [h0; y_0 … y_{T−2}] [T·B, H])
@@ -202,7 +206,13 @@ std::vector<Tensor> op::LstmRecurrence::backward(const BackwardContext& ctx, con
       const Tensor y_prev = reshape(slice(y, 0, 0, ts - 1), {(ts - 1) * b, hs});
       Tensor rest;  // Σ_{t ≥ 1} h_{t−1}ᵀ·dpre_t
       if (pair) {   // with dW_x = xᵀ·dpre, reading dpre once
-        std::tie(dwx, rest) = bsmm_dw_pair(x, y_prev, g, attrs.x_layout, attrs.layout, b, wide_x);
+        if (db_from_pair) {
+          Tensor s;
+          std::tie(dwx, rest, s) = bsmm_dw_pair_and_column_sums(x, y_prev, g, attrs.x_layout, attrs.layout, b, wide_x);
+          db = s.dtype() == ctx.input_meta(4).dtype ? s : cast(s, ctx.input_meta(4).dtype);
+        } else {
+          std::tie(dwx, rest) = bsmm_dw_pair(x, y_prev, g, attrs.x_layout, attrs.layout, b, wide_x);
+        }
         if (wide_x) rest = cast(rest, y.dtype());  // the f32 sums rounded once, as bsmm_dw rounds them
       } else if (attrs.layout) {
         rest = bsmm_dw(y_prev, slice(g, 0, b, ts * b), attrs.layout);
@@ -216,7 +226,8 @@ std::vector<Tensor> op::LstmRecurrence::backward(const BackwardContext& ctx, con
     dwx = bsmm_dw(x, reshape(dpre, {x.size(0), dpre.size(2)}), attrs.x_layout, Tensor(), wide_x);
   std::vector<Tensor> grads{ctx.needs_input_grad(0) ? dpre : Tensor(), ctx.needs_input_grad(1) ? d[1] : Tensor(),
                             ctx.needs_input_grad(2) ? d[2] : Tensor(), dwh};
-  if (biased) grads.push_back(ctx.needs_input_grad(4) ? bias_gradient(dpre, ctx.input_meta(4)) : Tensor());
+  if (biased && ctx.needs_input_grad(4) && !db.defined()) db = bias_gradient(dpre, ctx.input_meta(4));
+  if (biased) grads.push_back(db);
   if (attrs.x_layout) grads.insert(grads.end(), {Tensor(), dwx});  // x's comes from bsmm's backward
   return grads;
 }

@@ -503,23 +503,29 @@ TEST(CudaBsmmTensorCores, GatePairWeightGradientsMatchTheCpu) {
       {nn::lstm_gate_layout(*random_layout(1024, 1024, 32, 0.0625, 45)),
        nn::lstm_gate_layout(*random_layout(1024, 1024, 32, 0.0625, 46))}};
   auto check = [&](const Pair& p, DType dt, int64_t n, int64_t shift, int launches, const std::string& what,
-                   bool f32 = false) {
+                   bool f32 = false, bool sums = false) {
     const BlockLayout &a = *p.a, &b = *p.b;
     const std::vector<Tensor> in{random({n, a.in_features()}, 14000 + n + shift, dt),
                                  random({n - shift, b.in_features()}, 14001 + n, dt),
                                  random({n, a.out_features()}, 14002 + shift, dt)};
-    const op::BsmmDwPair::Attrs attrs{p.a, p.b, shift, f32};
+    const op::BsmmDwPair::Attrs attrs{p.a, p.b, shift, f32, sums};
     const uint64_t before = gate_runs();
     const std::vector<Tensor> got = run_on_gpu_host<op::BsmmDwPair>(attrs, in);
     EXPECT_EQ(gate_runs(), before + launches) << what;
     // the reference in f64 (the f32 output is a form of half inputs only)
-    const std::vector<Tensor> want = reference_all<op::BsmmDwPair>({p.a, p.b, shift, false}, in);
+    const std::vector<Tensor> want = reference_all<op::BsmmDwPair>({p.a, p.b, shift, false, sums}, in);
     const DType out_dtype = f32 ? DType::f32 : dt;
     EXPECT_TRUE(got[0].dtype() == out_dtype && got[1].dtype() == out_dtype) << what;
     EXPECT_TRUE(close_to(cast(got[0], DType::f64), want[0], 1e-2)) << what << ", dW_a";
     EXPECT_TRUE(close_to(cast(got[1], DType::f64), want[1], 1e-2)) << what << ", dW_b";
     const std::vector<Tensor> again = run_on_gpu_host<op::BsmmDwPair>(attrs, in);
     EXPECT_TRUE(same_bits(got[0], again[0]) && same_bits(got[1], again[1])) << what;
+    if (sums) {  // dY's column sums [K] in f32
+      ASSERT_EQ(got.size(), 3u) << what;
+      EXPECT_TRUE(got[2].dtype() == DType::f32) << what;
+      EXPECT_TRUE(close_to(cast(got[2], DType::f64), want[2], 1e-2)) << what << ", column sums";
+      EXPECT_TRUE(same_bits(got[2], again[2])) << what << ", column sums";
+    }
   };
   for (const Pair& p : pairs)
     for (DType dt : {DType::bf16, DType::f16})
@@ -533,12 +539,29 @@ TEST(CudaBsmmTensorCores, GatePairWeightGradientsMatchTheCpu) {
               << what;
           check(p, dt, n, shift, 1, what);
           if (n == 1000) check(p, dt, n, shift, 1, what + ", f32 output", true);
+          // dY's column sums: in the kernel (each column's first run) where every column has a run
+          // (TESSERA_BSMM_DW_PAIR_SUMS=1), else col_sum's kernel after the launch
+          for (const char* in_kernel : {"1", "0"}) {
+            const testing::ScopedEnv set("TESSERA_BSMM_DW_PAIR_SUMS", in_kernel);
+            check(p, dt, n, shift, 1, what + ", column sums " + in_kernel, n == 1000, true);
+          }
         }
+  {  // a gate-0 column with no entry in either layout: no run to sum it, so col_sum's kernel does
+    std::vector<uint8_t> mask_b(4 * 4, 0);
+    for (int r = 0; r < 4; ++r)
+      for (int c = 0; c < 4; ++c) mask_b[r * 4 + c] = c != 2 && (r + c) % 2 == 0;
+    const Pair gap{pairs[0].a, nn::lstm_gate_layout(*BlockLayout::from_mask(4 * 32, 4 * 32, 32, mask_b))};
+    const testing::ScopedEnv set("TESSERA_BSMM_DW_PAIR_SUMS", "1");
+    check(gap, DType::bf16, 1000, 64, 1, "a column of neither layout, column sums", false, true);
+  }
   for (const char* chunks : {"3", "16"}) {
     const testing::ScopedEnv chunked("TESSERA_BSMM_DW_CHUNKS", chunks);
     for (const Pair& p : pairs) {
       check(p, DType::bf16, 1000, 64, 1, std::string("chunks ") + chunks + " " + p.a->str());
       check(p, DType::bf16, 1000, 64, 1, std::string("chunks ") + chunks + " " + p.a->str() + ", f32 output", true);
+      const testing::ScopedEnv set("TESSERA_BSMM_DW_PAIR_SUMS", "1");  // chunks: col_sum's kernel after
+      check(p, DType::bf16, 1000, 64, 1, std::string("chunks ") + chunks + " " + p.a->str() + ", column sums", false,
+            true);
     }
   }
   {
@@ -565,6 +588,13 @@ TEST(CudaBsmmTensorCores, GatePairWeightGradientsMatchTheCpu) {
                              TensorMeta{Shape({1000, 4096}), DType::bf16, kGpu}, pairs[1].a, pairs[1].b, 64);
         },
         {"TESSERA_BSMM_DW_PAIR", "'yes'"});
+    const testing::ScopedEnv bad_sums("TESSERA_BSMM_DW_PAIR_SUMS", "on");
+    const std::vector<Tensor> in{random({1000, 1024}, 14100, DType::bf16), random({936, 1024}, 14101, DType::bf16),
+                                 random({1000, 4096}, 14102, DType::bf16)};
+    const testing::ScopedEnv pair_default("TESSERA_BSMM_DW_PAIR", "1");
+    testing::expect_error<ValueError>(
+        [&] { run_on_gpu_host<op::BsmmDwPair>({pairs[1].a, pairs[1].b, 64, false, true}, in); },
+        {"TESSERA_BSMM_DW_PAIR_SUMS", "'on'"});
   }
   // b no gate layout: bsmm_dw on each, the gate-run kernel for a only
   const Pair mixed{pairs[1].a, random_layout(1024, 4096, 32, 0.0625, 47)};

@@ -53,6 +53,22 @@ TEST(BsmmDwPair, F32OutputsOfBf16InputsEqualBsmmDwsF32Outputs) {
   expect_error<DTypeError>([&] { bsmm_dw_pair(fa, fb, fy, a, b, 7, true); }, {"bsmm_dw_pair", "f32 output"});
 }
 
+// With column sums (nn::LSTM's bias gradient from the same dY): the weight gradients unchanged and
+// s = col_sum(dY) over all rows (shift or not), f32 for bf16/f32 dY and f64 for f64, the same bits.
+TEST(BsmmDwPair, ColumnSumsAreColSumOfDy) {
+  const LayoutPtr a = random_layout(64, 128, 32, 0.5, 10), b = random_layout(96, 128, 32, 0.5, 11);
+  for (DType dt : {DType::f64, DType::f32, DType::bf16}) {
+    const Tensor xa = cast(test_randn({40, 64}, 4), dt), xb = cast(test_randn({33, 96}, 5), dt),
+                 dy = cast(test_randn({40, 128}, 6), dt);
+    const auto [dwa, dwb, s] = bsmm_dw_pair_and_column_sums(xa, xb, dy, a, b, 7);
+    const auto [wa, wb] = bsmm_dw_pair(xa, xb, dy, a, b, 7);
+    EXPECT_TRUE(all_close(dwa, wa, 0, 0) && all_close(dwb, wb, 0, 0)) << dtype_name(dt);
+    ASSERT_EQ(s.dtype(), dt == DType::f64 ? DType::f64 : DType::f32) << dtype_name(dt);
+    EXPECT_EQ(s.shape(), Shape({128}));
+    EXPECT_TRUE(all_close(s, col_sum(dy), 0, 0)) << dtype_name(dt);
+  }
+}
+
 TEST(BsmmDwPair, AllRowsShiftedAwayGiveZeros) {
   const LayoutPtr l = random_layout(16, 32, 8, 0.5, 7);
   const Tensor x = test_randn({4, 16}, 1), dy = test_randn({4, 32}, 2);
@@ -105,7 +121,14 @@ TEST(GatePairRuns, EntriesAndRunsCountedByHand) {
     }
   }
   EXPECT_EQ(seen.size(), static_cast<size_t>(a->nnz() + b->nnz()));
-  EXPECT_EQ(t.runs, (std::vector<int32_t>{0, 4, 0, 4, 1, 0, 5, 1, 1}));  // longest first, ties by column
+  // longest first, ties by column; each column's first run marked
+  EXPECT_EQ(t.runs, (std::vector<int32_t>{0, 4, kRunOpensColumn | 0, 4, 1, 0, 5, 1, kRunOpensColumn | 1}));
+  EXPECT_TRUE(t.every_column);
+  // b's column 1 empty and a's too: no run there
+  const LayoutPtr a_only_first = nn::lstm_gate_layout(*BlockLayout::from_mask(96, 64, 32, {1, 0, 1, 0, 1, 0}));
+  const GatePairRuns gap = gate_pair_runs(*a_only_first, *b, 2, 4);
+  EXPECT_FALSE(gap.every_column);
+  EXPECT_EQ(gap.runs, (std::vector<int32_t>{0, 4, kRunOpensColumn | 0, 4, 1, 0}));
   // the runs the pair saves: runs of 4, column 0 ⌈5/4⌉ = 2 = ⌈3/4⌉ + ⌈2/4⌉, column 1 1 = 1 + 0: none;
   // runs of 8, column 0 ⌈5/8⌉ = 1 against 2: one
   const PairRunCounts by4 = pair_run_counts(*a, *b, 2, 4), by8 = pair_run_counts(*a, *b, 2, 8);
@@ -130,9 +153,12 @@ TEST(GatePairRuns, ReplayingTheRunsGivesTheOpsResult) {
   const int64_t nnz_a = a->nnz();
   std::vector<double> dw((nnz_a + b->nnz()) * bs * bs, 0.0);  // one workspace of both, a's first
   const std::vector<double> va = xa.to_vector<double>(), vb = xb.to_vector<double>(), vy = dy.to_vector<double>();
+  std::vector<int> opened(q, 0), runs_of(q, 0);  // the runs marked as their column's first: one a column
   for (size_t r = 0; r < t.runs.size(); r += 3) {
-    const int32_t first = t.runs[r], count = t.runs[r + 1], column = t.runs[r + 2];
+    const int32_t first = t.runs[r], count = t.runs[r + 1], column = t.runs[r + 2] & ~kRunOpensColumn;
     ASSERT_LE(count, 8);
+    if (t.runs[r + 2] & kRunOpensColumn) ++opened[column];
+    ++runs_of[column];
     for (int32_t e = first; e < first + count; ++e) {
       const int32_t code = t.entries[5 * e];
       const bool from_b = code & kPairFromB;
@@ -148,6 +174,12 @@ TEST(GatePairRuns, ReplayingTheRunsGivesTheOpsResult) {
       }
     }
   }
+  bool every = true;
+  for (int64_t c = 0; c < q; ++c) {
+    EXPECT_EQ(opened[c], runs_of[c] > 0 ? 1 : 0) << "column " << c;
+    every = every && runs_of[c] > 0;
+  }
+  EXPECT_EQ(t.every_column, every);
   const auto [want_a, want_b] = bsmm_dw_pair(xa, xb, dy, a, b, shift);
   const std::vector<double> wa = want_a.to_vector<double>(), wb = want_b.to_vector<double>();
   for (size_t i = 0; i < wa.size(); ++i) ASSERT_NEAR(dw[i], wa[i], 1e-9) << "dW_a element " << i;

@@ -71,8 +71,10 @@ void gate_gradient(const BlockGradient& g, const GateRuns& runs, int device, cud
 /// with b's); `runs` from cuda::gate_pair_dw_runs. gate_pair_gradient_wanted: gate_gradient_wanted
 /// for a, not accumulating, b's operands aligned and supported likewise, and not where the chunk
 /// rule would cut n but the pair's sums pass the memory bound that each layout's alone keeps.
+/// gate_pair_gradient returns whether it wrote b.column_sums (not null, every gate-0 column with a
+/// run, n in one chunk: each column's first run sums its four gates' dY columns).
 bool gate_pair_gradient_wanted(const BlockGradient& a, const GatePairOperand& b, int device);
-void gate_pair_gradient(const BlockGradient& a, const GatePairOperand& b, const GatePairTables& runs, int device,
+bool gate_pair_gradient(const BlockGradient& a, const GatePairOperand& b, const GatePairTables& runs, int device,
                         cudaStream_t stream);
 
 /// Launches of these kernels so far in this process (all devices).

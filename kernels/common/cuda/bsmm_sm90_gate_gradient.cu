@@ -54,7 +54,9 @@ constexpr int kGEntries = 8;                            // entries per run: 2 wa
 constexpr int kGStageBytes = (4 + kGEntries) * kGStrip;  // the four gates' dY strips, then the X strips
 constexpr int kGStages = 4;
 constexpr int kGItemRing = 4;
-constexpr int kGSmemBytes = kGStages * kGStageBytes + 2 * kGStages * 8 + kGItemRing * (16 + 16) + 1024;
+constexpr int kGSumThreads = 256;  // the consumers, each summing 16 rows of two dY columns a stage
+constexpr int kGSmemBytes =
+    kGStages * kGStageBytes + 2 * kGStages * 8 + kGItemRing * (16 + 16) + kGSumThreads * 8 + 1024;
 
 std::atomic<uint64_t> g_gate_launches{0};
 
@@ -86,12 +88,14 @@ __device__ __forceinline__ uint64_t mn_major64(const uint8_t* p, uint32_t atom_s
 /// A pair's second layout in the kernel (bsmm_dw_pair; kPair): the entries of gate_pair_runs.h,
 /// X_b's map (dY row t reads X_b row t − shift: the rows before 0 are the copy's zero fill), and
 /// where blocks k ≥ split go: dw_b's block k − split (split = nnz_a where the sums go to dW_a and
-/// dW_b, past every block where they go to one workspace of both).
+/// dW_b, past every block where they go to one workspace of both); column_sums, not null: each
+/// column's first run (kRunOpensColumn) writes Σ_t dY[t, :] of its four gates' 32 columns there.
 struct PairArgs {
   const int32_t* entries;
   int shift;
   int64_t split;
   void* dw_b;
+  float* column_sums;
 };
 
 template <class T, class TO, bool kPair>
@@ -106,6 +110,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const DwSync sync = dw_sync<kGStages, kGItemRing>(smem, kGStageBytes);
   uint64_t *full = sync.full, *empty = sync.empty, *item_full = sync.item_full, *item_empty = sync.item_empty;
   int4* ring = sync.ring;
+  float2* col_scratch = reinterpret_cast<float2*>(ring + kGItemRing);  // [kGSumThreads]
   auto strip = [&](int s, int i) { return smem + s * kGStageBytes + i * kGStrip; };  // 0-3: dY, 4 + e: X
 
   const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
@@ -145,6 +150,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (lane < w.y) code = kPair ? pair.entries[5 * (w.x + lane)] : p.col_rows[w.x + lane];
       const bool from_b = kPair && (code & kPairFromB);
       const int count = w.y, row = code & (kPairFromB - 1), up = from_b ? pair.shift : 0;
+      const int column = w.w & (kRunOpensColumn - 1);
       const CUtensorMap* map_entry = from_b ? &map_b : &map_x;
       const int s0 = w.z * chunk_steps, s1 = min(steps, s0 + chunk_steps);
       for (int step = s0; step < s1; ++step, ++it) {
@@ -163,9 +169,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         __syncwarp();  // the stage is claimed and its byte count set before the copies land
         if (lane < 4 && dy_evict_first)
-          tma_load_2d_hint(strip(s, lane), &map_dy, &full[s], (w.w + lane * q) * kGBs, step * kGKT, read_once);
+          tma_load_2d_hint(strip(s, lane), &map_dy, &full[s], (column + lane * q) * kGBs, step * kGKT, read_once);
         else if (lane < 4)
-          tma_load_2d(strip(s, lane), &map_dy, &full[s], (w.w + lane * q) * kGBs, step * kGKT);
+          tma_load_2d(strip(s, lane), &map_dy, &full[s], (column + lane * q) * kGBs, step * kGKT);
         if (lane < count) tma_load_2d(strip(s, 4 + lane), map_entry, &full[s], row * kGBs, step * kGKT - up);
       }
     }
@@ -178,7 +184,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int n = 0;; ++n) {
     const int4 w = receive_item<kGItemRing>(n, item_full, item_empty, ring, lane);
     if (w.y == 0) break;
-    const int first = w.x, count = w.y, column = w.w;
+    const int first = w.x, count = w.y, column = w.w & (kRunOpensColumn - 1);
+    // column sums (kPair, the column's first run): consumer u sums gate u / 64's columns
+    // 2(u % 16), +1 over the rows 4r + (u / 16) % 4 of each stage (a warp's halves on rows of either
+    // parity: other banks), in row order; the four row groups are added in order at the end
+    const bool sums = kPair && pair.column_sums != nullptr && (w.w & kRunOpensColumn);
+    const int u = threadIdx.x - 128, sum_gate = u / 64, sum_group = (u / 16) % 4, sum_col = 2 * (u % 16);
+    float2 col_part = make_float2(0.f, 0.f);
     const int s0 = w.z * chunk_steps, s1 = min(steps, s0 + chunk_steps);
     TO* dw = static_cast<TO*>(p.dw) + w.z * chunk_elems;
     // Both products run even where the run has fewer entries (on stale shared memory, whose rows
@@ -202,6 +214,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       wgmma_commit();
+      if (sums) {
+        const uint8_t* dy_strip = strip(s, sum_gate);
+#pragma unroll
+        for (int r = 0; r < kGKT / 4; ++r) {
+          const int byte = (4 * r + sum_group) * kGRowBytes + 2 * sum_col;
+          const float2 v = load_pair(reinterpret_cast<const T*>(dy_strip + (byte ^ (((byte >> 7) & 3) << 4))));
+          col_part.x += v.x;  // (the copy's 64-byte swizzle: 16-byte chunks XOR row / 2 % 4)
+          col_part.y += v.y;
+        }
+      }
       wgmma_wait<1>();
 #pragma unroll
       for (int j = 0; j < 2; ++j) fence_operands(acc[j]);
@@ -214,6 +236,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int j = 0; j < 2; ++j) fence_operands(acc[j]);
     __syncwarp();
     if (s1 > s0 && lane == 0) mbar_arrive(&empty[(it - 1) % kGStages]);
+    if (sums) {  // the same for all 256 consumers
+      col_scratch[u] = col_part;
+      named_barrier(1, kGSumThreads);
+      if (sum_group == 0) {
+        float2 total = col_part;
+#pragma unroll
+        for (int k = 1; k < 4; ++k) {
+          total.x += col_scratch[u + 16 * k].x;
+          total.y += col_scratch[u + 16 * k].y;
+        }
+        *reinterpret_cast<float2*>(pair.column_sums + static_cast<int64_t>(column + sum_gate * q) * kGBs + sum_col) =
+            total;
+      }
+      named_barrier(1, kGSumThreads);  // the scratch read before the next run's sums
+    }
     // acc[j][4·jj + 2h + e]: row i = 16·warp + g + 8h (entry 2(2c + j) + i / 32, its blocks' row
     // i % 32), column 8·jj + 2t + e (gate jj / 4, its block's column 8(jj % 4) + 2t + e)
     const int offset = kPair ? 0 : first - col_ptr[column];  // the run's place in each gate's list
@@ -289,8 +326,9 @@ int gate_chunks(int64_t x_bytes, int64_t dy_bytes, int64_t nnz, int steps, int d
 /// gate_pair_runs.h), q block columns a gate, with `runs` runs at `run`; with chunks, then the
 /// chunks' sums into the output(s).
 template <class T, class TO>
-void launch_gates(const BlockGradient& g, const int32_t* run, int runs, const int32_t* col_ptr, int q,
-                  const GatePairOperand* pair, const int32_t* entries, int device, cudaStream_t stream) {
+bool launch_gates(const BlockGradient& g, const int32_t* run, int runs, const int32_t* col_ptr, int q,
+                  const GatePairOperand* pair, const int32_t* entries, bool every_column, int device,
+                  cudaStream_t stream) {
   const CUtensorMap map_x = tensor_map(g.x, g.in_dtype, g.n, g.C, kGKT, kGBs);
   const CUtensorMap map_dy = tensor_map(g.dy, g.in_dtype, g.n, g.K, kGKT, kGBs);
   const CUtensorMap map_b = pair ? tensor_map(pair->x, g.in_dtype, pair->rows, pair->C, kGKT, kGBs) : map_x;
@@ -320,7 +358,9 @@ void launch_gates(const BlockGradient& g, const int32_t* run, int runs, const in
   BlockGradient p = g;
   p.col_runs = runs;
   p.col_run = run;
-  PairArgs args{entries, pair ? static_cast<int>(pair->shift) : 0, g.nnz, pair ? pair->dw : nullptr};
+  // the column sums where every column has a run to write them and n is one chunk
+  float* const column_sums = pair && every_column && chunks == 1 ? pair->column_sums : nullptr;
+  PairArgs args{entries, pair ? static_cast<int>(pair->shift) : 0, g.nnz, pair ? pair->dw : nullptr, column_sums};
   const int grid = std::min(items, resident);
   // (persistent_grid<K> before each launch of K: it sets that instantiation's shared-memory size)
   auto launch = [&](auto kernel) {
@@ -364,6 +404,7 @@ void launch_gates(const BlockGradient& g, const int32_t* run, int runs, const in
   }
   g_launches.fetch_add(1, std::memory_order_relaxed);
   g_gate_launches.fetch_add(1, std::memory_order_relaxed);
+  return column_sums != nullptr;
 }
 
 }  // namespace
@@ -380,7 +421,7 @@ void gate_gradient(const BlockGradient& g, const GateRuns& runs, int device, cud
   dispatch_types(g.in_dtype, g.out_dtype, [&](auto tin, auto tout) {
     using T = typename decltype(tin)::type;
     using TO = typename decltype(tout)::type;
-    launch_gates<T, TO>(g, runs.run, runs.runs, runs.col_ptr, runs.q, nullptr, nullptr, device, stream);
+    launch_gates<T, TO>(g, runs.run, runs.runs, runs.col_ptr, runs.q, nullptr, nullptr, false, device, stream);
   });
 }
 
@@ -404,14 +445,17 @@ bool gate_pair_gradient_wanted(const BlockGradient& a, const GatePairOperand& b,
   return gradient_supported(gb, device);
 }
 
-void gate_pair_gradient(const BlockGradient& a, const GatePairOperand& b, const GatePairTables& runs, int device,
+bool gate_pair_gradient(const BlockGradient& a, const GatePairOperand& b, const GatePairTables& runs, int device,
                         cudaStream_t stream) {
-  if (runs.runs == 0) return;
+  if (runs.runs == 0) return false;
+  bool sums = false;
   dispatch_types(a.in_dtype, a.out_dtype, [&](auto tin, auto tout) {
     using T = typename decltype(tin)::type;
     using TO = typename decltype(tout)::type;
-    launch_gates<T, TO>(a, runs.run, runs.runs, nullptr, runs.q, &b, runs.entries, device, stream);
+    sums = launch_gates<T, TO>(a, runs.run, runs.runs, nullptr, runs.q, &b, runs.entries, runs.every_column, device,
+                               stream);
   });
+  return sums;
 }
 
 }  // namespace sm90

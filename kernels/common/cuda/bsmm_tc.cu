@@ -149,12 +149,14 @@ bool gate_pair_gradient_applies(const BlockGradient& a, const LayoutPtr& la, con
 }
 
 bool run_gate_pair_gradient(const BlockGradient& a, const LayoutPtr& la, const GatePairOperand& b,
-                            const LayoutPtr& lb, int device, cudaStream_t stream) {
+                            const LayoutPtr& lb, int device, cudaStream_t stream, bool* sums_written) {
+  if (sums_written) *sums_written = false;
 #ifdef TESSERA_HAVE_SM90A
   if (path_override() != Path::automatic || !sm90::gate_pair_gradient_wanted(a, b, device)) return false;
   const GatePairTables runs = gate_pair_dw_runs(la, lb, device);
   if (runs.runs == 0) return false;
-  sm90::gate_pair_gradient(a, b, runs, device, stream);
+  const bool sums = sm90::gate_pair_gradient(a, b, runs, device, stream);
+  if (sums_written) *sums_written = sums;
   return true;
 #else
   (void)a, (void)la, (void)b, (void)lb, (void)device, (void)stream;

@@ -130,18 +130,21 @@ bool run_gradient(const BlockGradient& g, int device, cudaStream_t stream);
 bool run_gate_gradient(const BlockGradient& g, const LayoutPtr& layout, int device, cudaStream_t stream);
 
 /// bsmm_dw_pair's second layout: X_b [rows, C] with rows = n − shift (dY row t reads X_b row
-/// t − shift), its blocks' gradients dw [nnz, bs, bs] in a's output dtype.
+/// t − shift), its blocks' gradients dw [nnz, bs, bs] in a's output dtype; and, not null, where
+/// dY's column sums Σ_t dY[t, :] [K] go in f32 (column_sums: the kernel writes them where every
+/// gate-0 column has a run and n is not cut into chunks).
 struct GatePairOperand {
   const void* x;
   int64_t rows, C, nnz, shift;
   void* dw;
+  float* column_sums;
 };
 /// bsmm_dw_pair of two gate layouts (nn::LSTM's input and recurrent masks, one dY) in one launch
 /// of the gate-run kernel (bsmm_sm90.h's gate_pair_gradient), where it takes them: a = g of
-/// layout a, b of layout b; false (nothing launched) otherwise. gate_pair_gradient_applies: the
-/// same rule without launching.
+/// layout a, b of layout b; false (nothing launched) otherwise. *sums_written (where given): whether
+/// the launch wrote b.column_sums. gate_pair_gradient_applies: the same rule without launching.
 bool run_gate_pair_gradient(const BlockGradient& a, const LayoutPtr& la, const GatePairOperand& b,
-                            const LayoutPtr& lb, int device, cudaStream_t stream);
+                            const LayoutPtr& lb, int device, cudaStream_t stream, bool* sums_written = nullptr);
 bool gate_pair_gradient_applies(const BlockGradient& a, const LayoutPtr& la, const GatePairOperand& b,
                                 const LayoutPtr& lb, int device);
 

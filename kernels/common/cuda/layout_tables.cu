@@ -43,7 +43,7 @@ namespace {
 // lists in the tables (their entries follow) and their entry counts (pairs are built for bs 32
 // and 64 only, the sm_90a kernel's), the dW group and run counts.
 enum HostCount { kColPairsAt, kColPairSteps, kColPairStride, kRowPairsAt, kRowPairSteps, kDwGroups, kDwRuns, kGateQ,
-                 kGateColPtrAt, kHostCounts };
+                 kGateColPtrAt, kGateEveryColumn, kHostCounts };
 using HostCounts = std::array<int64_t, kHostCounts>;
 
 struct Entry {
@@ -347,6 +347,7 @@ GatePairTables gate_pair_dw_runs(const LayoutPtr& a, const LayoutPtr& b, int dev
           packed.host[kDwRuns] = static_cast<int64_t>(packed.device.size() / 3);
           packed.host[kGateQ] = q;
           packed.host[kGateColPtrAt] = static_cast<int64_t>(packed.device.size());  // the entries follow the runs
+          packed.host[kGateEveryColumn] = t.every_column;
           append(packed.device, t.entries);
         }
         if (packed.device.empty()) packed.device.push_back(0);  // no zero-size upload
@@ -354,7 +355,7 @@ GatePairTables gate_pair_dw_runs(const LayoutPtr& a, const LayoutPtr& b, int dev
       },
       [&] { return a->str() + " with " + b->str() + " (gate pair runs)"; }, kGatePairVariant, b);
   return {found.base, static_cast<int32_t>(found.host[kDwRuns]), found.base + found.host[kGateColPtrAt],
-          static_cast<int32_t>(found.host[kGateQ])};
+          static_cast<int32_t>(found.host[kGateQ]), found.host[kGateEveryColumn] != 0};
 }
 
 AttentionTables device_tables(const AttentionLayoutPtr& layout, int device) {

@@ -132,6 +132,7 @@ struct GatePairTables {
   int32_t runs;
   const int32_t* entries;  ///< [E, 5]
   int32_t q;               ///< block columns a gate (dY's gate g of column c is column c + g·q)
+  bool every_column;       ///< every gate-0 column has a run (gate_pair_runs.h)
 };
 GatePairTables gate_pair_dw_runs(const LayoutPtr& a, const LayoutPtr& b, int device);
 
