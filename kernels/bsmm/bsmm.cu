@@ -14,6 +14,8 @@
 // block k of the column, W[k] [bs, bs] and the tile's x block [kRows, bs] are staged in shared
 // memory (as acc_t), then each thread adds its dot product. A column without stored blocks gives
 // zeros. The CPU kernel in bsmm.cpp is the reference. Scalar kernel:
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "core/cuda/check.cuh"
@@ -28,6 +30,19 @@
 namespace tessera {
 
 namespace {
+
+// TESSERA_BSMM_QUADS: 1 the sm_90a kernel's column quads for nn::LSTM's gate layouts (the four
+// gates of a column in one work item: bsmm_sm90_gather.cu), 0 pairs as before; unset:
+// kQuadsByDefault, off until the quads pass their GPU tests (written 2026-12-07, not yet run on a
+// GPU). Read only where the layout is asked for bs 32 (a bad value is a ValueError there).
+constexpr bool kQuadsByDefault = false;
+bool quads_switch_on() {
+  const char* e = std::getenv("TESSERA_BSMM_QUADS");
+  if (!e) return kQuadsByDefault;
+  TS_CHECK(std::strcmp(e, "0") == 0 || std::strcmp(e, "1") == 0, ValueError,
+           "TESSERA_BSMM_QUADS must be 0 or 1, not '" << e << "'");
+  return e[0] == '1';
+}
 
 template <class T, class TO, class TB, int BS>
 __global__ void bsmm_forward(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ gate,
@@ -68,7 +83,7 @@ void op::Bsmm::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& ou
   const int dev = y.device().index;
   const cuda::BlockTables tables = cuda::device_tables(attrs.layout, dev);
   {
-    const cuda::GatherProduct p{x.dtype(), y.dtype(), static_cast<int>(l.block_size()), /*transpose_w=*/false,
+    cuda::GatherProduct p{x.dtype(), y.dtype(), static_cast<int>(l.block_size()), /*transpose_w=*/false,
                                 /*accumulate=*/false, x.data_ptr(), w.data_ptr(),
                                 attrs.gated ? in[2].data_ptr() : nullptr, y.data_ptr(), n, C, K,
                                 static_cast<int32_t>(Q), l.nnz(), tables.col_work, tables.col_blocks, tables.col_rows,
@@ -80,6 +95,12 @@ void op::Bsmm::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& ou
                                 bias_ptr,
                                 attrs.f32_bias,
                                 tables.col_pairs.stride};
+    if (l.block_size() == 32 && !attrs.gated && quads_switch_on()) {  // a gate layout's column quads
+      const cuda::GateQuadTables quads = cuda::gate_fwd_quads(attrs.layout, dev);
+      p.quad_work = quads.work;
+      p.quad_entries = quads.entries;
+      p.quads = quads.quads;
+    }
     if (cuda::dense_route_takes(cuda::BsmmOp::fwd, x.dtype(), l, n, {p.a, p.w, p.out}, dev)) {
       cuda::GatherProduct gemm = p;
       gemm.bias = nullptr;  // the GEMMs take none: y += bias in one pass after them

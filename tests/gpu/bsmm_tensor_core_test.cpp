@@ -858,6 +858,72 @@ TEST(CudaBsmmTensorCores, GateLayoutForwardPairsTwinColumns) {
 #endif
 }
 
+// Column quads (TESSERA_BSMM_QUADS=1, the lab's): the four gates of a gate layout's column in one
+// work item of the sm_90a kernel, fwd at bs 32. The same bits as column pairs (each output element
+// summed over the same list in the same order), against the CPU, with a bias in the output's dtype
+// and in f32, on an empty gate-0 column, rows that end mid-tile (1000) and over several tiles; one
+// quad launch each. Not where they do not apply: gated (pairs), 128 rows or fewer, bs 64, an f32
+// output. A bad value is one clear error.
+TEST(CudaBsmmTensorCores, GateLayoutForwardQuadsGiveThePairsBits) {
+  REQUIRE_GPU();
+#ifdef TESSERA_WITH_CUDA
+  if (!sm90_here()) GTEST_SKIP() << "column quads are a kernel of sm_90a";
+  PathGuard kernels({nullptr, "0"}, false);  // the block-sparse kernels, never the dense route
+  auto quad_launches = [] { return cuda::bsmm_launches(cuda::BsmmKernel::sm90_quads); };
+  std::vector<uint8_t> mask(6 * 5, 0);  // a gate's mask: column 2 and block row 4 empty
+  for (int r = 0; r < 6; ++r)
+    for (int c = 0; c < 5; ++c) mask[r * 5 + c] = c != 2 && r != 4 && (r + c) % 3 != 1;
+  uint64_t seed = 900;
+  for (const LayoutPtr& l : {nn::lstm_gate_layout(*BlockLayout::from_mask(6 * 32, 5 * 32, 32, mask)),
+                             nn::lstm_gate_layout(*random_layout(1024, 1024, 32, 0.0625, 47))})
+    for (DType dt : {DType::bf16, DType::f16})
+      for (int bias : {0, 1, 2})  // none, in the output's dtype, f32
+        for (int64_t n : {1000, 2048}) {
+          const Tensor x = random({n, l->in_features()}, seed += 4, dt);
+          const Tensor w = random({l->nnz(), 32, 32}, seed + 1, dt);
+          std::vector<Tensor> in{x, w};
+          op::Bsmm::Attrs attrs{l, false};
+          if (bias > 0) {
+            in.push_back(random({l->out_features()}, seed + 2, bias == 2 ? DType::f32 : dt));
+            attrs.biased = true;
+            attrs.f32_bias = bias == 2;
+          }
+          const std::string what =
+              l->str() + " " + dtype_name(dt) + " bias " + std::to_string(bias) + " n " + std::to_string(n);
+          Tensor paired, quads;
+          {
+            const testing::ScopedEnv off("TESSERA_BSMM_QUADS", "0");
+            paired = run_on_gpu_host<op::Bsmm>(attrs, in)[0];
+          }
+          {
+            const testing::ScopedEnv on("TESSERA_BSMM_QUADS", "1");
+            const uint64_t before = quad_launches();
+            quads = run_on_gpu_host<op::Bsmm>(attrs, in)[0];
+            EXPECT_EQ(quad_launches(), before + 1) << what;
+            EXPECT_TRUE(same_bits(quads, run_on_gpu_host<op::Bsmm>(attrs, in)[0])) << what << ", again";
+          }
+          EXPECT_TRUE(same_bits(quads, paired)) << what;
+          const Tensor want =
+              bias == 2 ? cast(call<op::Bsmm>(attrs, in)[0], DType::f64) : reference<op::Bsmm>(attrs, in);
+          EXPECT_TRUE(close_to(cast(quads, DType::f64), want, 1e-2)) << what;
+        }
+  const testing::ScopedEnv on("TESSERA_BSMM_QUADS", "1");
+  const LayoutPtr l = nn::lstm_gate_layout(*random_layout(256, 256, 32, 0.25, 48));
+  const Tensor w = random({l->nnz(), 32, 32}, 11, DType::bf16), gate = random({l->nnz()}, 12, DType::bf16);
+  const uint64_t before = quad_launches();
+  run_on_gpu_host<op::Bsmm>({l, true}, {random({1000, 256}, 13, DType::bf16), w, gate});  // gated: pairs
+  run_on_gpu_host<op::Bsmm>({l, false}, {random({128, 256}, 14, DType::bf16), w});        // 128 rows
+  const LayoutPtr l64 = nn::lstm_gate_layout(*random_layout(256, 256, 64, 0.25, 49));
+  run_on_gpu_host<op::Bsmm>({l64, false}, {random({1000, 256}, 15, DType::bf16),
+                                           random({l64->nnz(), 64, 64}, 16, DType::bf16)});  // bs 64
+  EXPECT_EQ(quad_launches(), before);
+  const testing::ScopedEnv bad("TESSERA_BSMM_QUADS", "yes");
+  const Tensor x = random({1000, 256}, 17, DType::bf16);
+  testing::expect_error<ValueError>([&] { run_on_gpu_host<op::Bsmm>({l, false}, {x, w}); },
+                                    {"TESSERA_BSMM_QUADS", "'yes'"});
+#endif
+}
+
 // A block-sparse two-layer MLP trained under bf16 autocast.
 struct SparseMlp {
   LayoutPtr l1, l2;

@@ -26,6 +26,9 @@ bool gradient_wants_transposed(const BlockGradient& g);
 /// (the layout's lists overlap: at random layouts from about half density, the all-blocks layout
 /// always). TESSERA_BSMM_PAIRS=0 / 1 turns them off / on wherever they apply (read on every call).
 bool pairs_pay(const GatherProduct& p);
+/// Whether gather_product takes column quads (GatherProduct::quads, fwd at bs 32 on more than 128
+/// rows, ungated, the output in the operands' dtype): before pairs where both apply.
+bool quads_take(const GatherProduct& p);
 
 void gather_product(const GatherProduct& p, cudaStream_t stream);
 
@@ -81,8 +84,9 @@ bool gate_pair_gradient(const BlockGradient& a, const GatePairOperand& b, const 
 uint64_t launch_count();
 /// Launches of the gate-run dW kernel (counted in launch_count too).
 uint64_t gate_launch_count();
-/// Launches of the gather kernel as column pairs (counted in launch_count too).
+/// Launches of the gather kernel as column pairs, and as column quads (counted in launch_count too).
 uint64_t pair_launch_count();
+uint64_t quad_launch_count();
 /// Launches in convolution mode, gather and dW kernels (counted in launch_count too), and of
 /// those the halo kernel's, and of those the ones with tall (512-row) tiles and the ones in entry
 /// mode (a list entry's taps under one barrier).

@@ -30,6 +30,14 @@
 // to its column, which leaves the sum's bits unchanged (for finite A), so both forms give the
 // same bits.
 //
+// Column quads (kCols = 4, fwd at bs 32, 256-row items; the lab's TESSERA_BSMM_QUADS=1): nn::LSTM's
+// gate layouts list the same block rows for the four gates' columns c, c + q, c + 2q, c + 3q, so a
+// work item covers all four (gate_quad_lists.h): a step copies one A strip [256, 32] and the
+// entry's four weight blocks side by side [32, 128] and multiplies them with one wgmma.m64n128k16,
+// 24 KB a step for 256 x 128 outputs where pairs copy 20 KB for 256 x 64 (x·W_x of the sparse LSTM
+// layers is bound by those copies' L2 traffic: 0.53 ms at sparse H 4096 1/16 with pairs, 0.86
+// with single columns, on the H100). The consumers' accumulators double (2 m64 tiles x 64).
+//
 // Deterministic: each output element is summed by one thread in list order, with no atomics on
 // data (the counter only decides which thread block computes an item).
 #include "kernels/common/cuda/bsmm_sm90.h"
@@ -46,6 +54,7 @@ namespace sm90 {
 
 std::atomic<uint64_t> g_launches{0};
 std::atomic<uint64_t> g_pair_launches{0};
+std::atomic<uint64_t> g_quad_launches{0};
 std::atomic<uint64_t> g_conv_launches{0};
 
 namespace {
@@ -158,8 +167,8 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
 
   const int tiles_m = kConv ? ct.total_tiles : static_cast<int>((p.n + Tile::kBM - 1) / Tile::kBM);
   const int taps = kConv ? ct.taps : 1;  // a convolution's list: every block's entry once per tap
-  const int outs = kCols == 2 ? p.pairs : p.outs;
-  const int32_t* work = kCols == 2 ? p.pair_work : p.work;
+  const int outs = kCols == 4 ? p.quads : kCols == 2 ? p.pairs : p.outs;
+  const int32_t* work = kCols == 4 ? p.quad_work : kCols == 2 ? p.pair_work : p.work;
   if (wg == 0) {
     // Producer warpgroup: warp 1 schedules, warp 0 copies. Warp 1 takes work items from the
     // launch's counter (in order: the longest lists first, so the thread blocks that finish early
@@ -168,7 +177,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     // and issues the copies of its chunks. The scheduler works one chunk ahead, so the dependent
     // global loads of the next item (counter, work entry, list) stay off the copy path: on the
     // H200 1.04-1.19x on the transformer shape, up to 1.35x on the MLP shape's short lists.
-    if constexpr (kWGs == 2 && kCols == 2) setmaxnreg_dec<40>();  // the consumers' accumulators need more
+    if constexpr (kWGs == 2 && kCols >= 2) setmaxnreg_dec<40>();  // the consumers' accumulators need more
     const int warp = threadIdx.x / 32;
     if (warp >= 2) return;
     int chunk = 0;  // chunks written (warp 1) or read (warp 0)
@@ -194,7 +203,11 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
 #pragma unroll
           for (int cc = 0; cc < kCols; ++cc) k[cc] = -1, gv[cc] = 0.f;
           if (w.x >= 0 && q < w.z) {
-            if constexpr (kCols == 2) {
+            if constexpr (kCols == 4) {
+#pragma unroll
+              for (int cc = 0; cc < 4; ++cc) k[cc] = p.quad_entries[5 * q + 1 + cc];
+              in = p.quad_entries[5 * q];
+            } else if constexpr (kCols == 2) {
               in = p.pair_entries[3 * q];
               k[0] = p.pair_entries[3 * q + 1];
               k[1] = p.pair_entries[3 * q + 2];
@@ -317,7 +330,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     return;
   }
 
-  if constexpr (kWGs == 2 && kCols == 2) setmaxnreg_inc<232>();  // [2 m64 tiles][2·bs / 2] accumulators
+  if constexpr (kWGs == 2 && kCols >= 2) setmaxnreg_inc<232>();  // [2 m64 tiles][kCols·bs / 2] accumulators
   // Consumers: warpgroup c = wg - 1 multiplies rows 64·kMTiles·c .. of each item, one m64 tile
   // per kMTiles (they share the weight block's descriptor).
   const int c = wg - 1, warp = (threadIdx.x / 32) % 4, g = lane / 4, t = lane % 4;
@@ -331,13 +344,15 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     const int steps = end - begin;
     constexpr int kBN = Tile::kBN;
     // The output column of the item's column x (0 .. kBN): a pair's member x / BS is output block
-    // column pair_list(o, x / BS, stride) (x / BS is known at compile time where callers unroll).
+    // column pair_list(o, x / BS, stride), a quad's is gate x / BS of gate-0 column o, o + (x / BS)·q
+    // (x / BS is known at compile time where callers unroll).
     int64_t first_col = static_cast<int64_t>(o) * kBN, second_col = 0;
     if constexpr (kCols == 2) {
       first_col = static_cast<int64_t>(pair_list(o, 0, p.pair_stride)) * BS;
       second_col = static_cast<int64_t>(pair_list(o, 1, p.pair_stride)) * BS;
     }
     auto out_col = [&](int x) -> int64_t {
+      if constexpr (kCols == 4) return (static_cast<int64_t>(o) + (x / BS) * p.quads) * BS + x % BS;
       if constexpr (kCols == 2) return (x < BS ? first_col : second_col) + x % BS;
       return first_col + x;
     };
@@ -356,8 +371,8 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
       for (int kk = 0; kk < BS / 16; ++kk) {
         // dx: B (k = j, n = i) = W[k][i][j], rows of W are n: K-major (a pair's second block
         //   is rows n = bs .. 2·bs);
-        // fwd: B (k = i, n = j) = W[k][i][j], rows of W are k: MN-major (a pair's second block
-        //   is the next atom along n, kWBytes further)
+        // fwd: B (k = i, n = j) = W[k][i][j], rows of W are k: MN-major (a pair's or quad's next
+        //   block is the next atom along n, kWBytes further)
         const uint64_t db = kTransW ? make_desc(block(s) + kk * 32, 16, 8 * kRowBytes, kRowBytes)
                                     : make_desc(block(s) + kk * 16 * kRowBytes, Tile::kWBytes, 8 * kRowBytes, kRowBytes);
 #pragma unroll
@@ -450,7 +465,7 @@ template <class T, class TO, int BS, bool kTrans, int kWGs, int kMTiles, bool kG
 void launch(const GatherProduct& p, cudaStream_t stream, const ConvTiles* conv = nullptr) {
   using Tile = GatherTile<BS, kWGs, kMTiles, TO, kCols>;
   const int64_t tiles_m = kConv ? conv->total_tiles : (p.n + Tile::kBM - 1) / Tile::kBM;
-  const int64_t items = tiles_m * (kCols == 2 ? p.pairs : p.outs);
+  const int64_t items = tiles_m * (kCols == 4 ? p.quads : kCols == 2 ? p.pairs : p.outs);
   TS_CHECK(items < INT32_MAX, ShapeError, "bsmm: " << p.n << " rows are too many for one launch");
   CUtensorMap map_a, map_out;
   ConvTiles ct{};
@@ -472,6 +487,7 @@ void launch(const GatherProduct& p, cudaStream_t stream, const ConvTiles* conv =
   TS_CUDA_LAUNCH_CHECK((kConv ? (kTrans ? "bsconv_dx" : "bsconv") : (kTrans ? "bsmm_dx" : "bsmm")));
   g_launches.fetch_add(1, std::memory_order_relaxed);
   if (kCols == 2) g_pair_launches.fetch_add(1, std::memory_order_relaxed);
+  if (kCols == 4) g_quad_launches.fetch_add(1, std::memory_order_relaxed);
   if (kConv) g_conv_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -491,6 +507,7 @@ bool gather_supported(const GatherProduct& p, int device) {
 
 uint64_t launch_count() { return g_launches.load(std::memory_order_relaxed); }
 uint64_t pair_launch_count() { return g_pair_launches.load(std::memory_order_relaxed); }
+uint64_t quad_launch_count() { return g_quad_launches.load(std::memory_order_relaxed); }
 uint64_t conv_launch_count() { return g_conv_launches.load(std::memory_order_relaxed); }
 
 bool pairs_pay(const GatherProduct& p) {
@@ -505,8 +522,14 @@ bool pairs_pay(const GatherProduct& p) {
   return static_cast<double>(p.pair_steps) * (strip + 2 * block) <= kPairBytes * static_cast<double>(p.nnz) * (strip + block);
 }
 
+bool quads_take(const GatherProduct& p) {
+  return p.quads > 0 && p.quad_work && p.bs == 32 && !p.transpose_w && !p.gate && p.n > 128 &&
+         p.out_dtype == p.in_dtype;
+}
+
 void gather_product(const GatherProduct& p, cudaStream_t stream) {
   if (p.n == 0 || p.outs == 0) return;
+  const bool quads = quads_take(p);
   const bool pairs = pairs_pay(p);
   dispatch_types(p.in_dtype, p.out_dtype, [&](auto tin, auto tout) {
     using T = typename decltype(tin)::type;
@@ -515,6 +538,9 @@ void gather_product(const GatherProduct& p, cudaStream_t stream) {
       constexpr int BS = decltype(bs)::value;
       constexpr bool kTrans = decltype(trans)::value;
       constexpr int kWGs = decltype(wgs)::value, kMTiles = decltype(mtiles)::value;
+      if constexpr (BS == 32 && !kTrans && kWGs == 2 && kMTiles == 2 && std::is_same_v<T, TO>) {
+        if (quads) return launch<T, TO, BS, kTrans, kWGs, kMTiles, false, 4>(p, stream);
+      }
       if constexpr (BS >= 32 && kWGs == 2 && kMTiles == 2 && std::is_same_v<T, TO>) {
         if (pairs) {
           if (p.gate) return launch<T, TO, BS, kTrans, kWGs, kMTiles, true, 2>(p, stream);

@@ -197,6 +197,7 @@ uint64_t bsmm_launches(BsmmKernel kernel) {
   if (kernel == BsmmKernel::sm80_conv) return sm80::conv_launch_count();
 #ifdef TESSERA_HAVE_SM90A
   if (kernel == BsmmKernel::sm90_pairs) return sm90::pair_launch_count();
+  if (kernel == BsmmKernel::sm90_quads) return sm90::quad_launch_count();
   if (kernel == BsmmKernel::sm90_conv) return sm90::conv_launch_count();
   if (kernel == BsmmKernel::sm90_halo) return sm90::halo_launch_count();
   if (kernel == BsmmKernel::sm90_halo_tall) return sm90::halo_tall_launch_count();

@@ -73,6 +73,12 @@ struct GatherProduct {
   const void* bias = nullptr;
   bool bias_f32 = false;  ///< bias is f32 while out_dtype is bf16/f16 (autocast's low output)
   int32_t pair_stride = 1;  ///< PairLists::stride of pair_work (a gate layout's forward: q)
+  /// nn::LSTM's gate layouts, fwd at bs 32: column quads, the four gates' columns c, c + q, c + 2q,
+  /// c + 3q of a gate-0 column (one list) in one work item of the sm_90a kernel (layout_tables.h's
+  /// gate_fwd_quads); quads = q, 0: none (the lab's TESSERA_BSMM_QUADS=1 asks for them)
+  const int32_t* quad_work = nullptr;
+  const int32_t* quad_entries = nullptr;
+  int32_t quads = 0;
 };
 
 /// dw [nnz, bs, bs] (+)= gate·P per stored block, P[k] = X[:, r-block]ᵀ·dY[:, c-block] (gate 1
@@ -117,7 +123,8 @@ bool gradient_wants_transposed(const BlockGradient& g, int device);
 /// the sm_90a dW kernel of gate layouts; all also counted as sm90; sm80_conv: the sm_80 kernels in
 /// convolution mode, also counted as sm80).
 enum class BsmmKernel {
-  sm80, sm90, sm90_pairs, sm90_conv, sm90_halo, sm90_halo_tall, sm90_halo_entry, sm90_gate_runs, sm80_conv
+  sm80, sm90, sm90_pairs, sm90_quads, sm90_conv, sm90_halo, sm90_halo_tall, sm90_halo_entry, sm90_gate_runs,
+  sm80_conv
 };
 
 /// Runs p / g on the kernel the rule above picks; false (nothing launched) when no tensor-core

@@ -16,6 +16,7 @@
 #include "core/cuda/check.cuh"
 #include "core/tensor.h"
 #include "kernels/common/gate_pair_runs.h"
+#include "kernels/common/gate_quad_lists.h"
 
 namespace tessera {
 namespace cuda {
@@ -73,6 +74,7 @@ struct Found {
 using Key = std::tuple<const void*, int, int, const void*>;
 constexpr int kGateVariant = -1;      // gate_dw_runs's tables
 constexpr int kGatePairVariant = -2;  // gate_pair_dw_runs's
+constexpr int kGateQuadVariant = -3;  // gate_fwd_quads's
 
 std::mutex g_mutex;
 // Never destroyed: layouts held in static objects may run kernels until the process ends.
@@ -326,6 +328,26 @@ GateRuns gate_dw_runs(const LayoutPtr& layout, int device) {
       [&] { return l.str() + " (gate runs)"; }, kGateVariant);
   return {found.base, static_cast<int32_t>(found.host[kDwRuns]), found.base + found.host[kGateColPtrAt],
           static_cast<int32_t>(found.host[kGateQ])};
+}
+
+GateQuadTables gate_fwd_quads(const LayoutPtr& layout, int device) {
+  const Found found = lookup(
+      layout, device,
+      [&] {
+        Packed packed;
+        const int32_t q = gate_quarter(*layout);
+        if (q > 0) {
+          GateQuadLists t = gate_quad_lists(*layout, q);
+          packed.device = std::move(t.work);
+          packed.host[kGateQ] = q;
+          packed.host[kGateColPtrAt] = static_cast<int64_t>(packed.device.size());  // the entries follow the work
+          append(packed.device, t.entries);
+        }
+        if (packed.device.empty()) packed.device.push_back(0);  // no zero-size upload
+        return packed;
+      },
+      [&] { return layout->str() + " (gate quads)"; }, kGateQuadVariant);
+  return {found.base, found.base + found.host[kGateColPtrAt], static_cast<int32_t>(found.host[kGateQ])};
 }
 
 GatePairTables gate_pair_dw_runs(const LayoutPtr& a, const LayoutPtr& b, int device) {

@@ -123,6 +123,16 @@ struct GateRuns {
 };
 GateRuns gate_dw_runs(const LayoutPtr& layout, int device);
 
+/// bsmm's column quads of a gate layout (gate_quad_lists.h): work [quads, 3] (gate-0 column c,
+/// first entry, end entry), longest first, entries [E, 5] (input block row, the four gates' blocks);
+/// quads = q for a gate layout, 0 for any other. Cached per (layout, device).
+struct GateQuadTables {
+  const int32_t* work;
+  const int32_t* entries;
+  int32_t quads;
+};
+GateQuadTables gate_fwd_quads(const LayoutPtr& layout, int device);
+
 /// The runs and entries of bsmm_dw_pair's gate-run kernel for layouts a and b (gate_pair_runs.h,
 /// runs of at most 8), where both are gate layouts of the same q and block size and the pair takes
 /// fewer runs than two launches would (pair_run_counts); runs 0 otherwise.
