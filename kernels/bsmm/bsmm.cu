@@ -14,8 +14,6 @@
 // block k of the column, W[k] [bs, bs] and the tile's x block [kRows, bs] are staged in shared
 // memory (as acc_t), then each thread adds its dot product. A column without stored blocks gives
 // zeros. The CPU kernel in bsmm.cpp is the reference. Scalar kernel:
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "core/cuda/check.cuh"
@@ -26,6 +24,7 @@
 #include "kernels/common/cuda/dtype.cuh"
 #include "kernels/common/cuda/elementwise.cuh"
 #include "kernels/common/cuda/layout_tables.h"
+#include "kernels/common/env_switch.h"
 
 namespace tessera {
 
@@ -36,13 +35,7 @@ namespace {
 // kQuadsByDefault, off until the quads pass their GPU tests (written 2026-12-07, not yet run on a
 // GPU). Read only where the layout is asked for bs 32 (a bad value is a ValueError there).
 constexpr bool kQuadsByDefault = false;
-bool quads_switch_on() {
-  const char* e = std::getenv("TESSERA_BSMM_QUADS");
-  if (!e) return kQuadsByDefault;
-  TS_CHECK(std::strcmp(e, "0") == 0 || std::strcmp(e, "1") == 0, ValueError,
-           "TESSERA_BSMM_QUADS must be 0 or 1, not '" << e << "'");
-  return e[0] == '1';
-}
+bool quads_switch_on() { return env_switch("TESSERA_BSMM_QUADS", "0", "1", kQuadsByDefault); }
 
 template <class T, class TO, class TB, int BS>
 __global__ void bsmm_forward(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ gate,

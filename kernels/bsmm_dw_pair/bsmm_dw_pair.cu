@@ -1,7 +1,5 @@
 // bsmm_dw_pair on the GPU: both layouts' blocks in one launch of the gate-run dW kernel where it
 // takes them (bsmm_dw_pair_fused), else bsmm_dw's CUDA kernels on each layout.
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 
 #include "core/cuda/check.cuh"
@@ -11,6 +9,7 @@
 #include "kernels/common/cuda/bsmm_dense.h"
 #include "kernels/common/cuda/bsmm_tc.h"
 #include "kernels/common/cuda/layout_tables.h"
+#include "kernels/common/env_switch.h"
 
 namespace tessera {
 
@@ -48,25 +47,13 @@ PairCall pair_call(const void* x_a, const void* x_b, const void* dy, void* dw_a,
 // 9.70 / 9.74 (two rounds; docs/bsmm_kernels.md). Layouts whose pair saves no runs take two
 // launches (gate_pair_dw_runs), as at H 8192 1/16 the memory rule does.
 constexpr bool kPairByDefault = true;
-bool pair_switch_on() {
-  const char* e = std::getenv("TESSERA_BSMM_DW_PAIR");
-  if (!e) return kPairByDefault;
-  TS_CHECK(std::strcmp(e, "0") == 0 || std::strcmp(e, "1") == 0, ValueError,
-           "TESSERA_BSMM_DW_PAIR must be 0 or 1, not '" << e << "'");
-  return e[0] == '1';
-}
+bool pair_switch_on() { return env_switch("TESSERA_BSMM_DW_PAIR", "0", "1", kPairByDefault); }
 
 // TESSERA_BSMM_DW_PAIR_SUMS: 1 the column sums in the pair's kernel where it can write them (each
 // column's first run), 0 col_sum's kernel after it; unset: kSumsByDefault, off until the kernel's
 // sums pass their GPU tests (written 2026-12-07, not yet run on a GPU).
 constexpr bool kSumsByDefault = false;
-bool sums_switch_on() {
-  const char* e = std::getenv("TESSERA_BSMM_DW_PAIR_SUMS");
-  if (!e) return kSumsByDefault;
-  TS_CHECK(std::strcmp(e, "0") == 0 || std::strcmp(e, "1") == 0, ValueError,
-           "TESSERA_BSMM_DW_PAIR_SUMS must be 0 or 1, not '" << e << "'");
-  return e[0] == '1';
-}
+bool sums_switch_on() { return env_switch("TESSERA_BSMM_DW_PAIR_SUMS", "0", "1", kSumsByDefault); }
 
 /// Whether the pair may run as one launch: the switch on, neither layout on bsmm_dw's dense route
 /// (high densities), where bsmm_dw would not take the gate-run kernel either.

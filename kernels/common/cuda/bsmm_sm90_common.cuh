@@ -15,6 +15,7 @@
 #include "core/cuda/check.cuh"
 #include "core/error.h"
 #include "kernels/common/cuda/bsmm_store.cuh"
+#include "kernels/common/env_switch.h"  // env_switch: the kernels' lab switches
 #include "kernels/common/cuda/bsmm_tc.h"
 #include "kernels/common/cuda/dtype.cuh"
 #include "kernels/common/cuda/layout_tables.h"
@@ -161,15 +162,6 @@ __device__ __forceinline__ DwSync dw_sync(uint8_t* smem, int stage_bytes) {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-/// A lab switch of the sm_90a kernels: the environment variable `name` is `off` or `on` (unset:
-/// `fallback`); anything else is a ValueError that names it.
-inline bool env_switch(const char* name, const char* off, const char* on, bool fallback) {
-  const char* e = std::getenv(name);
-  if (!e) return fallback;
-  TS_CHECK(std::strcmp(e, off) == 0 || std::strcmp(e, on) == 0, ValueError,
-           name << " must be " << off << " or " << on << ", not '" << e << "'");
-  return std::strcmp(e, on) == 0;
-}
 bool half_dtype(DType dt) { return dt == DType::bf16 || dt == DType::f16; }
 
 template <class F>

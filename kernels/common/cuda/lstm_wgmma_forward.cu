@@ -186,13 +186,7 @@ SparseStreamed sparse_streamed_choice() {
   return {std::stoi(v.substr(2)), true};
 }
 
-bool sparse_gate_boxes_wanted() {
-  const char* e = std::getenv("TESSERA_LSTM_SPARSE_GATE_BOXES");
-  const std::string choice = e ? e : "1";
-  TS_CHECK(choice == "0" || choice == "1", ValueError,
-           "TESSERA_LSTM_SPARSE_GATE_BOXES must be 0 or 1, not '" << choice << "'");
-  return choice == "1";
-}
+bool sparse_gate_boxes_wanted() { return env_switch("TESSERA_LSTM_SPARSE_GATE_BOXES", "0", "1", true); }
 
 
 std::atomic<uint64_t> g_sparse_paired_launches{0};
