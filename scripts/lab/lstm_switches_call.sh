@@ -5,15 +5,19 @@
 #     gate-0 column's first run adds up its four gates' dY columns) instead of col_sum after it;
 #   - TESSERA_BSMM_QUADS=1: x·W_x's four gates of a column in one work item of the forward kernel
 #     (column quads) instead of pairs;
-#   - TESSERA_BSMM_DW_PACE=N below 8 (ticks of N steps; 8 is the default).
+#   - TESSERA_BSMM_DW_PACE=N below 8 (ticks of N steps; 8 is the default);
+# and one question pacing raises: at sparse H 8192 1/16 the gate dW cuts n into 16 chunks (a 1 GB
+# f32 workspace and its sum, 0.38 ms) so that X's strips stay in L2; paced, the waves may keep them
+# there with 1 chunk, and then the pair (kept apart there by the chunks' memory) may run too.
 # First the GPU tests with both switches on (the quads' and the pair's tests set theirs
 # themselves; the LSTM tests take the environment); then lstm_step --profile (graph step and the
 # rows each form changes) with each switch 0 and 1, two rounds interleaved, on the random sparse
-# H 4096 at 1/16 and H 8192 at 1/64; then pacing N = 8, 4, 2, 1 on those and H 8192 at 1/16.
-# From the bundle (BUNDLE=, default build-gpu/lab2.tar.xz). About 5 minutes; LIMIT=s stops
+# H 4096 at 1/16 and H 8192 at 1/64; then H 8192 at 1/16 with 16 chunks (the default), 1 chunk
+# (the pair then runs) and 1 chunk without the pair, twice; then pacing N = 8, 4, 2, 1 on the three
+# layers. From the bundle (BUNDLE=, default build-gpu/lab2.tar.xz). About 6 minutes; LIMIT=s stops
 # starting runs after s seconds.
 set -uo pipefail
-O=$OUT; t0=$(date +%s); LIMIT=${LIMIT:-270}
+O=$OUT; t0=$(date +%s); LIMIT=${LIMIT:-330}
 ms() { grep -E "$1" $O/c.log | head -1 | grep -oE 'bs32( [a-z]+)? +[0-9.]+' | awk '{print $NF}'; }
 rm -rf dist; tar xJf "${BUNDLE:-build-gpu/lab2.tar.xz}"; cat dist/BUILD
 TESSERA_BSMM_DW_PAIR_SUMS=1 TESSERA_BSMM_QUADS=1 timeout 150 dist/run gpu_tests \
@@ -34,6 +38,16 @@ for r in 1 2; do
       profile TESSERA_BSMM_QUADS=$v
       echo "$layer quads $v: graph $(ms '^tessera sparse graph') bsmm $(ms 'profile.*: bsmm ')"
     done
+  done
+done
+layer=8192:0.0625:32
+for r in 1 2; do
+  for cfg in default:1 1:1 1:0; do
+    [ $(( $(date +%s) - t0 )) -lt $LIMIT ] || break 2
+    if [ ${cfg%:*} = default ]; then profile TESSERA_BSMM_DW_PAIR=${cfg#*:}
+    else profile TESSERA_BSMM_DW_CHUNKS=${cfg%:*} TESSERA_BSMM_DW_PAIR=${cfg#*:}; fi
+    echo "$layer chunks ${cfg%:*} pair ${cfg#*:}: graph $(ms '^tessera sparse graph') dw $(ms 'profile.*: bsmm_dw ')" \
+      "pair $(ms 'profile.*bsmm_dw_pair')"
   done
 done
 for pace in 8 4 2 1; do
