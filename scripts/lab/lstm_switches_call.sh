@@ -14,8 +14,9 @@
 # rows each form changes) with each switch 0 and 1, two rounds interleaved, on the random sparse
 # H 4096 at 1/16 and H 8192 at 1/64; then H 8192 at 1/16 with 16 chunks (the default), 1 chunk
 # (the pair then runs) and 1 chunk without the pair, twice; then pacing N = 8, 4, 2, 1 on the three
-# layers. From the bundle (BUNDLE=, default build-gpu/lab2.tar.xz). About 6 minutes; LIMIT=s stops
-# starting runs after s seconds.
+# layers; last the table (lstm_defaults_call.sh's lstm_step command) with both switches on.
+# From the bundle (BUNDLE=, default build-gpu/lab2.tar.xz). About 7 minutes; LIMIT=s stops starting
+# runs after s seconds (the table after LIMIT + 60).
 set -uo pipefail
 O=$OUT; t0=$(date +%s); LIMIT=${LIMIT:-330}
 ms() { grep -E "$1" $O/c.log | head -1 | grep -oE 'bs32( [a-z]+)? +[0-9.]+' | awk '{print $NF}'; }
@@ -58,4 +59,12 @@ for pace in 8 4 2 1; do
       "pair $(ms 'profile.*bsmm_dw_pair')"
   done
 done
+# the table with both switches on (what flipping their defaults would give), cuDNN in the same run
+if [ $(( $(date +%s) - t0 )) -lt $(( LIMIT + 60 )) ]; then
+  sparse=2048:0.25:32,4096:0.0625:32,4096:0.0625:32:balanced,4096:0.25:32,8192:0.015625:32,8192:0.0625:32
+  TESSERA_BSMM_DW_PAIR_SUMS=1 TESSERA_BSMM_QUADS=1 timeout 200 dist/run lstm_step --hidden 1024,2048 --dtypes bf16 \
+    --repeats 3 --warmup 1 --sparse $sparse --json $O/lstm_step_switches.json >$O/lstm_step.log 2>&1
+  echo "table (both on) rc $?"
+  grep -E "graph" $O/lstm_step.log | grep -v " vs \|step-wise\|floor" | cut -c1-110
+fi
 rm -f $O/c.log
