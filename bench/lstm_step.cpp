@@ -644,6 +644,11 @@ int main(int argc, char** argv) {
       report.note("TESSERA_LSTM_RESIDENT_STAGES", std::string(res) + " (W_h streamed past that many resident stages)");
     if (const char* balance = std::getenv("TESSERA_LSTM_BALANCE"))
       report.note("TESSERA_LSTM_BALANCE", std::string(balance) + " (1: layouts that fit split where that balances the blocks)");
+    // the block-sparse kernels' lab switches that this run sets (docs/bsmm_kernels.md), so that its
+    // table says which forms it timed
+    for (const char* name : {"TESSERA_BSMM_DW_PAIR", "TESSERA_BSMM_DW_PAIR_SUMS", "TESSERA_BSMM_DW_PACE",
+                             "TESSERA_BSMM_DW_CHUNKS", "TESSERA_BSMM_QUADS", "TESSERA_BSMM_PAIRS"})
+      if (const char* v = std::getenv(name)) report.note(name, std::string(v) + " (set in the environment)");
     Timer timer(dev);
     bool ok = true;
     std::map<std::pair<int64_t, DType>, double> cudnn_graph_ms;
