@@ -192,7 +192,7 @@ std::vector<Tensor> op::LstmRecurrence::backward(const BackwardContext& ctx, con
   // on the GPU the bias gradient comes with the pair (dpre read once for all three: bsmm_dw_pair's
   // column sums, in its kernel where TESSERA_BSMM_DW_PAIR_SUMS allows, else col_sum's after it); on
   // the CPU from sum as before (its bits unchanged)
-  const bool db_from_pair = biased && ctx.needs_input_grad(4) && dpre.device().is_cuda();
+  const bool db_from_pair = pair && biased && ctx.needs_input_grad(4) && dpre.device().is_cuda();
   Tensor dwh, dwx, db;
   if (ctx.needs_input_grad(3)) {
     // dW_h = Σ_t h_{t−1}ᵀ·dpre_t = [y_0 … y_{T−2}]ᵀ·dpre[B:] + h0ᵀ·dpre[:B] over all rows at once,

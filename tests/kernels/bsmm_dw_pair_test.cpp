@@ -136,6 +136,12 @@ TEST(GatePairRuns, EntriesAndRunsCountedByHand) {
   EXPECT_EQ(by4.apart, 3);
   EXPECT_EQ(by8.paired, 2);
   EXPECT_EQ(by8.apart, 3);
+  // the rule: at least 1/16 of the runs saved, and some runs at all
+  EXPECT_FALSE(pair_pays(by4));
+  EXPECT_TRUE(pair_pays(by8));
+  EXPECT_TRUE(pair_pays({15, 16}));
+  EXPECT_FALSE(pair_pays({31, 32}));
+  EXPECT_FALSE(pair_pays({0, 0}));
 }
 
 // The gate-run kernel's pair mode replayed on the CPU from the work list alone: per run, per

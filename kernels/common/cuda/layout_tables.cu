@@ -356,14 +356,10 @@ GatePairTables gate_pair_dw_runs(const LayoutPtr& a, const LayoutPtr& b, int dev
       [&] {
         Packed packed;
         const int32_t q = gate_quarter(*a);
-        // only where the pair saves at least 1/16 of two launches' runs (gate_pair_runs.h): measured
-        // on the H100 (2026-12-07), the balanced sparse H 4096 layer (8 + 8 entries every column, no
-        // run saved) stepped in 5.38 ms paired against 5.21 apart, the random H 4096 at 1/4 (~4%
-        // saved) 26.3 against 24.5 (paced: 24.6 against 24.4); H 4096 at 1/16 (~12%) gained
+        // only where the pair pays (gate_pair_runs.h: it saves at least 1/16 of the runs)
         const bool same_shape = q > 0 && gate_quarter(*b) == q && a->block_size() == b->block_size() &&
                                 a->out_features() == b->out_features();
-        const PairRunCounts n = same_shape ? pair_run_counts(*a, *b, q, 8) : PairRunCounts{};
-        if (same_shape && 16 * (n.apart - n.paired) >= n.apart && n.paired < n.apart) {
+        if (same_shape && pair_pays(pair_run_counts(*a, *b, q, 8))) {
           GatePairRuns t = gate_pair_runs(*a, *b, q, 8);
           packed.device = std::move(t.runs);
           packed.host[kDwRuns] = static_cast<int64_t>(packed.device.size() / 3);
