@@ -25,8 +25,10 @@
 // block row and column round(density·H/bs) blocks, seed 1001), eager and compiled (and compiled
 // step-wise, fuse(false)): their ratio is to the cuDNN graph time of the dense layer with the same
 // recurrent parameter count (H·√density) when this run measured it, else to their own eager time.
-// Each sparse row notes one step's traffic (W_h's bytes plus the h strips its blocks read,
-// nnz·bs·B, forward; the backward moves about twice that again) and that traffic's time at L2's
+// Each sparse row notes one step's traffic (W_h [H, 4H]'s bytes, four gates of the per-gate
+// layout's nnz blocks, plus the h strips [B, bs] they read, one an entry of the per-gate layout
+// since the four gates of an entry read the same strip: nnz·bs·(4·bs + B) elements, forward; the
+// backward moves about twice that again) and that traffic's time at L2's
 // 8.4 TB/s (bsmm_gpu's stream figure on the H200), a memory roofline of the recurrence (not
 // measured in this run).
 // Ratio = time / the cuDNN path's time in the same run (lower is faster). Gradients are dropped
@@ -578,12 +580,13 @@ void bench_sparse_case(BenchReport& report, Timer& timer, const Options& o, Devi
                        bench::profile_printing_shapes(*step, {{"x", x}}, label, shape, std::cout), ms[1]);
   }
   if (fused && step) bench_recurrence_ops(report, timer, o, dev, hidden, lstm.recurrent_weight_layout(), dt, shape, ms[1]);
-  const LayoutPtr& l = lstm.recurrent_layout();  // [H, 4H], the four gates
+  const LayoutPtr& l = lstm.recurrent_layout();  // [H, H], one gate's; W_h [H, 4H] tiles it four times
   if (l) {
     const double e = static_cast<double>(dtype_size(dt));
-    const double bytes = static_cast<double>(l->nnz()) * bs * (bs + b) * e;  // W_h blocks + the h strips they read
+    const double w_bytes = 4.0 * static_cast<double>(l->nnz()) * bs * bs * e;
+    const double bytes = w_bytes + static_cast<double>(l->nnz()) * bs * b * e;  // W_h + an h strip an entry
     report.note("traffic " + tag.substr(1) + " " + shape,
-                fmt(bytes / 1e6, 4) + " MB per step forward (W_h " + fmt(l->nnz() * bs * bs * e / 1e6, 4) +
+                fmt(bytes / 1e6, 4) + " MB per step forward (W_h " + fmt(w_bytes / 1e6, 4) +
                     " MB); x T and 3x for fwd+bwd at 8.4 TB/s: " + fmt(3.0 * t * bytes / 8.4e12 * 1e3, 4) + " ms");
   }
 }
@@ -647,7 +650,7 @@ int main(int argc, char** argv) {
     // the block-sparse kernels' lab switches that this run sets (docs/bsmm_kernels.md), so that its
     // table says which forms it timed
     for (const char* name : {"TESSERA_BSMM_DW_PAIR", "TESSERA_BSMM_DW_PAIR_SUMS", "TESSERA_BSMM_DW_PACE",
-                             "TESSERA_BSMM_DW_CHUNKS", "TESSERA_BSMM_QUADS", "TESSERA_BSMM_PAIRS"})
+                             "TESSERA_BSMM_QUADS", "TESSERA_BSMM_PAIRS"})
       if (const char* v = std::getenv(name)) report.note(name, std::string(v) + " (set in the environment)");
     Timer timer(dev);
     bool ok = true;

@@ -45,14 +45,17 @@ PairCall pair_call(const void* x_a, const void* x_b, const void* dy, void* dw_a,
 // unset: kPairByDefault. On since its GPU tests passed (H100, 2026-12-07): the graph step of the
 // random sparse H 4096 layer at 1/16 6.37 / 6.41 -> 6.16 / 6.21 ms, of H 8192 at 1/64 9.91 / 9.89 ->
 // 9.70 / 9.74 (two rounds; docs/bsmm_kernels.md). Layouts whose pair saves no runs take two
-// launches (gate_pair_dw_runs), as at H 8192 1/16 the memory rule does.
+// launches (gate_pair_dw_runs).
 constexpr bool kPairByDefault = true;
 bool pair_switch_on() { return env_switch("TESSERA_BSMM_DW_PAIR", "0", "1", kPairByDefault); }
 
 // TESSERA_BSMM_DW_PAIR_SUMS: 1 the column sums in the pair's kernel where it can write them (each
-// column's first run), 0 col_sum's kernel after it; unset: kSumsByDefault, off until the kernel's
-// sums pass their GPU tests (written 2026-12-07, not yet run on a GPU).
-constexpr bool kSumsByDefault = false;
+// column's first run), 0 col_sum's kernel after it; unset: kSumsByDefault. On since its GPU tests
+// passed (H100, 2026-12-07, lstm_chunks_call.sh, graph step, 1 chunk paced by 2, quads on): random
+// sparse H 4096 at 1/16 5.669 / 5.567 -> 5.460 / 5.440 ms, H 8192 at 1/64 9.202 / 9.129 -> 8.723 /
+// 8.777, H 8192 at 1/16 18.290 / 18.255 -> 18.150 / 17.927 (the pair's op, col_sum in it, 1.84 ->
+// 1.50 ms at H 8192 1/64).
+constexpr bool kSumsByDefault = true;
 bool sums_switch_on() { return env_switch("TESSERA_BSMM_DW_PAIR_SUMS", "0", "1", kSumsByDefault); }
 
 /// Whether the pair may run as one launch: the switch on, neither layout on bsmm_dw's dense route

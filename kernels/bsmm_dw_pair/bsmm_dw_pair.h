@@ -26,17 +26,15 @@ std::pair<Tensor, Tensor> bsmm_dw_pair(const Tensor& x_a, const Tensor& x_b, con
 
 /// The same and s [K] = Σ_t dY[t, :] over all n rows (f32, f64 for f64 dY): nn::LSTM's bias
 /// gradient from the same read of dpre. On the GPU the pair's kernel sums the columns where it
-/// can (each gate-0 column with a run, n in one chunk, TESSERA_BSMM_DW_PAIR_SUMS=1: off by default
-/// until it runs on a GPU), else col_sum's kernel; col_sum's on the CPU (summed in f64).
+/// can (each gate-0 column with a run; TESSERA_BSMM_DW_PAIR_SUMS=0, the lab's, never), else
+/// col_sum's kernel; col_sum's on the CPU (summed in f64).
 std::tuple<Tensor, Tensor, Tensor> bsmm_dw_pair_and_column_sums(const Tensor& x_a, const Tensor& x_b, const Tensor& dy,
                                                                 const LayoutPtr& layout_a, const LayoutPtr& layout_b,
                                                                 int64_t shift, bool f32_output = false);
 
 /// Whether bsmm_dw_pair runs as one kernel launch for these operands (CUDA builds with the sm_90a
 /// kernels, on an H100/H200: bf16/f16, both layouts nn::LSTM gate layouts of blocks of 32, the
-/// same q, neither on bsmm_dw's dense route, pairing saves at least 1/16 of two launches' runs,
-/// and where X passes four times L2 the pair's f32 chunk sums within dY's bytes as each layout's
-/// are (not sparse H 8192 at 1/16, unless the lab's TESSERA_BSMM_DW_CHUNKS sets the chunks); and
+/// same q, neither on bsmm_dw's dense route, pairing saves at least 1/16 of two launches' runs, and
 /// TESSERA_BSMM_DW_PAIR not 0): what nn::LSTM asks before it routes W_x's gradient through
 /// lstm_recurrence. False on the CPU.
 bool bsmm_dw_pair_fused(const TensorMeta& x_a, const TensorMeta& x_b, const TensorMeta& dy,

@@ -406,40 +406,15 @@ TEST(CudaBsmmTensorCores, GateLayoutWeightGradientMatchesTheCpu) {
               << what << " against the general kernel";
         }
       }
-  {  // n cut into chunks (TESSERA_BSMM_DW_CHUNKS, a lab switch; 1000 rows: 3 gives chunks of 6, 6 and 4
-     // stages): the same sums through the f32 workspace, the accumulate mode, the same bits twice; a
-     // bad value is one clear error
-    for (const char* chunks : {"3"}) {
-      const testing::ScopedEnv chunked("TESSERA_BSMM_DW_CHUNKS", chunks);
-      for (const LayoutPtr& l : gate_layouts) {
-        const std::string what = std::string("chunks ") + chunks + ", " + l->str();
-        const std::vector<Tensor> in{random({1000, l->in_features()}, 13800, DType::bf16),
-                                     random({1000, l->out_features()}, 13801, DType::bf16)};
-        const uint64_t before = gate_runs();
-        const Tensor got = run_on_gpu_host<op::BsmmDw>({l}, in)[0];
-        EXPECT_GT(gate_runs(), before) << what;
-        EXPECT_TRUE(close_to(cast(got, DType::f64), reference<op::BsmmDw>({l}, in), 1e-2)) << what;
-        EXPECT_TRUE(same_bits(got, run_on_gpu_host<op::BsmmDw>({l}, in)[0])) << what;
-        const std::vector<Tensor> acc_in{in[0], in[1], random({l->nnz(), 32, 32}, 13802, DType::f32)};
-        EXPECT_TRUE(close_to(run_on_gpu_host<op::BsmmDw>({l, true, true}, acc_in)[0],
-                             call<op::BsmmDw>({l, true, true}, acc_in)[0], 1e-3))
-            << what << ", f32 accumulate";
-      }
-    }
-    const std::vector<Tensor> in{random({1000, 384}, 13803, DType::bf16), random({1000, 512}, 13804, DType::bf16)};
-    const testing::ScopedEnv bad("TESSERA_BSMM_DW_CHUNKS", "0");
-    testing::expect_error<ValueError>([&] { run_on_gpu_host<op::BsmmDw>({gate_layouts[0]}, in); },
-                                      {"TESSERA_BSMM_DW_CHUNKS", "'0'"});
-  }
-  {  // pacing (TESSERA_BSMM_DW_PACE, 8 steps by default) holds blocks back, never changes a sum: off and
-     // at 64 steps the same bits as the default, over 4000 rows (63 stages, several ticks a run) and
+  {  // pacing (TESSERA_BSMM_DW_PACE, 2 steps by default) holds blocks back, never changes a sum: off,
+     // at 8 and at 64 steps the same bits as the default, over 4000 rows (63 stages, several ticks a run) and
      // every gate layout; a bad value is one clear error
     for (const LayoutPtr& l : gate_layouts) {
       const std::vector<Tensor> in{random({4000, l->in_features()}, 13710, DType::bf16),
                                    random({4000, l->out_features()}, 13711, DType::bf16)};
       const Tensor paced = run_on_gpu_host<op::BsmmDw>({l}, in)[0];
       EXPECT_TRUE(close_to(cast(paced, DType::f64), reference<op::BsmmDw>({l}, in), 1e-2)) << l->str();
-      for (const char* pace : {"0", "64"}) {
+      for (const char* pace : {"0", "8", "64"}) {
         const testing::ScopedEnv set("TESSERA_BSMM_DW_PACE", pace);
         EXPECT_TRUE(same_bits(paced, run_on_gpu_host<op::BsmmDw>({l}, in)[0])) << l->str() << ", pace " << pace;
       }
@@ -479,10 +454,9 @@ TEST(CudaBsmmTensorCores, GateLayoutWeightGradientMatchesTheCpu) {
 // layouts' blocks of a gate-0 column in one run, X_b's rows `shift` up (the first rows the copy's
 // zero fill). Against the CPU for bf16 and f16, layouts of different in_features and densities
 // (a column of 11 + 2 entries: two runs), shifts 0, 7 and 64, rows that end mid-stage; the same
-// bits twice; bf16 and f32 outputs; one launch where two bsmm_dw take two; n cut into chunks (3; 16,
-// a stage each), the workspace
-// of both layouts summed into two outputs; TESSERA_BSMM_DW_PAIR=0 and a layout that is no gate
-// layout take two bsmm_dw, with the same sums.
+// bits twice; bf16 and f32 outputs; one launch where two bsmm_dw take two; dY's column sums in the
+// kernel and by col_sum after it, and a column of neither layout (no run to sum it);
+// TESSERA_BSMM_DW_PAIR=0 and a layout that is no gate layout take two bsmm_dw, with the same sums.
 TEST(CudaBsmmTensorCores, GatePairWeightGradientsMatchTheCpu) {
   REQUIRE_GPU();
   if (!sm90_here()) GTEST_SKIP() << "the gate-run dW kernel needs an sm_90a build on a GPU of compute 9.0";
@@ -553,16 +527,6 @@ TEST(CudaBsmmTensorCores, GatePairWeightGradientsMatchTheCpu) {
     const Pair gap{pairs[0].a, nn::lstm_gate_layout(*BlockLayout::from_mask(4 * 32, 4 * 32, 32, mask_b))};
     const testing::ScopedEnv set("TESSERA_BSMM_DW_PAIR_SUMS", "1");
     check(gap, DType::bf16, 1000, 64, 1, "a column of neither layout, column sums", false, true);
-  }
-  for (const char* chunks : {"3", "16"}) {
-    const testing::ScopedEnv chunked("TESSERA_BSMM_DW_CHUNKS", chunks);
-    for (const Pair& p : pairs) {
-      check(p, DType::bf16, 1000, 64, 1, std::string("chunks ") + chunks + " " + p.a->str());
-      check(p, DType::bf16, 1000, 64, 1, std::string("chunks ") + chunks + " " + p.a->str() + ", f32 output", true);
-      const testing::ScopedEnv set("TESSERA_BSMM_DW_PAIR_SUMS", "1");  // chunks: col_sum's kernel after
-      check(p, DType::bf16, 1000, 64, 1, std::string("chunks ") + chunks + " " + p.a->str() + ", column sums", false,
-            true);
-    }
   }
   {
     const testing::ScopedEnv off("TESSERA_BSMM_DW_PAIR", "0");
@@ -802,12 +766,14 @@ TEST(CudaBsmmTensorCores, ColumnPairsGiveTheBitsOfSingleColumns) {
 // PairLists::stride q), whose list is the same, so the rule takes pairs at any density: against
 // the CPU and the bits of single columns, bs 32 and 64, bf16 and f16, gated or not, with a bias
 // (bf16, and f32 under autocast's form), on a layout with an empty column and an empty block row;
-// a gate layout at 1/16 takes pairs by the rule.
+// a gate layout at 1/16 takes pairs by the rule. Column quads (the default where they apply, the
+// next test) off.
 TEST(CudaBsmmTensorCores, GateLayoutForwardPairsTwinColumns) {
   REQUIRE_GPU();
 #ifdef TESSERA_WITH_CUDA
   if (!sm90_here()) GTEST_SKIP() << "column pairs are a kernel of sm_90a";
   PathGuard kernels({nullptr, "0"}, false);  // the block-sparse kernels, never the dense route
+  const testing::ScopedEnv no_quads("TESSERA_BSMM_QUADS", "0");
   uint64_t seed = 700;
   for (int64_t bs : {32, 64}) {
     std::vector<uint8_t> mask(6 * 5, 0);  // a gate's mask: column 2 and block row 4 empty
@@ -858,7 +824,7 @@ TEST(CudaBsmmTensorCores, GateLayoutForwardPairsTwinColumns) {
 #endif
 }
 
-// Column quads (TESSERA_BSMM_QUADS=1, the lab's): the four gates of a gate layout's column in one
+// Column quads (TESSERA_BSMM_QUADS, on by default): the four gates of a gate layout's column in one
 // work item of the sm_90a kernel, fwd at bs 32. The same bits as column pairs (each output element
 // summed over the same list in the same order), against the CPU, with a bias in the output's dtype
 // and in f32, on an empty gate-0 column, rows that end mid-tile (1000) and over several tiles; one
@@ -896,7 +862,7 @@ TEST(CudaBsmmTensorCores, GateLayoutForwardQuadsGiveThePairsBits) {
             paired = run_on_gpu_host<op::Bsmm>(attrs, in)[0];
           }
           {
-            const testing::ScopedEnv on("TESSERA_BSMM_QUADS", "1");
+            const testing::ScopedEnv on("TESSERA_BSMM_QUADS", nullptr);  // the default
             const uint64_t before = quad_launches();
             quads = run_on_gpu_host<op::Bsmm>(attrs, in)[0];
             EXPECT_EQ(quad_launches(), before + 1) << what;
@@ -907,7 +873,7 @@ TEST(CudaBsmmTensorCores, GateLayoutForwardQuadsGiveThePairsBits) {
               bias == 2 ? cast(call<op::Bsmm>(attrs, in)[0], DType::f64) : reference<op::Bsmm>(attrs, in);
           EXPECT_TRUE(close_to(cast(quads, DType::f64), want, 1e-2)) << what;
         }
-  const testing::ScopedEnv on("TESSERA_BSMM_QUADS", "1");
+  const testing::ScopedEnv on("TESSERA_BSMM_QUADS", nullptr);
   const LayoutPtr l = nn::lstm_gate_layout(*random_layout(256, 256, 32, 0.25, 48));
   const Tensor w = random({l->nnz(), 32, 32}, 11, DType::bf16), gate = random({l->nnz()}, 12, DType::bf16);
   const uint64_t before = quad_launches();

@@ -15,19 +15,22 @@
 //   (row i of acc: entry 2p + i / 32, row i % 32 of its blocks; column n: gate n / 32, column n % 32)
 //
 // Ungated, not transposed. Each element is summed by one thread in row order, so the same inputs give
-// the same bits. Where X is much larger than L2 (gate_chunks: 16 chunks at sparse H 8192) the
-// rows n are cut into chunks and the items go chunk-major (all runs of chunk 0, then chunk 1, ...),
-// so that the X strips of the chunk the grid is on, which ~8-16 runs read each, can stay in L2
-// (X [n, C] is 134 MB at H 4096, 268 MB at H 8192; L2 50 MB); each chunk's sums go to an f32
-// workspace [N, nnz, 32, 32] and sum_parts_kernel adds the chunks in order. (Two chunks, N split
-// as the general kernel's parts, measured slower at H 4096: X's halves are still larger than L2.)
+// the same bits. X [n, C] is much larger than L2 at the wide layers (134 MB at H 4096, 268 MB at
+// H 8192; L2 50 MB), and each X strip is read by the ~8-16 runs that list its block row: pacing
+// (below) keeps the grid's blocks within a few steps of each other, so those runs read a strip
+// while it is still in L2. (Cutting n into 16 chunks, items chunk-major, each chunk's sums into an
+// f32 workspace [16, nnz, 32, 32] added up after, was the default at sparse H 8192 until pacing by
+// 2 steps beat it on the H100, 2026-12-07, lstm_chunks_call.sh, graph step: H 8192 at 1/16 18.29 /
+// 18.26 ms with 1 chunk and the pair against 19.91 / 19.82 with 16 chunks paced by 8; deleted.)
 // Pair mode (kPair; bsmm_dw_pair): the entries of two gate layouts a and b of one dY, nn::LSTM's
 // input and recurrent masks whose gradients both read dpre [n, 4H], a gate-0 column's a-entries
 // then its b-entries in runs of 8 (gate_pair_runs.h): each entry's X strip from X_a, or from X_b
 // `shift` rows up (dY row t against X_b row t − shift, the rows before 0 the copy's zero fill),
 // its blocks into dW_a or dW_b. One launch reads dpre once where two read it twice (1 GB a read at
 // sparse H 8192), and a column's two short lists fill one run (at H 8192 1/64 each mask's runs hold
-// about 4 entries of 8). 166 registers (158 in pair mode), no spills, no serialized wgmma. The
+// about 4 entries of 8); each column's first run also sums its four gates' dY columns (nn::LSTM's
+// bias gradient) from the stages it reads. 166 registers (168 in pair mode), no spills, no
+// serialized wgmma. The
 // default for gate layouts (TESSERA_BSMM_DW_GATE_RUNS=0 runs the general kernel instead): on the
 // H100 the sparse H 4096 layer's two weight gradients took 1.65 ms against the general kernel's
 // 2.25 (docs/bsmm_kernels.md).
@@ -60,7 +63,7 @@ constexpr int kGSmemBytes =
 
 std::atomic<uint64_t> g_gate_launches{0};
 
-// Pacing (TESSERA_BSMM_DW_PACE=N steps, 8 by default, 0 off): each thread block's producer adds a
+// Pacing (TESSERA_BSMM_DW_PACE=N steps, 2 by default, 0 off): each thread block's producer adds a
 // tick to a grid-wide count every min(N, kPaceSteps) steps it issues, and before issuing more waits, at most
 // kPaceSpin cycles, while the grid's average is more than N steps behind it. The runs that read an
 // X strip are ~8 of ~320 at random sparse H 4096 (bsmm_dw_pair), spread over three waves: unpaced,
@@ -73,8 +76,12 @@ std::atomic<uint64_t> g_gate_launches{0};
 // gradients): random sparse H 4096 at 1/16 (the pair) 1.32 / 1.35 ms unpaced, 1.04 at N = 8, 1.18 /
 // 1.12 at 16, 1.28 at 32, 1.31 / 1.25 at 64; sparse H 8192 at 1/16 (16 chunks) 5.83 / 5.73, 4.81,
 // 5.08 / 5.09, 5.31, 5.68 / 5.55; the balanced H 4096 layer 0.73 / 0.71 unpaced, 0.62 / 0.63 at 16.
-// N below 8 (ticks of N steps, one tick ahead) is the lab's, not yet measured.
-constexpr int kPaceSteps = 8;
+// With ticks of N < 8 steps (one tick ahead), H100, 2026-12-07 (lstm_chunks_call.sh, graph step, quads
+// and column sums on, two rounds): random H 4096 at 1/16 5.46 / 5.44 ms at N = 2, 5.46 / 5.45 at 4;
+// H 8192 at 1/64 8.72 / 8.78 at 2, 8.92 / 8.88 at 4; H 8192 at 1/16 18.15 / 17.93 at 2, 18.51 / 18.65
+// at 4 (N = 8 with 16 chunks, the default before: 5.62 / 5.69, 9.65 / 9.69, 19.91 / 19.82).
+constexpr int kPaceSteps = 8;  // the longest tick
+constexpr int kPaceDefault = 2;
 constexpr int kPaceCredit = 1 << 20;
 constexpr long long kPaceSpin = 200000;  // about 110 µs at 1.8 GHz
 
@@ -88,8 +95,7 @@ __device__ __forceinline__ uint64_t mn_major64(const uint8_t* p, uint32_t atom_s
 
 /// A pair's second layout in the kernel (bsmm_dw_pair; kPair): the entries of gate_pair_runs.h,
 /// X_b's map (dY row t reads X_b row t − shift: the rows before 0 are the copy's zero fill), and
-/// where blocks k ≥ split go: dw_b's block k − split (split = nnz_a where the sums go to dW_a and
-/// dW_b, past every block where they go to one workspace of both); column_sums, not null: each
+/// where blocks k ≥ split go: dw_b's block k − split (split = nnz_a); column_sums, not null: each
 /// column's first run (kRunOpensColumn) writes Σ_t dY[t, :] of its four gates' 32 columns there.
 struct PairArgs {
   const int32_t* entries;
@@ -104,7 +110,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     gate_gradient_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_dy,
                          const __grid_constant__ CUtensorMap map_b, BlockGradient p,
                          const int32_t* __restrict__ col_ptr, int q, PairArgs pair, bool dy_evict_first, int items,
-                         int chunk_steps, int64_t chunk_elems, int pace_ticks, int pace_steps) {
+                         int pace_ticks, int pace_steps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = align1024(smem_raw);
@@ -115,8 +121,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto strip = [&](int s, int i) { return smem + s * kGStageBytes + i * kGStrip; };  // 0-3: dY, 4 + e: X
 
   const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
-  // an item's chunk w.z: steps [w.z·chunk_steps, min(steps, (w.z + 1)·chunk_steps)), its sums at
-  // dw + w.z·chunk_elems (one chunk: all steps, into dw itself)
   const int steps = static_cast<int>((p.n + kGKT - 1) / kGKT);
 
   if (wg == 0) {
@@ -154,8 +158,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int count = w.y, row = code & (kPairFromB - 1), up = from_b ? pair.shift : 0;
       const int column = w.w & (kRunOpensColumn - 1);
       const CUtensorMap* map_entry = from_b ? &map_b : &map_x;
-      const int s0 = w.z * chunk_steps, s1 = min(steps, s0 + chunk_steps);
-      for (int step = s0; step < s1; ++step, ++it) {
+      for (int step = 0; step < steps; ++step, ++it) {
         const int s = it % kGStages;
         if (pace_ticks > 0 && lane == 0 && it % pace_steps == 0 && it > 0) {
           // tick; then wait (bounded) while the grid's average is more than pace_ticks behind
@@ -194,8 +197,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const bool sums = kPair && pair.column_sums != nullptr && (w.w & kRunOpensColumn);
     const int u = threadIdx.x - 128, sum_gate = u / 64, sum_group = (u / 16) % 4, sum_col = 2 * (u % 16);
     float2 col_part = make_float2(0.f, 0.f);
-    const int s0 = w.z * chunk_steps, s1 = min(steps, s0 + chunk_steps);
-    TO* dw = static_cast<TO*>(p.dw) + w.z * chunk_elems;
+    TO* dw = static_cast<TO*>(p.dw);
     // Both products run even where the run has fewer entries (on stale shared memory, whose rows
     // are never stored): a wgmma under a branch makes ptxas serialize every wgmma of the kernel.
     float acc[2][4 * kGBs / 2];
@@ -203,7 +205,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int j = 0; j < 2; ++j)
 #pragma unroll
       for (int i = 0; i < 4 * kGBs / 2; ++i) acc[j][i] = 0.f;
-    for (int step = s0; step < s1; ++step, ++it) {
+    for (int step = 0; step < steps; ++step, ++it) {
       const int s = it % kGStages;
       mbar_wait(&full[s], (it / kGStages) & 1);
       wgmma_fence();
@@ -213,7 +215,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           const uint64_t da = mn_major64(strip(s, 4 + 2 * (2 * c + j)) + kk * 16 * kGRowBytes, kGStrip);
-          Wgmma<T, 4 * kGBs>::template run<1, 1>(acc[j], da, db, step > s0 || kk > 0);
+          Wgmma<T, 4 * kGBs>::template run<1, 1>(acc[j], da, db, step > 0 || kk > 0);
         }
       }
       wgmma_commit();
@@ -232,13 +234,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int j = 0; j < 2; ++j) fence_operands(acc[j]);
       // The whole warp's reads of the previous stage come before lane 0 releases it.
       __syncwarp();
-      if (step > s0 && lane == 0) mbar_arrive(&empty[(it - 1) % kGStages]);
+      if (step > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % kGStages]);
     }
     wgmma_wait<0>();
 #pragma unroll
     for (int j = 0; j < 2; ++j) fence_operands(acc[j]);
     __syncwarp();
-    if (s1 > s0 && lane == 0) mbar_arrive(&empty[(it - 1) % kGStages]);
+    if (steps > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % kGStages]);
     if (sums) {  // the same for all 256 consumers
       col_scratch[u] = col_part;
       named_barrier(1, kGSumThreads);
@@ -287,47 +289,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// The chunks the rows n are cut into: 16 where X [n, C] is at least four times the L2 cache and
-// the chunks' f32 sums [16, nnz, 32, 32] take no more memory than dY [n, K], else 1. Measured on
-// the H100 (one call, 2026-12-07; the layer's three dW, graph step): sparse H 8192 at 1/16 (X 268
-// MB, L2 50 MB) 6.46 ms with 1 chunk, 6.81 with 4, 5.88 with 8, 5.55 with 16 (step 22.85 ->
-// 21.49 ms); sparse H 4096 at 1/16 (X 134 MB) 1.51 with 1, 1.63 with 16, 1.98 with 32.
-// A pair's X bytes are its wider X's, its sums both layouts' blocks.
-// TESSERA_BSMM_DW_CHUNKS=N (the lab's switch) forces 1 to 64, at most one a stage of rows;
-// anything else a ValueError. (Cutting n into 2-4 chunks where the L2 rule gives 1, so that the
-// random sparse H 4096 layer's 173 and 184 runs would fill their second wave on 132 SMs, measured
-// slower on the H100, 2026-12-07: its three dW 1.54-1.57 ms with 1 chunk, 1.66-1.79 with 2, 3 or
-// 4: the items' time follows the strips they copy, not their count; deleted.)
-constexpr int kWideChunks = 16;
-
-/// Whether the wide rule below cuts n for X of x_bytes, and whether the f32 sums of `chunks` chunks
-/// of nnz blocks fit in dY's bytes.
-bool wide_x(int64_t x_bytes, int device) {
-  int l2 = 0;
-  TS_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
-  return l2 > 0 && x_bytes >= 4 * int64_t{l2};
-}
-bool sums_fit(int chunks, int64_t nnz, int64_t dy_bytes) {
-  return int64_t{chunks} * nnz * kGBs * kGBs * 4 <= dy_bytes;
-}
-
-/// What the chunk rule reads: the widest X's bytes (x_bytes), dY's, and the blocks summed (both
-/// layouts' for a pair).
-int gate_chunks(int64_t x_bytes, int64_t dy_bytes, int64_t nnz, int steps, int device) {
-  if (const char* e = std::getenv("TESSERA_BSMM_DW_CHUNKS")) {
-    char* end = nullptr;
-    const long v = std::strtol(e, &end, 10);
-    TS_CHECK(end != e && *end == '\0' && v >= 1 && v <= 64, ValueError,
-             "TESSERA_BSMM_DW_CHUNKS must be a whole number from 1 to 64, not '" << e << "'");
-    return std::max(1, std::min(static_cast<int>(v), steps));
-  }
-  return wide_x(x_bytes, device) && sums_fit(kWideChunks, nnz, dy_bytes) ? std::min(kWideChunks, steps) : 1;
-}
-
 /// One launch of the kernel over g's gate layout (pair null: `col_ptr`) or over a pair (g the
 /// first layout: x = X_a, dw = dW_a, nnz its blocks; pair the second, `entries` of
-/// gate_pair_runs.h), q block columns a gate, with `runs` runs at `run`; with chunks, then the
-/// chunks' sums into the output(s).
+/// gate_pair_runs.h), q block columns a gate, with `runs` runs at `run`. Returns whether the pair's
+/// column sums were written (every column has a run to write them).
 template <class T, class TO>
 bool launch_gates(const BlockGradient& g, const int32_t* run, int runs, const int32_t* col_ptr, int q,
                   const GatePairOperand* pair, const int32_t* entries, bool every_column, int device,
@@ -337,8 +302,9 @@ bool launch_gates(const BlockGradient& g, const int32_t* run, int runs, const in
   const CUtensorMap map_b = pair ? tensor_map(pair->x, g.in_dtype, pair->rows, pair->C, kGKT, kGBs) : map_x;
   // TESSERA_BSMM_DW_EVICT_FIRST=0 (a lab switch) copies dY with the default L2 policy; 1 (the default) evict-first
   const bool evict_first = env_switch("TESSERA_BSMM_DW_EVICT_FIRST", "0", "1", true);
-  // TESSERA_BSMM_DW_PACE=N: at most N steps ahead (ticks of min(N, 8) steps, N rounded down to them); 0 off
-  int pace_ticks = 1, pace_steps = kPaceSteps;
+  // TESSERA_BSMM_DW_PACE=N: at most N steps ahead (ticks of min(N, 8) steps, N rounded down to them;
+  // kPaceDefault by default); 0 off
+  int pace_ticks = 1, pace_steps = kPaceDefault;
   if (const char* e = std::getenv("TESSERA_BSMM_DW_PACE")) {
     char* end = nullptr;
     const long v = std::strtol(e, &end, 10);
@@ -347,64 +313,27 @@ bool launch_gates(const BlockGradient& g, const int32_t* run, int runs, const in
     pace_steps = std::max(1, std::min(kPaceSteps, static_cast<int>(v)));
     pace_ticks = v == 0 ? 0 : static_cast<int>(v) / pace_steps;
   }
-  const int steps = static_cast<int>((g.n + kGKT - 1) / kGKT);
-  // either kernel's grid: the same shared memory
-  const int resident = persistent_grid<&gate_gradient_kernel<T, float, false>>(kGSmemBytes);
-  const int64_t nnz = g.nnz + (pair ? pair->nnz : 0);
-  const int64_t x_bytes = g.n * std::max(g.C, pair ? pair->C : 0) * 2;  // bf16 / f16 operands
-  const int wanted = gate_chunks(x_bytes, g.n * g.K * 2, nnz, steps, device);
-  const int chunk_steps = (steps + wanted - 1) / wanted;
-  const int chunks = (steps + chunk_steps - 1) / chunk_steps;  // every chunk has rows
-  const int64_t elems = nnz * kGBs * kGBs;
-  TS_CHECK(static_cast<int64_t>(runs) * chunks < INT32_MAX, ShapeError, "bsmm_dw (gate runs): too many work items");
-  const int items = runs * chunks;
+  const int resident = persistent_grid<&gate_gradient_kernel<T, TO, false>>(kGSmemBytes);
   BlockGradient p = g;
   p.col_runs = runs;
   p.col_run = run;
-  // the column sums where every column has a run to write them and n is one chunk
-  float* const column_sums = pair && every_column && chunks == 1 ? pair->column_sums : nullptr;
-  PairArgs args{entries, pair ? static_cast<int>(pair->shift) : 0, g.nnz, pair ? pair->dw : nullptr, column_sums};
-  const int grid = std::min(items, resident);
+  // the column sums where every column has a run to write them
+  float* const column_sums = pair && every_column ? pair->column_sums : nullptr;
+  const PairArgs args{entries, pair ? static_cast<int>(pair->shift) : 0, g.nnz, pair ? pair->dw : nullptr,
+                      column_sums};
+  const int grid = std::min(runs, resident);
   // (persistent_grid<K> before each launch of K: it sets that instantiation's shared-memory size)
   auto launch = [&](auto kernel) {
-    kernel<<<grid, kThreads, kGSmemBytes, stream>>>(map_x, map_dy, map_b, p, col_ptr, q, args, evict_first, items,
-                                                    chunk_steps, chunks == 1 ? 0 : elems, pace_ticks,
-                                                    pace_steps);
+    kernel<<<grid, kThreads, kGSmemBytes, stream>>>(map_x, map_dy, map_b, p, col_ptr, q, args, evict_first, runs,
+                                                    pace_ticks, pace_steps);
   };
-  if (chunks == 1) {
-    if (pair) {
-      persistent_grid<&gate_gradient_kernel<T, TO, true>>(kGSmemBytes);
-      launch(&gate_gradient_kernel<T, TO, true>);
-    } else {
-      persistent_grid<&gate_gradient_kernel<T, TO, false>>(kGSmemBytes);
-      launch(&gate_gradient_kernel<T, TO, false>);
-    }
-    TS_CUDA_LAUNCH_CHECK("bsmm_dw (gate runs)");
+  if (pair) {
+    persistent_grid<&gate_gradient_kernel<T, TO, true>>(kGSmemBytes);
+    launch(&gate_gradient_kernel<T, TO, true>);
   } else {
-    // [chunks, nnz, 32, 32] f32 (a pair's blocks after a's), freed in stream order after the kernels below
-    const Tensor partial = empty({chunks * elems}, TensorOptions(DType::f32).device(Device::cuda(device)));
-    p.dw = partial.data_ptr();
-    p.accumulate = false;
-    args.split = INT64_MAX;  // every block into the workspace
-    if (pair) {
-      persistent_grid<&gate_gradient_kernel<T, float, true>>(kGSmemBytes);
-      launch(&gate_gradient_kernel<T, float, true>);
-    } else {
-      launch(&gate_gradient_kernel<T, float, false>);  // its grid was asked above
-    }
-    TS_CUDA_LAUNCH_CHECK("bsmm_dw (gate runs, chunks of n)");
-    const float* sums = static_cast<const float*>(partial.data_ptr());
-    auto sum = [&](const float* from, void* to, int64_t count) {
-      const int threads = 256;
-      const int blocks = static_cast<int>(std::min<int64_t>((count / 4 + threads - 1) / threads, 8 * resident));
-      sum_parts_kernel<TO><<<blocks, threads, 0, stream>>>(from, static_cast<TO*>(to), count, chunks, elems,
-                                                           g.accumulate);
-      TS_CUDA_LAUNCH_CHECK("bsmm_dw (gate runs, sum of chunks)");
-    };
-    const int64_t elems_a = g.nnz * kGBs * kGBs;
-    sum(sums, g.dw, elems_a);
-    if (pair) sum(sums + elems_a, pair->dw, elems - elems_a);
+    launch(&gate_gradient_kernel<T, TO, false>);  // its grid was asked above
   }
+  TS_CUDA_LAUNCH_CHECK("bsmm_dw (gate runs)");
   g_launches.fetch_add(1, std::memory_order_relaxed);
   g_gate_launches.fetch_add(1, std::memory_order_relaxed);
   return column_sums != nullptr;
@@ -431,13 +360,6 @@ void gate_gradient(const BlockGradient& g, const GateRuns& runs, int device, cud
 bool gate_pair_gradient_wanted(const BlockGradient& a, const GatePairOperand& b, int device) {
   if (!gate_gradient_wanted(a, device) || a.accumulate || b.rows < 1 || b.shift < 0 || b.shift + b.rows != a.n ||
       b.shift > INT32_MAX || !aligned16(b.x) || !aligned16(b.dw) || b.C % kGBs != 0)
-    return false;
-  // Where X is wide, not where the pair's chunk sums would pass the memory bound that each
-  // layout's alone keeps (sparse H 8192 at 1/16: 2 GB of sums; two launches take 16 chunks each),
-  // unless the lab's TESSERA_BSMM_DW_CHUNKS sets the chunks (to time the pair there)
-  const int64_t dy_bytes = a.n * a.K * 2;
-  if (!std::getenv("TESSERA_BSMM_DW_CHUNKS") && wide_x(a.n * std::max(a.C, b.C) * 2, device) &&
-      !sums_fit(kWideChunks, a.nnz + b.nnz, dy_bytes) && sums_fit(kWideChunks, std::max(a.nnz, b.nnz), dy_bytes))
     return false;
   BlockGradient gb = a;  // b's operands as a gradient of their own, for the support rule
   gb.x = b.x;

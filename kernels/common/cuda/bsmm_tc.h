@@ -139,7 +139,7 @@ bool run_gate_gradient(const BlockGradient& g, const LayoutPtr& layout, int devi
 /// bsmm_dw_pair's second layout: X_b [rows, C] with rows = n − shift (dY row t reads X_b row
 /// t − shift), its blocks' gradients dw [nnz, bs, bs] in a's output dtype; and, not null, where
 /// dY's column sums Σ_t dY[t, :] [K] go in f32 (column_sums: the kernel writes them where every
-/// gate-0 column has a run and n is not cut into chunks).
+/// gate-0 column has a run).
 struct GatePairOperand {
   const void* x;
   int64_t rows, C, nnz, shift;
