@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # device call (issue 16): ncu of the block-sparse wgmma recurrence kernels and bsmm_dw's gate-run
-# kernel on the sparse H 4096 layer (1/16, bs 32; LAYOUT=balanced by default, or random), from the
+# kernel on the sparse H 4096 layer (1/16, bs 32; LAYOUT=balanced by default, random, or any layer as
+# lstm_step's --sparse takes it, e.g. LAYOUT=8192:0.0625:32), from the
 # bundle build-gpu/lab.tar.xz (carry it; BUNDLE= another; target lstm_step), about a minute. For
 # each of the forward, the backward and the weight gradient (KERNELS="fwd bwd dw" by default), one
 # launch: speed of light, warp states, launch statistics and source counters ($OUT/spfwd.txt,
@@ -12,7 +13,11 @@ O=$OUT; t0=$(date +%s)
 B=${BUNDLE:-build-gpu/lab.tar.xz}; rm -rf dist; tar xJf "$B"  # always this bundle (a warm machine keeps the last dist)
 cat dist/BUILD
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu"
-[ "${LAYOUT-balanced}" = random ] && layout=4096:0.0625:32 || layout=4096:0.0625:32:balanced
+case ${LAYOUT-balanced} in  # random, balanced, or a layer as lstm_step's --sparse takes it
+  random) layout=4096:0.0625:32 ;;
+  balanced) layout=4096:0.0625:32:balanced ;;
+  *) layout=$LAYOUT ;;
+esac
 sections=(--section SpeedOfLight --section WarpStateStats --section LaunchStats --section SourceCounters
   --section MemoryWorkloadAnalysis)
 for dir in ${KERNELS-fwd bwd dw}; do

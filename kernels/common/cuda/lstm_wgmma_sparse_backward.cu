@@ -35,11 +35,15 @@
 // copy: a stage holds the box [64, 32] of dpre and its block [32, 32] (6 KB; H 8192 at 1/16 on the
 // H100: 53.5 -> 32.9 µs a step against the production kernel). With gate boxes (the default where
 // the layout allows; TESSERA_LSTM_SPARSE_GATE_BOXES=0 takes the form above): a mask entry's four
-// boxes and its four blocks (24 KB stages; 33.5 -> 32.3 µs a step, one call on the H100).
+// boxes and its four blocks (24 KB stages; 33.5 -> 32.3 µs a step, one call on the H100), through
+// kGatePairRing stages (two a row) by default; TESSERA_LSTM_SPARSE_BWD_STREAM_RING=6 or 8 (the
+// lab's, beside the forward's TESSERA_LSTM_SPARSE_STREAM_RING) gives it three or four a row, fewer
+// units resident for them.
 #include <cuda.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <string>
 
 #include "core/cuda/check.cuh"
@@ -367,7 +371,27 @@ struct BackwardPlan {
   SparseGrid grid;
   int w_tiles = -1;
   bool gate_boxes = false;
+  int ring = kGatePairRing;  // the streamed gate-box form's stages
 };
+
+/// TESSERA_LSTM_SPARSE_BWD_STREAM_RING: the streamed gate-box form's ring, 4 (unset, the default,
+/// kGatePairRing), 6 or 8 stages; anything else a ValueError.
+int sparse_bwd_stream_ring() {
+  const char* e = std::getenv("TESSERA_LSTM_SPARSE_BWD_STREAM_RING");
+  if (!e) return kGatePairRing;
+  const std::string v = e;
+  TS_CHECK(v == "4" || v == "6" || v == "8", ValueError,
+           "TESSERA_LSTM_SPARSE_BWD_STREAM_RING must be 4, 6 or 8, not '" << v << "'");
+  return std::stoi(v);
+}
+
+/// The streamed gate-box form's kernel for a ring of `ring` stages (4, 6 or 8).
+template <class T>
+auto streamed_gate_box_kernel(int ring) {
+  return ring == 8   ? &lstm_wgmma_sparse_backward_kernel<T, 2, 8, true, true>
+         : ring == 6 ? &lstm_wgmma_sparse_backward_kernel<T, 2, 6, true, true>
+                     : &lstm_wgmma_sparse_backward_kernel<T, 2, kGatePairRing, true, true>;
+}
 
 template <class T>
 BackwardPlan backward_plan(int device, int64_t hidden, const SparseLayoutFacts& f) {
@@ -385,12 +409,12 @@ BackwardPlan backward_plan(int device, int64_t hidden, const SparseLayoutFacts& 
   // two rows a block, each its first w_tiles copy units resident (as many as fit, within the cap):
   // with gate boxes (the default) a mask entry's four blocks a unit, else one block
   if (f.gate_layout && sparse_gate_boxes_wanted() && rows % 2 == 0) {
-    const size_t fixed = sparse_bwd_smem_bytes(0, 2, kGatePairRing, kSbStreamedGateStage);
+    const int ring = sparse_bwd_stream_ring();
+    const size_t fixed = sparse_bwd_smem_bytes(0, 2, ring, kSbStreamedGateStage);
     const int w_tiles = streamed_resident_units(device, fixed, 4 * kSbWBlock, streamed.cap, f.max_row_blocks / 4);
-    const size_t smem = sparse_bwd_smem_bytes(2 * 4 * w_tiles, 2, kGatePairRing, kSbStreamedGateStage);
-    if (all_resident(lstm_wgmma_sparse_backward_kernel<T, 2, kGatePairRing, true, true>, device,
-                     sparse_block_threads(2), smem, rows / 2))
-      return {{2, smem, ""}, w_tiles, true};
+    const size_t smem = sparse_bwd_smem_bytes(2 * 4 * w_tiles, 2, ring, kSbStreamedGateStage);
+    if (all_resident(streamed_gate_box_kernel<T>(ring), device, sparse_block_threads(2), smem, rows / 2))
+      return {{2, smem, ""}, w_tiles, true, ring};
   }
   const int w_tiles = streamed_resident_units(device, sparse_bwd_smem_bytes(0, 2, kWgmmaRing, kSbStreamedStage),
                                               kSbWBlock, streamed.cap, f.max_row_blocks);
@@ -432,7 +456,7 @@ void launch_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& d
   static_cast<BackwardArgs&>(a) = dense_backward_args(dy, dhT, dcT, gates, cells, c0, dpre, dh0, dc0, stream);
   a.row_ptr = tables.row_ptr;
   a.block_col = tables.block_col;
-  const auto kernel = streamed ? (boxes4 ? &lstm_wgmma_sparse_backward_kernel<T, 2, kGatePairRing, true, true>
+  const auto kernel = streamed ? (boxes4 ? streamed_gate_box_kernel<T>(plan.ring)
                                          : &lstm_wgmma_sparse_backward_kernel<T, 2, kWgmmaRing, false, true>)
                       : grid.per_block == 2 ? (boxes4 ? &lstm_wgmma_sparse_backward_kernel<T, 2, kGatePairRing, true>
                                                       : &lstm_wgmma_sparse_backward_kernel<T, 2>)
