@@ -6,11 +6,11 @@
 # a stage's box. First the sparse wgmma recurrence GPU tests (FILTER=; the streamed forms, the new
 # ring cases among them), then lstm_step's graph step and recurrence rows at H 8192 1/16 for each
 # pair of rings, ROUNDS (2) rounds interleaved. From the bundle (BUNDLE=, default
-# build-gpu/lab3.tar.xz; targets gpu_tests lstm_step), about 3 minutes.
+# build-gpu/lab2.tar.xz; targets gpu_tests lstm_step bsconv_gpu train_lstm), about 3 minutes.
 set -uo pipefail
 O=$OUT; t0=$(date +%s)
 FILTER=${FILTER:-'LstmRecurrenceGpu.WgmmaSparse*:LstmRecurrenceGpu.WgmmaStreamed*'}
-rm -rf dist; tar xJf "${BUNDLE:-build-gpu/lab3.tar.xz}"; cat dist/BUILD
+rm -rf dist; tar xJf "${BUNDLE:-build-gpu/lab2.tar.xz}"; cat dist/BUILD
 timeout ${TEST_LIMIT:-150} dist/run gpu_tests --gtest_filter="$FILTER" \
   >$O/tests.log 2>&1
 echo "tests rc $? at $(( $(date +%s) - t0 )) s: $(grep -E '^\[  (PASSED|FAILED)' $O/tests.log | tr '\n' ' ')"
