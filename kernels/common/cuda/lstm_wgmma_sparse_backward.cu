@@ -43,7 +43,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <string>
 
 #include "core/cuda/check.cuh"
@@ -375,14 +374,9 @@ struct BackwardPlan {
 };
 
 /// TESSERA_LSTM_SPARSE_BWD_STREAM_RING: the streamed gate-box form's ring, 4 (unset, the default,
-/// kGatePairRing), 6 or 8 stages; anything else a ValueError.
+/// kGatePairRing), 6 or 8 stages.
 int sparse_bwd_stream_ring() {
-  const char* e = std::getenv("TESSERA_LSTM_SPARSE_BWD_STREAM_RING");
-  if (!e) return kGatePairRing;
-  const std::string v = e;
-  TS_CHECK(v == "4" || v == "6" || v == "8", ValueError,
-           "TESSERA_LSTM_SPARSE_BWD_STREAM_RING must be 4, 6 or 8, not '" << v << "'");
-  return std::stoi(v);
+  return stream_ring_switch("TESSERA_LSTM_SPARSE_BWD_STREAM_RING", kGatePairRing, 6, 8);
 }
 
 /// The streamed gate-box form's kernel for a ring of `ring` stages (4, 6 or 8).

@@ -285,16 +285,8 @@ struct ForwardPlan {
   int ring = kWgmmaRing;  // the streamed form's stages
 };
 
-/// TESSERA_LSTM_SPARSE_STREAM_RING: the streamed form's ring, 8 (unset, the default), 12 or 16
-/// stages; anything else a ValueError.
-int sparse_stream_ring() {
-  const char* e = std::getenv("TESSERA_LSTM_SPARSE_STREAM_RING");
-  if (!e) return kWgmmaRing;
-  const std::string v = e;
-  TS_CHECK(v == "8" || v == "12" || v == "16", ValueError,
-           "TESSERA_LSTM_SPARSE_STREAM_RING must be 8, 12 or 16, not '" << v << "'");
-  return std::stoi(v);
-}
+/// TESSERA_LSTM_SPARSE_STREAM_RING: the streamed form's ring, 8 (unset, the default), 12 or 16 stages.
+int sparse_stream_ring() { return stream_ring_switch("TESSERA_LSTM_SPARSE_STREAM_RING", kWgmmaRing, 12, 16); }
 
 /// The streamed form's kernel for a ring of `ring` stages (8, 12 or 16).
 template <class T>
