@@ -5,8 +5,10 @@
 # deeper rings. ncu of the forward at sparse H 8192 1/16 put 49% of the warps' samples on waits for
 # a stage's box. First the sparse wgmma recurrence GPU tests (FILTER=; the streamed forms, the new
 # ring cases among them), then lstm_step's graph step and recurrence rows at H 8192 1/16 for each
-# pair of rings, ROUNDS (2) rounds interleaved. From the bundle (BUNDLE=, default
-# build-gpu/lab2.tar.xz; targets gpu_tests lstm_step bsconv_gpu train_lstm), about 3 minutes.
+# pair of rings, ROUNDS (2) rounds interleaved; then, if a deeper pair was fastest, every LSTM, bsmm
+# and convolution GPU test and the issue's table under it (unless past LIMIT, 300 s). From the bundle
+# (BUNDLE=, default build-gpu/lab2.tar.xz; targets gpu_tests lstm_step bsconv_gpu train_lstm), about
+# 3 minutes, 7 with the last part.
 set -uo pipefail
 O=$OUT; t0=$(date +%s)
 FILTER=${FILTER:-'LstmRecurrenceGpu.WgmmaSparse*:LstmRecurrenceGpu.WgmmaStreamed*'}
@@ -15,6 +17,7 @@ timeout ${TEST_LIMIT:-150} dist/run gpu_tests --gtest_filter="$FILTER" \
   >$O/tests.log 2>&1
 echo "tests rc $? at $(( $(date +%s) - t0 )) s: $(grep -E '^\[  (PASSED|FAILED)' $O/tests.log | tr '\n' ' ')"
 grep -E "Failure" -A4 $O/tests.log | head -12
+declare -A total  # rings -> the rounds' graph ms summed
 for r in $(seq ${ROUNDS:-2}); do
   for rings in 8:4 12:6 16:8 8:6 8:8; do
     ring=${rings%:*} bwd=${rings#*:}
@@ -24,7 +27,28 @@ for r in $(seq ${ROUNDS:-2}); do
     echo "rings $ring / $bwd: graph $graph ms," \
       "forward $(grep -E '^recurrence fwd, wgmma' $O/c.log | grep -oE '[0-9.]+ us/step')," \
       "backward $(grep -E '^recurrence bwd, wgmma' $O/c.log | grep -oE '[0-9.]+ us/step')"
+    [ -n "$graph" ] && total[$rings]=$(awk "BEGIN {print ${total[$rings]:-0} + $graph}")
   done
 done
 rm -f $O/c.log
+# the fastest pair of rings (the rounds' sum), if not the defaults: every LSTM, bsmm and convolution GPU
+# test and the issue's table (as lstm_defaults_call.sh) under it, what making it the default would give
+best=8:4
+for rings in "${!total[@]}"; do
+  awk "BEGIN {exit !(${total[$rings]} < ${total[$best]:-1e9})}" && best=$rings
+done
+echo "fastest rings: $best (${total[$best]:-?} ms over the rounds)"
+if [ "$best" != 8:4 ] && [ $(( $(date +%s) - t0 )) -lt ${LIMIT:-300} ]; then
+  export TESSERA_LSTM_SPARSE_STREAM_RING=${best%:*} TESSERA_LSTM_SPARSE_BWD_STREAM_RING=${best#*:}
+  timeout 240 dist/run gpu_tests \
+    --gtest_filter='LstmRecurrenceGpu.*:LstmLayerGpu.*:CudaLstm*.*:CudaModels.*:CudaBsmmTensorCores.*:CudaBsConv.*' \
+    >$O/tests_best.log 2>&1
+  echo "tests under $best rc $?: $(grep -E '^\[  (PASSED|FAILED)' $O/tests_best.log | tr '\n' ' ')"
+  grep -E "^\[  FAILED|Failure" $O/tests_best.log | head -8
+  sparse=2048:0.25:32,4096:0.0625:32,4096:0.0625:32:balanced,4096:0.25:32,8192:0.015625:32,8192:0.0625:32
+  timeout 200 dist/run lstm_step --hidden 1024,2048 --dtypes bf16 --repeats 3 --warmup 1 --sparse $sparse \
+    --json $O/lstm_step_best.json >$O/lstm_step_best.log 2>&1
+  echo "table under $best rc $?"
+  grep -E "graph" $O/lstm_step_best.log | grep -v " vs \|step-wise\|floor" | cut -c1-110
+fi
 echo "all done at $(( $(date +%s) - t0 )) s"
