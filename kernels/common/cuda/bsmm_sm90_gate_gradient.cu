@@ -29,11 +29,10 @@
 // its blocks into dW_a or dW_b. One launch reads dpre once where two read it twice (1 GB a read at
 // sparse H 8192), and a column's two short lists fill one run (at H 8192 1/64 each mask's runs hold
 // about 4 entries of 8); each column's first run also sums its four gates' dY columns (nn::LSTM's
-// bias gradient) from the stages it reads. 166 registers (168 in pair mode), no spills, no
-// serialized wgmma. The
-// default for gate layouts (TESSERA_BSMM_DW_GATE_RUNS=0 runs the general kernel instead): on the
-// H100 the sparse H 4096 layer's two weight gradients took 1.65 ms against the general kernel's
-// 2.25 (docs/bsmm_kernels.md).
+// bias gradient) from the stages it reads. 162-164 registers (168 in pair mode), no spills, no
+// serialized wgmma. The default for gate layouts (TESSERA_BSMM_DW_GATE_RUNS=0 runs the general
+// kernel instead): on the H100 the sparse H 4096 layer's two weight gradients took 1.65 ms against
+// the general kernel's 2.25 (docs/bsmm_kernels.md).
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -295,8 +294,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 /// column sums were written (every column has a run to write them).
 template <class T, class TO>
 bool launch_gates(const BlockGradient& g, const int32_t* run, int runs, const int32_t* col_ptr, int q,
-                  const GatePairOperand* pair, const int32_t* entries, bool every_column, int device,
-                  cudaStream_t stream) {
+                  const GatePairOperand* pair, const int32_t* entries, bool every_column, cudaStream_t stream) {
   const CUtensorMap map_x = tensor_map(g.x, g.in_dtype, g.n, g.C, kGKT, kGBs);
   const CUtensorMap map_dy = tensor_map(g.dy, g.in_dtype, g.n, g.K, kGKT, kGBs);
   const CUtensorMap map_b = pair ? tensor_map(pair->x, g.in_dtype, pair->rows, pair->C, kGKT, kGBs) : map_x;
@@ -353,7 +351,7 @@ void gate_gradient(const BlockGradient& g, const GateRuns& runs, int device, cud
   dispatch_types(g.in_dtype, g.out_dtype, [&](auto tin, auto tout) {
     using T = typename decltype(tin)::type;
     using TO = typename decltype(tout)::type;
-    launch_gates<T, TO>(g, runs.run, runs.runs, runs.col_ptr, runs.q, nullptr, nullptr, false, device, stream);
+    launch_gates<T, TO>(g, runs.run, runs.runs, runs.col_ptr, runs.q, nullptr, nullptr, false, stream);
   });
 }
 
@@ -377,8 +375,7 @@ bool gate_pair_gradient(const BlockGradient& a, const GatePairOperand& b, const 
   dispatch_types(a.in_dtype, a.out_dtype, [&](auto tin, auto tout) {
     using T = typename decltype(tin)::type;
     using TO = typename decltype(tout)::type;
-    sums = launch_gates<T, TO>(a, runs.run, runs.runs, nullptr, runs.q, &b, runs.entries, runs.every_column, device,
-                               stream);
+    sums = launch_gates<T, TO>(a, runs.run, runs.runs, nullptr, runs.q, &b, runs.entries, runs.every_column, stream);
   });
   return sums;
 }
