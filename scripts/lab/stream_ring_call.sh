@@ -2,7 +2,7 @@
 # device call (issue 16): the block-sparse streamed recurrence kernels' ring depth, forward
 # (TESSERA_LSTM_SPARSE_STREAM_RING = 8, the default, 12 or 16 stages) and backward
 # (TESSERA_LSTM_SPARSE_BWD_STREAM_RING = 4, the default, 6 or 8), fewer W units resident for the
-# deeper rings. ncu of the forward at sparse H 8192 1/16 put 49% of the warps' samples on waits for
+# deeper rings. ncu of the forward at sparse H 8192 1/16 put 55% of the warps' samples on waits for
 # a stage's box. First the sparse wgmma recurrence GPU tests (FILTER=; the streamed forms, the new
 # ring cases among them), then lstm_step's graph step and recurrence rows at H 8192 1/16 for each
 # pair of rings, ROUNDS (2) rounds interleaved; then, if a deeper pair was fastest, every LSTM, bsmm

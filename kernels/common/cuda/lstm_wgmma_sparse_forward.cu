@@ -33,7 +33,7 @@
 // [64, 32] of h and, for an entry past w_tiles, the entry's tile [32, 128] beside it (12 KB).
 // Its ring: kWgmmaRing stages (four a warpgroup) by default; TESSERA_LSTM_SPARSE_STREAM_RING=12 or
 // 16 (the lab's) gives it 6 or 8 a warpgroup, fewer tiles resident for it. (ncu of the forward at
-// H 8192 1/16, H100, 2026-12-07: 49% of the warps' samples wait for a stage's box to land, so
+// H 8192 1/16, H100, 2026-12-07: 55% of the warps' samples wait for a stage's box to land, so
 // more boxes in flight may pay for more streamed tiles.)
 #include <cuda.h>
 
