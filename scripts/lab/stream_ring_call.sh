@@ -6,9 +6,9 @@
 # a stage's box. First the sparse wgmma recurrence GPU tests (FILTER=; the streamed forms, the new
 # ring cases among them), then lstm_step's graph step and recurrence rows at H 8192 1/16 for each
 # pair of rings, ROUNDS (2) rounds interleaved; then, if a deeper pair was fastest, every LSTM, bsmm
-# and convolution GPU test and the issue's table under it (unless past LIMIT, 300 s). From the bundle
-# (BUNDLE=, default build-gpu/lab2.tar.xz; targets gpu_tests lstm_step bsconv_gpu train_lstm), about
-# 3 minutes, 7 with the last part.
+# and convolution GPU test, the issue's table and ncu of the two streamed kernels under it (unless
+# past LIMIT, 300 s). From the bundle (BUNDLE=, default build-gpu/lab2.tar.xz; targets gpu_tests
+# lstm_step bsconv_gpu train_lstm), about 3 minutes, 8 with the last part.
 set -uo pipefail
 O=$OUT; t0=$(date +%s)
 FILTER=${FILTER:-'LstmRecurrenceGpu.WgmmaSparse*:LstmRecurrenceGpu.WgmmaStreamed*'}
@@ -50,5 +50,17 @@ if [ "$best" != 8:4 ] && [ $(( $(date +%s) - t0 )) -lt ${LIMIT:-300} ]; then
     --json $O/lstm_step_best.json >$O/lstm_step_best.log 2>&1
   echo "table under $best rc $?"
   grep -E "graph" $O/lstm_step_best.log | grep -v " vs \|step-wise\|floor" | cut -c1-110
+  # ncu of the two streamed kernels under it: how much of their time the stage waits still take
+  export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu"
+  for dir in forward backward; do
+    timeout 90 ncu --clock-control none --kernel-name-base demangled \
+      --kernel-name "regex:lstm_wgmma_sparse_${dir}_kernel" --launch-count 1 --section SpeedOfLight \
+      --section WarpStateStats --metrics lts__t_bytes.sum,lts__t_sector_hit_rate.pct -o "$O/best_$dir" \
+      dist/bin/lstm_step --hidden 0 --dtypes bf16 --repeats 1 --warmup 0 --sparse 8192:0.0625:32 >/dev/null 2>&1
+    ncu -i "$O/best_$dir.ncu-rep" --page details >"$O/best_$dir.txt" 2>&1
+    echo "ncu $dir under $best: $(grep -E 'Duration|L2 Cache Throughput|lts__t_bytes|Warp Cycles Per Issued' \
+      "$O/best_$dir.txt" | sed 's/  */ /g' | tr '\n' ';')"
+    rm -f "$O/best_$dir.ncu-rep"
+  done
 fi
 echo "all done at $(( $(date +%s) - t0 )) s"
