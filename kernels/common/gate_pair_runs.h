@@ -11,8 +11,9 @@
 //   runs [R, 3]: (first entry, count ≤ run, column c | kRunOpensColumn on c's first run),
 //                longest first (ties by column)
 //
-// b's blocks are numbered after a's (k + nnz_a), as in a workspace that holds both. A column's
-// first run may also sum dY's columns of its four gates (bsmm_dw_pair's column sums).
+// b's blocks are numbered after a's (k + nnz_a): the kernel writes k < nnz_a to dW_a, the rest to
+// dW_b. A column's first run may also sum dY's columns of its four gates (bsmm_dw_pair's column
+// sums).
 #pragma once
 
 #include <algorithm>

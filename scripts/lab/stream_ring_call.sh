@@ -5,10 +5,11 @@
 # deeper rings. ncu of the forward at sparse H 8192 1/16 put 55% of the warps' samples on waits for
 # a stage's box. First the sparse wgmma recurrence GPU tests (FILTER=; the streamed forms, the new
 # ring cases among them), then lstm_step's graph step and recurrence rows at H 8192 1/16 for each
-# pair of rings, ROUNDS (2) rounds interleaved; then, if a deeper pair was fastest, every LSTM, bsmm
-# and convolution GPU test, the issue's table and ncu of the two streamed kernels under it (unless
-# past LIMIT, 300 s). From the bundle (BUNDLE=, default build-gpu/lab2.tar.xz; targets gpu_tests
-# lstm_step bsconv_gpu train_lstm), about 3 minutes, 8 with the last part.
+# pair of rings, ROUNDS (2) rounds interleaved; then, if a deeper pair was fastest, under it
+# lstm_defaults_call.sh (every LSTM, bsmm and convolution GPU test, the issue's table, train_lstm,
+# bsconv_gpu) and ncu of the two streamed kernels (unless past LIMIT, 300 s). From the bundle
+# (BUNDLE=, default build-gpu/lab2.tar.xz; targets gpu_tests lstm_step bsconv_gpu train_lstm), about
+# 3 minutes, 9 with the last part.
 set -uo pipefail
 O=$OUT; t0=$(date +%s)
 FILTER=${FILTER:-'LstmRecurrenceGpu.WgmmaSparse*:LstmRecurrenceGpu.WgmmaStreamed*'}
@@ -31,8 +32,7 @@ for r in $(seq ${ROUNDS:-2}); do
   done
 done
 rm -f $O/c.log
-# the fastest pair of rings (the rounds' sum), if not the defaults: every LSTM, bsmm and convolution GPU
-# test and the issue's table (as lstm_defaults_call.sh) under it, what making it the default would give
+# the fastest pair of rings (the rounds' sum), if not the defaults: what making it the default would give
 best=8:4
 for rings in "${!total[@]}"; do
   awk "BEGIN {exit !(${total[$rings]} < ${total[$best]:-1e9})}" && best=$rings
@@ -40,16 +40,8 @@ done
 echo "fastest rings: $best (${total[$best]:-?} ms over the rounds)"
 if [ "$best" != 8:4 ] && [ $(( $(date +%s) - t0 )) -lt ${LIMIT:-300} ]; then
   export TESSERA_LSTM_SPARSE_STREAM_RING=${best%:*} TESSERA_LSTM_SPARSE_BWD_STREAM_RING=${best#*:}
-  timeout 240 dist/run gpu_tests \
-    --gtest_filter='LstmRecurrenceGpu.*:LstmLayerGpu.*:CudaLstm*.*:CudaModels.*:CudaBsmmTensorCores.*:CudaBsConv.*' \
-    >$O/tests_best.log 2>&1
-  echo "tests under $best rc $?: $(grep -E '^\[  (PASSED|FAILED)' $O/tests_best.log | tr '\n' ' ')"
-  grep -E "^\[  FAILED|Failure" $O/tests_best.log | head -8
-  sparse=2048:0.25:32,4096:0.0625:32,4096:0.0625:32:balanced,4096:0.25:32,8192:0.015625:32,8192:0.0625:32
-  timeout 200 dist/run lstm_step --hidden 1024,2048 --dtypes bf16 --repeats 3 --warmup 1 --sparse $sparse \
-    --json $O/lstm_step_best.json >$O/lstm_step_best.log 2>&1
-  echo "table under $best rc $?"
-  grep -E "graph" $O/lstm_step_best.log | grep -v " vs \|step-wise\|floor" | cut -c1-110
+  echo "under $best (lstm_defaults_call.sh: every LSTM, bsmm and convolution GPU test, the table, train_lstm):"
+  BUNDLE=${BUNDLE:-build-gpu/lab2.tar.xz} bash scripts/lab/lstm_defaults_call.sh
   # ncu of the two streamed kernels under it: how much of their time the stage waits still take
   export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu"
   for dir in forward backward; do

@@ -67,17 +67,16 @@ void conv_gradient_halo(const BlockGradient& g, const ConvIndex& ci, int64_t bat
 /// them), bs 32, ungated, not transposed, gradient_supported; `runs` from cuda::gate_dw_runs, with
 /// runs.runs > 0 (a gate layout).
 bool gate_gradient_wanted(const BlockGradient& g, int device);
-void gate_gradient(const BlockGradient& g, const GateRuns& runs, int device, cudaStream_t stream);
+void gate_gradient(const BlockGradient& g, const GateRuns& runs, cudaStream_t stream);
 
 /// bsmm_dw_pair on the gate-run kernel: a (x = X_a, dy, dw = dW_a of layout a, not accumulating)
 /// and b, both gate layouts, one item a run of gate_pair_runs.h (a's entries of a gate-0 column
 /// with b's); `runs` from cuda::gate_pair_dw_runs. gate_pair_gradient_wanted: gate_gradient_wanted
-/// for a, not accumulating, b's operands aligned and supported likewise, and not where the chunk
-/// rule would cut n but the pair's sums pass the memory bound that each layout's alone keeps.
-/// gate_pair_gradient returns whether it wrote b.column_sums (not null, every gate-0 column with a
-/// run, n in one chunk: each column's first run sums its four gates' dY columns).
+/// for a, not accumulating, b's operands aligned and supported likewise. gate_pair_gradient
+/// returns whether it wrote b.column_sums (not null, and every gate-0 column with a run: each
+/// column's first run sums its four gates' dY columns).
 bool gate_pair_gradient_wanted(const BlockGradient& a, const GatePairOperand& b, int device);
-bool gate_pair_gradient(const BlockGradient& a, const GatePairOperand& b, const GatePairTables& runs, int device,
+bool gate_pair_gradient(const BlockGradient& a, const GatePairOperand& b, const GatePairTables& runs,
                         cudaStream_t stream);
 
 /// Launches of these kernels so far in this process (all devices).

@@ -94,12 +94,11 @@ __device__ __forceinline__ uint64_t mn_major64(const uint8_t* p, uint32_t atom_s
 
 /// A pair's second layout in the kernel (bsmm_dw_pair; kPair): the entries of gate_pair_runs.h,
 /// X_b's map (dY row t reads X_b row t − shift: the rows before 0 are the copy's zero fill), and
-/// where blocks k ≥ split go: dw_b's block k − split (split = nnz_a); column_sums, not null: each
-/// column's first run (kRunOpensColumn) writes Σ_t dY[t, :] of its four gates' 32 columns there.
+/// dw_b, where blocks k ≥ nnz_a go (as its block k − nnz_a); column_sums, not null: each column's
+/// first run (kRunOpensColumn) writes Σ_t dY[t, :] of its four gates' 32 columns there.
 struct PairArgs {
   const int32_t* entries;
   int shift;
-  int64_t split;
   void* dw_b;
   float* column_sums;
 };
@@ -269,9 +268,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           int64_t k = kPair ? pair.entries[5 * (first + e) + 1 + gate]
                             : p.col_blocks[col_ptr[column + gate * q] + offset + e];
           TO* out = dw;
-          if (kPair && k >= pair.split) {
+          if (kPair && k >= p.nnz) {
             out = static_cast<TO*>(pair.dw_b);
-            k -= pair.split;
+            k -= p.nnz;
           }
 #pragma unroll
           for (int o = 0; o < kGBs / 8; ++o) {
@@ -317,8 +316,7 @@ bool launch_gates(const BlockGradient& g, const int32_t* run, int runs, const in
   p.col_run = run;
   // the column sums where every column has a run to write them
   float* const column_sums = pair && every_column ? pair->column_sums : nullptr;
-  const PairArgs args{entries, pair ? static_cast<int>(pair->shift) : 0, g.nnz, pair ? pair->dw : nullptr,
-                      column_sums};
+  const PairArgs args{entries, pair ? static_cast<int>(pair->shift) : 0, pair ? pair->dw : nullptr, column_sums};
   const int grid = std::min(runs, resident);
   // (persistent_grid<K> before each launch of K: it sets that instantiation's shared-memory size)
   auto launch = [&](auto kernel) {
@@ -346,7 +344,7 @@ bool gate_gradient_wanted(const BlockGradient& g, int device) {
   return g.bs == kGBs && g.gate == nullptr && !g.transposed && gradient_supported(g, device);
 }
 
-void gate_gradient(const BlockGradient& g, const GateRuns& runs, int device, cudaStream_t stream) {
+void gate_gradient(const BlockGradient& g, const GateRuns& runs, cudaStream_t stream) {
   if (runs.runs == 0) return;
   dispatch_types(g.in_dtype, g.out_dtype, [&](auto tin, auto tout) {
     using T = typename decltype(tin)::type;
@@ -368,7 +366,7 @@ bool gate_pair_gradient_wanted(const BlockGradient& a, const GatePairOperand& b,
   return gradient_supported(gb, device);
 }
 
-bool gate_pair_gradient(const BlockGradient& a, const GatePairOperand& b, const GatePairTables& runs, int device,
+bool gate_pair_gradient(const BlockGradient& a, const GatePairOperand& b, const GatePairTables& runs,
                         cudaStream_t stream) {
   if (runs.runs == 0) return false;
   bool sums = false;

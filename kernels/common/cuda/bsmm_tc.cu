@@ -126,7 +126,7 @@ bool run_gate_gradient(const BlockGradient& g, const LayoutPtr& layout, int devi
   if (path_override() != Path::automatic || !sm90::gate_gradient_wanted(g, device)) return false;
   const GateRuns runs = gate_dw_runs(layout, device);
   if (runs.runs == 0) return false;
-  sm90::gate_gradient(g, runs, device, stream);
+  sm90::gate_gradient(g, runs, stream);
   return true;
 #else
   (void)g;
@@ -155,7 +155,7 @@ bool run_gate_pair_gradient(const BlockGradient& a, const LayoutPtr& la, const G
   if (path_override() != Path::automatic || !sm90::gate_pair_gradient_wanted(a, b, device)) return false;
   const GatePairTables runs = gate_pair_dw_runs(la, lb, device);
   if (runs.runs == 0) return false;
-  const bool sums = sm90::gate_pair_gradient(a, b, runs, device, stream);
+  const bool sums = sm90::gate_pair_gradient(a, b, runs, stream);
   if (sums_written) *sums_written = sums;
   return true;
 #else

@@ -134,8 +134,8 @@ struct GateQuadTables {
 GateQuadTables gate_fwd_quads(const LayoutPtr& layout, int device);
 
 /// The runs and entries of bsmm_dw_pair's gate-run kernel for layouts a and b (gate_pair_runs.h,
-/// runs of at most 8), where both are gate layouts of the same q and block size and the pair takes
-/// fewer runs than two launches would (pair_run_counts); runs 0 otherwise.
+/// runs of at most 8), where both are gate layouts of the same q and block size and the pair saves
+/// at least 1/16 of two launches' runs (pair_pays); runs 0 otherwise.
 /// Cached per (a, b, device) while both live.
 struct GatePairTables {
   const int32_t* run;      ///< [runs, 3]
