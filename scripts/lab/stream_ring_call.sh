@@ -3,18 +3,20 @@
 # (TESSERA_LSTM_SPARSE_STREAM_RING = 8, the default, 12 or 16 stages) and backward
 # (TESSERA_LSTM_SPARSE_BWD_STREAM_RING = 4, the default, 6 or 8), fewer W units resident for the
 # deeper rings. ncu of the forward at sparse H 8192 1/16 put 55% of the warps' samples on waits for
-# a stage's box. First the sparse wgmma recurrence GPU tests (FILTER=; the streamed forms, the new
-# ring cases among them), then lstm_step's graph step and recurrence rows at H 8192 1/16 for each
-# pair of rings, ROUNDS (2) rounds interleaved; then, if a deeper pair was fastest, under it
+# a stage's box. First every LSTM, bsmm and convolution GPU test (FILTER=; the new ring cases and the
+# review's changes to the gate dW among them, not yet run on a GPU), then lstm_step's graph step and
+# recurrence rows at H 8192 1/16 for each pair of rings, ROUNDS (2) rounds interleaved; then, if a
+# deeper pair was fastest, under it
 # lstm_defaults_call.sh (every LSTM, bsmm and convolution GPU test, the issue's table, train_lstm,
 # bsconv_gpu) and ncu of the two streamed kernels (unless past LIMIT, 300 s). From the bundle
 # (BUNDLE=, default build-gpu/lab2.tar.xz; targets gpu_tests lstm_step bsconv_gpu train_lstm), about
-# 3 minutes, 9 with the last part.
+# 4 minutes, 10 with the last part.
 set -uo pipefail
 O=$OUT; t0=$(date +%s)
-FILTER=${FILTER:-'LstmRecurrenceGpu.WgmmaSparse*:LstmRecurrenceGpu.WgmmaStreamed*'}
+# every LSTM, bsmm and convolution GPU test (the code since the last GPU run among them)
+FILTER=${FILTER:-'LstmRecurrenceGpu.*:LstmLayerGpu.*:CudaLstm*.*:CudaModels.*:CudaBsmmTensorCores.*:CudaBsConv.*'}
 rm -rf dist; tar xJf "${BUNDLE:-build-gpu/lab2.tar.xz}"; cat dist/BUILD
-timeout ${TEST_LIMIT:-150} dist/run gpu_tests --gtest_filter="$FILTER" \
+timeout ${TEST_LIMIT:-240} dist/run gpu_tests --gtest_filter="$FILTER" \
   >$O/tests.log 2>&1
 echo "tests rc $? at $(( $(date +%s) - t0 )) s: $(grep -E '^\[  (PASSED|FAILED)' $O/tests.log | tr '\n' ' ')"
 grep -E "Failure" -A4 $O/tests.log | head -12
