@@ -9,7 +9,7 @@
 #      against cuDNN; sparse H 2048 at 1/4, H 4096 at 1/16 (random and balanced) and 1/4, H 8192 at
 #      1/64 and 1/16), --json $OUT/lstm_step.json;
 #   3. train_lstm's tokens/s (tinyshakespeare, B 64, T 256, 400 steps): dense H 1024 (cuDNN and
-#      tessera) and sparse H 4096 at 1/16;
+#      tessera), sparse H 4096 at 1/16 and H 8192 at 1/16;
 #   4. issue 19: bsconv_gpu at density 0.25, bs 32 and 64, both shapes (targets gpu_tests lstm_step
 #      bsconv_gpu train_lstm in the bundle), about a minute more.
 set -uo pipefail
@@ -37,6 +37,7 @@ train() {  # NAME ARGS...: train_lstm's tokens/s at step 400
 [ $(( $(date +%s) - t0 )) -lt 250 ] && train dense1024 --hidden 1024 --block 0
 [ $(( $(date +%s) - t0 )) -lt 280 ] && train cudnn1024 --hidden 1024 --block 0 --cudnn
 [ $(( $(date +%s) - t0 )) -lt 300 ] && train sparse4096 --hidden 4096 --block 32 --density 0.0625
+[ $(( $(date +%s) - t0 )) -lt 320 ] && train sparse8192_16 --hidden 8192 --block 32 --density 0.0625
 # issue 19's table: the convolution passes at density 0.25, bs 32 and 64, against cuDNN in the same run
 [ $(( $(date +%s) - t0 )) -lt 420 ] && timeout 90 dist/run bsconv_gpu --shapes n64h56c256,n32h28c512 \
   --block-sizes 32,64 --densities 0.25 --repeats 10 --json $O/bsconv_gpu.json >$O/bsconv.log 2>&1 &&

@@ -715,9 +715,7 @@ uint64_t sparse_streamed_launches() {
 // rows a block, at most N tiles or blocks of each resident, the rest copied with their operand
 // boxes; 1:0 streams them all), two launches each way each case (check_sparse_variant); the
 // backward with gate boxes (TESSERA_LSTM_SPARSE_GATE_BOXES=1, the default) and with one box a copy
-// (0); deeper rings (the lab's TESSERA_LSTM_SPARSE_STREAM_RING, the forward's 12 and 16 stages,
-// with TESSERA_LSTM_SPARSE_BWD_STREAM_RING, the backward's 6 and 8), the resident units as many as
-// fit and capped at 2. A bad value of each is one ValueError naming it.
+// (0). A bad value is one ValueError naming it.
 TEST(LstmRecurrenceGpu, WgmmaSparseStreamedMatchesTheCpu) {
   REQUIRE_GPU();
   if (!sm90_here()) GTEST_SKIP() << "the wgmma recurrence needs an sm_90a build on a GPU of compute 9.0";
@@ -726,26 +724,9 @@ TEST(LstmRecurrenceGpu, WgmmaSparseStreamedMatchesTheCpu) {
     for (const char* cap : {"1:2", "1:0"})
       check_sparse_variant("TESSERA_LSTM_SPARSE_STREAMED", cap, sparse_streamed_launches, 4);
   }
-  for (const auto& [fwd_ring, bwd_ring] : {std::pair{"12", "6"}, std::pair{"16", "8"}}) {
-    const ScopedEnv deeper("TESSERA_LSTM_SPARSE_STREAM_RING", fwd_ring);
-    const ScopedEnv deeper_bwd("TESSERA_LSTM_SPARSE_BWD_STREAM_RING", bwd_ring);
-    for (const char* cap : {"1:2", "1:40"})
-      check_sparse_variant("TESSERA_LSTM_SPARSE_STREAMED", cap, sparse_streamed_launches, 4);
-  }
   const ScopedEnv on("TESSERA_LSTM_WGMMA", "1");
-  const LayoutPtr layout = gate_layout(256, 32, 0.25, 5);
-  {
-    const ScopedEnv streamed("TESSERA_LSTM_SPARSE_STREAMED", "1:2");
-    const ScopedEnv bad_ring("TESSERA_LSTM_SPARSE_STREAM_RING", "10");
-    testing::expect_error<ValueError>(
-        [&] { cuda::wgmma_sparse_forward_unfit(kGpu.index, DType::bf16, 7, 256, layout); },
-        {"TESSERA_LSTM_SPARSE_STREAM_RING", "'10'"});
-    const ScopedEnv bad_bwd_ring("TESSERA_LSTM_SPARSE_BWD_STREAM_RING", "5");
-    testing::expect_error<ValueError>(
-        [&] { cuda::wgmma_sparse_backward_unfit(kGpu.index, DType::bf16, 7, 256, layout); },
-        {"TESSERA_LSTM_SPARSE_BWD_STREAM_RING", "'5'"});
-  }
   const ScopedEnv bad("TESSERA_LSTM_SPARSE_STREAMED", "2");
+  const LayoutPtr layout = gate_layout(256, 32, 0.25, 5);
   testing::expect_error<ValueError>(
       [&] { cuda::wgmma_sparse_forward_unfit(kGpu.index, DType::bf16, 7, 256, layout); },
       {"TESSERA_LSTM_SPARSE_STREAMED", "'2'"});

@@ -186,15 +186,6 @@ SparseStreamed sparse_streamed_choice() {
   return {std::stoi(v.substr(2)), true};
 }
 
-int stream_ring_switch(const char* name, int fallback, int deeper, int deepest) {
-  const char* e = std::getenv(name);
-  if (!e) return fallback;
-  const std::string v = e;
-  for (int ring : {fallback, deeper, deepest})
-    if (v == std::to_string(ring)) return ring;
-  TS_THROW(ValueError, name << " must be " << fallback << ", " << deeper << " or " << deepest << ", not '" << v << "'");
-}
-
 bool sparse_gate_boxes_wanted() { return env_switch("TESSERA_LSTM_SPARSE_GATE_BOXES", "0", "1", true); }
 
 

@@ -112,9 +112,6 @@ struct SparseStreamed {
   bool first = false;
 };
 SparseStreamed sparse_streamed_choice();
-/// A streamed form's ring depth from the lab's variable `name`: `fallback` where unset, else one of
-/// fallback, `deeper` and `deepest` (stages); anything else a ValueError naming the three.
-int stream_ring_switch(const char* name, int fallback, int deeper, int deepest);
 /// Counts a launch of a kernel with two work units a block (wgmma_sparse_paired_launch_count).
 void count_sparse_paired_launch();
 

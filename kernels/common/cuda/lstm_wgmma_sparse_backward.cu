@@ -36,9 +36,9 @@
 // H100: 53.5 -> 32.9 µs a step against the production kernel). With gate boxes (the default where
 // the layout allows; TESSERA_LSTM_SPARSE_GATE_BOXES=0 takes the form above): a mask entry's four
 // boxes and its four blocks (24 KB stages; 33.5 -> 32.3 µs a step, one call on the H100), through
-// kGatePairRing stages (two a row) by default; TESSERA_LSTM_SPARSE_BWD_STREAM_RING=6 or 8 (the
-// lab's, beside the forward's TESSERA_LSTM_SPARSE_STREAM_RING) gives it three or four a row, fewer
-// units resident for them.
+// kGateStreamRing stages (three a row; two, the other pair forms' kGatePairRing, kept one more unit
+// resident but measured 31.8 µs a step against 28.4-28.7 with three, and four 29.0-29.1: H100,
+// 2026-12-07, both rounds of one call).
 #include <cuda.h>
 
 #include <algorithm>
@@ -66,6 +66,7 @@ constexpr int kSbWBlock = kSbBs * kSbBs * 2;  // one W block [32, 32]
 constexpr int kSbMaxEntries = 128;            // blocks of a row at most (the table in shared memory)
 constexpr int kGateRing = 5;                  // the gate boxes' stages (16 KB each), one row a block
 constexpr int kGatePairRing = 4;              // the same with two rows a block: two stages a row
+constexpr int kGateStreamRing = 6;            // the same in the streamed form: three stages a row
 
 // W's blocks (`entries`: a block's, over its rows), the ring, the barriers and alignment, the table.
 size_t sparse_bwd_smem_bytes(int entries, int rows, int ring = kWgmmaRing, int stage = kSbABox) {
@@ -121,9 +122,9 @@ __device__ __forceinline__ void gate_box_product(float (&acc)[kSbBs / 2], uint8_
 }
 
 // kRing: the ring's stages (kWgmmaRing, split between the rows); kGateBoxes: an entry's four gates a
-// stage (kRing = kGateRing with one row a block, kGatePairRing with two); kStreamed: the streamed
-// form (two rows, one box a copy). w_tiles: the blocks held, the busiest block's; with kStreamed,
-// each row's first w_tiles.
+// stage (kRing = kGateRing with one row a block, kGatePairRing with two, kGateStreamRing streamed);
+// kStreamed: the streamed form (two rows; one box a copy, or with kGateBoxes a mask entry's four).
+// w_tiles: the blocks held, the busiest block's; with kStreamed, each row's first w_tiles.
 template <class T, int kRows, int kRing = kWgmmaRing, bool kGateBoxes = false, bool kStreamed = false>
 __global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
     lstm_wgmma_sparse_backward_kernel(const __grid_constant__ CUtensorMap map_dpre,
@@ -370,22 +371,7 @@ struct BackwardPlan {
   SparseGrid grid;
   int w_tiles = -1;
   bool gate_boxes = false;
-  int ring = kGatePairRing;  // the streamed gate-box form's stages
 };
-
-/// TESSERA_LSTM_SPARSE_BWD_STREAM_RING: the streamed gate-box form's ring, 4 (unset, the default,
-/// kGatePairRing), 6 or 8 stages.
-int sparse_bwd_stream_ring() {
-  return stream_ring_switch("TESSERA_LSTM_SPARSE_BWD_STREAM_RING", kGatePairRing, 6, 8);
-}
-
-/// The streamed gate-box form's kernel for a ring of `ring` stages (4, 6 or 8).
-template <class T>
-auto streamed_gate_box_kernel(int ring) {
-  return ring == 8   ? &lstm_wgmma_sparse_backward_kernel<T, 2, 8, true, true>
-         : ring == 6 ? &lstm_wgmma_sparse_backward_kernel<T, 2, 6, true, true>
-                     : &lstm_wgmma_sparse_backward_kernel<T, 2, kGatePairRing, true, true>;
-}
 
 template <class T>
 BackwardPlan backward_plan(int device, int64_t hidden, const SparseLayoutFacts& f) {
@@ -403,12 +389,12 @@ BackwardPlan backward_plan(int device, int64_t hidden, const SparseLayoutFacts& 
   // two rows a block, each its first w_tiles copy units resident (as many as fit, within the cap):
   // with gate boxes (the default) a mask entry's four blocks a unit, else one block
   if (f.gate_layout && sparse_gate_boxes_wanted() && rows % 2 == 0) {
-    const int ring = sparse_bwd_stream_ring();
-    const size_t fixed = sparse_bwd_smem_bytes(0, 2, ring, kSbStreamedGateStage);
+    const size_t fixed = sparse_bwd_smem_bytes(0, 2, kGateStreamRing, kSbStreamedGateStage);
     const int w_tiles = streamed_resident_units(device, fixed, 4 * kSbWBlock, streamed.cap, f.max_row_blocks / 4);
-    const size_t smem = sparse_bwd_smem_bytes(2 * 4 * w_tiles, 2, ring, kSbStreamedGateStage);
-    if (all_resident(streamed_gate_box_kernel<T>(ring), device, sparse_block_threads(2), smem, rows / 2))
-      return {{2, smem, ""}, w_tiles, true, ring};
+    const size_t smem = sparse_bwd_smem_bytes(2 * 4 * w_tiles, 2, kGateStreamRing, kSbStreamedGateStage);
+    if (all_resident(lstm_wgmma_sparse_backward_kernel<T, 2, kGateStreamRing, true, true>, device,
+                     sparse_block_threads(2), smem, rows / 2))
+      return {{2, smem, ""}, w_tiles, true};
   }
   const int w_tiles = streamed_resident_units(device, sparse_bwd_smem_bytes(0, 2, kWgmmaRing, kSbStreamedStage),
                                               kSbWBlock, streamed.cap, f.max_row_blocks);
@@ -450,7 +436,7 @@ void launch_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& d
   static_cast<BackwardArgs&>(a) = dense_backward_args(dy, dhT, dcT, gates, cells, c0, dpre, dh0, dc0, stream);
   a.row_ptr = tables.row_ptr;
   a.block_col = tables.block_col;
-  const auto kernel = streamed ? (boxes4 ? streamed_gate_box_kernel<T>(plan.ring)
+  const auto kernel = streamed ? (boxes4 ? &lstm_wgmma_sparse_backward_kernel<T, 2, kGateStreamRing, true, true>
                                          : &lstm_wgmma_sparse_backward_kernel<T, 2, kWgmmaRing, false, true>)
                       : grid.per_block == 2 ? (boxes4 ? &lstm_wgmma_sparse_backward_kernel<T, 2, kGatePairRing, true>
                                                       : &lstm_wgmma_sparse_backward_kernel<T, 2>)

@@ -31,10 +31,9 @@
 // default: 40.0 -> 18.0 µs a step there on the H100) keeps each group's first `w_tiles`
 // entries' tiles resident and copies the rest with their operand boxes: a stage holds the box
 // [64, 32] of h and, for an entry past w_tiles, the entry's tile [32, 128] beside it (12 KB).
-// Its ring: kWgmmaRing stages (four a warpgroup) by default; TESSERA_LSTM_SPARSE_STREAM_RING=12 or
-// 16 (the lab's) gives it 6 or 8 a warpgroup, fewer tiles resident for it. (ncu of the forward at
-// H 8192 1/16, H100, 2026-12-07: 55% of the warps' samples wait for a stage's box to land, so
-// more boxes in flight may pay for more streamed tiles.)
+// Its ring: kWgmmaRing stages (four a warpgroup). Deeper rings (6 or 8 stages a warpgroup, fewer
+// tiles resident for them) were slower at H 8192 1/16 (H100, 2026-12-07: 18.3 -> 20.3 and 21.2 µs
+// a step): the forward pays more for the tiles it then streams than it saves in waits.
 #include <cuda.h>
 
 #include <algorithm>
@@ -65,9 +64,9 @@ constexpr int kSpStreamedStage = kSpABox + kSpWTile;  // the streamed form's sta
 
 // W's tiles (`tiles`: a block's block rows over its groups, or the resident ones), the ring of
 // `stage`-byte stages, the barriers and the alignment, the entry tables and the bias.
-size_t sparse_smem_bytes(int tiles, int groups, int stage = kSpABox, int ring = kWgmmaRing) {
+size_t sparse_smem_bytes(int tiles, int groups, int stage = kSpABox) {
   const size_t tables = static_cast<size_t>(groups) * (kSpMaxEntries * 5 + kSpCols) * 4;
-  return static_cast<size_t>(tiles) * kSpWTile + static_cast<size_t>(ring) * stage + 2048 + tables;
+  return static_cast<size_t>(tiles) * kSpWTile + static_cast<size_t>(kWgmmaRing) * stage + 2048 + tables;
 }
 
 std::atomic<uint64_t> g_sparse_launches{0};
@@ -90,15 +89,14 @@ struct SparseArgs {
   unsigned* counter;
 };
 
-// w_tiles: the tiles held, the busiest block's entries; with kStreamed, each group's first w_tiles,
-// through a ring of kStreamRing stages.
-template <class T, int kGroups, bool kStreamed = false, int kStreamRing = kWgmmaRing>
+// w_tiles: the tiles held, the busiest block's entries; with kStreamed, each group's first w_tiles.
+template <class T, int kGroups, bool kStreamed = false>
 __global__ void __launch_bounds__(sparse_block_threads(kGroups), 1)
     lstm_wgmma_sparse_forward_kernel(const __grid_constant__ CUtensorMap map_h0,
                                      const __grid_constant__ CUtensorMap map_y,
                                      const __grid_constant__ CUtensorMap map_w, const SparseArgs p, int w_tiles) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kRing = kStreamed ? kStreamRing : kWgmmaRing, kStages = kRing / kGroups;  // a warpgroup's share
+  constexpr int kRing = kWgmmaRing, kStages = kRing / kGroups;  // a warpgroup's share of the ring
   constexpr int kStage = kStreamed ? kSpStreamedStage : kSpABox;
   extern __shared__ uint8_t smem_raw[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
@@ -282,19 +280,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kGroups), 1)
 struct ForwardPlan {
   SparseGrid grid;
   int w_tiles = -1;
-  int ring = kWgmmaRing;  // the streamed form's stages
 };
-
-/// TESSERA_LSTM_SPARSE_STREAM_RING: the streamed form's ring, 8 (unset, the default), 12 or 16 stages.
-int sparse_stream_ring() { return stream_ring_switch("TESSERA_LSTM_SPARSE_STREAM_RING", kWgmmaRing, 12, 16); }
-
-/// The streamed form's kernel for a ring of `ring` stages (8, 12 or 16).
-template <class T>
-auto streamed_kernel(int ring) {
-  return ring == 16   ? &lstm_wgmma_sparse_forward_kernel<T, 2, true, 16>
-         : ring == 12 ? &lstm_wgmma_sparse_forward_kernel<T, 2, true, 12>
-                      : &lstm_wgmma_sparse_forward_kernel<T, 2, true, kWgmmaRing>;
-}
 
 template <class T>
 ForwardPlan forward_plan(int device, int64_t hidden, const SparseLayoutFacts& f) {
@@ -309,12 +295,12 @@ ForwardPlan forward_plan(int device, int64_t hidden, const SparseLayoutFacts& f)
     if (plan.grid.per_block > 0 || streamed.cap < 0) return plan;
   }
   // two groups a block, each its first w_tiles tiles resident (as many as fit, within the cap)
-  const int ring = sparse_stream_ring();
-  const int w_tiles = streamed_resident_units(device, sparse_smem_bytes(0, 2, kSpStreamedStage, ring), kSpWTile,
+  const int w_tiles = streamed_resident_units(device, sparse_smem_bytes(0, 2, kSpStreamedStage), kSpWTile,
                                               streamed.cap, f.max_col_blocks);
-  const size_t smem = sparse_smem_bytes(2 * w_tiles, 2, kSpStreamedStage, ring);
-  if (groups % 2 == 0 && all_resident(streamed_kernel<T>(ring), device, sparse_block_threads(2), smem, groups / 2))
-    return {{2, smem, ""}, w_tiles, ring};
+  const size_t smem = sparse_smem_bytes(2 * w_tiles, 2, kSpStreamedStage);
+  if (groups % 2 == 0 && all_resident(lstm_wgmma_sparse_forward_kernel<T, 2, true>, device, sparse_block_threads(2),
+                                      smem, groups / 2))
+    return {{2, smem, ""}, w_tiles};
   if (plan.grid.per_block == 0) plan.grid = {0, smem, "more pairs of groups than resident blocks, even streamed"};
   return plan;
 }
@@ -362,7 +348,7 @@ void launch_sparse(const Tensor& gx, const Tensor& h0, const Tensor& c0, const T
   a.gates = static_cast<float*>(gates.data_ptr());
   a.cells = static_cast<float*>(cells.data_ptr());
   a.counter = counter;
-  const auto kernel = streamed                ? streamed_kernel<T>(plan.ring)
+  const auto kernel = streamed                ? &lstm_wgmma_sparse_forward_kernel<T, 2, true>
                       : grid.per_block == 2 ? &lstm_wgmma_sparse_forward_kernel<T, 2>
                                             : &lstm_wgmma_sparse_forward_kernel<T, 1>;
   TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
