@@ -30,8 +30,10 @@
 // flight (kGateRing stages; with two rows a block kGatePairRing, two a row).
 //
 // Where even the pairs' blocks pass shared memory (H 8192 at 1/16), the streamed form (kStreamed,
-// two rows a block; TESSERA_LSTM_SPARSE_STREAMED, on by default) keeps each row's first `w_tiles`
-// copy units resident and copies each other unit's W blocks beside its operand boxes. One box a
+// two rows a block; TESSERA_LSTM_SPARSE_STREAMED, on by default) keeps each row's last `w_tiles`
+// copy units resident and copies each other unit's W blocks beside its operand boxes; those come
+// first in a phase (streamed_entries), and the producer takes the phase's first stages and issues
+// their W copies before it waits at the grid barrier (they need no dpre). One box a
 // copy: a stage holds the box [64, 32] of dpre and its block [32, 32] (6 KB; H 8192 at 1/16 on the
 // H100: 53.5 -> 32.9 µs a step against the production kernel). With gate boxes (the default where
 // the layout allows; TESSERA_LSTM_SPARSE_GATE_BOXES=0 takes the form above): a mask entry's four
@@ -124,7 +126,7 @@ __device__ __forceinline__ void gate_box_product(float (&acc)[kSbBs / 2], uint8_
 // kRing: the ring's stages (kWgmmaRing, split between the rows); kGateBoxes: an entry's four gates a
 // stage (kRing = kGateRing with one row a block, kGatePairRing with two, kGateStreamRing streamed);
 // kStreamed: the streamed form (two rows; one box a copy, or with kGateBoxes a mask entry's four).
-// w_tiles: the blocks held, the busiest block's; with kStreamed, each row's first w_tiles.
+// w_tiles: the blocks held, the busiest block's; with kStreamed, each row's last w_tiles.
 template <class T, int kRows, int kRing = kWgmmaRing, bool kGateBoxes = false, bool kStreamed = false>
 __global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
     lstm_wgmma_sparse_backward_kernel(const __grid_constant__ CUtensorMap map_dpre,
@@ -158,37 +160,54 @@ __global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
         for (int gate = 0; gate < kPer; ++gate)
           tma_load_2d(dst + gate * kSbWBlock, &map_w, bar, 0, (first + lead[g] + gate * count[g] + i) * kSbBs);
       };
-      if constexpr (kStreamed) {  // row g's first w_tiles units at units g·w_tiles …
+      // row g's units i < streamed[g] are streamed, the others resident (streamed_entries)
+      int streamed[kRows];
+#pragma unroll
+      for (int g = 0; g < kRows; ++g) streamed[g] = kStreamed ? streamed_entries(count[g], w_tiles) : 0;
+      if constexpr (kStreamed) {  // row g's last w_tiles units at units g·w_tiles …
         int held = 0;
 #pragma unroll
-        for (int g = 0; g < kRows; ++g) held += min(count[g], w_tiles);
+        for (int g = 0; g < kRows; ++g) held += count[g] - streamed[g];
         mbar_arrive_expect_tx(w_bar, held * kPer * kSbWBlock);
 #pragma unroll
         for (int g = 0; g < kRows; ++g)
-          for (int i = 0; i < min(count[g], w_tiles); ++i)
-            copy_unit(w_s + (g * w_tiles + i) * kPer * kSbWBlock, w_bar, g, i);
+          for (int i = streamed[g]; i < count[g]; ++i)
+            copy_unit(w_s + (g * w_tiles + i - streamed[g]) * kPer * kSbWBlock, w_bar, g, i);
       } else {
         mbar_arrive_expect_tx(w_bar, entries * kSbWBlock);
         for (int i = 0; i < entries; ++i) tma_load_2d(w_s + i * kSbWBlock, &map_w, w_bar, 0, (first + i) * kSbBs);
       }
+      constexpr int kBoxes = kPer * kSbABox;  // the operand boxes of a stage
+      // unit i of row g in phase ph: its stage taken (once the consumers gave it back) and, streamed,
+      // its W blocks copied; then its boxes of dpre_{T − ph}
+      auto stage_of = [&](int ph, int g, int i) { return g * kStages + ((ph - 1) * count[g] + i) % kStages; };
+      auto take_stage = [&](int ph, int g, int i) {
+        const int u = (ph - 1) * count[g] + i, s = stage_of(ph, g, i);
+        mbar_wait(&empty[s], ((u / kStages) & 1) ^ 1);
+        mbar_arrive_expect_tx(&full[s], i < streamed[g] ? kBox : kBoxes);
+        if (i < streamed[g]) copy_unit(ring + s * kBox + kBoxes, &full[s], g, i);
+      };
+      // the streamed forms take the phase's first stages (their W copies need no dpre) before the
+      // grid barrier, so that those copies run while the grid finishes the phase before
+      const int early = kStreamed ? min(most, kStages) : 0;
       for (int ph = 1; ph <= steps; ++ph) {
+        for (int i = 0; i < early; ++i)
+#pragma unroll
+          for (int g = 0; g < kRows; ++g)
+            if (i < count[g]) take_stage(ph, g, i);
         wait_count(p.counter, static_cast<unsigned>(ph) * gridDim.x);  // every block's dpre_{T − ph}
         fence_proxy_async_global();                                    // those generic stores before these TMA reads
         for (int i = 0; i < most; ++i)
 #pragma unroll
           for (int g = 0; g < kRows; ++g) {
             if (i >= count[g]) continue;
-            const int u = (ph - 1) * count[g] + i, s = g * kStages + u % kStages;
+            if (i >= early) take_stage(ph, g, i);
+            const int s = stage_of(ph, g, i);
             const int col = cols_s[lead[g] + i] * kSbBs;  // with gate boxes: gate 0's column c_i
-            const bool streamed = kStreamed && i >= w_tiles;
-            mbar_wait(&empty[s], ((u / kStages) & 1) ^ 1);
-            constexpr int kBoxes = kPer * kSbABox;  // the operand boxes of a stage
-            mbar_arrive_expect_tx(&full[s], streamed ? kBox : kBoxes);
             if constexpr (kGateBoxes)  // the four gates' columns g'·q + c_i, at g'·H + 32·c_i of dpre
               tma_load_4d(ring + s * kBox, &map_dpre, &full[s], col, 0, 0, steps - ph);
             else
               tma_load_3d(ring + s * kBox, &map_dpre, &full[s], col, 0, steps - ph);
-            if (streamed) copy_unit(ring + s * kBox + kBoxes, &full[s], g, i);
           }
       }
     }
@@ -251,22 +270,23 @@ __global__ void __launch_bounds__(sparse_block_threads(kRows), 1)
     }
     float acc[kSbBs / 2];
     if (ph > 0 && kGateBoxes) {
-      const int m4 = mine / 4;
-      // entry i's block of gate g: resident at list position g·m + i, or (streamed) with the first
-      // w_tiles entries' four blocks resident and the others' beside their boxes
+      const int m4 = mine / 4, streamed = kStreamed ? streamed_entries(m4, w_tiles) : 0;
+      // entry i's block of gate g: resident at list position g·m + i, or (streamed form) the first
+      // `streamed` entries' beside their boxes and the others' four blocks resident
       auto w_block = [&](int i, int g, const uint8_t* stage) -> const uint8_t* {
         if constexpr (kStreamed)
-          return i < w_tiles ? w_mine + (4 * i + g) * kSbWBlock : stage + 4 * kSbABox + g * kSbWBlock;
+          return i < streamed ? stage + 4 * kSbABox + g * kSbWBlock : w_mine + (4 * (i - streamed) + g) * kSbWBlock;
         return w_mine + (g * m4 + i) * kSbWBlock;
       };
       gate_box_product<T, kStages, kBox>(acc, my_ring, my_full, my_empty, n, m4, lane, w_block);
       n += mine / 4;
     } else if (ph > 0) {
       // B of entry k, slice kk: the block's rows (units) as N, its columns K-major; resident, or
-      // (streamed, past w_tiles) beside the entry's box in its stage
+      // (streamed form, the first `streamed` entries) beside the entry's box in its stage
+      const int streamed = kStreamed ? streamed_entries(mine, w_tiles) : 0;
       auto b_desc = [&](int k, int kk) {
-        const uint8_t* blk = w_mine + k * kSbWBlock;
-        if (kStreamed && k >= w_tiles) blk = my_ring + ((n + k) % kStages) * kBox + kSbABox;
+        const uint8_t* blk = w_mine + (k - streamed) * kSbWBlock;
+        if (k < streamed) blk = my_ring + ((n + k) % kStages) * kBox + kSbABox;
         return make_desc(blk + kk * 32, 16, 8 * 64, 64);
       };
       ring_product_with<T, kSbBs, 2, 0, kStages, kBox>(acc, my_ring, my_full, my_empty, n, mine, lane, b_desc,
@@ -386,7 +406,7 @@ BackwardPlan backward_plan(int device, int64_t hidden, const SparseLayoutFacts& 
                             "more block rows than resident blocks, one or two a block");
     if (plan.grid.per_block > 0 || streamed.cap < 0) return plan;
   }
-  // two rows a block, each its first w_tiles copy units resident (as many as fit, within the cap):
+  // two rows a block, each its last w_tiles copy units resident (as many as fit, within the cap):
   // with gate boxes (the default) a mask entry's four blocks a unit, else one block
   if (f.gate_layout && sparse_gate_boxes_wanted() && rows % 2 == 0) {
     const size_t fixed = sparse_bwd_smem_bytes(0, 2, kGateStreamRing, kSbStreamedGateStage);
