@@ -19,7 +19,7 @@ row() {  # row NAME PROGRAM: one lstm_step run's graph ms and recurrence µs per
 }
 for r in $(seq ${ROUNDS:-2}); do
   row "before" lstm_step_base
-  row "W copies before the barrier" lstm_step
+  row "${LABEL:-W copies before the barrier}" lstm_step
 done
 rm -f $O/c.log
 echo "a/b done at $(( $(date +%s) - t0 )) s"
