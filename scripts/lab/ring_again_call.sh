@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# device call (issue 16): the block-sparse streamed recurrences' rings again, now that the forward
+# has a producer warp per group and the backward issues its first stages' W copies before the grid
+# barrier: lstm_step's graph step and recurrence rows at sparse H 8192 1/16, ROUNDS (2) rounds
+# interleaved, for the defaults (forward 8 stages, backward 6), the forward's 6
+# (TESSERA_LSTM_SPARSE_STREAM_RING=6: three a warpgroup, three more tiles resident a block), the
+# backward's 8 (TESSERA_LSTM_SPARSE_BWD_STREAM_RING=8: four a row) and both; then
+# lstm_defaults_call.sh (every LSTM, bsmm and convolution GPU test first, the ring cases of
+# WgmmaSparseStreamedMatchesTheCpu among them; the issue's table, train_lstm, bsconv_gpu).
+# From the bundle (BUNDLE=, default build-gpu/lab2.tar.xz; targets gpu_tests lstm_step bsconv_gpu
+# train_lstm), about 6 minutes on an H100.
+set -uo pipefail
+O=$OUT; t0=$(date +%s)
+export BUNDLE=${BUNDLE:-build-gpu/lab2.tar.xz}
+rm -rf dist; tar xJf "$BUNDLE"; cat dist/BUILD
+row() {  # row NAME [VAR=VALUE …]: one lstm_step run's graph ms and recurrence µs per step
+  local name=$1; shift
+  env "$@" timeout 60 dist/run lstm_step --hidden 0 --dtypes bf16 --repeats 3 --warmup 1 \
+    --sparse 8192:0.0625:32 >$O/c.log 2>&1
+  echo "$name: graph $(grep -E '^tessera sparse graph' $O/c.log | grep -oE 'bs32 +[0-9.]+' | awk '{print $2}') ms," \
+    "forward $(grep -E '^recurrence fwd, wgmma' $O/c.log | grep -oE '[0-9.]+ us/step')," \
+    "backward $(grep -E '^recurrence bwd, wgmma' $O/c.log | grep -oE '[0-9.]+ us/step')"
+}
+for r in $(seq ${ROUNDS:-2}); do
+  row "defaults (8 / 6)"
+  row "forward 6" TESSERA_LSTM_SPARSE_STREAM_RING=6
+  row "backward 8" TESSERA_LSTM_SPARSE_BWD_STREAM_RING=8
+  row "both (6 / 8)" TESSERA_LSTM_SPARSE_STREAM_RING=6 TESSERA_LSTM_SPARSE_BWD_STREAM_RING=8
+done
+rm -f $O/c.log
+echo "rings done at $(( $(date +%s) - t0 )) s"
+bash scripts/lab/lstm_defaults_call.sh
