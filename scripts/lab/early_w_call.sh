@@ -11,12 +11,7 @@ O=$OUT; t0=$(date +%s)
 export BUNDLE=${BUNDLE:-build-gpu/lab2.tar.xz}
 rm -rf dist; tar xJf "$BUNDLE"; cat dist/BUILD
 xz -dc "${BASE:-build-gpu/base_lstm_step.xz}" >dist/bin/lstm_step_base && chmod +x dist/bin/lstm_step_base
-row() {  # row NAME PROGRAM: one lstm_step run's graph ms and recurrence µs per step
-  timeout 90 dist/run "$2" --hidden 0 --dtypes bf16 --repeats 3 --warmup 1 --sparse 8192:0.0625:32 >$O/c.log 2>&1
-  echo "$1: graph $(grep -E '^tessera sparse graph' $O/c.log | grep -oE 'bs32 +[0-9.]+' | awk '{print $2}') ms," \
-    "forward $(grep -E '^recurrence fwd, wgmma' $O/c.log | grep -oE '[0-9.]+ us/step')," \
-    "backward $(grep -E '^recurrence bwd, wgmma' $O/c.log | grep -oE '[0-9.]+ us/step')"
-}
+. scripts/lab/lstm_step_row.sh  # row NAME PROGRAM [VAR=VALUE …]
 for r in $(seq ${ROUNDS:-2}); do
   row "before" lstm_step_base
   row "${LABEL:-W copies before the barrier}" lstm_step

@@ -19,14 +19,7 @@ xz -dc "${BASE:-build-gpu/base_lstm_step.xz}" >dist/bin/lstm_step_base && chmod 
 timeout ${TEST_LIMIT:-240} dist/run gpu_tests --gtest_filter="$FILTER" >$O/tests.log 2>&1
 echo "tests rc $? at $(( $(date +%s) - t0 )) s: $(grep -E '^\[  (PASSED|FAILED)' $O/tests.log | tr '\n' ' ')"
 grep -E "Failure" -A4 $O/tests.log | head -12
-row() {  # row NAME PROGRAM [VAR=VALUE …]: one lstm_step run's graph ms and recurrence µs per step
-  local name=$1 prog=$2; shift 2
-  env "$@" timeout 90 dist/run "$prog" --hidden 0 --dtypes bf16 --repeats 3 --warmup 1 \
-    --sparse 8192:0.0625:32 >$O/c.log 2>&1
-  echo "$name: graph $(grep -E '^tessera sparse graph' $O/c.log | grep -oE 'bs32 +[0-9.]+' | awk '{print $2}') ms," \
-    "forward $(grep -E '^recurrence fwd, wgmma' $O/c.log | grep -oE '[0-9.]+ us/step')," \
-    "backward $(grep -E '^recurrence bwd, wgmma' $O/c.log | grep -oE '[0-9.]+ us/step')"
-}
+. scripts/lab/lstm_step_row.sh  # row NAME PROGRAM [VAR=VALUE …]
 for r in $(seq ${ROUNDS:-2}); do
   echo "round $r at $(( $(date +%s) - t0 )) s"
   row "base (before the policies)" lstm_step_base

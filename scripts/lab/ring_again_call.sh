@@ -13,19 +13,12 @@ set -uo pipefail
 O=$OUT; t0=$(date +%s)
 export BUNDLE=${BUNDLE:-build-gpu/lab2.tar.xz}
 rm -rf dist; tar xJf "$BUNDLE"; cat dist/BUILD
-row() {  # row NAME [VAR=VALUE …]: one lstm_step run's graph ms and recurrence µs per step
-  local name=$1; shift
-  env "$@" timeout 60 dist/run lstm_step --hidden 0 --dtypes bf16 --repeats 3 --warmup 1 \
-    --sparse 8192:0.0625:32 >$O/c.log 2>&1
-  echo "$name: graph $(grep -E '^tessera sparse graph' $O/c.log | grep -oE 'bs32 +[0-9.]+' | awk '{print $2}') ms," \
-    "forward $(grep -E '^recurrence fwd, wgmma' $O/c.log | grep -oE '[0-9.]+ us/step')," \
-    "backward $(grep -E '^recurrence bwd, wgmma' $O/c.log | grep -oE '[0-9.]+ us/step')"
-}
+. scripts/lab/lstm_step_row.sh  # row NAME PROGRAM [VAR=VALUE …]
 for r in $(seq ${ROUNDS:-2}); do
-  row "defaults (8 / 6)"
-  row "forward 6" TESSERA_LSTM_SPARSE_STREAM_RING=6
-  row "backward 8" TESSERA_LSTM_SPARSE_BWD_STREAM_RING=8
-  row "both (6 / 8)" TESSERA_LSTM_SPARSE_STREAM_RING=6 TESSERA_LSTM_SPARSE_BWD_STREAM_RING=8
+  row "defaults (8 / 6)" lstm_step
+  row "forward 6" lstm_step TESSERA_LSTM_SPARSE_STREAM_RING=6
+  row "backward 8" lstm_step TESSERA_LSTM_SPARSE_BWD_STREAM_RING=8
+  row "both (6 / 8)" lstm_step TESSERA_LSTM_SPARSE_STREAM_RING=6 TESSERA_LSTM_SPARSE_BWD_STREAM_RING=8
 done
 rm -f $O/c.log
 echo "rings done at $(( $(date +%s) - t0 )) s"
