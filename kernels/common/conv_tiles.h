@@ -21,6 +21,10 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
 
 #include "kernels/common/conv_index.h"
 
@@ -153,6 +157,45 @@ inline int32_t pow2_at_least(int64_t v, int32_t cap) {
   while (p < v && p < cap) p *= 2;
   return p;
 }
+
+/// Replaces `box` (powers of two over ext's 4 axes, product `rows`) by the one whose tiles cover
+/// ext with the fewest positions, Π ceil(ext / box)·box; ties go to the smaller halo box, Π (box
+/// + reach) over the spatial axes times the batch box, then to the larger innermost extent. Every
+/// extent stays within one copy's 256 positions, and the halo's do where the given box's did (no
+/// such box: `box` stays).
+inline void fewest_positions(const int32_t (&ext)[4], const int32_t (&reach)[3], int32_t rows, int32_t (&box)[4]) {
+  auto covered = [&](const int32_t (&b)[4]) {
+    int64_t n = 1;
+    for (int a = 0; a < 4; ++a) n *= (ext[a] + b[a] - 1) / b[a] * static_cast<int64_t>(b[a]);
+    return n;
+  };
+  auto halo = [&](const int32_t (&b)[4]) {
+    int64_t n = b[3];
+    for (int a = 0; a < 3; ++a) n *= b[a] + reach[a];
+    return n;
+  };
+  auto halo_fits = [&](const int32_t (&b)[4]) {
+    for (int a = 0; a < 3; ++a)
+      if (b[a] + reach[a] > 256) return false;
+    return true;
+  };
+  const bool need_fit = halo_fits(box);
+  int32_t best[4] = {box[0], box[1], box[2], box[3]}, b[4];
+  bool found = false;
+  for (b[0] = 1; b[0] <= rows; b[0] *= 2)
+    for (b[1] = 1; b[0] * b[1] <= rows; b[1] *= 2)
+      for (b[2] = 1; b[0] * b[1] * b[2] <= rows; b[2] *= 2) {
+        b[3] = rows / (b[0] * b[1] * b[2]);
+        if (b[0] > 256 || b[1] > 256 || b[2] > 256 || b[3] > 256 || (need_fit && !halo_fits(b))) continue;
+        const int64_t c = covered(b), cb = covered(best);
+        const bool better = c < cb || (c == cb && (halo(b) < halo(best) || (halo(b) == halo(best) && b[0] > best[0])));
+        if (found && !better) continue;
+        for (int a = 0; a < 4; ++a) best[a] = b[a];
+        found = true;
+      }
+  if (found)
+    for (int a = 0; a < 4; ++a) box[a] = best[a];
+}
 }  // namespace conv_tiles_detail
 
 /// Whether the tensor-core kernels take convolution ci at all: stride 1 in every dimension and at
@@ -163,10 +206,30 @@ inline bool conv_tiles_support(const ConvIndex& ci) {
   return ci.taps <= 64;
 }
 
-/// The tiles of `rows` positions (64, 128 or 256) over a batch of `batch` samples of ci: the
+/// How conv_tiles shapes a tile's box (powers of two, their product the rows per tile):
+///   innermost: each axis, innermost first, takes the smallest power of two that covers it (or what
+///              is left of the rows): 64 × 4 on a 56 × 56 image, whose box positions 56-63 are work
+///              without use (12.5%), 32 × 8 on 28 × 28 (23%);
+///   fewest:    the boxes whose tiles hold the fewest positions over the whole product (ties: the
+///              smallest halo box, then the larger innermost extent): 8 × 8 × 4 samples on 56 × 56
+///              (none unused, a halo of 400 rows against 396), 4 × 4 × 16 on 28 × 28 (none unused,
+///              a halo of 576 rows against 340).
+/// TESSERA_BSCONV_TILES=innermost|fewest (the lab's switch; unset: innermost).
+enum class TileBoxes { innermost, fewest };
+
+inline TileBoxes conv_tile_boxes() {
+  const char* e = std::getenv("TESSERA_BSCONV_TILES");
+  if (!e || std::strcmp(e, "innermost") == 0) return TileBoxes::innermost;
+  TS_CHECK(std::strcmp(e, "fewest") == 0, ValueError,
+           "TESSERA_BSCONV_TILES must be innermost or fewest, not '" << e << "'");
+  return TileBoxes::fewest;
+}
+
+/// The tiles of `rows` positions (64, 128, 256 or 512) over a batch of `batch` samples of ci: the
 /// forward's (dx = false: out = ci.out, A = ci.in) or the input gradient's (dx = true: out =
-/// ci.in, A = ci.out). The dW kernel uses the forward's tiles.
-inline ConvTiles conv_tiles(const ConvIndex& ci, int64_t batch, bool dx, int32_t rows) {
+/// ci.in, A = ci.out), their boxes shaped by `boxes`. The dW kernel uses the forward's tiles.
+inline ConvTiles conv_tiles(const ConvIndex& ci, int64_t batch, bool dx, int32_t rows,
+                            TileBoxes boxes = conv_tile_boxes()) {
   ConvTiles t{};
   t.taps = static_cast<int32_t>(ci.taps);
   for (int a = 0; a < 3; ++a) {
@@ -182,17 +245,20 @@ inline ConvTiles conv_tiles(const ConvIndex& ci, int64_t batch, bool dx, int32_t
     t.off_step[a] = dx ? -dil : dil;
   }
   t.ext[3] = t.a_ext[3] = static_cast<int32_t>(batch);
+  int32_t reach[3];  // per spatial axis, how much wider the halo box is than the tile: (kernel − 1)·|step|
+  for (int a = 0; a < 3; ++a) {
+    const int32_t span = (t.kernel[a] - 1) * t.off_step[a];  // from tap 0's offset to the last tap's
+    reach[a] = span < 0 ? -span : span;
+    t.halo_lo[a] = t.off_base[a] + (span < 0 ? span : 0);
+  }
   int32_t left = rows;
   for (int a = 0; a < 3; ++a) {
     t.box[a] = conv_tiles_detail::pow2_at_least(t.ext[a], left);
     left /= t.box[a];
   }
   t.box[3] = left;
-  for (int a = 0; a < 3; ++a) {
-    const int32_t span = (t.kernel[a] - 1) * t.off_step[a];  // from tap 0's offset to the last tap's
-    t.halo[a] = t.box[a] + (span < 0 ? -span : span);
-    t.halo_lo[a] = t.off_base[a] + (span < 0 ? span : 0);
-  }
+  if (boxes == TileBoxes::fewest) conv_tiles_detail::fewest_positions(t.ext, reach, rows, t.box);
+  for (int a = 0; a < 3; ++a) t.halo[a] = t.box[a] + reach[a];
   t.halo[3] = t.box[3];
   t.total_tiles = 1;
   t.split = 0;

@@ -6,10 +6,12 @@
 # (TESSERA_LSTM_SPARSE_STREAM_RING=6: three a warpgroup, three more tiles resident a block), the
 # backward's 8 (TESSERA_LSTM_SPARSE_BWD_STREAM_RING=8: four a row) and both; then
 # lstm_defaults_call.sh (every LSTM, bsmm and convolution GPU test first, the ring cases of
-# WgmmaSparseStreamedMatchesTheCpu among them; the issue's table, train_lstm, bsconv_gpu); then issue
-# 19's lab two-block form of the halo kernel against the defaults at bs 32 (TESSERA_BSCONV_HALO_TWO=1).
-# From the bundle (BUNDLE=, default build-gpu/lab2.tar.xz; targets gpu_tests lstm_step bsconv_gpu
-# train_lstm), about 7 minutes on an H100.
+# WgmmaSparseStreamedMatchesTheCpu among them; the issue's table, train_lstm, bsconv_gpu; LEAN=1: the
+# tests only); then issue 19's two lab switches against the defaults at bs 32 and 64 (the two-block
+# form, TESSERA_BSCONV_HALO_TWO=1; the fewest-positions tile boxes, TESSERA_BSCONV_TILES=fewest), two
+# rounds; then ncu of the bs-64 dW and forward kernels if time allows. From the bundle (BUNDLE=,
+# default build-gpu/lab2.tar.xz; targets gpu_tests lstm_step bsconv_gpu train_lstm), about 7 minutes
+# on an H100 (LEAN=1 about 5).
 set -uo pipefail
 O=$OUT; t0=$(date +%s)
 export BUNDLE=${BUNDLE:-build-gpu/lab2.tar.xz}
@@ -23,15 +25,37 @@ for r in $(seq ${ROUNDS:-2}); do
 done
 rm -f $O/c.log
 echo "rings done at $(( $(date +%s) - t0 )) s"
-bash scripts/lab/lstm_defaults_call.sh
-# issue 19: the halo kernel's lab two-block form (TESSERA_BSCONV_HALO_TWO=1: 256-row entry-mode tiles,
-# two thread blocks a multiprocessor) against the defaults (tall tiles) at bs 32, two rounds
+if [ "${LEAN:-0}" = 1 ]; then  # LEAN=1: the GPU tests only (no lstm_step table, no train_lstm; the table below)
+  filter='LstmRecurrenceGpu.*:LstmLayerGpu.*:CudaLstm*.*:CudaModels.*:CudaBsmmTensorCores.*:CudaBsConv.*'
+  timeout 240 dist/run gpu_tests --gtest_filter="$filter" >$O/tests.log 2>&1
+  echo "tests rc $? at $(( $(date +%s) - t0 )) s: $(grep -E '^\[  (PASSED|FAILED)' $O/tests.log | tr '\n' ' ')"
+  grep -E "^\[  FAILED|Failure" $O/tests.log | head -8
+else
+  bash scripts/lab/lstm_defaults_call.sh
+fi
+# issue 19, the lab's two switches against the defaults (tall tiles at bs 32, boxes innermost first), two
+# rounds at density 0.25, bs 32 and 64, both shapes: the two-block form (TESSERA_BSCONV_HALO_TWO=1:
+# 256-row entry-mode tiles, two thread blocks a multiprocessor; bs 32 only) and the fewest-positions
+# tile boxes (TESSERA_BSCONV_TILES=fewest: 8 × 8 × 4 samples at 56 × 56, 4 × 4 × 16 at 28 × 28)
 for r in 1 2; do
-  for two in 0 1; do
-    TESSERA_BSCONV_HALO_TWO=$two timeout 90 dist/run bsconv_gpu --shapes n64h56c256,n32h28c512 --block-sizes 32 \
-      --densities 0.25 --repeats 10 >$O/bsconv_two.log 2>&1
-    echo "bsconv two=$two round $r: $(grep -E '^(fwd|dgrad|wgrad) .*bs32' $O/bsconv_two.log | \
-      awk '{print $1, $3, $6 " ms", $10}' | tr '\n' ';')"
+  for cfg in defaults TESSERA_BSCONV_HALO_TWO=1 TESSERA_BSCONV_TILES=fewest; do
+    [ $(( $(date +%s) - t0 )) -lt 470 ] || break
+    env $( [ $cfg = defaults ] || echo $cfg ) timeout 90 dist/run bsconv_gpu --shapes n64h56c256,n32h28c512 \
+      --block-sizes 32,64 --densities 0.25 --repeats ${CONV_REPEATS:-6} >$O/bsconv_ab.log 2>&1
+    echo "== bsconv $cfg round $r rc $?"; grep -E "^ *(fwd|dgrad|wgrad)" $O/bsconv_ab.log | grep -v cuDNN | cut -c1-120
+    cat $O/bsconv_ab.log >>$O/bsconv_ab_all.log
   done
+done
+# issue 19: what bounds the bs-64 weight gradient (the per-tap dW kernel, useful-frac 0.40-0.42 at
+# N 64 × 56 × 56) and the bs-64 forward halo kernel (0.46-0.49): ncu of one launch each, if time allows
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu"
+for k in gradient_kernel halo_kernel; do
+  [ $(( $(date +%s) - t0 )) -lt 500 ] || break
+  timeout 60 ncu --clock-control none --kernel-name-base demangled --kernel-name regex:$k --launch-count 1 \
+    --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats \
+    --section Occupancy dist/bin/bsconv_gpu --shapes n64h56c256 --block-sizes 64 --densities 0.25 --repeats 1 \
+    >$O/ncu_$k.txt 2>&1
+  echo "ncu $k rc $?: $(grep -E 'Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|DRAM Through' \
+    $O/ncu_$k.txt | awk '{$1=$1};1' | tr '\n' ';')"
 done
 echo "all done at $(( $(date +%s) - t0 )) s"

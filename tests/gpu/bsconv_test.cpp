@@ -114,6 +114,7 @@ struct ConvPath {
   const char* halo_rows;  // TESSERA_BSCONV_HALO_ROWS: its rows per tile at bs 16/32 (nullptr: its choice)
   const char* entry;      // TESSERA_BSCONV_HALO_ENTRY: a list entry's taps under one barrier (nullptr: its choice)
   const char* two = nullptr;  // TESSERA_BSCONV_HALO_TWO: the lab's two blocks a multiprocessor (nullptr: off)
+  const char* tiles = nullptr;  // TESSERA_BSCONV_TILES: how tiles are shaped (conv_tiles.h; nullptr: the default)
 };
 class ConvPathGuard {
  public:
@@ -124,6 +125,7 @@ class ConvPathGuard {
     if (p.halo_rows) setenv("TESSERA_BSCONV_HALO_ROWS", p.halo_rows, 1);
     if (p.entry) setenv("TESSERA_BSCONV_HALO_ENTRY", p.entry, 1);
     if (p.two) setenv("TESSERA_BSCONV_HALO_TWO", p.two, 1);
+    if (p.tiles) setenv("TESSERA_BSCONV_TILES", p.tiles, 1);
   }
   ~ConvPathGuard() {
     unsetenv("TESSERA_BSMM_PATH");
@@ -132,13 +134,14 @@ class ConvPathGuard {
     unsetenv("TESSERA_BSCONV_HALO_ROWS");
     unsetenv("TESSERA_BSCONV_HALO_ENTRY");
     unsetenv("TESSERA_BSCONV_HALO_TWO");
+    unsetenv("TESSERA_BSCONV_TILES");
   }
 };
 // sm_90a in halo mode where it fits (A from registers, and from shared memory where the tiles
 // allow it; tall 512-row tiles at bs 16/32 forced, since these small calls take 256; per-tap
 // weight stages forced, or entry mode, the default where it fits; the lab's two-block form, 256-row
 // entry-mode tiles two thread blocks a multiprocessor), sm_90a with per-tap copies, and sm_80 (the
-// A100 path, forced).
+// A100 path, forced); the lab's fewest-positions tile boxes on the halo paths and the per-tap one.
 const ConvPath kConvPaths[] = {{"sm90 halo", nullptr, "1", nullptr, "256", "0"},
                                {"sm90 halo tall", nullptr, "1", nullptr, "512", "0"},
                                {"sm90 halo entry", nullptr, "1", nullptr, "256", "1"},
@@ -147,6 +150,10 @@ const ConvPath kConvPaths[] = {{"sm90 halo", nullptr, "1", nullptr, "256", "0"},
                                {"sm90 halo ss", nullptr, "1", "ss", nullptr, "0"},
                                {"sm90 halo ss entry", nullptr, "1", "ss", nullptr, "1"},
                                {"sm90 per-tap", nullptr, "0", nullptr, nullptr, nullptr},
+                               {"sm90 halo fewest", nullptr, "1", nullptr, "256", nullptr, nullptr, "fewest"},
+                               {"sm90 halo tall fewest", nullptr, "1", nullptr, "512", nullptr, nullptr, "fewest"},
+                               {"sm90 halo two fewest", nullptr, "1", nullptr, nullptr, "1", "1", "fewest"},
+                               {"sm90 per-tap fewest", nullptr, "0", nullptr, nullptr, nullptr, nullptr, "fewest"},
                                {"sm80", "sm80", "1", nullptr, nullptr, nullptr}};
 
 struct ConvLaunches {

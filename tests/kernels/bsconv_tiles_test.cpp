@@ -35,6 +35,10 @@ std::vector<Case> cases() {
           {{5, 4, 6}, conv_geometry({5, 4, 6}, {3, 3, 3}, {1}, {1}, ConvPadding::same)}};
 }
 
+// Both ways of shaping a tile's box (conv_tiles.h's TileBoxes), each replayed below.
+constexpr TileBoxes kBoxes[] = {TileBoxes::innermost, TileBoxes::fewest};
+std::string boxes_name(TileBoxes b) { return b == TileBoxes::fewest ? " (fewest)" : " (innermost)"; }
+
 // Position (per axis, conv_tiles.h's order) of row r of a box with extents e.
 void unravel(int64_t r, const int32_t (&e)[ConvTiles::kAxes], int32_t (&off)[ConvTiles::kAxes]) {
   for (int a = 0; a < ConvTiles::kAxes; ++a) {
@@ -146,43 +150,47 @@ TEST(ConvTiles, ReplayedWalkGivesTheConvolutionItsInputGradientAndItsFilterGradi
           dx_ref[static_cast<size_t>(i)] += dy[static_cast<size_t>(row)] * w[static_cast<size_t>(t)];
           dw_ref[static_cast<size_t>(t)] += x[static_cast<size_t>(i)] * dy[static_cast<size_t>(row)];
         }
-      for (int32_t rows : {64, 128, 256, 512}) {  // 512: the halo kernel's tall tiles
-        const std::string what = c.g.str() + " batch " + std::to_string(batch) + " rows " + std::to_string(rows);
-        for (bool dx : {false, true}) {
-          const ConvTiles ct = conv_tiles(ci, batch, dx, rows);
-          if (rows == 512 && !ct.halo_fits()) continue;  // the kernel takes tall tiles only where they fit
-          EXPECT_EQ(rows_of(ct.box), rows) << what;
-          for (int32_t b : ct.box) EXPECT_LE(b, 256) << what;
-          std::vector<int> writes;
-          const std::vector<double> got =
-              replay_product(ct, rows == 64 ? 1 : 2, dx ? dy : x, w, writes);
-          const std::vector<double>& ref = dx ? dx_ref : y_ref;
-          ASSERT_EQ(got.size(), ref.size()) << what;
-          for (size_t e = 0; e < ref.size(); ++e) {
-            ASSERT_EQ(writes[e], 1) << what << (dx ? " dx" : " fwd") << " position " << e;
-            ASSERT_NEAR(got[e], ref[e], 1e-12) << what << (dx ? " dx" : " fwd") << " position " << e;
+      for (int32_t rows : {64, 128, 256, 512})  // 512: the halo kernel's tall tiles
+        for (TileBoxes boxes : kBoxes) {
+          const std::string what =
+              c.g.str() + " batch " + std::to_string(batch) + " rows " + std::to_string(rows) + boxes_name(boxes);
+          for (bool dx : {false, true}) {
+            const ConvTiles ct = conv_tiles(ci, batch, dx, rows, boxes);
+            if (rows == 512 && !ct.halo_fits()) continue;  // the kernel takes tall tiles only where they fit
+            EXPECT_EQ(rows_of(ct.box), rows) << what;
+            for (int32_t b : ct.box) EXPECT_LE(b, 256) << what;
+            std::vector<int> writes;
+            const std::vector<double> got = replay_product(ct, rows == 64 ? 1 : 2, dx ? dy : x, w, writes);
+            const std::vector<double>& ref = dx ? dx_ref : y_ref;
+            ASSERT_EQ(got.size(), ref.size()) << what;
+            for (size_t e = 0; e < ref.size(); ++e) {
+              ASSERT_EQ(writes[e], 1) << what << (dx ? " dx" : " fwd") << " position " << e;
+              ASSERT_NEAR(got[e], ref[e], 1e-12) << what << (dx ? " dx" : " fwd") << " position " << e;
+            }
           }
         }
-      }
       // dW: Σ over tiles of 64 output positions of x's box at the tap · dY's box (zeros outside both).
-      const ConvTiles ct = conv_tiles(ci, batch, false, 64);
-      std::vector<double> dw(static_cast<size_t>(ci.taps), 0.0);
-      for (int64_t mt = 0; mt < ct.total_tiles; ++mt)
-        for (int32_t t = 0; t < ct.taps; ++t) {
-          int32_t o0[ConvTiles::kAxes], a0[ConvTiles::kAxes];
-          ct.origin(mt, o0);
-          ct.a_origin(mt, t, a0);
-          for (int64_t r = 0; r < 64; ++r) {
-            int32_t off[ConvTiles::kAxes], po[ConvTiles::kAxes], pa[ConvTiles::kAxes];
-            unravel(r, ct.box, off);
-            for (int ax = 0; ax < ConvTiles::kAxes; ++ax) po[ax] = o0[ax] + off[ax], pa[ax] = a0[ax] + off[ax];
-            const int64_t fo = flat(po, ct.ext), fa = flat(pa, ct.a_ext);
-            if (fo >= 0 && fa >= 0)
-              dw[static_cast<size_t>(t)] += x[static_cast<size_t>(fa)] * dy[static_cast<size_t>(fo)];
+      for (TileBoxes boxes : kBoxes) {
+        const ConvTiles ct = conv_tiles(ci, batch, false, 64, boxes);
+        std::vector<double> dw(static_cast<size_t>(ci.taps), 0.0);
+        for (int64_t mt = 0; mt < ct.total_tiles; ++mt)
+          for (int32_t t = 0; t < ct.taps; ++t) {
+            int32_t o0[ConvTiles::kAxes], a0[ConvTiles::kAxes];
+            ct.origin(mt, o0);
+            ct.a_origin(mt, t, a0);
+            for (int64_t r = 0; r < 64; ++r) {
+              int32_t off[ConvTiles::kAxes], po[ConvTiles::kAxes], pa[ConvTiles::kAxes];
+              unravel(r, ct.box, off);
+              for (int ax = 0; ax < ConvTiles::kAxes; ++ax) po[ax] = o0[ax] + off[ax], pa[ax] = a0[ax] + off[ax];
+              const int64_t fo = flat(po, ct.ext), fa = flat(pa, ct.a_ext);
+              if (fo >= 0 && fa >= 0)
+                dw[static_cast<size_t>(t)] += x[static_cast<size_t>(fa)] * dy[static_cast<size_t>(fo)];
+            }
           }
-        }
-      for (int64_t t = 0; t < ci.taps; ++t)
-        EXPECT_NEAR(dw[static_cast<size_t>(t)], dw_ref[static_cast<size_t>(t)], 1e-10) << c.g.str() << " tap " << t;
+        for (int64_t t = 0; t < ci.taps; ++t)
+          EXPECT_NEAR(dw[static_cast<size_t>(t)], dw_ref[static_cast<size_t>(t)], 1e-10)
+              << c.g.str() << boxes_name(boxes) << " tap " << t;
+      }
     }
   }
 }
@@ -231,72 +239,78 @@ TEST(ConvTiles, HaloLanesLoadTheAFragmentsOfEveryTap) {
       for (bool dx : {false, true}) {
         // bsconv / bsconv_dx: warp w of warpgroup c, m64 tile mi; 256-row tiles (kWgRows 128) and
         // the tall 512-row ones of bs 16/32 (kWgRows 256)
-        for (int32_t rows : {256, 512}) {
-          if (rows == 512 && bs == 64) continue;
-          const ConvTiles ct = conv_tiles(conv_index(g, in, "t"), 2, dx, rows);
-          const int wg_rows = rows / 2;
-          const Box16 box(ct.halo_rows(), bs);
-          const std::string what =
-              g.str() + " bs " + std::to_string(bs) + (dx ? " dx" : " fwd") + " rows " + std::to_string(rows);
-          Box16::Fragments regs;
-          for (int32_t t = 0; t < ct.taps; t += 5)
-            for (int c = 0; c < 2; ++c)
-              for (int mi = 0; mi < wg_rows / 64; ++mi)
-                for (int w = 0; w < 4; ++w)
-                  for (int kk = 0; kk < bs / 16; ++kk) {
-                    const int first = c * wg_rows + mi * 64 + w * 16;  // the warp's first tile row
-                    std::vector<int> lane_byte(32);
-                    for (int lane = 0; lane < 32; ++lane) {
-                      int row, chunk, chunk0;
-                      halo_a_lane(lane, kk, row, chunk);
-                      halo_a_lane(lane, 0, row, chunk0);
-                      const int hrow = ct.halo_row(first + row) + ct.tap_rows(t);
-                      // the kernel's address: slice 0's offset, moved to slice kk (swizzled_slice)
-                      lane_byte[static_cast<size_t>(lane)] = swizzled_slice(swizzled_offset(hrow, chunk0, 2 * bs), kk);
-                      ASSERT_EQ(lane_byte[static_cast<size_t>(lane)], swizzled_offset(hrow, chunk, 2 * bs))
-                          << what << " lane " << lane << " slice " << kk;
-                    }
-                    box.ldmatrix(lane_byte, false, regs);
-                    for (int lane = 0; lane < 32; ++lane) {
-                      const int gg = lane / 4, tt = lane % 4;
-                      for (int j = 0; j < 4; ++j) {
-                        const int m = gg + 8 * (j % 2), k = 2 * tt + 8 * (j / 2);  // a_j's row and column
-                        const int hrow = ct.halo_row(first + m) + ct.tap_rows(t), ch = 16 * kk + k;
-                        const std::pair<int, int> want{box.value(hrow, ch), box.value(hrow, ch + 1)};
-                        ASSERT_EQ(regs[static_cast<size_t>(lane)][static_cast<size_t>(j)], want)
-                            << what << " tap " << t << " lane " << lane << " a" << j;
+        for (int32_t rows : {256, 512})
+          for (TileBoxes boxes : kBoxes) {
+            if (rows == 512 && bs == 64) continue;
+            const ConvTiles ct = conv_tiles(conv_index(g, in, "t"), 2, dx, rows, boxes);
+            const int wg_rows = rows / 2;
+            const Box16 box(ct.halo_rows(), bs);
+            const std::string what = g.str() + " bs " + std::to_string(bs) + (dx ? " dx" : " fwd") + " rows " +
+                                     std::to_string(rows) + boxes_name(boxes);
+            Box16::Fragments regs;
+            for (int32_t t = 0; t < ct.taps; t += 5)
+              for (int c = 0; c < 2; ++c)
+                for (int mi = 0; mi < wg_rows / 64; ++mi)
+                  for (int w = 0; w < 4; ++w)
+                    for (int kk = 0; kk < bs / 16; ++kk) {
+                      const int first = c * wg_rows + mi * 64 + w * 16;  // the warp's first tile row
+                      std::vector<int> lane_byte(32);
+                      for (int lane = 0; lane < 32; ++lane) {
+                        int row, chunk, chunk0;
+                        halo_a_lane(lane, kk, row, chunk);
+                        halo_a_lane(lane, 0, row, chunk0);
+                        const int hrow = ct.halo_row(first + row) + ct.tap_rows(t);
+                        // the kernel's address: slice 0's offset, moved to slice kk (swizzled_slice)
+                        lane_byte[static_cast<size_t>(lane)] =
+                            swizzled_slice(swizzled_offset(hrow, chunk0, 2 * bs), kk);
+                        ASSERT_EQ(lane_byte[static_cast<size_t>(lane)], swizzled_offset(hrow, chunk, 2 * bs))
+                            << what << " lane " << lane << " slice " << kk;
+                      }
+                      box.ldmatrix(lane_byte, false, regs);
+                      for (int lane = 0; lane < 32; ++lane) {
+                        const int gg = lane / 4, tt = lane % 4;
+                        for (int j = 0; j < 4; ++j) {
+                          const int m = gg + 8 * (j % 2), k = 2 * tt + 8 * (j / 2);  // a_j's row and column
+                          const int hrow = ct.halo_row(first + m) + ct.tap_rows(t), ch = 16 * kk + k;
+                          const std::pair<int, int> want{box.value(hrow, ch), box.value(hrow, ch + 1)};
+                          ASSERT_EQ(regs[static_cast<size_t>(lane)][static_cast<size_t>(j)], want)
+                              << what << " tap " << t << " lane " << lane << " a" << j;
+                        }
                       }
                     }
-                  }
-        }
+          }
         if (dx) continue;
         // bsconv_dw: 256-position tiles, the warp's 16 channels from c0, positions of slice kk
-        const ConvTiles cw = conv_tiles(conv_index(g, in, "t"), 2, false, 256);
-        const Box16 xbox(cw.halo_rows(), bs);
-        Box16::Fragments regs;
-        for (int32_t t = 0; t < cw.taps; t += 4)
-          for (int c0 = 0; c0 < bs; c0 += 16)
-            for (int kk = 0; kk < 16; ++kk) {
-              std::vector<int> lane_byte(32);
-              for (int lane = 0; lane < 32; ++lane) {
-                int position, chunk;
-                halo_at_lane(lane, c0, position, chunk);
-                lane_byte[static_cast<size_t>(lane)] =
-                    swizzled_offset(cw.halo_row(16 * kk + position) + cw.tap_rows(t), chunk, 2 * bs);
-              }
-              xbox.ldmatrix(lane_byte, true, regs);
-              for (int lane = 0; lane < 32; ++lane) {
-                const int gg = lane / 4, tt = lane % 4;
-                for (int j = 0; j < 4; ++j) {
-                  const int m = gg + 8 * (j % 2), k = 2 * tt + 8 * (j / 2);  // a_j: channel c0 + m, positions k, k + 1
-                  auto at = [&](int kpos) {
-                    return xbox.value(cw.halo_row(16 * kk + kpos) + cw.tap_rows(t), c0 + m);
-                  };
-                  ASSERT_EQ(regs[static_cast<size_t>(lane)][static_cast<size_t>(j)], std::make_pair(at(k), at(k + 1)))
-                      << g.str() << " bs " << bs << " dW tap " << t << " lane " << lane << " a" << j;
+        for (TileBoxes boxes : kBoxes) {
+          const ConvTiles cw = conv_tiles(conv_index(g, in, "t"), 2, false, 256, boxes);
+          const Box16 xbox(cw.halo_rows(), bs);
+          Box16::Fragments regs;
+          for (int32_t t = 0; t < cw.taps; t += 4)
+            for (int c0 = 0; c0 < bs; c0 += 16)
+              for (int kk = 0; kk < 16; ++kk) {
+                std::vector<int> lane_byte(32);
+                for (int lane = 0; lane < 32; ++lane) {
+                  int position, chunk;
+                  halo_at_lane(lane, c0, position, chunk);
+                  lane_byte[static_cast<size_t>(lane)] =
+                      swizzled_offset(cw.halo_row(16 * kk + position) + cw.tap_rows(t), chunk, 2 * bs);
+                }
+                xbox.ldmatrix(lane_byte, true, regs);
+                for (int lane = 0; lane < 32; ++lane) {
+                  const int gg = lane / 4, tt = lane % 4;
+                  for (int j = 0; j < 4; ++j) {
+                    const int m = gg + 8 * (j % 2),
+                              k = 2 * tt + 8 * (j / 2);  // a_j: channel c0 + m, positions k, k + 1
+                    auto at = [&](int kpos) {
+                      return xbox.value(cw.halo_row(16 * kk + kpos) + cw.tap_rows(t), c0 + m);
+                    };
+                    ASSERT_EQ(regs[static_cast<size_t>(lane)][static_cast<size_t>(j)], std::make_pair(at(k), at(k + 1)))
+                        << g.str() << " bs " << bs << boxes_name(boxes) << " dW tap " << t << " lane " << lane << " a"
+                        << j;
+                  }
                 }
               }
-            }
+        }
       }
 }
 
@@ -309,29 +323,30 @@ TEST(ConvTiles, TheTileOdometerAndTheTapOffsetsAgreeWithTheirDefinitions) {
     const ConvIndex ci = conv_index(c.g, c.in, "test");
     for (bool dx : {false, true})
       for (int32_t rows : {64, 128, 256})
-        for (int64_t batch : {1, 5}) {
-          const ConvTiles ct = conv_tiles(ci, batch, dx, rows);
-          int32_t walked[ConvTiles::kAxes];
-          ct.origin(0, walked);
-          for (int64_t mt = 0; mt < ct.total_tiles; ++mt) {
-            int32_t want[ConvTiles::kAxes];
-            ct.origin(mt, want);
-            for (int a = 0; a < ConvTiles::kAxes; ++a)
-              ASSERT_EQ(walked[a], want[a]) << c.g.str() << " tile " << mt << " axis " << a;
-            ct.next_origin(walked);
+        for (int64_t batch : {1, 5})
+          for (TileBoxes boxes : kBoxes) {
+            const ConvTiles ct = conv_tiles(ci, batch, dx, rows, boxes);
+            int32_t walked[ConvTiles::kAxes];
+            ct.origin(0, walked);
+            for (int64_t mt = 0; mt < ct.total_tiles; ++mt) {
+              int32_t want[ConvTiles::kAxes];
+              ct.origin(mt, want);
+              for (int a = 0; a < ConvTiles::kAxes; ++a)
+                ASSERT_EQ(walked[a], want[a]) << c.g.str() << " tile " << mt << " axis " << a;
+              ct.next_origin(walked);
+            }
+            int32_t t = 0;
+            for (int32_t k2 = 0; k2 < ct.kernel[2]; ++k2)
+              for (int32_t k1 = 0; k1 < ct.kernel[1]; ++k1)
+                for (int32_t k0 = 0; k0 < ct.kernel[0]; ++k0, ++t) {
+                  int32_t d[ConvTiles::kAxes];
+                  ct.tap_offset(t, d);
+                  const int32_t k[3] = {k0, k1, k2};
+                  for (int a = 0; a < 3; ++a) EXPECT_EQ(d[a], ct.off_base[a] + k[a] * ct.off_step[a]) << c.g.str();
+                  EXPECT_EQ(d[3], 0);
+                }
+            EXPECT_EQ(t, ct.taps);
           }
-          int32_t t = 0;
-          for (int32_t k2 = 0; k2 < ct.kernel[2]; ++k2)
-            for (int32_t k1 = 0; k1 < ct.kernel[1]; ++k1)
-              for (int32_t k0 = 0; k0 < ct.kernel[0]; ++k0, ++t) {
-                int32_t d[ConvTiles::kAxes];
-                ct.tap_offset(t, d);
-                const int32_t k[3] = {k0, k1, k2};
-                for (int a = 0; a < 3; ++a) EXPECT_EQ(d[a], ct.off_base[a] + k[a] * ct.off_step[a]) << c.g.str();
-                EXPECT_EQ(d[3], 0);
-              }
-          EXPECT_EQ(t, ct.taps);
-        }
   }
 }
 
@@ -380,6 +395,53 @@ TEST(ConvTiles, TheHaloKernelsEntryModeStagesLieInTheirEntrysSlot) {
           walk.next(taps, stages, slots);
         }
     }
+}
+
+// Positions a tile set covers: Π ceil(ext / box)·box.
+int64_t covered(const ConvTiles& ct) {
+  int64_t n = 1;
+  for (int a = 0; a < ConvTiles::kAxes; ++a) n *= static_cast<int64_t>(ct.tiles[a]) * ct.box[a];
+  return n;
+}
+
+// The fewest-positions boxes never cover more than the innermost-first ones (where those are
+// copies at all), keep every copy's extents within 256 (the halo's too where the innermost boxes' were), and on the benchmark's
+// images leave no position of a tile unused: 8 × 8 × 4 samples at 56 × 56 (a halo of 400 rows,
+// against 64 × 4's 396 with 8 of 64 columns unused), 4 × 4 × 16 at 28 × 28.
+TEST(ConvTiles, TheFewestPositionsBoxesCoverNoMoreThanTheInnermostOnes) {
+  std::vector<Case> all = cases();
+  all.push_back({{56, 56}, conv_geometry({56, 56}, {3, 3}, {1}, {1}, ConvPadding::same)});
+  all.push_back({{28, 28}, conv_geometry({28, 28}, {3, 3}, {1}, {1}, ConvPadding::same)});
+  for (const Case& c : all) {
+    const ConvIndex ci = conv_index(c.g, c.in, "test");
+    for (int64_t batch : {1, 5, 32, 64})
+      for (int32_t rows : {64, 128, 256, 512})
+        for (bool dx : {false, true}) {
+          const ConvTiles inner = conv_tiles(ci, batch, dx, rows, TileBoxes::innermost);
+          const ConvTiles few = conv_tiles(ci, batch, dx, rows, TileBoxes::fewest);
+          const std::string what = c.g.str() + " batch " + std::to_string(batch) + " rows " + std::to_string(rows);
+          bool inner_copies = true;  // every extent within one copy (else the kernels never take those tiles)
+          for (int32_t b : inner.box) inner_copies = inner_copies && b <= 256;
+          if (inner_copies) {
+            EXPECT_LE(covered(few), covered(inner)) << what;
+          }
+          EXPECT_EQ(rows_of(few.box), rows) << what;
+          for (int32_t b : few.box) EXPECT_LE(b, 256) << what;
+          if (inner.halo_fits()) {
+            EXPECT_TRUE(few.halo_fits()) << what;
+          }
+        }
+  }
+  const ConvIndex c56 = conv_index(all[all.size() - 2].g, all[all.size() - 2].in, "test");
+  const ConvTiles t56 = conv_tiles(c56, 64, false, 256, TileBoxes::fewest);
+  EXPECT_EQ(t56.box[0], 8);
+  EXPECT_EQ(t56.box[1], 8);
+  EXPECT_EQ(t56.box[3], 4);
+  EXPECT_EQ(covered(t56), 64 * 56 * 56);
+  EXPECT_EQ(t56.halo_rows(), 400);
+  const ConvIndex c28 = conv_index(all.back().g, all.back().in, "test");
+  EXPECT_EQ(covered(conv_tiles(c28, 32, false, 256, TileBoxes::fewest)), 32 * 28 * 28);
+  EXPECT_EQ(covered(conv_tiles(c28, 32, false, 256, TileBoxes::innermost)), 32 * 32 * 32);
 }
 
 TEST(ConvTiles, StridedOrVeryWideFiltersAreLeftToTheScalarKernels) {
