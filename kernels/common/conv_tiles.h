@@ -159,11 +159,13 @@ inline int32_t pow2_at_least(int64_t v, int32_t cap) {
 }
 
 /// Replaces `box` (powers of two over ext's 4 axes, product `rows`) by the one whose tiles cover
-/// ext with the fewest positions, Π ceil(ext / box)·box; ties go to the smaller halo box, Π (box
-/// + reach) over the spatial axes times the batch box, then to the larger innermost extent. Every
-/// extent stays within one copy's 256 positions, and the halo's do where the given box's did (no
-/// such box: `box` stays).
-inline void fewest_positions(const int32_t (&ext)[4], const int32_t (&reach)[3], int32_t rows, int32_t (&box)[4]) {
+/// ext with the fewest positions, Π ceil(ext / box)·box, or with `halo_weight` the least
+/// positions × (1 + halo rows / (2·rows)), each covered position charged half its share of the
+/// halo box; ties go to the smaller halo box, Π (box + reach) over the spatial axes times the batch
+/// box, then to the larger innermost extent. Every extent stays within one copy's 256 positions,
+/// and the halo's do where the given box's did (no such box: `box` stays).
+inline void fewest_positions(const int32_t (&ext)[4], const int32_t (&reach)[3], int32_t rows, bool halo_weight,
+                             int32_t (&box)[4]) {
   auto covered = [&](const int32_t (&b)[4]) {
     int64_t n = 1;
     for (int a = 0; a < 4; ++a) n *= (ext[a] + b[a] - 1) / b[a] * static_cast<int64_t>(b[a]);
@@ -187,7 +189,8 @@ inline void fewest_positions(const int32_t (&ext)[4], const int32_t (&reach)[3],
       for (b[2] = 1; b[0] * b[1] * b[2] <= rows; b[2] *= 2) {
         b[3] = rows / (b[0] * b[1] * b[2]);
         if (b[0] > 256 || b[1] > 256 || b[2] > 256 || b[3] > 256 || (need_fit && !halo_fits(b))) continue;
-        const int64_t c = covered(b), cb = covered(best);
+        const int64_t c = halo_weight ? covered(b) * (2 * rows + halo(b)) : covered(b);
+        const int64_t cb = halo_weight ? covered(best) * (2 * rows + halo(best)) : covered(best);
         const bool better = c < cb || (c == cb && (halo(b) < halo(best) || (halo(b) == halo(best) && b[0] > best[0])));
         if (found && !better) continue;
         for (int a = 0; a < 4; ++a) best[a] = b[a];
@@ -213,15 +216,19 @@ inline bool conv_tiles_support(const ConvIndex& ci) {
 ///   fewest:    the boxes whose tiles hold the fewest positions over the whole product (ties: the
 ///              smallest halo box, then the larger innermost extent): 8 × 8 × 4 samples on 56 × 56
 ///              (none unused, a halo of 400 rows against 396), 4 × 4 × 16 on 28 × 28 (none unused,
-///              a halo of 576 rows against 340).
-/// TESSERA_BSCONV_TILES=innermost|fewest (the lab's switch; unset: innermost).
-enum class TileBoxes { innermost, fewest };
+///              a halo of 576 rows against 340);
+///   balanced:  the same with each position charged half its share of the halo box too (a probe of
+///              the trade between unused products and halo bytes): 8 × 8 × 4 on 56 × 56, 32 × 4 × 2
+///              on 28 × 28 (12.5% unused, a halo of 408 rows).
+/// TESSERA_BSCONV_TILES=innermost|fewest|balanced (the lab's switch; unset: innermost).
+enum class TileBoxes { innermost, fewest, balanced };
 
 inline TileBoxes conv_tile_boxes() {
   const char* e = std::getenv("TESSERA_BSCONV_TILES");
   if (!e || std::strcmp(e, "innermost") == 0) return TileBoxes::innermost;
+  if (std::strcmp(e, "balanced") == 0) return TileBoxes::balanced;
   TS_CHECK(std::strcmp(e, "fewest") == 0, ValueError,
-           "TESSERA_BSCONV_TILES must be innermost or fewest, not '" << e << "'");
+           "TESSERA_BSCONV_TILES must be innermost, fewest or balanced, not '" << e << "'");
   return TileBoxes::fewest;
 }
 
@@ -257,7 +264,8 @@ inline ConvTiles conv_tiles(const ConvIndex& ci, int64_t batch, bool dx, int32_t
     left /= t.box[a];
   }
   t.box[3] = left;
-  if (boxes == TileBoxes::fewest) conv_tiles_detail::fewest_positions(t.ext, reach, rows, t.box);
+  if (boxes != TileBoxes::innermost)
+    conv_tiles_detail::fewest_positions(t.ext, reach, rows, boxes == TileBoxes::balanced, t.box);
   for (int a = 0; a < 3; ++a) t.halo[a] = t.box[a] + reach[a];
   t.halo[3] = t.box[3];
   t.total_tiles = 1;

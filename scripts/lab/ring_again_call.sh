@@ -9,8 +9,9 @@
 #     and both;
 #   - lstm_defaults_call.sh (every LSTM, bsmm and convolution GPU test, the issue's table, train_lstm,
 #     bsconv_gpu), or with LEAN=1 the tests alone;
-#   - issue 19's two lab switches against the defaults at bs 32 and 64, two rounds: the fewest-positions
-#     tile boxes (TESSERA_BSCONV_TILES=fewest) and the two-block form (TESSERA_BSCONV_HALO_TWO=1);
+#   - issue 19's lab switches against the defaults at bs 32 and 64, two rounds: the fewest-positions
+#     tile boxes (TESSERA_BSCONV_TILES=fewest, and =balanced with the halo weighed in) and the
+#     two-block form (TESSERA_BSCONV_HALO_TWO=1);
 #   - ncu of the bs-64 dW and forward kernels if time allows.
 # LEAN=1 runs the convolution tests and the tiles' A/B first, then the LSTM tests, a round of the
 # rings, the two-block form, and the second rounds, so that a call cut short has the first parts. About 7 minutes on an H100 (LEAN=1 about 5).
@@ -30,10 +31,11 @@ rings() {  # one round of the four ring settings at H 8192 1/16
 # issue 19, the lab's two switches against the defaults (tall tiles at bs 32, boxes innermost first) at
 # density 0.25, bs 32 and 64, both shapes: the two-block form (TESSERA_BSCONV_HALO_TWO=1: 256-row
 # entry-mode tiles, two thread blocks a multiprocessor; bs 32 only) and the fewest-positions tile boxes
-# (TESSERA_BSCONV_TILES=fewest: 8 × 8 × 4 samples at 56 × 56, 4 × 4 × 16 at 28 × 28)
+# (TESSERA_BSCONV_TILES=fewest: 8 × 8 × 4 samples at 56 × 56, 4 × 4 × 16 at 28 × 28; =balanced: 8 × 8 × 4,
+# 32 × 4 × 2)
 conv_round() {  # ROUND [CONFIG ...]: the configurations (default: all three)
   local r=$1; shift
-  local cfgs=${*:-defaults TESSERA_BSCONV_TILES=fewest TESSERA_BSCONV_HALO_TWO=1}
+  local cfgs=${*:-defaults TESSERA_BSCONV_TILES=fewest TESSERA_BSCONV_TILES=balanced TESSERA_BSCONV_HALO_TWO=1}
   for cfg in $cfgs; do
     env $( [ $cfg = defaults ] || echo $cfg ) timeout 90 dist/run bsconv_gpu --shapes n64h56c256,n32h28c512 \
       --block-sizes 32,64 --densities 0.25 --repeats ${CONV_REPEATS:-6} >$O/bsconv_ab.log 2>&1
@@ -49,7 +51,7 @@ tests() {  # NAME FILTER
 }
 if [ "${LEAN:-0}" = 1 ]; then  # LEAN=1: the most needed first, so that a call cut short still has them
   tests conv 'CudaBsConv.*'
-  conv_round 1 defaults TESSERA_BSCONV_TILES=fewest
+  conv_round 1 defaults TESSERA_BSCONV_TILES=fewest TESSERA_BSCONV_TILES=balanced
   tests lstm 'LstmRecurrenceGpu.*:LstmLayerGpu.*:CudaLstm*.*:CudaModels.*:CudaBsmmTensorCores.*'
   rings; conv_round 1 TESSERA_BSCONV_HALO_TWO=1; conv_round 2; rings
 else

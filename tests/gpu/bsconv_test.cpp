@@ -141,7 +141,8 @@ class ConvPathGuard {
 // allow it; tall 512-row tiles at bs 16/32 forced, since these small calls take 256; per-tap
 // weight stages forced, or entry mode, the default where it fits; the lab's two-block form, 256-row
 // entry-mode tiles two thread blocks a multiprocessor), sm_90a with per-tap copies, and sm_80 (the
-// A100 path, forced); the lab's fewest-positions tile boxes on the halo paths and the per-tap one.
+// A100 path, forced); the lab's fewest-positions tile boxes on the halo paths and the per-tap one,
+// its balanced ones on the default halo path.
 const ConvPath kConvPaths[] = {{"sm90 halo", nullptr, "1", nullptr, "256", "0"},
                                {"sm90 halo tall", nullptr, "1", nullptr, "512", "0"},
                                {"sm90 halo entry", nullptr, "1", nullptr, "256", "1"},
@@ -154,6 +155,7 @@ const ConvPath kConvPaths[] = {{"sm90 halo", nullptr, "1", nullptr, "256", "0"},
                                {"sm90 halo tall fewest", nullptr, "1", nullptr, "512", nullptr, nullptr, "fewest"},
                                {"sm90 halo two fewest", nullptr, "1", nullptr, nullptr, "1", "1", "fewest"},
                                {"sm90 per-tap fewest", nullptr, "0", nullptr, nullptr, nullptr, nullptr, "fewest"},
+                               {"sm90 halo balanced", nullptr, "1", nullptr, nullptr, nullptr, nullptr, "balanced"},
                                {"sm80", "sm80", "1", nullptr, nullptr, nullptr}};
 
 struct ConvLaunches {

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cstdlib>
 #include <random>
 #include <utility>
 #include <vector>
@@ -35,9 +36,11 @@ std::vector<Case> cases() {
           {{5, 4, 6}, conv_geometry({5, 4, 6}, {3, 3, 3}, {1}, {1}, ConvPadding::same)}};
 }
 
-// Both ways of shaping a tile's box (conv_tiles.h's TileBoxes), each replayed below.
-constexpr TileBoxes kBoxes[] = {TileBoxes::innermost, TileBoxes::fewest};
-std::string boxes_name(TileBoxes b) { return b == TileBoxes::fewest ? " (fewest)" : " (innermost)"; }
+// Every way of shaping a tile's box (conv_tiles.h's TileBoxes), each replayed below.
+constexpr TileBoxes kBoxes[] = {TileBoxes::innermost, TileBoxes::fewest, TileBoxes::balanced};
+std::string boxes_name(TileBoxes b) {
+  return b == TileBoxes::fewest ? " (fewest)" : b == TileBoxes::balanced ? " (balanced)" : " (innermost)";
+}
 
 // Position (per axis, conv_tiles.h's order) of row r of a box with extents e.
 void unravel(int64_t r, const int32_t (&e)[ConvTiles::kAxes], int32_t (&off)[ConvTiles::kAxes]) {
@@ -405,7 +408,8 @@ int64_t covered(const ConvTiles& ct) {
 }
 
 // The fewest-positions boxes never cover more than the innermost-first ones (where those are
-// copies at all), keep every copy's extents within 256 (the halo's too where the innermost boxes' were), and on the benchmark's
+// copies at all), nor do the balanced ones cost more by their measure; both keep every copy's
+// extents within 256 (the halo's too where the innermost boxes' were), and on the benchmark's
 // images leave no position of a tile unused: 8 × 8 × 4 samples at 56 × 56 (a halo of 400 rows,
 // against 64 × 4's 396 with 8 of 64 columns unused), 4 × 4 × 16 at 28 × 28.
 TEST(ConvTiles, TheFewestPositionsBoxesCoverNoMoreThanTheInnermostOnes) {
@@ -419,16 +423,21 @@ TEST(ConvTiles, TheFewestPositionsBoxesCoverNoMoreThanTheInnermostOnes) {
         for (bool dx : {false, true}) {
           const ConvTiles inner = conv_tiles(ci, batch, dx, rows, TileBoxes::innermost);
           const ConvTiles few = conv_tiles(ci, batch, dx, rows, TileBoxes::fewest);
+          const ConvTiles bal = conv_tiles(ci, batch, dx, rows, TileBoxes::balanced);
           const std::string what = c.g.str() + " batch " + std::to_string(batch) + " rows " + std::to_string(rows);
           bool inner_copies = true;  // every extent within one copy (else the kernels never take those tiles)
           for (int32_t b : inner.box) inner_copies = inner_copies && b <= 256;
           if (inner_copies) {
             EXPECT_LE(covered(few), covered(inner)) << what;
+            EXPECT_LE(covered(bal) * (2 * rows + bal.halo_rows()), covered(inner) * (2 * rows + inner.halo_rows()))
+                << what;
           }
-          EXPECT_EQ(rows_of(few.box), rows) << what;
-          for (int32_t b : few.box) EXPECT_LE(b, 256) << what;
-          if (inner.halo_fits()) {
-            EXPECT_TRUE(few.halo_fits()) << what;
+          for (const ConvTiles* t : {&few, &bal}) {
+            EXPECT_EQ(rows_of(t->box), rows) << what;
+            for (int32_t b : t->box) EXPECT_LE(b, 256) << what;
+            if (inner.halo_fits()) {
+              EXPECT_TRUE(t->halo_fits()) << what;
+            }
           }
         }
   }
@@ -442,6 +451,28 @@ TEST(ConvTiles, TheFewestPositionsBoxesCoverNoMoreThanTheInnermostOnes) {
   const ConvIndex c28 = conv_index(all.back().g, all.back().in, "test");
   EXPECT_EQ(covered(conv_tiles(c28, 32, false, 256, TileBoxes::fewest)), 32 * 28 * 28);
   EXPECT_EQ(covered(conv_tiles(c28, 32, false, 256, TileBoxes::innermost)), 32 * 32 * 32);
+  // balanced: the same boxes at 56 × 56; at 28 × 28, 32 × 4 × 2 (408 halo rows, not 576, for 12.5% unused)
+  const ConvTiles b56 = conv_tiles(c56, 64, false, 256, TileBoxes::balanced);
+  for (int a = 0; a < ConvTiles::kAxes; ++a) EXPECT_EQ(b56.box[a], t56.box[a]);
+  const ConvTiles b28 = conv_tiles(c28, 32, false, 256, TileBoxes::balanced);
+  EXPECT_EQ(b28.box[0], 32);
+  EXPECT_EQ(b28.box[1], 4);
+  EXPECT_EQ(b28.box[3], 2);
+  EXPECT_EQ(b28.halo_rows(), 408);
+}
+
+// The lab's switch TESSERA_BSCONV_TILES names each shape; anything else is one clear error.
+TEST(ConvTiles, TheTileSwitchTakesItsThreeValuesAndRefusesOthers) {
+  const std::pair<const char*, TileBoxes> values[] = {
+      {"innermost", TileBoxes::innermost}, {"fewest", TileBoxes::fewest}, {"balanced", TileBoxes::balanced}};
+  for (const auto& [name, boxes] : values) {
+    setenv("TESSERA_BSCONV_TILES", name, 1);
+    EXPECT_EQ(conv_tile_boxes(), boxes) << name;
+  }
+  setenv("TESSERA_BSCONV_TILES", "squares", 1);
+  EXPECT_THROW(conv_tile_boxes(), ValueError);
+  unsetenv("TESSERA_BSCONV_TILES");
+  EXPECT_EQ(conv_tile_boxes(), TileBoxes::innermost);
 }
 
 TEST(ConvTiles, StridedOrVeryWideFiltersAreLeftToTheScalarKernels) {
