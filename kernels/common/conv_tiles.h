@@ -182,21 +182,22 @@ inline void fewest_positions(const int32_t (&ext)[4], const int32_t (&reach)[3],
     return true;
   };
   const bool need_fit = halo_fits(box);
-  int32_t best[4] = {box[0], box[1], box[2], box[3]}, b[4];
-  bool found = false;
+  int32_t best[4] = {}, b[4];
+  int64_t best_cost = -1, best_halo = 0;  // best_cost < 0: none found yet
   for (b[0] = 1; b[0] <= rows; b[0] *= 2)
     for (b[1] = 1; b[0] * b[1] <= rows; b[1] *= 2)
       for (b[2] = 1; b[0] * b[1] * b[2] <= rows; b[2] *= 2) {
         b[3] = rows / (b[0] * b[1] * b[2]);
         if (b[0] > 256 || b[1] > 256 || b[2] > 256 || b[3] > 256 || (need_fit && !halo_fits(b))) continue;
-        const int64_t c = halo_weight ? covered(b) * (2 * rows + halo(b)) : covered(b);
-        const int64_t cb = halo_weight ? covered(best) * (2 * rows + halo(best)) : covered(best);
-        const bool better = c < cb || (c == cb && (halo(b) < halo(best) || (halo(b) == halo(best) && b[0] > best[0])));
-        if (found && !better) continue;
+        const int64_t h = halo(b), c = halo_weight ? covered(b) * (2 * rows + h) : covered(b);
+        const bool better = best_cost < 0 || c < best_cost ||
+                            (c == best_cost && (h < best_halo || (h == best_halo && b[0] > best[0])));
+        if (!better) continue;
         for (int a = 0; a < 4; ++a) best[a] = b[a];
-        found = true;
+        best_cost = c;
+        best_halo = h;
       }
-  if (found)
+  if (best_cost >= 0)
     for (int a = 0; a < 4; ++a) box[a] = best[a];
 }
 }  // namespace conv_tiles_detail

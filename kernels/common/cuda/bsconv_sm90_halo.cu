@@ -168,8 +168,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), kPerSm)
     // Producer: one thread takes the items (the first by blockIdx.x, then the layout's counter),
     // hands each to the consumers and copies, per list entry, the halo box and the taps' blocks
     // (entry mode: into the slot's stages, completing the slot's barrier with the box).
-    if constexpr (kTall) setmaxnreg_dec<40>();
-    if constexpr (kPerSm == 2) setmaxnreg_dec<40>();
+    if constexpr (kTall || kPerSm == 2) setmaxnreg_dec<40>();
     if (threadIdx.x != 0) return;
     prefetch_tma_map(&map_halo);
     prefetch_tma_map(&map_w);

@@ -33,12 +33,12 @@
 // [64, 32] of h and, for an entry past w_tiles, the entry's tile [32, 128] beside it (12 KB).
 // Its ring: kWgmmaRing stages (four a warpgroup). Deeper rings (6 or 8 stages a warpgroup, fewer
 // tiles resident for them) were slower at H 8192 1/16 (H100, 2026-12-07: 18.3 -> 20.3 and 21.2 µs
-// a step): the forward pays more for the tiles it then streams than it saves in waits. The lab's
-// TESSERA_LSTM_SPARSE_STREAM_RING=6 tries the other way, three stages a warpgroup, now that each
-// group has its own producer (not yet run). So did
-// the backward's order (streamed_entries: the streamed entries first, and the step's first stages'
+// a step): the forward pays more for the tiles it then streams than it saves in waits. So was the
+// backward's order (streamed_entries: the streamed entries first, and the step's first stages'
 // tiles copied before the grid barrier), 18.4 -> 18.9 µs a step in the same call where it took the
-// backward from 27.8 to 26.6: the forward keeps its streamed entries last.
+// backward from 27.8 to 26.6: the forward keeps its streamed entries last. The lab's
+// TESSERA_LSTM_SPARSE_STREAM_RING=6 tries the other way, three stages a warpgroup, now that each
+// group has its own producer (not yet run).
 #include <cuda.h>
 
 #include <algorithm>
@@ -186,27 +186,27 @@ __global__ void __launch_bounds__(kStreamed ? kStreamedThreads : sparse_block_th
             if (streamed) copy_tile(stage + kSpABox, &full[s], my_lead + i);
           }
         }
-        return;
-      }
-      for (int t = 0; t < p.steps; ++t) {
-        if (t > 0) {
-          wait_count(p.counter, static_cast<unsigned>(t) * gridDim.x);
-          fence_proxy_async_global();  // the other blocks' stores of y[t − 1] (generic) before these TMA reads
-        }
-        for (int i = 0; i < most; ++i)
-#pragma unroll
-          for (int g = 0; g < kGroups; ++g) {
-            if (i >= count[g]) continue;
-            const int u = t * count[g] + i, s = g * kStages + u % kStages, r = rows_s[lead[g] + i];
-            uint8_t* stage = ring + s * kStage;
-            mbar_wait(&empty[s], ((u / kStages) & 1) ^ 1);
-            mbar_arrive_expect_tx(&full[s], kSpABox);
-            if (t == 0) {
-              tma_load_2d(stage, &map_h0, &full[s], r * kSpBs, 0);
-            } else {
-              tma_load_3d(stage, &map_y, &full[s], r * kSpBs, 0, t - 1);
-            }
+      } else {  // one producer: the i-th box of each group in turn
+        for (int t = 0; t < p.steps; ++t) {
+          if (t > 0) {
+            wait_count(p.counter, static_cast<unsigned>(t) * gridDim.x);
+            fence_proxy_async_global();  // the other blocks' stores of y[t − 1] (generic) before these TMA reads
           }
+          for (int i = 0; i < most; ++i)
+#pragma unroll
+            for (int g = 0; g < kGroups; ++g) {
+              if (i >= count[g]) continue;
+              const int u = t * count[g] + i, s = g * kStages + u % kStages, r = rows_s[lead[g] + i];
+              uint8_t* stage = ring + s * kStage;
+              mbar_wait(&empty[s], ((u / kStages) & 1) ^ 1);
+              mbar_arrive_expect_tx(&full[s], kSpABox);
+              if (t == 0) {
+                tma_load_2d(stage, &map_h0, &full[s], r * kSpBs, 0);
+              } else {
+                tma_load_3d(stage, &map_y, &full[s], r * kSpBs, 0, t - 1);
+              }
+            }
+        }
       }
     }
     return;
