@@ -1,6 +1,7 @@
 // The output tiles of the tensor-core convolution kernels (bsmm_sm90_gather.cu and
-// bsmm_sm90_gradient.cu in conv mode), shared by the host that plans them, the kernels that walk
-// them and a CPU test that replays the walk (tests/bsconv_tiles_test.cpp).
+// bsmm_sm90_gradient.cu in conv mode, the halo kernels bsconv_sm90_halo.cu and bsconv_sm90_dw_halo.cu),
+// shared by the host that plans them, the kernels that walk them and a CPU test that replays the
+// walk (tests/kernels/bsconv_tiles_test.cpp).
 //
 // A stride-1 block-sparse convolution is a block-sparse product whose A strips are shifted boxes
 // of the input: output rows are the positions (n, o) of one tile, a box of `box` positions over
@@ -21,10 +22,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
-
-#include "core/error.h"
 
 #include "kernels/common/conv_index.h"
 
@@ -158,6 +155,17 @@ inline int32_t pow2_at_least(int64_t v, int32_t cap) {
   return p;
 }
 
+/// The box of `rows` positions whose extents, innermost axis first, are the smallest powers of two
+/// that cover ext's (or what is left of the rows): fewest_positions' start, and what it is measured against.
+inline void innermost_first(const int32_t (&ext)[4], int32_t rows, int32_t (&box)[4]) {
+  int32_t left = rows;
+  for (int a = 0; a < 3; ++a) {
+    box[a] = pow2_at_least(ext[a], left);
+    left /= box[a];
+  }
+  box[3] = left;
+}
+
 /// Replaces `box` (powers of two over ext's 4 axes, product `rows`) by the one whose tiles cover
 /// ext with the fewest positions, Π ceil(ext / box)·box, or with `halo_weight` the least
 /// positions × (1 + halo rows / (2·rows)), each covered position charged half its share of the
@@ -210,34 +218,26 @@ inline bool conv_tiles_support(const ConvIndex& ci) {
   return ci.taps <= 64;
 }
 
-/// How conv_tiles shapes a tile's box (powers of two, their product the rows per tile):
-///   innermost: each axis, innermost first, takes the smallest power of two that covers it (or what
-///              is left of the rows): 64 × 4 on a 56 × 56 image, whose box positions 56-63 are work
-///              without use (12.5%), 32 × 8 on 28 × 28 (23%);
-///   fewest:    the boxes whose tiles hold the fewest positions over the whole product (ties: the
-///              smallest halo box, then the larger innermost extent): 8 × 8 × 4 samples on 56 × 56
-///              (none unused, a halo of 400 rows against 396), 4 × 4 × 16 on 28 × 28 (none unused,
-///              a halo of 576 rows against 340);
-///   balanced:  the same with each position charged half its share of the halo box too (a probe of
-///              the trade between unused products and halo bytes): 8 × 8 × 4 on 56 × 56, 32 × 4 × 2
-///              on 28 × 28 (12.5% unused, a halo of 408 rows).
-/// TESSERA_BSCONV_TILES=innermost|fewest|balanced (the lab's switch; unset: innermost).
-enum class TileBoxes { innermost, fewest, balanced };
-
-inline TileBoxes conv_tile_boxes() {
-  const char* e = std::getenv("TESSERA_BSCONV_TILES");
-  if (!e || std::strcmp(e, "innermost") == 0) return TileBoxes::innermost;
-  if (std::strcmp(e, "balanced") == 0) return TileBoxes::balanced;
-  TS_CHECK(std::strcmp(e, "fewest") == 0, ValueError,
-           "TESSERA_BSCONV_TILES must be innermost, fewest or balanced, not '" << e << "'");
-  return TileBoxes::fewest;
-}
+/// How conv_tiles shapes a tile's box (powers of two, their product the rows per tile): the box whose
+/// tiles cover the product with the fewest positions, so that no product or copy is spent on positions
+/// past the image's edge (ties: the smallest halo box, then the larger innermost extent); for a kernel
+/// that copies each tile's halo box once per block, each covered position is charged half its share of
+/// the halo box as well:
+///   per_tap: the per-tap copies (bsmm_sm90_gather.cu, the dW kernel of bsmm_sm90_gradient.cu): 8 × 8 × 4
+///            samples on 56 × 56, 4 × 4 × 16 on 28 × 28, 8 × 8 for dW's 64 positions;
+///   halo:    the halo kernels (bsconv_sm90_halo.cu, bsconv_sm90_dw_halo.cu): 8 × 8 × 4 on 56 × 56 (a halo
+///            of 400 rows), 32 × 4 × 2 on 28 × 28 (12.5% unused, 408 halo rows where 4 × 4 × 16 has 576).
+/// Against the first rule, each axis innermost first taking the smallest power of two that covers it
+/// (64 × 4 on 56 × 56: 12.5% of the positions unused, 32 × 8 on 28 × 28: 23%), 0.88-0.90x the time of
+/// every pass at bs 32 and 64 on 56 × 56, and at 28 × 28 the halo rule 0.91-0.96x at bs 64's forward
+/// and dgrad and bs 32's dgrad and dW, the per-tap one 0.91x at bs 64's dW (H100, docs/convolution.md).
+enum class TileBoxes { per_tap, halo };
 
 /// The tiles of `rows` positions (64, 128, 256 or 512) over a batch of `batch` samples of ci: the
 /// forward's (dx = false: out = ci.out, A = ci.in) or the input gradient's (dx = true: out =
-/// ci.in, A = ci.out), their boxes shaped by `boxes`. The dW kernel uses the forward's tiles.
-inline ConvTiles conv_tiles(const ConvIndex& ci, int64_t batch, bool dx, int32_t rows,
-                            TileBoxes boxes = conv_tile_boxes()) {
+/// ci.in, A = ci.out), their boxes shaped for the kernel's copies (`boxes`). The dW kernels use the
+/// forward's tiles.
+inline ConvTiles conv_tiles(const ConvIndex& ci, int64_t batch, bool dx, int32_t rows, TileBoxes boxes) {
   ConvTiles t{};
   t.taps = static_cast<int32_t>(ci.taps);
   for (int a = 0; a < 3; ++a) {
@@ -259,14 +259,8 @@ inline ConvTiles conv_tiles(const ConvIndex& ci, int64_t batch, bool dx, int32_t
     reach[a] = span < 0 ? -span : span;
     t.halo_lo[a] = t.off_base[a] + (span < 0 ? span : 0);
   }
-  int32_t left = rows;
-  for (int a = 0; a < 3; ++a) {
-    t.box[a] = conv_tiles_detail::pow2_at_least(t.ext[a], left);
-    left /= t.box[a];
-  }
-  t.box[3] = left;
-  if (boxes != TileBoxes::innermost)
-    conv_tiles_detail::fewest_positions(t.ext, reach, rows, boxes == TileBoxes::balanced, t.box);
+  conv_tiles_detail::innermost_first(t.ext, rows, t.box);
+  conv_tiles_detail::fewest_positions(t.ext, reach, rows, boxes == TileBoxes::halo, t.box);
   for (int a = 0; a < 3; ++a) t.halo[a] = t.box[a] + reach[a];
   t.halo[3] = t.box[3];
   t.total_tiles = 1;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# The ring switches, back for ring_again_call.sh, were deleted on 2026-12-07 after that A/B (docs/lstm_gpu.md).
 # A RECORD (run once, 2026-12-07; TESSERA_LSTM_SPARSE_W_EVICT_LAST and the ring switches are deleted,
 # and the streamed stores were taken out: docs/lstm_gpu.md). device call (issue 16): at sparse
 # H 8192 1/16 (both recurrences in their streamed forms, W_h partly streamed from L2 each step),

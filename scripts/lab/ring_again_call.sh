@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# The ring switches were deleted on 2026-12-07 after this A/B (the defaults won: docs/lstm_gpu.md).
 # device call (issues 16 and 19), from the bundle (BUNDLE=, default build-gpu/lab2.tar.xz; targets
 # gpu_tests lstm_step bsconv_gpu train_lstm):
 #   - the block-sparse streamed recurrences' rings again, now that the forward has a producer warp per

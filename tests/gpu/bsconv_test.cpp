@@ -113,8 +113,6 @@ struct ConvPath {
   const char* halo_a;     // TESSERA_BSCONV_HALO_A: how the halo kernel reads A (nullptr: its choice)
   const char* halo_rows;  // TESSERA_BSCONV_HALO_ROWS: its rows per tile at bs 16/32 (nullptr: its choice)
   const char* entry;      // TESSERA_BSCONV_HALO_ENTRY: a list entry's taps under one barrier (nullptr: its choice)
-  const char* two = nullptr;  // TESSERA_BSCONV_HALO_TWO: the lab's two blocks a multiprocessor (nullptr: off)
-  const char* tiles = nullptr;  // TESSERA_BSCONV_TILES: how tiles are shaped (conv_tiles.h; nullptr: the default)
 };
 class ConvPathGuard {
  public:
@@ -124,8 +122,6 @@ class ConvPathGuard {
     if (p.halo_a) setenv("TESSERA_BSCONV_HALO_A", p.halo_a, 1);
     if (p.halo_rows) setenv("TESSERA_BSCONV_HALO_ROWS", p.halo_rows, 1);
     if (p.entry) setenv("TESSERA_BSCONV_HALO_ENTRY", p.entry, 1);
-    if (p.two) setenv("TESSERA_BSCONV_HALO_TWO", p.two, 1);
-    if (p.tiles) setenv("TESSERA_BSCONV_TILES", p.tiles, 1);
   }
   ~ConvPathGuard() {
     unsetenv("TESSERA_BSMM_PATH");
@@ -133,40 +129,29 @@ class ConvPathGuard {
     unsetenv("TESSERA_BSCONV_HALO_A");
     unsetenv("TESSERA_BSCONV_HALO_ROWS");
     unsetenv("TESSERA_BSCONV_HALO_ENTRY");
-    unsetenv("TESSERA_BSCONV_HALO_TWO");
-    unsetenv("TESSERA_BSCONV_TILES");
   }
 };
 // sm_90a in halo mode where it fits (A from registers, and from shared memory where the tiles
 // allow it; tall 512-row tiles at bs 16/32 forced, since these small calls take 256; per-tap
-// weight stages forced, or entry mode, the default where it fits; the lab's two-block form, 256-row
-// entry-mode tiles two thread blocks a multiprocessor), sm_90a with per-tap copies, and sm_80 (the
-// A100 path, forced); the lab's fewest-positions tile boxes on the halo paths and the per-tap one,
-// its balanced ones on the default halo path.
+// weight stages forced, or entry mode, the default where it fits), sm_90a with per-tap copies, and
+// sm_80 (the A100 path, forced).
 const ConvPath kConvPaths[] = {{"sm90 halo", nullptr, "1", nullptr, "256", "0"},
                                {"sm90 halo tall", nullptr, "1", nullptr, "512", "0"},
                                {"sm90 halo entry", nullptr, "1", nullptr, "256", "1"},
                                {"sm90 halo tall entry", nullptr, "1", nullptr, "512", "1"},
-                               {"sm90 halo two a multiprocessor", nullptr, "1", nullptr, nullptr, "1", "1"},
                                {"sm90 halo ss", nullptr, "1", "ss", nullptr, "0"},
                                {"sm90 halo ss entry", nullptr, "1", "ss", nullptr, "1"},
                                {"sm90 per-tap", nullptr, "0", nullptr, nullptr, nullptr},
-                               {"sm90 halo fewest", nullptr, "1", nullptr, "256", nullptr, nullptr, "fewest"},
-                               {"sm90 halo tall fewest", nullptr, "1", nullptr, "512", nullptr, nullptr, "fewest"},
-                               {"sm90 halo two fewest", nullptr, "1", nullptr, nullptr, "1", "1", "fewest"},
-                               {"sm90 per-tap fewest", nullptr, "0", nullptr, nullptr, nullptr, nullptr, "fewest"},
-                               {"sm90 halo balanced", nullptr, "1", nullptr, nullptr, nullptr, nullptr, "balanced"},
                                {"sm80", "sm80", "1", nullptr, nullptr, nullptr}};
 
 struct ConvLaunches {
-  uint64_t sm90 = 0, halo = 0, sm80 = 0, tall = 0, entry = 0, two = 0;
+  uint64_t sm90 = 0, halo = 0, sm80 = 0, tall = 0, entry = 0;
 };
 ConvLaunches conv_launches() {
 #ifdef TESSERA_WITH_CUDA
   return {cuda::bsmm_launches(cuda::BsmmKernel::sm90_conv), cuda::bsmm_launches(cuda::BsmmKernel::sm90_halo),
           cuda::bsmm_launches(cuda::BsmmKernel::sm80_conv), cuda::bsmm_launches(cuda::BsmmKernel::sm90_halo_tall),
-          cuda::bsmm_launches(cuda::BsmmKernel::sm90_halo_entry),
-          cuda::bsmm_launches(cuda::BsmmKernel::sm90_halo_two)};
+          cuda::bsmm_launches(cuda::BsmmKernel::sm90_halo_entry)};
 #else
   return {};
 #endif
@@ -260,7 +245,6 @@ TEST(CudaBsConv, TensorCoreKernelsMatchTheCpu) {
   EXPECT_GT(conv_launches().halo, start.halo) << "no call took the halo kernel";
   EXPECT_GT(conv_launches().tall, start.tall) << "no call took the halo kernel's tall tiles";
   EXPECT_GT(conv_launches().entry, start.entry) << "no call took the halo kernel's entry mode";
-  EXPECT_GT(conv_launches().two, start.two) << "no call took the halo kernel's two-block form";
 }
 
 // f32 operands on the sm_80 kernels with TF32 allowed (within 2e-3 of the CPU's f64 sums, relative

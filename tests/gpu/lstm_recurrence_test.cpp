@@ -715,9 +715,7 @@ uint64_t sparse_streamed_launches() {
 // rows a block, at most N tiles or blocks of each resident, the rest copied with their operand
 // boxes; 1:0 streams them all), two launches each way each case (check_sparse_variant); the
 // backward with gate boxes (TESSERA_LSTM_SPARSE_GATE_BOXES=1, the default) and with one box a copy
-// (0); the lab's other rings (TESSERA_LSTM_SPARSE_STREAM_RING=6, the forward's three stages a
-// warpgroup, with TESSERA_LSTM_SPARSE_BWD_STREAM_RING=8, the backward's four a row), the resident
-// units capped at 2 and as many as fit. A bad value of each switch is one ValueError naming it.
+// (0). A bad value is one ValueError naming it.
 TEST(LstmRecurrenceGpu, WgmmaSparseStreamedMatchesTheCpu) {
   REQUIRE_GPU();
   if (!sm90_here()) GTEST_SKIP() << "the wgmma recurrence needs an sm_90a build on a GPU of compute 9.0";
@@ -726,26 +724,9 @@ TEST(LstmRecurrenceGpu, WgmmaSparseStreamedMatchesTheCpu) {
     for (const char* cap : {"1:2", "1:0"})
       check_sparse_variant("TESSERA_LSTM_SPARSE_STREAMED", cap, sparse_streamed_launches, 4);
   }
-  {
-    const ScopedEnv fwd_ring("TESSERA_LSTM_SPARSE_STREAM_RING", "6");
-    const ScopedEnv bwd_ring("TESSERA_LSTM_SPARSE_BWD_STREAM_RING", "8");
-    for (const char* cap : {"1:2", "1:40"})
-      check_sparse_variant("TESSERA_LSTM_SPARSE_STREAMED", cap, sparse_streamed_launches, 4);
-  }
   const ScopedEnv on("TESSERA_LSTM_WGMMA", "1");
-  const LayoutPtr layout = gate_layout(256, 32, 0.25, 5);
-  {
-    const ScopedEnv streamed("TESSERA_LSTM_SPARSE_STREAMED", "1:2");
-    const ScopedEnv bad_ring("TESSERA_LSTM_SPARSE_STREAM_RING", "12");
-    testing::expect_error<ValueError>(
-        [&] { cuda::wgmma_sparse_forward_unfit(kGpu.index, DType::bf16, 7, 256, layout); },
-        {"TESSERA_LSTM_SPARSE_STREAM_RING", "'12'"});
-    const ScopedEnv bad_bwd_ring("TESSERA_LSTM_SPARSE_BWD_STREAM_RING", "4");
-    testing::expect_error<ValueError>(
-        [&] { cuda::wgmma_sparse_backward_unfit(kGpu.index, DType::bf16, 7, 256, layout); },
-        {"TESSERA_LSTM_SPARSE_BWD_STREAM_RING", "'4'"});
-  }
   const ScopedEnv bad("TESSERA_LSTM_SPARSE_STREAMED", "2");
+  const LayoutPtr layout = gate_layout(256, 32, 0.25, 5);
   testing::expect_error<ValueError>(
       [&] { cuda::wgmma_sparse_forward_unfit(kGpu.index, DType::bf16, 7, 256, layout); },
       {"TESSERA_LSTM_SPARSE_STREAMED", "'2'"});

@@ -36,11 +36,10 @@ std::vector<Case> cases() {
           {{5, 4, 6}, conv_geometry({5, 4, 6}, {3, 3, 3}, {1}, {1}, ConvPadding::same)}};
 }
 
-// Every way of shaping a tile's box (conv_tiles.h's TileBoxes), each replayed below.
-constexpr TileBoxes kBoxes[] = {TileBoxes::innermost, TileBoxes::fewest, TileBoxes::balanced};
-std::string boxes_name(TileBoxes b) {
-  return b == TileBoxes::fewest ? " (fewest)" : b == TileBoxes::balanced ? " (balanced)" : " (innermost)";
-}
+// Both ways of shaping a tile's box (conv_tiles.h's TileBoxes: for per-tap copies, for halo boxes),
+// each replayed below.
+constexpr TileBoxes kBoxes[] = {TileBoxes::per_tap, TileBoxes::halo};
+std::string boxes_name(TileBoxes b) { return b == TileBoxes::halo ? " (halo boxes)" : " (per-tap boxes)"; }
 
 // Position (per axis, conv_tiles.h's order) of row r of a box with extents e.
 void unravel(int64_t r, const int32_t (&e)[ConvTiles::kAxes], int32_t (&off)[ConvTiles::kAxes]) {
@@ -407,12 +406,13 @@ int64_t covered(const ConvTiles& ct) {
   return n;
 }
 
-// The fewest-positions boxes never cover more than the innermost-first ones (where those are
-// copies at all), nor do the balanced ones cost more by their measure; both keep every copy's
-// extents within 256 (the halo's too where the innermost boxes' were), and on the benchmark's
-// images leave no position of a tile unused: 8 × 8 × 4 samples at 56 × 56 (a halo of 400 rows,
-// against 64 × 4's 396 with 8 of 64 columns unused), 4 × 4 × 16 at 28 × 28.
-TEST(ConvTiles, TheFewestPositionsBoxesCoverNoMoreThanTheInnermostOnes) {
+// Both rules' boxes never cover more positions than the innermost-first ones (conv_tiles_detail::
+// innermost_first, where those are copies at all), nor do the halo rule's cost more by its measure
+// (positions × (2·rows + halo rows)); both keep every copy's extents within 256 (the halo's too where
+// the innermost boxes' were), and on the benchmark's images: 8 × 8 × 4 samples at 56 × 56 for both
+// (none unused, a halo of 400 rows against 64 × 4's 396 with 8 of 64 columns unused); at 28 × 28
+// 4 × 4 × 16 per tap (none unused), 32 × 4 × 2 for halo boxes (12.5% unused, 408 halo rows, not 576).
+TEST(ConvTiles, TheBoxesCoverNoMorePositionsThanTheInnermostFirstOnes) {
   std::vector<Case> all = cases();
   all.push_back({{56, 56}, conv_geometry({56, 56}, {3, 3}, {1}, {1}, ConvPadding::same)});
   all.push_back({{28, 28}, conv_geometry({28, 28}, {3, 3}, {1}, {1}, ConvPadding::same)});
@@ -421,58 +421,54 @@ TEST(ConvTiles, TheFewestPositionsBoxesCoverNoMoreThanTheInnermostOnes) {
     for (int64_t batch : {1, 5, 32, 64})
       for (int32_t rows : {64, 128, 256, 512})
         for (bool dx : {false, true}) {
-          const ConvTiles inner = conv_tiles(ci, batch, dx, rows, TileBoxes::innermost);
-          const ConvTiles few = conv_tiles(ci, batch, dx, rows, TileBoxes::fewest);
-          const ConvTiles bal = conv_tiles(ci, batch, dx, rows, TileBoxes::balanced);
+          const ConvTiles few = conv_tiles(ci, batch, dx, rows, TileBoxes::per_tap);
+          const ConvTiles bal = conv_tiles(ci, batch, dx, rows, TileBoxes::halo);
+          // the innermost-first box over the same extents, its halo box and its covered positions
+          int32_t inner[ConvTiles::kAxes];
+          conv_tiles_detail::innermost_first(few.ext, rows, inner);
+          int64_t inner_covered = 1, inner_halo = inner[3];
+          bool inner_copies = true, inner_halo_fits = true;  // every extent within one copy (and the halo's)
+          for (int a = 0; a < ConvTiles::kAxes; ++a) {
+            inner_covered *= (few.ext[a] + inner[a] - 1) / inner[a] * static_cast<int64_t>(inner[a]);
+            inner_copies = inner_copies && inner[a] <= 256;
+            if (a < 3) {
+              const int32_t reach = few.halo[a] - few.box[a];
+              inner_halo *= inner[a] + reach;
+              inner_halo_fits = inner_halo_fits && inner[a] + reach <= 256;
+            }
+          }
           const std::string what = c.g.str() + " batch " + std::to_string(batch) + " rows " + std::to_string(rows);
-          bool inner_copies = true;  // every extent within one copy (else the kernels never take those tiles)
-          for (int32_t b : inner.box) inner_copies = inner_copies && b <= 256;
           if (inner_copies) {
-            EXPECT_LE(covered(few), covered(inner)) << what;
-            EXPECT_LE(covered(bal) * (2 * rows + bal.halo_rows()), covered(inner) * (2 * rows + inner.halo_rows()))
-                << what;
+            EXPECT_LE(covered(few), inner_covered) << what;
+            EXPECT_LE(covered(bal) * (2 * rows + bal.halo_rows()), inner_covered * (2 * rows + inner_halo)) << what;
           }
           for (const ConvTiles* t : {&few, &bal}) {
             EXPECT_EQ(rows_of(t->box), rows) << what;
             for (int32_t b : t->box) EXPECT_LE(b, 256) << what;
-            if (inner.halo_fits()) {
+            if (inner_halo_fits) {
               EXPECT_TRUE(t->halo_fits()) << what;
             }
           }
         }
   }
   const ConvIndex c56 = conv_index(all[all.size() - 2].g, all[all.size() - 2].in, "test");
-  const ConvTiles t56 = conv_tiles(c56, 64, false, 256, TileBoxes::fewest);
-  EXPECT_EQ(t56.box[0], 8);
-  EXPECT_EQ(t56.box[1], 8);
-  EXPECT_EQ(t56.box[3], 4);
-  EXPECT_EQ(covered(t56), 64 * 56 * 56);
-  EXPECT_EQ(t56.halo_rows(), 400);
   const ConvIndex c28 = conv_index(all.back().g, all.back().in, "test");
-  EXPECT_EQ(covered(conv_tiles(c28, 32, false, 256, TileBoxes::fewest)), 32 * 28 * 28);
-  EXPECT_EQ(covered(conv_tiles(c28, 32, false, 256, TileBoxes::innermost)), 32 * 32 * 32);
-  // balanced: the same boxes at 56 × 56; at 28 × 28, 32 × 4 × 2 (408 halo rows, not 576, for 12.5% unused)
-  const ConvTiles b56 = conv_tiles(c56, 64, false, 256, TileBoxes::balanced);
-  for (int a = 0; a < ConvTiles::kAxes; ++a) EXPECT_EQ(b56.box[a], t56.box[a]);
-  const ConvTiles b28 = conv_tiles(c28, 32, false, 256, TileBoxes::balanced);
-  EXPECT_EQ(b28.box[0], 32);
-  EXPECT_EQ(b28.box[1], 4);
-  EXPECT_EQ(b28.box[3], 2);
-  EXPECT_EQ(b28.halo_rows(), 408);
-}
-
-// The lab's switch TESSERA_BSCONV_TILES names each shape; anything else is one clear error.
-TEST(ConvTiles, TheTileSwitchTakesItsThreeValuesAndRefusesOthers) {
-  const std::pair<const char*, TileBoxes> values[] = {
-      {"innermost", TileBoxes::innermost}, {"fewest", TileBoxes::fewest}, {"balanced", TileBoxes::balanced}};
-  for (const auto& [name, boxes] : values) {
-    setenv("TESSERA_BSCONV_TILES", name, 1);
-    EXPECT_EQ(conv_tile_boxes(), boxes) << name;
+  for (TileBoxes boxes : kBoxes) {
+    const ConvTiles t56 = conv_tiles(c56, 64, false, 256, boxes);
+    EXPECT_EQ(t56.box[0], 8) << boxes_name(boxes);
+    EXPECT_EQ(t56.box[1], 8) << boxes_name(boxes);
+    EXPECT_EQ(t56.box[3], 4) << boxes_name(boxes);
+    EXPECT_EQ(covered(t56), 64 * 56 * 56) << boxes_name(boxes);
+    EXPECT_EQ(t56.halo_rows(), 400) << boxes_name(boxes);
   }
-  setenv("TESSERA_BSCONV_TILES", "squares", 1);
-  EXPECT_THROW(conv_tile_boxes(), ValueError);
-  unsetenv("TESSERA_BSCONV_TILES");
-  EXPECT_EQ(conv_tile_boxes(), TileBoxes::innermost);
+  const ConvTiles t28 = conv_tiles(c28, 32, false, 256, TileBoxes::per_tap);
+  EXPECT_EQ(covered(t28), 32 * 28 * 28);
+  EXPECT_EQ(t28.halo_rows(), 576);
+  const ConvTiles h28 = conv_tiles(c28, 32, false, 256, TileBoxes::halo);
+  EXPECT_EQ(h28.box[0], 32);
+  EXPECT_EQ(h28.box[1], 4);
+  EXPECT_EQ(h28.box[3], 2);
+  EXPECT_EQ(h28.halo_rows(), 408);
 }
 
 TEST(ConvTiles, StridedOrVeryWideFiltersAreLeftToTheScalarKernels) {

@@ -283,7 +283,7 @@ void launch_dw_halo(const BlockGradient& g, const ConvTiles& ct, int device, cud
 
 bool dw_halo_pays(const BlockGradient& g, const ConvIndex& ci, int64_t batch) {
   if (!(g.bs == 16 || g.bs == 32) || ci.taps < 2) return false;
-  const ConvTiles ct = conv_tiles(ci, batch, /*dx=*/false, kPositions);
+  const ConvTiles ct = conv_tiles(ci, batch, /*dx=*/false, kPositions, TileBoxes::halo);
   if (!ct.halo_fits()) return false;
   const DwHaloSmem sm = g.bs == 16 ? dw_halo_smem<16>(ct) : dw_halo_smem<32>(ct);
   return sm.stages >= 2 && sm.total <= kHaloSmemLimit;
@@ -291,7 +291,7 @@ bool dw_halo_pays(const BlockGradient& g, const ConvIndex& ci, int64_t batch) {
 
 void conv_gradient_halo(const BlockGradient& g, const ConvIndex& ci, int64_t batch, int device, cudaStream_t stream) {
   if (g.col_runs == 0) return;
-  const ConvTiles ct = conv_tiles(ci, batch, /*dx=*/false, kPositions);
+  const ConvTiles ct = conv_tiles(ci, batch, /*dx=*/false, kPositions, TileBoxes::halo);
   dispatch_types(g.in_dtype, g.out_dtype, [&](auto tin, auto tout) {
     using T = typename decltype(tin)::type;
     using TO = typename decltype(tout)::type;

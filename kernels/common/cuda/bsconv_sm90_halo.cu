@@ -49,14 +49,10 @@ namespace sm90 {
 std::atomic<uint64_t> g_halo_launches{0};
 std::atomic<uint64_t> g_halo_tall_launches{0};
 std::atomic<uint64_t> g_halo_entry_launches{0};
-std::atomic<uint64_t> g_halo_two_launches{0};
 
 namespace {
 
 constexpr int kSmemLimit = 227 * 1024;
-/// A thread block's shared memory at most with kPerSm blocks a multiprocessor (228 KB an SM, 1 KB of
-/// it reserved for each block).
-constexpr int smem_limit(int per_sm) { return per_sm == 1 ? kSmemLimit : (228 * 1024) / per_sm - 1024; }
 
 /// How the consumers read A (the taps' rows of the halo box):
 ///   rs: ldmatrix into registers, register-A wgmma; each tap waits for its own products (any
@@ -102,12 +98,11 @@ struct HaloSmem {
 };
 
 /// The shared memory of a call: per tap, two halo slots and as many weight stages as fit (at most
-/// 16); in entry mode as many slots (at most 4) as fit with all of their entries' weight blocks;
-/// with kPerSm thread blocks a multiprocessor, within its share (smem_limit).
-template <int BS, int kWGs, int kMTiles, class TO, bool kEntry, int kPerSm = 1>
+/// 16); in entry mode as many slots (at most 4) as fit with all of their entries' weight blocks.
+template <int BS, int kWGs, int kMTiles, class TO, bool kEntry>
 HaloSmem halo_smem(const ConvTiles& ct) {
   using Tile = HaloTile<BS, kWGs, kMTiles, TO>;
-  constexpr int kLimit = smem_limit(kPerSm);
+  constexpr int kLimit = kSmemLimit;
   HaloSmem m{};
   m.halo_bytes = (ct.halo_rows() * Tile::kRowBytes + 1023) / 1024 * 1024;
   const int fixed = 1024 + kWGs * Tile::kStagingBytes + Tile::kBarrierBytes;
@@ -126,11 +121,8 @@ HaloSmem halo_smem(const ConvTiles& ct) {
   return m;
 }
 
-// kPerSm: thread blocks a multiprocessor (2: the lab's two-block form, 256-row tiles in entry mode;
-// the producer warpgroup gives registers to the consumers, 40 / 96 of the 80 a thread two blocks
-// leave; a producer at 24 spilled 40 bytes).
-template <class T, class TO, int BS, bool kTransW, int kWGs, int kMTiles, AMode kMode, bool kEntry, int kPerSm = 1>
-__global__ void __launch_bounds__(128 * (1 + kWGs), kPerSm)
+template <class T, class TO, int BS, bool kTransW, int kWGs, int kMTiles, AMode kMode, bool kEntry>
+__global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     halo_kernel(const __grid_constant__ CUtensorMap map_halo, const __grid_constant__ CUtensorMap map_w,
                 const __grid_constant__ CUtensorMap map_out, GatherProduct p, int items, ConvTiles ct, HaloSmem sm) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -168,7 +160,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), kPerSm)
     // Producer: one thread takes the items (the first by blockIdx.x, then the layout's counter),
     // hands each to the consumers and copies, per list entry, the halo box and the taps' blocks
     // (entry mode: into the slot's stages, completing the slot's barrier with the box).
-    if constexpr (kTall || kPerSm == 2) setmaxnreg_dec<40>();
+    if constexpr (kTall) setmaxnreg_dec<40>();
     if (threadIdx.x != 0) return;
     prefetch_tma_map(&map_halo);
     prefetch_tma_map(&map_w);
@@ -219,7 +211,6 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), kPerSm)
   }
 
   if constexpr (kTall) setmaxnreg_inc<232>();
-  if constexpr (kPerSm == 2) setmaxnreg_inc<96>();
   // Consumers: warpgroup c multiplies tile rows 64·kMTiles·c .., m64 tile mi at rows + 64·mi;
   // warp w of the warpgroup its rows 16w .. 16w + 15 of each. Lane l loads row l % 16 of them
   // (ldmatrix x4: lanes 0-15 the k columns 0-7 of a k16 slice, lanes 16-31 columns 8-15).
@@ -377,10 +368,10 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), kPerSm)
 #endif
 }
 
-template <class T, class TO, int BS, bool kTrans, int kWGs, int kMTiles, AMode kMode, bool kEntry, int kPerSm>
+template <class T, class TO, int BS, bool kTrans, int kWGs, int kMTiles, AMode kMode, bool kEntry>
 void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
   using Tile = HaloTile<BS, kWGs, kMTiles, TO>;
-  const HaloSmem sm = halo_smem<BS, kWGs, kMTiles, TO, kEntry, kPerSm>(ct);
+  const HaloSmem sm = halo_smem<BS, kWGs, kMTiles, TO, kEntry>(ct);
   const int64_t items = static_cast<int64_t>(ct.total_tiles) * p.outs;
   TS_CHECK(items < INT32_MAX, ShapeError, (kTrans ? "bsconv_dx" : "bsconv") << ": too many tiles for one launch");
   int32_t half[ConvTiles::kAxes], origin[ConvTiles::kAxes];
@@ -388,7 +379,7 @@ void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
   const CUtensorMap map_halo = conv_map(p.a, p.in_dtype, p.a_cols, ct.a_ext, BS, ct.halo);
   const CUtensorMap map_w = tensor_map(p.w, p.in_dtype, static_cast<uint64_t>(p.nnz) * BS, BS, BS, BS);
   const CUtensorMap map_out = conv_map(p.out, p.out_dtype, p.out_cols, ct.ext, Tile::kOutCols, half);
-  constexpr auto kernel = &halo_kernel<T, TO, BS, kTrans, kWGs, kMTiles, kMode, kEntry, kPerSm>;
+  constexpr auto kernel = &halo_kernel<T, TO, BS, kTrans, kWGs, kMTiles, kMode, kEntry>;
   const int grid = static_cast<int>(std::min<int64_t>(items, persistent_grid<kernel>(sm.total, Tile::kThreads)));
   kernel<<<grid, Tile::kThreads, sm.total, stream>>>(map_halo, map_w, map_out, p, static_cast<int>(items), ct, sm);
   TS_CUDA_LAUNCH_CHECK((kTrans ? "bsconv_dx (halo)" : "bsconv (halo)"));
@@ -397,7 +388,6 @@ void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
   g_halo_launches.fetch_add(1, std::memory_order_relaxed);
   if (kMTiles == 4) g_halo_tall_launches.fetch_add(1, std::memory_order_relaxed);
   if (kEntry) g_halo_entry_launches.fetch_add(1, std::memory_order_relaxed);
-  if (kPerSm == 2) g_halo_two_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -405,7 +395,6 @@ void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
 uint64_t halo_launch_count() { return g_halo_launches.load(std::memory_order_relaxed); }
 uint64_t halo_tall_launch_count() { return g_halo_tall_launches.load(std::memory_order_relaxed); }
 uint64_t halo_entry_launch_count() { return g_halo_entry_launches.load(std::memory_order_relaxed); }
-uint64_t halo_two_launch_count() { return g_halo_two_launches.load(std::memory_order_relaxed); }
 
 namespace {
 
@@ -437,13 +426,13 @@ bool tall_tiles(const GatherProduct& p) {
 
 /// Whether the halo kernel's tiles for (BS, kWGs, kMTiles) fit ci: each halo extent one TMA box,
 /// two weight stages at least (entry mode: two slots), the shared memory a thread block may have.
-template <int BS, int kWGs, int kMTiles, bool kEntry, int kPerSm = 1>
+template <int BS, int kWGs, int kMTiles, bool kEntry>
 bool halo_fits(const GatherProduct& p, const ConvIndex& ci, int64_t batch, bool dx) {
-  const ConvTiles ct = conv_tiles(ci, batch, dx, 64 * kWGs * kMTiles);
+  const ConvTiles ct = conv_tiles(ci, batch, dx, 64 * kWGs * kMTiles, TileBoxes::halo);
   const HaloSmem sm = p.out_dtype == DType::f32
-                          ? halo_smem<BS, kWGs, kMTiles, float, kEntry, kPerSm>(ct)
-                          : halo_smem<BS, kWGs, kMTiles, __half, kEntry, kPerSm>(ct);  // bf16: the same sizes
-  return ct.halo_fits() && sm.stages >= 2 && sm.slots >= 2 && sm.total <= smem_limit(kPerSm);
+                          ? halo_smem<BS, kWGs, kMTiles, float, kEntry>(ct)
+                          : halo_smem<BS, kWGs, kMTiles, __half, kEntry>(ct);  // bf16: the same sizes
+  return ct.halo_fits() && sm.stages >= 2 && sm.slots >= 2 && sm.total <= kSmemLimit;
 }
 
 // Entry mode (a slot per list entry with all of its taps' weight blocks, one barrier wait and one
@@ -452,33 +441,19 @@ bool halo_fits(const GatherProduct& p, const ConvIndex& ci, int64_t batch, bool 
 // forward 0.252 -> 0.236 ms, dgrad 0.231 -> 0.208 in one call (docs/convolution.md).
 bool entry_asked() { return env_switch("TESSERA_BSCONV_HALO_ENTRY", "0", "1", true); }
 
-// The lab's two-block form (TESSERA_BSCONV_HALO_TWO=1; unset or 0 off): at bs 16 and 32, 256-row
-// tiles in entry mode, A in registers, two thread blocks a multiprocessor where their shared memory
-// fits half of it, instead of the tall tiles. The profile of the tall tiles (docs/convolution.md)
-// found the consumers waiting on latencies with 2.25 warps a scheduler; two blocks give 4.5.
-bool two_asked() { return env_switch("TESSERA_BSCONV_HALO_TWO", "0", "1", false); }
-
-/// Calls f(bs, transpose_w, warpgroups, m64 tiles, entry, blocks a multiprocessor) with the halo
-/// kernel's tile for p and ci: tall tiles where tall_tiles asks for them and they fit, else the
-/// gather kernel's; entry mode where entry_asked and it fits that tile (bs 16 and 32: at bs 64 one
-/// slot fits); the two-block form instead of tall tiles where two_asked and it fits.
+/// Calls f(bs, transpose_w, warpgroups, m64 tiles, entry) with the halo kernel's tile for p and ci:
+/// tall tiles where tall_tiles asks for them and they fit, else the gather kernel's; entry mode
+/// where entry_asked and it fits that tile (bs 16 and 32: at bs 64 one slot fits).
 template <class F>
 void with_halo_tile(const GatherProduct& p, const ConvIndex& ci, int64_t batch, F&& f) {
-  const bool entry = entry_asked(), two = entry && two_asked() && !ss_asked();
-  const bool tall = tall_tiles(p) && !two;
-  using One = std::integral_constant<int, 1>;
+  const bool entry = entry_asked(), tall = tall_tiles(p);
   with_gather_tile(p, [&](auto bs, auto trans, auto wgs, auto mtiles) {
     constexpr int BS = decltype(bs)::value, kWGs = decltype(wgs)::value;
     constexpr bool kTrans = decltype(trans)::value;
     auto with_entry = [&](auto m) {
       constexpr int kM = decltype(m)::value;
-      if constexpr (BS <= 32 && kWGs == 2 && kM == 2) {
-        if (two && halo_fits<BS, kWGs, kM, true, 2>(p, ci, batch, kTrans))
-          return f(bs, trans, wgs, m, std::true_type{}, std::integral_constant<int, 2>{});
-      }
-      if (entry && halo_fits<BS, kWGs, kM, true>(p, ci, batch, kTrans))
-        return f(bs, trans, wgs, m, std::true_type{}, One{});
-      return f(bs, trans, wgs, m, std::false_type{}, One{});
+      if (entry && halo_fits<BS, kWGs, kM, true>(p, ci, batch, kTrans)) return f(bs, trans, wgs, m, std::true_type{});
+      return f(bs, trans, wgs, m, std::false_type{});
     };
     if constexpr (BS <= 32 && kWGs == 2) {
       if (tall && halo_fits<BS, kWGs, 4, false>(p, ci, batch, kTrans))
@@ -493,10 +468,9 @@ void with_halo_tile(const GatherProduct& p, const ConvIndex& ci, int64_t batch, 
 bool halo_pays(const GatherProduct& p, const ConvIndex& ci, int64_t batch) {
   if (ci.taps < 2) return false;  // a 1x1 filter has nothing to reuse
   bool fits = false;
-  with_halo_tile(p, ci, batch, [&](auto bs, auto trans, auto wgs, auto mtiles, auto entry, auto per_sm) {
+  with_halo_tile(p, ci, batch, [&](auto bs, auto trans, auto wgs, auto mtiles, auto entry) {
     constexpr int BS = decltype(bs)::value, kWGs = decltype(wgs)::value, kMTiles = decltype(mtiles)::value;
-    fits = halo_fits<BS, kWGs, kMTiles, decltype(entry)::value, decltype(per_sm)::value>(p, ci, batch,
-                                                                                          decltype(trans)::value);
+    fits = halo_fits<BS, kWGs, kMTiles, decltype(entry)::value>(p, ci, batch, decltype(trans)::value);
   });
   return fits;
 }
@@ -506,17 +480,16 @@ void gather_conv_halo(const GatherProduct& p, const ConvIndex& ci, int64_t batch
   dispatch_types(p.in_dtype, p.out_dtype, [&](auto tin, auto tout) {
     using T = typename decltype(tin)::type;
     using TO = typename decltype(tout)::type;
-    with_halo_tile(p, ci, batch, [&](auto bs, auto trans, auto wgs, auto mtiles, auto entry, auto per_sm) {
+    with_halo_tile(p, ci, batch, [&](auto bs, auto trans, auto wgs, auto mtiles, auto entry) {
       constexpr int BS = decltype(bs)::value, kWGs = decltype(wgs)::value, kMTiles = decltype(mtiles)::value;
       constexpr bool kTrans = decltype(trans)::value, kEntry = decltype(entry)::value;
-      constexpr int kPerSm = decltype(per_sm)::value;
-      const ConvTiles ct = conv_tiles(ci, batch, kTrans, 64 * kWGs * kMTiles);
-      if constexpr (kMTiles == 4 || kPerSm == 2) {  // tall tiles, the two-block form: A in registers only
-        return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::rs, kEntry, kPerSm>(p, ct, stream);
+      const ConvTiles ct = conv_tiles(ci, batch, kTrans, 64 * kWGs * kMTiles, TileBoxes::halo);
+      if constexpr (kMTiles == 4) {  // tall tiles: A in registers only
+        return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::rs, kEntry>(p, ct, stream);
       } else {
         switch (a_mode(ct)) {
-          case AMode::rs: return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::rs, kEntry, 1>(p, ct, stream);
-          case AMode::ss: return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::ss, kEntry, 1>(p, ct, stream);
+          case AMode::rs: return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::rs, kEntry>(p, ct, stream);
+          case AMode::ss: return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::ss, kEntry>(p, ct, stream);
         }
       }
     });

@@ -88,12 +88,11 @@ uint64_t pair_launch_count();
 uint64_t quad_launch_count();
 /// Launches in convolution mode, gather and dW kernels (counted in launch_count too), and of
 /// those the halo kernel's, and of those the ones with tall (512-row) tiles, the ones in entry
-/// mode (a list entry's taps under one barrier) and the lab's two-block form (TESSERA_BSCONV_HALO_TWO).
+/// mode (a list entry's taps under one barrier).
 uint64_t conv_launch_count();
 uint64_t halo_launch_count();
 uint64_t halo_tall_launch_count();
 uint64_t halo_entry_launch_count();
-uint64_t halo_two_launch_count();
 
 }  // namespace sm90
 }  // namespace cuda

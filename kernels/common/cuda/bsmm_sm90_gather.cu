@@ -564,7 +564,7 @@ void gather_conv(const GatherProduct& p, const ConvIndex& ci, int64_t batch, cud
       constexpr int BS = decltype(bs)::value;
       constexpr bool kTrans = decltype(trans)::value;
       constexpr int kWGs = decltype(wgs)::value, kMTiles = decltype(mtiles)::value;
-      const ConvTiles ct = conv_tiles(ci, batch, kTrans, 64 * kWGs * kMTiles);
+      const ConvTiles ct = conv_tiles(ci, batch, kTrans, 64 * kWGs * kMTiles, TileBoxes::per_tap);
       launch<T, TO, BS, kTrans, kWGs, kMTiles, false, 1, true>(p, stream, &ct);
     });
   });

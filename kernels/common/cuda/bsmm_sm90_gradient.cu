@@ -382,7 +382,7 @@ bool conv_gradient_supported(const BlockGradient& g, const ConvIndex& ci, int de
 
 void conv_gradient(const BlockGradient& g, const ConvIndex& ci, int64_t batch, int device, cudaStream_t stream) {
   if (g.col_runs == 0) return;
-  const ConvTiles ct = conv_tiles(ci, batch, /*dx=*/false, GradientTile<64>::kKT);
+  const ConvTiles ct = conv_tiles(ci, batch, /*dx=*/false, GradientTile<64>::kKT, TileBoxes::per_tap);
   dispatch_types(g.in_dtype, g.out_dtype, [&](auto tin, auto tout) {
     using T = typename decltype(tin)::type;
     using TO = typename decltype(tout)::type;

@@ -40,8 +40,9 @@
 // boxes and its four blocks (24 KB stages; 33.5 -> 32.3 µs a step, one call on the H100), through
 // kGateStreamRing stages (three a row; two, the other pair forms' kGatePairRing, kept one more unit
 // resident but measured 31.8 µs a step against 28.4-28.7 with three, and four 29.0-29.1: H100,
-// 2026-12-07, both rounds of one call; the lab's TESSERA_LSTM_SPARSE_BWD_STREAM_RING=8 gives four
-// again, to time against three now that the W copies start before the grid barrier).
+// 2026-12-07, both rounds of one call). Four, timed again once the W copies started before the grid
+// barrier, lost again (another call the same day, both rounds: 26.4-27.1 -> 27.8-27.9 µs a step, the
+// graph step 16.37-16.43 -> 16.57-16.62 ms).
 #include <cuda.h>
 
 #include <algorithm>
@@ -392,23 +393,7 @@ struct BackwardPlan {
   SparseGrid grid;
   int w_tiles = -1;
   bool gate_boxes = false;
-  int ring = kGateStreamRing;  // the streamed gate-box form's stages
 };
-
-/// TESSERA_LSTM_SPARSE_BWD_STREAM_RING (the lab's): the streamed gate-box form's ring, 6 stages
-/// (unset, the default, kGateStreamRing) or 8, four a row (before its W copies were issued ahead of
-/// the grid barrier four measured 29.0 µs a step against three's 28.4-28.7); anything else a
-/// ValueError.
-int sparse_bwd_stream_ring() {
-  return env_switch("TESSERA_LSTM_SPARSE_BWD_STREAM_RING", "6", "8", false) ? 8 : kGateStreamRing;
-}
-
-/// The streamed gate-box form's kernel for a ring of `ring` stages (6 or 8).
-template <class T>
-auto streamed_gate_box_kernel(int ring) {
-  return ring == 8 ? &lstm_wgmma_sparse_backward_kernel<T, 2, 8, true, true>
-                   : &lstm_wgmma_sparse_backward_kernel<T, 2, kGateStreamRing, true, true>;
-}
 
 template <class T>
 BackwardPlan backward_plan(int device, int64_t hidden, const SparseLayoutFacts& f) {
@@ -426,12 +411,12 @@ BackwardPlan backward_plan(int device, int64_t hidden, const SparseLayoutFacts& 
   // two rows a block, each its last w_tiles copy units resident (as many as fit, within the cap):
   // with gate boxes (the default) a mask entry's four blocks a unit, else one block
   if (f.gate_layout && sparse_gate_boxes_wanted() && rows % 2 == 0) {
-    const int ring = sparse_bwd_stream_ring();
-    const size_t fixed = sparse_bwd_smem_bytes(0, 2, ring, kSbStreamedGateStage);
+    const size_t fixed = sparse_bwd_smem_bytes(0, 2, kGateStreamRing, kSbStreamedGateStage);
     const int w_tiles = streamed_resident_units(device, fixed, 4 * kSbWBlock, streamed.cap, f.max_row_blocks / 4);
-    const size_t smem = sparse_bwd_smem_bytes(2 * 4 * w_tiles, 2, ring, kSbStreamedGateStage);
-    if (all_resident(streamed_gate_box_kernel<T>(ring), device, sparse_block_threads(2), smem, rows / 2))
-      return {{2, smem, ""}, w_tiles, true, ring};
+    const size_t smem = sparse_bwd_smem_bytes(2 * 4 * w_tiles, 2, kGateStreamRing, kSbStreamedGateStage);
+    if (all_resident(lstm_wgmma_sparse_backward_kernel<T, 2, kGateStreamRing, true, true>, device,
+                     sparse_block_threads(2), smem, rows / 2))
+      return {{2, smem, ""}, w_tiles, true};
   }
   const int w_tiles = streamed_resident_units(device, sparse_bwd_smem_bytes(0, 2, kWgmmaRing, kSbStreamedStage),
                                               kSbWBlock, streamed.cap, f.max_row_blocks);
@@ -473,7 +458,7 @@ void launch_sparse_backward(const Tensor& dy, const Tensor& dhT, const Tensor& d
   static_cast<BackwardArgs&>(a) = dense_backward_args(dy, dhT, dcT, gates, cells, c0, dpre, dh0, dc0, stream);
   a.row_ptr = tables.row_ptr;
   a.block_col = tables.block_col;
-  const auto kernel = streamed ? (boxes4 ? streamed_gate_box_kernel<T>(plan.ring)
+  const auto kernel = streamed ? (boxes4 ? &lstm_wgmma_sparse_backward_kernel<T, 2, kGateStreamRing, true, true>
                                          : &lstm_wgmma_sparse_backward_kernel<T, 2, kWgmmaRing, false, true>)
                       : grid.per_block == 2 ? (boxes4 ? &lstm_wgmma_sparse_backward_kernel<T, 2, kGatePairRing, true>
                                                       : &lstm_wgmma_sparse_backward_kernel<T, 2>)

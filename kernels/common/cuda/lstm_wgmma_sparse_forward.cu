@@ -36,9 +36,10 @@
 // a step): the forward pays more for the tiles it then streams than it saves in waits. So was the
 // backward's order (streamed_entries: the streamed entries first, and the step's first stages'
 // tiles copied before the grid barrier), 18.4 -> 18.9 µs a step in the same call where it took the
-// backward from 27.8 to 26.6: the forward keeps its streamed entries last. The lab's
-// TESSERA_LSTM_SPARSE_STREAM_RING=6 tries the other way, three stages a warpgroup, now that each
-// group has its own producer (not yet run).
+// backward from 27.8 to 26.6: the forward keeps its streamed entries last. A shallower ring (6,
+// three stages a warpgroup, three more tiles resident a block), timed once each group had its own
+// producer, lost too (H100, 2026-12-07, both rounds of one call: 17.2-17.3 -> 18.1-18.4 µs a
+// step, the graph step 16.37-16.43 -> 16.59-16.68 ms).
 #include <cuda.h>
 
 #include <algorithm>
@@ -69,9 +70,9 @@ constexpr int kSpStreamedStage = kSpABox + kSpWTile;  // the streamed form's sta
 
 // W's tiles (`tiles`: a block's block rows over its groups, or the resident ones), the ring of
 // `stage`-byte stages, the barriers and the alignment, the entry tables and the bias.
-size_t sparse_smem_bytes(int tiles, int groups, int stage = kSpABox, int ring = kWgmmaRing) {
+size_t sparse_smem_bytes(int tiles, int groups, int stage = kSpABox) {
   const size_t tables = static_cast<size_t>(groups) * (kSpMaxEntries * 5 + kSpCols) * 4;
-  return static_cast<size_t>(tiles) * kSpWTile + static_cast<size_t>(ring) * stage + 2048 + tables;
+  return static_cast<size_t>(tiles) * kSpWTile + static_cast<size_t>(kWgmmaRing) * stage + 2048 + tables;
 }
 
 std::atomic<uint64_t> g_sparse_launches{0};
@@ -101,15 +102,14 @@ struct SparseArgs {
 // backwards 1-3% slower, so they keep one).
 constexpr int kStreamedThreads = 2 * 160;
 
-// w_tiles: the tiles held, the busiest block's entries; with kStreamed, each group's first w_tiles,
-// through a ring of kStreamRing stages.
-template <class T, int kGroups, bool kStreamed = false, int kStreamRing = kWgmmaRing>
+// w_tiles: the tiles held, the busiest block's entries; with kStreamed, each group's first w_tiles.
+template <class T, int kGroups, bool kStreamed = false>
 __global__ void __launch_bounds__(kStreamed ? kStreamedThreads : sparse_block_threads(kGroups), 1)
     lstm_wgmma_sparse_forward_kernel(const __grid_constant__ CUtensorMap map_h0,
                                      const __grid_constant__ CUtensorMap map_y,
                                      const __grid_constant__ CUtensorMap map_w, const SparseArgs p, int w_tiles) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kRing = kStreamed ? kStreamRing : kWgmmaRing, kStages = kRing / kGroups;  // a warpgroup's share
+  constexpr int kRing = kWgmmaRing, kStages = kRing / kGroups;  // a warpgroup's share of the ring
   constexpr int kStage = kStreamed ? kSpStreamedStage : kSpABox;
   extern __shared__ uint8_t smem_raw[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
@@ -319,20 +319,7 @@ __global__ void __launch_bounds__(kStreamed ? kStreamedThreads : sparse_block_th
 struct ForwardPlan {
   SparseGrid grid;
   int w_tiles = -1;
-  int ring = kWgmmaRing;  // the streamed form's stages
 };
-
-/// TESSERA_LSTM_SPARSE_STREAM_RING (the lab's): the streamed form's ring, 8 stages (unset, the
-/// default) or 6, three a warpgroup and room for three more resident tiles a block (with a producer
-/// per group the waits may no longer need four); anything else a ValueError.
-int sparse_stream_ring() { return env_switch("TESSERA_LSTM_SPARSE_STREAM_RING", "8", "6", false) ? 6 : kWgmmaRing; }
-
-/// The streamed form's kernel for a ring of `ring` stages (8 or 6).
-template <class T>
-auto streamed_kernel(int ring) {
-  return ring == 6 ? &lstm_wgmma_sparse_forward_kernel<T, 2, true, 6>
-                   : &lstm_wgmma_sparse_forward_kernel<T, 2, true, kWgmmaRing>;
-}
 
 template <class T>
 ForwardPlan forward_plan(int device, int64_t hidden, const SparseLayoutFacts& f) {
@@ -347,12 +334,12 @@ ForwardPlan forward_plan(int device, int64_t hidden, const SparseLayoutFacts& f)
     if (plan.grid.per_block > 0 || streamed.cap < 0) return plan;
   }
   // two groups a block, each its first w_tiles tiles resident (as many as fit, within the cap)
-  const int ring = sparse_stream_ring();
-  const int w_tiles = streamed_resident_units(device, sparse_smem_bytes(0, 2, kSpStreamedStage, ring), kSpWTile,
+  const int w_tiles = streamed_resident_units(device, sparse_smem_bytes(0, 2, kSpStreamedStage), kSpWTile,
                                               streamed.cap, f.max_col_blocks);
-  const size_t smem = sparse_smem_bytes(2 * w_tiles, 2, kSpStreamedStage, ring);
-  if (groups % 2 == 0 && all_resident(streamed_kernel<T>(ring), device, kStreamedThreads, smem, groups / 2))
-    return {{2, smem, ""}, w_tiles, ring};
+  const size_t smem = sparse_smem_bytes(2 * w_tiles, 2, kSpStreamedStage);
+  if (groups % 2 == 0 && all_resident(lstm_wgmma_sparse_forward_kernel<T, 2, true>, device, kStreamedThreads,
+                                      smem, groups / 2))
+    return {{2, smem, ""}, w_tiles};
   if (plan.grid.per_block == 0) plan.grid = {0, smem, "more pairs of groups than resident blocks, even streamed"};
   return plan;
 }
@@ -400,7 +387,7 @@ void launch_sparse(const Tensor& gx, const Tensor& h0, const Tensor& c0, const T
   a.gates = static_cast<float*>(gates.data_ptr());
   a.cells = static_cast<float*>(cells.data_ptr());
   a.counter = counter;
-  const auto kernel = streamed                ? streamed_kernel<T>(plan.ring)
+  const auto kernel = streamed                ? &lstm_wgmma_sparse_forward_kernel<T, 2, true>
                       : grid.per_block == 2 ? &lstm_wgmma_sparse_forward_kernel<T, 2>
                                             : &lstm_wgmma_sparse_forward_kernel<T, 1>;
   TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
