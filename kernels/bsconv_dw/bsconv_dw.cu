@@ -85,7 +85,8 @@ void op::BsConvDw::cuda(const std::vector<Tensor>& in, const std::vector<Tensor>
                           /*col_runs=*/0, /*col_run=*/nullptr, t.col_blocks, t.col_rows, t.block_row, t.block_col,
                           t.counter};
     if (cuda::conv_gradient_takes(g, ci, dev)) {
-      const cuda::ConvRuns runs = cuda::conv_dw_runs(attrs.layout, static_cast<int32_t>(ci.taps), dev);
+      const cuda::ConvRuns runs = cuda::conv_dw_runs(attrs.layout, static_cast<int32_t>(ci.taps),
+                                                     cuda::conv_gradient_run_size(g, ci, batch, dev), dev);
       g.col_runs = runs.runs;
       g.col_run = runs.run;
       return cuda::run_conv_gradient(g, ci, batch, dev, cuda::current_stream(dw));

@@ -282,14 +282,16 @@ TEST(ConvTiles, HaloLanesLoadTheAFragmentsOfEveryTap) {
                     }
           }
         if (dx) continue;
-        // bsconv_dw: 256-position tiles, the warp's 16 channels from c0, positions of slice kk
+        // bsconv_dw: 256-position tiles (128 at bs 64), the warp's 16 channels from c0, positions of
+        // slice kk
+        const int32_t dw_positions = bs == 64 ? 128 : 256;
         for (TileBoxes boxes : kBoxes) {
-          const ConvTiles cw = conv_tiles(conv_index(g, in, "t"), 2, false, 256, boxes);
+          const ConvTiles cw = conv_tiles(conv_index(g, in, "t"), 2, false, dw_positions, boxes);
           const Box16 xbox(cw.halo_rows(), bs);
           Box16::Fragments regs;
           for (int32_t t = 0; t < cw.taps; t += 4)
             for (int c0 = 0; c0 < bs; c0 += 16)
-              for (int kk = 0; kk < 16; ++kk) {
+              for (int kk = 0; kk < dw_positions / 16; ++kk) {
                 std::vector<int> lane_byte(32);
                 for (int lane = 0; lane < 32; ++lane) {
                   int position, chunk;

@@ -55,10 +55,12 @@ void block_gradient(const BlockGradient& g, int device, cudaStream_t stream);
 /// conv_gradient_supported: gradient_supported, no gate, not transposed, conv_tiles_support(ci).
 bool conv_gradient_supported(const BlockGradient& g, const ConvIndex& ci, int device);
 void conv_gradient(const BlockGradient& g, const ConvIndex& ci, int64_t batch, int device, cudaStream_t stream);
-/// bsconv_dw in halo mode (bsconv_sm90_dw_halo.cu: per tile of 256 output positions, each block
-/// of a run copies its x halo box once for all of its taps in the run); dw_halo_pays: bs 16 or
-/// 32, several taps, and the halo boxes fit (each extent at most 256, two stages).
+/// bsconv_dw in halo mode (bsconv_sm90_dw_halo.cu: per tile of 256 output positions, 128 at bs 64,
+/// each block of a run copies its x halo box once for all of its taps in the run); dw_halo_pays: bs
+/// 16-64 (64 unless TESSERA_BSCONV_DW_WIDE=0), several taps, and the halo boxes fit (each extent at
+/// most 256, two stages); dw_halo_run_size: the entries of a run it wants (cuda::conv_dw_runs).
 bool dw_halo_pays(const BlockGradient& g, const ConvIndex& ci, int64_t batch);
+int dw_halo_run_size(int bs);
 void conv_gradient_halo(const BlockGradient& g, const ConvIndex& ci, int64_t batch, int device, cudaStream_t stream);
 
 /// bsmm_dw for nn::LSTM's gate layouts at bs 32 (bsmm_sm90_gate_gradient.cu): a work item is a

@@ -82,15 +82,36 @@ void run_conv(const GatherProduct& p, const ConvIndex& ci, int64_t batch, int de
   sm80::gather_conv(p, ci, stream);
 }
 
+namespace {
+// The sm_90a dW kernel's choice: halo mode where it pays, unless TESSERA_BSCONV_HALO=0.
+bool dw_halo_taken(const BlockGradient& g, const ConvIndex& ci, int64_t batch) {
+#ifdef TESSERA_HAVE_SM90A
+  const char* e = std::getenv("TESSERA_BSCONV_HALO");
+  return !(e && std::strcmp(e, "0") == 0) && sm90::dw_halo_pays(g, ci, batch);
+#else
+  (void)g, (void)ci, (void)batch;
+  return false;
+#endif
+}
+}  // namespace
+
+int32_t conv_gradient_run_size(const BlockGradient& g, const ConvIndex& ci, int64_t batch, int device) {
+#ifdef TESSERA_HAVE_SM90A
+  if (conv_gradient_kernel(g, ci, device) == ConvKernel::sm90 && dw_halo_taken(g, ci, batch))
+    return sm90::dw_halo_run_size(g.bs);
+#else
+  (void)ci, (void)batch, (void)device;
+#endif
+  return dw_col_run_size(g.bs);
+}
+
 void run_conv_gradient(const BlockGradient& g, const ConvIndex& ci, int64_t batch, int device, cudaStream_t stream) {
   const ConvKernel kernel = conv_gradient_kernel(g, ci, device);
   TS_CHECK(kernel != ConvKernel::none, DeviceError,
            "bsconv_dw: no tensor-core kernel takes this call (ask conv_gradient_takes)");
 #ifdef TESSERA_HAVE_SM90A
   if (kernel == ConvKernel::sm90) {
-    const char* e = std::getenv("TESSERA_BSCONV_HALO");
-    if (!(e && std::strcmp(e, "0") == 0) && sm90::dw_halo_pays(g, ci, batch))
-      return sm90::conv_gradient_halo(g, ci, batch, device, stream);
+    if (dw_halo_taken(g, ci, batch)) return sm90::conv_gradient_halo(g, ci, batch, device, stream);
     return sm90::conv_gradient(g, ci, batch, device, stream);
   }
 #else

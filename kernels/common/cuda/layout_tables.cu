@@ -69,7 +69,7 @@ struct Found {
   HostCounts host;
 };
 
-// (layout address, device, variant: 0, a convolution's taps, or kGateVariant)
+// (layout address, device, variant: 0, a convolution's runs (taps · 128 + entries a run), or kGateVariant)
 // and the second layout of a pair or null
 using Key = std::tuple<const void*, int, int, const void*>;
 constexpr int kGateVariant = -1;      // gate_dw_runs's tables
@@ -295,19 +295,21 @@ BlockTables device_tables(const LayoutPtr& layout, int device) {
   return t;
 }
 
-ConvRuns conv_dw_runs(const LayoutPtr& layout, int32_t taps, int device) {
+ConvRuns conv_dw_runs(const LayoutPtr& layout, int32_t taps, int32_t run, int device) {
   const BlockLayout& l = *layout;
-  TS_CHECK(taps >= 1, ValueError, "conv_dw_runs: taps " << taps << " < 1");
+  TS_CHECK(taps >= 1 && taps <= 64, ValueError, "conv_dw_runs: taps " << taps << " not in 1-64");
+  TS_CHECK(run >= 1 && run <= 64, ValueError, "conv_dw_runs: runs of " << run << " entries, not 1-64");
   const Found found = lookup(
       layout, device,
       [&] {
         Packed packed;
-        packed.device = conv_col_runs(l, taps, dw_col_run_size(l.block_size()));
+        packed.device = conv_col_runs(l, taps, run);
         packed.host[kDwRuns] = static_cast<int64_t>(packed.device.size() / 3);
         if (packed.device.empty()) packed.device.push_back(0);  // no zero-size upload
         return packed;
       },
-      [&] { return l.str() + " (convolution runs, " + std::to_string(taps) + " taps)"; }, taps);
+      [&] { return l.str() + " (convolution runs, " + std::to_string(taps) + " taps, " + std::to_string(run) + ")"; },
+      taps * 128 + run);
   return {found.base, static_cast<int32_t>(found.host[kDwRuns])};
 }
 

@@ -99,16 +99,17 @@ struct AttentionTables {
 inline int32_t dw_group_size(int64_t bs) { return static_cast<int32_t>(128 / bs); }
 inline int32_t dw_col_run_size(int64_t bs) { return static_cast<int32_t>(256 / bs); }
 
-/// The sm_90a dW kernel's runs for a convolution with `taps` filter taps (bsconv_dw): like
+/// The sm_90a dW kernels' runs for a convolution with `taps` filter taps (bsconv_dw): like
 /// dw_col_run, over the column lists with each block's taps as consecutive entries (entry q is
-/// tap q % taps of the block at list position q / taps), runs of at most dw_col_run_size(bs)
-/// entries, longest first: [runs, 3] (first entry, count, block column). Cached per (layout,
-/// taps, device) like device_tables.
+/// tap q % taps of the block at list position q / taps), runs of at most `run` entries
+/// (bsmm_tc.h's conv_gradient_run_size: dw_col_run_size(bs) for the per-tap kernel), longest
+/// first: [runs, 3] (first entry, count, block column). Cached per (layout, taps, run, device)
+/// like device_tables.
 struct ConvRuns {
   const int32_t* run;
   int32_t runs;
 };
-ConvRuns conv_dw_runs(const LayoutPtr& layout, int32_t taps, int device);
+ConvRuns conv_dw_runs(const LayoutPtr& layout, int32_t taps, int32_t run, int device);
 
 /// The sm_90a dW kernel's runs for nn::LSTM's gate layouts (bsmm_sm90_gate_gradient.cu): where the
 /// layout's block columns split into four gates of q columns whose lists c, c + q, c + 2q, c + 3q
