@@ -2,7 +2,7 @@
 // convolution of the same shape, measured in the same run.
 //
 //   bsconv_gpu [--shapes n64h56c256,n32h28c512] [--block-sizes 32,64] [--densities 0.1,0.25,0.5,1]
-//              [--path tc|sm80|scalar] [--halo on|off] [--halo-a auto|ss] [--halo-rows auto|256|512]
+//              [--path tc|sm80|scalar] [--halo on|off] [--dw-wide on|off] [--halo-rows auto|256|512]
 //              [--repeats N]
 //              [--quick] [--json FILE]
 //
@@ -12,10 +12,10 @@
 // from tessera's pool); then per block size and density a random layout (seed 1234) and tessera's bsconv,
 // bsconv_dx and bsconv_dw. --path tc: the tensor-core kernels of bsmm_tc.h's run_conv (the
 // default), sm80 sets TESSERA_BSMM_PATH=sm80 (the A100 kernels), scalar TESSERA_BSMM_PATH=simt
-// (the scalar kernels); --halo-a sets TESSERA_BSCONV_HALO_A (bsconv_sm90_halo.cu's AMode),
-// --halo-rows TESSERA_BSCONV_HALO_ROWS (its rows per tile at bs 16/32: tall_tiles);
-// --halo off sets TESSERA_BSCONV_HALO=0 (the
-// per-tap copies of the input instead of one halo box per block for bsconv and bsconv_dx).
+// (the scalar kernels); --halo-rows sets TESSERA_BSCONV_HALO_ROWS (the halo kernel's rows per tile
+// at bs 16/32: tall_tiles); --halo off sets TESSERA_BSCONV_HALO=0 (the per-tap copies of the input
+// instead of one halo box per block, in all three passes); --dw-wide off TESSERA_BSCONV_DW_WIDE=0
+// (bsconv_dw at bs 64 on the per-tap dW kernel instead of the halo dW kernel).
 // Figures: median ms over --repeats timings of 10 back-to-back calls each (then synchronized;
 // divided by 10); useful TFLOP/s counting the stored blocks only (2·N·H·W·9·nnz·bs² flops); the
 // ratio is useful-frac = cuDNN's time × density / tessera's time (1: the sparse convolution runs
@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> shapes{"n64h56c256", "n32h28c512"};
   std::vector<int64_t> block_sizes{32, 64};
   std::vector<double> densities{0.1, 0.25, 0.5, 1.0};
-  std::string path = "tc", halo = "on", halo_a = "auto", halo_rows = "auto", json;
+  std::string path = "tc", halo = "on", dw_wide = "on", halo_rows = "auto", json;
   int repeats = 10;
   bool quick = false;
   app.add_option("--shapes", shapes, "nNhHcC: N × H × H × C → C")->delimiter(',');
@@ -138,12 +138,10 @@ int main(int argc, char** argv) {
   app.add_option("--path", path,
                  "tc: the tensor-core kernels; sm80: their sm_80 form; scalar: the scalar ones")
       ->check(CLI::IsMember({"tc", "sm80", "scalar"}));
-  app.add_option("--halo", halo, "on: bsconv and bsconv_dx copy one halo box per block; off: one box per tap")
+  app.add_option("--halo", halo, "on: the kernels copy one halo box per block where it fits; off: one box per tap")
       ->check(CLI::IsMember({"on", "off"}));
-  app.add_option("--halo-a", halo_a,
-                 "how the halo kernel reads A: auto (its choice, registers), ss (shared memory, where tile rows "
-                 "are 64+ positions)")
-      ->check(CLI::IsMember({"auto", "ss"}));
+  app.add_option("--dw-wide", dw_wide, "on: bsconv_dw at bs 64 in halo mode; off: on the per-tap dW kernel")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--halo-rows", halo_rows,
                  "rows per tile of the halo kernel at bs 16/32: auto (its choice), 256, 512")
       ->check(CLI::IsMember({"auto", "256", "512"}));
@@ -164,10 +162,10 @@ int main(int argc, char** argv) {
       setenv("TESSERA_BSCONV_HALO", "0", 1);
     else
       unsetenv("TESSERA_BSCONV_HALO");
-    if (halo_a == "auto")
-      unsetenv("TESSERA_BSCONV_HALO_A");
+    if (dw_wide == "off")
+      setenv("TESSERA_BSCONV_DW_WIDE", "0", 1);
     else
-      setenv("TESSERA_BSCONV_HALO_A", halo_a.c_str(), 1);
+      unsetenv("TESSERA_BSCONV_DW_WIDE");
     if (halo_rows == "auto")
       unsetenv("TESSERA_BSCONV_HALO_ROWS");
     else
@@ -182,7 +180,7 @@ int main(int argc, char** argv) {
     report.note("dtype", "bf16, f32 accumulation");
     report.note("path", path);
     report.note("halo", halo);
-    report.note("halo A", halo_a);
+    report.note("dW wide (bs 64 halo)", dw_wide);
     report.note("halo rows", halo_rows);
     report.note("filter", "3x3, same padding, stride 1");
     for (const std::string& s : shapes) bench_shape(report, parse_shape(s), block_sizes, densities, repeats);

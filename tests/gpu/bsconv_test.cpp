@@ -110,39 +110,37 @@ struct ConvPath {
   const char* name;
   const char* bsmm_path;  // TESSERA_BSMM_PATH (nullptr: unset)
   const char* halo;       // TESSERA_BSCONV_HALO
-  const char* halo_a;     // TESSERA_BSCONV_HALO_A: how the halo kernel reads A (nullptr: its choice)
   const char* halo_rows;  // TESSERA_BSCONV_HALO_ROWS: its rows per tile at bs 16/32 (nullptr: its choice)
   const char* entry;      // TESSERA_BSCONV_HALO_ENTRY: a list entry's taps under one barrier (nullptr: its choice)
+  const char* dw_wide = nullptr;  // TESSERA_BSCONV_DW_WIDE: the dW at bs 64 in halo mode (nullptr: the default, on)
 };
 class ConvPathGuard {
  public:
   explicit ConvPathGuard(const ConvPath& p) {
     if (p.bsmm_path) setenv("TESSERA_BSMM_PATH", p.bsmm_path, 1);
     setenv("TESSERA_BSCONV_HALO", p.halo, 1);
-    if (p.halo_a) setenv("TESSERA_BSCONV_HALO_A", p.halo_a, 1);
     if (p.halo_rows) setenv("TESSERA_BSCONV_HALO_ROWS", p.halo_rows, 1);
     if (p.entry) setenv("TESSERA_BSCONV_HALO_ENTRY", p.entry, 1);
+    if (p.dw_wide) setenv("TESSERA_BSCONV_DW_WIDE", p.dw_wide, 1);
   }
   ~ConvPathGuard() {
     unsetenv("TESSERA_BSMM_PATH");
     unsetenv("TESSERA_BSCONV_HALO");
-    unsetenv("TESSERA_BSCONV_HALO_A");
     unsetenv("TESSERA_BSCONV_HALO_ROWS");
     unsetenv("TESSERA_BSCONV_HALO_ENTRY");
+    unsetenv("TESSERA_BSCONV_DW_WIDE");
   }
 };
-// sm_90a in halo mode where it fits (A from registers, and from shared memory where the tiles
-// allow it; tall 512-row tiles at bs 16/32 forced, since these small calls take 256; per-tap
-// weight stages forced, or entry mode, the default where it fits), sm_90a with per-tap copies, and
-// sm_80 (the A100 path, forced).
-const ConvPath kConvPaths[] = {{"sm90 halo", nullptr, "1", nullptr, "256", "0"},
-                               {"sm90 halo tall", nullptr, "1", nullptr, "512", "0"},
-                               {"sm90 halo entry", nullptr, "1", nullptr, "256", "1"},
-                               {"sm90 halo tall entry", nullptr, "1", nullptr, "512", "1"},
-                               {"sm90 halo ss", nullptr, "1", "ss", nullptr, "0"},
-                               {"sm90 halo ss entry", nullptr, "1", "ss", nullptr, "1"},
-                               {"sm90 per-tap", nullptr, "0", nullptr, nullptr, nullptr},
-                               {"sm80", "sm80", "1", nullptr, nullptr, nullptr}};
+// sm_90a in halo mode where it fits (tall 512-row tiles at bs 16/32 forced, since these small calls
+// take 256; per-tap weight stages forced, or entry mode, the default where it fits; the dW at bs 64
+// in halo mode, the default, or on the per-tap dW kernel), sm_90a with per-tap copies, and sm_80
+// (the A100 path, forced).
+const ConvPath kConvPaths[] = {{"sm90 halo", nullptr, "1", "256", "0"},
+                               {"sm90 halo tall", nullptr, "1", "512", "0"},
+                               {"sm90 halo entry", nullptr, "1", "256", "1"},
+                               {"sm90 halo tall entry", nullptr, "1", "512", "1", "0"},
+                               {"sm90 per-tap", nullptr, "0", nullptr, nullptr},
+                               {"sm80", "sm80", "1", nullptr, nullptr}};
 
 struct ConvLaunches {
   uint64_t sm90 = 0, halo = 0, sm80 = 0, tall = 0, entry = 0;

@@ -4,12 +4,11 @@
 // Work items are (output block column o, output tile) pairs as in the gather kernel
 // (bsmm_sm90_gather.cu), tiles as in conv_tiles.h. Per list entry (stored block k, input block
 // column in(k)) the producer copies the halo box of A, the tile's positions widened by the
-// filter's reach (ConvTiles::halo: 66 × 6 positions for a 64 × 4 tile of a 3x3 filter), into one
-// of two halo slots, and the taps' weight blocks W[k, t] [bs, bs] into a
-// ring of stages. Per tap each consumer warpgroup multiplies the tap's rows of the box (tile row r
-// reads ConvTiles::halo_row(r) + tap_rows(t)) by the weight block with wgmma, A read one of two
-// ways (AMode): ldmatrix into registers (any offset and pitch), or shared-memory descriptors
-// where each m64 tile's rows are consecutive in the box:
+// filter's reach (ConvTiles::halo: 10 × 10 × 4 positions for an 8 × 8 × 4 tile of a 3x3 filter),
+// into one of two halo slots, and the taps' weight blocks W[k, t] [bs, bs] into a ring of stages. Per tap each consumer warpgroup multiplies the tap's rows of the box (tile row r
+// reads ConvTiles::halo_row(r) + tap_rows(t)) by the weight block with register-A wgmma, A loaded
+// by ldmatrix (any offset and pitch; shared-memory descriptors, where each m64 tile's rows are
+// consecutive in the box, were as fast at bs 64 and 20% slower at bs 32, and were removed):
 //
 //   acc [64, bs] += halo[rows of tap t] · W[k, t]        fwd (W MN-major)
 //   acc [64, bs] += halo[rows of tap t] · W[k, t]ᵀ       dx  (W K-major)
@@ -24,7 +23,7 @@
 // besides its products decides the speed (docs/convolution.md, "the profile"). The steps are
 // walked with counters (ring_cursor.h: no division on the way), the taps' row offsets come from
 // a table made once per thread block, and each step's products run while the next step's
-// barriers are waited for and, in register mode, its A fragments loaded (two buffers). At block
+// barriers are waited for and its A fragments loaded (two buffers). At block
 // sizes 16 and 32 large calls take tall tiles of 512 rows (four m64 tiles per consumer
 // warpgroup), which spread a step's fixed cost over twice the products. In entry mode (kEntry,
 // the default where two slots fit) a slot holds a list entry's halo box and all of its taps'
@@ -53,19 +52,6 @@ std::atomic<uint64_t> g_halo_entry_launches{0};
 namespace {
 
 constexpr int kSmemLimit = 227 * 1024;
-
-/// How the consumers read A (the taps' rows of the halo box):
-///   rs: ldmatrix into registers, register-A wgmma; each tap waits for its own products (any
-///       tile shape);
-///   ss: shared-memory A: the descriptor of each m64 tile starts at its first halo row for the
-///       tap, at any row of the box as TMA wrote it (swizzled rows of bs channels: the hardware
-///       swizzles the address it computes, as TMA did); the taps' products run back to back, a
-///       stage released one step later as in the gather kernel. It wants the 64 rows of each m64
-///       tile consecutive in the box: box[0] a multiple of 64 (tile rows of 64 or more positions
-///       along the innermost axis).
-/// Measured on the H200 (docs/convolution.md): as fast at bs 64, ss 20% slower at bs 32; a third
-/// form, unswizzled boxes of 8 channels, as fast as rs, was removed.
-enum class AMode { rs, ss };
 
 template <int BS, int kWGs, int kMTiles, class TO>
 struct HaloTile {
@@ -121,7 +107,7 @@ HaloSmem halo_smem(const ConvTiles& ct) {
   return m;
 }
 
-template <class T, class TO, int BS, bool kTransW, int kWGs, int kMTiles, AMode kMode, bool kEntry>
+template <class T, class TO, int BS, bool kTransW, int kWGs, int kMTiles, bool kEntry>
 __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     halo_kernel(const __grid_constant__ CUtensorMap map_halo, const __grid_constant__ CUtensorMap map_w,
                 const __grid_constant__ CUtensorMap map_out, GatherProduct p, int items, ConvTiles ct, HaloSmem sm) {
@@ -217,11 +203,10 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
   const int c = wg - 1, warp = (threadIdx.x / 32) % 4;
   int lane_row, lane_chunk0;  // conv_tiles.h's halo_a_lane: the lane's row of the warp's 16, its chunk at kk = 0
   halo_a_lane(lane, 0, lane_row, lane_chunk0);
-  // rs: the halo row of this lane's row at tap 0; ss: that of the m64 tile's first row
+  // the halo row of this lane's row of each m64 tile at tap 0
   int base_row[kMTiles];
 #pragma unroll
-  for (int mi = 0; mi < kMTiles; ++mi)
-    base_row[mi] = ct.halo_row(c * Tile::kWgRows + mi * 64 + (kMode == AMode::rs ? warp * 16 + lane_row : 0));
+  for (int mi = 0; mi < kMTiles; ++mi) base_row[mi] = ct.halo_row(c * Tile::kWgRows + mi * 64 + warp * 16 + lane_row);
   // The address of (halo row, this lane's chunk of k16 slice kk) in a halo box, swizzled as TMA wrote it.
   auto a_off = [&](int row) { return swizzled_offset(row, lane_chunk0, kRowBytes); };  // at slice 0
   // A step: tap `walk.tap` of a list entry, its halo box in slot h, its weight block in stage s.
@@ -264,8 +249,8 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
 #pragma unroll
       for (int i = 0; i < BS / 2; ++i) acc[mi][i] = 0.f;
     // Step e multiplies the tap's rows of the box (halo row base_row + shift on) by the weight
-    // block. Its products run while the next step's barriers are waited for (and, rs, its A
-    // fragments loaded); a step's stage (and its entry's slot after the last tap) is released
+    // block. Its products run while the next step's barriers are waited for and its A fragments
+    // loaded; a step's stage (and its entry's slot after the last tap) is released
     // once its products retired, one step later.
     auto retire_previous = [&](bool any, const Step& prev) {
       wgmma_wait<1>();  // the products of the step before the one just issued retired
@@ -275,69 +260,46 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
       release(prev, any);
     };
     Step prev{}, cur{};
-    if constexpr (kMode == AMode::ss) {
-      // A from shared memory: the m64 tile's descriptor at its first row for the tap (its 64 rows
-      // consecutive in the box).
-      for (int e = 0; e < steps; ++e) {
-        cur = begin_step();
-        const uint8_t* box = halo(cur.h);
-        wgmma_fence();
+    // A from registers that ldmatrix writes, two steps' fragments: step e + 1's are loaded while
+    // step e's products run (into the buffer of step e - 1, whose products retired first).
+    // Unrolled by two, so that each buffer is named at compile time (registers).
+    uint32_t a0[BS / 16][kMTiles][4], a1[BS / 16][kMTiles][4];
+    auto load_a = [&](uint32_t(&a)[BS / 16][kMTiles][4], const Step& st) {
+      const uint8_t* box = halo(st.h);
 #pragma unroll
-        for (int kk = 0; kk < BS / 16; ++kk) {
-          const uint64_t db = b_desc(cur.s, kk);
+      for (int mi = 0; mi < kMTiles; ++mi) {
+        const int off0 = a_off(base_row[mi] + st.shift);
 #pragma unroll
-          for (int mi = 0; mi < kMTiles; ++mi) {
-            const uint8_t* a = box + (base_row[mi] + cur.shift) * kRowBytes + kk * 32;
-            Wgmma<T, BS>::template run<0, kTransW ? 0 : 1>(acc[mi], make_desc(a, 16, 8 * kRowBytes, kRowBytes), db,
-                                                          e > 0 || kk > 0);
-          }
-        }
-        wgmma_commit();
-        retire_previous(e > 0, prev);
-        prev = cur;
+        for (int kk = 0; kk < BS / 16; ++kk) sm80::ldmatrix_x4(a[kk][mi], box + swizzled_slice(off0, kk));
       }
-    } else {
-      // A from registers that ldmatrix writes, two steps' fragments: step e + 1's are loaded while
-      // step e's products run (into the buffer of step e - 1, whose products retired first).
-      // Unrolled by two, so that each buffer is named at compile time (registers).
-      uint32_t a0[BS / 16][kMTiles][4], a1[BS / 16][kMTiles][4];
-      auto load_a = [&](uint32_t(&a)[BS / 16][kMTiles][4], const Step& st) {
-        const uint8_t* box = halo(st.h);
+    };
+    auto issue = [&](const uint32_t(&a)[BS / 16][kMTiles][4], const Step& st) {
+      wgmma_fence();
 #pragma unroll
-        for (int mi = 0; mi < kMTiles; ++mi) {
-          const int off0 = a_off(base_row[mi] + st.shift);
+      for (int kk = 0; kk < BS / 16; ++kk) {
+        const uint64_t db = b_desc(st.s, kk);
 #pragma unroll
-          for (int kk = 0; kk < BS / 16; ++kk) sm80::ldmatrix_x4(a[kk][mi], box + swizzled_slice(off0, kk));
-        }
-      };
-      auto issue = [&](const uint32_t(&a)[BS / 16][kMTiles][4], const Step& st) {
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < BS / 16; ++kk) {
-          const uint64_t db = b_desc(st.s, kk);
-#pragma unroll
-          for (int mi = 0; mi < kMTiles; ++mi) WgmmaRS<T, BS>::template run<kTransW ? 0 : 1>(acc[mi], a[kk][mi], db);
-        }
-        wgmma_commit();
-      };
-      if (steps > 0) {
-        cur = begin_step();
-        load_a(a0, cur);
+        for (int mi = 0; mi < kMTiles; ++mi) WgmmaRS<T, BS>::template run<kTransW ? 0 : 1>(acc[mi], a[kk][mi], db);
       }
-      for (int e = 0; e < steps; e += 2) {
-        issue(a0, cur);
-        retire_previous(e > 0, prev);
-        prev = cur;
-        if (e + 1 == steps) break;
-        cur = begin_step();
-        load_a(a1, cur);
-        issue(a1, cur);
-        retire_previous(true, prev);
-        prev = cur;
-        if (e + 2 == steps) break;
-        cur = begin_step();
-        load_a(a0, cur);
-      }
+      wgmma_commit();
+    };
+    if (steps > 0) {
+      cur = begin_step();
+      load_a(a0, cur);
+    }
+    for (int e = 0; e < steps; e += 2) {
+      issue(a0, cur);
+      retire_previous(e > 0, prev);
+      prev = cur;
+      if (e + 1 == steps) break;
+      cur = begin_step();
+      load_a(a1, cur);
+      issue(a1, cur);
+      retire_previous(true, prev);
+      prev = cur;
+      if (e + 2 == steps) break;
+      cur = begin_step();
+      load_a(a0, cur);
     }
     wgmma_wait<0>();
 #pragma unroll
@@ -368,7 +330,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
 #endif
 }
 
-template <class T, class TO, int BS, bool kTrans, int kWGs, int kMTiles, AMode kMode, bool kEntry>
+template <class T, class TO, int BS, bool kTrans, int kWGs, int kMTiles, bool kEntry>
 void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
   using Tile = HaloTile<BS, kWGs, kMTiles, TO>;
   const HaloSmem sm = halo_smem<BS, kWGs, kMTiles, TO, kEntry>(ct);
@@ -379,7 +341,7 @@ void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
   const CUtensorMap map_halo = conv_map(p.a, p.in_dtype, p.a_cols, ct.a_ext, BS, ct.halo);
   const CUtensorMap map_w = tensor_map(p.w, p.in_dtype, static_cast<uint64_t>(p.nnz) * BS, BS, BS, BS);
   const CUtensorMap map_out = conv_map(p.out, p.out_dtype, p.out_cols, ct.ext, Tile::kOutCols, half);
-  constexpr auto kernel = &halo_kernel<T, TO, BS, kTrans, kWGs, kMTiles, kMode, kEntry>;
+  constexpr auto kernel = &halo_kernel<T, TO, BS, kTrans, kWGs, kMTiles, kEntry>;
   const int grid = static_cast<int>(std::min<int64_t>(items, persistent_grid<kernel>(sm.total, Tile::kThreads)));
   kernel<<<grid, Tile::kThreads, sm.total, stream>>>(map_halo, map_w, map_out, p, static_cast<int>(items), ct, sm);
   TS_CUDA_LAUNCH_CHECK((kTrans ? "bsconv_dx (halo)" : "bsconv (halo)"));
@@ -398,15 +360,6 @@ uint64_t halo_entry_launch_count() { return g_halo_entry_launches.load(std::memo
 
 namespace {
 
-// The A mode of a call: rs, or ss under TESSERA_BSCONV_HALO_A=ss where the tiles allow it
-// (box[0] a multiple of 64). rs is the default: as fast at bs 64, 20% faster at bs 32 (one run,
-// docs/convolution.md); ss stays for the lab until a profile says what limits both.
-bool ss_asked() {
-  const char* e = std::getenv("TESSERA_BSCONV_HALO_A");
-  return e && std::strcmp(e, "ss") == 0;
-}
-AMode a_mode(const ConvTiles& ct) { return ss_asked() && ct.box[0] % 64 == 0 ? AMode::ss : AMode::rs; }
-
 // Rows per tile of the halo kernel: the gather kernel's (with_gather_tile), except that at block
 // sizes 16 and 32 a call of at least kTallFrom rows takes 512-row tiles (two consumer warpgroups
 // of four m64 tiles, A in registers): a step's fixed cost (its barrier waits, the walk, the
@@ -415,7 +368,7 @@ AMode a_mode(const ConvTiles& ct) { return ss_asked() && ct.box[0] % 64 == 0 ? A
 constexpr int64_t kTallFrom = 16384;
 
 bool tall_tiles(const GatherProduct& p) {
-  if (!(p.bs == 16 || p.bs == 32) || p.n <= 128 || ss_asked()) return false;
+  if (!(p.bs == 16 || p.bs == 32) || p.n <= 128) return false;
   if (const char* e = std::getenv("TESSERA_BSCONV_HALO_ROWS")) {
     const bool ok = std::strcmp(e, "256") == 0 || std::strcmp(e, "512") == 0;
     TS_CHECK(ok, ValueError, "TESSERA_BSCONV_HALO_ROWS must be 256 or 512, not '" << e << "'");
@@ -484,14 +437,7 @@ void gather_conv_halo(const GatherProduct& p, const ConvIndex& ci, int64_t batch
       constexpr int BS = decltype(bs)::value, kWGs = decltype(wgs)::value, kMTiles = decltype(mtiles)::value;
       constexpr bool kTrans = decltype(trans)::value, kEntry = decltype(entry)::value;
       const ConvTiles ct = conv_tiles(ci, batch, kTrans, 64 * kWGs * kMTiles, TileBoxes::halo);
-      if constexpr (kMTiles == 4) {  // tall tiles: A in registers only
-        return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::rs, kEntry>(p, ct, stream);
-      } else {
-        switch (a_mode(ct)) {
-          case AMode::rs: return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::rs, kEntry>(p, ct, stream);
-          case AMode::ss: return launch<T, TO, BS, kTrans, kWGs, kMTiles, AMode::ss, kEntry>(p, ct, stream);
-        }
-      }
+      launch<T, TO, BS, kTrans, kWGs, kMTiles, kEntry>(p, ct, stream);
     });
   });
 }
