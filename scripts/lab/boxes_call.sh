@@ -9,7 +9,8 @@
 #      bs 32 with 256-row tiles against the tall 512-row ones (their boxes changed: 8 × 8 × 8 samples);
 #   3. ncu of the bs-32 forward halo kernel (tall tiles) and the bs-64 halo dW kernel at N 64 × 56 × 56,
 #      density 0.25, if time allows.
-# About 6 minutes on an H100.
+# About 6 minutes on an H100; REST_BY / NCU_BY (seconds from the start) skip the other tests / the
+# profiles when started later than that.
 set -uo pipefail
 O=$OUT; t0=$(date +%s); ENV=
 rm -rf dist; tar xJf "${BUNDLE:-build-gpu/lab2.tar.xz}"; cat dist/BUILD
@@ -30,10 +31,10 @@ ENV=TESSERA_BSCONV_DW_WIDE=0 table pertap64 --block-sizes 64 --densities 0.25 --
 table again --block-sizes 32,64 --densities 0.25 --repeats 8
 ENV=TESSERA_BSCONV_DW_WIDE=0 table pertap64b --block-sizes 64 --densities 0.25 --repeats 8
 table rows256 --block-sizes 32 --densities 0.25 --repeats 8 --halo-rows 256
-tests rest '-CudaBsConv.*:CudaEdgeBias.*:CudaConvLayers.*'
+[ $(( $(date +%s) - t0 )) -lt ${REST_BY:-200} ] && tests rest '-CudaBsConv.*:CudaEdgeBias.*:CudaConvLayers.*'
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu"
 for k in halo_kernel:32 dw_halo_kernel:64; do
-  [ $(( $(date +%s) - t0 )) -lt 480 ] || break
+  [ $(( $(date +%s) - t0 )) -lt ${NCU_BY:-480} ] || break
   timeout 60 ncu --clock-control none --kernel-name-base demangled --kernel-name regex:${k%:*} --launch-count 1 \
     --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
     --section LaunchStats --section Occupancy dist/bin/bsconv_gpu --shapes n64h56c256 --block-sizes ${k#*:} \
