@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The ring switches were deleted on 2026-12-07 after this A/B (the defaults won: docs/lstm_gpu.md).
+# A record: run on 2026-12-07; the ring switches, TESSERA_BSCONV_TILES and TESSERA_BSCONV_HALO_TWO were deleted
+# after its A/B (docs/lstm_gpu.md, docs/convolution.md), so a run now times the defaults in their rows.
 # device call (issues 16 and 19), from the bundle (BUNDLE=, default build-gpu/lab2.tar.xz; targets
 # gpu_tests lstm_step bsconv_gpu train_lstm):
 #   - the block-sparse streamed recurrences' rings again, now that the forward has a producer warp per
