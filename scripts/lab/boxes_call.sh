@@ -39,7 +39,8 @@ for k in halo_kernel:32 dw_halo_kernel:64; do
     --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
     --section LaunchStats --section Occupancy dist/bin/bsconv_gpu --shapes n64h56c256 --block-sizes ${k#*:} \
     --densities 0.25 --repeats 1 >$O/ncu_${k%:*}.txt 2>&1
-  echo "ncu $k rc $?: $(grep -E 'Duration|Compute \(SM\) Throughput|L2 Cache Throughput|DRAM Through|Warp Cycles Per Issued' \
-    $O/ncu_${k%:*}.txt | awk '{$1=$1};1' | tr '\n' ';')"
+  rc=$?
+  keys='Duration|Compute \(SM\) Throughput|L2 Cache Throughput|DRAM Through|Warp Cycles Per Issued'
+  echo "ncu $k rc $rc: $(grep -E "$keys" $O/ncu_${k%:*}.txt | awk '{$1=$1};1' | tr '\n' ';')"
 done
 echo "all done at $(( $(date +%s) - t0 )) s"

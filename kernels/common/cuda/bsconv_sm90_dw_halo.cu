@@ -10,7 +10,7 @@
 // producer copies the dY box [kPositions, bs] of the column and, for each distinct block of the run
 // (its taps are consecutive entries: at most kG / taps + 2 blocks), the halo box of x
 // (ConvTiles::halo: every position any tap of the tile reads) into one stage. A product stacks
-// kPack = 64/bs entries along M, each consumer warpgroup kProducts products (2; 4 at bs 64); each
+// kPack = 64/bs entries along M, each consumer warpgroup kProducts products (2; 3 at bs 64); each
 // consumer warp loads its 16 rows (channels of its entry's block) for a k16 slice of positions from
 // the entry's halo box at the entry's tap (rows halo_row(r) + tap_rows(t)) with transposing ldmatrix,
 // and multiplies them by the dY box (MN-major, shared-memory descriptor) with register-A wgmma:
@@ -20,8 +20,8 @@
 // Against the per-tap copies of the dW kernel (one [64, bs] x strip per entry and 64 positions)
 // this copies about 2.2x fewer bytes per flop at bs 32 and 3x at bs 16 for a 3x3 filter; at bs 64,
 // where a run of the dW kernel has 4 entries, runs of 6 over tiles of 128 positions copy 1.9-3x
-// fewer (per tile a dY box of 16 KB and one or two halo boxes of 26 KB for 6 entries, against 6 x
-// strips and one and a half dY strips of 16 KB per 64 positions, for twice the positions). The loads
+// fewer (per 128 positions and 6 entries, a dY box of 16 KB and one or two halo boxes of 26 KB,
+// against the dW kernel's 6 x strips and 1.5 dY strips of 16 KB each). The loads
 // of a group of kGroupKk k16 slices go to registers while the group before multiplies (two buffers;
 // ptxas keeps the wgmmas asynchronous as long as no instruction writes the registers of one in
 // flight).

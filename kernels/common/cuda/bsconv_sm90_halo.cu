@@ -5,8 +5,9 @@
 // (bsmm_sm90_gather.cu), tiles as in conv_tiles.h. Per list entry (stored block k, input block
 // column in(k)) the producer copies the halo box of A, the tile's positions widened by the
 // filter's reach (ConvTiles::halo: 10 × 10 × 4 positions for an 8 × 8 × 4 tile of a 3x3 filter),
-// into one of two halo slots, and the taps' weight blocks W[k, t] [bs, bs] into a ring of stages. Per tap each consumer warpgroup multiplies the tap's rows of the box (tile row r
-// reads ConvTiles::halo_row(r) + tap_rows(t)) by the weight block with register-A wgmma, A loaded
+// into one of two halo slots, and the taps' weight blocks W[k, t] [bs, bs] into a ring of stages.
+// Per tap each consumer warpgroup multiplies the tap's rows of the box (tile row r reads
+// ConvTiles::halo_row(r) + tap_rows(t)) by the weight block with register-A wgmma, A loaded
 // by ldmatrix (any offset and pitch; shared-memory descriptors, where each m64 tile's rows are
 // consecutive in the box, were as fast at bs 64 and 20% slower at bs 32, and were removed):
 //

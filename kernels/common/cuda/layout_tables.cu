@@ -297,8 +297,8 @@ BlockTables device_tables(const LayoutPtr& layout, int device) {
 
 ConvRuns conv_dw_runs(const LayoutPtr& layout, int32_t taps, int32_t run, int device) {
   const BlockLayout& l = *layout;
-  TS_CHECK(taps >= 1 && taps <= 64, ValueError, "conv_dw_runs: taps " << taps << " not in 1-64");
-  TS_CHECK(run >= 1 && run <= 64, ValueError, "conv_dw_runs: runs of " << run << " entries, not 1-64");
+  TS_CHECK(taps >= 1 && taps <= (1 << 20), ValueError, "conv_dw_runs: taps " << taps << " not in 1-2^20");
+  TS_CHECK(run >= 1 && run < 128, ValueError, "conv_dw_runs: runs of " << run << " entries, not 1-127");
   const Found found = lookup(
       layout, device,
       [&] {
