@@ -113,6 +113,7 @@ struct ConvPath {
   const char* halo_rows;  // TESSERA_BSCONV_HALO_ROWS: its rows per tile at bs 16/32 (nullptr: its choice)
   const char* entry;      // TESSERA_BSCONV_HALO_ENTRY: a list entry's taps under one barrier (nullptr: its choice)
   const char* dw_wide = nullptr;  // TESSERA_BSCONV_DW_WIDE: the dW at bs 64 in halo mode (nullptr: the default, on)
+  const char* tap_loop = nullptr;  // TESSERA_BSCONV_HALO_TAPLOOP: the lab's compile-time taps loop (nullptr: off)
 };
 class ConvPathGuard {
  public:
@@ -122,6 +123,7 @@ class ConvPathGuard {
     if (p.halo_rows) setenv("TESSERA_BSCONV_HALO_ROWS", p.halo_rows, 1);
     if (p.entry) setenv("TESSERA_BSCONV_HALO_ENTRY", p.entry, 1);
     if (p.dw_wide) setenv("TESSERA_BSCONV_DW_WIDE", p.dw_wide, 1);
+    if (p.tap_loop) setenv("TESSERA_BSCONV_HALO_TAPLOOP", p.tap_loop, 1);
   }
   ~ConvPathGuard() {
     unsetenv("TESSERA_BSMM_PATH");
@@ -129,27 +131,32 @@ class ConvPathGuard {
     unsetenv("TESSERA_BSCONV_HALO_ROWS");
     unsetenv("TESSERA_BSCONV_HALO_ENTRY");
     unsetenv("TESSERA_BSCONV_DW_WIDE");
+    unsetenv("TESSERA_BSCONV_HALO_TAPLOOP");
   }
 };
 // sm_90a in halo mode where it fits (tall 512-row tiles at bs 16/32 forced, since these small calls
 // take 256; per-tap weight stages forced, or entry mode, the default where it fits; the dW at bs 64
-// in halo mode, the default, or on the per-tap dW kernel), sm_90a with per-tap copies, and sm_80
-// (the A100 path, forced).
+// in halo mode, the default, or on the per-tap dW kernel; the lab's compile-time taps loop at bs 32
+// with 3x3 filters, 256- and 512-row tiles), sm_90a with per-tap copies, and sm_80 (the A100 path,
+// forced).
 const ConvPath kConvPaths[] = {{"sm90 halo", nullptr, "1", "256", "0"},
                                {"sm90 halo tall", nullptr, "1", "512", "0"},
                                {"sm90 halo entry", nullptr, "1", "256", "1"},
                                {"sm90 halo tall entry", nullptr, "1", "512", "1", "0"},
+                               {"sm90 halo taps loop", nullptr, "1", "256", "1", nullptr, "1"},
+                               {"sm90 halo tall taps loop", nullptr, "1", "512", "1", nullptr, "1"},
                                {"sm90 per-tap", nullptr, "0", nullptr, nullptr},
                                {"sm80", "sm80", "1", nullptr, nullptr}};
 
 struct ConvLaunches {
-  uint64_t sm90 = 0, halo = 0, sm80 = 0, tall = 0, entry = 0;
+  uint64_t sm90 = 0, halo = 0, sm80 = 0, tall = 0, entry = 0, tap_loop = 0;
 };
 ConvLaunches conv_launches() {
 #ifdef TESSERA_WITH_CUDA
   return {cuda::bsmm_launches(cuda::BsmmKernel::sm90_conv), cuda::bsmm_launches(cuda::BsmmKernel::sm90_halo),
           cuda::bsmm_launches(cuda::BsmmKernel::sm80_conv), cuda::bsmm_launches(cuda::BsmmKernel::sm90_halo_tall),
-          cuda::bsmm_launches(cuda::BsmmKernel::sm90_halo_entry)};
+          cuda::bsmm_launches(cuda::BsmmKernel::sm90_halo_entry),
+          cuda::bsmm_launches(cuda::BsmmKernel::sm90_halo_tap_loop)};
 #else
   return {};
 #endif
@@ -243,6 +250,7 @@ TEST(CudaBsConv, TensorCoreKernelsMatchTheCpu) {
   EXPECT_GT(conv_launches().halo, start.halo) << "no call took the halo kernel";
   EXPECT_GT(conv_launches().tall, start.tall) << "no call took the halo kernel's tall tiles";
   EXPECT_GT(conv_launches().entry, start.entry) << "no call took the halo kernel's entry mode";
+  EXPECT_GT(conv_launches().tap_loop, start.tap_loop) << "no call took the halo kernel's compile-time taps loop";
 }
 
 // f32 operands on the sm_80 kernels with TF32 allowed (within 2e-3 of the CPU's f64 sums, relative

@@ -36,6 +36,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 
 #include "kernels/common/cuda/bsmm_sm90.h"
 #include "kernels/common/cuda/bsmm_sm90_common.cuh"
@@ -49,10 +51,21 @@ namespace sm90 {
 std::atomic<uint64_t> g_halo_launches{0};
 std::atomic<uint64_t> g_halo_tall_launches{0};
 std::atomic<uint64_t> g_halo_entry_launches{0};
+std::atomic<uint64_t> g_halo_tap_loop_launches{0};
 
 namespace {
 
 constexpr int kSmemLimit = 227 * 1024;
+
+/// f(integral_constant<int, i>) for i = 0 .. N - 1, each i a compile-time constant.
+template <class F, int... I>
+__device__ __forceinline__ void unroll_each(F&& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, class F>
+__device__ __forceinline__ void unroll(F&& f) {
+  unroll_each(f, std::make_integer_sequence<int, N>{});
+}
 
 template <int BS, int kWGs, int kMTiles, class TO>
 struct HaloTile {
@@ -108,7 +121,9 @@ HaloSmem halo_smem(const ConvTiles& ct) {
   return m;
 }
 
-template <class T, class TO, int BS, bool kTransW, int kWGs, int kMTiles, bool kEntry>
+// kTaps > 0 (the lab's, entry mode only): the filter has kTaps taps, and each list entry's steps are
+// a loop unrolled at compile time (see the consumers) instead of the walk's.
+template <class T, class TO, int BS, bool kTransW, int kWGs, int kMTiles, bool kEntry, int kTaps = 0>
 __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     halo_kernel(const __grid_constant__ CUtensorMap map_halo, const __grid_constant__ CUtensorMap map_w,
                 const __grid_constant__ CUtensorMap map_out, GatherProduct p, int items, ConvTiles ct, HaloSmem sm) {
@@ -204,6 +219,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
   const int c = wg - 1, warp = (threadIdx.x / 32) % 4;
   int lane_row, lane_chunk0;  // conv_tiles.h's halo_a_lane: the lane's row of the warp's 16, its chunk at kk = 0
   halo_a_lane(lane, 0, lane_row, lane_chunk0);
+  static_assert(kTaps == 0 || kEntry, "the compile-time taps loop is an entry-mode form");
   // the halo row of this lane's row of each m64 tile at tap 0
   int base_row[kMTiles];
 #pragma unroll
@@ -284,29 +300,77 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
       }
       wgmma_commit();
     };
-    if (steps > 0) {
-      cur = begin_step();
-      load_a(a0, cur);
-    }
-    for (int e = 0; e < steps; e += 2) {
-      issue(a0, cur);
-      retire_previous(e > 0, prev);
-      prev = cur;
-      if (e + 1 == steps) break;
-      cur = begin_step();
-      load_a(a1, cur);
-      issue(a1, cur);
-      retire_previous(true, prev);
-      prev = cur;
-      if (e + 2 == steps) break;
-      cur = begin_step();
-      load_a(a0, cur);
-    }
-    wgmma_wait<0>();
+    if constexpr (kTaps > 0) {
+      // Per list entry: one wait for its slot (halo box and all of its taps' weight blocks), then
+      // its kTaps steps unrolled: tap t's shift from the taps' table, its weight block at stage
+      // slot · kTaps + t. Tap t loads its A fragments and issues its products, then waits for tap
+      // t − 1's; the entry's slot is freed once its last tap's products retired (after the next
+      // entry's first wait, or at the item's end). Entries go in pairs, the second with the buffers
+      // swapped, so that every step's buffer is named at compile time (an odd kTaps ends an entry
+      // on the buffer the next entry's first step would take).
+      int in_flight = -1;  // the slot of the entry whose last products may still run
+      auto run_entry = [&](auto swapped) {
+        const int h = walk.slot.slot;
+        mbar_wait(&halo_full[h], walk.slot.phase);
+        unroll<kTaps>([&](auto tap) {
+          constexpr int t = decltype(tap)::value;
+          const Step st{h, ld_shared(tap_row + t), h * kTaps + t, t == kTaps - 1};
+          auto step = [&](uint32_t(&a)[BS / 16][kMTiles][4]) {
+            load_a(a, st);
+            issue(a, st);
+          };
+          if constexpr ((t + decltype(swapped)::value) % 2 == 0) {
+            step(a0);
+          } else {
+            step(a1);
+          }
+          wgmma_wait<1>();  // tap t − 1's products (the entry before's last tap at t = 0) retired
 #pragma unroll
-    for (int mi = 0; mi < kMTiles; ++mi) fence_operands(acc[mi]);
-    __syncwarp();
-    release(prev, steps > 0);
+          for (int mi = 0; mi < kMTiles; ++mi) fence_operands(acc[mi]);
+          if constexpr (t == 0) {
+            __syncwarp();
+            mbar_arrive_if(&halo_empty[in_flight < 0 ? 0 : in_flight], in_flight >= 0 && lane == 0);
+          }
+        });
+        in_flight = h;
+        walk.slot.next(slots);
+      };
+      const int entries = w.z - w.y;
+      for (int q = 0; q < entries; q += 2) {
+        run_entry(std::integral_constant<int, 0>{});
+        if (q + 1 == entries) break;
+        run_entry(std::integral_constant<int, 1>{});
+      }
+      wgmma_wait<0>();
+#pragma unroll
+      for (int mi = 0; mi < kMTiles; ++mi) fence_operands(acc[mi]);
+      __syncwarp();
+      mbar_arrive_if(&halo_empty[in_flight < 0 ? 0 : in_flight], in_flight >= 0 && lane == 0);
+    } else {
+      if (steps > 0) {
+        cur = begin_step();
+        load_a(a0, cur);
+      }
+      for (int e = 0; e < steps; e += 2) {
+        issue(a0, cur);
+        retire_previous(e > 0, prev);
+        prev = cur;
+        if (e + 1 == steps) break;
+        cur = begin_step();
+        load_a(a1, cur);
+        issue(a1, cur);
+        retire_previous(true, prev);
+        prev = cur;
+        if (e + 2 == steps) break;
+        cur = begin_step();
+        load_a(a0, cur);
+      }
+      wgmma_wait<0>();
+#pragma unroll
+      for (int mi = 0; mi < kMTiles; ++mi) fence_operands(acc[mi]);
+      __syncwarp();
+      release(prev, steps > 0);
+    }
 
     // out = acc through the warpgroup's staging and a TMA store of its box (as gather_kernel)
     uint8_t* mine = staging + c * Tile::kStagingBytes;
@@ -331,7 +395,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
 #endif
 }
 
-template <class T, class TO, int BS, bool kTrans, int kWGs, int kMTiles, bool kEntry>
+template <class T, class TO, int BS, bool kTrans, int kWGs, int kMTiles, bool kEntry, int kTaps = 0>
 void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
   using Tile = HaloTile<BS, kWGs, kMTiles, TO>;
   const HaloSmem sm = halo_smem<BS, kWGs, kMTiles, TO, kEntry>(ct);
@@ -342,7 +406,7 @@ void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
   const CUtensorMap map_halo = conv_map(p.a, p.in_dtype, p.a_cols, ct.a_ext, BS, ct.halo);
   const CUtensorMap map_w = tensor_map(p.w, p.in_dtype, static_cast<uint64_t>(p.nnz) * BS, BS, BS, BS);
   const CUtensorMap map_out = conv_map(p.out, p.out_dtype, p.out_cols, ct.ext, Tile::kOutCols, half);
-  constexpr auto kernel = &halo_kernel<T, TO, BS, kTrans, kWGs, kMTiles, kEntry>;
+  constexpr auto kernel = &halo_kernel<T, TO, BS, kTrans, kWGs, kMTiles, kEntry, kTaps>;
   const int grid = static_cast<int>(std::min<int64_t>(items, persistent_grid<kernel>(sm.total, Tile::kThreads)));
   kernel<<<grid, Tile::kThreads, sm.total, stream>>>(map_halo, map_w, map_out, p, static_cast<int>(items), ct, sm);
   TS_CUDA_LAUNCH_CHECK((kTrans ? "bsconv_dx (halo)" : "bsconv (halo)"));
@@ -351,6 +415,7 @@ void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
   g_halo_launches.fetch_add(1, std::memory_order_relaxed);
   if (kMTiles == 4) g_halo_tall_launches.fetch_add(1, std::memory_order_relaxed);
   if (kEntry) g_halo_entry_launches.fetch_add(1, std::memory_order_relaxed);
+  if (kTaps > 0) g_halo_tap_loop_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -358,6 +423,7 @@ void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
 uint64_t halo_launch_count() { return g_halo_launches.load(std::memory_order_relaxed); }
 uint64_t halo_tall_launch_count() { return g_halo_tall_launches.load(std::memory_order_relaxed); }
 uint64_t halo_entry_launch_count() { return g_halo_entry_launches.load(std::memory_order_relaxed); }
+uint64_t halo_tap_loop_launch_count() { return g_halo_tap_loop_launches.load(std::memory_order_relaxed); }
 
 namespace {
 
@@ -394,6 +460,13 @@ bool halo_fits(const GatherProduct& p, const ConvIndex& ci, int64_t batch, bool 
 // unset or 1); 0 never (the lab's switch). On the H100 at bs 32, N 64 × 56 × 56, density 0.25:
 // forward 0.252 -> 0.236 ms, dgrad 0.231 -> 0.208 in one call (docs/convolution.md).
 bool entry_asked() { return env_switch("TESSERA_BSCONV_HALO_ENTRY", "0", "1", true); }
+
+// The lab's compile-time taps loop (TESSERA_BSCONV_HALO_TAPLOOP=1; unset or 0 off): at bs 32 in entry
+// mode with a 9-tap filter, each list entry's steps unrolled instead of walked (halo_kernel's kTaps).
+// The profile of bs 32 (docs/convolution.md, "GPU speed now") found its step bound by its
+// instruction count; this takes the walk, the per-step barrier bookkeeping and the stage arithmetic
+// out of it. Built 2026-12-07, not yet run on a GPU.
+bool tap_loop_asked() { return env_switch("TESSERA_BSCONV_HALO_TAPLOOP", "0", "1", false); }
 
 /// Calls f(bs, transpose_w, warpgroups, m64 tiles, entry) with the halo kernel's tile for p and ci:
 /// tall tiles where tall_tiles asks for them and they fit, else the gather kernel's; entry mode
@@ -438,6 +511,9 @@ void gather_conv_halo(const GatherProduct& p, const ConvIndex& ci, int64_t batch
       constexpr int BS = decltype(bs)::value, kWGs = decltype(wgs)::value, kMTiles = decltype(mtiles)::value;
       constexpr bool kTrans = decltype(trans)::value, kEntry = decltype(entry)::value;
       const ConvTiles ct = conv_tiles(ci, batch, kTrans, 64 * kWGs * kMTiles, TileBoxes::halo);
+      if constexpr (kEntry && BS == 32) {
+        if (ct.taps == 9 && tap_loop_asked()) return launch<T, TO, BS, kTrans, kWGs, kMTiles, kEntry, 9>(p, ct, stream);
+      }
       launch<T, TO, BS, kTrans, kWGs, kMTiles, kEntry>(p, ct, stream);
     });
   });

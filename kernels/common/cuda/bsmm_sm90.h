@@ -90,11 +90,13 @@ uint64_t pair_launch_count();
 uint64_t quad_launch_count();
 /// Launches in convolution mode, gather and dW kernels (counted in launch_count too), and of
 /// those the halo kernel's, and of those the ones with tall (512-row) tiles, the ones in entry
-/// mode (a list entry's taps under one barrier).
+/// mode (a list entry's taps under one barrier) and those with the lab's compile-time taps loop
+/// (TESSERA_BSCONV_HALO_TAPLOOP).
 uint64_t conv_launch_count();
 uint64_t halo_launch_count();
 uint64_t halo_tall_launch_count();
 uint64_t halo_entry_launch_count();
+uint64_t halo_tap_loop_launch_count();
 
 }  // namespace sm90
 }  // namespace cuda
