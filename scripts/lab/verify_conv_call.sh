@@ -1,14 +1,27 @@
 #!/usr/bin/env bash
 # device call (issue 19): main's convolution code checked and timed in one short call, from the bundle
-# (BUNDLE=, default build-gpu/conv.tar.xz; targets gpu_tests bsconv_gpu): the convolution GPU tests,
-# then bsconv_gpu at density 0.25 (both shapes, bs 32 and 64). About a minute on an H100.
+# (BUNDLE=, default build-gpu/conv.tar.xz; targets gpu_tests bsconv_gpu):
+#   1. the convolution GPU tests (the lab's compile-time taps loop among their paths);
+#   2. bsconv_gpu at density 0.25, both shapes, bs 32 and 64, at the defaults;
+#   3. bs 32 with the compile-time taps loop (TESSERA_BSCONV_HALO_TAPLOOP=1) against the defaults,
+#      two rounds.
+# About 1.5 minutes on an H100.
 set -uo pipefail
 O=$OUT; t0=$(date +%s)
 rm -rf dist; tar xJf "${BUNDLE:-build-gpu/conv.tar.xz}"; cat dist/BUILD
 timeout 200 dist/run gpu_tests --gtest_filter='CudaBsConv.*:CudaEdgeBias.*:CudaConvLayers.*' >$O/tests_conv.log 2>&1
 echo "conv tests rc $? at $(( $(date +%s) - t0 )) s: $(grep -E '^\[  (PASSED|FAILED)' $O/tests_conv.log | tr '\n' ' ')"
 grep -E "^\[  FAILED|Failure" $O/tests_conv.log | head -12
-timeout 120 dist/run bsconv_gpu --shapes n64h56c256,n32h28c512 --block-sizes 32,64 --densities 0.25 --repeats 8 \
-  --json $O/bsconv.json >$O/bsconv.log 2>&1
-echo "== bsconv rc $? at $(( $(date +%s) - t0 )) s"
-grep -E "^(fwd|dgrad|wgrad)" $O/bsconv.log | cut -c1-100
+table() {  # NAME [VAR=VALUE] ARGS...: a bsconv_gpu run at density 0.25, its table's rows
+  local name=$1 env=$2; shift 2
+  timeout 120 env $env dist/run bsconv_gpu --shapes n64h56c256,n32h28c512 --densities 0.25 --repeats 8 "$@" \
+    >$O/bsconv_$name.log 2>&1
+  echo "== bsconv $name rc $? at $(( $(date +%s) - t0 )) s"
+  grep -E "^(fwd|dgrad|wgrad)" $O/bsconv_$name.log | cut -c1-100
+}
+table defaults TESSERA_BSCONV_HALO_TAPLOOP=0 --block-sizes 32,64 --json $O/bsconv.json
+for round in 1 2; do
+  table taploop$round TESSERA_BSCONV_HALO_TAPLOOP=1 --block-sizes 32
+  table walk$round TESSERA_BSCONV_HALO_TAPLOOP=0 --block-sizes 32
+done
+echo "all done at $(( $(date +%s) - t0 )) s"
