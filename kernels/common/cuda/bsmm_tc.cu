@@ -7,6 +7,7 @@
 #include "core/error.h"
 
 #include "kernels/common/cuda/bsmm_sm80.h"
+#include "kernels/common/env_switch.h"
 #ifdef TESSERA_HAVE_SM90A
 #include "kernels/common/cuda/bsmm_sm90.h"
 #endif
@@ -54,6 +55,20 @@ ConvKernel conv_gradient_kernel(const BlockGradient& g, const ConvIndex& ci, int
   return sm80::conv_gradient_supported(g, device) ? ConvKernel::sm80 : ConvKernel::none;
 }
 
+// TESSERA_BSCONV_HALO=0 gives every pass to the sm_90a per-tap kernels (1 or unset: halo mode where
+// it pays).
+[[maybe_unused]] bool halo_allowed() { return env_switch("TESSERA_BSCONV_HALO", "0", "1", true); }
+
+// The sm_90a dW kernel's choice: halo mode where allowed and it pays.
+bool dw_halo_taken(const BlockGradient& g, const ConvIndex& ci, int64_t batch) {
+#ifdef TESSERA_HAVE_SM90A
+  return halo_allowed() && sm90::dw_halo_pays(g, ci, batch);
+#else
+  (void)g, (void)ci, (void)batch;
+  return false;
+#endif
+}
+
 }  // namespace
 
 bool conv_takes(const GatherProduct& p, const ConvIndex& ci, int device) {
@@ -69,8 +84,7 @@ void run_conv(const GatherProduct& p, const ConvIndex& ci, int64_t batch, int de
   TS_CHECK(kernel != ConvKernel::none, DeviceError, "bsconv: no tensor-core kernel takes this call (ask conv_takes)");
 #ifdef TESSERA_HAVE_SM90A
   if (kernel == ConvKernel::sm90) {
-    const char* e = std::getenv("TESSERA_BSCONV_HALO");
-    if (!(e && std::strcmp(e, "0") == 0) && sm90::halo_pays(p, ci, batch))
+    if (halo_allowed() && sm90::halo_pays(p, ci, batch))
       sm90::gather_conv_halo(p, ci, batch, stream);
     else
       sm90::gather_conv(p, ci, batch, stream);
@@ -81,19 +95,6 @@ void run_conv(const GatherProduct& p, const ConvIndex& ci, int64_t batch, int de
 #endif
   sm80::gather_conv(p, ci, stream);
 }
-
-namespace {
-// The sm_90a dW kernel's choice: halo mode where it pays, unless TESSERA_BSCONV_HALO=0.
-bool dw_halo_taken(const BlockGradient& g, const ConvIndex& ci, int64_t batch) {
-#ifdef TESSERA_HAVE_SM90A
-  const char* e = std::getenv("TESSERA_BSCONV_HALO");
-  return !(e && std::strcmp(e, "0") == 0) && sm90::dw_halo_pays(g, ci, batch);
-#else
-  (void)g, (void)ci, (void)batch;
-  return false;
-#endif
-}
-}  // namespace
 
 int32_t conv_gradient_run_size(const BlockGradient& g, const ConvIndex& ci, int64_t batch, int device) {
 #ifdef TESSERA_HAVE_SM90A
