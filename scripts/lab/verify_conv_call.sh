@@ -4,8 +4,9 @@
 #   1. the convolution GPU tests (the lab's compile-time taps loop among their paths);
 #   2. bsconv_gpu at density 0.25, both shapes, bs 32 and 64, at the defaults;
 #   3. bs 32 with the compile-time taps loop (TESSERA_BSCONV_HALO_TAPLOOP=1) against the defaults,
-#      two rounds.
-# About 1.5 minutes on an H100.
+#      and the taps loop on 256-row tiles (TESSERA_BSCONV_HALO_ROWS=256), two rounds;
+#   4. ncu of the bs-32 forward halo kernel (taps loop) and halo dW kernel, before NCU_BY seconds (300).
+# About 3 minutes on an H100.
 set -uo pipefail
 O=$OUT; t0=$(date +%s)
 rm -rf dist; tar xJf "${BUNDLE:-build-gpu/conv.tar.xz}"; cat dist/BUILD
@@ -23,5 +24,18 @@ table defaults TESSERA_BSCONV_HALO_TAPLOOP=0 --block-sizes 32,64 --json $O/bscon
 for round in 1 2; do
   table taploop$round TESSERA_BSCONV_HALO_TAPLOOP=1 --block-sizes 32
   table walk$round TESSERA_BSCONV_HALO_TAPLOOP=0 --block-sizes 32
+  table taploop256_$round "TESSERA_BSCONV_HALO_TAPLOOP=1 TESSERA_BSCONV_HALO_ROWS=256" --block-sizes 32
+done
+# 4. ncu of the bs-32 forward halo kernel with the taps loop and of the bs-32 halo dW kernel (N 64 × 56 × 56)
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu"
+for k in halo_kernel dw_halo_kernel; do
+  [ $(( $(date +%s) - t0 )) -lt ${NCU_BY:-300} ] || break
+  timeout 60 env TESSERA_BSCONV_HALO_TAPLOOP=1 ncu --clock-control none --kernel-name-base demangled \
+    --kernel-name regex::$k --launch-count 1 --section SpeedOfLight --section WarpStateStats \
+    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
+    dist/bin/bsconv_gpu --shapes n64h56c256 --block-sizes 32 --densities 0.25 --repeats 1 >$O/ncu_$k.txt 2>&1
+  rc=$?
+  keys='Duration|Compute \(SM\) Throughput|L2 Cache Throughput|Issue Slots Busy|Mem Pipes Busy|Warp Cycles Per Issued'
+  echo "ncu $k rc $rc: $(grep -E "$keys" $O/ncu_$k.txt | awk '{$1=$1};1' | tr '\n' ';')"
 done
 echo "all done at $(( $(date +%s) - t0 )) s"
