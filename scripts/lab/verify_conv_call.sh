@@ -4,7 +4,7 @@
 #   1. the convolution GPU tests (the lab's compile-time taps loop among their paths);
 #   2. bsconv_gpu at density 0.25, both shapes, bs 32 and 64, at the defaults;
 #   3. bs 32 with the compile-time taps loop (TESSERA_BSCONV_HALO_TAPLOOP=1) against the defaults,
-#      and the taps loop on 256-row tiles (TESSERA_BSCONV_HALO_ROWS=256), two rounds;
+#      and the taps loop on 256-row tiles (TESSERA_BSCONV_HALO_ROWS=256), ROUNDS rounds (2);
 #   4. ncu of the bs-32 forward halo kernel (taps loop) and halo dW kernel, before NCU_BY seconds (300).
 # About 3 minutes on an H100.
 set -uo pipefail
@@ -21,7 +21,7 @@ table() {  # NAME [VAR=VALUE] ARGS...: a bsconv_gpu run at density 0.25, its tab
   grep -E "^(fwd|dgrad|wgrad)" $O/bsconv_$name.log | cut -c1-100
 }
 table defaults TESSERA_BSCONV_HALO_TAPLOOP=0 --block-sizes 32,64 --json $O/bsconv.json
-for round in 1 2; do
+for round in $(seq 1 ${ROUNDS:-2}); do
   table taploop$round TESSERA_BSCONV_HALO_TAPLOOP=1 --block-sizes 32
   table walk$round TESSERA_BSCONV_HALO_TAPLOOP=0 --block-sizes 32
   table taploop256_$round "TESSERA_BSCONV_HALO_TAPLOOP=1 TESSERA_BSCONV_HALO_ROWS=256" --block-sizes 32
