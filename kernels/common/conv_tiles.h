@@ -210,6 +210,60 @@ inline void fewest_positions(const int32_t (&ext)[4], const int32_t (&reach)[3],
 }
 }  // namespace conv_tiles_detail
 
+/// Whether the strip form's boxes (strip_row) can shape `rows`-row tiles over ext: 512 rows (two
+/// consumer warpgroups of four m64 tiles) and at most two spatial axes (a sample's positions a plane).
+TS_CONV_HD bool strip_tiles_apply(const int32_t (&ext)[4], int32_t rows) { return rows == 512 && ext[2] == 1; }
+
+namespace conv_tiles_detail {
+/// The strip form's box (strip_row): x ∈ {4, 8, 16}, y ∈ {4, 8, 16}, one position on axis 2, the rest
+/// (at least two) samples; of those the least covered positions × (2·rows + halo rows), as the halo rule
+/// charges them (ties: the smaller halo box, then the larger x).
+inline void strip_box(const int32_t (&ext)[4], const int32_t (&reach)[3], int32_t rows, int32_t (&box)[4]) {
+  int64_t best_cost = -1, best_halo = 0;
+  for (int32_t x = 16; x >= 4; x /= 2)
+    for (int32_t y = 4; y <= 16; y *= 2) {
+      const int32_t b[4] = {x, y, 1, rows / (x * y)};
+      int64_t covered = 1;
+      for (int a = 0; a < 4; ++a) covered *= (ext[a] + b[a] - 1) / b[a] * static_cast<int64_t>(b[a]);
+      const int64_t halo = static_cast<int64_t>(x + reach[0]) * (y + reach[1]) * (1 + reach[2]) * b[3];
+      const int64_t cost = covered * (2 * rows + halo);
+      if (best_cost >= 0 && (cost > best_cost || (cost == best_cost && halo >= best_halo))) continue;
+      for (int a = 0; a < 4; ++a) box[a] = b[a];
+      best_cost = cost;
+      best_halo = halo;
+    }
+}
+}  // namespace conv_tiles_detail
+
+/// The strip form of the halo kernel (a plan for bs 32, 512-row tiles of a 3x3 filter with dilation 1,
+/// not yet a kernel: docs/convolution.md, "the strip form"). Its tiles' boxes are TileBoxes::strip's,
+/// X × Y × 1 × samples (X, Y ∈ {4, 8, 16}); consumer warpgroup c's rows are samples c·S/2 .. (S samples,
+/// axis 3 halved as ConvTiles::split does), and in it warp w's m64 tile mi and lane row r (0..15) hold
+///
+///   x = r % X,   y = 4·(w % A) + mi,   sample = c·S/2 + (w / A)·(16 / X) + r / X,     A = Y / 4,
+///
+/// so that a warp's four m64 tiles are four consecutive image rows of the same 16 positions. Tap
+/// (dy, dx) of tile mi then reads the halo rows of tile mi + dy at column offset dx: a warp's A
+/// fragments for the 12 (mi, dy) pairs of one dx are 6 (rows f = mi + dy, 0..5), and each fragment
+/// loaded serves two wgmmas on average instead of one. That halves the A bytes each wgmma reads from
+/// shared memory at bs 32 (2 KB of A and 1 KB of B per m64n32k16, 24 cycles of shared memory against
+/// 16 of tensor work, become 1 KB + 1 KB, 16 cycles) and the ldmatrix count and address math per wgmma.
+/// Returns the tile row (box order, ConvTiles::halo_row's r) of (c, w, mi, r).
+TS_CONV_HD int32_t strip_row(const ConvTiles& ct, int c, int w, int mi, int r) {
+  const int32_t X = ct.box[0], Y = ct.box[1], A = Y / 4, S = ct.box[3];
+  const int32_t x = r % X, y = 4 * (w % A) + mi, sample = c * (S / 2) + (w / A) * (16 / X) + r / X;
+  return x + X * (y + Y * sample);
+}
+
+/// Whether tile row r's halo row at tap t is halo_row(r) + dy·halo[0] + dx with dx, dy ∈ [0, 3): the
+/// tap's offset split into image rows and columns of the halo box (the strip form's reuse needs it).
+TS_CONV_HD bool strip_tap(const ConvTiles& ct, int32_t t, int32_t& dy, int32_t& dx) {
+  const int32_t rows = ct.tap_rows(t);
+  dy = rows / ct.halo[0];
+  dx = rows % ct.halo[0];
+  return ct.kernel[0] == 3 && ct.kernel[1] == 3 && ct.kernel[2] == 1 && dy < 3 && dx < 3;
+}
+
 /// Whether the tensor-core kernels take convolution ci at all: stride 1 in every dimension and at
 /// most 64 taps (dilation, padding and kernel sizes are free).
 inline bool conv_tiles_support(const ConvIndex& ci) {
@@ -231,7 +285,10 @@ inline bool conv_tiles_support(const ConvIndex& ci) {
 /// (64 × 4 on 56 × 56: 12.5% of the positions unused, 32 × 8 on 28 × 28: 23%), 0.88-0.90x the time of
 /// every pass at bs 32 and 64 on 56 × 56, and at 28 × 28 the halo rule 0.91-0.96x at bs 64's forward
 /// and dgrad and bs 32's dgrad and dW, the per-tap one 0.91x at bs 64's dW (H100, docs/convolution.md).
-enum class TileBoxes { per_tap, halo };
+///   strip:   the halo kernel's strip form (a plan, see strip_row; 512-row tiles of a 2-D filter only):
+///            x ∈ {4, 8, 16} × y ∈ {4, 8, 16} × 1 × samples, the least positions × (2·rows + halo rows)
+///            among those: 8 × 8 × 8 samples on 56 × 56 (none unused), 16 × 4 × 8 on 28 × 28.
+enum class TileBoxes { per_tap, halo, strip };
 
 /// The tiles of `rows` positions (64, 128, 256 or 512) over a batch of `batch` samples of ci: the
 /// forward's (dx = false: out = ci.out, A = ci.in) or the input gradient's (dx = true: out =
@@ -260,7 +317,11 @@ inline ConvTiles conv_tiles(const ConvIndex& ci, int64_t batch, bool dx, int32_t
     t.halo_lo[a] = t.off_base[a] + (span < 0 ? span : 0);
   }
   conv_tiles_detail::innermost_first(t.ext, rows, t.box);
-  conv_tiles_detail::fewest_positions(t.ext, reach, rows, boxes == TileBoxes::halo, t.box);
+  if (boxes == TileBoxes::strip && strip_tiles_apply(t.ext, rows)) {
+    conv_tiles_detail::strip_box(t.ext, reach, rows, t.box);
+  } else {
+    conv_tiles_detail::fewest_positions(t.ext, reach, rows, boxes != TileBoxes::per_tap, t.box);
+  }
   for (int a = 0; a < 3; ++a) t.halo[a] = t.box[a] + reach[a];
   t.halo[3] = t.box[3];
   t.total_tiles = 1;

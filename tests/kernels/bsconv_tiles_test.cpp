@@ -36,10 +36,13 @@ std::vector<Case> cases() {
           {{5, 4, 6}, conv_geometry({5, 4, 6}, {3, 3, 3}, {1}, {1}, ConvPadding::same)}};
 }
 
-// Both ways of shaping a tile's box (conv_tiles.h's TileBoxes: for per-tap copies, for halo boxes),
-// each replayed below.
-constexpr TileBoxes kBoxes[] = {TileBoxes::per_tap, TileBoxes::halo};
-std::string boxes_name(TileBoxes b) { return b == TileBoxes::halo ? " (halo boxes)" : " (per-tap boxes)"; }
+// The ways of shaping a tile's box (conv_tiles.h's TileBoxes: for per-tap copies, for halo boxes),
+// each replayed below
+// (and the strip form's, where they apply: 512-row tiles of at most two spatial axes).
+constexpr TileBoxes kBoxes[] = {TileBoxes::per_tap, TileBoxes::halo, TileBoxes::strip};
+std::string boxes_name(TileBoxes b) {
+  return b == TileBoxes::halo ? " (halo boxes)" : b == TileBoxes::strip ? " (strip boxes)" : " (per-tap boxes)";
+}
 
 // Position (per axis, conv_tiles.h's order) of row r of a box with extents e.
 void unravel(int64_t r, const int32_t (&e)[ConvTiles::kAxes], int32_t (&off)[ConvTiles::kAxes]) {
@@ -471,6 +474,69 @@ TEST(ConvTiles, TheBoxesCoverNoMorePositionsThanTheInnermostFirstOnes) {
   EXPECT_EQ(h28.box[1], 4);
   EXPECT_EQ(h28.box[3], 2);
   EXPECT_EQ(h28.halo_rows(), 408);
+}
+
+// The strip form's plan (conv_tiles.h's strip_row): the warps' rows cover each 512-row tile once, each
+// warpgroup within its own half (its store box), and tap (dy, dx) of m64 tile mi reads the rows that
+// tile mi + dy reads at column offset dx (so a warp's 12 (mi, dy) products per dx need 6 fragments),
+// all within the halo box; the boxes it picks on the benchmark's images; elsewhere the halo rule's.
+TEST(ConvTiles, TheStripFormsWarpsCoverTheTileOnceAndShareFragmentsAcrossTaps) {
+  std::vector<Case> all = {{{56, 56}, conv_geometry({56, 56}, {3, 3}, {1}, {1}, ConvPadding::same)},
+                           {{28, 28}, conv_geometry({28, 28}, {3, 3}, {1}, {1}, ConvPadding::same)},
+                           {{21, 19}, conv_geometry({21, 19}, {3, 3}, {1}, {1}, ConvPadding::same)},
+                           {{9, 7}, conv_geometry({9, 7}, {3, 3}, {1}, {1}, ConvPadding::valid)},
+                           {{7, 10}, conv_geometry({7, 10}, {3, 3}, {1}, {1}, ConvPadding::explicit_pads, {2, 0}, {0, 1})}};
+  for (const Case& cs : all)
+    for (int64_t batch : {1, 5, 32, 64})
+      for (bool dx : {false, true}) {
+        const ConvTiles ct = conv_tiles(conv_index(cs.g, cs.in, "test"), batch, dx, 512, TileBoxes::strip);
+        const std::string what = cs.g.str() + " batch " + std::to_string(batch) + (dx ? " dx" : " fwd");
+        ASSERT_EQ(rows_of(ct.box), 512) << what;
+        ASSERT_TRUE(ct.box[0] == 4 || ct.box[0] == 8 || ct.box[0] == 16) << what;
+        ASSERT_TRUE(ct.box[1] == 4 || ct.box[1] == 8 || ct.box[1] == 16) << what;
+        ASSERT_EQ(ct.box[2], 1) << what;
+        ASSERT_EQ(ct.split, 3) << what;  // the warpgroups' halves are halves of the samples
+        std::vector<int> seen(512, 0);
+        for (int c = 0; c < 2; ++c)
+          for (int w = 0; w < 4; ++w)
+            for (int mi = 0; mi < 4; ++mi)
+              for (int r = 0; r < 16; ++r) {
+                const int32_t row = strip_row(ct, c, w, mi, r);
+                ASSERT_GE(row, 256 * c) << what;
+                ASSERT_LT(row, 256 * (c + 1)) << what;
+                ++seen[static_cast<size_t>(row)];
+              }
+        for (int row = 0; row < 512; ++row) ASSERT_EQ(seen[static_cast<size_t>(row)], 1) << what << " row " << row;
+        for (int32_t t = 0; t < ct.taps; ++t) {
+          int32_t dy = -1, dxo = -1;
+          ASSERT_TRUE(strip_tap(ct, t, dy, dxo)) << what << " tap " << t;
+          for (int c = 0; c < 2; ++c)
+            for (int w = 0; w < 4; ++w)
+              for (int mi = 0; mi < 4; ++mi)
+                for (int r = 0; r < 16; ++r) {
+                  const int32_t want = ct.halo_row(strip_row(ct, c, w, mi, r)) + ct.tap_rows(t);
+                  const int32_t got = ct.halo_row(strip_row(ct, c, w, 0, r)) + (mi + dy) * ct.halo[0] + dxo;
+                  ASSERT_EQ(got, want) << what << " tap " << t << " warp " << w << " tile " << mi << " row " << r;
+                  ASSERT_LT(got, ct.halo_rows()) << what;
+                }
+        }
+      }
+  const ConvIndex c56 = conv_index(all[0].g, all[0].in, "test"), c28 = conv_index(all[1].g, all[1].in, "test");
+  const ConvTiles t56 = conv_tiles(c56, 64, false, 512, TileBoxes::strip);
+  EXPECT_EQ(std::vector<int32_t>(t56.box, t56.box + 4), (std::vector<int32_t>{8, 8, 1, 8}));
+  EXPECT_EQ(covered(t56), 64 * 56 * 56);
+  const ConvTiles t28 = conv_tiles(c28, 32, false, 512, TileBoxes::strip);
+  EXPECT_EQ(std::vector<int32_t>(t28.box, t28.box + 4), (std::vector<int32_t>{16, 4, 1, 8}));
+  // not a strip tile (256 rows; three spatial axes): the halo rule's box
+  const Case c3{{5, 4, 6}, conv_geometry({5, 4, 6}, {3, 3, 3}, {1}, {1}, ConvPadding::same)};
+  for (const auto& [ci, rows] : {std::make_pair(c56, 256), std::make_pair(conv_index(c3.g, c3.in, "test"), 512)}) {
+    const ConvTiles s = conv_tiles(ci, 8, false, rows, TileBoxes::strip), h = conv_tiles(ci, 8, false, rows, TileBoxes::halo);
+    EXPECT_EQ(std::vector<int32_t>(s.box, s.box + 4), std::vector<int32_t>(h.box, h.box + 4)) << rows;
+  }
+  // a filter other than 3x3: strip_tap says no
+  const ConvIndex c5 = conv_index(conv_geometry({9, 7}, {5, 3}, {1}, {1}, ConvPadding::same), {9, 7}, "test");
+  int32_t dy = 0, dxo = 0;
+  EXPECT_FALSE(strip_tap(conv_tiles(c5, 8, false, 512, TileBoxes::strip), 0, dy, dxo));
 }
 
 TEST(ConvTiles, StridedOrVeryWideFiltersAreLeftToTheScalarKernels) {
