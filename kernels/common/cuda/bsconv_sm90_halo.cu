@@ -52,6 +52,7 @@ std::atomic<uint64_t> g_halo_launches{0};
 std::atomic<uint64_t> g_halo_tall_launches{0};
 std::atomic<uint64_t> g_halo_entry_launches{0};
 std::atomic<uint64_t> g_halo_tap_loop_launches{0};
+std::atomic<uint64_t> g_halo_strip_launches{0};
 
 namespace {
 
@@ -122,8 +123,10 @@ HaloSmem halo_smem(const ConvTiles& ct) {
 }
 
 // kTaps > 0 (the lab's, entry mode only): the filter has kTaps taps, and each list entry's steps are
-// a loop unrolled at compile time (see the consumers) instead of the walk's.
-template <class T, class TO, int BS, bool kTransW, int kWGs, int kMTiles, bool kEntry, int kTaps = 0>
+// a loop unrolled at compile time (see the consumers) instead of the walk's. kStrip (the lab's, kTaps 9,
+// tall tiles): conv_tiles.h's strip form, ct's boxes TileBoxes::strip's.
+template <class T, class TO, int BS, bool kTransW, int kWGs, int kMTiles, bool kEntry, int kTaps = 0,
+          bool kStrip = false>
 __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     halo_kernel(const __grid_constant__ CUtensorMap map_halo, const __grid_constant__ CUtensorMap map_w,
                 const __grid_constant__ CUtensorMap map_out, GatherProduct p, int items, ConvTiles ct, HaloSmem sm) {
@@ -220,6 +223,11 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
   int lane_row, lane_chunk0;  // conv_tiles.h's halo_a_lane: the lane's row of the warp's 16, its chunk at kk = 0
   halo_a_lane(lane, 0, lane_row, lane_chunk0);
   static_assert(kTaps == 0 || kEntry, "the compile-time taps loop is an entry-mode form");
+  static_assert(!kStrip || (kTaps == 9 && kMTiles == 4 && kWGs == 2), "the strip form: 3x3 taps, tall tiles");
+  // strip form: the halo row of this lane's row of m64 tile 0 at tap (0, 0); tile mi at tap (dy, dx)
+  // reads strip_base + (mi + dy)·halo[0] + dx (strip_row)
+  [[maybe_unused]] const int strip_base = kStrip ? ct.halo_row(strip_row(ct, c, warp, 0, lane_row)) : 0;
+  [[maybe_unused]] const int hx = ct.halo[0];
   // the halo row of this lane's row of each m64 tile at tap 0
   int base_row[kMTiles];
 #pragma unroll
@@ -300,7 +308,59 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
       }
       wgmma_commit();
     };
-    if constexpr (kTaps > 0) {
+    if constexpr (kStrip) {
+      // Per list entry: one wait for its slot, then per column offset dx and k16 slice kk a group: the
+      // warp's A fragments of halo rows strip_base + f·hx + dx (f = 0..5) and the 12 products of the
+      // filter's column dx that read them (tile mi at tap row dy takes fragment mi + dy). A group's
+      // loads go to the buffer of the group before the last, which retired (six groups an entry: the
+      // buffers alternate across entries too). Both slices' fragments in one group, 96 registers,
+      // left ptxas too few of the 168 for asynchronous wgmmas (C7512).
+      uint32_t f0[6][4], f1[6][4];
+      int in_flight = -1;  // the slot of the entry whose last products may still run
+      auto run_entry = [&]() {
+        const int h = walk.slot.slot;
+        mbar_wait(&halo_full[h], walk.slot.phase);
+        const uint8_t* box = halo(h);
+        unroll<3 * (BS / 16)>([&](auto gc) {
+          constexpr int g = decltype(gc)::value, dx = g / (BS / 16), kk = g % (BS / 16);
+          auto group = [&](uint32_t(&fr)[6][4]) {
+#pragma unroll
+            for (int f = 0; f < 6; ++f)
+              sm80::ldmatrix_x4(fr[f], box + swizzled_slice(a_off(strip_base + f * hx + dx), kk));
+            wgmma_fence();
+            unroll<3>([&](auto dyc) {
+              constexpr int dy = decltype(dyc)::value;
+              // the tap of (dy, dx): the forward's taps run along the box, bsconv_dx's against it
+              constexpr int t = kTransW ? (2 - dy) * 3 + (2 - dx) : dy * 3 + dx;
+              const uint64_t db = b_desc(h * 9 + t, kk);
+#pragma unroll
+              for (int mi = 0; mi < 4; ++mi) WgmmaRS<T, BS>::template run<kTransW ? 0 : 1>(acc[mi], fr[mi + dy], db);
+            });
+            wgmma_commit();
+          };
+          if constexpr (g % 2 == 0) {
+            group(f0);
+          } else {
+            group(f1);
+          }
+          wgmma_wait<1>();  // the group before retired (the entry before's last at g = 0)
+#pragma unroll
+          for (int mi = 0; mi < kMTiles; ++mi) fence_operands(acc[mi]);
+          if constexpr (g == 0) {
+            __syncwarp();
+            mbar_arrive_if(&halo_empty[in_flight < 0 ? 0 : in_flight], in_flight >= 0 && lane == 0);
+          }
+        });
+        in_flight = h;
+        walk.slot.next(slots);
+      };
+      for (int q = w.y; q < w.z; ++q) run_entry();
+      wgmma_wait<0>();
+#pragma unroll
+      for (int mi = 0; mi < kMTiles; ++mi) fence_operands(acc[mi]);
+      __syncwarp();
+      mbar_arrive_if(&halo_empty[in_flight < 0 ? 0 : in_flight], in_flight >= 0 && lane == 0);
+    } else if constexpr (kTaps > 0) {
       // Per list entry: one wait for its slot (halo box and all of its taps' weight blocks), then
       // its kTaps steps unrolled: tap t's shift from the taps' table, its weight block at stage
       // slot · kTaps + t. Tap t loads its A fragments and issues its products, then waits for tap
@@ -377,7 +437,12 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     const bool leader = threadIdx.x % 128 == 0;
     if (leader) bulk_wait_read<0>();  // the previous item's store has read the staging
     named_barrier(2 + c, 128);
-    stage_tile<TO, kMTiles, BS, Tile::kOutCols>(mine, acc, warp, lane);
+    if constexpr (kStrip) {  // the warpgroup's store box holds its rows in box order (strip_row)
+      stage_tile_rows<TO, kMTiles, BS, Tile::kOutCols>(
+          mine, acc, lane, [&](int mi, int r) { return strip_row(ct, c, warp, mi, r) - c * Tile::kWgRows; });
+    } else {
+      stage_tile<TO, kMTiles, BS, Tile::kOutCols>(mine, acc, warp, lane);
+    }
     fence_async_shared();
     named_barrier(2 + c, 128);
     if (leader) {
@@ -395,7 +460,8 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
 #endif
 }
 
-template <class T, class TO, int BS, bool kTrans, int kWGs, int kMTiles, bool kEntry, int kTaps = 0>
+template <class T, class TO, int BS, bool kTrans, int kWGs, int kMTiles, bool kEntry, int kTaps = 0,
+          bool kStrip = false>
 void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
   using Tile = HaloTile<BS, kWGs, kMTiles, TO>;
   const HaloSmem sm = halo_smem<BS, kWGs, kMTiles, TO, kEntry>(ct);
@@ -406,7 +472,7 @@ void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
   const CUtensorMap map_halo = conv_map(p.a, p.in_dtype, p.a_cols, ct.a_ext, BS, ct.halo);
   const CUtensorMap map_w = tensor_map(p.w, p.in_dtype, static_cast<uint64_t>(p.nnz) * BS, BS, BS, BS);
   const CUtensorMap map_out = conv_map(p.out, p.out_dtype, p.out_cols, ct.ext, Tile::kOutCols, half);
-  constexpr auto kernel = &halo_kernel<T, TO, BS, kTrans, kWGs, kMTiles, kEntry, kTaps>;
+  constexpr auto kernel = &halo_kernel<T, TO, BS, kTrans, kWGs, kMTiles, kEntry, kTaps, kStrip>;
   const int grid = static_cast<int>(std::min<int64_t>(items, persistent_grid<kernel>(sm.total, Tile::kThreads)));
   kernel<<<grid, Tile::kThreads, sm.total, stream>>>(map_halo, map_w, map_out, p, static_cast<int>(items), ct, sm);
   TS_CUDA_LAUNCH_CHECK((kTrans ? "bsconv_dx (halo)" : "bsconv (halo)"));
@@ -416,6 +482,7 @@ void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
   if (kMTiles == 4) g_halo_tall_launches.fetch_add(1, std::memory_order_relaxed);
   if (kEntry) g_halo_entry_launches.fetch_add(1, std::memory_order_relaxed);
   if (kTaps > 0) g_halo_tap_loop_launches.fetch_add(1, std::memory_order_relaxed);
+  if (kStrip) g_halo_strip_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -424,6 +491,7 @@ uint64_t halo_launch_count() { return g_halo_launches.load(std::memory_order_rel
 uint64_t halo_tall_launch_count() { return g_halo_tall_launches.load(std::memory_order_relaxed); }
 uint64_t halo_entry_launch_count() { return g_halo_entry_launches.load(std::memory_order_relaxed); }
 uint64_t halo_tap_loop_launch_count() { return g_halo_tap_loop_launches.load(std::memory_order_relaxed); }
+uint64_t halo_strip_launch_count() { return g_halo_strip_launches.load(std::memory_order_relaxed); }
 
 namespace {
 
@@ -468,6 +536,25 @@ bool entry_asked() { return env_switch("TESSERA_BSCONV_HALO_ENTRY", "0", "1", tr
 // out of it. Built 2026-12-07, not yet run on a GPU.
 bool tap_loop_asked() { return env_switch("TESSERA_BSCONV_HALO_TAPLOOP", "0", "1", false); }
 
+// The lab's strip form (TESSERA_BSCONV_HALO_STRIP=1; unset or 0 off): at bs 32 with tall tiles in entry
+// mode, a 3x3 filter of dilation 1 in two spatial axes, the taps loop over conv_tiles.h's strip tiles, where
+// a warp's A fragment serves two wgmmas on average (half the A bytes from shared memory a product). Built
+// 2026-12-07, not yet run on a GPU.
+bool strip_asked() { return env_switch("TESSERA_BSCONV_HALO_STRIP", "0", "1", false); }
+
+/// Whether the strip form takes cs (conv_tiles(..., 512, TileBoxes::strip)): strip boxes, every tap t at
+/// the (dy, dx) the kernel gives it, the halo's extents one copy each, two entry-mode slots in shared memory.
+template <class TO, bool kTrans>
+bool strip_fits(const ConvTiles& cs) {
+  if (!strip_tiles_apply(cs.ext, 512) || cs.taps != 9 || !cs.halo_fits()) return false;
+  for (int32_t t = 0; t < 9; ++t) {
+    int32_t dy = 0, dx = 0;
+    if (!strip_tap(cs, t, dy, dx) || t != (kTrans ? (2 - dy) * 3 + (2 - dx) : dy * 3 + dx)) return false;
+  }
+  const HaloSmem sm = halo_smem<32, 2, 4, TO, true>(cs);
+  return sm.slots >= 2 && sm.total <= kSmemLimit;
+}
+
 /// Calls f(bs, transpose_w, warpgroups, m64 tiles, entry) with the halo kernel's tile for p and ci:
 /// tall tiles where tall_tiles asks for them and they fit, else the gather kernel's; entry mode
 /// where entry_asked and it fits that tile (bs 16 and 32: at bs 64 one slot fits).
@@ -511,6 +598,12 @@ void gather_conv_halo(const GatherProduct& p, const ConvIndex& ci, int64_t batch
       constexpr int BS = decltype(bs)::value, kWGs = decltype(wgs)::value, kMTiles = decltype(mtiles)::value;
       constexpr bool kTrans = decltype(trans)::value, kEntry = decltype(entry)::value;
       const ConvTiles ct = conv_tiles(ci, batch, kTrans, 64 * kWGs * kMTiles, TileBoxes::halo);
+      if constexpr (kEntry && BS == 32 && kWGs == 2 && kMTiles == 4) {
+        if (ct.taps == 9 && strip_asked()) {
+          const ConvTiles cs = conv_tiles(ci, batch, kTrans, 512, TileBoxes::strip);
+          if (strip_fits<TO, kTrans>(cs)) return launch<T, TO, BS, kTrans, kWGs, kMTiles, kEntry, 9, true>(p, cs, stream);
+        }
+      }
       if constexpr (kEntry && BS == 32) {
         if (ct.taps == 9 && tap_loop_asked()) return launch<T, TO, BS, kTrans, kWGs, kMTiles, kEntry, 9>(p, ct, stream);
       }

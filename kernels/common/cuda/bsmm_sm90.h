@@ -97,6 +97,7 @@ uint64_t halo_launch_count();
 uint64_t halo_tall_launch_count();
 uint64_t halo_entry_launch_count();
 uint64_t halo_tap_loop_launch_count();
+uint64_t halo_strip_launch_count();
 
 }  // namespace sm90
 }  // namespace cuda

@@ -219,8 +219,11 @@ __device__ __forceinline__ int4 next_run_item(const BlockGradient& p, int items,
 /// Writes a consumer warpgroup's accumulators acc[kMTiles][kBN / 2] (wgmma's m64nkBN layout per
 /// m64 tile) into its staging `mine`: boxes of kOutCols columns side by side (kOutBoxBytes apart),
 /// rows of kOutCols·sizeof(TO) bytes, swizzled as the TMA store that writes each box out reads it.
-template <class TO, int kMTiles, int kBN, int kOutCols>
-__device__ __forceinline__ void stage_tile(uint8_t* mine, const float (&acc)[kMTiles][kBN / 2], int warp, int lane) {
+/// Row r (0..15) of the warp's part of m64 tile mi goes to staging row row_of(mi, r) (the halo
+/// kernel's strip form: its own order; stage_tile: mi·64 + warp·16 + r).
+template <class TO, int kMTiles, int kBN, int kOutCols, class RowOf>
+__device__ __forceinline__ void stage_tile_rows(uint8_t* mine, const float (&acc)[kMTiles][kBN / 2], int lane,
+                                                RowOf&& row_of) {
   constexpr int kOutRowBytes = kOutCols * static_cast<int>(sizeof(TO));
   constexpr int kOutBoxBytes = 64 * kMTiles * kOutRowBytes;
   const int g = lane / 4, t = lane % 4;
@@ -230,13 +233,17 @@ __device__ __forceinline__ void stage_tile(uint8_t* mine, const float (&acc)[kMT
     for (int j = 0; j < kBN / 8; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int row = mi * 64 + warp * 16 + g + 8 * h, col = 8 * j + 2 * t;
+        const int row = row_of(mi, g + 8 * h), col = 8 * j + 2 * t;
         const int box = col / kOutCols, bc = col % kOutCols;
         const int byte = row * kOutRowBytes + bc * static_cast<int>(sizeof(TO));
         const int swizzled = byte ^ (((byte >> 7) & (kOutRowBytes / 16 - 1)) << 4);
         store_pair(reinterpret_cast<TO*>(mine + box * kOutBoxBytes + swizzled), acc[mi][4 * j + 2 * h],
                    acc[mi][4 * j + 2 * h + 1], false);
       }
+}
+template <class TO, int kMTiles, int kBN, int kOutCols>
+__device__ __forceinline__ void stage_tile(uint8_t* mine, const float (&acc)[kMTiles][kBN / 2], int warp, int lane) {
+  stage_tile_rows<TO, kMTiles, kBN, kOutCols>(mine, acc, lane, [&](int mi, int r) { return mi * 64 + warp * 16 + r; });
 }
 
 /// Calls f(bs, transpose_w, warpgroups, m64 tiles) with the gather kernels' tile for p (each an

@@ -225,6 +225,7 @@ uint64_t bsmm_launches(BsmmKernel kernel) {
   if (kernel == BsmmKernel::sm90_halo_tall) return sm90::halo_tall_launch_count();
   if (kernel == BsmmKernel::sm90_halo_entry) return sm90::halo_entry_launch_count();
   if (kernel == BsmmKernel::sm90_halo_tap_loop) return sm90::halo_tap_loop_launch_count();
+  if (kernel == BsmmKernel::sm90_halo_strip) return sm90::halo_strip_launch_count();
   if (kernel == BsmmKernel::sm90_gate_runs) return sm90::gate_launch_count();
   return sm90::launch_count();
 #else
