@@ -510,6 +510,8 @@ TEST(ConvTiles, TheStripFormsWarpsCoverTheTileOnceAndShareFragmentsAcrossTaps) {
         for (int32_t t = 0; t < ct.taps; ++t) {
           int32_t dy = -1, dxo = -1;
           ASSERT_TRUE(strip_tap(ct, t, dy, dxo)) << what << " tap " << t;
+          // the kernel's tap of (dy, dx) (bsconv_sm90_halo.cu's strip form, checked by strip_fits)
+          ASSERT_EQ(t, dx ? (2 - dy) * 3 + (2 - dxo) : dy * 3 + dxo) << what << " tap " << t;
           for (int c = 0; c < 2; ++c)
             for (int w = 0; w < 4; ++w)
               for (int mi = 0; mi < 4; ++mi)
