@@ -208,13 +208,7 @@ inline void fewest_positions(const int32_t (&ext)[4], const int32_t (&reach)[3],
   if (best_cost >= 0)
     for (int a = 0; a < 4; ++a) box[a] = best[a];
 }
-}  // namespace conv_tiles_detail
 
-/// Whether the strip form's boxes (strip_row) can shape `rows`-row tiles over ext: 512 rows (two
-/// consumer warpgroups of four m64 tiles) and at most two spatial axes (a sample's positions a plane).
-TS_CONV_HD bool strip_tiles_apply(const int32_t (&ext)[4], int32_t rows) { return rows == 512 && ext[2] == 1; }
-
-namespace conv_tiles_detail {
 /// The strip form's box (strip_row): x ∈ {4, 8, 16}, y ∈ {4, 8, 16}, one position on axis 2, the rest
 /// (at least two) samples; of those the least covered positions × (2·rows + halo rows), as the halo rule
 /// charges them (ties: the smaller halo box, then the larger x).
@@ -235,8 +229,12 @@ inline void strip_box(const int32_t (&ext)[4], const int32_t (&reach)[3], int32_
 }
 }  // namespace conv_tiles_detail
 
-/// The strip form of the halo kernel (a plan for bs 32, 512-row tiles of a 3x3 filter with dilation 1,
-/// not yet a kernel: docs/convolution.md, "the strip form"). Its tiles' boxes are TileBoxes::strip's,
+/// Whether the strip form's boxes (strip_row) can shape `rows`-row tiles over ext: 512 rows (two
+/// consumer warpgroups of four m64 tiles) and at most two spatial axes (a sample's positions a plane).
+TS_CONV_HD bool strip_tiles_apply(const int32_t (&ext)[4], int32_t rows) { return rows == 512 && ext[2] == 1; }
+
+/// The strip form of the halo kernel (bsconv_sm90_halo.cu's kStrip, the lab's: bs 32, 512-row tiles of a
+/// 3x3 filter with dilation 1; docs/convolution.md, "the strip form"). Its tiles' boxes are TileBoxes::strip's,
 /// X × Y × 1 × samples (X, Y ∈ {4, 8, 16}); consumer warpgroup c's rows are samples c·S/2 .. (S samples,
 /// axis 3 halved as ConvTiles::split does), and in it warp w's m64 tile mi and lane row r (0..15) hold
 ///
@@ -248,7 +246,7 @@ inline void strip_box(const int32_t (&ext)[4], const int32_t (&reach)[3], int32_
 /// loaded serves two wgmmas on average instead of one. That halves the A bytes each wgmma reads from
 /// shared memory at bs 32 (2 KB of A and 1 KB of B per m64n32k16, 24 cycles of shared memory against
 /// 16 of tensor work, become 1 KB + 1 KB, 16 cycles) and the ldmatrix count and address math per wgmma.
-/// Returns the tile row (box order, ConvTiles::halo_row's r) of (c, w, mi, r).
+/// Returns the tile row (box order, ConvTiles::halo_row's r) of (c, w, mi, r): tile 0's plus mi·X.
 TS_CONV_HD int32_t strip_row(const ConvTiles& ct, int c, int w, int mi, int r) {
   const int32_t X = ct.box[0], Y = ct.box[1], A = Y / 4, S = ct.box[3];
   const int32_t x = r % X, y = 4 * (w % A) + mi, sample = c * (S / 2) + (w / A) * (16 / X) + r / X;
@@ -285,7 +283,7 @@ inline bool conv_tiles_support(const ConvIndex& ci) {
 /// (64 × 4 on 56 × 56: 12.5% of the positions unused, 32 × 8 on 28 × 28: 23%), 0.88-0.90x the time of
 /// every pass at bs 32 and 64 on 56 × 56, and at 28 × 28 the halo rule 0.91-0.96x at bs 64's forward
 /// and dgrad and bs 32's dgrad and dW, the per-tap one 0.91x at bs 64's dW (H100, docs/convolution.md).
-///   strip:   the halo kernel's strip form (a plan, see strip_row; 512-row tiles of a 2-D filter only):
+///   strip:   the halo kernel's strip form (strip_row; 512-row tiles over at most two spatial axes):
 ///            x ∈ {4, 8, 16} × y ∈ {4, 8, 16} × 1 × samples, the least positions × (2·rows + halo rows)
 ///            among those: 8 × 8 × 8 samples on 56 × 56 (none unused), 16 × 4 × 8 on 28 × 28.
 enum class TileBoxes { per_tap, halo, strip };

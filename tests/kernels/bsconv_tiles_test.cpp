@@ -485,7 +485,8 @@ TEST(ConvTiles, TheStripFormsWarpsCoverTheTileOnceAndShareFragmentsAcrossTaps) {
                            {{28, 28}, conv_geometry({28, 28}, {3, 3}, {1}, {1}, ConvPadding::same)},
                            {{21, 19}, conv_geometry({21, 19}, {3, 3}, {1}, {1}, ConvPadding::same)},
                            {{9, 7}, conv_geometry({9, 7}, {3, 3}, {1}, {1}, ConvPadding::valid)},
-                           {{7, 10}, conv_geometry({7, 10}, {3, 3}, {1}, {1}, ConvPadding::explicit_pads, {2, 0}, {0, 1})}};
+                           {{7, 10},
+                            conv_geometry({7, 10}, {3, 3}, {1}, {1}, ConvPadding::explicit_pads, {2, 0}, {0, 1})}};
   for (const Case& cs : all)
     for (int64_t batch : {1, 5, 32, 64})
       for (bool dx : {false, true}) {
@@ -532,7 +533,8 @@ TEST(ConvTiles, TheStripFormsWarpsCoverTheTileOnceAndShareFragmentsAcrossTaps) {
   // not a strip tile (256 rows; three spatial axes): the halo rule's box
   const Case c3{{5, 4, 6}, conv_geometry({5, 4, 6}, {3, 3, 3}, {1}, {1}, ConvPadding::same)};
   for (const auto& [ci, rows] : {std::make_pair(c56, 256), std::make_pair(conv_index(c3.g, c3.in, "test"), 512)}) {
-    const ConvTiles s = conv_tiles(ci, 8, false, rows, TileBoxes::strip), h = conv_tiles(ci, 8, false, rows, TileBoxes::halo);
+    const ConvTiles s = conv_tiles(ci, 8, false, rows, TileBoxes::strip);
+    const ConvTiles h = conv_tiles(ci, 8, false, rows, TileBoxes::halo);
     EXPECT_EQ(std::vector<int32_t>(s.box, s.box + 4), std::vector<int32_t>(h.box, h.box + 4)) << rows;
   }
   // a filter other than 3x3: strip_tap says no

@@ -308,6 +308,16 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
       }
       wgmma_commit();
     };
+    // The entry-mode loops (strip form, taps loop): all products in flight retired; lane 0 frees halo
+    // slot `slot` (< 0: none) after the whole warp's reads of it.
+    auto fence_acc = [&]() {
+#pragma unroll
+      for (int mi = 0; mi < kMTiles; ++mi) fence_operands(acc[mi]);
+    };
+    auto free_slot = [&](int slot) {
+      __syncwarp();
+      mbar_arrive_if(&halo_empty[slot < 0 ? 0 : slot], slot >= 0 && lane == 0);
+    };
     if constexpr (kStrip) {
       // Per list entry: one wait for its slot, then per column offset dx and k16 slice kk a group: the
       // warp's A fragments of halo rows strip_base + f·hx + dx (f = 0..5) and the 12 products of the
@@ -344,22 +354,16 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
             group(f1);
           }
           wgmma_wait<1>();  // the group before retired (the entry before's last at g = 0)
-#pragma unroll
-          for (int mi = 0; mi < kMTiles; ++mi) fence_operands(acc[mi]);
-          if constexpr (g == 0) {
-            __syncwarp();
-            mbar_arrive_if(&halo_empty[in_flight < 0 ? 0 : in_flight], in_flight >= 0 && lane == 0);
-          }
+          fence_acc();
+          if constexpr (g == 0) free_slot(in_flight);
         });
         in_flight = h;
         walk.slot.next(slots);
       };
       for (int q = w.y; q < w.z; ++q) run_entry();
       wgmma_wait<0>();
-#pragma unroll
-      for (int mi = 0; mi < kMTiles; ++mi) fence_operands(acc[mi]);
-      __syncwarp();
-      mbar_arrive_if(&halo_empty[in_flight < 0 ? 0 : in_flight], in_flight >= 0 && lane == 0);
+      fence_acc();
+      free_slot(in_flight);
     } else if constexpr (kTaps > 0) {
       // Per list entry: one wait for its slot (halo box and all of its taps' weight blocks), then
       // its kTaps steps unrolled: tap t's shift from the taps' table, its weight block at stage
@@ -385,12 +389,8 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
             step(a1);
           }
           wgmma_wait<1>();  // tap t − 1's products (the entry before's last tap at t = 0) retired
-#pragma unroll
-          for (int mi = 0; mi < kMTiles; ++mi) fence_operands(acc[mi]);
-          if constexpr (t == 0) {
-            __syncwarp();
-            mbar_arrive_if(&halo_empty[in_flight < 0 ? 0 : in_flight], in_flight >= 0 && lane == 0);
-          }
+          fence_acc();
+          if constexpr (t == 0) free_slot(in_flight);
         });
         in_flight = h;
         walk.slot.next(slots);
@@ -402,10 +402,8 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
         run_entry(std::integral_constant<int, 1>{});
       }
       wgmma_wait<0>();
-#pragma unroll
-      for (int mi = 0; mi < kMTiles; ++mi) fence_operands(acc[mi]);
-      __syncwarp();
-      mbar_arrive_if(&halo_empty[in_flight < 0 ? 0 : in_flight], in_flight >= 0 && lane == 0);
+      fence_acc();
+      free_slot(in_flight);
     } else {
       if (steps > 0) {
         cur = begin_step();
@@ -437,9 +435,14 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     const bool leader = threadIdx.x % 128 == 0;
     if (leader) bulk_wait_read<0>();  // the previous item's store has read the staging
     named_barrier(2 + c, 128);
-    if constexpr (kStrip) {  // the warpgroup's store box holds its rows in box order (strip_row)
-      stage_tile_rows<TO, kMTiles, BS, Tile::kOutCols>(
-          mine, acc, lane, [&](int mi, int r) { return strip_row(ct, c, warp, mi, r) - c * Tile::kWgRows; });
+    if constexpr (kStrip) {
+      // The warpgroup's store box holds its rows in box order (strip_row): those of this lane's
+      // accumulator rows lane / 4 and lane / 4 + 8 of m64 tile 0, tile mi's mi·box[0] further on.
+      // (Made here per item: kept in registers across the loop, they cost it 97 instructions.)
+      const int out[2] = {strip_row(ct, c, warp, 0, lane / 4) - c * Tile::kWgRows,
+                          strip_row(ct, c, warp, 0, lane / 4 + 8) - c * Tile::kWgRows};
+      stage_tile_rows<TO, kMTiles, BS, Tile::kOutCols>(mine, acc, lane,
+                                                       [&](int mi, int r) { return out[r / 8] + mi * ct.box[0]; });
     } else {
       stage_tile<TO, kMTiles, BS, Tile::kOutCols>(mine, acc, warp, lane);
     }
@@ -601,7 +604,8 @@ void gather_conv_halo(const GatherProduct& p, const ConvIndex& ci, int64_t batch
       if constexpr (kEntry && BS == 32 && kWGs == 2 && kMTiles == 4) {
         if (ct.taps == 9 && strip_asked()) {
           const ConvTiles cs = conv_tiles(ci, batch, kTrans, 512, TileBoxes::strip);
-          if (strip_fits<TO, kTrans>(cs)) return launch<T, TO, BS, kTrans, kWGs, kMTiles, kEntry, 9, true>(p, cs, stream);
+          if (strip_fits<TO, kTrans>(cs))
+            return launch<T, TO, BS, kTrans, kWGs, kMTiles, kEntry, 9, true>(p, cs, stream);
         }
       }
       if constexpr (kEntry && BS == 32) {

@@ -90,8 +90,8 @@ uint64_t pair_launch_count();
 uint64_t quad_launch_count();
 /// Launches in convolution mode, gather and dW kernels (counted in launch_count too), and of
 /// those the halo kernel's, and of those the ones with tall (512-row) tiles, the ones in entry
-/// mode (a list entry's taps under one barrier) and those with the lab's compile-time taps loop
-/// (TESSERA_BSCONV_HALO_TAPLOOP).
+/// mode (a list entry's taps under one barrier), those with the lab's compile-time taps loop
+/// (TESSERA_BSCONV_HALO_TAPLOOP) and those in its strip form (TESSERA_BSCONV_HALO_STRIP).
 uint64_t conv_launch_count();
 uint64_t halo_launch_count();
 uint64_t halo_tall_launch_count();

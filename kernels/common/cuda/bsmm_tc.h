@@ -170,9 +170,10 @@ bool gate_pair_gradient_applies(const BlockGradient& a, const LayoutPtr& la, con
 /// conv_takes / conv_gradient_takes say whether a tensor-core kernel takes the call; run_conv /
 /// run_conv_gradient run it (DeviceError when none does). TESSERA_BSMM_PATH=sm80 forces the
 /// sm_80 kernels, simt the scalar ones; TESSERA_BSCONV_HALO=0 the sm_90a per-tap copies instead
-/// of the halo mode (1 or unset: halo mode where it pays; any other value a ValueError). run_conv_gradient wants g.col_run / g.col_runs from cuda::conv_dw_runs
-/// (layout_tables.h) with conv_gradient_run_size's entries a run for the sm_90a kernels, and the
-/// layout's dw_group / dw_groups for sm_80.
+/// of the halo mode (1 or unset: halo mode where it pays; any other value a ValueError).
+/// run_conv_gradient wants g.col_run / g.col_runs from cuda::conv_dw_runs (layout_tables.h) with
+/// conv_gradient_run_size's entries a run for the sm_90a kernels, and the layout's dw_group / dw_groups
+/// for sm_80.
 bool conv_takes(const GatherProduct& p, const ConvIndex& ci, int device);
 bool conv_gradient_takes(const BlockGradient& g, const ConvIndex& ci, int device);
 int32_t conv_gradient_run_size(const BlockGradient& g, const ConvIndex& ci, int64_t batch, int device);
