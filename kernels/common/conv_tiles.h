@@ -209,12 +209,14 @@ inline void fewest_positions(const int32_t (&ext)[4], const int32_t (&reach)[3],
     for (int a = 0; a < 4; ++a) box[a] = best[a];
 }
 
-/// The strip form's box (strip_row): x ∈ {4, 8, 16}, y ∈ {4, 8, 16}, one position on axis 2, the rest
-/// (at least two) samples; of those the least covered positions × (2·rows + halo rows), as the halo rule
-/// charges them (ties: the smaller halo box, then the larger x).
-inline void strip_box(const int32_t (&ext)[4], const int32_t (&reach)[3], int32_t rows, int32_t (&box)[4]) {
+/// The strip forms' box (strip_row; the dW's strips): x ∈ {min_x .. 16} (powers of two, min_x 4 or 8),
+/// y ∈ {4, 8, 16}, one position on axis 2, the rest samples (at least two at 512 rows); of those the least
+/// covered positions × (2·rows + halo rows), as the halo rule charges them (ties: the smaller halo box,
+/// then the larger x).
+inline void strip_box(const int32_t (&ext)[4], const int32_t (&reach)[3], int32_t rows, int32_t min_x,
+                      int32_t (&box)[4]) {
   int64_t best_cost = -1, best_halo = 0;
-  for (int32_t x = 16; x >= 4; x /= 2)
+  for (int32_t x = 16; x >= min_x; x /= 2)
     for (int32_t y = 4; y <= 16; y *= 2) {
       const int32_t b[4] = {x, y, 1, rows / (x * y)};
       int64_t covered = 1;
@@ -229,9 +231,11 @@ inline void strip_box(const int32_t (&ext)[4], const int32_t (&reach)[3], int32_
 }
 }  // namespace conv_tiles_detail
 
-/// Whether the strip form's boxes (strip_row) can shape `rows`-row tiles over ext: 512 rows (two
-/// consumer warpgroups of four m64 tiles) and at most two spatial axes (a sample's positions a plane).
+/// Whether the strip forms' boxes can shape `rows`-row tiles over ext: 512 rows for the halo kernel's
+/// (two consumer warpgroups of four m64 tiles), 256 for the dW's (four strips of 64 positions), and at
+/// most two spatial axes (a sample's positions a plane).
 TS_CONV_HD bool strip_tiles_apply(const int32_t (&ext)[4], int32_t rows) { return rows == 512 && ext[2] == 1; }
+TS_CONV_HD bool strip_dw_tiles_apply(const int32_t (&ext)[4], int32_t rows) { return rows == 256 && ext[2] == 1; }
 
 /// The strip form of the halo kernel (bsconv_sm90_halo.cu's kStrip, the lab's: bs 32, 512-row tiles of a
 /// 3x3 filter with dilation 1; docs/convolution.md, "the strip form"). Its tiles' boxes are TileBoxes::strip's,
@@ -253,6 +257,24 @@ TS_CONV_HD int32_t strip_row(const ConvTiles& ct, int c, int w, int mi, int r) {
   return x + X * (y + Y * sample);
 }
 
+/// The dW's strip form (bsconv_sm90_dw_strip.cu; TileBoxes::strip_dw's 256-row tiles, X × Y × 1 × S with
+/// X ∈ {8, 16}): the tile's 16 k16 slices of positions are (strip st = 0..3, mi = 0..3), position
+/// pos = 0..15 of slice (st, mi) at
+///
+///   x = pos % X,   y = 4·(st % A) + mi,   sample = (16 / X)·(st / A) + pos / X,     A = Y / 4,
+///
+/// so that strip st is four consecutive image rows. Tap (dy, dx) of slice (st, mi) reads the halo rows of
+/// slice (st, mi + dy) at column offset dx: halo_row(strip_dw_row(st, 0, pos)) + (mi + dy)·halo[0] + dx,
+/// six fragments a strip for its twelve (mi, dy) products. Returns the tile row (box order) of the
+/// position; the dY box holds a slice's rows as two 8-row halves, the second strip_dw_half rows after
+/// the first (side by side at X = 16, a sample apart at X = 8).
+TS_CONV_HD int32_t strip_dw_row(const ConvTiles& ct, int st, int mi, int pos) {
+  const int32_t X = ct.box[0], Y = ct.box[1], A = Y / 4;
+  const int32_t x = pos % X, y = 4 * (st % A) + mi, sample = (16 / X) * (st / A) + pos / X;
+  return x + X * (y + Y * sample);
+}
+TS_CONV_HD int32_t strip_dw_half(const ConvTiles& ct) { return ct.box[0] == 16 ? 8 : ct.box[0] * ct.box[1]; }
+
 /// Whether tile row r's halo row at tap t is halo_row(r) + dy·halo[0] + dx with dx, dy ∈ [0, 3): the
 /// tap's offset split into image rows and columns of the halo box (the strip form's reuse needs it).
 TS_CONV_HD bool strip_tap(const ConvTiles& ct, int32_t t, int32_t& dy, int32_t& dx) {
@@ -260,6 +282,30 @@ TS_CONV_HD bool strip_tap(const ConvTiles& ct, int32_t t, int32_t& dy, int32_t& 
   dy = rows / ct.halo[0];
   dx = rows % ct.halo[0];
   return ct.kernel[0] == 3 && ct.kernel[1] == 3 && ct.kernel[2] == 1 && dy < 3 && dx < 3;
+}
+
+/// Parts of the tiles for the convolution dW kernels (bsconv_sm90_dw_halo.cu, bsconv_sm90_dw_strip.cu), whose
+/// work items are (run, part of the `steps` tiles) taken in turn by a persistent grid of `grid` thread blocks:
+/// the busiest block takes ceil(runs·used / grid) items of ceil(steps / parts) tiles (used: the parts that
+/// have tiles). Returns the count (1 .. 64, each part at least 4 tiles where there are more) whose busiest
+/// block has the fewest tiles; ties go to fewer parts (fewer f32 partial sums to add). A fixed rule of the
+/// layout's runs, the shape and the grid: the same bits on every run. (The rule before it doubled the parts
+/// while the items were fewer than twice the grid: ~10 runs at N 64 × 56 × 56 made 160 items of 49 tiles, two
+/// waves on 132 blocks with the second 28 items long, 98 tiles on the busiest block where 13 parts take 61.)
+inline int32_t conv_dw_parts(int64_t runs, int64_t steps, int64_t grid) {
+  int32_t best = 1;
+  int64_t best_tiles = -1;
+  for (int32_t parts = 1; parts <= 64; ++parts) {
+    const int64_t per_part = (steps + parts - 1) / parts;
+    if (parts > 1 && per_part < 4) break;
+    const int64_t used = (steps + per_part - 1) / per_part;
+    const int64_t tiles = (runs * used + grid - 1) / grid * per_part;
+    if (best_tiles < 0 || tiles < best_tiles) {
+      best = parts;
+      best_tiles = tiles;
+    }
+  }
+  return best;
 }
 
 /// Whether the tensor-core kernels take convolution ci at all: stride 1 in every dimension and at
@@ -285,8 +331,11 @@ inline bool conv_tiles_support(const ConvIndex& ci) {
 /// and dgrad and bs 32's dgrad and dW, the per-tap one 0.91x at bs 64's dW (H100, docs/convolution.md).
 ///   strip:   the halo kernel's strip form (strip_row; 512-row tiles over at most two spatial axes):
 ///            x ∈ {4, 8, 16} × y ∈ {4, 8, 16} × 1 × samples, the least positions × (2·rows + halo rows)
-///            among those: 8 × 8 × 8 samples on 56 × 56 (none unused), 16 × 4 × 8 on 28 × 28.
-enum class TileBoxes { per_tap, halo, strip };
+///            among those: 8 × 8 × 8 samples on 56 × 56 (none unused), 16 × 4 × 8 on 28 × 28;
+///   strip_dw: the dW's strip form (bsconv_sm90_dw_strip.cu; 256-row tiles): the same with x ∈ {8, 16}
+///            (a k16 slice of positions is two 8-row halves of the dY box): 8 × 8 × 4 on 56 × 56,
+///            16 × 4 × 4 on 28 × 28.
+enum class TileBoxes { per_tap, halo, strip, strip_dw };
 
 /// The tiles of `rows` positions (64, 128, 256 or 512) over a batch of `batch` samples of ci: the
 /// forward's (dx = false: out = ci.out, A = ci.in) or the input gradient's (dx = true: out =
@@ -315,8 +364,9 @@ inline ConvTiles conv_tiles(const ConvIndex& ci, int64_t batch, bool dx, int32_t
     t.halo_lo[a] = t.off_base[a] + (span < 0 ? span : 0);
   }
   conv_tiles_detail::innermost_first(t.ext, rows, t.box);
-  if (boxes == TileBoxes::strip && strip_tiles_apply(t.ext, rows)) {
-    conv_tiles_detail::strip_box(t.ext, reach, rows, t.box);
+  if ((boxes == TileBoxes::strip && strip_tiles_apply(t.ext, rows)) ||
+      (boxes == TileBoxes::strip_dw && strip_dw_tiles_apply(t.ext, rows))) {
+    conv_tiles_detail::strip_box(t.ext, reach, rows, boxes == TileBoxes::strip_dw ? 8 : 4, t.box);
   } else {
     conv_tiles_detail::fewest_positions(t.ext, reach, rows, boxes != TileBoxes::per_tap, t.box);
   }

@@ -113,8 +113,8 @@ struct ConvPath {
   const char* halo_rows;  // TESSERA_BSCONV_HALO_ROWS: its rows per tile at bs 16/32 (nullptr: its choice)
   const char* entry;      // TESSERA_BSCONV_HALO_ENTRY: a list entry's taps under one barrier (nullptr: its choice)
   const char* dw_wide = nullptr;  // TESSERA_BSCONV_DW_WIDE: the dW at bs 64 in halo mode (nullptr: the default, on)
-  const char* tap_loop = nullptr;  // TESSERA_BSCONV_HALO_TAPLOOP: the lab's compile-time taps loop (nullptr: off)
-  const char* strip = nullptr;     // TESSERA_BSCONV_HALO_STRIP: the lab's strip form (nullptr: off)
+  const char* strip = nullptr;     // TESSERA_BSCONV_HALO_STRIP: the strip form at bs 32 (nullptr: the default, on)
+  const char* dw_strip = nullptr;  // TESSERA_BSCONV_DW_STRIP: the lab's strip form of the halo dW (nullptr: off)
 };
 class ConvPathGuard {
  public:
@@ -124,8 +124,8 @@ class ConvPathGuard {
     if (p.halo_rows) setenv("TESSERA_BSCONV_HALO_ROWS", p.halo_rows, 1);
     if (p.entry) setenv("TESSERA_BSCONV_HALO_ENTRY", p.entry, 1);
     if (p.dw_wide) setenv("TESSERA_BSCONV_DW_WIDE", p.dw_wide, 1);
-    if (p.tap_loop) setenv("TESSERA_BSCONV_HALO_TAPLOOP", p.tap_loop, 1);
     if (p.strip) setenv("TESSERA_BSCONV_HALO_STRIP", p.strip, 1);
+    if (p.dw_strip) setenv("TESSERA_BSCONV_DW_STRIP", p.dw_strip, 1);
   }
   ~ConvPathGuard() {
     unsetenv("TESSERA_BSMM_PATH");
@@ -133,35 +133,33 @@ class ConvPathGuard {
     unsetenv("TESSERA_BSCONV_HALO_ROWS");
     unsetenv("TESSERA_BSCONV_HALO_ENTRY");
     unsetenv("TESSERA_BSCONV_DW_WIDE");
-    unsetenv("TESSERA_BSCONV_HALO_TAPLOOP");
     unsetenv("TESSERA_BSCONV_HALO_STRIP");
+    unsetenv("TESSERA_BSCONV_DW_STRIP");
   }
 };
 // sm_90a in halo mode where it fits (tall 512-row tiles at bs 16/32 forced, since these small calls
 // take 256; per-tap weight stages forced, or entry mode, the default where it fits; the dW at bs 64
-// in halo mode, the default, or on the per-tap dW kernel; the lab's compile-time taps loop at bs 32
-// with 3x3 filters, 256- and 512-row tiles; its strip form, 512-row tiles), sm_90a with per-tap copies,
-// and sm_80 (the A100 path, forced).
+// in halo mode, the default, or on the per-tap dW kernel; at bs 32 with 3x3 filters the strip form, the
+// default with tall tiles in entry mode, off in "tall entry" so that the walk runs those too, and the halo
+// dW's strip form, the lab's), sm_90a with per-tap copies, and sm_80 (the A100 path, forced).
 const ConvPath kConvPaths[] = {{"sm90 halo", nullptr, "1", "256", "0"},
                                {"sm90 halo tall", nullptr, "1", "512", "0"},
                                {"sm90 halo entry", nullptr, "1", "256", "1"},
-                               {"sm90 halo tall entry", nullptr, "1", "512", "1", "0"},
-                               {"sm90 halo taps loop", nullptr, "1", "256", "1", nullptr, "1"},
-                               {"sm90 halo tall taps loop", nullptr, "1", "512", "1", nullptr, "1"},
-                               {"sm90 halo strip", nullptr, "1", "512", "1", nullptr, nullptr, "1"},
+                               {"sm90 halo tall entry", nullptr, "1", "512", "1", "0", "0"},
+                               {"sm90 halo strip", nullptr, "1", "512", "1", nullptr, "1", "1"},
                                {"sm90 per-tap", nullptr, "0", nullptr, nullptr},
                                {"sm80", "sm80", "1", nullptr, nullptr}};
 
 struct ConvLaunches {
-  uint64_t sm90 = 0, halo = 0, sm80 = 0, tall = 0, entry = 0, tap_loop = 0, strip = 0;
+  uint64_t sm90 = 0, halo = 0, sm80 = 0, tall = 0, entry = 0, strip = 0, dw_strip = 0;
 };
 ConvLaunches conv_launches() {
 #ifdef TESSERA_WITH_CUDA
   return {cuda::bsmm_launches(cuda::BsmmKernel::sm90_conv), cuda::bsmm_launches(cuda::BsmmKernel::sm90_halo),
           cuda::bsmm_launches(cuda::BsmmKernel::sm80_conv), cuda::bsmm_launches(cuda::BsmmKernel::sm90_halo_tall),
           cuda::bsmm_launches(cuda::BsmmKernel::sm90_halo_entry),
-          cuda::bsmm_launches(cuda::BsmmKernel::sm90_halo_tap_loop),
-          cuda::bsmm_launches(cuda::BsmmKernel::sm90_halo_strip)};
+          cuda::bsmm_launches(cuda::BsmmKernel::sm90_halo_strip),
+          cuda::bsmm_launches(cuda::BsmmKernel::sm90_dw_strip)};
 #else
   return {};
 #endif
@@ -255,8 +253,8 @@ TEST(CudaBsConv, TensorCoreKernelsMatchTheCpu) {
   EXPECT_GT(conv_launches().halo, start.halo) << "no call took the halo kernel";
   EXPECT_GT(conv_launches().tall, start.tall) << "no call took the halo kernel's tall tiles";
   EXPECT_GT(conv_launches().entry, start.entry) << "no call took the halo kernel's entry mode";
-  EXPECT_GT(conv_launches().tap_loop, start.tap_loop) << "no call took the halo kernel's compile-time taps loop";
   EXPECT_GT(conv_launches().strip, start.strip) << "no call took the halo kernel's strip form";
+  EXPECT_GT(conv_launches().dw_strip, start.dw_strip) << "no call took the halo dW kernel's strip form";
 }
 
 // f32 operands on the sm_80 kernels with TF32 allowed (within 2e-3 of the CPU's f64 sums, relative

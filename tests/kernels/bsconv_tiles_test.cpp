@@ -543,6 +543,101 @@ TEST(ConvTiles, TheStripFormsWarpsCoverTheTileOnceAndShareFragmentsAcrossTaps) {
   EXPECT_FALSE(strip_tap(conv_tiles(c5, 8, false, 512, TileBoxes::strip), 0, dy, dxo));
 }
 
+// The dW's strip form (bsconv_sm90_dw_strip.cu): its 16 slices of 16 positions cover the 256-row tile
+// once; each slice's rows are two 8-row halves of the dY box, strip_dw_half apart (the B descriptor's
+// stride); and tap (dy, dx) of slice (st, mi) reads the halo rows the kernel's fragment mi + dy holds.
+TEST(ConvTiles, TheDwStripFormsSlicesCoverTheTileOnceAndShareFragmentsAcrossTaps) {
+  std::vector<Case> all = {{{56, 56}, conv_geometry({56, 56}, {3, 3}, {1}, {1}, ConvPadding::same)},
+                           {{28, 28}, conv_geometry({28, 28}, {3, 3}, {1}, {1}, ConvPadding::same)},
+                           {{21, 19}, conv_geometry({21, 19}, {3, 3}, {1}, {1}, ConvPadding::same)},
+                           {{9, 7}, conv_geometry({9, 7}, {3, 3}, {1}, {1}, ConvPadding::valid)},
+                           {{5, 70}, conv_geometry({5, 70}, {3, 3}, {1}, {1}, ConvPadding::same)},
+                           {{7, 10},
+                            conv_geometry({7, 10}, {3, 3}, {1}, {1}, ConvPadding::explicit_pads, {2, 0}, {0, 1})}};
+  for (const Case& cs : all)
+    for (int64_t batch : {1, 5, 32, 64}) {
+      const ConvTiles ct = conv_tiles(conv_index(cs.g, cs.in, "test"), batch, false, 256, TileBoxes::strip_dw);
+      const std::string what = cs.g.str() + " batch " + std::to_string(batch);
+      ASSERT_EQ(rows_of(ct.box), 256) << what;
+      ASSERT_TRUE(ct.box[0] == 8 || ct.box[0] == 16) << what;
+      ASSERT_TRUE(ct.box[1] == 4 || ct.box[1] == 8 || ct.box[1] == 16) << what;
+      ASSERT_EQ(ct.box[2], 1) << what;
+      std::vector<int> seen(256, 0);
+      for (int st = 0; st < 4; ++st)
+        for (int mi = 0; mi < 4; ++mi)
+          for (int pos = 0; pos < 16; ++pos) {
+            const int32_t row = strip_dw_row(ct, st, mi, pos);
+            ASSERT_GE(row, 0) << what;
+            ASSERT_LT(row, 256) << what;
+            ++seen[static_cast<size_t>(row)];
+            // the B descriptor's rows: the slice's first row, then + pos % 8, the second half strip_dw_half on
+            ASSERT_EQ(row, strip_dw_row(ct, st, mi, 0) + pos % 8 + (pos / 8) * strip_dw_half(ct)) << what;
+            // the kernel's offsets of strip st and slice mi from slice (0, 0) (bsconv_sm90_dw_strip.cu)
+            const int32_t X = ct.box[0], Y = ct.box[1], A = Y / 4;
+            ASSERT_EQ(strip_dw_row(ct, st, mi, 0), 4 * X * (st % A) + X * Y * (16 / X) * (st / A) + X * mi) << what;
+          }
+      for (int row = 0; row < 256; ++row) ASSERT_EQ(seen[static_cast<size_t>(row)], 1) << what << " row " << row;
+      for (int32_t t = 0; t < ct.taps; ++t) {
+        int32_t dy = -1, dx = -1;
+        ASSERT_TRUE(strip_tap(ct, t, dy, dx)) << what << " tap " << t;
+        ASSERT_EQ(t, 3 * dy + dx) << what << " tap " << t;  // the kernel's tap of (dy, dx) (dw_strip_takes)
+        const int32_t hx = ct.halo[0], hxy = ct.halo[0] * ct.halo[1], X = ct.box[0], A = ct.box[1] / 4;
+        for (int st = 0; st < 4; ++st)
+          for (int mi = 0; mi < 4; ++mi)
+            for (int pos = 0; pos < 16; ++pos) {
+              const int32_t want = ct.halo_row(strip_dw_row(ct, st, mi, pos)) + ct.tap_rows(t);
+              // the kernel's fragment mi + dy of strip st at column dx
+              const int32_t strip_off = 4 * hx * (st % A) + hxy * (16 / X) * (st / A);
+              const int32_t got = ct.halo_row(strip_dw_row(ct, 0, 0, pos)) + dx + strip_off + (mi + dy) * hx;
+              ASSERT_EQ(got, want) << what << " tap " << t << " strip " << st << " slice " << mi << " pos " << pos;
+              ASSERT_LT(got, ct.halo_rows()) << what;
+            }
+      }
+    }
+  const ConvIndex c56 = conv_index(all[0].g, all[0].in, "test"), c28 = conv_index(all[1].g, all[1].in, "test");
+  const ConvTiles t56 = conv_tiles(c56, 64, false, 256, TileBoxes::strip_dw);
+  EXPECT_EQ(std::vector<int32_t>(t56.box, t56.box + 4), (std::vector<int32_t>{8, 8, 1, 4}));
+  EXPECT_EQ(covered(t56), 64 * 56 * 56);
+  const ConvTiles t28 = conv_tiles(c28, 32, false, 256, TileBoxes::strip_dw);
+  EXPECT_EQ(std::vector<int32_t>(t28.box, t28.box + 4), (std::vector<int32_t>{16, 4, 1, 4}));
+  // 512 rows: not the dW's strip tiles (the halo rule's box)
+  const ConvTiles s = conv_tiles(c56, 8, false, 512, TileBoxes::strip_dw);
+  const ConvTiles h = conv_tiles(c56, 8, false, 512, TileBoxes::halo);
+  EXPECT_EQ(std::vector<int32_t>(s.box, s.box + 4), std::vector<int32_t>(h.box, h.box + 4));
+}
+
+// The dW kernels' parts of the tiles: the busiest block's tiles as few as any count of parts gives.
+TEST(ConvTiles, TheDwPartsGiveTheBusiestBlockTheFewestTiles) {
+  auto busiest = [](int64_t runs, int64_t steps, int64_t grid, int64_t parts) {
+    const int64_t per_part = (steps + parts - 1) / parts, used = (steps + per_part - 1) / per_part;
+    return (runs * used + grid - 1) / grid * per_part;
+  };
+  // ~10 runs over N 64 × 56 × 56's 784 tiles on 132 blocks: 13 parts, one wave of 61 tiles (16 parts: 98)
+  EXPECT_EQ(conv_dw_parts(10, 784, 132), 13);
+  EXPECT_EQ(busiest(10, 784, 132, 13), 61);
+  EXPECT_EQ(busiest(10, 784, 132, 16), 98);
+  for (int64_t runs : {1, 3, 10, 24, 40, 131, 132, 133, 500})
+    for (int64_t steps : {1, 3, 7, 20, 98, 784, 5000})
+      for (int64_t grid : {1, 66, 132}) {
+        const int32_t parts = conv_dw_parts(runs, steps, grid);
+        const std::string what = std::to_string(runs) + " runs, " + std::to_string(steps) + " steps, grid " +
+                                 std::to_string(grid);
+        ASSERT_GE(parts, 1) << what;
+        ASSERT_LE(parts, 64) << what;
+        if (parts > 1) {
+          ASSERT_GE((steps + parts - 1) / parts, 4) << what;  // each part at least 4 tiles
+        }
+        for (int64_t other = 1; other <= 64; ++other) {
+          if (other > 1 && (steps + other - 1) / other < 4) break;
+          const int64_t mine = busiest(runs, steps, grid, parts), theirs = busiest(runs, steps, grid, other);
+          ASSERT_LE(mine, theirs) << what << " against " << other;
+          if (other < parts) {
+            ASSERT_LT(mine, theirs) << what << " against " << other;  // ties: fewer parts
+          }
+        }
+      }
+}
+
 TEST(ConvTiles, StridedOrVeryWideFiltersAreLeftToTheScalarKernels) {
   EXPECT_FALSE(conv_tiles_support(conv_index(conv_geometry({9, 7}, {3, 3}, {2}, {1}, ConvPadding::same), {9, 7}, "t")));
   EXPECT_FALSE(conv_tiles_support(conv_index(conv_geometry({9, 9}, {9, 9}, {1}, {1}, ConvPadding::same), {9, 9}, "t")));

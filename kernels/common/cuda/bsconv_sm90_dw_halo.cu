@@ -254,14 +254,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// Parts of the tiles: enough that runs × parts fill the grid twice, each part at least 4 tiles
-// (a fixed rule of the layout, the shape and the device: the same bits on every run).
-int dw_halo_parts(int runs, int steps, int grid) {
-  int parts = 1;
-  while (parts < 16 && static_cast<int64_t>(runs) * parts < 2 * grid && steps / (2 * parts) >= 4) parts *= 2;
-  return parts;
-}
-
 template <class T, class TO, int BS>
 void launch_dw_halo(const BlockGradient& g, const ConvTiles& ct, int device, cudaStream_t stream) {
   const DwHaloSmem sm = dw_halo_smem<BS>(ct);
@@ -270,7 +262,7 @@ void launch_dw_halo(const BlockGradient& g, const ConvTiles& ct, int device, cud
   constexpr auto kernel = &dw_halo_kernel<T, TO, BS>;
   const int persistent = persistent_grid<kernel>(sm.total, kThreads);
   const int steps = ct.total_tiles;
-  const int chosen = dw_halo_parts(g.col_runs, steps, persistent);
+  const int chosen = conv_dw_parts(g.col_runs, steps, persistent);
   const int part_steps = (steps + chosen - 1) / chosen;
   const int parts = (steps + part_steps - 1) / part_steps;  // every part has tiles
   const int64_t elems = g.nnz * BS * BS;

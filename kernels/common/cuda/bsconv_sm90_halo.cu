@@ -29,10 +29,12 @@
 // warpgroup), which spread a step's fixed cost over twice the products. In entry mode (kEntry,
 // the default where two slots fit) a slot holds a list entry's halo box and all of its taps'
 // weight blocks under one barrier, so the per-tap steps wait for nothing and release nothing:
-// one wait and one release per entry.
+// one wait and one release per entry. At bs 32 a 3x3 filter of dilation 1 over two spatial axes
+// takes the strip form (kStrip: conv_tiles.h's strip_row), whose warps' four m64 tiles are four
+// image rows, so that one A fragment serves the taps of several rows.
 //
 // Deterministic: each output element is summed by one thread, over the list's blocks in order
-// and each block's taps in order, with no atomics on data.
+// and each block's taps in a fixed order, with no atomics on data.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -51,7 +53,6 @@ namespace sm90 {
 std::atomic<uint64_t> g_halo_launches{0};
 std::atomic<uint64_t> g_halo_tall_launches{0};
 std::atomic<uint64_t> g_halo_entry_launches{0};
-std::atomic<uint64_t> g_halo_tap_loop_launches{0};
 std::atomic<uint64_t> g_halo_strip_launches{0};
 
 namespace {
@@ -122,11 +123,8 @@ HaloSmem halo_smem(const ConvTiles& ct) {
   return m;
 }
 
-// kTaps > 0 (the lab's, entry mode only): the filter has kTaps taps, and each list entry's steps are
-// a loop unrolled at compile time (see the consumers) instead of the walk's. kStrip (the lab's, kTaps 9,
-// tall tiles): conv_tiles.h's strip form, ct's boxes TileBoxes::strip's.
-template <class T, class TO, int BS, bool kTransW, int kWGs, int kMTiles, bool kEntry, int kTaps = 0,
-          bool kStrip = false>
+// kStrip (entry mode, tall tiles, a 3x3 filter): conv_tiles.h's strip form, ct's boxes TileBoxes::strip's.
+template <class T, class TO, int BS, bool kTransW, int kWGs, int kMTiles, bool kEntry, bool kStrip = false>
 __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
     halo_kernel(const __grid_constant__ CUtensorMap map_halo, const __grid_constant__ CUtensorMap map_w,
                 const __grid_constant__ CUtensorMap map_out, GatherProduct p, int items, ConvTiles ct, HaloSmem sm) {
@@ -222,8 +220,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
   const int c = wg - 1, warp = (threadIdx.x / 32) % 4;
   int lane_row, lane_chunk0;  // conv_tiles.h's halo_a_lane: the lane's row of the warp's 16, its chunk at kk = 0
   halo_a_lane(lane, 0, lane_row, lane_chunk0);
-  static_assert(kTaps == 0 || kEntry, "the compile-time taps loop is an entry-mode form");
-  static_assert(!kStrip || (kTaps == 9 && kMTiles == 4 && kWGs == 2), "the strip form: 3x3 taps, tall tiles");
+  static_assert(!kStrip || (kEntry && kMTiles == 4 && kWGs == 2), "the strip form: entry mode, tall tiles");
   // strip form: the halo row of this lane's row of m64 tile 0 at tap (0, 0); tile mi at tap (dy, dx)
   // reads strip_base + (mi + dy)·halo[0] + dx (strip_row)
   [[maybe_unused]] const int strip_base = kStrip ? ct.halo_row(strip_row(ct, c, warp, 0, lane_row)) : 0;
@@ -308,8 +305,8 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
       }
       wgmma_commit();
     };
-    // The entry-mode loops (strip form, taps loop): all products in flight retired; lane 0 frees halo
-    // slot `slot` (< 0: none) after the whole warp's reads of it.
+    // The strip form's: all products in flight retired; lane 0 frees halo slot `slot` (< 0: none) after the
+    // whole warp's reads of it.
     auto fence_acc = [&]() {
 #pragma unroll
       for (int mi = 0; mi < kMTiles; ++mi) fence_operands(acc[mi]);
@@ -361,46 +358,6 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
         walk.slot.next(slots);
       };
       for (int q = w.y; q < w.z; ++q) run_entry();
-      wgmma_wait<0>();
-      fence_acc();
-      free_slot(in_flight);
-    } else if constexpr (kTaps > 0) {
-      // Per list entry: one wait for its slot (halo box and all of its taps' weight blocks), then
-      // its kTaps steps unrolled: tap t's shift from the taps' table, its weight block at stage
-      // slot · kTaps + t. Tap t loads its A fragments and issues its products, then waits for tap
-      // t − 1's; the entry's slot is freed once its last tap's products retired (after the next
-      // entry's first wait, or at the item's end). Entries go in pairs, the second with the buffers
-      // swapped, so that every step's buffer is named at compile time (an odd kTaps ends an entry
-      // on the buffer the next entry's first step would take).
-      int in_flight = -1;  // the slot of the entry whose last products may still run
-      auto run_entry = [&](auto swapped) {
-        const int h = walk.slot.slot;
-        mbar_wait(&halo_full[h], walk.slot.phase);
-        unroll<kTaps>([&](auto tap) {
-          constexpr int t = decltype(tap)::value;
-          const Step st{h, ld_shared(tap_row + t), h * kTaps + t, t == kTaps - 1};
-          auto step = [&](uint32_t(&a)[BS / 16][kMTiles][4]) {
-            load_a(a, st);
-            issue(a, st);
-          };
-          if constexpr ((t + decltype(swapped)::value) % 2 == 0) {
-            step(a0);
-          } else {
-            step(a1);
-          }
-          wgmma_wait<1>();  // tap t − 1's products (the entry before's last tap at t = 0) retired
-          fence_acc();
-          if constexpr (t == 0) free_slot(in_flight);
-        });
-        in_flight = h;
-        walk.slot.next(slots);
-      };
-      const int entries = w.z - w.y;
-      for (int q = 0; q < entries; q += 2) {
-        run_entry(std::integral_constant<int, 0>{});
-        if (q + 1 == entries) break;
-        run_entry(std::integral_constant<int, 1>{});
-      }
       wgmma_wait<0>();
       fence_acc();
       free_slot(in_flight);
@@ -463,8 +420,7 @@ __global__ void __launch_bounds__(128 * (1 + kWGs), 1)
 #endif
 }
 
-template <class T, class TO, int BS, bool kTrans, int kWGs, int kMTiles, bool kEntry, int kTaps = 0,
-          bool kStrip = false>
+template <class T, class TO, int BS, bool kTrans, int kWGs, int kMTiles, bool kEntry, bool kStrip = false>
 void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
   using Tile = HaloTile<BS, kWGs, kMTiles, TO>;
   const HaloSmem sm = halo_smem<BS, kWGs, kMTiles, TO, kEntry>(ct);
@@ -475,7 +431,7 @@ void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
   const CUtensorMap map_halo = conv_map(p.a, p.in_dtype, p.a_cols, ct.a_ext, BS, ct.halo);
   const CUtensorMap map_w = tensor_map(p.w, p.in_dtype, static_cast<uint64_t>(p.nnz) * BS, BS, BS, BS);
   const CUtensorMap map_out = conv_map(p.out, p.out_dtype, p.out_cols, ct.ext, Tile::kOutCols, half);
-  constexpr auto kernel = &halo_kernel<T, TO, BS, kTrans, kWGs, kMTiles, kEntry, kTaps, kStrip>;
+  constexpr auto kernel = &halo_kernel<T, TO, BS, kTrans, kWGs, kMTiles, kEntry, kStrip>;
   const int grid = static_cast<int>(std::min<int64_t>(items, persistent_grid<kernel>(sm.total, Tile::kThreads)));
   kernel<<<grid, Tile::kThreads, sm.total, stream>>>(map_halo, map_w, map_out, p, static_cast<int>(items), ct, sm);
   TS_CUDA_LAUNCH_CHECK((kTrans ? "bsconv_dx (halo)" : "bsconv (halo)"));
@@ -484,7 +440,6 @@ void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
   g_halo_launches.fetch_add(1, std::memory_order_relaxed);
   if (kMTiles == 4) g_halo_tall_launches.fetch_add(1, std::memory_order_relaxed);
   if (kEntry) g_halo_entry_launches.fetch_add(1, std::memory_order_relaxed);
-  if (kTaps > 0) g_halo_tap_loop_launches.fetch_add(1, std::memory_order_relaxed);
   if (kStrip) g_halo_strip_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -493,7 +448,6 @@ void launch(const GatherProduct& p, const ConvTiles& ct, cudaStream_t stream) {
 uint64_t halo_launch_count() { return g_halo_launches.load(std::memory_order_relaxed); }
 uint64_t halo_tall_launch_count() { return g_halo_tall_launches.load(std::memory_order_relaxed); }
 uint64_t halo_entry_launch_count() { return g_halo_entry_launches.load(std::memory_order_relaxed); }
-uint64_t halo_tap_loop_launch_count() { return g_halo_tap_loop_launches.load(std::memory_order_relaxed); }
 uint64_t halo_strip_launch_count() { return g_halo_strip_launches.load(std::memory_order_relaxed); }
 
 namespace {
@@ -532,18 +486,13 @@ bool halo_fits(const GatherProduct& p, const ConvIndex& ci, int64_t batch, bool 
 // forward 0.252 -> 0.236 ms, dgrad 0.231 -> 0.208 in one call (docs/convolution.md).
 bool entry_asked() { return env_switch("TESSERA_BSCONV_HALO_ENTRY", "0", "1", true); }
 
-// The lab's compile-time taps loop (TESSERA_BSCONV_HALO_TAPLOOP=1; unset or 0 off): at bs 32 in entry
-// mode with a 9-tap filter, each list entry's steps unrolled instead of walked (halo_kernel's kTaps).
-// The profile of bs 32 (docs/convolution.md, "GPU speed now") found its step bound by its
-// instruction count; this takes the walk, the per-step barrier bookkeeping and the stage arithmetic
-// out of it. Built 2026-12-07, not yet run on a GPU.
-bool tap_loop_asked() { return env_switch("TESSERA_BSCONV_HALO_TAPLOOP", "0", "1", false); }
-
-// The lab's strip form (TESSERA_BSCONV_HALO_STRIP=1; unset or 0 off): at bs 32 with tall tiles in entry
-// mode, a 3x3 filter of dilation 1 in two spatial axes, the taps loop over conv_tiles.h's strip tiles, where
-// a warp's A fragment serves two wgmmas on average (half the A bytes from shared memory a product). Built
-// 2026-12-07, not yet run on a GPU.
-bool strip_asked() { return env_switch("TESSERA_BSCONV_HALO_STRIP", "0", "1", false); }
+// The strip form (TESSERA_BSCONV_HALO_STRIP unset or 1, the default; 0 never, the lab's switch): at bs 32 with
+// tall tiles in entry mode, a 3x3 filter of dilation 1 in two spatial axes, each entry's nine taps unrolled
+// over conv_tiles.h's strip tiles, where a warp's A fragment serves two wgmmas on average (half the A bytes
+// from shared memory a product). H100, density 0.25, both rounds of one call (docs/convolution.md): forward
+// and dgrad 0.64-0.74x the time of the walk at N 64 × 56 × 56 and N 32 × 28 × 28, 0.69-0.82x that of the
+// compile-time taps loop without strips (deleted).
+bool strip_asked() { return env_switch("TESSERA_BSCONV_HALO_STRIP", "0", "1", true); }
 
 /// Whether the strip form takes cs (conv_tiles(..., 512, TileBoxes::strip)): strip boxes, every tap t at
 /// the (dy, dx) the kernel gives it, the halo's extents one copy each, two entry-mode slots in shared memory.
@@ -605,11 +554,8 @@ void gather_conv_halo(const GatherProduct& p, const ConvIndex& ci, int64_t batch
         if (ct.taps == 9 && strip_asked()) {
           const ConvTiles cs = conv_tiles(ci, batch, kTrans, 512, TileBoxes::strip);
           if (strip_fits<TO, kTrans>(cs))
-            return launch<T, TO, BS, kTrans, kWGs, kMTiles, kEntry, 9, true>(p, cs, stream);
+            return launch<T, TO, BS, kTrans, kWGs, kMTiles, kEntry, true>(p, cs, stream);
         }
-      }
-      if constexpr (kEntry && BS == 32) {
-        if (ct.taps == 9 && tap_loop_asked()) return launch<T, TO, BS, kTrans, kWGs, kMTiles, kEntry, 9>(p, ct, stream);
       }
       launch<T, TO, BS, kTrans, kWGs, kMTiles, kEntry>(p, ct, stream);
     });

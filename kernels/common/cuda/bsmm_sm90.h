@@ -62,6 +62,12 @@ void conv_gradient(const BlockGradient& g, const ConvIndex& ci, int64_t batch, i
 bool dw_halo_pays(const BlockGradient& g, const ConvIndex& ci, int64_t batch);
 int dw_halo_run_size(int bs);
 void conv_gradient_halo(const BlockGradient& g, const ConvIndex& ci, int64_t batch, int device, cudaStream_t stream);
+/// The halo dW kernel's strip form (bsconv_sm90_dw_strip.cu, the lab's: TESSERA_BSCONV_DW_STRIP=1):
+/// dw_strip_takes: the switch on, bs 32, a 3x3 filter of dilation 1 over two spatial axes, the strip
+/// tiles' boxes fit; its runs are whole pairs of blocks with all their taps (dw_strip_run_size entries).
+bool dw_strip_takes(const BlockGradient& g, const ConvIndex& ci, int64_t batch);
+int dw_strip_run_size();
+void conv_gradient_strip(const BlockGradient& g, const ConvIndex& ci, int64_t batch, int device, cudaStream_t stream);
 
 /// bsmm_dw for nn::LSTM's gate layouts at bs 32 (bsmm_sm90_gate_gradient.cu): a work item is a
 /// run of up to 8 entries of a gate-0 block column for all four gates, whose blocks of one entry
@@ -90,14 +96,14 @@ uint64_t pair_launch_count();
 uint64_t quad_launch_count();
 /// Launches in convolution mode, gather and dW kernels (counted in launch_count too), and of
 /// those the halo kernel's, and of those the ones with tall (512-row) tiles, the ones in entry
-/// mode (a list entry's taps under one barrier), those with the lab's compile-time taps loop
-/// (TESSERA_BSCONV_HALO_TAPLOOP) and those in its strip form (TESSERA_BSCONV_HALO_STRIP).
+/// mode (a list entry's taps under one barrier) and those in the strip form (TESSERA_BSCONV_HALO_STRIP).
 uint64_t conv_launch_count();
 uint64_t halo_launch_count();
 uint64_t halo_tall_launch_count();
 uint64_t halo_entry_launch_count();
-uint64_t halo_tap_loop_launch_count();
 uint64_t halo_strip_launch_count();
+/// Launches of the halo dW kernel's strip form (counted in conv_launch_count and halo_launch_count too).
+uint64_t dw_strip_launch_count();
 
 }  // namespace sm90
 }  // namespace cuda

@@ -69,6 +69,17 @@ bool dw_halo_taken(const BlockGradient& g, const ConvIndex& ci, int64_t batch) {
 #endif
 }
 
+// The halo dW kernel's strip form (the lab's, TESSERA_BSCONV_DW_STRIP): where halo mode is allowed and it
+// takes the call (bs 32, a 3x3 filter of dilation 1 over two spatial axes).
+bool dw_strip_taken(const BlockGradient& g, const ConvIndex& ci, int64_t batch) {
+#ifdef TESSERA_HAVE_SM90A
+  return halo_allowed() && sm90::dw_strip_takes(g, ci, batch);
+#else
+  (void)g, (void)ci, (void)batch;
+  return false;
+#endif
+}
+
 }  // namespace
 
 bool conv_takes(const GatherProduct& p, const ConvIndex& ci, int device) {
@@ -98,8 +109,10 @@ void run_conv(const GatherProduct& p, const ConvIndex& ci, int64_t batch, int de
 
 int32_t conv_gradient_run_size(const BlockGradient& g, const ConvIndex& ci, int64_t batch, int device) {
 #ifdef TESSERA_HAVE_SM90A
-  if (conv_gradient_kernel(g, ci, device) == ConvKernel::sm90 && dw_halo_taken(g, ci, batch))
-    return sm90::dw_halo_run_size(g.bs);
+  if (conv_gradient_kernel(g, ci, device) == ConvKernel::sm90) {
+    if (dw_strip_taken(g, ci, batch)) return sm90::dw_strip_run_size();
+    if (dw_halo_taken(g, ci, batch)) return sm90::dw_halo_run_size(g.bs);
+  }
 #else
   (void)ci, (void)batch, (void)device;
 #endif
@@ -112,6 +125,7 @@ void run_conv_gradient(const BlockGradient& g, const ConvIndex& ci, int64_t batc
            "bsconv_dw: no tensor-core kernel takes this call (ask conv_gradient_takes)");
 #ifdef TESSERA_HAVE_SM90A
   if (kernel == ConvKernel::sm90) {
+    if (dw_strip_taken(g, ci, batch)) return sm90::conv_gradient_strip(g, ci, batch, device, stream);
     if (dw_halo_taken(g, ci, batch)) return sm90::conv_gradient_halo(g, ci, batch, device, stream);
     return sm90::conv_gradient(g, ci, batch, device, stream);
   }
@@ -224,8 +238,8 @@ uint64_t bsmm_launches(BsmmKernel kernel) {
   if (kernel == BsmmKernel::sm90_halo) return sm90::halo_launch_count();
   if (kernel == BsmmKernel::sm90_halo_tall) return sm90::halo_tall_launch_count();
   if (kernel == BsmmKernel::sm90_halo_entry) return sm90::halo_entry_launch_count();
-  if (kernel == BsmmKernel::sm90_halo_tap_loop) return sm90::halo_tap_loop_launch_count();
   if (kernel == BsmmKernel::sm90_halo_strip) return sm90::halo_strip_launch_count();
+  if (kernel == BsmmKernel::sm90_dw_strip) return sm90::dw_strip_launch_count();
   if (kernel == BsmmKernel::sm90_gate_runs) return sm90::gate_launch_count();
   return sm90::launch_count();
 #else

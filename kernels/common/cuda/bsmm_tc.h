@@ -119,14 +119,14 @@ bool gradient_wants_transposed(const BlockGradient& g, int device);
 
 /// The kernel families, for launch counts (sm90_pairs: the sm_90a gather kernel's column pairs;
 /// sm90_conv: the sm_90a kernels in convolution mode, sm90_halo those of them in halo mode,
-/// sm90_halo_tall those with 512-row tiles, sm90_halo_entry those in entry mode, sm90_halo_tap_loop
-/// those with the lab's compile-time taps loop (TESSERA_BSCONV_HALO_TAPLOOP), sm90_halo_strip those
-/// in the lab's strip form (TESSERA_BSCONV_HALO_STRIP); sm90_gate_runs:
+/// sm90_halo_tall those with 512-row tiles, sm90_halo_entry those in entry mode, sm90_halo_strip those
+/// in the strip form (TESSERA_BSCONV_HALO_STRIP), sm90_dw_strip the halo dW kernel's strip form
+/// (TESSERA_BSCONV_DW_STRIP, also counted as sm90_conv and sm90_halo); sm90_gate_runs:
 /// the sm_90a dW kernel of gate layouts; all also counted as sm90; sm80_conv: the sm_80 kernels in
 /// convolution mode, also counted as sm80).
 enum class BsmmKernel {
-  sm80, sm90, sm90_pairs, sm90_quads, sm90_conv, sm90_halo, sm90_halo_tall, sm90_halo_entry, sm90_halo_tap_loop,
-  sm90_halo_strip, sm90_gate_runs, sm80_conv
+  sm80, sm90, sm90_pairs, sm90_quads, sm90_conv, sm90_halo, sm90_halo_tall, sm90_halo_entry, sm90_halo_strip,
+  sm90_dw_strip, sm90_gate_runs, sm80_conv
 };
 
 /// Runs p / g on the kernel the rule above picks; false (nothing launched) when no tensor-core
