@@ -34,6 +34,7 @@
 
 #include "core/tensor.h"
 #include "kernels/common/cuda/bsmm_sm90.h"
+#include "kernels/common/cuda/bsconv_sm90_dw_common.cuh"
 #include "kernels/common/cuda/bsmm_sm90_common.cuh"
 #include "kernels/common/cuda/mma_sm80.cuh"
 #include "kernels/common/ring_cursor.h"
@@ -118,37 +119,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // halo box of the run's i-th block.
     if constexpr (Tile::kWide) setmaxnreg_dec<56>();  // at 40 the producer spilled 16 bytes
     if (threadIdx.x >= 32) return;
-    if (lane == 0) {
-      prefetch_tma_map(&map_x);
-      prefetch_tma_map(&map_dy);
-    }
-    RingCursor stage;
-    int taken = blockIdx.x;
-    for (int n = 0;; ++n) {
-      const int4 w = next_run_item<kRing>(p, items, n, taken, lane, item_full, item_empty, ring);
-      if (w.y == 0) break;
-      const int first_block = w.x / taps, blocks = (w.x + w.y - 1) / taps - first_block + 1;
-      const int row = lane < blocks ? p.col_rows[first_block + lane] : 0;  // the block row of lane's block
-      const uint32_t tx = static_cast<uint32_t>(Tile::kDyBytes + blocks * ct.halo_rows() * kRowBytes);
-      const int first = w.z * part_steps, last = min(steps, first + part_steps);
-      int32_t origin[ConvTiles::kAxes];  // the tile's, walked from tile to tile without division
-      ct.origin(first, origin);
-      for (int step = first; step < last; ++step, stage.next(stages), ct.next_origin(origin)) {
-        const int s = stage.slot;
-        if (lane == 0) {
-          mbar_wait(&empty[s], stage.phase ^ 1);
-          mbar_arrive_expect_tx(&full[s], tx);
-          tma_load_5d(dy_box(s), &map_dy, &full[s], w.w * BS, origin);
-        }
-        __syncwarp();  // the stage is claimed and its byte count set before the copies land
-        if (lane < blocks) {
-          int32_t at[ConvTiles::kAxes];  // the halo box: ConvTiles::halo_origin
-#pragma unroll
-          for (int a = 0; a < ConvTiles::kAxes; ++a) at[a] = origin[a] + (a < 3 ? ct.halo_lo[a] : 0);
-          tma_load_5d(halo(s, lane), &map_x, &full[s], row * BS, at);
-        }
-      }
-    }
+    produce_dw_halo<kRing, BS, Tile::kDyBytes>(map_x, map_dy, p, ct, items, part_steps, stages, full, empty, item_full,
+                                               item_empty, ring, dy_box, halo);
     return;
   }
 
@@ -238,15 +210,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (b >= count) continue;  // the same for every lane of the warp
         const int q = q0 + b;
         const int64_t k = static_cast<int64_t>(p.col_blocks[q / taps]) * taps + q % taps;
-#pragma unroll
-        for (int jj = 0; jj < BS / 8; ++jj) {
-          const int64_t at = (k * BS + i % BS) * BS + 8 * jj + 2 * t4;
-          const float v0 = acc[j][4 * jj + 2 * h], v1 = acc[j][4 * jj + 2 * h + 1];
-          if (parts == 1)
-            store_pair(dw + at, v0, v1, false);
-          else
-            *reinterpret_cast<float2*>(partial + part * p.nnz * BS * BS + at) = make_float2(v0, v1);
-        }
+        store_dw_row<TO, BS>(dw, partial, parts, part, p.nnz, k, i % BS, acc[j], h, t4);
       }
   }
 #else
@@ -261,25 +225,11 @@ void launch_dw_halo(const BlockGradient& g, const ConvTiles& ct, int device, cud
   const CUtensorMap map_dy = conv_map(g.dy, g.in_dtype, g.K, ct.ext, BS, ct.box);
   constexpr auto kernel = &dw_halo_kernel<T, TO, BS>;
   const int persistent = persistent_grid<kernel>(sm.total, kThreads);
-  const int steps = ct.total_tiles;
-  const int chosen = conv_dw_parts(g.col_runs, steps, persistent);
-  const int part_steps = (steps + chosen - 1) / chosen;
-  const int parts = (steps + part_steps - 1) / part_steps;  // every part has tiles
-  const int64_t elems = g.nnz * BS * BS;
-  TS_CHECK(static_cast<int64_t>(g.col_runs) * parts < INT32_MAX, ShapeError, "bsconv_dw: too many work items");
-  Tensor partial;  // freed in stream order after the kernels below
-  if (parts > 1) partial = empty({parts * elems}, TensorOptions(DType::f32).device(Device::cuda(device)));
-  const int grid = static_cast<int>(std::min<int64_t>(static_cast<int64_t>(g.col_runs) * parts, persistent));
-  kernel<<<grid, kThreads, sm.total, stream>>>(map_x, map_dy, g, parts, part_steps,
-                                               parts > 1 ? static_cast<float*>(partial.data_ptr()) : nullptr, ct, sm);
+  const DwParts d = dw_parts(g, BS, ct.total_tiles, persistent, device);
+  const int grid = static_cast<int>(std::min<int64_t>(static_cast<int64_t>(g.col_runs) * d.parts, persistent));
+  kernel<<<grid, kThreads, sm.total, stream>>>(map_x, map_dy, g, d.parts, d.part_steps, d.sums(), ct, sm);
   TS_CUDA_LAUNCH_CHECK("bsconv_dw (halo)");
-  if (parts > 1) {
-    const int threads = 256;
-    const int blocks = static_cast<int>(std::min<int64_t>((elems / 2 + threads - 1) / threads, 8 * persistent));
-    sum_parts<TO><<<blocks, threads, 0, stream>>>(static_cast<const float*>(partial.data_ptr()),
-                                                       static_cast<TO*>(g.dw), elems, parts);
-    TS_CUDA_LAUNCH_CHECK("bsconv_dw (halo, sum of parts)");
-  }
+  sum_dw_parts<TO>(g, BS, d, persistent, stream);
   g_launches.fetch_add(1, std::memory_order_relaxed);
   g_conv_launches.fetch_add(1, std::memory_order_relaxed);
   g_halo_launches.fetch_add(1, std::memory_order_relaxed);
