@@ -3,7 +3,7 @@
 //
 //   bsconv_gpu [--shapes n64h56c256,n32h28c512] [--block-sizes 32,64] [--densities 0.1,0.25,0.5,1]
 //              [--path tc|sm80|scalar] [--halo on|off] [--dw-wide on|off] [--halo-rows auto|256|512]
-//              [--repeats N]
+//              [--strip on|off] [--dw-strip on|off] [--repeats N]
 //              [--quick] [--json FILE]
 //
 // Per shape (N × H × H × C → C channels, 3×3 filter, same padding, stride 1, bf16, channels
@@ -15,7 +15,10 @@
 // (the scalar kernels); --halo-rows sets TESSERA_BSCONV_HALO_ROWS (the halo kernel's rows per tile
 // at bs 16/32: tall_tiles); --halo off sets TESSERA_BSCONV_HALO=0 (the per-tap copies of the input
 // instead of one halo box per block, in all three passes); --dw-wide off TESSERA_BSCONV_DW_WIDE=0
-// (bsconv_dw at bs 64 on the per-tap dW kernel instead of the halo dW kernel).
+// (bsconv_dw at bs 64 on the per-tap dW kernel instead of the halo dW kernel); --strip off
+// TESSERA_BSCONV_HALO_STRIP=0 (bsconv and bsconv_dx at bs 32 in the walk instead of the strip form);
+// --dw-strip on TESSERA_BSCONV_DW_STRIP=1 (bsconv_dw at bs 32 in the halo dW kernel's strip form, the
+// lab's; off, the default, unsets it).
 // Figures: median ms over --repeats timings of 10 back-to-back calls each (then synchronized;
 // divided by 10); useful TFLOP/s counting the stored blocks only (2·N·H·W·9·nnz·bs² flops); the
 // ratio is useful-frac = cuDNN's time × density / tessera's time (1: the sparse convolution runs
@@ -129,7 +132,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> shapes{"n64h56c256", "n32h28c512"};
   std::vector<int64_t> block_sizes{32, 64};
   std::vector<double> densities{0.1, 0.25, 0.5, 1.0};
-  std::string path = "tc", halo = "on", dw_wide = "on", halo_rows = "auto", json;
+  std::string path = "tc", halo = "on", dw_wide = "on", halo_rows = "auto", strip = "on", dw_strip = "off", json;
   int repeats = 10;
   bool quick = false;
   app.add_option("--shapes", shapes, "nNhHcC: N × H × H × C → C")->delimiter(',');
@@ -145,6 +148,10 @@ int main(int argc, char** argv) {
   app.add_option("--halo-rows", halo_rows,
                  "rows per tile of the halo kernel at bs 16/32: auto (its choice), 256, 512")
       ->check(CLI::IsMember({"auto", "256", "512"}));
+  app.add_option("--strip", strip, "on: bsconv and bsconv_dx at bs 32 in the strip form where it fits; off: the walk")
+      ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--dw-strip", dw_strip, "on: bsconv_dw at bs 32 in the strip form where it fits (the lab's)")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--repeats", repeats, "timings per figure (median reported)")->check(CLI::PositiveNumber);
   app.add_flag("--quick", quick, "one small shape (a smoke run)");
   app.add_option("--json", json, "also write the figures to this JSON file");
@@ -166,6 +173,14 @@ int main(int argc, char** argv) {
       setenv("TESSERA_BSCONV_DW_WIDE", "0", 1);
     else
       unsetenv("TESSERA_BSCONV_DW_WIDE");
+    if (strip == "off")
+      setenv("TESSERA_BSCONV_HALO_STRIP", "0", 1);
+    else
+      unsetenv("TESSERA_BSCONV_HALO_STRIP");
+    if (dw_strip == "on")
+      setenv("TESSERA_BSCONV_DW_STRIP", "1", 1);
+    else
+      unsetenv("TESSERA_BSCONV_DW_STRIP");
     if (halo_rows == "auto")
       unsetenv("TESSERA_BSCONV_HALO_ROWS");
     else
