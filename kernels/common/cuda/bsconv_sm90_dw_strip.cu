@@ -1,5 +1,6 @@
-// The strip form of the halo dW kernel (bsconv_sm90_dw_halo.cu; the lab's, TESSERA_BSCONV_DW_STRIP=1):
-// bs 32, a 3x3 filter of dilation 1 over two spatial axes (conv_tiles.h's strip boxes, x ∈ {8, 16}).
+// The strip form of the halo dW kernel (bsconv_sm90_dw_halo.cu; the lab's, TESSERA_BSCONV_DW_STRIP=1 or
+// bsconv_gpu --dw-strip on): bs 32, a 3x3 filter of dilation 1 over two spatial axes (conv_tiles.h's
+// strip boxes, x ∈ {8, 16}).
 //
 //   dw[k, (dy, dx)] = Σ over the output positions p of x[p + (dy, dx), k's block row]ᵀ · dY[p, k's column]
 //
@@ -10,16 +11,16 @@
 // - A work item is a run of 2 blocks of a column's list with all 9 taps (cuda::conv_dw_runs of 18
 //   entries: a column's runs start at its first block, so every run holds whole blocks) and a part
 //   of the tiles, 256 output positions each (ConvTiles of TileBoxes::strip_dw: X × Y × 1 × S).
-// - Three consumer warpgroups, one per filter column dx, and a producer warp. Warp w multiplies channels 16·(w % 2) ..
-//   of block w / 2 of the run (M = 64: the two blocks' 32 channels), into three accumulators, the
-//   taps (dy, dx) for dy = 0, 1, 2.
+// - Three consumer warpgroups, one per filter column dx, and a producer warp. Warp w multiplies
+//   channels 16·(w % 2) .. of block w / 2 of the run (M = 64: the two blocks' 32 channels), into three
+//   accumulators, the taps (dy, dx) for dy = 0, 1, 2.
 // - A k16 slice of positions is (x < X, row y, the 16 / X samples of a sample group); a strip is
 //   four consecutive rows y0 .. y0 + 3 of one group (conv_tiles.h's strip_dw_row). Tap (dy, dx) of
 //   slice y reads the halo rows of slice y + dy at column offset dx, so per strip a warp loads six A
 //   fragments (halo rows y0 + f, f = 0..5, at dx; transposing ldmatrix) for twelve wgmmas: (slice
-//   y0 + mi, tap dy) takes fragment mi + dy. Per m64n32k16 that is 1 KB of A and 1 KB of B (16 cycles of shared
-//   memory: the tensor pipe's pace), and a stage (the dY box and the two blocks' halo boxes) feeds
-//   144 of them instead of 64.
+//   y0 + mi, tap dy) takes fragment mi + dy. Per m64n32k16 that is 1 KB of A and 1 KB of B (16 cycles
+//   of shared memory: the tensor pipe's pace), and a stage (the dY box and the two blocks' halo boxes)
+//   feeds 144 of them instead of 64.
 //
 // B is the dY box MN-major as in the halo dW kernel; a slice's two 8-row halves lie X·Y rows apart
 // at X = 8 (two samples), side by side at X = 16: the descriptor's stride. Stores and parts as the
