@@ -161,30 +161,19 @@ int main(int argc, char** argv) {
     return quick ? 0 : 1;
   }
   try {
-    if (path == "tc")
-      unsetenv("TESSERA_BSMM_PATH");
-    else
-      setenv("TESSERA_BSMM_PATH", path == "sm80" ? "sm80" : "simt", 1);
-    if (halo == "off")
-      setenv("TESSERA_BSCONV_HALO", "0", 1);
-    else
-      unsetenv("TESSERA_BSCONV_HALO");
-    if (dw_wide == "off")
-      setenv("TESSERA_BSCONV_DW_WIDE", "0", 1);
-    else
-      unsetenv("TESSERA_BSCONV_DW_WIDE");
-    if (strip == "off")
-      setenv("TESSERA_BSCONV_HALO_STRIP", "0", 1);
-    else
-      unsetenv("TESSERA_BSCONV_HALO_STRIP");
-    if (dw_strip == "on")
-      setenv("TESSERA_BSCONV_DW_STRIP", "1", 1);
-    else
-      unsetenv("TESSERA_BSCONV_DW_STRIP");
-    if (halo_rows == "auto")
-      unsetenv("TESSERA_BSCONV_HALO_ROWS");
-    else
-      setenv("TESSERA_BSCONV_HALO_ROWS", halo_rows.c_str(), 1);
+    // Each flag's switch: set where the flag asks for other than the library's default, else unset.
+    auto set_switch = [](const char* name, bool set, const char* value) {
+      if (set)
+        setenv(name, value, 1);
+      else
+        unsetenv(name);
+    };
+    set_switch("TESSERA_BSMM_PATH", path != "tc", path == "sm80" ? "sm80" : "simt");
+    set_switch("TESSERA_BSCONV_HALO", halo == "off", "0");
+    set_switch("TESSERA_BSCONV_DW_WIDE", dw_wide == "off", "0");
+    set_switch("TESSERA_BSCONV_HALO_STRIP", strip == "off", "0");
+    set_switch("TESSERA_BSCONV_DW_STRIP", dw_strip == "on", "1");
+    set_switch("TESSERA_BSCONV_HALO_ROWS", halo_rows != "auto", halo_rows.c_str());
     if (quick) {
       shapes = {"n4h14c64"};
       block_sizes = {32};
