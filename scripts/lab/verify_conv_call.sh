@@ -3,8 +3,8 @@
 # (BUNDLE=, default build-gpu/conv.tar.xz; targets gpu_tests bsconv_gpu):
 #   1. the convolution GPU tests (the strip forms' paths among them, with launch counters);
 #   2. bsconv_gpu at the defaults: both shapes, bs 32 and 64, densities 0.25, 0.5 and 1 ($OUT/bsconv.json);
-#   3. bs 32 at density 0.25 with the halo dW's strip form (--dw-strip on) against the defaults,
-#      ROUNDS rounds (2);
+#   3. bs 32 at density 0.25 with the halo dW's strip form (--dw-strip on) against the defaults (bs 32
+#      and 64), ROUNDS rounds (2);
 #   4. ncu of the bs-32 dW kernels (the halo dW kernel, its strip form), before NCU_BY seconds (150).
 # Everything is written to two files under $OUT (a call brings back a few files only). About 2 minutes.
 set -uo pipefail
@@ -23,7 +23,7 @@ table() {  # NAME ARGS...: a bsconv_gpu run, its table's rows
 table defaults --block-sizes 32,64 --densities 0.25,0.5,1 --json $O/bsconv.json
 for round in $(seq 1 ${ROUNDS:-2}); do
   table dwstrip$round --dw-strip on --block-sizes 32 --densities 0.25
-  table base$round --dw-strip off --block-sizes 32 --densities 0.25
+  table base$round --dw-strip off --block-sizes 32,64 --densities 0.25  # bs 64 too: its 28 × 28 fwd was 0.49 once
 done
 # 4. ncu (N 64 × 56 × 56, bs 32): the halo dW kernel and its strip form
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu"
