@@ -290,8 +290,9 @@ TS_CONV_HD bool strip_tap(const ConvTiles& ct, int32_t t, int32_t& dy, int32_t& 
 /// have tiles). Returns the count (1 .. 64, each part at least 4 tiles where there are more) whose busiest
 /// block has the fewest tiles; ties go to fewer parts (fewer f32 partial sums to add). A fixed rule of the
 /// layout's runs, the shape and the grid: the same bits on every run. (The rule before it doubled the parts
-/// while the items were fewer than twice the grid: ~10 runs at N 64 × 56 × 56 made 160 items of 49 tiles, two
-/// waves on 132 blocks with the second 28 items long, 98 tiles on the busiest block where 13 parts take 61.)
+/// while the items were fewer than twice the grid: the dW strip form's 11 runs at N 64 × 56 × 56 made 176
+/// items of 49 tiles, two waves on 132 blocks with the second 44 items long, 98 tiles on the busiest block
+/// where 12 parts give it 66.)
 inline int32_t conv_dw_parts(int64_t runs, int64_t steps, int64_t grid) {
   int32_t best = 1;
   int64_t best_tiles = -1;
