@@ -14,6 +14,27 @@ namespace cuda {
 namespace sm90 {
 namespace {
 
+constexpr int kDwSmemLimit = 227 * 1024;  // a thread block's dynamic shared memory
+constexpr int kDwMaxStages = 8;           // the barrier pairs' count (the stages that fit, at most)
+constexpr int kDwBarrierBytes = 1024;     // the stages' and the item ring's barriers, the ring's slots
+
+/// A halo dW kernel's shared memory: stages of the dY box (dy_bytes) and `slots` halo boxes of halo_bytes
+/// (rows of row_bytes, rounded up to 1024: the swizzle repeats every 1024 bytes), as many as fit up to
+/// kDwMaxStages, then the barriers; fits: two stages at least.
+struct DwHaloSmem {
+  int halo_bytes, slots, stage_bytes, stages, total;
+  bool fits() const { return stages >= 2 && total <= kDwSmemLimit; }
+};
+inline DwHaloSmem dw_halo_layout(const ConvTiles& ct, int row_bytes, int dy_bytes, int slots) {
+  DwHaloSmem m{};
+  m.halo_bytes = (ct.halo_rows() * row_bytes + 1023) / 1024 * 1024;
+  m.slots = slots;
+  m.stage_bytes = dy_bytes + slots * m.halo_bytes;
+  m.stages = std::min(kDwMaxStages, (kDwSmemLimit - 1024 - kDwBarrierBytes) / m.stage_bytes);
+  m.total = m.stages * m.stage_bytes + kDwBarrierBytes + 1024;  // + the alignment of the start
+  return m;
+}
+
 /// The producer warp of a halo dW kernel (every lane calls it): takes the work items (run, part), hands
 /// them to the consumers through the item ring, and per tile of the part claims a stage and copies into it
 /// the dY box of the run's column (at dy_box(stage), kDyBytes) and, from lane b < the run's blocks, block

@@ -44,8 +44,6 @@ namespace cuda {
 namespace sm90 {
 namespace {
 
-constexpr int kHaloSmemLimit = 227 * 1024;
-
 // At bs 16 and 32: tiles of 256 output positions, two m64 products per consumer warpgroup, A loaded
 // four k16 slices at a time. At bs 64 (kWide): tiles of 128 positions, three products per consumer
 // warpgroup (runs of 6 entries, so that a 3x3 filter's 9 taps of a block column take two runs, 6 + 3,
@@ -62,25 +60,14 @@ struct DwHaloTile {
   static constexpr int kPack = 64 / BS;                   // entries per m64 product
   static constexpr int kG = 2 * kProducts * kPack;        // entries per run
   static constexpr int kItemRing = 4;
-  static constexpr int kMaxStages = 8;
-  static constexpr int kBarrierBytes = 1024;
+  static constexpr int kMaxStages = kDwMaxStages;
 };
 
-/// The stage layout: the dY box, then `slots` halo boxes of `halo_bytes` (multiples of 1024).
-struct DwHaloSmem {
-  int halo_bytes, slots, stage_bytes, stages, total;
-};
-
+/// The stage layout: the dY box, then a halo slot for each distinct block of a run, at most.
 template <int BS>
 DwHaloSmem dw_halo_smem(const ConvTiles& ct) {
   using Tile = DwHaloTile<BS>;
-  DwHaloSmem m{};
-  m.halo_bytes = (ct.halo_rows() * Tile::kRowBytes + 1023) / 1024 * 1024;
-  m.slots = std::min(Tile::kG, Tile::kG / ct.taps + 2);  // distinct blocks of a run, at most
-  m.stage_bytes = Tile::kDyBytes + m.slots * m.halo_bytes;
-  m.stages = std::min(Tile::kMaxStages, (kHaloSmemLimit - 1024 - Tile::kBarrierBytes) / m.stage_bytes);
-  m.total = m.stages * m.stage_bytes + Tile::kBarrierBytes + 1024;
-  return m;
+  return dw_halo_layout(ct, Tile::kRowBytes, Tile::kDyBytes, std::min(Tile::kG, Tile::kG / ct.taps + 2));
 }
 
 template <class T, class TO, int BS>
@@ -243,8 +230,7 @@ template <int BS>
 bool dw_halo_fits(const ConvIndex& ci, int64_t batch) {
   const ConvTiles ct = conv_tiles(ci, batch, /*dx=*/false, DwHaloTile<BS>::kPositions, TileBoxes::halo);
   if (!ct.halo_fits()) return false;
-  const DwHaloSmem sm = dw_halo_smem<BS>(ct);
-  return sm.stages >= 2 && sm.total <= kHaloSmemLimit;
+  return dw_halo_smem<BS>(ct).fits();
 }
 
 }  // namespace

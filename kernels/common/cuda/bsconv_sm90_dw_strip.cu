@@ -43,8 +43,6 @@ std::atomic<uint64_t> g_dw_strip_launches{0};
 
 namespace {
 
-constexpr int kStripSmemLimit = 227 * 1024;
-
 struct DwStripTile {
   // three consumer warpgroups (dx = 0, 1, 2), then one producer warp (registers are given out by four
   // warps: 416 threads have 128 a thread, as 512 would)
@@ -58,30 +56,19 @@ struct DwStripTile {
   static constexpr int kBlocks = 2;          // blocks of a run
   static constexpr int kTaps = 9;
   static constexpr int kItemRing = 4;
-  static constexpr int kMaxStages = 8;
-  static constexpr int kBarrierBytes = 1024;
+  static constexpr int kMaxStages = kDwMaxStages;
 };
 
-/// The stage layout: the dY box, then a halo box for each block of the run (multiples of 1024).
-struct DwStripSmem {
-  int halo_bytes, stage_bytes, stages, total;
-};
-
-DwStripSmem dw_strip_smem(const ConvTiles& ct) {
-  using Tile = DwStripTile;
-  DwStripSmem m{};
-  m.halo_bytes = (ct.halo_rows() * Tile::kRowBytes + 1023) / 1024 * 1024;
-  m.stage_bytes = Tile::kDyBytes + Tile::kBlocks * m.halo_bytes;
-  m.stages = std::min(Tile::kMaxStages, (kStripSmemLimit - 1024 - Tile::kBarrierBytes) / m.stage_bytes);
-  m.total = m.stages * m.stage_bytes + Tile::kBarrierBytes + 1024;
-  return m;
+/// The stage layout: the dY box, then a halo box for each block of the run.
+DwHaloSmem dw_strip_smem(const ConvTiles& ct) {
+  return dw_halo_layout(ct, DwStripTile::kRowBytes, DwStripTile::kDyBytes, DwStripTile::kBlocks);
 }
 
 template <class T, class TO>
 __global__ void __launch_bounds__(DwStripTile::kThreads, 1)
     dw_strip_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_dy,
                     BlockGradient p, int parts, int part_steps, float* __restrict__ partial, ConvTiles ct,
-                    DwStripSmem sm) {
+                    DwHaloSmem sm) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Tile = DwStripTile;
   constexpr int BS = Tile::kBS, kRowBytes = Tile::kRowBytes, kRing = Tile::kItemRing, kTaps = Tile::kTaps;
@@ -197,7 +184,7 @@ __global__ void __launch_bounds__(DwStripTile::kThreads, 1)
 template <class T, class TO>
 void launch_dw_strip(const BlockGradient& g, const ConvTiles& ct, int device, cudaStream_t stream) {
   using Tile = DwStripTile;
-  const DwStripSmem sm = dw_strip_smem(ct);
+  const DwHaloSmem sm = dw_strip_smem(ct);
   const CUtensorMap map_x = conv_map(g.x, g.in_dtype, g.C, ct.a_ext, Tile::kBS, ct.halo);
   const CUtensorMap map_dy = conv_map(g.dy, g.in_dtype, g.K, ct.ext, Tile::kBS, ct.box);
   constexpr auto kernel = &dw_strip_kernel<T, TO>;
@@ -230,8 +217,7 @@ bool dw_strip_takes(const BlockGradient& g, const ConvIndex& ci, int64_t batch) 
     int32_t dy = 0, dx = 0;
     if (!strip_tap(ct, t, dy, dx) || t != 3 * dy + dx) return false;
   }
-  const DwStripSmem sm = dw_strip_smem(ct);
-  return sm.stages >= 2 && sm.total <= kStripSmemLimit;
+  return dw_strip_smem(ct).fits();
 }
 
 int dw_strip_run_size() { return DwStripTile::kBlocks * DwStripTile::kTaps; }

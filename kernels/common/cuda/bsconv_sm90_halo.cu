@@ -549,15 +549,15 @@ void gather_conv_halo(const GatherProduct& p, const ConvIndex& ci, int64_t batch
     with_halo_tile(p, ci, batch, [&](auto bs, auto trans, auto wgs, auto mtiles, auto entry) {
       constexpr int BS = decltype(bs)::value, kWGs = decltype(wgs)::value, kMTiles = decltype(mtiles)::value;
       constexpr bool kTrans = decltype(trans)::value, kEntry = decltype(entry)::value;
-      const ConvTiles ct = conv_tiles(ci, batch, kTrans, 64 * kWGs * kMTiles, TileBoxes::halo);
       if constexpr (kEntry && BS == 32 && kWGs == 2 && kMTiles == 4) {
-        if (ct.taps == 9 && strip_asked()) {
+        if (ci.taps == 9 && strip_asked()) {
           const ConvTiles cs = conv_tiles(ci, batch, kTrans, 512, TileBoxes::strip);
           if (strip_fits<TO, kTrans>(cs))
             return launch<T, TO, BS, kTrans, kWGs, kMTiles, kEntry, true>(p, cs, stream);
         }
       }
-      launch<T, TO, BS, kTrans, kWGs, kMTiles, kEntry>(p, ct, stream);
+      launch<T, TO, BS, kTrans, kWGs, kMTiles, kEntry>(
+          p, conv_tiles(ci, batch, kTrans, 64 * kWGs * kMTiles, TileBoxes::halo), stream);
     });
   });
 }
