@@ -237,7 +237,7 @@ inline void strip_box(const int32_t (&ext)[4], const int32_t (&reach)[3], int32_
 TS_CONV_HD bool strip_tiles_apply(const int32_t (&ext)[4], int32_t rows) { return rows == 512 && ext[2] == 1; }
 TS_CONV_HD bool strip_dw_tiles_apply(const int32_t (&ext)[4], int32_t rows) { return rows == 256 && ext[2] == 1; }
 
-/// The strip form of the halo kernel (bsconv_sm90_halo.cu's kStrip, the lab's: bs 32, 512-row tiles of a
+/// The strip form of the halo kernel (bsconv_sm90_halo.cu's kStrip, the default at bs 32: 512-row tiles of a
 /// 3x3 filter with dilation 1; docs/convolution.md, "the strip form"). Its tiles' boxes are TileBoxes::strip's,
 /// X × Y × 1 × samples (X, Y ∈ {4, 8, 16}); consumer warpgroup c's rows are samples c·S/2 .. (S samples,
 /// axis 3 halved as ConvTiles::split does), and in it warp w's m64 tile mi and lane row r (0..15) hold
