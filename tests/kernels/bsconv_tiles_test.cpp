@@ -37,10 +37,11 @@ std::vector<Case> cases() {
 }
 
 // The ways of shaping a tile's box (conv_tiles.h's TileBoxes: for per-tap copies, for halo boxes),
-// each replayed below
-// (and the strip form's, where they apply: 512-row tiles of at most two spatial axes).
-constexpr TileBoxes kBoxes[] = {TileBoxes::per_tap, TileBoxes::halo, TileBoxes::strip};
+// each replayed below (and the strip forms', where they apply: 512-row tiles of at most two spatial axes
+// for the halo kernel's, 256-row ones for the dW's).
+constexpr TileBoxes kBoxes[] = {TileBoxes::per_tap, TileBoxes::halo, TileBoxes::strip, TileBoxes::strip_dw};
 std::string boxes_name(TileBoxes b) {
+  if (b == TileBoxes::strip_dw) return " (dW strip boxes)";
   return b == TileBoxes::halo ? " (halo boxes)" : b == TileBoxes::strip ? " (strip boxes)" : " (per-tap boxes)";
 }
 
