@@ -3,7 +3,7 @@
 //
 //   bsconv_gpu [--shapes n64h56c256,n32h28c512] [--block-sizes 32,64] [--densities 0.1,0.25,0.5,1]
 //              [--path tc|sm80|scalar] [--halo on|off] [--dw-wide on|off] [--halo-rows auto|256|512]
-//              [--strip on|off] [--dw-strip on|off] [--repeats N]
+//              [--strip on|off] [--dw-strip on|off] [--dw-parts 0,1,2,...] [--repeats N]
 //              [--quick] [--json FILE]
 //
 // Per shape (N × H × H × C → C channels, 3×3 filter, same padding, stride 1, bf16, channels
@@ -17,8 +17,9 @@
 // instead of one halo box per block, in all three passes); --dw-wide off TESSERA_BSCONV_DW_WIDE=0
 // (bsconv_dw at bs 64 on the per-tap dW kernel instead of the halo dW kernel); --strip off
 // TESSERA_BSCONV_HALO_STRIP=0 (bsconv and bsconv_dx at bs 32 in the walk instead of the strip form);
-// --dw-strip on TESSERA_BSCONV_DW_STRIP=1 (bsconv_dw at bs 32 in the halo dW kernel's strip form, the
-// lab's; off, the default, unsets it).
+// --dw-strip off TESSERA_BSCONV_DW_STRIP=0 (bsconv_dw at bs 32 in the halo dW kernel instead of its strip
+// form); --dw-parts N,... times bsconv_dw once per count N of parts of the tiles (TESSERA_BSCONV_DW_PARTS,
+// the halo dW kernels'; 0: their rule's choice, the default) in rows of their own.
 // Figures: median ms over --repeats timings of 10 back-to-back calls each (then synchronized;
 // divided by 10); useful TFLOP/s counting the stored blocks only (2·N·H·W·9·nnz·bs² flops); the
 // ratio is useful-frac = cuDNN's time × density / tessera's time (1: the sparse convolution runs
@@ -77,7 +78,7 @@ double time_ms(const std::function<void()>& fn, int repeats) {
 }
 
 void bench_shape(bench::BenchReport& report, const ConvShape& s, const std::vector<int64_t>& block_sizes,
-                 const std::vector<double>& densities, int repeats) {
+                 const std::vector<double>& densities, const std::vector<int>& dw_parts, int repeats) {
   const Device dev = Device::cuda(0);
   const ConvGeometry g = conv_geometry({s.h, s.h}, {3, 3}, {1}, {1}, ConvPadding::same);
   const std::vector<int64_t> spatial{s.h, s.h};
@@ -114,14 +115,24 @@ void bench_shape(bench::BenchReport& report, const ConvShape& s, const std::vect
       const double useful = 2.0 * positions * 9 * static_cast<double>(l->nnz()) * bs * bs;
       char shape[96];
       std::snprintf(shape, sizeof shape, "%s bs%lld d=%.3f", s.name.c_str(), static_cast<long long>(bs), l->density());
-      for (int p = 0; p < 3; ++p) {
+      auto add = [&](int p, const std::string& what) {
         const double ms = time_ms(calls[p], repeats);
         char base[64];
         std::snprintf(base, sizeof base, "useful-frac vs cuDNN %.3f ms", dense_ms[p]);
         // value: useful TFLOP/s; baseline chosen so that value / baseline = useful-frac
         const double tflops = useful / ms * 1e-9, frac = dense_ms[p] * l->density() / ms;
-        report.add({passes[p], shape, ms, tflops, "TFLOP/s", tflops / frac, base});
+        report.add({passes[p], what, ms, tflops, "TFLOP/s", tflops / frac, base});
+      };
+      add(0, shape);
+      add(1, shape);
+      for (int parts : dw_parts) {  // the dW once per count of parts (0: the rule's)
+        if (parts > 0)
+          setenv("TESSERA_BSCONV_DW_PARTS", std::to_string(parts).c_str(), 1);
+        else
+          unsetenv("TESSERA_BSCONV_DW_PARTS");
+        add(2, parts > 0 ? std::string(shape) + " parts " + std::to_string(parts) : std::string(shape));
       }
+      unsetenv("TESSERA_BSCONV_DW_PARTS");
     }
 }
 
@@ -132,7 +143,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> shapes{"n64h56c256", "n32h28c512"};
   std::vector<int64_t> block_sizes{32, 64};
   std::vector<double> densities{0.1, 0.25, 0.5, 1.0};
-  std::string path = "tc", halo = "on", dw_wide = "on", halo_rows = "auto", strip = "on", dw_strip = "off", json;
+  std::string path = "tc", halo = "on", dw_wide = "on", halo_rows = "auto", strip = "on", dw_strip = "on", json;
+  std::vector<int> dw_parts{0};
   int repeats = 10;
   bool quick = false;
   app.add_option("--shapes", shapes, "nNhHcC: N × H × H × C → C")->delimiter(',');
@@ -150,8 +162,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "256", "512"}));
   app.add_option("--strip", strip, "on: bsconv and bsconv_dx at bs 32 in the strip form where it fits; off: the walk")
       ->check(CLI::IsMember({"on", "off"}));
-  app.add_option("--dw-strip", dw_strip, "on: bsconv_dw at bs 32 in the strip form where it fits (the lab's)")
+  app.add_option("--dw-strip", dw_strip, "on: bsconv_dw at bs 32 in the strip form where it fits; off: the halo dW kernel")
       ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--dw-parts", dw_parts, "bsconv_dw's parts of the tiles, a row per count (0: the rule's choice)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 64));
   app.add_option("--repeats", repeats, "timings per figure (median reported)")->check(CLI::PositiveNumber);
   app.add_flag("--quick", quick, "one small shape (a smoke run)");
   app.add_option("--json", json, "also write the figures to this JSON file");
@@ -172,7 +187,7 @@ int main(int argc, char** argv) {
     set_switch("TESSERA_BSCONV_HALO", halo == "off", "0");
     set_switch("TESSERA_BSCONV_DW_WIDE", dw_wide == "off", "0");
     set_switch("TESSERA_BSCONV_HALO_STRIP", strip == "off", "0");
-    set_switch("TESSERA_BSCONV_DW_STRIP", dw_strip == "on", "1");
+    set_switch("TESSERA_BSCONV_DW_STRIP", dw_strip == "off", "0");
     set_switch("TESSERA_BSCONV_HALO_ROWS", halo_rows != "auto", halo_rows.c_str());
     if (quick) {
       shapes = {"n4h14c64"};
@@ -186,8 +201,10 @@ int main(int argc, char** argv) {
     report.note("halo", halo);
     report.note("dW wide (bs 64 halo)", dw_wide);
     report.note("halo rows", halo_rows);
+    report.note("strip (bs 32 fwd, dgrad)", strip);
+    report.note("dW strip (bs 32)", dw_strip);
     report.note("filter", "3x3, same padding, stride 1");
-    for (const std::string& s : shapes) bench_shape(report, parse_shape(s), block_sizes, densities, repeats);
+    for (const std::string& s : shapes) bench_shape(report, parse_shape(s), block_sizes, densities, dw_parts, repeats);
     report.print(std::cout);
     if (!json.empty()) report.write_json(json);
   } catch (const std::exception& e) {

@@ -114,7 +114,7 @@ struct ConvPath {
   const char* entry;      // TESSERA_BSCONV_HALO_ENTRY: a list entry's taps under one barrier (nullptr: its choice)
   const char* dw_wide = nullptr;  // TESSERA_BSCONV_DW_WIDE: the dW at bs 64 in halo mode (nullptr: the default, on)
   const char* strip = nullptr;     // TESSERA_BSCONV_HALO_STRIP: the strip form at bs 32 (nullptr: the default, on)
-  const char* dw_strip = nullptr;  // TESSERA_BSCONV_DW_STRIP: the lab's strip form of the halo dW (nullptr: off)
+  const char* dw_strip = nullptr;  // TESSERA_BSCONV_DW_STRIP: the halo dW's strip form at bs 32 (nullptr: the default, on)
 };
 class ConvPathGuard {
  public:
@@ -141,11 +141,12 @@ class ConvPathGuard {
 // take 256; per-tap weight stages forced, or entry mode, the default where it fits; the dW at bs 64
 // in halo mode, the default, or on the per-tap dW kernel; at bs 32 with 3x3 filters the strip form, the
 // default with tall tiles in entry mode, off in "tall entry" so that the walk runs those too, and the halo
-// dW's strip form, the lab's), sm_90a with per-tap copies, and sm_80 (the A100 path, forced).
+// dW's strip form, the default, off there too so that the halo dW kernel runs bs 32's 3x3 filters), sm_90a
+// with per-tap copies, and sm_80 (the A100 path, forced).
 const ConvPath kConvPaths[] = {{"sm90 halo", nullptr, "1", "256", "0"},
                                {"sm90 halo tall", nullptr, "1", "512", "0"},
                                {"sm90 halo entry", nullptr, "1", "256", "1"},
-                               {"sm90 halo tall entry", nullptr, "1", "512", "1", "0", "0"},
+                               {"sm90 halo tall entry", nullptr, "1", "512", "1", "0", "0", "0"},
                                {"sm90 halo strip", nullptr, "1", "512", "1", nullptr, "1", "1"},
                                {"sm90 per-tap", nullptr, "0", nullptr, nullptr},
                                {"sm80", "sm80", "1", nullptr, nullptr}};
@@ -255,6 +256,42 @@ TEST(CudaBsConv, TensorCoreKernelsMatchTheCpu) {
   EXPECT_GT(conv_launches().entry, start.entry) << "no call took the halo kernel's entry mode";
   EXPECT_GT(conv_launches().strip, start.strip) << "no call took the halo kernel's strip form";
   EXPECT_GT(conv_launches().dw_strip, start.dw_strip) << "no call took the halo dW kernel's strip form";
+}
+
+// The halo dW kernels (the strip form at bs 32, the halo dW kernel with the strip form off and at bs 64)
+// with their tiles in any count of parts (TESSERA_BSCONV_DW_PARTS, the lab's: the bench's sweeps), one part
+// writing dw directly, several summed in f32; a count past the tiles' (8 × 21 × 19 positions: 13 tiles of 256
+// positions at the least) gives a part per tile. A count outside 1 .. 64 is an error.
+TEST(CudaBsConv, TheDwKernelsMatchTheCpuForAnyCountOfParts) {
+  REQUIRE_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "the halo dW kernels need an sm_90a build on a GPU of compute 9.0";
+  const ConvGeometry g = conv_geometry({21, 19}, {3, 3}, {1}, {1}, ConvPadding::same);
+  uint64_t seed = 500;
+  for (int64_t bs : {32, 64})
+    for (const char* dw_strip : {"1", "0"}) {
+      if (bs == 64 && std::string(dw_strip) == "0") continue;  // the strip form is bs 32's only
+      const LayoutPtr l = random_layout(6 * bs, 4 * bs, bs, 0.4, static_cast<uint64_t>(bs));
+      const Tensor x = random(act(8, {21, 19}, l->in_features()), ++seed, DType::bf16);
+      const Tensor dy = random(act(8, {21, 19}, l->out_features()), ++seed, DType::bf16);
+      const op::BsConvDw::Attrs wa{l, g, false};
+      const Tensor want = call<op::BsConvDw>(wa, as_f64({x, dy}))[0];
+      setenv("TESSERA_BSCONV_DW_STRIP", dw_strip, 1);
+      for (const char* parts : {"1", "2", "3", "5", "13", "64"}) {
+        setenv("TESSERA_BSCONV_DW_PARTS", parts, 1);
+        const std::string what = l->str() + " dw strip " + dw_strip + ", parts " + parts;
+        const ConvLaunches before = conv_launches();
+        EXPECT_TRUE(close_to(run_on_gpu_host<op::BsConvDw>(wa, {x, dy})[0], want, tol_of(DType::bf16))) << what;
+        EXPECT_EQ(conv_launches().halo - before.halo, 1u) << what;
+        const bool strip = bs == 32 && std::string(dw_strip) == "1";
+        EXPECT_EQ(conv_launches().dw_strip - before.dw_strip, strip ? 1u : 0u) << what;
+      }
+      for (const char* bad : {"0", "65", "x", "2x"}) {
+        setenv("TESSERA_BSCONV_DW_PARTS", bad, 1);
+        EXPECT_THROW(run_on_gpu_host<op::BsConvDw>(wa, {x, dy}), ValueError) << "TESSERA_BSCONV_DW_PARTS=" << bad;
+      }
+      unsetenv("TESSERA_BSCONV_DW_PARTS");
+      unsetenv("TESSERA_BSCONV_DW_STRIP");
+    }
 }
 
 // f32 operands on the sm_80 kernels with TF32 allowed (within 2e-3 of the CPU's f64 sums, relative

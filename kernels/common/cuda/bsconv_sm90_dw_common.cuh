@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "core/tensor.h"
 #include "kernels/common/cuda/bsmm_sm90_common.cuh"
@@ -104,9 +105,22 @@ struct DwParts {
   float* sums() const { return parts > 1 ? static_cast<float*>(partial.data_ptr()) : nullptr; }
 };
 
+/// TESSERA_BSCONV_DW_PARTS=N (1 .. 64; the lab's, for sweeps: bsconv_gpu --dw-parts): N parts instead of the
+/// rule's choice; 0 where unset.
+int forced_dw_parts() {
+  const char* e = std::getenv("TESSERA_BSCONV_DW_PARTS");
+  if (!e) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(e, &end, 10);
+  TS_CHECK(end != e && *end == 0 && n >= 1 && n <= 64, ValueError,
+           "TESSERA_BSCONV_DW_PARTS must be a count of 1 to 64, not '" << e << "'");
+  return static_cast<int>(n);
+}
+
 DwParts dw_parts(const BlockGradient& g, int bs, int steps, int grid, int device) {
   DwParts d;
-  const int chosen = conv_dw_parts(g.col_runs, steps, grid);
+  const int forced = forced_dw_parts();
+  const int chosen = std::min(steps, forced > 0 ? forced : conv_dw_parts(g.col_runs, steps, grid));
   d.part_steps = (steps + chosen - 1) / chosen;
   d.parts = (steps + d.part_steps - 1) / d.part_steps;  // every part has tiles
   TS_CHECK(static_cast<int64_t>(g.col_runs) * d.parts < INT32_MAX, ShapeError, "bsconv_dw: too many work items");

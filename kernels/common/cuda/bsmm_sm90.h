@@ -62,8 +62,8 @@ void conv_gradient(const BlockGradient& g, const ConvIndex& ci, int64_t batch, i
 bool dw_halo_pays(const BlockGradient& g, const ConvIndex& ci, int64_t batch);
 int dw_halo_run_size(int bs);
 void conv_gradient_halo(const BlockGradient& g, const ConvIndex& ci, int64_t batch, int device, cudaStream_t stream);
-/// The halo dW kernel's strip form (bsconv_sm90_dw_strip.cu, the lab's: TESSERA_BSCONV_DW_STRIP=1):
-/// dw_strip_takes: the switch on, bs 32, a 3x3 filter of dilation 1 over two spatial axes, the strip
+/// The halo dW kernel's strip form (bsconv_sm90_dw_strip.cu; TESSERA_BSCONV_DW_STRIP=0 turns it off):
+/// dw_strip_takes: the switch on (the default), bs 32, a 3x3 filter of dilation 1 over two spatial axes, the strip
 /// tiles' boxes fit; its runs are whole pairs of blocks with all their taps (dw_strip_run_size entries).
 bool dw_strip_takes(const BlockGradient& g, const ConvIndex& ci, int64_t batch);
 int dw_strip_run_size();

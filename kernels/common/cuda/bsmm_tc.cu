@@ -69,7 +69,7 @@ bool dw_halo_taken(const BlockGradient& g, const ConvIndex& ci, int64_t batch) {
 #endif
 }
 
-// The halo dW kernel's strip form (the lab's, TESSERA_BSCONV_DW_STRIP): where halo mode is allowed and it
+// The halo dW kernel's strip form (the default; TESSERA_BSCONV_DW_STRIP=0 off): where halo mode is allowed and it
 // takes the call (bs 32, a 3x3 filter of dilation 1 over two spatial axes).
 bool dw_strip_taken(const BlockGradient& g, const ConvIndex& ci, int64_t batch) {
 #ifdef TESSERA_HAVE_SM90A
