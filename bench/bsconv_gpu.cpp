@@ -162,7 +162,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "256", "512"}));
   app.add_option("--strip", strip, "on: bsconv and bsconv_dx at bs 32 in the strip form where it fits; off: the walk")
       ->check(CLI::IsMember({"on", "off"}));
-  app.add_option("--dw-strip", dw_strip, "on: bsconv_dw at bs 32 in the strip form where it fits; off: the halo dW kernel")
+  app.add_option("--dw-strip", dw_strip,
+                 "on: bsconv_dw at bs 32 in the strip form where it fits; off: on the halo dW kernel")
       ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--dw-parts", dw_parts, "bsconv_dw's parts of the tiles, a row per count (0: the rule's choice)")
       ->delimiter(',')

@@ -285,25 +285,37 @@ TS_CONV_HD bool strip_tap(const ConvTiles& ct, int32_t t, int32_t& dy, int32_t& 
 }
 
 /// Parts of the tiles for the convolution dW kernels (bsconv_sm90_dw_halo.cu, bsconv_sm90_dw_strip.cu), whose
-/// work items are (run, part of the `steps` tiles) taken in turn by a persistent grid of `grid` thread blocks:
-/// the busiest block takes ceil(runs·used / grid) items of ceil(steps / parts) tiles (used: the parts that
-/// have tiles). Returns the count (1 .. 64, each part at least 4 tiles where there are more) whose busiest
-/// block has the fewest tiles; ties go to fewer parts (fewer f32 partial sums to add). A fixed rule of the
-/// layout's runs, the shape and the grid: the same bits on every run. (The rule before it doubled the parts
-/// while the items were fewer than twice the grid: the dW strip form's 11 runs at N 64 × 56 × 56 made 176
-/// items of 49 tiles, two waves on 132 blocks with the second 44 items long, 98 tiles on the busiest block
-/// where 12 parts give it 66.)
-inline int32_t conv_dw_parts(int64_t runs, int64_t steps, int64_t grid) {
+/// work items are (run, part of the `steps` tiles of `positions` output positions) taken in turn by a
+/// persistent grid of `grid` thread blocks. Returns the count (1 .. 64, each part at least 4 tiles where there
+/// are more) with the least cost, in tiles of one run on one thread block (ties: fewer parts):
+///
+///   cost = ceil(runs·used / grid) · ceil(steps / parts)              the busiest block's tiles
+///        + (used > 1 ? used · kDwPartCost · runs / positions : 0)    the parts' f32 sums
+///
+/// (used: the parts that have tiles). The second term: each part beyond one writes every run's dw entries
+/// in f32 (runs · entries · bs² · 4 bytes) and the sum kernel reads them back, against a tile's
+/// entries · positions · bs² products of a run, so a part costs kDwPartCost · runs / positions tiles.
+/// kDwPartCost = 14 fits the twelve dW timings of both rules before this one on an H100 (2026-12-08,
+/// docs/convolution.md, "The dW kernels' parts, fitted") within 0.8-1.2x of the measured ratios but one;
+/// the rule before it counted the tiles alone and took 11 parts where 4 did at N 32 × 28 × 28, bs 64,
+/// density 1 (0.568 ms against 0.238: 104 MB of partial sums). A fixed rule of the layout's runs, the
+/// shape and the grid: the same bits on every run.
+constexpr double kDwPartCost = 14.0;
+inline double conv_dw_cost(int64_t runs, int64_t steps, int64_t grid, int64_t positions, int32_t parts) {
+  const int64_t per_part = (steps + parts - 1) / parts, used = (steps + per_part - 1) / per_part;
+  const double busiest = static_cast<double>((runs * used + grid - 1) / grid * per_part);
+  return busiest + (used > 1 ? static_cast<double>(used) * kDwPartCost * static_cast<double>(runs) /
+                                   static_cast<double>(positions)
+                             : 0.0);
+}
+inline int32_t conv_dw_parts(int64_t runs, int64_t steps, int64_t grid, int64_t positions) {
   int32_t best = 1;
-  int64_t best_tiles = -1;
-  for (int32_t parts = 1; parts <= 64; ++parts) {
-    const int64_t per_part = (steps + parts - 1) / parts;
-    if (parts > 1 && per_part < 4) break;
-    const int64_t used = (steps + per_part - 1) / per_part;
-    const int64_t tiles = (runs * used + grid - 1) / grid * per_part;
-    if (best_tiles < 0 || tiles < best_tiles) {
+  double best_cost = conv_dw_cost(runs, steps, grid, positions, 1);
+  for (int32_t parts = 2; parts <= 64 && (steps + parts - 1) / parts >= 4; ++parts) {
+    const double c = conv_dw_cost(runs, steps, grid, positions, parts);
+    if (c < best_cost) {
       best = parts;
-      best_tiles = tiles;
+      best_cost = c;
     }
   }
   return best;

@@ -114,7 +114,7 @@ struct ConvPath {
   const char* entry;      // TESSERA_BSCONV_HALO_ENTRY: a list entry's taps under one barrier (nullptr: its choice)
   const char* dw_wide = nullptr;  // TESSERA_BSCONV_DW_WIDE: the dW at bs 64 in halo mode (nullptr: the default, on)
   const char* strip = nullptr;     // TESSERA_BSCONV_HALO_STRIP: the strip form at bs 32 (nullptr: the default, on)
-  const char* dw_strip = nullptr;  // TESSERA_BSCONV_DW_STRIP: the halo dW's strip form at bs 32 (nullptr: the default, on)
+  const char* dw_strip = nullptr;  // TESSERA_BSCONV_DW_STRIP: the dW's strip form at bs 32 (nullptr: the default, on)
 };
 class ConvPathGuard {
  public:

@@ -97,8 +97,9 @@ __device__ __forceinline__ void store_dw_row(TO* dw, float* partial, int parts, 
   }
 }
 
-/// The parts of a halo dW launch (conv_tiles.h's conv_dw_parts over `grid` thread blocks): tiles per part,
-/// parts with tiles, and their f32 sums where there are several (freed in stream order after the kernels).
+/// The parts of a halo dW launch (conv_tiles.h's conv_dw_parts over `grid` thread blocks, `steps` tiles of
+/// `positions` output positions): tiles per part, parts with tiles, and their f32 sums where there are
+/// several (freed in stream order after the kernels).
 struct DwParts {
   int part_steps, parts;
   Tensor partial;
@@ -117,10 +118,10 @@ int forced_dw_parts() {
   return static_cast<int>(n);
 }
 
-DwParts dw_parts(const BlockGradient& g, int bs, int steps, int grid, int device) {
+DwParts dw_parts(const BlockGradient& g, int bs, int steps, int positions, int grid, int device) {
   DwParts d;
   const int forced = forced_dw_parts();
-  const int chosen = std::min(steps, forced > 0 ? forced : conv_dw_parts(g.col_runs, steps, grid));
+  const int chosen = std::min(steps, forced > 0 ? forced : conv_dw_parts(g.col_runs, steps, grid, positions));
   d.part_steps = (steps + chosen - 1) / chosen;
   d.parts = (steps + d.part_steps - 1) / d.part_steps;  // every part has tiles
   TS_CHECK(static_cast<int64_t>(g.col_runs) * d.parts < INT32_MAX, ShapeError, "bsconv_dw: too many work items");

@@ -212,7 +212,7 @@ void launch_dw_halo(const BlockGradient& g, const ConvTiles& ct, int device, cud
   const CUtensorMap map_dy = conv_map(g.dy, g.in_dtype, g.K, ct.ext, BS, ct.box);
   constexpr auto kernel = &dw_halo_kernel<T, TO, BS>;
   const int persistent = persistent_grid<kernel>(sm.total, kThreads);
-  const DwParts d = dw_parts(g, BS, ct.total_tiles, persistent, device);
+  const DwParts d = dw_parts(g, BS, ct.total_tiles, DwHaloTile<BS>::kPositions, persistent, device);
   const int grid = static_cast<int>(std::min<int64_t>(static_cast<int64_t>(g.col_runs) * d.parts, persistent));
   kernel<<<grid, kThreads, sm.total, stream>>>(map_x, map_dy, g, d.parts, d.part_steps, d.sums(), ct, sm);
   TS_CUDA_LAUNCH_CHECK("bsconv_dw (halo)");

@@ -1,6 +1,6 @@
 // The strip form of the halo dW kernel (bsconv_sm90_dw_halo.cu; the default where it applies since
-// 2026-12-08, TESSERA_BSCONV_DW_STRIP=0 or bsconv_gpu --dw-strip off gives the halo dW kernel back): bs 32, a 3x3 filter of dilation 1 over two spatial axes (conv_tiles.h's
-// strip boxes, x ∈ {8, 16}).
+// 2026-12-08, TESSERA_BSCONV_DW_STRIP=0 or bsconv_gpu --dw-strip off gives the halo dW kernel back): bs 32,
+// a 3x3 filter of dilation 1 over two spatial axes (conv_tiles.h's strip boxes, x ∈ {8, 16}).
 //
 //   dw[k, (dy, dx)] = Σ over the output positions p of x[p + (dy, dx), k's block row]ᵀ · dY[p, k's column]
 //
@@ -189,7 +189,7 @@ void launch_dw_strip(const BlockGradient& g, const ConvTiles& ct, int device, cu
   const CUtensorMap map_dy = conv_map(g.dy, g.in_dtype, g.K, ct.ext, Tile::kBS, ct.box);
   constexpr auto kernel = &dw_strip_kernel<T, TO>;
   const int persistent = persistent_grid<kernel>(sm.total, Tile::kThreads);
-  const DwParts d = dw_parts(g, Tile::kBS, ct.total_tiles, persistent, device);
+  const DwParts d = dw_parts(g, Tile::kBS, ct.total_tiles, Tile::kPositions, persistent, device);
   const int grid = static_cast<int>(std::min<int64_t>(static_cast<int64_t>(g.col_runs) * d.parts, persistent));
   kernel<<<grid, Tile::kThreads, sm.total, stream>>>(map_x, map_dy, g, d.parts, d.part_steps, d.sums(), ct, sm);
   TS_CUDA_LAUNCH_CHECK("bsconv_dw (strip)");
