@@ -9,11 +9,7 @@
 # The logs go to $OUT/conv.log; stdout has a line per (shape, bs, density): the ms at each count. About 2
 # minutes on an H100.
 set -uo pipefail
-O=$OUT; t0=$(date +%s); LOG=$O/conv.log
-rm -rf dist; tar xJf "${BUNDLE:-build-gpu/conv.tar.xz}"; cat dist/BUILD
-timeout 200 dist/run gpu_tests --gtest_filter='CudaBsConv.*:CudaEdgeBias.*:CudaConvLayers.*' >$LOG 2>&1
-echo "conv tests rc $? at $(( $(date +%s) - t0 )) s: $(grep -E '^\[  (PASSED|FAILED)' $LOG | tr '\n' ' ')"
-grep -E "^\[  FAILED|Failure" $LOG | head -12
+source "$(dirname "$0")/conv_tests.sh"  # the bundle unpacked, the convolution GPU tests
 SHAPES=n64h56c256,n32h28c512
 echo "== bsconv defaults" >>$LOG
 timeout 150 dist/run bsconv_gpu --shapes $SHAPES --block-sizes 32,64 --densities 0.25,0.5,1 --repeats 10 \

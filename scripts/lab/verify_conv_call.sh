@@ -8,11 +8,7 @@
 #   4. ncu of the bs-32 dW kernels (the halo dW kernel, its strip form), before NCU_BY seconds (150).
 # Everything is written to two files under $OUT (a call brings back a few files only). About 2 minutes.
 set -uo pipefail
-O=$OUT; t0=$(date +%s); LOG=$O/conv.log
-rm -rf dist; tar xJf "${BUNDLE:-build-gpu/conv.tar.xz}"; cat dist/BUILD
-timeout 200 dist/run gpu_tests --gtest_filter='CudaBsConv.*:CudaEdgeBias.*:CudaConvLayers.*' >$LOG 2>&1
-echo "conv tests rc $? at $(( $(date +%s) - t0 )) s: $(grep -E '^\[  (PASSED|FAILED)' $LOG | tr '\n' ' ')"
-grep -E "^\[  FAILED|Failure" $LOG | head -12
+source "$(dirname "$0")/conv_tests.sh"  # the bundle unpacked, the convolution GPU tests
 table() {  # NAME ARGS...: a bsconv_gpu run, its table's rows
   local name=$1; shift
   echo "== bsconv $name" >>$LOG
