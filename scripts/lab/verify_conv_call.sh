@@ -3,8 +3,8 @@
 # (BUNDLE=, default build-gpu/conv.tar.xz; targets gpu_tests bsconv_gpu):
 #   1. the convolution GPU tests (the strip forms' paths among them, with launch counters);
 #   2. bsconv_gpu at the defaults: both shapes, bs 32 and 64, densities 0.25, 0.5 and 1 ($OUT/bsconv.json);
-#   3. bs 32 at density 0.25 with the halo dW's strip form (--dw-strip on) against the defaults (bs 32
-#      and 64), ROUNDS rounds (2);
+#   3. bs 32 at density 0.25 with the dW's strip form (--dw-strip on, the default since 2026-12-08) against
+#      the halo dW kernel (--dw-strip off, with bs 64 too), ROUNDS rounds (2);
 #   4. ncu of the bs-32 dW kernels (the halo dW kernel, its strip form), before NCU_BY seconds (150).
 # Everything is written to two files under $OUT (a call brings back a few files only). About 2 minutes.
 set -uo pipefail
