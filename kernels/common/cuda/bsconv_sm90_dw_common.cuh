@@ -44,8 +44,7 @@ inline DwHaloSmem dw_halo_layout(const ConvTiles& ct, int row_bytes, int dy_byte
 template <int kRing, int BS, int kDyBytes, class DyBox, class Halo>
 __device__ __forceinline__ void produce_dw_halo(const CUtensorMap& map_x, const CUtensorMap& map_dy,
                                                 const BlockGradient& p, const ConvTiles& ct, int items, int part_steps,
-                                                int stages, uint64_t* full, uint64_t* empty, uint64_t* item_full,
-                                                uint64_t* item_empty, int4* ring, DyBox&& dy_box, Halo&& halo) {
+                                                int stages, const DwSync& sync, DyBox&& dy_box, Halo&& halo) {
   constexpr int kRowBytes = 2 * BS;
   const int lane = threadIdx.x % 32, taps = ct.taps, steps = ct.total_tiles;
   if (lane == 0) {
@@ -55,7 +54,7 @@ __device__ __forceinline__ void produce_dw_halo(const CUtensorMap& map_x, const 
   RingCursor stage;
   int taken = blockIdx.x;
   for (int n = 0;; ++n) {
-    const int4 w = next_run_item<kRing>(p, items, n, taken, lane, item_full, item_empty, ring);
+    const int4 w = next_run_item<kRing>(p, items, n, taken, lane, sync.item_full, sync.item_empty, sync.ring);
     if (w.y == 0) break;
     const int first_block = w.x / taps, blocks = (w.x + w.y - 1) / taps - first_block + 1;
     const int row = lane < blocks ? p.col_rows[first_block + lane] : 0;  // the block row of lane's block
@@ -66,16 +65,16 @@ __device__ __forceinline__ void produce_dw_halo(const CUtensorMap& map_x, const 
     for (int step = first; step < last; ++step, stage.next(stages), ct.next_origin(origin)) {
       const int s = stage.slot;
       if (lane == 0) {
-        mbar_wait(&empty[s], stage.phase ^ 1);
-        mbar_arrive_expect_tx(&full[s], tx);
-        tma_load_5d(dy_box(s), &map_dy, &full[s], w.w * BS, origin);
+        mbar_wait(&sync.empty[s], stage.phase ^ 1);
+        mbar_arrive_expect_tx(&sync.full[s], tx);
+        tma_load_5d(dy_box(s), &map_dy, &sync.full[s], w.w * BS, origin);
       }
       __syncwarp();  // the stage is claimed and its byte count set before the copies land
       if (lane < blocks) {
         int32_t at[ConvTiles::kAxes];  // the halo box: ConvTiles::halo_origin
 #pragma unroll
         for (int a = 0; a < ConvTiles::kAxes; ++a) at[a] = origin[a] + (a < 3 ? ct.halo_lo[a] : 0);
-        tma_load_5d(halo(s, lane), &map_x, &full[s], row * BS, at);
+        tma_load_5d(halo(s, lane), &map_x, &sync.full[s], row * BS, at);
       }
     }
   }

@@ -80,23 +80,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kRowBytes = Tile::kRowBytes, kPack = Tile::kPack, kRing = Tile::kItemRing;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = align1024(smem_raw);
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + sm.stages * sm.stage_bytes);
-  uint64_t* empty = full + Tile::kMaxStages;
-  uint64_t* item_full = empty + Tile::kMaxStages;
-  uint64_t* item_empty = item_full + kRing;
-  int4* ring = reinterpret_cast<int4*>(item_empty + kRing);  // (first entry, count, part, column); count 0: no more
   auto dy_box = [&](int s) { return smem + s * sm.stage_bytes; };
   auto halo = [&](int s, int slot) { return smem + s * sm.stage_bytes + Tile::kDyBytes + slot * sm.halo_bytes; };
   const int taps = ct.taps, stages = sm.stages;
 
   constexpr int kPositions = Tile::kPositions, kProducts = Tile::kProducts, kGroupKk = Tile::kGroupKk;
   const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-    init_barrier_pairs(full, empty, stages, kConsumerWarps);
-    init_barrier_pairs(item_full, item_empty, kRing, kConsumerWarps);
-    fence_barrier_init();
-  }
-  __syncthreads();
+  const DwSync sync = dw_sync<kRing>(smem, sm.stage_bytes, stages, Tile::kMaxStages, kConsumerWarps);
   const int steps = ct.total_tiles;
   const int items = p.col_runs * parts;
 
@@ -106,8 +96,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // halo box of the run's i-th block.
     if constexpr (Tile::kWide) setmaxnreg_dec<56>();  // at 40 the producer spilled 16 bytes
     if (threadIdx.x >= 32) return;
-    produce_dw_halo<kRing, BS, Tile::kDyBytes>(map_x, map_dy, p, ct, items, part_steps, stages, full, empty, item_full,
-                                               item_empty, ring, dy_box, halo);
+    produce_dw_halo<kRing, BS, Tile::kDyBytes>(map_x, map_dy, p, ct, items, part_steps, stages, sync, dy_box,
+                                               halo);
     return;
   }
 
@@ -127,7 +117,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto a_at = [&](const uint8_t* box, int row) { return box + swizzled_offset(row, lane_chunk, kRowBytes); };
   RingCursor stage;
   for (int n = 0;; ++n) {
-    const int4 w = receive_item<kRing>(n, item_full, item_empty, ring, lane);
+    const int4 w = receive_item<kRing>(n, sync.item_full, sync.item_empty, sync.ring, lane);
     if (w.y == 0) break;
     const int q0 = w.x, count = w.y, part = w.z;
     const int first = part * part_steps, last = min(steps, first + part_steps);
@@ -153,7 +143,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr int kGroups = kPositions / 16 / kGroupKk;
     for (int step = first; step < last; ++step, stage.next(stages)) {
       const int s = stage.slot;
-      mbar_wait(&full[s], stage.phase);
+      mbar_wait(&sync.full[s], stage.phase);
       uint32_t a[2][kGroupKk][kProducts][4];
       auto load_group = [&](uint32_t(&ag)[kGroupKk][kProducts][4], int kg) {
 #pragma unroll
@@ -186,7 +176,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int j = 0; j < kProducts; ++j) fence_operands(acc[j]);
       // The whole warp's reads of the stage come before lane 0 releases it.
       __syncwarp();
-      if (lane == 0) mbar_arrive(&empty[s]);
+      if (lane == 0) mbar_arrive(&sync.empty[s]);
     }
     // Row i of product j is row i % bs of entry kPack·(P·c + j) + i / bs: dw block (k·taps + tap).
 #pragma unroll

@@ -74,28 +74,18 @@ __global__ void __launch_bounds__(DwStripTile::kThreads, 1)
   constexpr int BS = Tile::kBS, kRowBytes = Tile::kRowBytes, kRing = Tile::kItemRing, kTaps = Tile::kTaps;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = align1024(smem_raw);
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + sm.stages * sm.stage_bytes);
-  uint64_t* empty = full + Tile::kMaxStages;
-  uint64_t* item_full = empty + Tile::kMaxStages;
-  uint64_t* item_empty = item_full + kRing;
-  int4* ring = reinterpret_cast<int4*>(item_empty + kRing);  // (first entry, count, part, column); count 0: no more
   auto dy_box = [&](int s) { return smem + s * sm.stage_bytes; };
   auto halo = [&](int s, int b) { return smem + s * sm.stage_bytes + Tile::kDyBytes + b * sm.halo_bytes; };
   const int stages = sm.stages;
   const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-    init_barrier_pairs(full, empty, stages, Tile::kConsumerWarps);
-    init_barrier_pairs(item_full, item_empty, kRing, Tile::kConsumerWarps);
-    fence_barrier_init();
-  }
-  __syncthreads();
+  const DwSync sync = dw_sync<kRing>(smem, sm.stage_bytes, stages, Tile::kMaxStages, Tile::kConsumerWarps);
   const int steps = ct.total_tiles;
   const int items = p.col_runs * parts;
 
   if (wg == 3) {
     // Producer: the last warp (lane b < blocks copies block b's halo box).
-    produce_dw_halo<kRing, BS, Tile::kDyBytes>(map_x, map_dy, p, ct, items, part_steps, stages, full, empty, item_full,
-                                               item_empty, ring, dy_box, halo);
+    produce_dw_halo<kRing, BS, Tile::kDyBytes>(map_x, map_dy, p, ct, items, part_steps, stages, sync, dy_box,
+                                               halo);
     return;
   }
 
@@ -122,7 +112,7 @@ __global__ void __launch_bounds__(DwStripTile::kThreads, 1)
 
   RingCursor stage;
   for (int n = 0;; ++n) {
-    const int4 w = receive_item<kRing>(n, item_full, item_empty, ring, lane);
+    const int4 w = receive_item<kRing>(n, sync.item_full, sync.item_empty, sync.ring, lane);
     if (w.y == 0) break;
     const int q0 = w.x, blocks = w.y / kTaps, part = w.z;
     const int first = part * part_steps, last = min(steps, first + part_steps);
@@ -134,7 +124,7 @@ __global__ void __launch_bounds__(DwStripTile::kThreads, 1)
       for (int i = 0; i < BS / 2; ++i) acc[dy][i] = 0.f;
     for (int step = first; step < last; ++step, stage.next(stages)) {
       const int s = stage.slot;
-      mbar_wait(&full[s], stage.phase);
+      mbar_wait(&sync.full[s], stage.phase);
       const uint8_t* box = halo(s, hslot);
       // Per strip: the six fragments, then the twelve products that read them; one buffer (two spilled at
       // the 128 registers a thread has), so a strip's loads wait for the products of the strip before:
@@ -163,7 +153,7 @@ __global__ void __launch_bounds__(DwStripTile::kThreads, 1)
 #pragma unroll
       for (int dy = 0; dy < 3; ++dy) fence_operands(acc[dy]);
       __syncwarp();  // the whole warp's reads of the stage come before lane 0 releases it
-      if (lane == 0) mbar_arrive(&empty[s]);
+      if (lane == 0) mbar_arrive(&sync.empty[s]);
     }
     // Row i = 16·warp + g + 8h of accumulator dy is channel i % 32 of block b (list position q0 / 9 + b)
     // at tap 3·dy + dx: dw block (k·9 + tap).

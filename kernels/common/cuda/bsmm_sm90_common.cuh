@@ -134,29 +134,37 @@ __device__ __forceinline__ void init_barrier_pairs(uint64_t* full, uint64_t* emp
   }
 }
 
-/// The dW kernels' (bsmm_sm90_gradient.cu, bsmm_sm90_gate_gradient.cu) barriers after their
-/// kStages stages of `stage_bytes` at `smem`: the stages' full/empty pairs, the item ring's
-/// pairs and its kRing slots (first entry, count, part, column; count 0: no more items), made by
-/// thread 0 and published to the block (a block barrier: every thread calls it).
+/// The dW kernels' barriers after their `stages` stages of `stage_bytes` at `smem`: the stages'
+/// full/empty pairs (room for max_stages of them), the item ring's pairs and its kRing slots (first
+/// entry, count, part, column; count 0: no more items), made by thread 0 for `consumer_warps`
+/// consumer warps and published to the block (a block barrier: every thread calls it). The halo dW
+/// kernels (bsconv_sm90_dw_halo.cu, bsconv_sm90_dw_strip.cu) fit their stage count at run time.
 struct DwSync {
   uint64_t *full, *empty, *item_full, *item_empty;
   int4* ring;
 };
-template <int kStages, int kRing>
-__device__ __forceinline__ DwSync dw_sync(uint8_t* smem, int stage_bytes) {
+template <int kRing>
+__device__ __forceinline__ DwSync dw_sync(uint8_t* smem, int stage_bytes, int stages, int max_stages,
+                                          int consumer_warps) {
   DwSync d;
-  d.full = reinterpret_cast<uint64_t*>(smem + kStages * stage_bytes);
-  d.empty = d.full + kStages;
-  d.item_full = d.empty + kStages;
+  d.full = reinterpret_cast<uint64_t*>(smem + stages * stage_bytes);
+  d.empty = d.full + max_stages;
+  d.item_full = d.empty + max_stages;
   d.item_empty = d.item_full + kRing;
   d.ring = reinterpret_cast<int4*>(d.item_empty + kRing);
   if (threadIdx.x == 0) {
-    init_barrier_pairs(d.full, d.empty, kStages, kConsumerWarps);
-    init_barrier_pairs(d.item_full, d.item_empty, kRing, kConsumerWarps);
+    init_barrier_pairs(d.full, d.empty, stages, consumer_warps);
+    init_barrier_pairs(d.item_full, d.item_empty, kRing, consumer_warps);
     fence_barrier_init();
   }
   __syncthreads();
   return d;
+}
+/// The same for kStages stages fixed at compile time and kConsumerWarps consumers (bsmm_sm90_gradient.cu,
+/// bsmm_sm90_gate_gradient.cu).
+template <int kStages, int kRing>
+__device__ __forceinline__ DwSync dw_sync(uint8_t* smem, int stage_bytes) {
+  return dw_sync<kRing>(smem, stage_bytes, kStages, kStages, kConsumerWarps);
 }
 
 
